@@ -1,0 +1,27 @@
+"""Provider metadata that Airflow's ProvidersManager reads through the entry point."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def get_provider_info() -> dict[str, Any]:
+    """Describe what the provider ships; validated against Airflow's provider_info schema."""
+    from airflow_provider_streamstate import __version__
+
+    return {
+        "package-name": "airflow-provider-streamstate",
+        "name": "streamstate",
+        "description": (
+            "State lifecycle for PySpark stateful streams: consistent snapshots of running "
+            "streams, validation, restore, clones, cross-region replication and TTL cleanup."
+        ),
+        "versions": [__version__],
+        "integrations": [
+            {
+                "integration-name": "streamstate",
+                "external-doc-url": "https://pypi.org/project/airflow-provider-streamstate/",
+                "tags": ["software"],
+            }
+        ],
+    }
