@@ -1,0 +1,373 @@
+"""The local stack of real components: a Kafka broker (KRaft) and two S3 endpoints.
+
+    .venv/bin/python dev/stack.py up     [--state-dir DIR] [--json]
+    .venv/bin/python dev/stack.py status [--state-dir DIR] [--json]
+    .venv/bin/python dev/stack.py down   [--state-dir DIR]
+
+Everything binds 127.0.0.1 on free ports. The broker runs from the Apache Kafka jars
+that `make setup` fetched into `.jvm/kafka-broker`; each S3 region is its own moto
+server process, so one region can be stopped while the other keeps serving. The
+pytest fixtures, `make demo` and the benchmarks all call `up()`/`down()` from here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+JARS = REPO / ".jvm"
+DEFAULT_STATE_DIR = REPO / ".stack"
+S3_REGIONS = {"primary": "us-east-1", "dr": "eu-west-1"}
+BUCKET = "streamstate"
+# Dummy credentials: the local S3 endpoints accept any.
+S3_ACCESS_KEY = "streamstate"
+S3_SECRET_KEY = "streamstate-secret"
+READY_TIMEOUT_S = 90.0
+
+
+class StackError(RuntimeError):
+    """A part of the stack did not start; the message names it and its log."""
+
+
+@dataclass(frozen=True)
+class Stack:
+    """What `up` started, as the JSON that `up --json` prints."""
+
+    kafka_bootstrap: str
+    s3: dict[str, dict[str, str]]
+    spark_jars: list[str]
+    state_dir: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kafka_bootstrap": self.kafka_bootstrap, "s3": self.s3, "spark_jars": self.spark_jars}
+
+    def s3_env(self, region: str = "primary") -> dict[str, str]:
+        """The standard AWS environment variables that point boto3 at one region's endpoint."""
+        s3 = self.s3[region]
+        return {
+            "AWS_ENDPOINT_URL": s3["endpoint_url"],
+            "AWS_ACCESS_KEY_ID": S3_ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": S3_SECRET_KEY,
+            "AWS_DEFAULT_REGION": s3["region"],
+        }
+
+    def airflow_conn_env(self, region: str, conn_id: str) -> dict[str, str]:
+        """An `AIRFLOW_CONN_<ID>` variable for the amazon provider's S3Hook on one region."""
+        s3 = self.s3[region]
+        conn = {
+            "conn_type": "aws",
+            "login": S3_ACCESS_KEY,
+            "password": S3_SECRET_KEY,
+            "extra": {"endpoint_url": s3["endpoint_url"], "region_name": s3["region"]},
+        }
+        return {f"AIRFLOW_CONN_{conn_id.upper()}": json.dumps(conn)}
+
+
+def spark_jars() -> list[str]:
+    """The Kafka connector jars for Spark, fetched ahead of time (no download at run time)."""
+    jars = sorted(str(p) for p in (JARS / "spark-kafka").glob("*.jar"))
+    if not jars:
+        raise StackError(f"no Spark Kafka connector jars in {JARS / 'spark-kafka'}; run `make setup`")
+    return jars
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie still answers kill(0); treat it as gone.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _spawn(name: str, cmd: list[str], state_dir: Path, env: dict[str, str] | None = None) -> int:
+    log = open(state_dir / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child
+    proc = subprocess.Popen(
+        cmd,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        cwd=state_dir,
+        env={**os.environ, **(env or {})},
+        start_new_session=True,  # survives the caller; `down` stops it by pid file
+    )
+    (state_dir / f"{name}.pid").write_text(str(proc.pid))
+    return proc.pid
+
+
+def _wait(name: str, state_dir: Path, ready: Any, timeout: float = READY_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout
+    pid = int((state_dir / f"{name}.pid").read_text())
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        if not _pid_alive(pid):
+            raise StackError(f"{name} exited while starting; see {state_dir / (name + '.log')}")
+        try:
+            if ready():
+                return
+        except Exception as exc:  # not ready yet
+            last = exc
+        time.sleep(0.3)
+    raise StackError(
+        f"{name} not ready after {timeout:.0f}s ({last}); see {state_dir / (name + '.log')}"
+    )
+
+
+def _check_java() -> str:
+    java = shutil.which("java")
+    if not java:
+        raise StackError("java not found on PATH; install Java 17 or 21")
+    out = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
+    try:
+        major = int(out.split('"')[1].split(".")[0])
+    except (IndexError, ValueError):
+        major = 0
+    if major < 17:
+        raise StackError(f"Java 17+ is required, found: {out.splitlines()[0] if out else 'unknown'}")
+    return java
+
+
+def _kafka_properties(state_dir: Path, port: int, controller_port: int) -> Path:
+    data = state_dir / "kafka-data"
+    props = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": str(data),
+        "num.partitions": "1",
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "4",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "group.initial.rebalance.delay.ms": "0",
+        "auto.create.topics.enable": "true",
+        "log.retention.hours": "-1",
+    }
+    path = state_dir / "kafka.properties"
+    path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    (state_dir / "kafka-log4j2.yaml").write_text(
+        "Configuration:\n"
+        "  Appenders:\n"
+        "    Console:\n"
+        "      name: STDOUT\n"
+        "      PatternLayout:\n"
+        "        Pattern: '[%d] %p %m (%c)%n'\n"
+        "  Loggers:\n"
+        "    Root:\n"
+        "      level: WARN\n"
+        "      AppenderRef:\n"
+        "        - ref: STDOUT\n"
+        "    Logger:\n"
+        "      - name: kafka.server.KafkaRaftServer\n"
+        "        level: INFO\n"
+    )
+    return path
+
+
+def _start_kafka(state_dir: Path) -> str:
+    java = _check_java()
+    jars = JARS / "kafka-broker"
+    if not any(jars.glob("kafka_*.jar")):
+        raise StackError(f"no Kafka broker jars in {jars}; run `make setup`")
+    port, controller_port = free_port(), free_port()
+    props = _kafka_properties(state_dir, port, controller_port)
+    classpath = f"{jars}/*"
+    jvm = [
+        java,
+        "-Xms256m",
+        "-Xmx768m",
+        "-XX:+UseG1GC",
+        f"-Dlog4j2.configurationFile={state_dir / 'kafka-log4j2.yaml'}",
+        "-cp",
+        classpath,
+    ]
+    if not (state_dir / "kafka-data" / "meta.properties").exists():
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        fmt = subprocess.run(
+            [*jvm, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)],
+            capture_output=True,
+            text=True,
+        )
+        (state_dir / "kafka-format.log").write_text(fmt.stdout + fmt.stderr)
+        if fmt.returncode != 0:
+            raise StackError(f"formatting Kafka storage failed; see {state_dir / 'kafka-format.log'}")
+    _spawn("kafka", [*jvm, "kafka.Kafka", str(props)], state_dir)
+    bootstrap = f"127.0.0.1:{port}"
+
+    def ready() -> bool:
+        from confluent_kafka.admin import AdminClient
+
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 2000, "log_level": 0})
+        md = admin.list_topics(timeout=2)
+        return bool(md.brokers)
+
+    _wait("kafka", state_dir, ready)
+    return bootstrap
+
+
+def _start_s3(state_dir: Path, name: str, region: str) -> dict[str, str]:
+    port = free_port()
+    _spawn(
+        f"s3-{name}",
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        state_dir,
+        env={"MOTO_ALLOW_NONEXISTENT_REGION": "true"},
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        with urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2) as r:
+            return r.status == 200
+
+    _wait(f"s3-{name}", state_dir, ready)
+    import boto3
+
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name=region,
+        aws_access_key_id=S3_ACCESS_KEY,
+        aws_secret_access_key=S3_SECRET_KEY,
+    )
+    cfg = {} if region == "us-east-1" else {"CreateBucketConfiguration": {"LocationConstraint": region}}
+    s3.create_bucket(Bucket=BUCKET, **cfg)
+    return {"endpoint_url": endpoint, "region": region, "bucket": BUCKET}
+
+
+def status(state_dir: Path = DEFAULT_STATE_DIR) -> dict[str, Any]:
+    """Which parts are running, from the pid files, plus the stack JSON if `up` finished."""
+    parts = {}
+    for name in ["kafka", *(f"s3-{r}" for r in S3_REGIONS)]:
+        pid_file = state_dir / f"{name}.pid"
+        pid = int(pid_file.read_text()) if pid_file.exists() else None
+        parts[name] = {"pid": pid, "running": bool(pid and _pid_alive(pid))}
+    info_file = state_dir / "stack.json"
+    info = json.loads(info_file.read_text()) if info_file.exists() else None
+    return {"state_dir": str(state_dir), "parts": parts, "stack": info}
+
+
+def _load(state_dir: Path) -> Stack | None:
+    st = status(state_dir)
+    if st["stack"] and all(p["running"] for p in st["parts"].values()):
+        info = st["stack"]
+        return Stack(info["kafka_bootstrap"], info["s3"], info["spark_jars"], str(state_dir))
+    return None
+
+
+def up(state_dir: Path | str = DEFAULT_STATE_DIR) -> Stack:
+    """Start every part (or return the running stack) and wait until each answers."""
+    state_dir = Path(state_dir).resolve()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    running = _load(state_dir)
+    if running:
+        return running
+    down(state_dir)  # a half-started stack from an earlier failure
+    jars = spark_jars()
+    try:
+        s3 = {name: _start_s3(state_dir, name, region) for name, region in S3_REGIONS.items()}
+        bootstrap = _start_kafka(state_dir)
+    except BaseException:
+        down(state_dir)
+        raise
+    stack = Stack(bootstrap, s3, jars, str(state_dir))
+    (state_dir / "stack.json").write_text(json.dumps(stack.to_json(), indent=2))
+    return stack
+
+
+def stop_part(state_dir: Path | str, name: str, timeout: float = 20.0) -> None:
+    """Stop one part (e.g. `s3-dr` to simulate a lost region); safe when it is not running."""
+    pid_file = Path(state_dir) / f"{name}.pid"
+    if not pid_file.exists():
+        return
+    pid = int(pid_file.read_text())
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and _pid_alive(pid):
+            time.sleep(0.1)
+        if not _pid_alive(pid):
+            break
+    pid_file.unlink(missing_ok=True)
+
+
+def down(state_dir: Path | str = DEFAULT_STATE_DIR) -> None:
+    """Stop only the processes this stack started (by pid file); safe to call twice."""
+    state_dir = Path(state_dir).resolve()
+    for name in ["kafka", *(f"s3-{r}" for r in S3_REGIONS)]:
+        stop_part(state_dir, name)
+    (state_dir / "stack.json").unlink(missing_ok=True)
+    # Broker data goes with the stack: a new `up` starts from an empty cluster.
+    shutil.rmtree(state_dir / "kafka-data", ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="dev/stack.py", description=__doc__.split("\n")[0])
+    parser.add_argument("command", choices=["up", "down", "status"])
+    parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "up":
+            stack = up(args.state_dir)
+            if args.json:
+                print(json.dumps(stack.to_json()))
+            else:
+                print(f"kafka  {stack.kafka_bootstrap}")
+                for name, s3 in stack.s3.items():
+                    print(f"s3     {name:8} {s3['endpoint_url']}  region={s3['region']} bucket={s3['bucket']}")
+                print(f"state  {stack.state_dir}")
+        elif args.command == "down":
+            down(args.state_dir)
+        else:
+            st = status(args.state_dir.resolve())
+            if args.json:
+                print(json.dumps(st))
+            else:
+                for name, part in st["parts"].items():
+                    print(f"{name:10} {'running' if part['running'] else 'stopped'}  pid={part['pid']}")
+            return 0 if all(p["running"] for p in st["parts"].values()) else 1
+    except StackError as exc:
+        print(f"stack: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
