@@ -1,0 +1,1 @@
+"""PySpark applications and their runtime helpers (imported only where Spark runs)."""

@@ -1,0 +1,176 @@
+"""The example stateful stream: card transactions from Kafka to alerts on Kafka.
+
+Two query shapes, each its own stream with its own checkpoint:
+
+* `accounts` (default): drop duplicate transactions within a 10-minute event-time
+  watermark, then keep per-account `count`, `sum` and `max` of the amount; an account
+  whose total passes `--threshold-cents` is written as an alert (update mode). Two
+  stateful operators: deduplication (op 0) and aggregation (op 1).
+* `windows`: an event-time windowed count per account with a watermark; a window with
+  at least `--window-threshold` transactions is written as an alert (append mode).
+
+Run with spark-submit (with the Kafka connector jars) or call `start_query` from Python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+QUERIES = ("accounts", "windows")
+
+
+@dataclass(frozen=True)
+class StreamArgs:
+    bootstrap_servers: str
+    checkpoint: str
+    source_topic: str = "transactions"
+    alerts_topic: str = "alerts"
+    query: str = "accounts"
+    trigger: str = "processing:2 seconds"  # or "available-now"
+    shuffle_partitions: int = 4
+    max_offsets_per_trigger: int | None = None
+    threshold_cents: int = 1_000_000
+    window: str = "1 minute"
+    window_threshold: int = 3
+    watermark: str = "10 minutes"
+    query_name: str | None = None
+
+
+def transactions(spark: SparkSession, args: StreamArgs) -> DataFrame:
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    schema = StructType(
+        [
+            StructField("txn_id", StringType()),
+            StructField("account", StringType()),
+            StructField("amount_cents", LongType()),
+            StructField("ts_ms", LongType()),
+        ]
+    )
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", args.bootstrap_servers)
+        .option("subscribe", args.source_topic)
+        .option("startingOffsets", "earliest")
+    )
+    if args.max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", str(args.max_offsets_per_trigger))
+    parsed = reader.load().select(F.from_json(F.col("value").cast("string"), schema).alias("t")).select("t.*")
+    return parsed.where(F.col("txn_id").isNotNull()).withColumn("event_time", F.timestamp_millis("ts_ms"))
+
+
+def account_alerts(txns: DataFrame, args: StreamArgs) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    per_account = (
+        txns.withWatermark("event_time", args.watermark)
+        .dropDuplicatesWithinWatermark(["txn_id"])
+        .groupBy("account")
+        .agg(
+            F.count(F.lit(1)).alias("txn_count"),
+            F.sum("amount_cents").alias("total_cents"),
+            F.max("amount_cents").alias("max_cents"),
+        )
+    )
+    alerts = per_account.where(F.col("total_cents") >= args.threshold_cents)
+    return alerts.select(
+        F.col("account").alias("key"),
+        F.to_json(F.struct(F.lit("total_over_threshold").alias("kind"), "account", "txn_count", "total_cents", "max_cents")).alias("value"),
+    )
+
+
+def window_alerts(txns: DataFrame, args: StreamArgs) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    counts = (
+        txns.withWatermark("event_time", args.watermark)
+        .groupBy(F.window("event_time", args.window), "account")
+        .count()
+    )
+    return counts.where(F.col("count") >= args.window_threshold).select(
+        F.col("account").alias("key"),
+        F.to_json(
+            F.struct(
+                F.lit("busy_window").alias("kind"),
+                "account",
+                F.col("window.start").alias("window_start"),
+                F.col("count").alias("txn_count"),
+            )
+        ).alias("value"),
+    )
+
+
+def start_query(spark: SparkSession, args: StreamArgs) -> StreamingQuery:
+    """Start the stream; it resumes from `args.checkpoint` when that holds committed batches."""
+    if args.query not in QUERIES:
+        raise ValueError(f"unknown query {args.query!r}; choose one of {', '.join(QUERIES)}")
+    txns = transactions(spark, args)
+    alerts = account_alerts(txns, args) if args.query == "accounts" else window_alerts(txns, args)
+    writer = (
+        alerts.writeStream.format("kafka")
+        .option("kafka.bootstrap.servers", args.bootstrap_servers)
+        .option("topic", args.alerts_topic)
+        .option("checkpointLocation", args.checkpoint)
+        .outputMode("update" if args.query == "accounts" else "append")
+        .queryName(args.query_name or f"streamstate-example-{args.query}")
+    )
+    if args.trigger == "available-now":
+        writer = writer.trigger(availableNow=True)
+    elif args.trigger.startswith("processing:"):
+        writer = writer.trigger(processingTime=args.trigger.split(":", 1)[1])
+    else:
+        raise ValueError(f"unknown trigger {args.trigger!r}; use 'available-now' or 'processing:<interval>'")
+    return writer.start()
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[StreamArgs, str]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--bootstrap-servers", required=True)
+    p.add_argument("--checkpoint", required=True, help="checkpoint location (path or URI)")
+    p.add_argument("--source-topic", default="transactions")
+    p.add_argument("--alerts-topic", default="alerts")
+    p.add_argument("--query", choices=QUERIES, default="accounts")
+    p.add_argument("--trigger", default="processing:2 seconds", help="'available-now' or 'processing:<interval>'")
+    p.add_argument("--shuffle-partitions", type=int, default=4)
+    p.add_argument("--max-offsets-per-trigger", type=int, default=None)
+    p.add_argument("--threshold-cents", type=int, default=1_000_000)
+    p.add_argument("--state-store", default="rocksdb-changelog", help="hdfs, rocksdb or rocksdb-changelog")
+    a = p.parse_args(argv)
+    return (
+        StreamArgs(
+            bootstrap_servers=a.bootstrap_servers,
+            checkpoint=a.checkpoint,
+            source_topic=a.source_topic,
+            alerts_topic=a.alerts_topic,
+            query=a.query,
+            trigger=a.trigger,
+            shuffle_partitions=a.shuffle_partitions,
+            max_offsets_per_trigger=a.max_offsets_per_trigger,
+            threshold_cents=a.threshold_cents,
+        ),
+        a.state_store,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """spark-submit entry point: runs until the query stops (or, available-now, drains)."""
+    from airflow_provider_streamstate.jobs.runtime import spark_session
+
+    args, state_store = parse_args(argv)
+    # Under spark-submit the session exists already; these confs only fill in what is unset.
+    spark = spark_session("streamstate-example", state_store=state_store, shuffle_partitions=args.shuffle_partitions)
+    query = start_query(spark, args)
+    query.awaitTermination()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

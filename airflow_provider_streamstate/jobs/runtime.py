@@ -1,0 +1,76 @@
+"""Spark session settings shared by the example stream, tests, demo and benchmarks."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+CHANGELOG_CONF = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
+
+# The three state store setups the engine supports. They are pinned into a checkpoint
+# at batch 0, so they must be set before a query first starts.
+STATE_STORES: dict[str, dict[str, str]] = {
+    "hdfs": {"spark.sql.streaming.stateStore.providerClass": HDFS_PROVIDER},
+    "rocksdb": {"spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER, CHANGELOG_CONF: "false"},
+    "rocksdb-changelog": {"spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER, CHANGELOG_CONF: "true"},
+}
+
+
+def state_store_confs(name: str) -> dict[str, str]:
+    try:
+        return dict(STATE_STORES[name])
+    except KeyError:
+        raise ValueError(f"unknown state store {name!r}; choose one of {', '.join(STATE_STORES)}") from None
+
+
+def spark_session(
+    app_name: str,
+    jars: Sequence[str] = (),
+    *,
+    master: str = "local[2]",
+    state_store: str = "rocksdb-changelog",
+    shuffle_partitions: int = 4,
+    conf: Mapping[str, str] | None = None,
+) -> SparkSession:
+    """A local SparkSession with the Kafka connector jars on its classpath (no download)."""
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.memory", "2g")
+        .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
+    )
+    if jars:
+        builder = builder.config("spark.jars", ",".join(jars))
+    for key, value in {**state_store_confs(state_store), **(conf or {})}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def read_state(spark: SparkSession, checkpoint: str, **options: object) -> DataFrame:
+    """Spark's state data source on `checkpoint` (options: batchId, operatorId, storeName...).
+
+    PySpark 4.1 cannot load a RocksDB store offline in a session that never touched
+    streaming (`Cannot find endpoint StateStoreCoordinator`); reading `streams.active`
+    first creates the coordinator.
+    """
+    _ = spark.streams.active
+    reader = spark.read.format("statestore")
+    for key, value in options.items():
+        if value is not None:
+            reader = reader.option(key, str(value))
+    return reader.load(checkpoint)
