@@ -1,0 +1,59 @@
+"""Shared fixtures: one local stack (real Kafka broker, two S3 endpoints) and one Spark
+session per test session, both from the same code the demo and benchmarks use."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+# Airflow reads its home at import: keep it out of the user's ~/airflow.
+_AIRFLOW_HOME = tempfile.mkdtemp(prefix="streamstate-airflow-")
+os.environ.setdefault("AIRFLOW_HOME", _AIRFLOW_HOME)
+os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "false")
+os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "true")
+
+from dev import stack as stack_mod  # noqa: E402
+
+# py4j logs at interpreter exit, after pytest closed its capture streams.
+logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[stack_mod.Stack]:
+    state_dir = tmp_path_factory.mktemp("stack")
+    running = stack_mod.up(state_dir)
+    try:
+        yield running
+    finally:
+        stack_mod.down(state_dir)
+
+
+@pytest.fixture(scope="session")
+def spark(stack: stack_mod.Stack):  # noqa: ANN201 - pyspark is imported lazily
+    from airflow_provider_streamstate.jobs.runtime import spark_session
+
+    session = spark_session("streamstate-tests", stack.spark_jars)
+    yield session
+    for q in session.streams.active:
+        q.stop()
+    session.stop()
+
+
+@pytest.fixture
+def topic(stack: stack_mod.Stack) -> str:
+    """A fresh 3-partition topic name for one test."""
+    from airflow_provider_streamstate.jobs.generator import ensure_topic
+
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    ensure_topic(stack.kafka_bootstrap, name, partitions=3)
+    return name
