@@ -1,0 +1,51 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Both run `setup` first,
+# which is idempotent and fast when nothing changed.
+PYTHON ?= python3.11
+VENV   := .venv
+PY     := $(VENV)/bin/python
+UV_VERSION := 0.13.9
+
+.PHONY: setup demo test lint bench lock stack-up stack-down clean
+
+setup: $(VENV)/.installed .jvm/.fetched
+
+$(VENV)/.installed: requirements.lock pyproject.toml
+	@bash dev/require.sh python "$(PYTHON)"
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install -q --disable-pip-version-check uv==$(UV_VERSION)
+	$(VENV)/bin/uv pip sync -q --python $(PY) requirements.lock
+	$(VENV)/bin/uv pip install -q --python $(PY) --no-deps -e .
+	@touch $@
+
+.jvm/.fetched: pom.xml jvm/kafka-broker/pom.xml jvm/spark-kafka/pom.xml jvm/settings.xml
+	@bash dev/require.sh java
+	@bash dev/require.sh mvn
+	rm -rf .jvm
+	mvn -q -B -s jvm/settings.xml package
+	@touch $@
+
+demo: setup
+	$(PY) dev/demo.py
+
+test: setup
+	bash dev/run-tests.sh
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+bench: setup
+	$(PY) benchmarks/snapshot_bench.py
+
+# Re-resolve the lock after changing dependencies in pyproject.toml.
+lock:
+	$(VENV)/bin/uv pip compile pyproject.toml --extra dev --python-version 3.11 \
+	  --python-platform x86_64-manylinux_2_28 --overrides dev/overrides.txt -o requirements.lock
+
+stack-up: setup
+	$(PY) dev/stack.py up
+
+stack-down:
+	@test -x $(PY) && $(PY) dev/stack.py down || true
+
+clean: stack-down
+	rm -rf $(VENV) .jvm .stack
