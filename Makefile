@@ -4,6 +4,7 @@ PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
 UV_VERSION := 0.13.9
+MVN    ?= mvn
 
 .PHONY: setup demo test lint bench lock stack-up stack-down clean
 
@@ -21,7 +22,7 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 	@bash dev/require.sh java
 	@bash dev/require.sh mvn
 	rm -rf .jvm
-	mvn -q -B -s jvm/settings.xml package
+	$(MVN) -q -B -s jvm/settings.xml package
 	@touch $@
 
 demo: setup
