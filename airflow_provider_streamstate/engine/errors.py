@@ -45,3 +45,7 @@ class TransientError(StreamstateError):
     """A failure that a retry may fix (network, throttling, concurrent checkpoint change)."""
 
     retryable = True
+
+
+class CheckpointChanged(TransientError):
+    """A checkpoint file changed or vanished while it was read: plan the cut again."""

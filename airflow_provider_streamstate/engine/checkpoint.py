@@ -1,0 +1,404 @@
+"""Reading a Spark Structured Streaming checkpoint, and planning a consistent cut of it.
+
+We never change how Spark writes a checkpoint; we read it. A *cut* at committed batch N
+is exactly the files Spark needs to resume right after N: `metadata`, `sources/`,
+`offsets/` and `commits/` up to N, operator metadata, and for every state store the
+files that rebuild state version N+1 — nothing above the cut, no temp files.
+
+Spark keeps writing while we read: temp files come and go, the maintenance task adds
+snapshots and deletes old versions. The plan therefore marks which files are
+*essential* (without them the cut does not restore) and which are history that may
+vanish; the snapshot engine re-plans when an essential file disappears.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_streamstate.engine.errors import (
+    CheckpointChanged,
+    NotFoundError,
+    UnsupportedCheckpointError,
+    UsageError,
+)
+
+HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
+FORMAT_VERSION_CONF = "spark.sql.streaming.stateStore.checkpointFormatVersion"
+STORE_LAYOUT_DIRS = {"_metadata", "SSTs", "logs", "_stateSchema"}
+_VERSIONED = re.compile(r"^(\d+)\.(delta|snapshot|zip|changelog)$")
+_V2_VERSIONED = re.compile(r"^\d+_[0-9a-fA-F-]{8,}\.(zip|changelog)$")
+
+
+@dataclass(frozen=True)
+class PlannedFile:
+    path: str  # relative to the checkpoint root, POSIX
+    size: int
+    mtime_ns: int
+    essential: bool  # False: history that Spark may delete at any moment
+
+
+@dataclass
+class CutPlan:
+    """Everything a snapshot of batch N must contain, and what it says about the query."""
+
+    batch_id: int
+    query_id: str
+    files: list[PlannedFile]
+    sources: list[dict[str, Any]]
+    kafka_offsets: dict[str, dict[str, int]]
+    watermark_ms: int | None
+    next_watermark_ms: int | None
+    batch_timestamp_ms: int | None
+    conf: dict[str, str]
+    state_store: str
+    operators: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _local_root(location: str) -> Path:
+    if location.startswith("file://"):
+        location = location[len("file://") :]
+    elif re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", location):
+        raise UnsupportedCheckpointError(
+            f"checkpoint {location!r} is not on a local or mounted filesystem",
+            hint="give a local path or file:// URI (checkpoints in object storage are not supported yet)",
+        )
+    return Path(location).expanduser().resolve()
+
+
+def _read_log(path: Path) -> list[str]:
+    """A Spark metadata-log file: `v1` then JSON lines. Missing file -> CheckpointChanged."""
+    try:
+        lines = path.read_text(encoding="utf-8").split("\n")
+    except FileNotFoundError:
+        raise CheckpointChanged(f"{path} vanished while reading the checkpoint") from None
+    if not lines or lines[0] != "v1":
+        raise UnsupportedCheckpointError(
+            f"{path} has log version {lines[0][:10]!r}, only 'v1' is understood",
+            hint="this checkpoint was written by a Spark version streamstate does not support",
+        )
+    return lines[1:]
+
+
+def _kafka_offsets(value: Any) -> dict[str, dict[str, int]] | None:
+    """`{"topic": {"0": 123}}` -> the same with int offsets; None when not that shape."""
+    if not isinstance(value, dict) or not value:
+        return None
+    out: dict[str, dict[str, int]] = {}
+    for topic, parts in value.items():
+        if not isinstance(parts, dict) or not parts:
+            return None
+        try:
+            out[str(topic)] = {str(int(p)): int(o) for p, o in parts.items()}
+        except (TypeError, ValueError):
+            return None
+    return out
+
+
+class CheckpointReader:
+    """Read-only view of one checkpoint directory on a local (or mounted) filesystem."""
+
+    def __init__(self, location: str) -> None:
+        self.location = location
+        self.root = _local_root(location)
+        if not self.root.is_dir():
+            raise NotFoundError(
+                f"checkpoint {self.root} does not exist or is not a directory",
+                hint="pass the stream's checkpointLocation",
+            )
+        if not (self.root / "offsets").is_dir():
+            raise NotFoundError(
+                f"{self.root} is not a Spark streaming checkpoint (no offsets/ directory)",
+                hint="pass the directory the query's checkpointLocation points at",
+            )
+
+    # --- the metadata logs -------------------------------------------------------
+
+    def _log_ids(self, name: str) -> list[int]:
+        d = self.root / name
+        if not d.is_dir():
+            return []
+        return sorted(int(p) for p in os.listdir(d) if p.isdigit())
+
+    def committed_batches(self) -> list[int]:
+        """Batch ids whose offsets and commit are both present, ascending."""
+        offsets = set(self._log_ids("offsets"))
+        return [b for b in self._log_ids("commits") if b in offsets]
+
+    def query_id(self) -> str:
+        try:
+            return str(json.loads((self.root / "metadata").read_text())["id"])
+        except FileNotFoundError:
+            raise UnsupportedCheckpointError(
+                f"{self.root} has no metadata file", hint="Spark writes it when a query first starts"
+            ) from None
+        except (ValueError, KeyError) as exc:
+            raise UnsupportedCheckpointError(f"{self.root / 'metadata'} is unreadable: {exc}") from None
+
+    def offsets(self, batch_id: int) -> tuple[dict[str, Any], list[Any]]:
+        """The batch's metadata (watermark, timestamp, pinned conf) and one entry per source."""
+        lines = [ln for ln in _read_log(self.root / "offsets" / str(batch_id)) if ln != ""]
+        if not lines:
+            raise UnsupportedCheckpointError(f"offsets/{batch_id} has no metadata line")
+        meta = json.loads(lines[0])
+        sources = [None if ln == "-" else json.loads(ln) for ln in lines[1:]]
+        return meta, sources
+
+    def commit(self, batch_id: int) -> dict[str, Any]:
+        lines = [ln for ln in _read_log(self.root / "commits" / str(batch_id)) if ln != ""]
+        return json.loads(lines[0]) if lines else {}
+
+    def resolve_batch(self, batch_id: int | None) -> int:
+        committed = self.committed_batches()
+        if not committed:
+            raise NotFoundError(
+                f"checkpoint {self.root} has no committed batch yet",
+                hint="wait until the stream commits its first batch",
+            )
+        if batch_id is None:
+            return committed[-1]
+        if batch_id < 0:
+            raise UsageError(f"batch id must be >= 0, got {batch_id}")
+        if batch_id not in committed:
+            raise NotFoundError(
+                f"batch {batch_id} is not a committed batch still retained in {self.root}",
+                hint=f"retained committed batches are {committed[0]}..{committed[-1]}",
+            )
+        return batch_id
+
+    # --- the cut -----------------------------------------------------------------
+
+    def plan(self, batch_id: int | None = None) -> CutPlan:
+        """Plan a consistent cut at `batch_id` (default: the newest committed batch)."""
+        n = self.resolve_batch(batch_id)
+        meta, source_values = self.offsets(n)
+        commit = self.commit(n)
+        conf = {str(k): str(v) for k, v in (meta.get("conf") or {}).items()}
+        self._refuse_unsupported(conf, commit)
+        store_kind = self._state_store_kind(conf)
+
+        files: dict[str, PlannedFile] = {}
+        self._add(files, "metadata", essential=True)
+        for log in ("offsets", "commits"):
+            for b in self._log_ids(log):
+                if b <= n:
+                    # Spark needs N (and offsets N-1) to resume; older entries are history.
+                    self._add(files, f"{log}/{b}", essential=b == n or (log == "offsets" and b == n - 1))
+        self._add_tree(files, "sources", essential=True)
+
+        operators: list[dict[str, Any]] = []
+        state_dir = self.root / "state"
+        if state_dir.is_dir():
+            for op_name in sorted((p for p in os.listdir(state_dir) if p.isdigit()), key=int):
+                operators.append(self._plan_operator(files, int(op_name), n + 1, store_kind, conf))
+        elif store_kind != "none":
+            raise CheckpointChanged(f"{state_dir} vanished while planning")
+
+        if store_kind == "rocksdb" and any(f.path.endswith(".changelog") for f in files.values()):
+            store_kind = "rocksdb-changelog"
+        kafka: dict[str, dict[str, int]] = {}
+        sources = []
+        for i, value in enumerate(source_values):
+            offsets = _kafka_offsets(value)
+            sources.append({"index": i, "kind": "kafka" if offsets is not None else "other", "offsets": value})
+            for topic, parts in (offsets or {}).items():
+                kafka.setdefault(topic, {}).update(parts)
+        return CutPlan(
+            batch_id=n,
+            query_id=self.query_id(),
+            files=sorted(files.values(), key=lambda f: f.path),
+            sources=sources,
+            kafka_offsets=kafka,
+            watermark_ms=meta.get("batchWatermarkMs"),
+            next_watermark_ms=commit.get("nextBatchWatermarkMs"),
+            batch_timestamp_ms=meta.get("batchTimestampMs"),
+            conf=conf,
+            state_store=store_kind if operators else "none",
+            operators=operators,
+        )
+
+    def _refuse_unsupported(self, conf: dict[str, str], commit: dict[str, Any]) -> None:
+        if conf.get(FORMAT_VERSION_CONF, "1") != "1" or "stateUniqueIds" in commit:
+            raise UnsupportedCheckpointError(
+                f"{self.root} uses state checkpoint format v2 (unique-id state files)",
+                hint="snapshots support checkpoint format v1; run the stream with "
+                f"{FORMAT_VERSION_CONF}=1",
+            )
+
+    def _state_store_kind(self, conf: dict[str, str]) -> str:
+        provider = conf.get(PROVIDER_CONF, HDFS_PROVIDER)
+        if provider == HDFS_PROVIDER:
+            return "hdfs"
+        if provider == ROCKSDB_PROVIDER:
+            return "rocksdb"
+        raise UnsupportedCheckpointError(
+            f"state store provider {provider} is not supported",
+            hint="snapshots support the HDFS-backed and RocksDB state store providers",
+        )
+
+    def _plan_operator(
+        self, files: dict[str, PlannedFile], op_id: int, version: int, kind: str, conf: dict[str, str]
+    ) -> dict[str, Any]:
+        op_rel = f"state/{op_id}"
+        op_dir = self.root / op_rel
+        info = self._operator_metadata(op_dir)
+        if (op_dir / "_metadata" / "v2").exists() or (op_dir / "_stateSchema").exists():
+            raise UnsupportedCheckpointError(
+                f"operator {op_id} ({info.get('name', 'unknown')}) uses operator metadata v2 "
+                "(transformWithState), whose schema files record absolute checkpoint paths",
+                hint="snapshots support aggregation, deduplication, join and (flat)mapGroupsWithState operators",
+            )
+        self._add_tree(files, f"{op_rel}/_metadata", essential=True)
+        partitions = sorted((p for p in os.listdir(op_dir) if p.isdigit()), key=int)
+        if not partitions:
+            raise UnsupportedCheckpointError(f"{op_dir} has no partition directories")
+        declared = info.get("partitions")
+        if declared is not None and declared != len(partitions):
+            raise CheckpointChanged(f"{op_dir} has {len(partitions)} partitions, its metadata says {declared}")
+        stores: list[str] = info.get("stores") or []
+        for part in partitions:
+            part_rel = f"{op_rel}/{part}"
+            names = stores or self._infer_store_names(self.root / part_rel)
+            self._add_tree(files, f"{part_rel}/_metadata", essential=True)
+            for store in names:
+                store_rel = part_rel if store == "default" else f"{part_rel}/{store}"
+                self._plan_store(files, store_rel, version, kind)
+        return {
+            "operator_id": op_id,
+            "name": info.get("name", "unknown"),
+            "stores": stores or self._infer_store_names(self.root / f"{op_rel}/{partitions[0]}"),
+            "partitions": len(partitions),
+            "state_version": version,
+        }
+
+    def _operator_metadata(self, op_dir: Path) -> dict[str, Any]:
+        path = op_dir / "_metadata" / "metadata"
+        if not path.exists():
+            return {}
+        try:
+            lines = [ln for ln in _read_log(path) if ln]
+            d = json.loads(lines[0])
+            infos = d.get("stateStoreInfo", [])
+            parts = {int(s["numPartitions"]) for s in infos}
+            return {
+                "name": d.get("operatorInfo", {}).get("operatorName", "unknown"),
+                "stores": [str(s["storeName"]) for s in infos],
+                "partitions": parts.pop() if len(parts) == 1 else None,
+            }
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise UnsupportedCheckpointError(f"{path} is unreadable: {exc}") from None
+
+    def _infer_store_names(self, part_dir: Path) -> list[str]:
+        names = [p for p in os.listdir(part_dir) if (part_dir / p).is_dir() and p not in STORE_LAYOUT_DIRS]
+        has_default = any(_VERSIONED.match(p) for p in os.listdir(part_dir))
+        return (["default"] if has_default or not names else []) + sorted(names)
+
+    def _plan_store(self, files: dict[str, PlannedFile], store_rel: str, version: int, kind: str) -> None:
+        store_dir = self.root / store_rel
+        try:
+            names = os.listdir(store_dir)
+        except FileNotFoundError:
+            raise CheckpointChanged(f"{store_dir} vanished while planning") from None
+        if any(_V2_VERSIONED.match(n) for n in names):
+            raise UnsupportedCheckpointError(
+                f"{store_dir} holds checkpoint format v2 state files (<version>_<id>.zip)",
+                hint="snapshots support checkpoint format v1",
+            )
+        by_kind: dict[str, set[int]] = {"delta": set(), "snapshot": set(), "zip": set(), "changelog": set()}
+        for n in names:
+            m = _VERSIONED.match(n)
+            if m:
+                by_kind[m.group(2)].add(int(m.group(1)))
+
+        def need(name: str) -> None:
+            self._add(files, f"{store_rel}/{name}", essential=True)
+
+        if kind == "hdfs":
+            base = max((v for v in by_kind["snapshot"] if v <= version), default=0)
+            if base:
+                need(f"{base}.snapshot")
+            deltas = range(base + 1, version + 1)
+            self._require(store_dir, by_kind["delta"], deltas, "delta")
+            for v in deltas:
+                need(f"{v}.delta")
+        else:
+            # One rule for both RocksDB modes: the newest .zip <= V (written at every commit
+            # without changelog checkpointing, by maintenance with it), then the changelogs
+            # after it. The changelog flag is not pinned in the checkpoint, so the files decide.
+            base = max((v for v in by_kind["zip"] if v <= version), default=0)
+            if base:
+                self._add_rocksdb_snapshot(files, store_rel, base)
+            changelogs = range(base + 1, version + 1)
+            self._require(store_dir, by_kind["changelog"], changelogs, "changelog (or zip)")
+            for v in changelogs:
+                need(f"{v}.changelog")
+
+    def _require(self, store_dir: Path, present: set[int], wanted: Any, ext: str) -> None:
+        missing = [v for v in wanted if v not in present]
+        if missing:
+            # Maintenance may have replaced them with a newer snapshot between listings.
+            raise CheckpointChanged(
+                f"{store_dir} lacks {ext} files for versions {missing[:5]} needed to rebuild the state"
+            )
+
+    def _add_rocksdb_snapshot(self, files: dict[str, PlannedFile], store_rel: str, version: int) -> None:
+        zip_rel = f"{store_rel}/{version}.zip"
+        self._add(files, zip_rel, essential=True)
+        try:
+            with zipfile.ZipFile(self.root / zip_rel) as z:
+                lines = z.read("metadata").decode().split("\n")
+        except FileNotFoundError:
+            raise CheckpointChanged(f"{zip_rel} vanished while planning") from None
+        except (zipfile.BadZipFile, KeyError) as exc:
+            raise UnsupportedCheckpointError(f"{zip_rel} is not a RocksDB checkpoint zip: {exc}") from None
+        if not lines or lines[0] != "v1":
+            raise UnsupportedCheckpointError(f"{zip_rel} has RocksDB metadata version {lines[0]!r}")
+        meta = json.loads(lines[1])
+        for sst in meta.get("sstFiles", []):
+            self._add(files, f"{store_rel}/SSTs/{sst['dfsSstFileName']}", essential=True)
+        for log in meta.get("logFiles", []):
+            self._add(files, f"{store_rel}/logs/{log['dfsLogFileName']}", essential=True)
+
+    # --- files -------------------------------------------------------------------
+
+    def _add(self, files: dict[str, PlannedFile], rel: str, *, essential: bool) -> None:
+        """Add a file and the checksum sidecars Spark/Hadoop keep next to it."""
+        try:
+            st = os.stat(self.root / rel)
+        except FileNotFoundError:
+            if essential:
+                raise CheckpointChanged(f"{rel} vanished while planning") from None
+            return
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsupportedCheckpointError(f"{self.root / rel} is not a regular file")
+        files[rel] = PlannedFile(rel, st.st_size, st.st_mtime_ns, essential)
+        head, _, name = rel.rpartition("/")
+        prefix = f"{head}/" if head else ""
+        # Spark 4.1's own checksum file `<name>.crc`, and Hadoop's `.<name>.crc` for both.
+        for side in (f"{name}.crc", f".{name}.crc", f".{name}.crc.crc"):
+            try:
+                sst = os.stat(self.root / f"{prefix}{side}")
+            except FileNotFoundError:
+                continue
+            files[f"{prefix}{side}"] = PlannedFile(f"{prefix}{side}", sst.st_size, sst.st_mtime_ns, False)
+
+    def _add_tree(self, files: dict[str, PlannedFile], rel: str, *, essential: bool) -> None:
+        """Every regular, non-temporary file below `rel` (absent directory: nothing)."""
+        top = self.root / rel
+        if not top.is_dir():
+            return
+        for dirpath, dirnames, filenames in os.walk(top):
+            dirnames.sort()
+            for name in sorted(filenames):
+                if name.startswith(".") or name.endswith(".tmp") or name.endswith(".crc"):
+                    continue  # sidecars come with their file; temp files are never part of a cut
+                path = Path(dirpath, name).relative_to(self.root).as_posix()
+                self._add(files, path, essential=essential)
