@@ -1,0 +1,31 @@
+"""sha256 of files and streams, in chunks (hashlib releases the GIL on large updates)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import BinaryIO
+
+CHUNK = 1 << 20
+
+
+def sha256_file(path: Path | str) -> tuple[str, int]:
+    """(hex digest, size) of a file's content."""
+    h = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            h.update(chunk)
+            size += len(chunk)
+    return h.hexdigest(), size
+
+
+def copy_hashing(src: BinaryIO, dst: BinaryIO) -> tuple[str, int]:
+    """Copy `src` into `dst`; return (hex digest, size) of what was copied."""
+    h = hashlib.sha256()
+    size = 0
+    while chunk := src.read(CHUNK):
+        h.update(chunk)
+        dst.write(chunk)
+        size += len(chunk)
+    return h.hexdigest(), size

@@ -1,0 +1,131 @@
+"""A snapshot store on a local (or mounted) filesystem: the embedded default."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import BinaryIO
+
+from airflow_provider_streamstate.engine.digest import copy_hashing
+from airflow_provider_streamstate.engine.errors import (
+    CheckpointChanged,
+    CorruptionError,
+    NotFoundError,
+    UsageError,
+)
+from airflow_provider_streamstate.engine.stores.base import (
+    BLOB_PREFIX,
+    MANIFEST_SUFFIX,
+    STREAMS_PREFIX,
+    ManifestExistsError,
+    SnapshotStore,
+    blob_key,
+    manifest_key,
+)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class LocalStore(SnapshotStore):
+    """Blobs and manifests as files. Every write goes to `tmp/` first and is renamed into
+    place, so a crash leaves at most an orphan temp file, never a partial blob or manifest."""
+
+    def __init__(self, root: Path | str, *, fsync: bool = True) -> None:
+        self.root = Path(root).expanduser().resolve()
+        self.url = f"file://{self.root}"
+        self.fsync = fsync
+        if self.root.exists() and not self.root.is_dir():
+            raise UsageError(f"store {self.root} exists and is not a directory")
+        self._tmp = self.root / "tmp"
+
+    def _tmp_path(self) -> Path:
+        self._tmp.mkdir(parents=True, exist_ok=True)
+        return self._tmp / f"{uuid.uuid4().hex}.part"
+
+    def has_blob(self, digest: str) -> bool:
+        return (self.root / blob_key(digest)).is_file()
+
+    def put_blob(self, digest: str, source: Path, size: int) -> int:
+        final = self.root / blob_key(digest)
+        if final.is_file():
+            return 0
+        tmp = self._tmp_path()
+        try:
+            with open(source, "rb") as src, open(tmp, "wb") as dst:
+                got, written = copy_hashing(src, dst)
+                if self.fsync:
+                    dst.flush()
+                    os.fsync(dst.fileno())
+            if got != digest:
+                raise CheckpointChanged(f"{source} changed while it was being stored (sha256 {got[:12]} != {digest[:12]})")
+            final.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(tmp, final)  # same content under the same name: a race is harmless
+            return written
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def open_blob(self, digest: str) -> AbstractContextManager[BinaryIO]:
+        try:
+            return open(self.root / blob_key(digest), "rb")
+        except FileNotFoundError:
+            raise CorruptionError(f"blob {digest} is missing from {self.url}") from None
+
+    def iter_blobs(self) -> Iterator[tuple[str, int]]:
+        top = self.root / BLOB_PREFIX
+        if not top.is_dir():
+            return
+        for shard in sorted(os.listdir(top)):
+            for name in sorted(os.listdir(top / shard)):
+                yield name, (top / shard / name).stat().st_size
+
+    def put_manifest(self, stream: str, snapshot_id: str, data: bytes) -> None:
+        final = self.root / manifest_key(stream, snapshot_id)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self._tmp_path()
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                if self.fsync:
+                    f.flush()
+                    os.fsync(f.fileno())
+            try:
+                os.link(tmp, final)  # atomic and never overwrites: the manifest's commit point
+            except FileExistsError:
+                raise ManifestExistsError(f"snapshot {snapshot_id} of {stream} already exists in {self.url}") from None
+            if self.fsync:
+                _fsync_dir(final.parent)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def get_manifest(self, stream: str, snapshot_id: str) -> bytes:
+        try:
+            return (self.root / manifest_key(stream, snapshot_id)).read_bytes()
+        except FileNotFoundError:
+            raise NotFoundError(
+                f"no snapshot {snapshot_id} of stream {stream} in {self.url}",
+                hint=f"list them with `streamstate snapshot list --store {self.url} --stream {stream}`",
+            ) from None
+
+    def list_snapshot_ids(self, stream: str) -> list[str]:
+        d = self.root / STREAMS_PREFIX / stream / "snapshots"
+        if not d.is_dir():
+            return []
+        return sorted(n[: -len(MANIFEST_SUFFIX)] for n in os.listdir(d) if n.endswith(MANIFEST_SUFFIX))
+
+    def list_streams(self) -> list[str]:
+        d = self.root / STREAMS_PREFIX
+        return sorted(os.listdir(d)) if d.is_dir() else []
+
+    def remove_all(self) -> None:
+        """Delete the whole store (tests and benchmarks only)."""
+        shutil.rmtree(self.root, ignore_errors=True)

@@ -1,0 +1,210 @@
+"""A snapshot store in S3 or any S3-compatible endpoint.
+
+Takes a boto3 S3 client, so callers choose how it is configured: the CLI builds one from
+the standard AWS environment variables (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...), the
+Airflow layer passes `S3Hook(aws_conn_id=...).get_conn()`.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, closing, contextmanager
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from airflow_provider_streamstate.engine.errors import (
+    CheckpointChanged,
+    CorruptionError,
+    NotFoundError,
+    StreamstateError,
+    TransientError,
+)
+from airflow_provider_streamstate.engine.stores.base import (
+    BLOB_PREFIX,
+    MANIFEST_SUFFIX,
+    STREAMS_PREFIX,
+    ManifestExistsError,
+    SnapshotStore,
+    blob_key,
+    manifest_key,
+)
+
+PART_SIZE = 16 << 20  # multipart above this; also the size of each part
+
+
+def _code(exc: Exception) -> str:
+    return str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
+
+
+def _status(exc: Exception) -> int:
+    return int(getattr(exc, "response", {}).get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+
+
+class S3Store(SnapshotStore):
+    def __init__(self, client: Any, bucket: str, prefix: str = "") -> None:
+        self.client = client
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
+
+    def _key(self, rel: str) -> str:
+        return f"{self.prefix}/{rel}" if self.prefix else rel
+
+    @contextmanager
+    def _errors(self, what: str) -> Iterator[None]:
+        """Translate boto3 failures into one-line errors that say whether to retry."""
+        from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+        try:
+            yield
+        except StreamstateError:
+            raise
+        except NoCredentialsError:
+            raise StreamstateError(
+                f"no AWS credentials to {what} in {self.url}",
+                hint="set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or a profile), or an Airflow AWS connection",
+            ) from None
+        except ClientError as exc:
+            code, status = _code(exc), _status(exc)
+            if code == "NoSuchBucket":
+                raise NotFoundError(f"bucket {self.bucket} does not exist ({what})", hint="create it or fix the store URL") from None
+            if code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
+                raise StreamstateError(f"access denied to {what} in {self.url} ({code})", hint="check the credentials and bucket policy") from None
+            if status >= 500 or code in ("SlowDown", "RequestTimeout", "ConditionalRequestConflict"):
+                raise TransientError(f"S3 failed to {what} in {self.url}: {code or status}") from None
+            raise StreamstateError(f"S3 refused to {what} in {self.url}: {code or status} {exc}") from None
+        except BotoCoreError as exc:
+            raise TransientError(
+                f"cannot reach S3 to {what} in {self.url}: {exc}",
+                hint="check AWS_ENDPOINT_URL / the connection's endpoint_url and the network",
+            ) from None
+
+    def has_blob(self, digest: str) -> bool:
+        from botocore.exceptions import ClientError
+
+        with self._errors(f"check blob {digest[:12]}"):
+            try:
+                self.client.head_object(Bucket=self.bucket, Key=self._key(blob_key(digest)))
+                return True
+            except ClientError as exc:
+                if _status(exc) == 404 or _code(exc) in ("404", "NoSuchKey", "NotFound"):
+                    return False
+                raise
+
+    def put_blob(self, digest: str, source: Path, size: int) -> int:
+        if self.has_blob(digest):
+            return 0
+        key = self._key(blob_key(digest))
+        with self._errors(f"upload {source.name}"):
+            if size <= PART_SIZE:
+                data = Path(source).read_bytes()
+                sha = hashlib.sha256(data)
+                if sha.hexdigest() != digest:
+                    raise CheckpointChanged(f"{source} changed while it was being stored")
+                self.client.put_object(
+                    Bucket=self.bucket, Key=key, Body=data, ChecksumSHA256=base64.b64encode(sha.digest()).decode()
+                )
+                return len(data)
+            return self._put_multipart(digest, source, key)
+
+    def _put_multipart(self, digest: str, source: Path, key: str) -> int:
+        """Upload in parts, hashing as we go; the object appears only if the hash matches."""
+        upload_id = self.client.create_multipart_upload(Bucket=self.bucket, Key=key)["UploadId"]
+        try:
+            h = hashlib.sha256()
+            parts, written = [], 0
+            with open(source, "rb") as f:
+                while chunk := f.read(PART_SIZE):
+                    h.update(chunk)
+                    written += len(chunk)
+                    r = self.client.upload_part(
+                        Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=len(parts) + 1, Body=chunk
+                    )
+                    parts.append({"PartNumber": len(parts) + 1, "ETag": r["ETag"]})
+            if h.hexdigest() != digest:
+                raise CheckpointChanged(f"{source} changed while it was being stored")
+            self.client.complete_multipart_upload(
+                Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
+            )
+            return written
+        except BaseException:
+            try:
+                self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
+            except Exception:  # noqa: BLE001 - the original failure matters more
+                pass
+            raise
+
+    def open_blob(self, digest: str) -> AbstractContextManager[BinaryIO]:
+        from botocore.exceptions import ClientError
+
+        with self._errors(f"read blob {digest[:12]}"):
+            try:
+                body = self.client.get_object(Bucket=self.bucket, Key=self._key(blob_key(digest)))["Body"]
+            except ClientError as exc:
+                if _code(exc) in ("NoSuchKey", "404") or _status(exc) == 404:
+                    raise CorruptionError(f"blob {digest} is missing from {self.url}") from None
+                raise
+        return closing(body)
+
+    def _list(self, prefix: str, delimiter: str | None = None) -> Iterator[dict[str, Any]]:
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self._key(prefix)}
+        if delimiter:
+            kwargs["Delimiter"] = delimiter
+        with self._errors(f"list {prefix}"):
+            yield from self.client.get_paginator("list_objects_v2").paginate(**kwargs)
+
+    def iter_blobs(self) -> Iterator[tuple[str, int]]:
+        for page in self._list(f"{BLOB_PREFIX}/"):
+            for obj in page.get("Contents", []):
+                yield obj["Key"].rsplit("/", 1)[-1], int(obj["Size"])
+
+    def put_manifest(self, stream: str, snapshot_id: str, data: bytes) -> None:
+        from botocore.exceptions import ClientError
+
+        with self._errors(f"write manifest {snapshot_id}"):
+            try:
+                # Conditional put: never overwrites, so two writers cannot both win.
+                self.client.put_object(
+                    Bucket=self.bucket,
+                    Key=self._key(manifest_key(stream, snapshot_id)),
+                    Body=data,
+                    IfNoneMatch="*",
+                    ContentType="application/json",
+                )
+            except ClientError as exc:
+                if _code(exc) == "PreconditionFailed" or _status(exc) == 412:
+                    raise ManifestExistsError(f"snapshot {snapshot_id} of {stream} already exists in {self.url}") from None
+                raise
+
+    def get_manifest(self, stream: str, snapshot_id: str) -> bytes:
+        from botocore.exceptions import ClientError
+
+        with self._errors(f"read manifest {snapshot_id}"):
+            try:
+                obj = self.client.get_object(Bucket=self.bucket, Key=self._key(manifest_key(stream, snapshot_id)))
+                return obj["Body"].read()
+            except ClientError as exc:
+                if _code(exc) in ("NoSuchKey", "404") or _status(exc) == 404:
+                    raise NotFoundError(
+                        f"no snapshot {snapshot_id} of stream {stream} in {self.url}",
+                        hint=f"list them with `streamstate snapshot list --store {self.url} --stream {stream}`",
+                    ) from None
+                raise
+
+    def list_snapshot_ids(self, stream: str) -> list[str]:
+        ids = []
+        for page in self._list(f"{STREAMS_PREFIX}/{stream}/snapshots/"):
+            for obj in page.get("Contents", []):
+                name = obj["Key"].rsplit("/", 1)[-1]
+                if name.endswith(MANIFEST_SUFFIX):
+                    ids.append(name[: -len(MANIFEST_SUFFIX)])
+        return sorted(ids)
+
+    def list_streams(self) -> list[str]:
+        out = []
+        for page in self._list(f"{STREAMS_PREFIX}/", delimiter="/"):
+            for cp in page.get("CommonPrefixes", []):
+                out.append(cp["Prefix"].rstrip("/").rsplit("/", 1)[-1])
+        return sorted(out)
