@@ -1,36 +1,330 @@
 """The `streamstate` command: the engine for people at a terminal and for scripts.
 
-Exit codes: 0 success, 1 failure (one line on stderr saying what is wrong and what to
-do), 2 usage error. `--debug` shows the traceback of an unexpected failure.
+    streamstate snapshot create --checkpoint PATH --store STORE --stream NAME [--batch N] [--label K=V]... [--json]
+    streamstate snapshot list   --store STORE --stream NAME [--json]
+    streamstate snapshot show   --store STORE --stream NAME SNAPSHOT_ID [--json]
+    streamstate restore         --store STORE --stream NAME SNAPSHOT_ID --target DIR [--new-query-id] [--force] [--json]
+    streamstate verify          --store STORE --stream NAME [SNAPSHOT_ID] [--json]
+
+Exit codes: 0 success; 1 failure, with one line on stderr saying what is wrong and what
+to do; 2 usage error. `--debug` shows the traceback of a failure. S3 stores take their
+endpoint and credentials from the standard AWS environment variables (AWS_ENDPOINT_URL,
+AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION, AWS_PROFILE).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import threading
+import time
 from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any, TextIO
 
 from airflow_provider_streamstate import __version__
 
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+class TerminalProgress:
+    """A one-line progress bar on stderr, redrawn at most 10 times a second."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.lock = threading.Lock()
+        self.phase, self.total, self.done, self.files, self.last = "", 0, 0, 0, 0.0
+
+    def start(self, phase: str, total_files: int, total_bytes: int) -> None:
+        with self.lock:
+            self.phase, self.total, self.done, self.files, self.last = phase, total_bytes, 0, total_files, 0.0
+
+    def advance(self, nbytes: int) -> None:
+        with self.lock:
+            self.done += nbytes
+            now = time.monotonic()
+            if now - self.last >= 0.1:
+                self.last = now
+                self._draw()
+
+    def _draw(self) -> None:
+        if not self.total:
+            return
+        frac = min(1.0, self.done / self.total)
+        bar = "#" * int(frac * 30)
+        self.stream.write(
+            f"\r{self.phase:8} [{bar:<30}] {frac * 100:5.1f}%  {human_bytes(self.done)} / {human_bytes(self.total)} ({self.files} files)"
+        )
+        self.stream.flush()
+
+    def finish(self) -> None:
+        with self.lock:
+            if self.total and self.last:
+                self.done = self.total
+                self._draw()
+                self.stream.write("\n")
+                self.stream.flush()
+
+
+class UsageFailure(Exception):
+    """Raised by the parser instead of exiting, so main() owns every exit path."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageFailure(f"{self.prog}: {message}")
+
+
+def _common(p: argparse.ArgumentParser, *, stream: bool = True) -> None:
+    p.add_argument("--store", required=True, help="file:///abs/path, /abs/path or s3://bucket/prefix")
+    if stream:
+        p.add_argument("--stream", required=True, help="the stream's name in the store")
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+
+
+def _parallelism(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--parallelism", type=int, default=8, metavar="N", help="concurrent file transfers (default 8)")
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="streamstate",
-        description="Snapshots, restore and verification of Spark Structured Streaming state.",
+        description="Consistent snapshots, restore and verification of Spark Structured Streaming state.",
     )
     parser.add_argument("--version", action="version", version=f"streamstate {__version__}")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks of unexpected failures")
-    parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of failures")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    snapshot = commands.add_parser("snapshot", help="create, list and show snapshots")
+    snap_cmds = snapshot.add_subparsers(dest="snapshot_command", metavar="SUBCOMMAND", parser_class=_Parser)
+    create = snap_cmds.add_parser("create", help="snapshot a checkpoint at a committed batch")
+    create.add_argument("--checkpoint", required=True, help="the stream's checkpoint location (local path)")
+    _common(create)
+    create.add_argument("--batch", type=int, default=None, metavar="N", help="committed batch (default: newest)")
+    create.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="repeatable")
+    _parallelism(create)
+    lst = snap_cmds.add_parser("list", help="list a stream's snapshots, oldest first")
+    _common(lst)
+    show = snap_cmds.add_parser("show", help="show one snapshot's manifest")
+    _common(show)
+    show.add_argument("snapshot_id")
+    show.add_argument("--files", action="store_true", help="also list every file")
+
+    restore = commands.add_parser("restore", help="materialise a snapshot as a checkpoint directory")
+    _common(restore)
+    restore.add_argument("snapshot_id")
+    restore.add_argument("--target", required=True, help="directory to write the checkpoint into")
+    restore.add_argument("--new-query-id", action="store_true", help="give the copy a fresh query id (a clone)")
+    restore.add_argument("--force", action="store_true", help="replace the contents of a non-empty target")
+    _parallelism(restore)
+
+    verify = commands.add_parser("verify", help="re-hash the blobs of one or all snapshots")
+    _common(verify)
+    verify.add_argument("snapshot_id", nargs="?")
+    _parallelism(verify)
     return parser
 
 
+def _out(args: argparse.Namespace, data: Any, text: str) -> None:
+    if args.json:
+        print(json.dumps(data, indent=None, sort_keys=False))
+    else:
+        print(text)
+
+
+def _progress(args: argparse.Namespace) -> Any:
+    return TerminalProgress(sys.stderr) if not args.json and sys.stderr.isatty() else None
+
+
+def _store(args: argparse.Namespace) -> Any:
+    from airflow_provider_streamstate.engine.stores import open_store
+
+    return open_store(args.store, parallelism=getattr(args, "parallelism", 8))
+
+
+def _fmt_ms(ms: int | None) -> str:
+    if ms is None or ms <= 0:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+
+
+def cmd_snapshot_create(args: argparse.Namespace) -> int:
+    from airflow_provider_streamstate.engine.manifest import parse_labels
+    from airflow_provider_streamstate.engine.snapshot import create_snapshot
+
+    labels = parse_labels(args.label)
+    result = create_snapshot(
+        args.checkpoint, _store(args), args.stream, batch_id=args.batch, labels=labels,
+        parallelism=args.parallelism, progress=_progress(args),
+    )
+    r = result.to_json()
+    _out(
+        args,
+        r,
+        f"snapshot {r['snapshot_id']} of {r['stream']}: batch {r['batch_id']}, {r['files']} files, "
+        f"{human_bytes(r['bytes_total'])}; uploaded {human_bytes(r['bytes_uploaded'])} in {r['blobs_uploaded']} blobs, "
+        f"{r['seconds']:.2f}s",
+    )
+    return EXIT_OK
+
+
+def _summary(m: Any) -> dict[str, Any]:
+    return {
+        "snapshot_id": m.snapshot_id,
+        "stream": m.stream,
+        "batch_id": m.batch_id,
+        "created_at": m.created_at,
+        "files": len(m.files),
+        "bytes_total": m.bytes_total,
+        "state_store": m.state_store,
+        "kafka_offsets": m.kafka_offsets,
+        "watermark_ms": m.watermark_ms,
+        "parent": m.parent,
+        "labels": m.labels,
+    }
+
+
+def cmd_snapshot_list(args: argparse.Namespace) -> int:
+    from airflow_provider_streamstate.engine.catalog import list_snapshots
+
+    snaps = list_snapshots(_store(args), args.stream)
+    rows = [_summary(m) for m in snaps]
+    lines = [f"{'SNAPSHOT_ID':36} {'BATCH':>7} {'CREATED':20} {'FILES':>6} {'SIZE':>10}  {'STATE':17} LABELS"]
+    for r in rows:
+        labels = ",".join(f"{k}={v}" for k, v in r["labels"].items())
+        lines.append(
+            f"{r['snapshot_id']:36} {r['batch_id']:>7} {r['created_at'][:19]:20} {r['files']:>6} "
+            f"{human_bytes(r['bytes_total']):>10}  {r['state_store']:17} {labels}"
+        )
+    if not rows:
+        lines = [f"no snapshots of stream {args.stream} in {args.store}"]
+    _out(args, rows, "\n".join(lines))
+    return EXIT_OK
+
+
+def cmd_snapshot_show(args: argparse.Namespace) -> int:
+    from airflow_provider_streamstate.engine.catalog import get_snapshot
+
+    m = get_snapshot(_store(args), args.stream, args.snapshot_id)
+    lines = [
+        f"snapshot      {m.snapshot_id}",
+        f"stream        {m.stream}",
+        f"batch         {m.batch_id} (resumes with batch {m.batch_id + 1})",
+        f"created       {m.created_at} by {m.created_by}",
+        f"query id      {m.query_id}",
+        f"parent        {m.parent or '-'}",
+        f"watermark     {_fmt_ms(m.watermark_ms)} (next {_fmt_ms(m.next_watermark_ms)})",
+        f"batch time    {_fmt_ms(m.batch_timestamp_ms)}",
+        f"state store   {m.state_store}",
+        f"spark         {m.spark_version or '-'}",
+        f"files         {len(m.files)} ({human_bytes(m.bytes_total)}, {len(m.blobs)} distinct blobs)",
+        f"labels        {', '.join(f'{k}={v}' for k, v in m.labels.items()) or '-'}",
+        "kafka offsets",
+    ]
+    for topic, parts in sorted(m.kafka_offsets.items()):
+        lines.append(f"  {topic}: " + ", ".join(f"{p}={o}" for p, o in sorted(parts.items(), key=lambda x: int(x[0]))))
+    lines.append("operators")
+    for op in m.operators:
+        lines.append(
+            f"  {op.operator_id}: {op.name}, {op.partitions} partitions, stores {','.join(op.stores)}, version {op.state_version}"
+        )
+    if args.files:
+        lines.append("files")
+        lines.extend(f"  {f.sha256[:12]} {f.size:>12} {f.path}" for f in m.files)
+    _out(args, m.to_dict(), "\n".join(lines))
+    return EXIT_OK
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    from airflow_provider_streamstate.engine.restore import restore_snapshot
+
+    result = restore_snapshot(
+        _store(args), args.stream, args.snapshot_id, args.target, force=args.force,
+        new_query_id=args.new_query_id, parallelism=args.parallelism, progress=_progress(args),
+    )
+    r = result.to_json()
+    _out(
+        args,
+        r,
+        f"restored {r['snapshot_id']} (batch {r['batch_id']}, {r['files']} files, {human_bytes(r['bytes'])}) "
+        f"to {r['target']}; a query started on it resumes with batch {r['batch_id'] + 1}",
+    )
+    return EXIT_OK
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from airflow_provider_streamstate.engine.verify import verify_snapshots
+
+    result = verify_snapshots(
+        _store(args), args.stream, args.snapshot_id, parallelism=args.parallelism, progress=_progress(args)
+    )
+    r = result.to_json()
+    if args.json:
+        print(json.dumps(r))
+    elif result.ok:
+        print(
+            f"ok: {len(result.snapshots)} snapshot(s) of {result.stream}, {result.blobs_checked} blobs, "
+            f"{human_bytes(result.bytes_checked)} verified"
+        )
+    if not result.ok:
+        print(f"streamstate: error: {result.summary()}", file=sys.stderr)
+        return EXIT_FAILURE
+    return EXIT_OK
+
+
+COMMANDS = {
+    ("snapshot", "create"): cmd_snapshot_create,
+    ("snapshot", "list"): cmd_snapshot_list,
+    ("snapshot", "show"): cmd_snapshot_show,
+    ("restore", None): cmd_restore,
+    ("verify", None): cmd_verify,
+}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    from airflow_provider_streamstate.engine.errors import StreamstateError, UsageError
+
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if not args.command:
-        parser.print_help()
-        return 2
-    return 0
+    try:
+        args = parser.parse_args(argv)
+    except UsageFailure as exc:
+        print(f"{exc}; see `streamstate --help`", file=sys.stderr)
+        return EXIT_USAGE
+    key = (args.command, getattr(args, "snapshot_command", None))
+    handler = COMMANDS.get(key)
+    if handler is None:
+        (parser if args.command is None else parser).print_help(sys.stderr)
+        return EXIT_USAGE
+    if getattr(args, "parallelism", 1) < 1:
+        print("streamstate: error: --parallelism must be at least 1", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return handler(args)
+    except StreamstateError as exc:
+        if args.debug:
+            raise
+        print(f"streamstate: error: {exc.one_line()}", file=sys.stderr)
+        return EXIT_USAGE if isinstance(exc, UsageError) else EXIT_FAILURE
+    except KeyboardInterrupt:
+        print("streamstate: interrupted; nothing was published", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the CLI owns the last line of defence
+        if args.debug:
+            raise
+        print(
+            f"streamstate: error: unexpected {type(exc).__name__}: {exc}; rerun with --debug for a traceback",
+            file=sys.stderr,
+        )
+        return EXIT_FAILURE
 
 
 if __name__ == "__main__":
