@@ -42,7 +42,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[stack_mod.Stack]
 def spark(stack: stack_mod.Stack):  # noqa: ANN201 - pyspark is imported lazily
     from airflow_provider_streamstate.jobs.runtime import spark_session
 
-    session = spark_session("streamstate-tests", stack.spark_jars)
+    # Fast maintenance: snapshots, zips and cleanup happen while tests take snapshots.
+    session = spark_session(
+        "streamstate-tests",
+        stack.spark_jars,
+        conf={"spark.sql.streaming.stateStore.maintenanceInterval": "1s"},
+    )
     yield session
     for q in session.streams.active:
         q.stop()
@@ -57,3 +62,32 @@ def topic(stack: stack_mod.Stack) -> str:
     name = f"t-{uuid.uuid4().hex[:10]}"
     ensure_topic(stack.kafka_bootstrap, name, partitions=3)
     return name
+
+
+def s3_client(stack: stack_mod.Stack, region: str = "primary"):  # noqa: ANN201
+    import boto3
+
+    s3 = stack.s3[region]
+    return boto3.client(
+        "s3",
+        endpoint_url=s3["endpoint_url"],
+        region_name=s3["region"],
+        aws_access_key_id=stack_mod.S3_ACCESS_KEY,
+        aws_secret_access_key=stack_mod.S3_SECRET_KEY,
+    )
+
+
+@pytest.fixture
+def make_store(stack: stack_mod.Stack, tmp_path: Path):  # noqa: ANN201
+    """make_store("local"|"s3") -> (store, url, env): a fresh, empty snapshot store."""
+    from airflow_provider_streamstate.engine.stores import LocalStore, S3Store
+
+    def make(kind: str):  # noqa: ANN202
+        if kind == "local":
+            root = tmp_path / f"store-{uuid.uuid4().hex[:6]}"
+            return LocalStore(root), f"file://{root}", {}
+        prefix = f"tests/{uuid.uuid4().hex[:10]}"
+        bucket = stack.s3["primary"]["bucket"]
+        return S3Store(s3_client(stack), bucket, prefix), f"s3://{bucket}/{prefix}", stack.s3_env("primary")
+
+    return make
