@@ -1,0 +1,160 @@
+"""The cut planner takes exactly the files that rebuild state version N+1, and refuses what
+it does not understand instead of half-copying it."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_streamstate.engine.checkpoint import CheckpointReader
+from airflow_provider_streamstate.engine.errors import (
+    CheckpointChanged,
+    NotFoundError,
+    UnsupportedCheckpointError,
+)
+from airflow_provider_streamstate.engine.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.stores import LocalStore
+from tests.unit.fake_checkpoint import ROCKSDB, make_checkpoint, rocksdb_zip, store_dirs, write
+
+
+def paths(plan, prefix: str = "state/0/0/") -> list[str]:
+    return sorted(f.path[len(prefix):] for f in plan.files if f.path.startswith(prefix) and "/" not in f.path[len(prefix):])
+
+
+def test_hdfs_cut_uses_newest_snapshot_at_or_below_the_version_plus_later_deltas(tmp_path) -> None:
+    root = make_checkpoint(tmp_path / "c", batches=6)
+    for d in store_dirs(root):
+        for v in range(1, 8):  # version 7 belongs to an uncommitted batch 6
+            write(d / f"{v}.delta", f"d{v}")
+            write(d / f".{v}.delta.crc", "c")
+        write(d / "3.snapshot", "s3")
+        write(d / "7.snapshot", "s7")  # above the cut
+        write(d / ".4.delta.1234.tmp", "partial")
+    plan = CheckpointReader(str(root)).plan()
+    assert plan.batch_id == 5 and plan.state_store == "hdfs"
+    assert paths(plan) == [".4.delta.crc", ".5.delta.crc", ".6.delta.crc", "3.snapshot", "4.delta", "5.delta", "6.delta"]
+    assert plan.kafka_offsets == {"tx": {"0": 60, "1": 120}}
+    assert plan.watermark_ms == 5000 and plan.next_watermark_ms == 6000
+    assert {"metadata", ".metadata.crc", "offsets/5", "commits/5", "sources/0/0"} <= {f.path for f in plan.files}
+    essential = {f.path for f in plan.files if f.essential}
+    assert "offsets/5" in essential and "offsets/4" in essential and "offsets/3" not in essential
+
+
+def test_an_older_batch_cut_leaves_out_everything_above_it(tmp_path) -> None:
+    root = make_checkpoint(tmp_path / "c", batches=6)
+    for d in store_dirs(root):
+        for v in range(1, 7):
+            write(d / f"{v}.delta", f"d{v}")
+    plan = CheckpointReader(str(root)).plan(batch_id=2)
+    names = {f.path for f in plan.files}
+    assert {"offsets/2", "commits/2"} <= names and not {"offsets/3", "commits/3"} & names
+    assert paths(plan) == ["1.delta", "2.delta", "3.delta"]
+
+
+def test_rocksdb_cut_takes_the_zip_its_ssts_and_the_changelogs_after_it(tmp_path) -> None:
+    root = make_checkpoint(tmp_path / "c", batches=5, provider=ROCKSDB)
+    for d in store_dirs(root):
+        rocksdb_zip(d, 3, ["000007-aaa.sst", "000008-bbb.sst"])
+        rocksdb_zip(d, 6, ["000009-ccc.sst"])  # a newer zip, above the cut
+        for v in range(1, 7):
+            write(d / f"{v}.changelog", f"c{v}")
+        write(d / "SSTs" / "000001-old.sst", "unreferenced")
+    plan = CheckpointReader(str(root)).plan()
+    assert plan.state_store == "rocksdb-changelog"
+    assert paths(plan) == ["3.zip", "4.changelog", "5.changelog"]
+    assert paths(plan, "state/0/0/SSTs/") == ["000007-aaa.sst", "000008-bbb.sst"]
+
+
+def test_rocksdb_without_changelog_needs_the_zip_of_the_version(tmp_path) -> None:
+    root = make_checkpoint(tmp_path / "c", batches=3, provider=ROCKSDB)
+    for d in store_dirs(root):
+        rocksdb_zip(d, 2, ["000001-a.sst"])
+        rocksdb_zip(d, 3, ["000001-a.sst", "000002-b.sst"])
+    plan = CheckpointReader(str(root)).plan()
+    assert plan.state_store == "rocksdb"
+    assert paths(plan) == ["3.zip"]
+    assert paths(plan, "state/0/0/SSTs/") == ["000001-a.sst", "000002-b.sst"]
+
+
+def test_named_stores_of_a_join_are_each_planned(tmp_path) -> None:
+    stores = ("left-keyToNumValues", "left-keyWithIndexToValue", "right-keyToNumValues", "right-keyWithIndexToValue")
+    root = make_checkpoint(tmp_path / "c", batches=2, stores=stores)
+    for d in store_dirs(root, stores):
+        for v in (1, 2):
+            write(d / f"{v}.delta", "x")
+    plan = CheckpointReader(str(root)).plan()
+    assert plan.operators[0]["stores"] == list(stores)
+    for s in stores:
+        assert {f"state/0/1/{s}/1.delta", f"state/0/1/{s}/2.delta"} <= {f.path for f in plan.files}
+
+
+def test_missing_state_files_are_reported_as_a_changing_checkpoint(tmp_path) -> None:
+    root = make_checkpoint(tmp_path / "c", batches=3)
+    for d in store_dirs(root):
+        write(d / "1.delta", "x")  # 2.delta and 3.delta missing
+    with pytest.raises(CheckpointChanged, match="delta files for versions"):
+        CheckpointReader(str(root)).plan()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"conf": {"spark.sql.streaming.stateStore.checkpointFormatVersion": "2"}}, "format v2"),
+        ({"commit_extra": {"stateUniqueIds": {"0": [["a"]]}}}, "format v2"),
+        ({"provider": "com.example.CustomProvider"}, "not supported"),
+    ],
+)
+def test_unsupported_layouts_are_refused(tmp_path, kwargs, words) -> None:
+    root = make_checkpoint(tmp_path / "c", **kwargs)
+    with pytest.raises(UnsupportedCheckpointError, match=words):
+        CheckpointReader(str(root)).plan()
+
+
+def test_transform_with_state_and_v2_file_names_are_refused(tmp_path) -> None:
+    root = make_checkpoint(tmp_path / "c", provider=ROCKSDB)
+    write(root / "state/0/_stateSchema/default/0_abc", "schema")
+    with pytest.raises(UnsupportedCheckpointError, match="transformWithState"):
+        CheckpointReader(str(root)).plan()
+    root2 = make_checkpoint(tmp_path / "d", provider=ROCKSDB)
+    write(root2 / "state/0/0/3_0f1e2d3c-aaaa-bbbb-cccc-111122223333.zip", "z")
+    with pytest.raises(UnsupportedCheckpointError, match="format v2"):
+        CheckpointReader(str(root2)).plan()
+
+
+def test_not_a_checkpoint_and_no_commit_are_clear_errors(tmp_path) -> None:
+    with pytest.raises(NotFoundError, match="does not exist"):
+        CheckpointReader(str(tmp_path / "missing"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(NotFoundError, match="not a Spark streaming checkpoint"):
+        CheckpointReader(str(tmp_path / "empty"))
+    root = make_checkpoint(tmp_path / "c", batches=1)
+    (root / "commits/0").unlink()  # batch 0 planned, never committed
+    with pytest.raises(NotFoundError, match="no committed batch"):
+        CheckpointReader(str(root)).plan()
+    with pytest.raises(UnsupportedCheckpointError, match="object storage"):
+        CheckpointReader("s3a://bucket/ckpt")
+
+
+def test_snapshot_replans_when_maintenance_replaces_files_mid_snapshot(tmp_path, monkeypatch) -> None:
+    """Spark's maintenance writes a snapshot and deletes the deltas it covers while we read."""
+    root = make_checkpoint(tmp_path / "c", batches=4)
+    for d in store_dirs(root):
+        for v in range(1, 5):
+            write(d / f"{v}.delta", f"delta {v} of {d}")
+    real_plan = CheckpointReader.plan
+    calls = []
+
+    def plan_then_maintain(self, batch_id=None):
+        plan = real_plan(self, batch_id)
+        if not calls:
+            for d in store_dirs(root):
+                write(d / "3.snapshot", f"snapshot 3 of {d}")
+                for v in (1, 2, 3):
+                    (d / f"{v}.delta").unlink()
+        calls.append(plan)
+        return plan
+
+    monkeypatch.setattr(CheckpointReader, "plan", plan_then_maintain)
+    result = create_snapshot(str(root), LocalStore(tmp_path / "store"), "s")
+    assert result.attempts == 2
+    assert paths(calls[-1]) == ["3.snapshot", "4.delta"]
+    assert {f.path for f in result.manifest.files} == {f.path for f in calls[-1].files}

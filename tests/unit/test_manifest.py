@@ -1,0 +1,92 @@
+"""Manifests are untrusted input: everything is validated before anyone acts on it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from airflow_provider_streamstate.engine.errors import UnsafeManifestError, UsageError
+from airflow_provider_streamstate.engine.manifest import (
+    FORMAT,
+    Manifest,
+    new_snapshot_id,
+    parse_labels,
+    safe_relative_path,
+    validate_stream_name,
+)
+
+SHA = "a" * 64
+
+
+def doc(**over):
+    d = {
+        "format": FORMAT, "snapshot_id": "000000000007-20261121T101500123456Z", "stream": "s", "batch_id": 7,
+        "created_at": "2026-11-21T10:15:00Z", "files": [{"path": "metadata", "size": 3, "sha256": SHA}],
+    }
+    d.update(over)
+    return json.dumps(d).encode()
+
+
+@pytest.mark.parametrize("path", ["metadata", "state/0/1/3.delta", "state/0/1/left-keyToNumValues/.3.delta.crc"])
+def test_plain_relative_paths_are_accepted(path) -> None:
+    assert safe_relative_path(path) == path
+
+
+@pytest.mark.parametrize(
+    "path", ["", "/etc/passwd", "../x", "a/../../x", "a/./b", "a//b", "a/", "./a", "a\\b", "C:/x", "a\x00b", "a\nb", None, 3]
+)
+def test_escaping_or_odd_paths_are_refused(path) -> None:
+    with pytest.raises(UnsafeManifestError):
+        safe_relative_path(path)
+
+
+def test_a_valid_manifest_round_trips() -> None:
+    m = Manifest.from_json(doc())
+    assert m.batch_id == 7 and m.files[0].path == "metadata"
+    again = Manifest.from_json(m.to_json())
+    assert again == m
+    assert json.loads(m.to_json())["totals"] == {"files": 1, "bytes": 3, "blobs": 1}
+
+
+@pytest.mark.parametrize(
+    ("over", "words"),
+    [
+        ({"format": "other/v9"}, "format"),
+        ({"batch_id": 8}, "its id says otherwise"),
+        ({"stream": "../x"}, "invalid identity"),
+        ({"files": [{"path": "a", "size": -1, "sha256": SHA}]}, "invalid size"),
+        ({"files": [{"path": "a", "size": 1, "sha256": "nothex"}]}, "invalid sha256"),
+        ({"files": [{"path": "a", "size": 1, "sha256": SHA}, {"path": "a", "size": 1, "sha256": SHA}]}, "twice"),
+        ({"files": [{"path": "a", "size": 1, "sha256": SHA}, {"path": "a/b", "size": 1, "sha256": SHA}]}, "file and a directory"),
+        ({"parent": "../../x"}, "invalid parent"),
+    ],
+)
+def test_malformed_manifests_are_refused(over, words) -> None:
+    with pytest.raises(UnsafeManifestError, match=words):
+        Manifest.from_json(doc(**over))
+
+
+def test_not_json_and_wrong_identity_are_refused() -> None:
+    with pytest.raises(UnsafeManifestError, match="not valid JSON"):
+        Manifest.from_json(b"{nope")
+    with pytest.raises(UnsafeManifestError, match="belongs to stream"):
+        Manifest.from_json(doc(), expect_stream="other")
+
+
+def test_snapshot_ids_sort_by_batch_then_time() -> None:
+    from datetime import UTC, datetime
+
+    ids = [new_snapshot_id(b, datetime(2026, 1, d, tzinfo=UTC)) for b, d in [(10, 1), (9, 5), (10, 2), (100, 1)]]
+    assert sorted(ids) == [ids[1], ids[0], ids[2], ids[3]]
+
+
+def test_stream_names_and_labels_are_validated() -> None:
+    assert validate_stream_name("payments.eu-1_v2") == "payments.eu-1_v2"
+    for bad in ["", "-x", "a/b", "a b", "x" * 129]:
+        with pytest.raises(UsageError):
+            validate_stream_name(bad)
+    assert parse_labels(["a=1", "b.c=x=y"]) == {"a": "1", "b.c": "x=y"}
+    with pytest.raises(UsageError, match="invalid label") as err:
+        parse_labels(["novalue"])
+    assert "KEY=VALUE" in err.value.one_line()
