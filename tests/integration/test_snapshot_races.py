@@ -1,0 +1,57 @@
+"""Snapshots stay correct while Spark's maintenance rewrites the checkpoint under them."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from airflow_provider_streamstate.engine.restore import restore_snapshot
+from airflow_provider_streamstate.engine.snapshot import create_snapshot
+from airflow_provider_streamstate.jobs.example_stream import StreamArgs, start_query
+from airflow_provider_streamstate.jobs.generator import GeneratorSpec, produce
+from tests.streams import account_state, oracle_state, use_state_store
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.parametrize("state_store", ["hdfs", "rocksdb-changelog"])
+def test_back_to_back_snapshots_under_aggressive_cleanup_all_restore(
+    stack, spark, topic, tmp_path, make_store, state_store
+) -> None:
+    # Keep 2 batches, snapshot state every 2 versions, maintenance every second (session conf):
+    # files the snapshot planned are routinely replaced and deleted while it reads them.
+    use_state_store(spark, state_store, **{
+        "spark.sql.streaming.minBatchesToRetain": "2",
+        "spark.sql.streaming.stateStore.minDeltasForSnapshot": "2",
+    })
+    store, _, _ = make_store("local")
+    checkpoint = str(tmp_path / "ckpt")
+    spec = GeneratorSpec(seed=31, accounts=50, events=1500)
+    args = StreamArgs(stack.kafka_bootstrap, checkpoint, source_topic=topic, alerts_topic=f"{topic}-alerts",
+                      trigger="processing:200 milliseconds", max_offsets_per_trigger=60)
+    producer = threading.Thread(target=produce, args=(stack.kafka_bootstrap, topic, spec), kwargs={"rate": 150})
+    producer.start()
+    query = start_query(spark, args)
+    snapshots = []
+    try:
+        while not query.lastProgress:
+            time.sleep(0.2)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and len({s.manifest.batch_id for s in snapshots}) < 6:
+            snap = create_snapshot(checkpoint, store, "race", parallelism=4)
+            if not snapshots or snap.manifest.batch_id != snapshots[-1].manifest.batch_id:
+                snapshots.append(snap)
+            time.sleep(0.1)
+    finally:
+        producer.join()
+        query.stop()
+    spark.conf.set("spark.sql.streaming.minBatchesToRetain", "100")
+
+    assert len({s.manifest.batch_id for s in snapshots}) >= 6
+    for i, snap in enumerate(snapshots):
+        m = snap.manifest
+        target = tmp_path / f"r{i}"
+        restore_snapshot(store, "race", m.snapshot_id, target)
+        assert account_state(spark, str(target), m.batch_id) == oracle_state(stack.kafka_bootstrap, m.kafka_offsets)
