@@ -13,6 +13,7 @@ Spark keeps running throughout: when an essential file vanishes or changes under
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -95,11 +96,17 @@ class _Snapshotter:
         self.parallelism = parallelism
         self.progress = progress
         self.bytes_uploaded = self.blobs_uploaded = self.files_hashed = self.bytes_hashed = 0
+        self.lock = threading.Lock()
 
-    def _hash(self, pf: PlannedFile) -> FileEntry | None:
+    def _read(self, pf: PlannedFile) -> FileEntry | None:
+        """Hash one checkpoint file (storing it too when the store can do both in one read)."""
         path = self.reader.root / pf.path
+        written = 0
         try:
-            digest, size = sha256_file(path)
+            if self.store.hashes_while_storing:
+                digest, size, written = self.store.store_file(path)
+            else:
+                digest, size = sha256_file(path)
             st = os.stat(path)
         except FileNotFoundError:
             if pf.essential:
@@ -107,6 +114,11 @@ class _Snapshotter:
             return None  # history Spark cleaned up meanwhile: not needed to resume
         if size != pf.size or st.st_size != pf.size or st.st_mtime_ns != pf.mtime_ns:
             raise CheckpointChanged(f"{pf.path} changed while it was read")
+        if self.store.hashes_while_storing:
+            with self.lock:
+                self.known_blobs.add(digest)
+                self.bytes_uploaded += written
+                self.blobs_uploaded += 1 if written else 0
         self.progress.advance(size)
         return FileEntry(pf.path, size, digest, pf.mtime_ns)
 
@@ -120,8 +132,9 @@ class _Snapshotter:
                 out.append(FileEntry(pf.path, pf.size, k[2], pf.mtime_ns))
             else:
                 to_hash.append(pf)
-        self.progress.start("hash", len(to_hash), sum(p.size for p in to_hash))
-        hashed = [e for e in run_parallel(self._hash, to_hash, self.parallelism) if e is not None]
+        phase = "store" if self.store.hashes_while_storing else "hash"
+        self.progress.start(phase, len(to_hash), sum(p.size for p in to_hash))
+        hashed = [e for e in run_parallel(self._read, to_hash, self.parallelism) if e is not None]
         self.progress.finish()
         for e in hashed:
             self.known[e.path] = (e.size, e.mtime_ns, e.sha256)

@@ -40,6 +40,16 @@ class SnapshotStore(ABC):
     """Where snapshots live. Implementations are safe to call from several threads."""
 
     url: str
+    # True when `store_file` can hash while it stores (one read instead of two).
+    hashes_while_storing: bool = False
+
+    def store_file(self, source: Path) -> tuple[str, int, int]:
+        """Store a file whose digest is not known yet: (digest, size, bytes written).
+
+        Only for stores with `hashes_while_storing`; the blob's name is computed from the
+        very bytes written, so it can never disagree with its content.
+        """
+        raise NotImplementedError
 
     @abstractmethod
     def has_blob(self, digest: str) -> bool: ...

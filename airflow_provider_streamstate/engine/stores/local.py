@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
@@ -40,6 +41,8 @@ class LocalStore(SnapshotStore):
     """Blobs and manifests as files. Every write goes to `tmp/` first and is renamed into
     place, so a crash leaves at most an orphan temp file, never a partial blob or manifest."""
 
+    hashes_while_storing = True
+
     def __init__(self, root: Path | str, *, fsync: bool = True) -> None:
         self.root = Path(root).expanduser().resolve()
         self.url = f"file://{self.root}"
@@ -47,6 +50,8 @@ class LocalStore(SnapshotStore):
         if self.root.exists() and not self.root.is_dir():
             raise UsageError(f"store {self.root} exists and is not a directory")
         self._tmp = self.root / "tmp"
+        self._unsynced_dirs: set[Path] = set()  # blob directories with new entries
+        self._lock = threading.Lock()
 
     def _tmp_path(self) -> Path:
         self._tmp.mkdir(parents=True, exist_ok=True)
@@ -68,9 +73,31 @@ class LocalStore(SnapshotStore):
                     os.fsync(dst.fileno())
             if got != digest:
                 raise CheckpointChanged(f"{source} changed while it was being stored (sha256 {got[:12]} != {digest[:12]})")
-            final.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(tmp, final)  # same content under the same name: a race is harmless
-            return written
+            return self._publish_blob(tmp, digest, written)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def _publish_blob(self, tmp: Path, digest: str, size: int) -> int:
+        """Give a fully written temp file its blob name; exactly one concurrent writer wins."""
+        final = self.root / blob_key(digest)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(tmp, final)
+        except FileExistsError:
+            return 0  # same content already stored
+        with self._lock:
+            self._unsynced_dirs.add(final.parent)
+        return size
+
+    def store_file(self, source: Path) -> tuple[str, int, int]:
+        tmp = self._tmp_path()
+        try:
+            with open(source, "rb") as src, open(tmp, "wb") as dst:
+                digest, size = copy_hashing(src, dst)
+                if self.fsync:
+                    dst.flush()
+                    os.fsync(dst.fileno())
+            return digest, size, self._publish_blob(tmp, digest, size)
         finally:
             tmp.unlink(missing_ok=True)
 
@@ -89,6 +116,12 @@ class LocalStore(SnapshotStore):
                 yield name, (top / shard / name).stat().st_size
 
     def put_manifest(self, stream: str, snapshot_id: str, data: bytes) -> None:
+        if self.fsync:
+            # The blobs' names must be durable before the manifest that points at them.
+            with self._lock:
+                dirs, self._unsynced_dirs = self._unsynced_dirs, set()
+            for d in dirs:
+                _fsync_dir(d)
         final = self.root / manifest_key(stream, snapshot_id)
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = self._tmp_path()
