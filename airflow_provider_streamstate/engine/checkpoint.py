@@ -267,7 +267,6 @@ class CheckpointReader:
         for part in partitions:
             part_rel = f"{op_rel}/{part}"
             names = stores or self._infer_store_names(self.root / part_rel)
-            self._add_tree(files, f"{part_rel}/_metadata", essential=True)
             for store in names:
                 store_rel = part_rel if store == "default" else f"{part_rel}/{store}"
                 self._plan_store(files, store_rel, version, kind)
@@ -312,6 +311,8 @@ class CheckpointReader:
                 f"{store_dir} holds checkpoint format v2 state files (<version>_<id>.zip)",
                 hint="snapshots support checkpoint format v1",
             )
+        # Each store directory keeps its own state schema (named join stores included).
+        self._add_tree(files, f"{store_rel}/_metadata", essential=True)
         by_kind: dict[str, set[int]] = {"delta": set(), "snapshot": set(), "zip": set(), "changelog": set()}
         for n in names:
             m = _VERSIONED.match(n)

@@ -79,12 +79,15 @@ def test_named_stores_of_a_join_are_each_planned(tmp_path) -> None:
     stores = ("left-keyToNumValues", "left-keyWithIndexToValue", "right-keyToNumValues", "right-keyWithIndexToValue")
     root = make_checkpoint(tmp_path / "c", batches=2, stores=stores)
     for d in store_dirs(root, stores):
+        write(d / "_metadata" / "schema", "schema of the store")
         for v in (1, 2):
             write(d / f"{v}.delta", "x")
     plan = CheckpointReader(str(root)).plan()
     assert plan.operators[0]["stores"] == list(stores)
     for s in stores:
-        assert {f"state/0/1/{s}/1.delta", f"state/0/1/{s}/2.delta"} <= {f.path for f in plan.files}
+        assert {f"state/0/1/{s}/1.delta", f"state/0/1/{s}/2.delta", f"state/0/1/{s}/_metadata/schema"} <= {
+            f.path for f in plan.files
+        }
 
 
 def test_missing_state_files_are_reported_as_a_changing_checkpoint(tmp_path) -> None:
