@@ -105,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     snapshot = commands.add_parser("snapshot", help="create, list and show snapshots")
+    snapshot.set_defaults(help_parser=snapshot)
     snap_cmds = snapshot.add_subparsers(dest="snapshot_command", metavar="SUBCOMMAND", parser_class=_Parser)
     create = snap_cmds.add_parser("create", help="snapshot a checkpoint at a committed batch")
     create.add_argument("--checkpoint", required=True, help="the stream's checkpoint location (local path)")
@@ -301,8 +302,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     key = (args.command, getattr(args, "snapshot_command", None))
     handler = COMMANDS.get(key)
-    if handler is None:
-        (parser if args.command is None else parser).print_help(sys.stderr)
+    if handler is None:  # a command group without its subcommand
+        getattr(args, "help_parser", parser).print_help(sys.stderr)
         return EXIT_USAGE
     if getattr(args, "parallelism", 1) < 1:
         print("streamstate: error: --parallelism must be at least 1", file=sys.stderr)

@@ -107,16 +107,16 @@ def _pid_alive(pid: int) -> bool:
 
 
 def _spawn(name: str, cmd: list[str], state_dir: Path, env: dict[str, str] | None = None) -> int:
-    log = open(state_dir / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child
-    proc = subprocess.Popen(
-        cmd,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        cwd=state_dir,
-        env={**os.environ, **(env or {})},
-        start_new_session=True,  # survives the caller; `down` stops it by pid file
-    )
+    with open(state_dir / f"{name}.log", "ab") as log:
+        proc = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=state_dir,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,  # survives the caller; `down` stops it by pid file
+        )
     (state_dir / f"{name}.pid").write_text(str(proc.pid))
     return proc.pid
 

@@ -25,3 +25,9 @@ def test_help_lists_usage_and_exits_zero() -> None:
     out = subprocess.run([_streamstate(), "--help"], capture_output=True, text=True)
     assert out.returncode == 0
     assert "usage: streamstate" in out.stdout
+
+
+def test_a_command_group_without_subcommand_shows_its_help_and_exits_2() -> None:
+    out = subprocess.run([_streamstate(), "snapshot"], capture_output=True, text=True)
+    assert out.returncode == 2
+    assert "usage: streamstate snapshot" in out.stderr and "create" in out.stderr

@@ -165,8 +165,10 @@ def main(argv: list[str] | None = None) -> int:
     from airflow_provider_streamstate.jobs.runtime import spark_session
 
     args, state_store = parse_args(argv)
-    # Under spark-submit the session exists already; these confs only fill in what is unset.
-    spark = spark_session("streamstate-example", state_store=state_store, shuffle_partitions=args.shuffle_partitions)
+    # spark-submit chooses the master and passes the connector jars (--jars / --packages).
+    spark = spark_session(
+        "streamstate-example", master=None, state_store=state_store, shuffle_partitions=args.shuffle_partitions
+    )
     query = start_query(spark, args)
     query.awaitTermination()
     return 0

@@ -32,26 +32,35 @@ def spark_session(
     app_name: str,
     jars: Sequence[str] = (),
     *,
-    master: str = "local[2]",
+    master: str | None = "local[2]",
     state_store: str = "rocksdb-changelog",
     shuffle_partitions: int = 4,
     conf: Mapping[str, str] | None = None,
 ) -> SparkSession:
-    """A local SparkSession with the Kafka connector jars on its classpath (no download)."""
+    """A SparkSession with the Kafka connector jars on its classpath (no download).
+
+    `master=None` leaves the master to spark-submit; a local master also binds the
+    driver to loopback and turns the UI off (tests, demo, benchmarks).
+    """
     from pyspark.sql import SparkSession
 
     builder = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
+        SparkSession.builder.appName(app_name)
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.memory", "2g")
         .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
     )
+    if master is not None:
+        builder = builder.master(master)
+        if master.startswith("local"):
+            for key, value in {
+                "spark.ui.enabled": "false",
+                "spark.ui.showConsoleProgress": "false",
+                "spark.driver.host": "127.0.0.1",
+                "spark.driver.bindAddress": "127.0.0.1",
+                "spark.driver.memory": "2g",
+            }.items():
+                builder = builder.config(key, value)
     if jars:
         builder = builder.config("spark.jars", ",".join(jars))
     for key, value in {**state_store_confs(state_store), **(conf or {})}.items():

@@ -65,3 +65,28 @@ def test_windowed_query_keeps_event_time_windows_and_a_watermark(stack, spark, t
     rows = read_state(spark, checkpoint).collect()
     # Windows older than the watermark were evicted: the state holds only recent ones.
     assert 0 < len(rows) < 5 * (400 // 60 + 1)
+
+
+def test_example_stream_runs_under_spark_submit(stack, spark, topic, tmp_path) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import airflow_provider_streamstate.jobs.example_stream as job
+
+    spec = GeneratorSpec(seed=12, accounts=15, events=300)
+    produce(stack.kafka_bootstrap, topic, spec)
+    checkpoint = tmp_path / "ckpt"
+    submit = Path(sys.executable).parent / "spark-submit"
+    proc = subprocess.run(
+        [str(submit), "--master", "local[1]", "--jars", ",".join(stack.spark_jars),
+         "--conf", "spark.ui.enabled=false", "--conf", "spark.driver.host=127.0.0.1",
+         job.__file__, "--bootstrap-servers", stack.kafka_bootstrap, "--checkpoint", str(checkpoint),
+         "--source-topic", topic, "--alerts-topic", f"{topic}-alerts", "--trigger", "available-now",
+         "--max-offsets-per-trigger", "100", "--state-store", "hdfs"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len([p for p in (checkpoint / "commits").iterdir() if p.name.isdigit()]) >= 3
+    assert '"org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"' in (checkpoint / "offsets" / "0").read_text()
+    assert _state_by_account(spark, str(checkpoint)) == expected_aggregates([spec])
