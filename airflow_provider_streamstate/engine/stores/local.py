@@ -61,21 +61,13 @@ class LocalStore(SnapshotStore):
         return (self.root / blob_key(digest)).is_file()
 
     def put_blob(self, digest: str, source: Path, size: int) -> int:
-        final = self.root / blob_key(digest)
-        if final.is_file():
+        if self.has_blob(digest):
             return 0
-        tmp = self._tmp_path()
-        try:
-            with open(source, "rb") as src, open(tmp, "wb") as dst:
-                got, written = copy_hashing(src, dst)
-                if self.fsync:
-                    dst.flush()
-                    os.fsync(dst.fileno())
-            if got != digest:
-                raise CheckpointChanged(f"{source} changed while it was being stored (sha256 {got[:12]} != {digest[:12]})")
-            return self._publish_blob(tmp, digest, written)
-        finally:
-            tmp.unlink(missing_ok=True)
+        got, _, written = self.store_file(source)
+        if got != digest:
+            # What was stored is named by its own content (an orphan for GC), never by `digest`.
+            raise CheckpointChanged(f"{source} changed while it was being stored (sha256 {got[:12]} != {digest[:12]})")
+        return written
 
     def _publish_blob(self, tmp: Path, digest: str, size: int) -> int:
         """Give a fully written temp file its blob name; exactly one concurrent writer wins."""
