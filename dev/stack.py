@@ -153,6 +153,15 @@ def _check_java() -> str:
     return java
 
 
+def kraft_cluster_id() -> str:
+    """A random KRaft cluster id (22 URL-safe base64 characters) that does not start with
+    '-', which the storage tool's argument parser would take for an option."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 def _kafka_properties(state_dir: Path, port: int, controller_port: int) -> Path:
     data = state_dir / "kafka-data"
     props = {
@@ -215,7 +224,7 @@ def _start_kafka(state_dir: Path) -> str:
         classpath,
     ]
     if not (state_dir / "kafka-data" / "meta.properties").exists():
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        cluster_id = kraft_cluster_id()
         fmt = subprocess.run(
             [*jvm, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)],
             capture_output=True,

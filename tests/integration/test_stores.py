@@ -1,0 +1,80 @@
+"""Both store backends keep the same contract: content-addressed blobs, write-once manifests."""
+
+from __future__ import annotations
+
+import hashlib
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from airflow_provider_streamstate.engine.errors import CheckpointChanged, CorruptionError, NotFoundError
+from airflow_provider_streamstate.engine.stores import ManifestExistsError, open_store
+from airflow_provider_streamstate.engine.stores.s3 import PART_SIZE
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.parametrize("kind", ["local", "s3"])
+def test_blobs_are_stored_once_and_read_back(make_store, tmp_path, kind) -> None:
+    store, _, _ = make_store(kind)
+    data = b"state bytes " * 1000
+    src = tmp_path / "f"
+    src.write_bytes(data)
+    digest = hashlib.sha256(data).hexdigest()
+    assert not store.has_blob(digest)
+    with ThreadPoolExecutor(4) as pool:  # concurrent writers of one content: stored once
+        written = list(pool.map(lambda _: store.put_blob(digest, src, len(data)), range(4)))
+    assert store.has_blob(digest)
+    assert sum(written) in (len(data), 4 * len(data) if kind == "s3" else len(data))
+    with store.open_blob(digest) as f:
+        assert f.read() == data
+    assert list(store.iter_blobs()) == [(digest, len(data))]
+    with pytest.raises(CheckpointChanged):
+        store.put_blob("f" * 64, src, len(data))  # bytes do not match the name
+    assert not store.has_blob("f" * 64)
+    with pytest.raises(CorruptionError, match="missing"):
+        store.open_blob("e" * 64).__enter__()
+
+
+def test_large_s3_blobs_go_up_in_parts_and_only_when_the_hash_matches(make_store, tmp_path) -> None:
+    store, _, _ = make_store("s3")
+    data = bytes(range(256)) * ((PART_SIZE * 2 + 12345) // 256)
+    src = tmp_path / "big"
+    src.write_bytes(data)
+    digest = hashlib.sha256(data).hexdigest()
+    assert store.put_blob(digest, src, len(data)) == len(data)
+    with store.open_blob(digest) as f:
+        assert hashlib.sha256(f.read()).hexdigest() == digest
+    with pytest.raises(CheckpointChanged):
+        store.put_blob("0" * 64, src, len(data))
+    assert not store.has_blob("0" * 64)
+    uploads = store.client.list_multipart_uploads(Bucket=store.bucket, Prefix=store.prefix).get("Uploads", [])
+    assert uploads == []  # the refused upload was aborted, not left behind
+
+
+@pytest.mark.parametrize("kind", ["local", "s3"])
+def test_manifests_are_written_once(make_store, kind) -> None:
+    store, _, _ = make_store(kind)
+    sid = "000000000003-20261121T000000000000Z"
+    store.put_manifest("s", sid, b'{"a": 1}')
+    with pytest.raises(ManifestExistsError):
+        store.put_manifest("s", sid, b'{"a": 2}')
+    assert store.get_manifest("s", sid) == b'{"a": 1}'
+    store.put_manifest("s", "000000000001-20261121T000000000000Z", b"{}")
+    store.put_manifest("t", sid, b"{}")
+    assert store.list_snapshot_ids("s") == ["000000000001-20261121T000000000000Z", sid]
+    assert store.list_streams() == ["s", "t"]
+    with pytest.raises(NotFoundError, match="no snapshot"):
+        store.get_manifest("s", "000000000009-20261121T000000000000Z")
+
+
+def test_s3_store_from_url_uses_the_standard_aws_environment(stack, monkeypatch) -> None:
+    for key, value in stack.s3_env("dr").items():
+        monkeypatch.setenv(key, value)
+    store = open_store("s3://streamstate/env-check")
+    store.put_manifest("s", "000000000001-20261121T000000000000Z", b"{}")
+    assert store.list_snapshot_ids("s") == ["000000000001-20261121T000000000000Z"]
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens there
+    with pytest.raises(Exception) as err:
+        open_store("s3://streamstate/env-check").list_snapshot_ids("s")
+    assert "cannot reach S3" in str(err.value)
