@@ -68,9 +68,12 @@ def test_windowed_query_keeps_event_time_windows_and_a_watermark(stack, spark, t
 
 
 def test_example_stream_runs_under_spark_submit(stack, spark, topic, tmp_path) -> None:
+    import os
     import subprocess
     import sys
     from pathlib import Path
+
+    import pyspark
 
     import airflow_provider_streamstate.jobs.example_stream as job
 
@@ -85,6 +88,9 @@ def test_example_stream_runs_under_spark_submit(stack, spark, topic, tmp_path) -
          "--source-topic", topic, "--alerts-topic", f"{topic}-alerts", "--trigger", "available-now",
          "--max-offsets-per-trigger", "100", "--state-store", "hdfs"],
         capture_output=True, text=True, timeout=600,
+        # What an activated virtualenv gives spark-submit: Spark's home and this Python.
+        env={**os.environ, "SPARK_HOME": os.path.dirname(pyspark.__file__),
+             "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert len([p for p in (checkpoint / "commits").iterdir() if p.name.isdigit()]) >= 3
