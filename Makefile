@@ -33,6 +33,7 @@ test: setup
 
 lint: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 bench: setup
 	$(PY) benchmarks/snapshot_bench.py

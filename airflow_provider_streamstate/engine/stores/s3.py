@@ -114,7 +114,8 @@ class S3Store(SnapshotStore):
         upload_id = self.client.create_multipart_upload(Bucket=self.bucket, Key=key)["UploadId"]
         try:
             h = hashlib.sha256()
-            parts, written = [], 0
+            parts: list[dict[str, Any]] = []
+            written = 0
             with open(source, "rb") as f:
                 while chunk := f.read(PART_SIZE):
                     h.update(chunk)
