@@ -84,6 +84,3 @@ class SnapshotStore(ABC):
 
     @abstractmethod
     def list_streams(self) -> list[str]: ...
-
-    def describe(self) -> str:
-        return self.url

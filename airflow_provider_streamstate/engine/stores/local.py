@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import threading
 import uuid
 from collections.abc import Iterator
@@ -150,7 +149,3 @@ class LocalStore(SnapshotStore):
     def list_streams(self) -> list[str]:
         d = self.root / STREAMS_PREFIX
         return sorted(os.listdir(d)) if d.is_dir() else []
-
-    def remove_all(self) -> None:
-        """Delete the whole store (tests and benchmarks only)."""
-        shutil.rmtree(self.root, ignore_errors=True)
