@@ -151,7 +151,11 @@ class _Snapshotter:
         self.progress.start("upload", len(todo), sum(e.size for e in todo.values()))
 
         def put(e: FileEntry) -> int:
-            written = self.store.put_blob(e.sha256, self.reader.root / e.path, e.size)
+            try:
+                written = self.store.put_blob(e.sha256, self.reader.root / e.path, e.size)
+            except FileNotFoundError:
+                # Deleted by Spark between hashing and upload: plan the cut again.
+                raise CheckpointChanged(f"{e.path} vanished before it was stored") from None
             self.progress.advance(e.size)
             return written
 

@@ -161,3 +161,29 @@ def test_snapshot_replans_when_maintenance_replaces_files_mid_snapshot(tmp_path,
     assert result.attempts == 2
     assert paths(calls[-1]) == ["3.snapshot", "4.delta"]
     assert {f.path for f in result.manifest.files} == {f.path for f in calls[-1].files}
+
+
+def test_a_file_deleted_between_hash_and_upload_replans(tmp_path) -> None:
+    """A store that hashes first and uploads later (S3) can lose the file in between."""
+    root = make_checkpoint(tmp_path / "c", batches=3)
+    for d in store_dirs(root):
+        for v in range(1, 4):
+            write(d / f"{v}.delta", f"delta {v} of {d}")
+    deleted: list[str] = []
+
+    class UploadLater(LocalStore):
+        hashes_while_storing = False  # hash first, upload later, as the S3 store does
+
+        def put_blob(self, digest, source, size):  # noqa: ANN001, ANN201
+            if not deleted:  # maintenance strikes once, mid-upload
+                for d in store_dirs(root):
+                    write(d / "3.snapshot", f"snapshot 3 of {d}")
+                    for v in (1, 2, 3):
+                        (d / f"{v}.delta").unlink()
+                deleted.append("yes")
+            return super().put_blob(digest, source, size)
+
+    result = create_snapshot(str(root), UploadLater(tmp_path / "store"), "s", parallelism=1)
+    assert result.attempts == 2
+    assert {"state/0/0/3.snapshot"} <= {f.path for f in result.manifest.files}
+    assert not any(f.path.endswith(("1.delta", "2.delta")) for f in result.manifest.files)
