@@ -55,3 +55,49 @@ def test_back_to_back_snapshots_under_aggressive_cleanup_all_restore(
         target = tmp_path / f"r{i}"
         restore_snapshot(store, "race", m.snapshot_id, target)
         assert account_state(spark, str(target), m.batch_id) == oracle_state(stack.kafka_bootstrap, m.kafka_offsets)
+
+
+def test_snapshots_of_the_oldest_retained_batch_restore_or_are_refused(
+    stack, spark, topic, tmp_path, make_store
+) -> None:
+    """The oldest retained batch is the one cleanup deletes next: racing it must end in a
+    snapshot that restores exactly, or a clear refusal — never in a broken snapshot."""
+    from airflow_provider_streamstate.engine.checkpoint import CheckpointReader
+    from airflow_provider_streamstate.engine.errors import StreamstateError
+
+    use_state_store(spark, "hdfs", **{
+        "spark.sql.streaming.minBatchesToRetain": "3",
+        "spark.sql.streaming.stateStore.minDeltasForSnapshot": "2",
+    })
+    store, _, _ = make_store("s3")
+    checkpoint = str(tmp_path / "ckpt")
+    spec = GeneratorSpec(seed=32, accounts=50, events=1500)
+    args = StreamArgs(stack.kafka_bootstrap, checkpoint, source_topic=topic, alerts_topic=f"{topic}-alerts",
+                      trigger="processing:200 milliseconds", max_offsets_per_trigger=50)
+    producer = threading.Thread(target=produce, args=(stack.kafka_bootstrap, topic, spec), kwargs={"rate": 150})
+    producer.start()
+    query = start_query(spark, args)
+    made, refused = [], []
+    try:
+        while not query.lastProgress or query.lastProgress["batchId"] < 4:
+            time.sleep(0.2)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(made) + len(refused) < 15:
+            oldest = CheckpointReader(checkpoint).committed_batches()[0]
+            try:
+                made.append(create_snapshot(checkpoint, store, "oldest", batch_id=oldest, parallelism=1))
+            except StreamstateError as exc:
+                refused.append(exc.one_line())
+            time.sleep(0.3)
+    finally:
+        producer.join()
+        query.stop()
+    spark.conf.set("spark.sql.streaming.minBatchesToRetain", "100")
+
+    assert made, refused
+    for i, snap in enumerate(made):
+        m = snap.manifest
+        restore_snapshot(store, "oldest", m.snapshot_id, tmp_path / f"o{i}")
+        assert account_state(spark, str(tmp_path / f"o{i}"), m.batch_id) == oracle_state(stack.kafka_bootstrap, m.kafka_offsets)
+    for reason in refused:
+        assert "no longer" in reason or "not a committed batch" in reason or "kept changing" in reason, reason
