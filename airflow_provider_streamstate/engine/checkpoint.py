@@ -195,14 +195,17 @@ class CheckpointReader:
         self._add_tree(files, "sources", essential=True)
 
         operators: list[dict[str, Any]] = []
+        file_kinds: set[str] = set()  # kinds of versioned state files the stores hold
         state_dir = self.root / "state"
         if state_dir.is_dir():
             for op_name in sorted((p for p in os.listdir(state_dir) if p.isdigit()), key=int):
-                operators.append(self._plan_operator(files, int(op_name), n + 1, store_kind, conf))
+                operators.append(self._plan_operator(files, int(op_name), n + 1, store_kind, file_kinds))
         elif store_kind != "none":
             raise CheckpointChanged(f"{state_dir} vanished while planning")
 
-        if store_kind == "rocksdb" and any(f.path.endswith(".changelog") for f in files.values()):
+        # The changelog flag is not pinned in the checkpoint: the stores' files tell (a cut
+        # that starts at a fresh .zip needs no changelog, yet the stream writes them).
+        if store_kind == "rocksdb" and "changelog" in file_kinds:
             store_kind = "rocksdb-changelog"
         kafka: dict[str, dict[str, int]] = {}
         sources = []
@@ -245,7 +248,7 @@ class CheckpointReader:
         )
 
     def _plan_operator(
-        self, files: dict[str, PlannedFile], op_id: int, version: int, kind: str, conf: dict[str, str]
+        self, files: dict[str, PlannedFile], op_id: int, version: int, kind: str, file_kinds: set[str]
     ) -> dict[str, Any]:
         op_rel = f"state/{op_id}"
         op_dir = self.root / op_rel
@@ -269,7 +272,7 @@ class CheckpointReader:
             names = stores or self._infer_store_names(self.root / part_rel)
             for store in names:
                 store_rel = part_rel if store == "default" else f"{part_rel}/{store}"
-                self._plan_store(files, store_rel, version, kind)
+                self._plan_store(files, store_rel, version, kind, file_kinds)
         return {
             "operator_id": op_id,
             "name": info.get("name", "unknown"),
@@ -300,7 +303,9 @@ class CheckpointReader:
         has_default = any(_VERSIONED.match(p) for p in os.listdir(part_dir))
         return (["default"] if has_default or not names else []) + sorted(names)
 
-    def _plan_store(self, files: dict[str, PlannedFile], store_rel: str, version: int, kind: str) -> None:
+    def _plan_store(
+        self, files: dict[str, PlannedFile], store_rel: str, version: int, kind: str, file_kinds: set[str]
+    ) -> None:
         store_dir = self.root / store_rel
         try:
             names = os.listdir(store_dir)
@@ -318,6 +323,7 @@ class CheckpointReader:
             m = _VERSIONED.match(n)
             if m:
                 by_kind[m.group(2)].add(int(m.group(1)))
+        file_kinds.update(k for k, versions in by_kind.items() if versions)
 
         def need(name: str) -> None:
             self._add(files, f"{store_rel}/{name}", essential=True)

@@ -187,3 +187,14 @@ def test_a_file_deleted_between_hash_and_upload_replans(tmp_path) -> None:
     assert result.attempts == 2
     assert {"state/0/0/3.snapshot"} <= {f.path for f in result.manifest.files}
     assert not any(f.path.endswith(("1.delta", "2.delta")) for f in result.manifest.files)
+
+
+def test_changelog_mode_is_named_even_when_the_cut_starts_at_a_fresh_zip(tmp_path) -> None:
+    root = make_checkpoint(tmp_path / "c", batches=3, provider=ROCKSDB)
+    for d in store_dirs(root):
+        for v in (1, 2, 3):
+            write(d / f"{v}.changelog", f"c{v}")
+        rocksdb_zip(d, 3, ["000001-a.sst"])  # maintenance just snapshotted version N+1
+    plan = CheckpointReader(str(root)).plan()
+    assert paths(plan) == ["3.zip"]
+    assert plan.state_store == "rocksdb-changelog"
