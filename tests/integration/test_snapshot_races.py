@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -14,6 +16,23 @@ from airflow_provider_streamstate.jobs.generator import GeneratorSpec, produce
 from tests.streams import account_state, oracle_state, use_state_store
 
 pytestmark = pytest.mark.integration
+
+
+@contextmanager
+def running_stream(stack, spark, topic: str, checkpoint: str, seed: int, max_offsets: int) -> Iterator:  # noqa: ANN001
+    """The `accounts` query on a fast trigger while 1,500 transactions arrive at 150/s."""
+    spec = GeneratorSpec(seed=seed, accounts=50, events=1500)
+    args = StreamArgs(stack.kafka_bootstrap, checkpoint, source_topic=topic, alerts_topic=f"{topic}-alerts",
+                      trigger="processing:200 milliseconds", max_offsets_per_trigger=max_offsets)
+    producer = threading.Thread(target=produce, args=(stack.kafka_bootstrap, topic, spec), kwargs={"rate": 150})
+    producer.start()
+    query = start_query(spark, args)
+    try:
+        yield query
+    finally:
+        producer.join()
+        query.stop()
+        spark.conf.set("spark.sql.streaming.minBatchesToRetain", "100")
 
 
 @pytest.mark.parametrize("state_store", ["hdfs", "rocksdb-changelog"])
@@ -28,14 +47,8 @@ def test_back_to_back_snapshots_under_aggressive_cleanup_all_restore(
     })
     store, _, _ = make_store("local")
     checkpoint = str(tmp_path / "ckpt")
-    spec = GeneratorSpec(seed=31, accounts=50, events=1500)
-    args = StreamArgs(stack.kafka_bootstrap, checkpoint, source_topic=topic, alerts_topic=f"{topic}-alerts",
-                      trigger="processing:200 milliseconds", max_offsets_per_trigger=60)
-    producer = threading.Thread(target=produce, args=(stack.kafka_bootstrap, topic, spec), kwargs={"rate": 150})
-    producer.start()
-    query = start_query(spark, args)
     snapshots = []
-    try:
+    with running_stream(stack, spark, topic, checkpoint, seed=31, max_offsets=60) as query:
         while not query.lastProgress:
             time.sleep(0.2)
         deadline = time.monotonic() + 90
@@ -44,10 +57,6 @@ def test_back_to_back_snapshots_under_aggressive_cleanup_all_restore(
             if not snapshots or snap.manifest.batch_id != snapshots[-1].manifest.batch_id:
                 snapshots.append(snap)
             time.sleep(0.1)
-    finally:
-        producer.join()
-        query.stop()
-    spark.conf.set("spark.sql.streaming.minBatchesToRetain", "100")
 
     assert len({s.manifest.batch_id for s in snapshots}) >= 6
     for i, snap in enumerate(snapshots):
@@ -71,14 +80,8 @@ def test_snapshots_of_the_oldest_retained_batch_restore_or_are_refused(
     })
     store, _, _ = make_store("s3")
     checkpoint = str(tmp_path / "ckpt")
-    spec = GeneratorSpec(seed=32, accounts=50, events=1500)
-    args = StreamArgs(stack.kafka_bootstrap, checkpoint, source_topic=topic, alerts_topic=f"{topic}-alerts",
-                      trigger="processing:200 milliseconds", max_offsets_per_trigger=50)
-    producer = threading.Thread(target=produce, args=(stack.kafka_bootstrap, topic, spec), kwargs={"rate": 150})
-    producer.start()
-    query = start_query(spark, args)
     made, refused = [], []
-    try:
+    with running_stream(stack, spark, topic, checkpoint, seed=32, max_offsets=50) as query:
         while not query.lastProgress or query.lastProgress["batchId"] < 4:
             time.sleep(0.2)
         deadline = time.monotonic() + 60
@@ -89,10 +92,6 @@ def test_snapshots_of_the_oldest_retained_batch_restore_or_are_refused(
             except StreamstateError as exc:
                 refused.append(exc.one_line())
             time.sleep(0.3)
-    finally:
-        producer.join()
-        query.stop()
-    spark.conf.set("spark.sql.streaming.minBatchesToRetain", "100")
 
     assert made, refused
     for i, snap in enumerate(made):
