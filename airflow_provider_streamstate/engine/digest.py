@@ -9,15 +9,20 @@ from typing import BinaryIO
 CHUNK = 1 << 20
 
 
-def sha256_file(path: Path | str) -> tuple[str, int]:
-    """(hex digest, size) of a file's content."""
+def sha256_stream(src: BinaryIO) -> tuple[str, int]:
+    """(hex digest, size) of everything left in a readable stream."""
     h = hashlib.sha256()
     size = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            h.update(chunk)
-            size += len(chunk)
+    while chunk := src.read(CHUNK):
+        h.update(chunk)
+        size += len(chunk)
     return h.hexdigest(), size
+
+
+def sha256_file(path: Path | str) -> tuple[str, int]:
+    """(hex digest, size) of a file's content."""
+    with open(path, "rb") as f:
+        return sha256_stream(f)
 
 
 def copy_hashing(src: BinaryIO, dst: BinaryIO) -> tuple[str, int]:

@@ -98,14 +98,21 @@ def restore_snapshot(
     progress = progress or NoProgress()
     try:
         root = staging.resolve()
-        jobs = [(e, _destination(root, e.path)) for e in manifest.files]  # all checked before any write
-        progress.start("restore", len(jobs), manifest.bytes_total)
+        by_blob: dict[str, list[tuple[FileEntry, Path]]] = {}
+        for e in manifest.files:  # every destination is checked before anything is written
+            by_blob.setdefault(e.sha256, []).append((e, _destination(root, e.path)))
+        progress.start("restore", len(manifest.files), manifest.bytes_total)
 
-        def write(job: tuple[FileEntry, Path]) -> None:
-            _write_blob(store, job[0], job[1])
-            progress.advance(job[0].size)
+        def write(copies: list[tuple[FileEntry, Path]]) -> None:
+            """Fetch and verify a blob once; identical files are local copies of it."""
+            first, first_dest = copies[0]
+            _write_blob(store, first, first_dest)
+            for _, dest in copies[1:]:
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(first_dest, dest)
+            progress.advance(sum(entry.size for entry, _ in copies))
 
-        run_parallel(write, jobs, parallelism)
+        run_parallel(write, list(by_blob.values()), parallelism)
         progress.finish()
         query_id = manifest.query_id
         if new_query_id:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_streamstate.engine.catalog import get_snapshot
-from airflow_provider_streamstate.engine.digest import CHUNK
+from airflow_provider_streamstate.engine.digest import sha256_stream
 from airflow_provider_streamstate.engine.errors import CorruptionError, StreamstateError
 from airflow_provider_streamstate.engine.manifest import validate_stream_name
 from airflow_provider_streamstate.engine.parallel import run_parallel
@@ -52,17 +51,13 @@ class VerifyResult:
 
 def _check_blob(store: SnapshotStore, digest: str, size: int) -> str | None:
     """None when the blob is intact, else what is wrong with it."""
-    h = hashlib.sha256()
-    n = 0
     try:
         with store.open_blob(digest) as f:
-            while chunk := f.read(CHUNK):
-                h.update(chunk)
-                n += len(chunk)
+            got, n = sha256_stream(f)
     except CorruptionError:
         return "blob missing"
-    if h.hexdigest() != digest:
-        return f"blob corrupt (sha256 {h.hexdigest()[:16]}..., expected {digest[:16]}...)"
+    if got != digest:
+        return f"blob corrupt (sha256 {got[:16]}..., expected {digest[:16]}...)"
     if n != size:
         return f"blob has {n} bytes, manifest says {size}"
     return None

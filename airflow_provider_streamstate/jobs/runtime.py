@@ -5,19 +5,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from airflow_provider_streamstate.engine.checkpoint import HDFS_PROVIDER, PROVIDER_CONF, ROCKSDB_PROVIDER
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
-ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 CHANGELOG_CONF = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
 
 # The three state store setups the engine supports. They are pinned into a checkpoint
 # at batch 0, so they must be set before a query first starts.
 STATE_STORES: dict[str, dict[str, str]] = {
-    "hdfs": {"spark.sql.streaming.stateStore.providerClass": HDFS_PROVIDER},
-    "rocksdb": {"spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER, CHANGELOG_CONF: "false"},
-    "rocksdb-changelog": {"spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER, CHANGELOG_CONF: "true"},
+    "hdfs": {PROVIDER_CONF: HDFS_PROVIDER},
+    "rocksdb": {PROVIDER_CONF: ROCKSDB_PROVIDER, CHANGELOG_CONF: "false"},
+    "rocksdb-changelog": {PROVIDER_CONF: ROCKSDB_PROVIDER, CHANGELOG_CONF: "true"},
 }
 
 

@@ -10,8 +10,8 @@ import json
 import zipfile
 from pathlib import Path
 
-HDFS = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
-ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+from airflow_provider_streamstate.engine.checkpoint import HDFS_PROVIDER as HDFS
+from airflow_provider_streamstate.engine.checkpoint import PROVIDER_CONF
 
 
 def write(path: Path, text: str | bytes) -> Path:
@@ -28,7 +28,7 @@ def make_checkpoint(
     write(root / "metadata", json.dumps({"id": "11111111-2222-3333-4444-555555555555"}))
     write(root / ".metadata.crc", b"crc")
     write(root / "sources/0/0", 'v1\n{"tx":{"0":0,"1":0}}')
-    pinned = {"spark.sql.streaming.stateStore.providerClass": provider, **(conf or {})}
+    pinned = {PROVIDER_CONF: provider, **(conf or {})}
     for b in range(batches):
         meta = {"batchWatermarkMs": 1000 * b, "batchTimestampMs": 5000 + b, "conf": pinned}
         write(root / f"offsets/{b}", f"v1\n{json.dumps(meta)}\n" + json.dumps({"tx": {"0": 10 * (b + 1), "1": 20 * (b + 1)}}))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from airflow_provider_streamstate.engine.checkpoint import ROCKSDB_PROVIDER as ROCKSDB
 from airflow_provider_streamstate.engine.checkpoint import CheckpointReader
 from airflow_provider_streamstate.engine.errors import (
     CheckpointChanged,
@@ -13,7 +14,7 @@ from airflow_provider_streamstate.engine.errors import (
 )
 from airflow_provider_streamstate.engine.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.stores import LocalStore
-from tests.unit.fake_checkpoint import ROCKSDB, make_checkpoint, rocksdb_zip, store_dirs, write
+from tests.unit.fake_checkpoint import make_checkpoint, rocksdb_zip, store_dirs, write
 
 
 def paths(plan, prefix: str = "state/0/0/") -> list[str]:
