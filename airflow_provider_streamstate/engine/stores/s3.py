@@ -94,20 +94,35 @@ class S3Store(SnapshotStore):
                 raise
 
     def put_blob(self, digest: str, source: Path, size: int) -> int:
+        """Store a blob once: writes are conditional, so a concurrent writer of the same
+        content (another snapshot, another stream) makes this one a no-op returning 0."""
+        from botocore.exceptions import ClientError
+
         if self.has_blob(digest):
             return 0
         key = self._key(blob_key(digest))
         with self._errors(f"upload {source.name}"):
-            if size <= PART_SIZE:
-                data = Path(source).read_bytes()
-                sha = hashlib.sha256(data)
-                if sha.hexdigest() != digest:
-                    raise CheckpointChanged(f"{source} changed while it was being stored")
-                self.client.put_object(
-                    Bucket=self.bucket, Key=key, Body=data, ChecksumSHA256=base64.b64encode(sha.digest()).decode()
-                )
-                return len(data)
-            return self._put_multipart(digest, source, key)
+            try:
+                if size <= PART_SIZE:
+                    data = Path(source).read_bytes()
+                    sha = hashlib.sha256(data)
+                    if sha.hexdigest() != digest:
+                        raise CheckpointChanged(f"{source} changed while it was being stored")
+                    self.client.put_object(
+                        Bucket=self.bucket,
+                        Key=key,
+                        Body=data,
+                        IfNoneMatch="*",
+                        ChecksumSHA256=base64.b64encode(sha.digest()).decode(),
+                    )
+                    return len(data)
+                return self._put_multipart(digest, source, key)
+            except ClientError as exc:
+                if _code(exc) == "PreconditionFailed" or _status(exc) == 412:
+                    return 0  # another writer stored the same bytes first
+                if _code(exc) == "ConditionalRequestConflict" and self.has_blob(digest):
+                    return 0  # a concurrent writer won the race; its object has our content
+                raise
 
     def _put_multipart(self, digest: str, source: Path, key: str) -> int:
         """Upload in parts, hashing as we go; the object appears only if the hash matches."""
@@ -127,7 +142,7 @@ class S3Store(SnapshotStore):
             if h.hexdigest() != digest:
                 raise CheckpointChanged(f"{source} changed while it was being stored")
             self.client.complete_multipart_upload(
-                Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}
+                Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}, IfNoneMatch="*"
             )
             return written
         except BaseException:
