@@ -146,8 +146,10 @@ def main(argv: list[str] | None = None) -> int:
     r["local_snapshot_uploaded"] = full.bytes_uploaded
     r["local_restore_s"], _ = timed(lambda: restore_snapshot(local, "bench", full.manifest.snapshot_id, run / "restored", parallelism=n))
     r["local_copy_back_s"], _ = timed(lambda: plain_copy(run / "copy-back"))
+    r["local_copy_back_fsync_s"], _ = timed(lambda: plain_copy(run / "copy-back-fsync", fsync=True))
     shutil.rmtree(run / "copy")
     shutil.rmtree(run / "copy-back")
+    shutil.rmtree(run / "copy-back-fsync")
     shutil.rmtree(run / "restored")
 
     # --- S3 ----------------------------------------------------------------------------
@@ -188,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         ("full snapshot, local store", r["local_snapshot_s"], "parallel file copy", r["local_copy_s"]),
         ("full snapshot, local store", r["local_snapshot_s"], "parallel file copy + fsync", r["local_copy_fsync_s"]),
         ("restore, local store", r["local_restore_s"], "parallel file copy", r["local_copy_back_s"]),
+        ("restore, local store", r["local_restore_s"], "parallel file copy + fsync", r["local_copy_back_fsync_s"]),
         ("full snapshot, S3 store", r["s3_snapshot_s"], "boto3 parallel upload", r["s3_upload_s"]),
         ("restore, S3 store", r["s3_restore_s"], "boto3 parallel download", r["s3_download_s"]),
         ("snapshot after one new batch, local", r["local_one_batch_s"], "full local snapshot", r["local_snapshot_s"]),

@@ -1,8 +1,9 @@
 """Restoring a snapshot: materialise it as a checkpoint directory Spark can resume from.
 
 Everything is written into a staging directory next to the target, every byte checked
-against its sha256, and only then swapped into place — a failure at any point leaves
-the target exactly as it was. The manifest is untrusted: its paths were validated when
+against its sha256, fsynced, and only then swapped into place — a failure at any point
+(a crash included) leaves the target exactly as it was, and a swapped-in checkpoint is
+on disk whole. The manifest is untrusted: its paths were validated when
 it was parsed, and each destination is checked again to stay below the staging root.
 """
 
@@ -19,6 +20,7 @@ from typing import Any
 
 from airflow_provider_streamstate.engine.catalog import get_snapshot
 from airflow_provider_streamstate.engine.digest import copy_hashing
+from airflow_provider_streamstate.engine.durability import fsync_path, fsync_tree
 from airflow_provider_streamstate.engine.errors import CorruptionError, UnsafeManifestError, UsageError
 from airflow_provider_streamstate.engine.manifest import FileEntry, Manifest
 from airflow_provider_streamstate.engine.parallel import run_parallel
@@ -54,10 +56,13 @@ def _destination(root: Path, rel: str) -> Path:
     return dest
 
 
-def _write_blob(store: SnapshotStore, entry: FileEntry, dest: Path) -> None:
+def _write_blob(store: SnapshotStore, entry: FileEntry, dest: Path, fsync: bool) -> None:
     dest.parent.mkdir(parents=True, exist_ok=True)
     with store.open_blob(entry.sha256) as src, open(dest, "xb") as out:
         digest, size = copy_hashing(src, out)
+        if fsync:
+            out.flush()
+            os.fsync(out.fileno())
     if digest != entry.sha256 or size != entry.size:
         raise CorruptionError(
             f"{entry.path}: stored blob {entry.sha256} is corrupt (read {size} bytes with sha256 {digest})",
@@ -75,11 +80,13 @@ def restore_snapshot(
     new_query_id: bool = False,
     parallelism: int = 8,
     progress: Progress | None = None,
+    fsync: bool = True,
 ) -> RestoreResult:
     """Write snapshot `snapshot_id` of `stream` as a checkpoint at `target`.
 
     A non-empty target is refused unless `force`, which replaces its contents whole.
     `new_query_id` gives the copy a fresh query id (a clone, not the same stream).
+    `fsync=False` skips making the files durable (throwaway copies, benchmarks).
     """
     started = time.monotonic()
     manifest = get_snapshot(store, stream, snapshot_id)
@@ -106,10 +113,12 @@ def restore_snapshot(
         def write(copies: list[tuple[FileEntry, Path]]) -> None:
             """Fetch and verify a blob once; identical files are local copies of it."""
             first, first_dest = copies[0]
-            _write_blob(store, first, first_dest)
+            _write_blob(store, first, first_dest, fsync)
             for _, dest in copies[1:]:
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(first_dest, dest)
+                if fsync:
+                    fsync_path(dest)
             progress.advance(sum(entry.size for entry, _ in copies))
 
         run_parallel(write, list(by_blob.values()), parallelism)
@@ -120,7 +129,13 @@ def restore_snapshot(
             (root / "metadata").write_text(json.dumps({"id": query_id}))
             # Hadoop's checksum of the old content would fail the read of the new one.
             (root / ".metadata.crc").unlink(missing_ok=True)
+            if fsync:
+                fsync_path(root / "metadata")
+        if fsync:
+            fsync_tree(root)  # every name in place before the swap publishes them
         _swap_into_place(staging, target)
+        if fsync:
+            fsync_path(target.parent)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

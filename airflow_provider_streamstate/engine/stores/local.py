@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from airflow_provider_streamstate.engine.digest import copy_hashing
+from airflow_provider_streamstate.engine.durability import fsync_path
 from airflow_provider_streamstate.engine.errors import (
     CheckpointChanged,
     CorruptionError,
@@ -26,14 +27,6 @@ from airflow_provider_streamstate.engine.stores.base import (
     blob_key,
     manifest_key,
 )
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class LocalStore(SnapshotStore):
@@ -112,7 +105,7 @@ class LocalStore(SnapshotStore):
             with self._lock:
                 dirs, self._unsynced_dirs = self._unsynced_dirs, set()
             for d in dirs:
-                _fsync_dir(d)
+                fsync_path(d)
         final = self.root / manifest_key(stream, snapshot_id)
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = self._tmp_path()
@@ -127,7 +120,7 @@ class LocalStore(SnapshotStore):
             except FileExistsError:
                 raise ManifestExistsError(f"snapshot {snapshot_id} of {stream} already exists in {self.url}") from None
             if self.fsync:
-                _fsync_dir(final.parent)
+                fsync_path(final.parent)
         finally:
             tmp.unlink(missing_ok=True)
 
