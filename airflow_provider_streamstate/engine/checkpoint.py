@@ -266,17 +266,17 @@ class CheckpointReader:
         declared = info.get("partitions")
         if declared is not None and declared != len(partitions):
             raise CheckpointChanged(f"{op_dir} has {len(partitions)} partitions, its metadata says {declared}")
-        stores: list[str] = info.get("stores") or []
+        # Old checkpoints have no operator metadata: their store names come from the layout.
+        stores: list[str] = info.get("stores") or self._infer_store_names(op_dir / partitions[0])
         for part in partitions:
             part_rel = f"{op_rel}/{part}"
-            names = stores or self._infer_store_names(self.root / part_rel)
-            for store in names:
+            for store in stores:
                 store_rel = part_rel if store == "default" else f"{part_rel}/{store}"
                 self._plan_store(files, store_rel, version, kind, file_kinds)
         return {
             "operator_id": op_id,
             "name": info.get("name", "unknown"),
-            "stores": stores or self._infer_store_names(self.root / f"{op_rel}/{partitions[0]}"),
+            "stores": stores,
             "partitions": len(partitions),
             "state_version": version,
         }

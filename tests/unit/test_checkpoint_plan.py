@@ -3,6 +3,8 @@ it does not understand instead of half-copying it."""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from airflow_provider_streamstate.engine.checkpoint import ROCKSDB_PROVIDER as ROCKSDB
@@ -89,6 +91,18 @@ def test_named_stores_of_a_join_are_each_planned(tmp_path) -> None:
         assert {f"state/0/1/{s}/1.delta", f"state/0/1/{s}/2.delta", f"state/0/1/{s}/_metadata/schema"} <= {
             f.path for f in plan.files
         }
+
+
+def test_store_names_come_from_the_layout_when_an_old_checkpoint_has_no_operator_metadata(tmp_path) -> None:
+    stores = ("left-keyToNumValues", "right-keyToNumValues")
+    root = make_checkpoint(tmp_path / "c", batches=2, stores=stores)
+    shutil.rmtree(root / "state/0/_metadata")
+    for d in store_dirs(root, stores):
+        for v in (1, 2):
+            write(d / f"{v}.delta", "x")
+    plan = CheckpointReader(str(root)).plan()
+    assert plan.operators[0]["stores"] == list(stores)
+    assert sum(f.path.endswith("/2.delta") for f in plan.files) == 2 * len(stores)  # every partition, every store
 
 
 def test_missing_state_files_are_reported_as_a_changing_checkpoint(tmp_path) -> None:
