@@ -3,7 +3,7 @@
 # a suite that ran nothing proves nothing.
 set -u
 cd "$(dirname "$0")/.."
-.venv/bin/pytest "$@"
+.venv/bin/pytest --durations=10 "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then
   echo "error: pytest collected no tests" >&2
