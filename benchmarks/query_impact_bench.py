@@ -21,25 +21,15 @@ import statistics
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-WORK = REPO / ".bench"
-MiB = 1 << 20
+from bench_common import WORK, MiB, rate_rows  # this folder is on sys.path; it puts the repo there too
 
 
 def start_query(spark: Any, checkpoint: str, keys: int, rows_per_batch: int) -> Any:
     from pyspark.sql import functions as F
 
-    rows = (
-        spark.readStream.format("rate-micro-batch")
-        .option("rowsPerBatch", rows_per_batch)
-        .option("numPartitions", 4)
-        .load()
-    )
+    rows = rate_rows(spark, rows_per_batch)
     keyed = rows.select((F.col("value") * 7919 % keys).alias("k"), F.col("value").alias("v"))
     agg = keyed.groupBy("k").agg(F.count("*").alias("n"), F.sum("v").alias("s"), F.max("v").alias("m"))
     return (
@@ -132,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         })
         print(f"  phase {len(phases)}: {phases[-1]}", flush=True)
     query.stop()
+    spark.sparkContext.setLogLevel("OFF")  # RocksDB maintenance racing shutdown logs harmless errors
     spark.stop()
 
     print(f"\n{args.keys:,} keys, {args.rows_per_batch:,} rows per batch, {args.phase_seconds:.0f} s phases; "

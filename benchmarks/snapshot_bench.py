@@ -26,25 +26,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from bench_common import WORK, MiB, rate_rows  # this folder is on sys.path; it puts the repo there too
 
-from dev import stack as stack_mod  # noqa: E402
-
-WORK = REPO / ".bench"
-MiB = 1 << 20
+from dev import stack as stack_mod
 
 
 def build_state(spark: Any, checkpoint: str, rows_per_batch: int, batches: int) -> int:
     """Run a dedup query over `rate-micro-batch` rows until `batches` more batches commit."""
     from pyspark.sql import functions as F
 
-    rows = (
-        spark.readStream.format("rate-micro-batch")
-        .option("rowsPerBatch", rows_per_batch)
-        .option("numPartitions", 4)
-        .load()
-    )
+    rows = rate_rows(spark, rows_per_batch)
     # ~260-byte keys of hex digests: close to incompressible, so state size is predictable.
     wide = rows.select(
         F.concat_ws(":", F.col("value").cast("string"), F.sha2(F.col("value").cast("string"), 512),
@@ -182,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     r["s3_one_batch_s"], s3_one = timed(lambda: create_snapshot(checkpoint, remote, "bench", parallelism=n))
     r["s3_one_batch_uploaded"] = s3_one.bytes_uploaded
     r["one_batch_state_bytes"] = one.manifest.bytes_total
+    spark.sparkContext.setLogLevel("OFF")  # RocksDB maintenance racing shutdown logs harmless errors
     spark.stop()
     stack_mod.down(WORK / "stack")
 
