@@ -49,3 +49,15 @@ class TransientError(StreamstateError):
 
 class CheckpointChanged(TransientError):
     """A checkpoint file changed or vanished while it was read: plan the cut again."""
+
+
+class MissingBlobError(CorruptionError):
+    """A blob a manifest references is absent from the store (deleted, or never copied)."""
+
+
+class StreamRunningError(StreamstateError):
+    """The stream is running on the checkpoint an operation would replace."""
+
+
+class Cancelled(StreamstateError):
+    """The operation was cancelled (Ctrl-C, a task timeout, `on_kill`); nothing was published."""
