@@ -4,6 +4,8 @@ Layout (the same on every backend, below the store's root or prefix):
 
     blobs/sha256/<first two hex digits>/<sha256>     file contents, stored once
     streams/<stream>/snapshots/<snapshot id>.json    manifests, written last and atomically
+    streams/<stream>/<kind>/<name>.json              small write-once records beside them
+                                                     (timelines; later validations, pins...)
 
 A blob's key is its content's sha256, so identical files across snapshots and streams
 are stored once and any blob can be verified against its own name.
@@ -11,6 +13,7 @@ are stored once and any blob can be verified against its own name.
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
@@ -26,6 +29,17 @@ MANIFEST_SUFFIX = ".json"
 
 class ManifestExistsError(StreamstateError):
     """A manifest with this id is already in the store (manifests are never overwritten)."""
+
+
+RECORD_KEY_RE = re.compile(r"^streams/[A-Za-z0-9][A-Za-z0-9._-]{0,127}(/[A-Za-z0-9][A-Za-z0-9._=-]{0,199}){2,3}$")
+
+
+def record_key(stream: str, kind: str, name: str) -> str:
+    """`streams/<stream>/<kind>/<name>.json`, checked so no key escapes its stream."""
+    key = f"{STREAMS_PREFIX}/{stream}/{kind}/{name}{MANIFEST_SUFFIX}"
+    if kind == "snapshots" or not RECORD_KEY_RE.match(key) or ".." in key:
+        raise ValueError(f"invalid record key {key!r}")
+    return key
 
 
 def blob_key(digest: str) -> str:
@@ -84,3 +98,17 @@ class SnapshotStore(ABC):
 
     @abstractmethod
     def list_streams(self) -> list[str]: ...
+
+    # --- small write-once records beside the manifests (timelines, ...) ---------------
+
+    @abstractmethod
+    def put_record(self, key: str, data: bytes) -> None:
+        """Publish a record atomically; ManifestExistsError if the key is taken (write-once)."""
+
+    @abstractmethod
+    def get_record(self, key: str) -> bytes | None:
+        """The record's bytes, or None when there is none."""
+
+    @abstractmethod
+    def list_records(self, prefix: str) -> list[str]:
+        """Keys of the records below `prefix` (e.g. `streams/orders/timelines/`), sorted."""

@@ -106,7 +106,12 @@ class LocalStore(SnapshotStore):
                 dirs, self._unsynced_dirs = self._unsynced_dirs, set()
             for d in dirs:
                 fsync_path(d)
-        final = self.root / manifest_key(stream, snapshot_id)
+        self._publish_once(
+            self.root / manifest_key(stream, snapshot_id), data, what=f"snapshot {snapshot_id} of {stream}"
+        )
+
+    def _publish_once(self, final: Path, data: bytes, *, what: str) -> None:
+        """Write `data` at `final` atomically, never overwriting: the commit point of a write."""
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = self._tmp_path()
         try:
@@ -116,9 +121,9 @@ class LocalStore(SnapshotStore):
                     f.flush()
                     os.fsync(f.fileno())
             try:
-                os.link(tmp, final)  # atomic and never overwrites: the manifest's commit point
+                os.link(tmp, final)  # atomic and never overwrites
             except FileExistsError:
-                raise ManifestExistsError(f"snapshot {snapshot_id} of {stream} already exists in {self.url}") from None
+                raise ManifestExistsError(f"{what} already exists in {self.url}") from None
             if self.fsync:
                 fsync_path(final.parent)
         finally:
@@ -142,3 +147,18 @@ class LocalStore(SnapshotStore):
     def list_streams(self) -> list[str]:
         d = self.root / STREAMS_PREFIX
         return sorted(os.listdir(d)) if d.is_dir() else []
+
+    def put_record(self, key: str, data: bytes) -> None:
+        self._publish_once(self.root / key, data, what=f"record {key}")
+
+    def get_record(self, key: str) -> bytes | None:
+        try:
+            return (self.root / key).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def list_records(self, prefix: str) -> list[str]:
+        d = self.root / prefix
+        if not d.is_dir():
+            return []
+        return sorted(f"{prefix.rstrip('/')}/{n}" for n in os.listdir(d) if n.endswith(MANIFEST_SUFFIX))

@@ -177,21 +177,20 @@ class S3Store(SnapshotStore):
                 yield obj["Key"].rsplit("/", 1)[-1], int(obj["Size"])
 
     def put_manifest(self, stream: str, snapshot_id: str, data: bytes) -> None:
+        self._put_once(manifest_key(stream, snapshot_id), data, what=f"snapshot {snapshot_id} of {stream}")
+
+    def _put_once(self, rel: str, data: bytes, *, what: str) -> None:
+        """Conditional put: never overwrites, so two writers cannot both win."""
         from botocore.exceptions import ClientError
 
-        with self._errors(f"write manifest {snapshot_id}"):
+        with self._errors(f"write {what}"):
             try:
-                # Conditional put: never overwrites, so two writers cannot both win.
                 self.client.put_object(
-                    Bucket=self.bucket,
-                    Key=self._key(manifest_key(stream, snapshot_id)),
-                    Body=data,
-                    IfNoneMatch="*",
-                    ContentType="application/json",
+                    Bucket=self.bucket, Key=self._key(rel), Body=data, IfNoneMatch="*", ContentType="application/json"
                 )
             except ClientError as exc:
                 if _code(exc) == "PreconditionFailed" or _status(exc) == 412:
-                    raise ManifestExistsError(f"snapshot {snapshot_id} of {stream} already exists in {self.url}") from None
+                    raise ManifestExistsError(f"{what} already exists in {self.url}") from None
                 raise
 
     def get_manifest(self, stream: str, snapshot_id: str) -> bytes:
@@ -224,3 +223,27 @@ class S3Store(SnapshotStore):
             for cp in page.get("CommonPrefixes", []):
                 out.append(cp["Prefix"].rstrip("/").rsplit("/", 1)[-1])
         return sorted(out)
+
+    def put_record(self, key: str, data: bytes) -> None:
+        self._put_once(key, data, what=f"record {key}")
+
+    def get_record(self, key: str) -> bytes | None:
+        from botocore.exceptions import ClientError
+
+        with self._errors(f"read record {key}"):
+            try:
+                return bytes(self.client.get_object(Bucket=self.bucket, Key=self._key(key))["Body"].read())
+            except ClientError as exc:
+                if _code(exc) in ("NoSuchKey", "404") or _status(exc) == 404:
+                    return None
+                raise
+
+    def list_records(self, prefix: str) -> list[str]:
+        strip = len(self._key(""))
+        keys = [
+            obj["Key"][strip:]
+            for page in self._list(prefix)
+            for obj in page.get("Contents", [])
+            if obj["Key"].endswith(MANIFEST_SUFFIX)
+        ]
+        return sorted(keys)
