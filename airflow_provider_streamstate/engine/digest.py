@@ -1,10 +1,15 @@
-"""sha256 of files and streams, in chunks (hashlib releases the GIL on large updates)."""
+"""sha256 of files and streams, in chunks (hashlib releases the GIL on large updates).
+
+Each chunk is a cancellation point: a cancelled operation stops within one chunk.
+"""
 
 from __future__ import annotations
 
 import hashlib
 from pathlib import Path
 from typing import BinaryIO
+
+from airflow_provider_streamstate.engine.cancel import check_cancelled
 
 CHUNK = 1 << 20
 
@@ -14,6 +19,7 @@ def sha256_stream(src: BinaryIO) -> tuple[str, int]:
     h = hashlib.sha256()
     size = 0
     while chunk := src.read(CHUNK):
+        check_cancelled()
         h.update(chunk)
         size += len(chunk)
     return h.hexdigest(), size
@@ -30,6 +36,7 @@ def copy_hashing(src: BinaryIO, dst: BinaryIO) -> tuple[str, int]:
     h = hashlib.sha256()
     size = 0
     while chunk := src.read(CHUNK):
+        check_cancelled()
         h.update(chunk)
         dst.write(chunk)
         size += len(chunk)

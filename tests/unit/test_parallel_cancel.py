@@ -1,0 +1,201 @@
+"""Parallel transfers stop promptly when cancelled: pending items never start, running ones
+notice within one chunk and clean up, and the caller gets `Cancelled` (or its interrupt)."""
+
+from __future__ import annotations
+
+import contextvars
+import io
+import signal
+import threading
+import time
+
+import pytest
+
+from airflow_provider_streamstate.engine.cancel import (
+    CancelToken,
+    cancellation,
+    check_cancelled,
+    current_token,
+)
+from airflow_provider_streamstate.engine.digest import CHUNK, copy_hashing
+from airflow_provider_streamstate.engine.errors import Cancelled
+from airflow_provider_streamstate.engine.parallel import GRACE_SECONDS, run_parallel
+
+LONG = 30.0  # what an item would take if it did not notice the cancellation
+
+
+class Recorder:
+    """Items that run for LONG seconds unless cancelled, noting what started, stopped and cleaned up."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.started: list[int] = []
+        self.cleaned: list[int] = []
+        self.all_started = threading.Event()
+        self.expect = 0
+
+    def item(self, i: int) -> int:
+        with self.lock:
+            self.started.append(i)
+            if len(self.started) == self.expect:
+                self.all_started.set()
+        try:
+            deadline = time.monotonic() + LONG
+            while time.monotonic() < deadline:
+                check_cancelled()
+                time.sleep(0.01)
+            return i
+        except Cancelled:
+            with self.lock:
+                self.cleaned.append(i)  # e.g. abort a multipart upload
+            raise
+
+
+def test_a_token_cancelled_from_another_thread_stops_run_parallel_promptly_and_pending_items_never_start() -> None:
+    rec, token = Recorder(), CancelToken()
+    rec.expect = 3
+
+    def cancel_when_running() -> None:
+        assert rec.all_started.wait(10)
+        token.cancel("task killed")
+
+    threading.Thread(target=cancel_when_running, daemon=True).start()
+    started = time.monotonic()
+    with pytest.raises(Cancelled, match="task killed"):
+        run_parallel(rec.item, list(range(50)), 3, cancel=token)
+    assert time.monotonic() - started < 2.0
+    assert sorted(rec.started) == [0, 1, 2]  # the 47 pending items never started
+    assert sorted(rec.cleaned) == [0, 1, 2]  # the running ones noticed and cleaned up
+
+
+def test_the_current_token_is_used_when_none_is_passed() -> None:
+    rec, token = Recorder(), CancelToken()
+    rec.expect = 2
+    threading.Thread(target=lambda: rec.all_started.wait(10) and token.cancel(), daemon=True).start()
+    with cancellation(token), pytest.raises(Cancelled):
+        run_parallel(rec.item, list(range(10)), 2)
+    assert len(rec.started) == 2
+
+
+def test_a_token_cancelled_before_the_call_starts_nothing() -> None:
+    token = CancelToken()
+    token.cancel()
+    ran: list[int] = []
+    with pytest.raises(Cancelled):
+        run_parallel(ran.append, [1, 2, 3], 2, cancel=token)
+    assert ran == []
+
+
+def test_a_copy_loop_notices_within_one_chunk() -> None:
+    token = CancelToken()
+    copied: list[int] = []
+
+    class Endless(io.RawIOBase):
+        """A source that never ends; cancels the token once 3 chunks went through."""
+
+        def read(self, n: int = -1) -> bytes:
+            if len(copied) == 3:
+                token.cancel()
+            copied.append(n)
+            return b"x" * CHUNK
+
+    with pytest.raises(Cancelled):
+        run_parallel(lambda _: copy_hashing(Endless(), io.BytesIO()), [0], 1, cancel=token)  # type: ignore[arg-type]
+    assert len(copied) == 4  # the chunk read after the cancellation was not written
+
+
+class TaskTimeout(BaseException):
+    """What Airflow raises from its SIGALRM handler when a task runs too long."""
+
+
+def _raise_timeout(signum: int, frame: object) -> None:
+    raise TaskTimeout()
+
+
+@pytest.mark.parametrize(
+    ("handler", "raised"),
+    [(signal.default_int_handler, KeyboardInterrupt), (_raise_timeout, TaskTimeout)],
+    ids=["ctrl-c", "task-timeout"],
+)
+def test_an_interrupt_in_the_waiting_thread_cancels_everything_and_is_raised_after_running_items_clean_up(
+    handler, raised
+) -> None:
+    rec, token = Recorder(), CancelToken()
+    previous = signal.signal(signal.SIGALRM, handler)
+    try:
+        started = time.monotonic()
+        with pytest.raises(raised):
+            signal.setitimer(signal.ITIMER_REAL, 0.3)
+            run_parallel(rec.item, list(range(20)), 4, cancel=token)
+        elapsed = time.monotonic() - started
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert elapsed < 0.3 + GRACE_SECONDS
+    assert token.cancelled  # the operation around it stops too
+    assert sorted(rec.started) == [0, 1, 2, 3]
+    assert sorted(rec.cleaned) == [0, 1, 2, 3]
+
+
+def test_the_first_failure_is_raised_as_is_and_stops_the_rest() -> None:
+    rec = Recorder()
+
+    def item(i: int) -> int:
+        if i == 1:
+            time.sleep(0.1)
+            raise ValueError("boom")
+        return rec.item(i)
+
+    started = time.monotonic()
+    with pytest.raises(ValueError, match="boom"):
+        run_parallel(item, list(range(10)), 2)
+    assert time.monotonic() - started < 2.0  # the running sibling was cancelled, not waited for
+    assert rec.started == [0]
+    assert rec.cleaned == [0]
+
+
+def test_a_failure_does_not_cancel_the_callers_token() -> None:
+    token = CancelToken()
+
+    def item(i: int) -> int:
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError):
+        run_parallel(item, [1, 2], 2, cancel=token)
+    assert not token.cancelled  # a retry of the operation may go on
+
+
+def test_results_come_back_in_order_from_daemon_threads_that_see_the_callers_context() -> None:
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+    var.set("caller")
+    seen: list[tuple[str, bool, bool]] = []
+
+    def item(i: int) -> int:
+        seen.append((var.get(), threading.current_thread().daemon, current_token() is not None))
+        time.sleep(0.01 * (5 - i))
+        return i * i
+
+    assert run_parallel(item, list(range(5)), 3) == [0, 1, 4, 9, 16]
+    assert set(seen) == {("caller", True, True)}
+
+
+def test_a_child_token_follows_its_parent_but_not_the_other_way_round() -> None:
+    parent = CancelToken()
+    child = CancelToken(parent)
+    child.cancel()
+    assert not parent.cancelled
+    other = CancelToken(parent)
+    parent.cancel("stop")
+    assert other.cancelled
+    assert other.reason == "stop"
+    assert CancelToken(parent).cancelled
+
+
+def test_cancellation_none_keeps_the_enclosing_token() -> None:
+    outer = CancelToken()
+    with cancellation(outer):
+        with cancellation(None) as inner:
+            assert inner is outer
+            assert current_token() is outer
+    assert current_token() is None
+    check_cancelled()  # no token: never raises
