@@ -1,4 +1,10 @@
-"""Snapshot stores: `file:///abs/path` (the embedded default) and `s3://bucket/prefix`."""
+"""Snapshot stores: `file:///abs/path` (the embedded default) and `s3://bucket/prefix`.
+
+Store URLs are checked before anything is touched: an S3 prefix is a key prefix, not a
+path, so `.`/`..` and empty segments are refused rather than silently meaning another
+prefix; a file URL must be absolute (`file:/abs` as Hadoop and Spark print it, or
+`file:///abs`), never resolved against the current directory.
+"""
 
 from __future__ import annotations
 
@@ -6,44 +12,176 @@ import os
 import re
 from typing import Any
 
-from airflow_provider_streamstate.engine.errors import UsageError
+from airflow_provider_streamstate.engine.errors import StreamstateError, UsageError
 from airflow_provider_streamstate.engine.stores.base import ManifestExistsError, SnapshotStore
 from airflow_provider_streamstate.engine.stores.local import LocalStore
 from airflow_provider_streamstate.engine.stores.s3 import S3Store
+from airflow_provider_streamstate.engine.stores.s3_errors import client_error
 
-__all__ = ["LocalStore", "ManifestExistsError", "S3Store", "SnapshotStore", "open_store", "s3_client_from_env"]
+__all__ = [
+    "LocalStore",
+    "ManifestExistsError",
+    "S3Store",
+    "SnapshotStore",
+    "open_store",
+    "parse_s3_url",
+    "s3_client",
+    "s3_client_from_env",
+]
+
+BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_UNPRINTABLE_RE = re.compile(r"[\x00-\x1f\x7f\\]")
 
 
-def s3_client_from_env(max_connections: int = 16) -> Any:
-    """A boto3 S3 client configured by the standard AWS environment variables.
-
-    boto3 reads AWS_ENDPOINT_URL (and AWS_ENDPOINT_URL_S3), credentials and region itself.
-    """
-    import boto3
+def _client_config(max_connections: int, *, path_style: bool) -> Any:
     from botocore.config import Config
 
-    return boto3.session.Session().client(
-        "s3",
-        config=Config(
-            max_pool_connections=max_connections,
-            retries={"max_attempts": 5, "mode": "standard"},
-            s3={"addressing_style": "path"} if os.environ.get("AWS_ENDPOINT_URL") else None,
-        ),
+    return Config(
+        max_pool_connections=max_connections,
+        retries={"max_attempts": 5, "mode": "standard"},
+        # S3-compatible endpoints (MinIO, moto, Ceph) rarely resolve bucket.host names.
+        s3={"addressing_style": "path"} if path_style else None,
     )
 
 
-def open_store(url: str, *, s3_client: Any = None, parallelism: int = 8) -> SnapshotStore:
-    """A store from its URL: `file:///abs/path`, an absolute path, or `s3://bucket[/prefix]`."""
+def _endpoint_from_env() -> bool:
+    """Whether boto3 will take the S3 endpoint from AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL."""
+    if os.environ.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "").strip().lower() == "true":
+        return False
+    return bool(os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"))
+
+
+def _client_from_env(max_connections: int) -> Any:
+    import boto3
+
+    return boto3.session.Session().client("s3", config=_client_config(max_connections, path_style=_endpoint_from_env()))
+
+
+def _client_from_connection(conn_id: str, max_connections: int) -> Any:
+    """`S3Hook(aws_conn_id=conn_id).get_conn()`, with our pool size and retries under the
+    connection's own `config_kwargs`; an unknown connection id is an error, not "no connection"."""
+    try:
+        from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+        from airflow.sdk.exceptions import AirflowNotFoundException
+    except ImportError as exc:
+        raise UsageError(
+            f"an Airflow connection ({conn_id!r}) needs Airflow and its amazon provider: {exc}",
+            hint="install apache-airflow-providers-amazon, or configure S3 with the AWS_* environment variables",
+        ) from None
+    try:
+        S3Hook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        raise UsageError(
+            f"Airflow connection {conn_id!r} does not exist",
+            hint=f"define it (an AIRFLOW_CONN_{conn_id.upper()} environment variable, or in Airflow's secrets "
+            "backend), or fix the connection id",
+        ) from None
+    wrapper = S3Hook(aws_conn_id=conn_id).conn_config
+    config = _client_config(max_connections, path_style=bool(wrapper.get_service_endpoint_url("s3")))
+    if wrapper.botocore_config is not None:
+        config = config.merge(wrapper.botocore_config)
+    return S3Hook(aws_conn_id=conn_id, config=config).get_conn()
+
+
+def s3_client(aws_conn_id: str | None = None, *, max_connections: int = 16) -> Any:
+    """A boto3 S3 client: from Airflow connection `aws_conn_id`, else from the AWS environment.
+
+    The environment means what boto3 reads itself (AWS_ENDPOINT_URL[_S3], credentials,
+    AWS_DEFAULT_REGION, AWS_PROFILE, AWS_CONFIG_FILE); a custom endpoint gets path-style
+    addressing. Connections come from `AIRFLOW_CONN_<ID>` variables or Airflow's
+    configured secrets backend (outside a task, Airflow 3 does not read its database).
+    Any configuration error is a one-line UsageError naming the setting to fix.
+    """
+    try:
+        if aws_conn_id:
+            return _client_from_connection(aws_conn_id, max_connections)
+        return _client_from_env(max_connections)
+    except StreamstateError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - building a client fails only on configuration
+        raise client_error(exc, conn_id=aws_conn_id) from None
+
+
+def s3_client_from_env(max_connections: int = 16) -> Any:
+    """A boto3 S3 client configured by the standard AWS environment variables."""
+    return s3_client(max_connections=max_connections)
+
+
+def _new_client(aws_conn_id: str | None, max_connections: int) -> Any:
+    return s3_client(aws_conn_id, max_connections=max_connections)  # open_store's argument shadows the name
+
+
+def parse_s3_url(url: str) -> tuple[str, str]:
+    """(bucket, prefix) of `s3://bucket[/prefix]`; trailing slashes are dropped, `.`, `..`
+    and empty segments refused (S3 would take them literally: another prefix)."""
+    bucket, _, prefix = url[len("s3://") :].partition("/")
+    if not BUCKET_RE.match(bucket):
+        raise UsageError(
+            f"invalid S3 store URL {url!r}: {bucket!r} is not a bucket name",
+            hint="write it as s3://bucket or s3://bucket/prefix (3-63 lowercase letters, digits, dots and hyphens)",
+        )
+    prefix = prefix.rstrip("/")
+    if not prefix:
+        return bucket, ""
+    if _UNPRINTABLE_RE.search(prefix):
+        raise UsageError(
+            f"invalid S3 store URL {url!r}: the prefix has a control character or a backslash",
+            hint="use printable characters and '/' between the parts of the prefix",
+        )
+    segments = prefix.split("/")
+    dots = [s for s in segments if s in (".", "..")]
+    if dots:
+        raise UsageError(
+            f"invalid S3 store URL {url!r}: S3 keys are not paths, so {dots[0]!r} would not be resolved",
+            hint="write the prefix without '.' and '..' segments",
+        )
+    if "" in segments:
+        clean = "/".join(s for s in segments if s)
+        raise UsageError(
+            f"invalid S3 store URL {url!r}: empty segment ('//') in the prefix, which S3 keeps as part of the key",
+            hint=f"write it as s3://{bucket}/{clean}" if clean else f"write it as s3://{bucket}",
+        )
+    return bucket, prefix
+
+
+def _file_path(url: str) -> str:
+    """The absolute path of `file:/abs`, `file:///abs` or `file://localhost/abs`."""
+    rest = url[len("file:") :]
+    if rest.startswith("//"):
+        host, _, path = rest[2:].partition("/")
+        if host not in ("", "localhost"):
+            raise UsageError(
+                f"invalid file store URL {url!r}: {host!r} would be a host name, not part of the path",
+                hint=f"use three slashes for an absolute path: file:///{host}/{path}",
+            )
+        rest = "/" + path
+    if not rest.startswith("/"):
+        raise UsageError(
+            f"invalid file store URL {url!r}: the path is relative",
+            hint="use an absolute path: file:///abs/path or file:/abs/path",
+        )
+    return rest
+
+
+def open_store(
+    url: str, *, s3_client: Any = None, parallelism: int = 8, aws_conn_id: str | None = None
+) -> SnapshotStore:
+    """A store from its URL: `file:///abs/path`, `file:/abs/path`, an absolute path, or `s3://bucket[/prefix]`.
+
+    `s3_client` is used as given; else one is built (`s3_client()`) from Airflow connection
+    `aws_conn_id`, or from the AWS environment.
+    """
     if url.startswith("s3://"):
-        m = re.match(r"^s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(.*))?$", url)
-        if not m:
-            raise UsageError(f"invalid S3 store URL {url!r}", hint="write it as s3://bucket or s3://bucket/prefix")
-        return S3Store(s3_client or s3_client_from_env(parallelism * 2), m.group(1), m.group(2) or "")
-    if url.startswith("file://"):
-        path = url[len("file://") :]
-        if not path.startswith("/"):
-            raise UsageError(f"invalid file store URL {url!r}", hint="use an absolute path: file:///abs/path")
-        return LocalStore(path)
+        bucket, prefix = parse_s3_url(url)
+        client = s3_client if s3_client is not None else _new_client(aws_conn_id, parallelism * 2)
+        return S3Store(client, bucket, prefix, aws_conn_id=aws_conn_id)
+    if aws_conn_id:
+        raise UsageError(
+            f"an AWS connection ({aws_conn_id!r}) applies only to s3:// stores, not {url!r}",
+            hint="drop --aws-conn-id, or give an s3://bucket/prefix store",
+        )
+    if url.startswith("file:"):
+        return LocalStore(_file_path(url))
     if url.startswith("/"):
         return LocalStore(url)
     raise UsageError(

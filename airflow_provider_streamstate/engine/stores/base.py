@@ -78,7 +78,10 @@ class SnapshotStore(ABC):
 
     @abstractmethod
     def open_blob(self, digest: str) -> AbstractContextManager[BinaryIO]:
-        """A readable stream of the blob; NotFoundError when it is missing."""
+        """A readable stream of the blob; MissingBlobError when it is absent.
+
+        A failure while the stream is read (a connection cut mid-body) is a TransientError.
+        """
 
     @abstractmethod
     def iter_blobs(self) -> Iterator[tuple[str, int]]:

@@ -10,11 +10,12 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import BinaryIO
 
+from airflow_provider_streamstate.engine.cancel import check_cancelled
 from airflow_provider_streamstate.engine.digest import copy_hashing
 from airflow_provider_streamstate.engine.durability import fsync_path
 from airflow_provider_streamstate.engine.errors import (
     CheckpointChanged,
-    CorruptionError,
+    MissingBlobError,
     NotFoundError,
     UsageError,
 )
@@ -89,7 +90,10 @@ class LocalStore(SnapshotStore):
         try:
             return open(self.root / blob_key(digest), "rb")
         except FileNotFoundError:
-            raise CorruptionError(f"blob {digest} is missing from {self.url}") from None
+            raise MissingBlobError(
+                f"blob {digest} is missing from {self.url}",
+                hint="restore another snapshot, or re-replicate this one from a healthy store",
+            ) from None
 
     def iter_blobs(self) -> Iterator[tuple[str, int]]:
         top = self.root / BLOB_PREFIX
@@ -111,7 +115,11 @@ class LocalStore(SnapshotStore):
         )
 
     def _publish_once(self, final: Path, data: bytes, *, what: str) -> None:
-        """Write `data` at `final` atomically, never overwriting: the commit point of a write."""
+        """Write `data` at `final` atomically, never overwriting: the commit point of a write.
+
+        A cancelled operation publishes nothing.
+        """
+        check_cancelled()
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = self._tmp_path()
         try:

@@ -1,25 +1,28 @@
 """A snapshot store in S3 or any S3-compatible endpoint.
 
-Takes a boto3 S3 client, so callers choose how it is configured: the CLI builds one from
-the standard AWS environment variables (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...), the
-Airflow layer passes `S3Hook(aws_conn_id=...).get_conn()`.
+Takes a boto3 S3 client, so callers choose how it is configured: `stores.s3_client()`
+builds one from the standard AWS environment variables (AWS_ENDPOINT_URL,
+AWS_ACCESS_KEY_ID, ...) or from an Airflow connection (`S3Hook(aws_conn_id=...)`).
+Every failure is an engine error (see `s3_errors`), including a connection cut while a
+blob's body is read; a cancelled upload aborts its multipart upload.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import io
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, closing, contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
+from airflow_provider_streamstate.engine.cancel import check_cancelled
 from airflow_provider_streamstate.engine.errors import (
     CheckpointChanged,
-    CorruptionError,
+    MissingBlobError,
     NotFoundError,
     StreamstateError,
-    TransientError,
 )
 from airflow_provider_streamstate.engine.stores.base import (
     BLOB_PREFIX,
@@ -30,24 +33,60 @@ from airflow_provider_streamstate.engine.stores.base import (
     blob_key,
     manifest_key,
 )
+from airflow_provider_streamstate.engine.stores.s3_errors import (
+    code,
+    is_stream_error,
+    request_error,
+    status,
+    stream_error,
+)
 
 PART_SIZE = 16 << 20  # multipart above this; also the size of each part
 
 
-def _code(exc: Exception) -> str:
-    return str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
+class _Body(io.RawIOBase):
+    """A response body whose reads raise TransientError, not urllib3's or botocore's errors,
+    when the connection breaks mid-stream (reset, timeout, fewer bytes than announced)."""
 
+    def __init__(self, body: Any, what: str, url: str) -> None:
+        super().__init__()
+        self._body, self._what, self._url = body, what, url
 
-def _status(exc: Exception) -> int:
-    return int(getattr(exc, "response", {}).get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1) -> bytes:
+        try:
+            return bytes(self._body.read(None if size is None or size < 0 else size))
+        except Exception as exc:
+            if is_stream_error(exc):
+                raise stream_error(exc, what=self._what, url=self._url) from None
+            raise
+
+    def readall(self) -> bytes:
+        return self.read(-1)
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        if not self.closed:
+            try:
+                self._body.close()
+            finally:
+                super().close()
 
 
 class S3Store(SnapshotStore):
-    def __init__(self, client: Any, bucket: str, prefix: str = "") -> None:
+    def __init__(self, client: Any, bucket: str, prefix: str = "", *, aws_conn_id: str | None = None) -> None:
+        """`aws_conn_id`: the Airflow connection the client came from, named in error hints."""
         self.client = client
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self.url = f"s3://{bucket}/{self.prefix}" if self.prefix else f"s3://{bucket}"
+        self.aws_conn_id = aws_conn_id
 
     def _key(self, rel: str) -> str:
         return f"{self.prefix}/{rel}" if self.prefix else rel
@@ -55,31 +94,22 @@ class S3Store(SnapshotStore):
     @contextmanager
     def _errors(self, what: str) -> Iterator[None]:
         """Translate boto3 failures into one-line errors that say whether to retry."""
-        from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+        from botocore.exceptions import BotoCoreError, ClientError
+        from urllib3.exceptions import HTTPError as Urllib3Error
 
         try:
             yield
         except StreamstateError:
             raise
-        except NoCredentialsError:
-            raise StreamstateError(
-                f"no AWS credentials to {what} in {self.url}",
-                hint="set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or a profile), or an Airflow AWS connection",
+        except (ClientError, BotoCoreError, Urllib3Error) as exc:
+            raise request_error(
+                exc, what=what, url=self.url, bucket=self.bucket, conn_id=self.aws_conn_id
             ) from None
-        except ClientError as exc:
-            code, status = _code(exc), _status(exc)
-            if code == "NoSuchBucket":
-                raise NotFoundError(f"bucket {self.bucket} does not exist ({what})", hint="create it or fix the store URL") from None
-            if code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
-                raise StreamstateError(f"access denied to {what} in {self.url} ({code})", hint="check the credentials and bucket policy") from None
-            if status >= 500 or code in ("SlowDown", "RequestTimeout", "ConditionalRequestConflict"):
-                raise TransientError(f"S3 failed to {what} in {self.url}: {code or status}") from None
-            raise StreamstateError(f"S3 refused to {what} in {self.url}: {code or status} {exc}") from None
-        except BotoCoreError as exc:
-            raise TransientError(
-                f"cannot reach S3 to {what} in {self.url}: {exc}",
-                hint="check AWS_ENDPOINT_URL / the connection's endpoint_url and the network",
-            ) from None
+
+    def _read(self, body: Any, what: str) -> bytes:
+        """A whole (small) response body; a connection cut while reading is a TransientError."""
+        with _Body(body, what, self.url) as b:
+            return b.read()
 
     def has_blob(self, digest: str) -> bool:
         from botocore.exceptions import ClientError
@@ -89,7 +119,7 @@ class S3Store(SnapshotStore):
                 self.client.head_object(Bucket=self.bucket, Key=self._key(blob_key(digest)))
                 return True
             except ClientError as exc:
-                if _status(exc) == 404 or _code(exc) in ("404", "NoSuchKey", "NotFound"):
+                if status(exc) == 404 or code(exc) in ("404", "NoSuchKey", "NotFound"):
                     return False
                 raise
 
@@ -98,6 +128,7 @@ class S3Store(SnapshotStore):
         content (another snapshot, another stream) makes this one a no-op returning 0."""
         from botocore.exceptions import ClientError
 
+        check_cancelled()
         if self.has_blob(digest):
             return 0
         key = self._key(blob_key(digest))
@@ -118,9 +149,9 @@ class S3Store(SnapshotStore):
                     return len(data)
                 return self._put_multipart(digest, source, key)
             except ClientError as exc:
-                if _code(exc) == "PreconditionFailed" or _status(exc) == 412:
+                if code(exc) == "PreconditionFailed" or status(exc) == 412:
                     return 0  # another writer stored the same bytes first
-                if _code(exc) == "ConditionalRequestConflict" and self.has_blob(digest):
+                if code(exc) == "ConditionalRequestConflict" and self.has_blob(digest):
                     return 0  # a concurrent writer won the race; its object has our content
                 raise
 
@@ -133,6 +164,7 @@ class S3Store(SnapshotStore):
             written = 0
             with open(source, "rb") as f:
                 while chunk := f.read(PART_SIZE):
+                    check_cancelled()  # a cancelled upload is aborted below, within one part
                     h.update(chunk)
                     written += len(chunk)
                     r = self.client.upload_part(
@@ -159,10 +191,13 @@ class S3Store(SnapshotStore):
             try:
                 body = self.client.get_object(Bucket=self.bucket, Key=self._key(blob_key(digest)))["Body"]
             except ClientError as exc:
-                if _code(exc) in ("NoSuchKey", "404") or _status(exc) == 404:
-                    raise CorruptionError(f"blob {digest} is missing from {self.url}") from None
+                if code(exc) in ("NoSuchKey", "404") or status(exc) == 404:
+                    raise MissingBlobError(
+                        f"blob {digest} is missing from {self.url}",
+                        hint="restore another snapshot, or re-replicate this one from a healthy store",
+                    ) from None
                 raise
-        return closing(body)
+        return cast("AbstractContextManager[BinaryIO]", _Body(body, f"blob {digest[:12]}", self.url))
 
     def _list(self, prefix: str, delimiter: str | None = None) -> Iterator[dict[str, Any]]:
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self._key(prefix)}
@@ -180,16 +215,20 @@ class S3Store(SnapshotStore):
         self._put_once(manifest_key(stream, snapshot_id), data, what=f"snapshot {snapshot_id} of {stream}")
 
     def _put_once(self, rel: str, data: bytes, *, what: str) -> None:
-        """Conditional put: never overwrites, so two writers cannot both win."""
+        """Conditional put: never overwrites, so two writers cannot both win.
+
+        The commit point of an operation: a cancelled one publishes nothing.
+        """
         from botocore.exceptions import ClientError
 
+        check_cancelled()
         with self._errors(f"write {what}"):
             try:
                 self.client.put_object(
                     Bucket=self.bucket, Key=self._key(rel), Body=data, IfNoneMatch="*", ContentType="application/json"
                 )
             except ClientError as exc:
-                if _code(exc) == "PreconditionFailed" or _status(exc) == 412:
+                if code(exc) == "PreconditionFailed" or status(exc) == 412:
                     raise ManifestExistsError(f"{what} already exists in {self.url}") from None
                 raise
 
@@ -199,9 +238,9 @@ class S3Store(SnapshotStore):
         with self._errors(f"read manifest {snapshot_id}"):
             try:
                 obj = self.client.get_object(Bucket=self.bucket, Key=self._key(manifest_key(stream, snapshot_id)))
-                return obj["Body"].read()
+                return self._read(obj["Body"], f"manifest {snapshot_id}")
             except ClientError as exc:
-                if _code(exc) in ("NoSuchKey", "404") or _status(exc) == 404:
+                if code(exc) in ("NoSuchKey", "404") or status(exc) == 404:
                     raise NotFoundError(
                         f"no snapshot {snapshot_id} of stream {stream} in {self.url}",
                         hint=f"list them with `streamstate snapshot list --store {self.url} --stream {stream}`",
@@ -232,9 +271,9 @@ class S3Store(SnapshotStore):
 
         with self._errors(f"read record {key}"):
             try:
-                return bytes(self.client.get_object(Bucket=self.bucket, Key=self._key(key))["Body"].read())
+                return self._read(self.client.get_object(Bucket=self.bucket, Key=self._key(key))["Body"], f"record {key}")
             except ClientError as exc:
-                if _code(exc) in ("NoSuchKey", "404") or _status(exc) == 404:
+                if code(exc) in ("NoSuchKey", "404") or status(exc) == 404:
                     return None
                 raise
 
