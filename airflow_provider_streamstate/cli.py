@@ -86,6 +86,13 @@ class _Parser(argparse.ArgumentParser):
 
 def _common(p: argparse.ArgumentParser, *, stream: bool = True) -> None:
     p.add_argument("--store", required=True, help="file:///abs/path, /abs/path or s3://bucket/prefix")
+    p.add_argument(
+        "--aws-conn-id",
+        metavar="CONN",
+        default=None,
+        help="for s3:// stores: take endpoint and credentials from this Airflow AWS connection "
+        "(AIRFLOW_CONN_<CONN> or Airflow's secrets backend) instead of the AWS_* variables",
+    )
     if stream:
         p.add_argument("--stream", required=True, help="the stream's name in the store")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
@@ -147,9 +154,19 @@ def _progress(args: argparse.Namespace) -> Any:
 
 
 def _store(args: argparse.Namespace) -> Any:
+    import contextlib
+    import os
+
     from airflow_provider_streamstate.engine.stores import open_store
 
-    return open_store(args.store, parallelism=getattr(args, "parallelism", 8))
+    conn_id = getattr(args, "aws_conn_id", None)
+    if conn_id:
+        # Airflow configures its logging at import, onto the stdout it finds then: send it to
+        # stderr, warnings only, so `--json` output stays one document.
+        os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
+        with contextlib.redirect_stdout(sys.stderr), contextlib.suppress(ImportError):
+            import airflow.providers.amazon.aws.hooks.s3  # noqa: F401 - open_store reports a missing provider
+    return open_store(args.store, parallelism=getattr(args, "parallelism", 8), aws_conn_id=conn_id)
 
 
 def _fmt_ms(ms: int | None) -> str:
