@@ -199,3 +199,31 @@ def test_cancellation_none_keeps_the_enclosing_token() -> None:
             assert current_token() is outer
     assert current_token() is None
     check_cancelled()  # no token: never raises
+
+
+class RecordingClient:
+    """Just enough of a boto3 client to see whether a write was sent."""
+
+    def __init__(self) -> None:
+        self.puts: list[str] = []
+
+    def put_object(self, **kwargs: object) -> dict[str, object]:
+        self.puts.append(str(kwargs["Key"]))
+        return {}
+
+
+def test_a_cancelled_operation_publishes_no_manifest_but_may_finish_a_record(tmp_path) -> None:
+    from airflow_provider_streamstate.engine.stores import LocalStore, S3Store
+
+    token = CancelToken()
+    token.cancel()
+    local, client = LocalStore(tmp_path / "store", fsync=False), RecordingClient()
+    remote = S3Store(client, "bucket", "p")
+    with cancellation(token):
+        for store in (local, remote):
+            with pytest.raises(Cancelled):
+                store.put_manifest("s", "0001", b"{}")
+            # Records are written by the caller's choice (e.g. after a restore's swap).
+            store.put_record("streams/s/timelines/1.json", b"{}")
+    assert local.list_snapshot_ids("s") == []
+    assert client.puts == ["p/streams/s/timelines/1.json"]

@@ -104,6 +104,7 @@ class LocalStore(SnapshotStore):
                 yield name, (top / shard / name).stat().st_size
 
     def put_manifest(self, stream: str, snapshot_id: str, data: bytes) -> None:
+        check_cancelled()  # the commit point of a snapshot: a cancelled one publishes nothing
         if self.fsync:
             # The blobs' names must be durable before the manifest that points at them.
             with self._lock:
@@ -115,11 +116,7 @@ class LocalStore(SnapshotStore):
         )
 
     def _publish_once(self, final: Path, data: bytes, *, what: str) -> None:
-        """Write `data` at `final` atomically, never overwriting: the commit point of a write.
-
-        A cancelled operation publishes nothing.
-        """
-        check_cancelled()
+        """Write `data` at `final` atomically, never overwriting: the commit point of a write."""
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = self._tmp_path()
         try:

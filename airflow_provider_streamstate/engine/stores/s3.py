@@ -212,16 +212,13 @@ class S3Store(SnapshotStore):
                 yield obj["Key"].rsplit("/", 1)[-1], int(obj["Size"])
 
     def put_manifest(self, stream: str, snapshot_id: str, data: bytes) -> None:
+        check_cancelled()  # the commit point of a snapshot: a cancelled one publishes nothing
         self._put_once(manifest_key(stream, snapshot_id), data, what=f"snapshot {snapshot_id} of {stream}")
 
     def _put_once(self, rel: str, data: bytes, *, what: str) -> None:
-        """Conditional put: never overwrites, so two writers cannot both win.
-
-        The commit point of an operation: a cancelled one publishes nothing.
-        """
+        """Conditional put: never overwrites, so two writers cannot both win."""
         from botocore.exceptions import ClientError
 
-        check_cancelled()
         with self._errors(f"write {what}"):
             try:
                 self.client.put_object(
