@@ -1,10 +1,28 @@
-"""Finding snapshots in a store: list, show, newest. Every manifest read is validated."""
+"""Finding snapshots in a store: list, show, newest on a timeline, streams. Every manifest
+read is validated; a stream or store with nothing in it is an error that names what the
+store does hold, so a typo never passes for an empty history."""
 
 from __future__ import annotations
 
-from airflow_provider_streamstate.engine.errors import UnsafeManifestError
-from airflow_provider_streamstate.engine.manifest import Manifest, validate_snapshot_id, validate_stream_name
+import difflib
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_provider_streamstate.engine.errors import NotFoundError, UnsafeManifestError, UsageError
+from airflow_provider_streamstate.engine.manifest import (
+    Manifest,
+    SnapshotRef,
+    validate_snapshot_id,
+    validate_stream_name,
+)
+from airflow_provider_streamstate.engine.parallel import run_parallel
 from airflow_provider_streamstate.engine.stores.base import SnapshotStore
+from airflow_provider_streamstate.engine.timeline import Timelines, load_timelines, snapshot_refs
+
+log = logging.getLogger("streamstate.catalog")
+
+LATEST = "latest"
 
 
 def get_snapshot(store: SnapshotStore, stream: str, snapshot_id: str) -> Manifest:
@@ -13,17 +31,116 @@ def get_snapshot(store: SnapshotStore, stream: str, snapshot_id: str) -> Manifes
     return Manifest.from_json(store.get_manifest(stream, snapshot_id), expect_stream=stream, expect_id=snapshot_id)
 
 
-def list_snapshots(store: SnapshotStore, stream: str) -> list[Manifest]:
-    """Every snapshot of `stream`, oldest first."""
-    validate_stream_name(stream)
-    return [get_snapshot(store, stream, sid) for sid in store.list_snapshot_ids(stream)]
+def no_snapshots_error(store: SnapshotStore, stream: str) -> NotFoundError:
+    """'stream X has no snapshots in S', naming the streams S does hold, closest first."""
+    streams = store.list_streams()
+    if not streams:
+        return NotFoundError(
+            f"stream {stream} has no snapshots in {store.url}, which holds no snapshots of any stream",
+            hint="check the store URL (bucket, prefix, endpoint) or take a snapshot first",
+        )
+    close = difflib.get_close_matches(stream, streams, n=len(streams), cutoff=0.0)
+    shown = ", ".join(close[:8]) + (f" (+{len(close) - 8} more)" if len(close) > 8 else "")
+    return NotFoundError(
+        f"stream {stream} has no snapshots in {store.url}",
+        hint=f"streams there: {shown}; check --stream (see `streamstate streams --store {store.url}`)",
+    )
 
 
-def latest_snapshot(store: SnapshotStore, stream: str) -> Manifest | None:
-    """The newest readable snapshot of `stream` (an unreadable newest one is skipped)."""
-    for sid in reversed(store.list_snapshot_ids(validate_stream_name(stream))):
+@dataclass(frozen=True)
+class SnapshotListing:
+    """A stream's snapshots (oldest first) with their place in its timelines."""
+
+    manifests: list[Manifest]
+    timelines: Timelines
+
+    def on_current_timeline(self, m: Manifest) -> bool:
+        return self.timelines.contains(SnapshotRef.parse(m.snapshot_id))
+
+
+def list_snapshots(store: SnapshotStore, stream: str, *, parallelism: int = 8) -> SnapshotListing:
+    """Every snapshot of `stream`, oldest first; NotFoundError when it has none."""
+    refs = snapshot_refs(store, stream)
+    if not refs:
+        raise no_snapshots_error(store, stream)
+    manifests = run_parallel(lambda r: get_snapshot(store, stream, r.snapshot_id), refs, parallelism)
+    return SnapshotListing(manifests, load_timelines(store, stream, refs))
+
+
+def latest_ref(
+    store: SnapshotStore, stream: str, *, timeline: int | None = None, timelines: Timelines | None = None
+) -> SnapshotRef | None:
+    """The newest snapshot (highest batch, then newest) on a timeline's history."""
+    refs = snapshot_refs(store, stream)
+    tls = timelines or load_timelines(store, stream, refs)
+    on = [r for r in refs if tls.contains(r, timeline)]
+    return max(on, key=lambda r: (r.batch_id, r.created)) if on else None
+
+
+def latest_snapshot(
+    store: SnapshotStore, stream: str, *, timeline: int | None = None, timelines: Timelines | None = None
+) -> Manifest | None:
+    """The newest readable snapshot on the history of `timeline` (default: the current
+    timeline); an unreadable newest one is skipped with a warning."""
+    refs = snapshot_refs(store, stream)
+    tls = timelines or load_timelines(store, stream, refs)
+    for ref in sorted((r for r in refs if tls.contains(r, timeline)), key=lambda r: (r.batch_id, r.created), reverse=True):
         try:
-            return get_snapshot(store, stream, sid)
-        except UnsafeManifestError:
-            continue
+            return get_snapshot(store, stream, ref.snapshot_id)
+        except UnsafeManifestError as exc:
+            log.warning("skipping unreadable snapshot %s of %s: %s", ref.snapshot_id, stream, exc.one_line())
     return None
+
+
+def resolve_snapshot(store: SnapshotStore, stream: str, spec: str) -> Manifest:
+    """A snapshot named by id or by `latest` (newest on the stream's current timeline)."""
+    validate_stream_name(stream)
+    if spec == LATEST:
+        m = latest_snapshot(store, stream)
+        if m is None:
+            raise no_snapshots_error(store, stream)
+        return m
+    try:
+        validate_snapshot_id(spec)
+    except UsageError as exc:
+        raise UsageError(exc.message, hint="give a snapshot id or `latest`; see `streamstate snapshot list`") from None
+    if not store.list_snapshot_ids(stream):
+        raise no_snapshots_error(store, stream)
+    return get_snapshot(store, stream, spec)
+
+
+@dataclass(frozen=True)
+class StreamSummary:
+    stream: str
+    snapshots: int
+    newest: str | None  # newest on the current timeline
+    current_timeline: int
+    bytes: int  # distinct blob bytes its snapshots reference
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "stream": self.stream,
+            "snapshots": self.snapshots,
+            "newest": self.newest,
+            "current_timeline": self.current_timeline,
+            "bytes": self.bytes,
+        }
+
+
+def list_streams(store: SnapshotStore, *, parallelism: int = 8) -> list[StreamSummary]:
+    """Every stream the store holds snapshots of, with counts and sizes."""
+    out = []
+    for stream in store.list_streams():
+        refs = snapshot_refs(store, stream)
+        if not refs:
+            continue
+        tls = load_timelines(store, stream, refs)
+        blobs: dict[str, int] = {}
+        def read(ref: SnapshotRef, s: str = stream) -> Manifest:
+            return get_snapshot(store, s, ref.snapshot_id)
+
+        for m in run_parallel(read, refs, parallelism):
+            blobs.update(m.blobs)
+        newest = latest_ref(store, stream, timelines=tls)
+        out.append(StreamSummary(stream, len(refs), newest.snapshot_id if newest else None, tls.current, sum(blobs.values())))
+    return out

@@ -63,10 +63,18 @@ class CutPlan:
     operators: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _local_root(location: str) -> Path:
-    if location.startswith("file://"):
-        location = location[len("file://") :]
-    elif re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", location):
+def local_checkpoint_path(location: str) -> Path:
+    """A checkpoint location as an absolute local path.
+
+    Accepts a path and the URI forms Spark and Hadoop print for local files
+    (`file:///abs`, `file:/abs`, `file://localhost/abs`); a relative `file:` URI would
+    silently resolve under the current directory, so it is refused.
+    """
+    if location.startswith("file:"):
+        from airflow_provider_streamstate.engine.stores import file_uri_path
+
+        location = file_uri_path(location, "checkpoint location")
+    elif re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", location) and not re.match(r"^[a-zA-Z]:[\\/]", location):
         raise UnsupportedCheckpointError(
             f"checkpoint {location!r} is not on a local or mounted filesystem",
             hint="give a local path or file:// URI (checkpoints in object storage are not supported yet)",
@@ -108,7 +116,7 @@ class CheckpointReader:
 
     def __init__(self, location: str) -> None:
         self.location = location
-        self.root = _local_root(location)
+        self.root = local_checkpoint_path(location)
         if not self.root.is_dir():
             raise NotFoundError(
                 f"checkpoint {self.root} does not exist or is not a directory",
@@ -197,11 +205,11 @@ class CheckpointReader:
         operators: list[dict[str, Any]] = []
         file_kinds: set[str] = set()  # kinds of versioned state files the stores hold
         state_dir = self.root / "state"
+        # A stateless query (a filter, a projection) has no state/ at all: its cut is the
+        # metadata logs and sources alone. Spark never removes state/ of a stateful one.
         if state_dir.is_dir():
             for op_name in sorted((p for p in os.listdir(state_dir) if p.isdigit()), key=int):
                 operators.append(self._plan_operator(files, int(op_name), n + 1, store_kind, file_kinds))
-        elif store_kind != "none":
-            raise CheckpointChanged(f"{state_dir} vanished while planning")
 
         # The changelog flag is not pinned in the checkpoint: the stores' files tell (a cut
         # that starts at a fresh .zip needs no changelog, yet the stream writes them).

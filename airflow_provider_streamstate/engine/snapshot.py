@@ -1,10 +1,16 @@
 """Taking a snapshot: a consistent cut of a running stream's checkpoint, stored incrementally.
 
-1. Plan the cut at batch N (default: newest committed) — see `checkpoint.CheckpointReader`.
-2. Hash every file of the cut, reusing the hash recorded by the stream's newest snapshot
-   when path, size and mtime are unchanged (checkpoint files are immutable by name).
-3. Upload only blobs the store does not have, in parallel.
-4. Publish the manifest last, atomically. Until then nothing is visible.
+1. Find the timeline the checkpoint continues (`timeline`) and its newest snapshot there,
+   the parent. A snapshot of the batch the parent already holds is the parent (idempotent).
+2. Plan the cut at batch N (default: newest committed) — see `checkpoint.CheckpointReader`.
+3. Hash every file of the cut, reusing the parent's recorded hash when path, size and
+   mtime are unchanged (checkpoint files are immutable by name) — only when the parent was
+   taken from this checkpoint location and query.
+4. Upload only blobs the store lacks, in parallel. Blobs the parent references are not
+   trusted blindly: each is checked in the store, and a missing one is uploaded again.
+5. Publish the manifest last, atomically, and only within `MAX_SNAPSHOT_SECONDS` of when
+   the blobs it relies on were seen (the contract with garbage collection, see
+   docs/concepts.md). Until then nothing is visible.
 
 Spark keeps running throughout: when an essential file vanishes or changes under us
 (maintenance replaced it with a newer snapshot), the cut is planned again.
@@ -12,18 +18,29 @@ Spark keeps running throughout: when an essential file vanishes or changes under
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+from airflow_provider_streamstate.engine.cancel import CancelToken, cancellation, check_cancelled
 from airflow_provider_streamstate.engine.catalog import latest_snapshot
-from airflow_provider_streamstate.engine.checkpoint import CheckpointReader, CutPlan, PlannedFile
+from airflow_provider_streamstate.engine.checkpoint import (
+    CheckpointReader,
+    CutPlan,
+    PlannedFile,
+    local_checkpoint_path,
+)
 from airflow_provider_streamstate.engine.digest import sha256_file
-from airflow_provider_streamstate.engine.errors import CheckpointChanged, StreamstateError
+from airflow_provider_streamstate.engine.errors import (
+    CheckpointChanged,
+    StreamstateError,
+    TransientError,
+    UsageError,
+)
 from airflow_provider_streamstate.engine.manifest import (
     FileEntry,
     Manifest,
@@ -34,8 +51,20 @@ from airflow_provider_streamstate.engine.manifest import (
 from airflow_provider_streamstate.engine.parallel import run_parallel
 from airflow_provider_streamstate.engine.progress import NoProgress, Progress
 from airflow_provider_streamstate.engine.stores.base import ManifestExistsError, SnapshotStore
+from airflow_provider_streamstate.engine.timeline import (
+    Timelines,
+    load_timelines,
+    new_timeline,
+    read_lineage,
+    snapshot_refs,
+)
+
+log = logging.getLogger("streamstate.snapshot")
 
 MAX_PLAN_ATTEMPTS = 6
+# A snapshot publishes within this long of the moment it found the blobs it relies on, or
+# not at all; garbage collection's grace period must exceed it (docs/concepts.md).
+MAX_SNAPSHOT_SECONDS = 6 * 3600
 
 
 @dataclass(frozen=True)
@@ -48,6 +77,8 @@ class SnapshotResult:
     attempts: int
     seconds: float
     store: str
+    reused: bool = False  # the newest snapshot of this timeline already held this batch
+    blobs_missing: int = 0  # blobs the parent referenced that were gone from the store
 
     def to_json(self) -> dict[str, Any]:
         m = self.manifest
@@ -55,6 +86,8 @@ class SnapshotResult:
             "snapshot_id": m.snapshot_id,
             "stream": m.stream,
             "batch_id": m.batch_id,
+            "timeline": m.timeline,
+            "reused": self.reused,
             "store": self.store,
             "files": len(m.files),
             "bytes_total": m.bytes_total,
@@ -67,15 +100,9 @@ class SnapshotResult:
             "watermark_ms": m.watermark_ms,
             "state_store": m.state_store,
             "attempts": self.attempts,
+            "blobs_missing": self.blobs_missing,
             "seconds": round(self.seconds, 3),
         }
-
-
-def _installed_spark_version() -> str | None:
-    try:
-        return version("pyspark")
-    except PackageNotFoundError:
-        return None
 
 
 def _creator() -> str:
@@ -92,10 +119,12 @@ class _Snapshotter:
         self.reader = reader
         self.store = store
         self.known = known  # path -> (size, mtime_ns, sha256), from the parent and earlier attempts
-        self.known_blobs = known_blobs  # blobs a live manifest already references
+        self.known_blobs = known_blobs  # blobs a live manifest already references, or we stored
+        self.parent_blobs = set(known_blobs)  # not yet checked against the store
         self.parallelism = parallelism
         self.progress = progress
         self.bytes_uploaded = self.blobs_uploaded = self.files_hashed = self.bytes_hashed = 0
+        self.blobs_missing = 0
         self.lock = threading.Lock()
 
     def _read(self, pf: PlannedFile) -> FileEntry | None:
@@ -142,8 +171,24 @@ class _Snapshotter:
         self.bytes_hashed += sum(e.size for e in hashed)
         return sorted(out + hashed, key=lambda e: e.path)
 
+    def check_parent_blobs(self, entries: list[FileEntry]) -> int:
+        """Drop from `known_blobs` every blob this cut shares with the parent that is no
+        longer in the store (deleted by hand, a partial copy); it is uploaded again."""
+        shared = sorted({e.sha256 for e in entries} & self.parent_blobs)
+        self.parent_blobs.difference_update(shared)  # checked once per snapshot
+        present = run_parallel(self.store.has_blob, shared, self.parallelism)
+        missing = [d for d, ok in zip(shared, present, strict=True) if not ok]
+        if missing:
+            log.warning(
+                "%d blob(s) the parent snapshot references are missing from %s (e.g. %s): uploading them again",
+                len(missing), self.store.url, missing[0],
+            )
+        self.known_blobs.difference_update(missing)
+        return len(missing)
+
     def upload(self, entries: list[FileEntry]) -> None:
         """Store each blob not referenced by a live manifest and not in the store yet."""
+        self.blobs_missing += self.check_parent_blobs(entries)
         todo: dict[str, FileEntry] = {}
         for e in entries:
             if e.sha256 not in self.known_blobs:
@@ -166,6 +211,37 @@ class _Snapshotter:
         self.blobs_uploaded += sum(1 for r in results if r)
 
 
+def _timeline_for(
+    reader: CheckpointReader, store: SnapshotStore, stream: str, query_id: str, tls: Timelines, *,
+    has_snapshots: bool, new_line: bool,
+) -> int:
+    """Which timeline of `stream` this checkpoint continues.
+
+    A checkpoint restored by streamstate says so in its lineage file; one that never was is
+    on a root timeline whose history has its query id. A checkpoint with another query id
+    (a clone, a stream started afresh) is refused unless `new_line` starts a new root
+    timeline for it: silently mixing two histories under one name is what timelines prevent.
+    """
+    lineage = read_lineage(reader.root)
+    if lineage is not None and lineage.stream == stream and lineage.query_id == query_id:
+        return lineage.branch(store)
+    if new_line:
+        return new_timeline(store, stream, branch_from=None, reason=f"new line of history for query {query_id}").timeline
+    if not has_snapshots:
+        return 1
+    roots = sorted((t for t in {1, *tls.records} if tls.is_root(t)), reverse=True)
+    for tl in roots:
+        head = latest_snapshot(store, stream, timeline=tl, timelines=tls)
+        if head is not None and head.query_id == query_id:
+            return tl
+    raise UsageError(
+        f"checkpoint {reader.root} (query id {query_id}) is not a checkpoint of stream {stream}'s history: "
+        "its snapshots come from another query",
+        hint="snapshot a clone or a fresh start under its own --stream name, "
+        "or pass --new-timeline to start a new line of history in this stream",
+    )
+
+
 def create_snapshot(
     checkpoint: str,
     store: SnapshotStore,
@@ -176,13 +252,59 @@ def create_snapshot(
     parallelism: int = 8,
     progress: Progress | None = None,
     spark_version: str | None = None,
+    always: bool = False,
+    new_timeline: bool = False,
+    cancel: CancelToken | None = None,
 ) -> SnapshotResult:
-    """Snapshot `checkpoint` at `batch_id` (newest committed by default) into `store`."""
+    """Snapshot `checkpoint` at `batch_id` (newest committed by default) into `store`.
+
+    When the newest snapshot of the checkpoint's timeline already holds that batch (same
+    query, same labels) it is returned with `reused=True` instead of a duplicate, unless
+    `always`. `spark_version` records the stream's Spark version (the checkpoint does not
+    say it; the snapshotting machine's pyspark may differ). `new_timeline` accepts a
+    checkpoint whose query id is not the stream's, starting a new root timeline. `cancel`
+    (or the enclosing `cancellation` block's token) stops it promptly; nothing is published.
+    """
+    with cancellation(cancel):
+        return _create_snapshot(
+            checkpoint, store, stream, batch_id=batch_id, labels=labels, parallelism=parallelism,
+            progress=progress, spark_version=spark_version, always=always, new_timeline=new_timeline,
+        )
+
+
+def _create_snapshot(
+    checkpoint: str, store: SnapshotStore, stream: str, *, batch_id: int | None, labels: dict[str, str] | None,
+    parallelism: int, progress: Progress | None, spark_version: str | None, always: bool, new_timeline: bool,
+) -> SnapshotResult:
     started = time.monotonic()
     validate_stream_name(stream)
+    if not local_checkpoint_path(checkpoint).exists():
+        from airflow_provider_streamstate.engine.restore import recover_leftovers
+
+        recover_leftovers(local_checkpoint_path(checkpoint))  # a restore that crashed mid-swap
     reader = CheckpointReader(checkpoint)
-    parent = latest_snapshot(store, stream)
-    known = {f.path: (f.size, f.mtime_ns, f.sha256) for f in parent.files} if parent else {}
+    query_id = reader.query_id()
+    refs = snapshot_refs(store, stream)
+    tls = load_timelines(store, stream, refs)
+    timeline = _timeline_for(reader, store, stream, query_id, tls, has_snapshots=bool(refs), new_line=new_timeline)
+    if timeline > tls.current or timeline not in tls.records:
+        tls = load_timelines(store, stream)  # a timeline this call (or a restore) just started
+    parent = latest_snapshot(store, stream, timeline=timeline, timelines=tls)
+    labels = dict(labels or {})
+    wanted = reader.resolve_batch(batch_id)
+    if (
+        parent is not None and not always and parent.timeline == timeline and parent.batch_id == wanted
+        and parent.query_id == query_id and parent.labels == labels
+    ):
+        log.info("stream %s: snapshot %s already holds batch %d of this timeline", stream, parent.snapshot_id, wanted)
+        return SnapshotResult(
+            manifest=parent, bytes_uploaded=0, blobs_uploaded=0, files_hashed=0, bytes_hashed=0, attempts=0,
+            seconds=time.monotonic() - started, store=store.url, reused=True,
+        )
+    # Hash reuse trusts (path, size, mtime) only for the same checkpoint location and query.
+    same_source = parent is not None and parent.checkpoint == str(reader.root) and parent.query_id == query_id
+    known = {f.path: (f.size, f.mtime_ns, f.sha256) for f in parent.files} if parent and same_source else {}
+    protected_since = time.monotonic()  # blobs of a live manifest, seen now: GC keeps them a grace period
     worker = _Snapshotter(
         reader, store, known, set(parent.blobs) if parent else set(), parallelism, progress or NoProgress()
     )
@@ -190,22 +312,34 @@ def create_snapshot(
     for attempt in range(1, MAX_PLAN_ATTEMPTS + 1):
         try:
             plan = reader.plan(batch_id)
+            log.info(
+                "stream %s: cut at batch %d: %d files, %d bytes (attempt %d)",
+                stream, plan.batch_id, len(plan.files), sum(f.size for f in plan.files), attempt,
+            )
             entries = worker.entries(plan)
             worker.upload(entries)
             break
         except CheckpointChanged as exc:
             last_change = exc
+            log.info("stream %s: the checkpoint changed while it was read (%s); planning the cut again", stream, exc)
             time.sleep(min(0.2 * attempt, 1.0))
     else:
         raise StreamstateError(
             f"the checkpoint kept changing under the snapshot ({MAX_PLAN_ATTEMPTS} attempts): {last_change}",
             hint="it may be missing state files; check that the stream is healthy, then retry",
         )
+    if plan.query_id != query_id:
+        raise CheckpointChanged(f"{reader.root} was replaced while it was read (query id changed); retry")
+    if time.monotonic() - protected_since > MAX_SNAPSHOT_SECONDS:
+        raise TransientError(
+            f"the snapshot took over {MAX_SNAPSHOT_SECONDS} s; blobs it relies on may have been collected since",
+            hint="nothing was published; retry (with more --parallelism on a large checkpoint)",
+        )
 
-    spark = spark_version or _installed_spark_version()
+    check_cancelled()  # the last moment a cancellation can still stop the publish
     for _ in range(3):
         manifest = Manifest(
-            snapshot_id=new_snapshot_id(plan.batch_id, datetime.now(UTC)),
+            snapshot_id=new_snapshot_id(plan.batch_id, datetime.now(UTC), timeline),
             stream=stream,
             batch_id=plan.batch_id,
             created_at=datetime.now(UTC).isoformat().replace("+00:00", "Z"),
@@ -220,10 +354,11 @@ def create_snapshot(
             spark_conf=plan.conf,
             files=entries,
             parent=parent.snapshot_id if parent else None,
-            spark_version=spark,
-            labels=dict(labels or {}),
+            spark_version=spark_version,
+            labels=labels,
             checkpoint=str(reader.root),
             created_by=_creator(),
+            timeline=timeline,
         )
         try:
             store.put_manifest(stream, manifest.snapshot_id, manifest.to_json())
@@ -231,7 +366,14 @@ def create_snapshot(
         except ManifestExistsError:
             continue  # same microsecond as another writer: take a new id
     else:
-        raise StreamstateError(f"could not find a free snapshot id for {stream} batch {plan.batch_id}")
+        raise StreamstateError(
+            f"could not find a free snapshot id for {stream} batch {plan.batch_id}", hint="retry the snapshot"
+        )
+    log.info(
+        "stream %s: published %s (batch %d, timeline %d): uploaded %d bytes in %d blobs, hashed %d files",
+        stream, manifest.snapshot_id, manifest.batch_id, timeline, worker.bytes_uploaded, worker.blobs_uploaded,
+        worker.files_hashed,
+    )
     return SnapshotResult(
         manifest=manifest,
         bytes_uploaded=worker.bytes_uploaded,
@@ -241,4 +383,5 @@ def create_snapshot(
         attempts=attempt,
         seconds=time.monotonic() - started,
         store=store.url,
+        blobs_missing=worker.blobs_missing,
     )

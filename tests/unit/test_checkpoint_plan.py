@@ -13,6 +13,7 @@ from airflow_provider_streamstate.engine.errors import (
     CheckpointChanged,
     NotFoundError,
     UnsupportedCheckpointError,
+    UsageError,
 )
 from airflow_provider_streamstate.engine.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.stores import LocalStore
@@ -213,3 +214,17 @@ def test_changelog_mode_is_named_even_when_the_cut_starts_at_a_fresh_zip(tmp_pat
     plan = CheckpointReader(str(root)).plan()
     assert paths(plan) == ["3.zip"]
     assert plan.state_store == "rocksdb-changelog"
+
+
+def test_local_file_uris_as_spark_prints_them_resolve_to_the_same_checkpoint(tmp_path, monkeypatch) -> None:
+    from airflow_provider_streamstate.engine.checkpoint import local_checkpoint_path
+
+    root = make_checkpoint(tmp_path / "ckpt")
+    monkeypatch.chdir(tmp_path)  # a relative resolution would land under here
+    for uri in (f"file:{root}", f"file://{root}", f"file://localhost{root}", str(root)):
+        assert CheckpointReader(uri).root == root
+    for uri, words in (("file:ckpt", "relative"), ("file://otherhost/x", "host name")):
+        with pytest.raises(UsageError, match=words):
+            local_checkpoint_path(uri)
+    with pytest.raises(UnsupportedCheckpointError, match="not on a local"):
+        local_checkpoint_path("s3a://bucket/ckpt")

@@ -9,7 +9,9 @@ import pytest
 from airflow_provider_streamstate.engine.errors import UnsafeManifestError, UsageError
 from airflow_provider_streamstate.engine.manifest import (
     FORMAT,
+    FORMAT_V1,
     Manifest,
+    SnapshotRef,
     new_snapshot_id,
     parse_labels,
     safe_relative_path,
@@ -23,6 +25,7 @@ def doc(**over):
     d = {
         "format": FORMAT, "snapshot_id": "000000000007-20261121T101500123456Z", "stream": "s", "batch_id": 7,
         "created_at": "2026-11-21T10:15:00Z", "files": [{"path": "metadata", "size": 3, "sha256": SHA}],
+        "timeline": 1,
     }
     d.update(over)
     return json.dumps(d).encode()
@@ -60,6 +63,35 @@ def test_a_valid_manifest_round_trips() -> None:
         ({"files": [{"path": "a", "size": 1, "sha256": SHA}, {"path": "a", "size": 1, "sha256": SHA}]}, "twice"),
         ({"files": [{"path": "a", "size": 1, "sha256": SHA}, {"path": "a/b", "size": 1, "sha256": SHA}]}, "file and a directory"),
         ({"parent": "../../x"}, "invalid parent"),
+        ({"parent": 7}, "invalid parent"),
+        # every other field family: types and ranges, not just presence
+        ({"timeline": 0}, "invalid timeline"),
+        ({"timeline": "2"}, "invalid timeline"),
+        ({"timeline": 2}, "timeline 2, its id says otherwise"),
+        ({"watermark_ms": "oops"}, "invalid watermark_ms"),
+        ({"next_watermark_ms": 1.5}, "invalid next_watermark_ms"),
+        ({"batch_timestamp_ms": True}, "invalid batch_timestamp_ms"),
+        ({"sources": "abc"}, "invalid sources"),
+        ({"sources": [{"index": 3, "kind": "kafka"}]}, "invalid sources"),
+        ({"kafka_offsets": {"t": {"0": "12"}}}, "invalid kafka_offsets"),
+        ({"kafka_offsets": {"t": {"zero": 1}}}, "invalid kafka_offsets"),
+        ({"kafka_offsets": ["t"]}, "invalid kafka_offsets"),
+        ({"operators": [{"operator_id": -1, "name": "x", "stores": ["default"], "partitions": 1, "state_version": 1}]},
+         "invalid operators"),
+        ({"operators": [{"operator_id": 0, "name": "x", "stores": ["../x"], "partitions": 1, "state_version": 1}]},
+         "invalid operators"),
+        ({"operators": [{"operator_id": 0, "name": "x", "stores": ["default"], "partitions": 0, "state_version": 1}]},
+         "invalid operators"),
+        ({"operators": "x"}, "invalid operators"),
+        ({"state_store": "leveldb"}, "unknown state_store"),
+        ({"spark_conf": {"a": 1}}, "invalid spark_conf"),
+        ({"labels": {"a": ["x"]}}, "invalid labels"),
+        ({"labels": {"../k": "v"}}, "invalid label key"),
+        ({"created_at": "yesterday"}, "invalid created_at"),
+        ({"created_at": None}, "invalid created_at"),
+        ({"query_id": {"id": 1}}, "invalid query_id"),
+        ({"spark_version": 4.1}, "invalid spark_version"),
+        ({"checkpoint": ["/x"]}, "invalid checkpoint"),
     ],
 )
 def test_malformed_manifests_are_refused(over, words) -> None:
@@ -90,3 +122,26 @@ def test_stream_names_and_labels_are_validated() -> None:
     with pytest.raises(UsageError, match="invalid label") as err:
         parse_labels(["novalue"])
     assert "KEY=VALUE" in err.value.one_line()
+
+
+def test_v1_manifests_are_read_as_timeline_1() -> None:
+    d = json.loads(doc())
+    d["format"] = FORMAT_V1
+    del d["timeline"]
+    m = Manifest.from_json(json.dumps(d).encode())
+    assert m.timeline == 1
+    assert json.loads(m.to_json())["format"] == FORMAT  # rewritten (e.g. replicated) as v2
+
+
+def test_snapshot_ids_name_their_timeline_after_the_first() -> None:
+    from datetime import UTC, datetime
+
+    when = datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=UTC)
+    assert new_snapshot_id(5, when) == "000000000005-20260102T030405000006Z"
+    tl3 = new_snapshot_id(5, when, timeline=3)
+    assert tl3 == "000000000005-20260102T030405000006Z-t3"
+    assert SnapshotRef.parse(tl3) == SnapshotRef("20260102T030405000006Z", 5, 3, tl3)
+    assert SnapshotRef.parse(new_snapshot_id(5, when)).timeline == 1
+    for bad in ["000000000005-20260102T030405000006Z-t1", "000000000005-20260102T030405000006Z-t0", "5-x"]:
+        with pytest.raises(UsageError):
+            SnapshotRef.parse(bad)

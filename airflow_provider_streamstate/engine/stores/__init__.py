@@ -23,6 +23,7 @@ __all__ = [
     "ManifestExistsError",
     "S3Store",
     "SnapshotStore",
+    "file_uri_path",
     "open_store",
     "parse_s3_url",
     "s3_client",
@@ -144,20 +145,22 @@ def parse_s3_url(url: str) -> tuple[str, str]:
     return bucket, prefix
 
 
-def _file_path(url: str) -> str:
-    """The absolute path of `file:/abs`, `file:///abs` or `file://localhost/abs`."""
+def file_uri_path(url: str, what: str = "file store URL") -> str:
+    """The absolute path of `file:/abs`, `file:///abs` or `file://localhost/abs` (the forms
+    Hadoop and Spark print); a relative one or another host is refused, never resolved
+    against the current directory."""
     rest = url[len("file:") :]
     if rest.startswith("//"):
         host, _, path = rest[2:].partition("/")
         if host not in ("", "localhost"):
             raise UsageError(
-                f"invalid file store URL {url!r}: {host!r} would be a host name, not part of the path",
+                f"invalid {what} {url!r}: {host!r} would be a host name, not part of the path",
                 hint=f"use three slashes for an absolute path: file:///{host}/{path}",
             )
         rest = "/" + path
     if not rest.startswith("/"):
         raise UsageError(
-            f"invalid file store URL {url!r}: the path is relative",
+            f"invalid {what} {url!r}: the path is relative",
             hint="use an absolute path: file:///abs/path or file:/abs/path",
         )
     return rest
@@ -181,7 +184,7 @@ def open_store(
             hint="drop --aws-conn-id, or give an s3://bucket/prefix store",
         )
     if url.startswith("file:"):
-        return LocalStore(_file_path(url))
+        return LocalStore(file_uri_path(url))
     if url.startswith("/"):
         return LocalStore(url)
     raise UsageError(

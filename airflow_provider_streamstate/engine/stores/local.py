@@ -53,8 +53,26 @@ class LocalStore(SnapshotStore):
     def has_blob(self, digest: str) -> bool:
         return (self.root / blob_key(digest)).is_file()
 
+    def _durable_later(self, *dirs: Path) -> None:
+        """Directories whose entries must reach the disk before the next manifest does."""
+        with self._lock:
+            self._unsynced_dirs.update(dirs)
+
+    def _makedirs(self, d: Path) -> list[Path]:
+        """`mkdir -p d`; returns the parents whose entries changed (each new directory's parent)."""
+        missing = []
+        p = d
+        while not p.exists():
+            missing.append(p)
+            p = p.parent
+        d.mkdir(parents=True, exist_ok=True)
+        return [m.parent for m in missing]
+
     def put_blob(self, digest: str, source: Path, size: int) -> int:
         if self.has_blob(digest):
+            # Perhaps written by another process that has not made it durable yet: a manifest
+            # naming it must not reach the disk before the blob's name does.
+            self._durable_later((self.root / blob_key(digest)).parent)
             return 0
         got, _, written = self.store_file(source)
         if got != digest:
@@ -65,13 +83,13 @@ class LocalStore(SnapshotStore):
     def _publish_blob(self, tmp: Path, digest: str, size: int) -> int:
         """Give a fully written temp file its blob name; exactly one concurrent writer wins."""
         final = self.root / blob_key(digest)
-        final.parent.mkdir(parents=True, exist_ok=True)
+        self._durable_later(*self._makedirs(final.parent))
         try:
             os.link(tmp, final)
         except FileExistsError:
-            return 0  # same content already stored
-        with self._lock:
-            self._unsynced_dirs.add(final.parent)
+            self._durable_later(final.parent)  # stored by another writer, maybe not yet durable
+            return 0
+        self._durable_later(final.parent)
         return size
 
     def store_file(self, source: Path) -> tuple[str, int, int]:
@@ -117,7 +135,10 @@ class LocalStore(SnapshotStore):
 
     def _publish_once(self, final: Path, data: bytes, *, what: str) -> None:
         """Write `data` at `final` atomically, never overwriting: the commit point of a write."""
-        final.parent.mkdir(parents=True, exist_ok=True)
+        new_dirs = self._makedirs(final.parent)
+        if self.fsync:
+            for d in new_dirs:
+                fsync_path(d)  # the path to the manifest is durable before the manifest is
         tmp = self._tmp_path()
         try:
             with open(tmp, "wb") as f:

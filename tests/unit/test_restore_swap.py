@@ -1,0 +1,144 @@
+"""Replacing a checkpoint never leaves the target missing: the swap is one atomic exchange,
+and where the filesystem cannot exchange, a crash between the two renames is repaired by
+the next restore or snapshot of that target. A running stream's checkpoint is never
+replaced."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_streamstate.engine import restore as restore_mod
+from airflow_provider_streamstate.engine.restore import recover_leftovers, restore_snapshot
+from airflow_provider_streamstate.engine.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.stores.local import LocalStore
+from tests.unit.fake_checkpoint import make_checkpoint, store_dirs, write
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _store_with_snapshot(tmp_path: Path) -> tuple[LocalStore, str]:
+    root = make_checkpoint(tmp_path / "source", batches=3)
+    for d in store_dirs(root):
+        for v in range(1, 4):
+            write(d / f"{v}.delta", f"delta {v}")
+    store = LocalStore(tmp_path / "store", fsync=False)
+    return store, create_snapshot(str(root), store, "s").manifest.snapshot_id
+
+
+def _old_checkpoint(path: Path) -> Path:
+    write(path / "metadata", '{"id": "old"}')
+    write(path / "offsets" / "0", "old offsets")
+    return path
+
+
+def test_replacing_a_checkpoint_is_one_atomic_exchange(tmp_path, monkeypatch) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    if not restore_mod._exchange(tmp_path / "a", tmp_path / "b"):
+        pytest.skip("this filesystem has no RENAME_EXCHANGE")
+    store, sid = _store_with_snapshot(tmp_path)
+    target = _old_checkpoint(tmp_path / "ckpt")
+    renames: list[tuple[str, str]] = []
+    real = os.rename
+    monkeypatch.setattr(os, "rename", lambda a, b: (renames.append((str(a), str(b))), real(a, b))[1])
+    restore_snapshot(store, "s", sid, target, force=True, fsync=False)
+    assert renames == []  # no moment at which `target` is missing
+    assert (target / "metadata").read_text() != '{"id": "old"}'
+    assert not [p for p in tmp_path.iterdir() if ".streamstate-" in p.name]  # old contents removed
+
+
+def test_a_crash_between_the_fallback_renames_is_repaired_by_the_next_restore(tmp_path) -> None:
+    store, sid = _store_with_snapshot(tmp_path)
+    target = _old_checkpoint(tmp_path / "ckpt")
+    # A process that dies right after moving the old checkpoint aside (no RENAME_EXCHANGE).
+    crash = textwrap.dedent(f"""
+        import os, sys
+        sys.path.insert(0, {str(REPO)!r})
+        from airflow_provider_streamstate.engine import restore
+        from airflow_provider_streamstate.engine.stores.local import LocalStore
+        restore._exchange = lambda a, b: False
+        real = os.rename
+        def rename(a, b):
+            real(a, b)
+            if "-old-" in str(b):
+                os._exit(9)
+        os.rename = rename
+        restore.restore_snapshot(LocalStore({str(tmp_path / "store")!r}, fsync=False), "s", {sid!r},
+                                 {str(target)!r}, force=True, fsync=False)
+    """)
+    assert subprocess.run([sys.executable, "-c", crash]).returncode == 9
+    assert not target.exists()
+    leftovers = sorted(p.name.split(".streamstate-")[1].split("-")[0] for p in tmp_path.iterdir() if ".streamstate-" in p.name)
+    assert leftovers == ["old", "restore"]
+
+    actions = recover_leftovers(target)
+    assert (target / "metadata").read_text() == '{"id": "old"}'  # the restore did not happen
+    assert any("renamed" in a for a in actions) and not [p for p in tmp_path.iterdir() if ".streamstate-" in p.name]
+
+
+def test_a_snapshot_of_a_checkpoint_a_crashed_restore_left_missing_finds_it_again(tmp_path) -> None:
+    store, _ = _store_with_snapshot(tmp_path)
+    target = make_checkpoint(tmp_path / "ckpt", batches=2)
+    for d in store_dirs(target):
+        for v in range(1, 3):
+            write(d / f"{v}.delta", f"delta {v}")
+    aside = tmp_path / f".ckpt.streamstate-old-{2**22 + 7}-abcdef12"  # a pid no process has
+    os.rename(target, aside)
+    result = create_snapshot(str(target), store, "other")
+    assert result.manifest.batch_id == 1 and target.is_dir() and not aside.exists()
+
+
+def test_leftovers_of_a_restore_still_running_are_left_alone(tmp_path) -> None:
+    target = _old_checkpoint(tmp_path / "ckpt")
+    ours = tmp_path / f".ckpt.streamstate-restore-{os.getppid()}-0123abcd"  # a live process
+    ours.mkdir()
+    assert recover_leftovers(target) == [] and ours.is_dir()
+
+
+def _beat(target: Path, *, pid: int, age_s: float = 0.0, state: str = "running") -> None:
+    import socket
+    from datetime import UTC, datetime, timedelta
+
+    from airflow_provider_streamstate.engine.liveness import Heartbeat, write_heartbeat
+
+    when = (datetime.now(UTC) - timedelta(seconds=age_s)).isoformat().replace("+00:00", "Z")
+    write_heartbeat(target, Heartbeat(
+        query_id="q", run_id="r", query_name="orders", host=socket.gethostname(), pid=pid, state=state,
+        batch_id=7, input_rows=10, updated_at=when, interval_s=5.0,
+    ))
+
+
+def test_the_checkpoint_of_a_running_stream_is_never_replaced(tmp_path) -> None:
+    from airflow_provider_streamstate.engine.errors import StreamRunningError
+
+    store, sid = _store_with_snapshot(tmp_path)
+    target = _old_checkpoint(tmp_path / "ckpt")
+    _beat(target, pid=os.getpid())  # a live driver that beat just now
+    with pytest.raises(StreamRunningError, match="query orders is running") as refused:
+        restore_snapshot(store, "s", sid, target, force=True, fsync=False)
+    assert "stop the stream first" in refused.value.one_line()
+    assert (target / "metadata").read_text() == '{"id": "old"}'
+    assert not [p for p in tmp_path.iterdir() if ".streamstate-" in p.name]  # nothing was staged
+
+
+@pytest.mark.parametrize(
+    "beat",
+    [
+        {"pid": os.getpid(), "age_s": 3600.0},  # stopped beating an hour ago
+        {"pid": 2**22 + 11},  # beat just now, but from a process that is gone on this host
+        {"pid": os.getpid(), "state": "stopped"},  # stopped cleanly
+    ],
+    ids=["stale", "dead-pid", "stopped"],
+)
+def test_a_stream_that_is_not_running_any_more_does_not_block_a_restore(tmp_path, beat) -> None:
+    store, sid = _store_with_snapshot(tmp_path)
+    target = _old_checkpoint(tmp_path / "ckpt")
+    _beat(target, **beat)
+    restore_snapshot(store, "s", sid, target, force=True, fsync=False)
+    assert (target / "metadata").read_text() != '{"id": "old"}'
