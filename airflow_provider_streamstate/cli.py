@@ -2,20 +2,24 @@
 
     streamstate snapshot create --checkpoint PATH --store STORE --stream NAME [--batch N] [--label K=V]... [--json]
     streamstate snapshot list   --store STORE --stream NAME [--json]
-    streamstate snapshot show   --store STORE --stream NAME SNAPSHOT_ID [--json]
-    streamstate restore         --store STORE --stream NAME SNAPSHOT_ID --target DIR [--new-query-id] [--force] [--json]
-    streamstate verify          --store STORE --stream NAME [SNAPSHOT_ID] [--json]
+    streamstate snapshot show   --store STORE --stream NAME SNAPSHOT [--kafka-bootstrap HOST:PORT] [--json]
+    streamstate restore         --store STORE --stream NAME SNAPSHOT --target DIR [--new-query-id] [--force] [--json]
+    streamstate verify          --store STORE --stream NAME [SNAPSHOT] [--json]
+    streamstate streams         --store STORE [--json]
 
+SNAPSHOT is a snapshot id or `latest` (the newest on the stream's current timeline).
 Exit codes: 0 success; 1 failure, with one line on stderr saying what is wrong and what
-to do; 2 usage error. `--debug` shows the traceback of a failure. S3 stores take their
-endpoint and credentials from the standard AWS environment variables (AWS_ENDPOINT_URL,
-AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION, AWS_PROFILE).
+to do; 2 usage error; 130 interrupted. `--debug` shows the traceback of a failure,
+`--verbose` what the engine does. S3 stores take their endpoint and credentials from the
+standard AWS environment variables (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID,
+AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION, AWS_PROFILE) or an Airflow connection.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import threading
 import time
@@ -109,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"streamstate {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks of failures")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what the engine does on stderr")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     snapshot = commands.add_parser("snapshot", help="create, list and show snapshots")
@@ -119,17 +124,33 @@ def build_parser() -> argparse.ArgumentParser:
     _common(create)
     create.add_argument("--batch", type=int, default=None, metavar="N", help="committed batch (default: newest)")
     create.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="repeatable")
+    create.add_argument(
+        "--always", action="store_true",
+        help="take a new snapshot even when the newest one of this timeline already holds the batch",
+    )
+    create.add_argument(
+        "--new-timeline", action="store_true",
+        help="accept a checkpoint of another query (a clone, a fresh start) as a new line of this stream's history",
+    )
+    create.add_argument("--spark-version", default=None, help="the stream's Spark version, recorded in the manifest")
     _parallelism(create)
-    lst = snap_cmds.add_parser("list", help="list a stream's snapshots, oldest first")
+    lst = snap_cmds.add_parser("list", help="list a stream's snapshots, oldest first, with their timelines")
     _common(lst)
     show = snap_cmds.add_parser("show", help="show one snapshot's manifest")
     _common(show)
-    show.add_argument("snapshot_id")
+    show.add_argument("snapshot_id", metavar="SNAPSHOT", help="a snapshot id or `latest`")
     show.add_argument("--files", action="store_true", help="also list every file")
+    show.add_argument(
+        "--kafka-bootstrap", metavar="HOST:PORT",
+        help="also show each partition's earliest and latest offsets on these brokers next to the snapshot's",
+    )
+
+    streams = commands.add_parser("streams", help="list the streams a store holds snapshots of")
+    _common(streams, stream=False)
 
     restore = commands.add_parser("restore", help="materialise a snapshot as a checkpoint directory")
     _common(restore)
-    restore.add_argument("snapshot_id")
+    restore.add_argument("snapshot_id", metavar="SNAPSHOT", help="a snapshot id or `latest`")
     restore.add_argument("--target", required=True, help="directory to write the checkpoint into")
     restore.add_argument("--new-query-id", action="store_true", help="give the copy a fresh query id (a clone)")
     restore.add_argument("--force", action="store_true", help="replace the contents of a non-empty target")
@@ -137,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     verify = commands.add_parser("verify", help="re-hash the blobs of one or all snapshots")
     _common(verify)
-    verify.add_argument("snapshot_id", nargs="?")
+    verify.add_argument("snapshot_id", nargs="?", metavar="SNAPSHOT", help="a snapshot id or `latest` (default: all)")
     _parallelism(verify)
     return parser
 
@@ -182,31 +203,39 @@ def cmd_snapshot_create(args: argparse.Namespace) -> int:
     labels = parse_labels(args.label)
     result = create_snapshot(
         args.checkpoint, _store(args), args.stream, batch_id=args.batch, labels=labels,
-        parallelism=args.parallelism, progress=_progress(args),
+        parallelism=args.parallelism, progress=_progress(args), always=args.always,
+        new_timeline=args.new_timeline, spark_version=args.spark_version,
     )
     r = result.to_json()
-    _out(
-        args,
-        r,
-        f"snapshot {r['snapshot_id']} of {r['stream']}: batch {r['batch_id']}, {r['files']} files, "
-        f"{human_bytes(r['bytes_total'])}; uploaded {human_bytes(r['bytes_uploaded'])} in {r['blobs_uploaded']} blobs, "
-        f"{r['seconds']:.2f}s",
-    )
+    if result.reused:
+        text = (
+            f"snapshot {r['snapshot_id']} of {r['stream']} already holds batch {r['batch_id']} "
+            "(nothing new was taken; --always takes another)"
+        )
+    else:
+        text = (
+            f"snapshot {r['snapshot_id']} of {r['stream']}: batch {r['batch_id']}, timeline {r['timeline']}, "
+            f"{r['files']} files, {human_bytes(r['bytes_total'])}; uploaded {human_bytes(r['bytes_uploaded'])} "
+            f"in {r['blobs_uploaded']} blobs, {r['seconds']:.2f}s"
+        )
+    _out(args, r, text)
     return EXIT_OK
 
 
-def _summary(m: Any) -> dict[str, Any]:
+def _summary(m: Any, on_current: bool) -> dict[str, Any]:
     return {
         "snapshot_id": m.snapshot_id,
         "stream": m.stream,
         "batch_id": m.batch_id,
+        "timeline": m.timeline,
+        "on_current_timeline": on_current,
+        "parent": m.parent,
         "created_at": m.created_at,
         "files": len(m.files),
         "bytes_total": m.bytes_total,
         "state_store": m.state_store,
         "kafka_offsets": m.kafka_offsets,
         "watermark_ms": m.watermark_ms,
-        "parent": m.parent,
         "labels": m.labels,
     }
 
@@ -214,29 +243,35 @@ def _summary(m: Any) -> dict[str, Any]:
 def cmd_snapshot_list(args: argparse.Namespace) -> int:
     from airflow_provider_streamstate.engine.catalog import list_snapshots
 
-    snaps = list_snapshots(_store(args), args.stream)
-    rows = [_summary(m) for m in snaps]
-    lines = [f"{'SNAPSHOT_ID':36} {'BATCH':>7} {'CREATED':20} {'FILES':>6} {'SIZE':>10}  {'STATE':17} LABELS"]
+    listing = list_snapshots(_store(args), args.stream)
+    rows = [_summary(m, listing.on_current_timeline(m)) for m in listing.manifests]
+    lines = [f"  {'SNAPSHOT_ID':39} {'TL':>3} {'BATCH':>7} {'CREATED':20} {'FILES':>6} {'SIZE':>10}  {'STATE':17} LABELS"]
     for r in rows:
         labels = ",".join(f"{k}={v}" for k, v in r["labels"].items())
+        mark = " " if r["on_current_timeline"] else "x"
         lines.append(
-            f"{r['snapshot_id']:36} {r['batch_id']:>7} {r['created_at'][:19]:20} {r['files']:>6} "
-            f"{human_bytes(r['bytes_total']):>10}  {r['state_store']:17} {labels}"
+            f"{mark} {r['snapshot_id']:39} {r['timeline']:>3} {r['batch_id']:>7} {r['created_at'][:19]:20} "
+            f"{r['files']:>6} {human_bytes(r['bytes_total']):>10}  {r['state_store']:17} {labels}"
         )
-    if not rows:
-        lines = [f"no snapshots of stream {args.stream} in {args.store}"]
+    abandoned = sum(1 for r in rows if not r["on_current_timeline"])
+    if abandoned:
+        lines.append(
+            f"x: {abandoned} snapshot(s) of an abandoned timeline (history a rollback left behind); "
+            f"the current timeline is {listing.timelines.current}"
+        )
     _out(args, rows, "\n".join(lines))
     return EXIT_OK
 
 
 def cmd_snapshot_show(args: argparse.Namespace) -> int:
-    from airflow_provider_streamstate.engine.catalog import get_snapshot
+    from airflow_provider_streamstate.engine.catalog import resolve_snapshot
 
-    m = get_snapshot(_store(args), args.stream, args.snapshot_id)
+    m = resolve_snapshot(_store(args), args.stream, args.snapshot_id)
     lines = [
         f"snapshot      {m.snapshot_id}",
         f"stream        {m.stream}",
         f"batch         {m.batch_id} (resumes with batch {m.batch_id + 1})",
+        f"timeline      {m.timeline}",
         f"created       {m.created_at} by {m.created_by}",
         f"query id      {m.query_id}",
         f"parent        {m.parent or '-'}",
@@ -244,21 +279,58 @@ def cmd_snapshot_show(args: argparse.Namespace) -> int:
         f"batch time    {_fmt_ms(m.batch_timestamp_ms)}",
         f"state store   {m.state_store}",
         f"spark         {m.spark_version or '-'}",
+        f"checkpoint    {m.checkpoint or '-'}",
         f"files         {len(m.files)} ({human_bytes(m.bytes_total)}, {len(m.blobs)} distinct blobs)",
         f"labels        {', '.join(f'{k}={v}' for k, v in m.labels.items()) or '-'}",
-        "kafka offsets",
     ]
-    for topic, parts in sorted(m.kafka_offsets.items()):
-        lines.append(f"  {topic}: " + ", ".join(f"{p}={o}" for p, o in sorted(parts.items(), key=lambda x: int(x[0]))))
+    data = m.to_dict()
+    if args.kafka_bootstrap:
+        from airflow_provider_streamstate.engine.kafka import broker_offsets
+
+        parts = broker_offsets(args.kafka_bootstrap, m.kafka_offsets)
+        data["broker_offsets"] = [p.to_json() for p in parts]
+        lines.append(f"kafka offsets (snapshot / broker earliest..latest at {args.kafka_bootstrap})")
+        for p in parts:
+            state = "ok" if p.available else "GONE: retention deleted records the restore needs"
+            if p.snapshot > p.latest:
+                state = "AHEAD of the broker: another cluster, or the topic was recreated"
+            lines.append(
+                f"  {p.topic}[{p.partition}]: {p.snapshot} / {p.earliest}..{p.latest}  {p.behind} behind  {state}"
+            )
+    else:
+        lines.append("kafka offsets")
+        for topic, offsets in sorted(m.kafka_offsets.items()):
+            lines.append(
+                f"  {topic}: " + ", ".join(f"{p}={o}" for p, o in sorted(offsets.items(), key=lambda x: int(x[0])))
+            )
     lines.append("operators")
     for op in m.operators:
         lines.append(
             f"  {op.operator_id}: {op.name}, {op.partitions} partitions, stores {','.join(op.stores)}, version {op.state_version}"
         )
+    if not m.operators:
+        lines.append("  none (a stateless query)")
     if args.files:
         lines.append("files")
         lines.extend(f"  {f.sha256[:12]} {f.size:>12} {f.path}" for f in m.files)
-    _out(args, m.to_dict(), "\n".join(lines))
+    _out(args, data, "\n".join(lines))
+    return EXIT_OK
+
+
+def cmd_streams(args: argparse.Namespace) -> int:
+    from airflow_provider_streamstate.engine.catalog import list_streams
+
+    store = _store(args)
+    rows = [s.to_json() for s in list_streams(store)]
+    if not rows and not args.json:
+        print(f"no snapshots of any stream in {store.url}")
+        return EXIT_OK
+    lines = [f"{'STREAM':32} {'SNAPSHOTS':>9} {'TL':>3} {'SIZE':>10}  NEWEST"]
+    for r in rows:
+        lines.append(
+            f"{r['stream']:32} {r['snapshots']:>9} {r['current_timeline']:>3} {human_bytes(r['bytes']):>10}  {r['newest'] or '-'}"
+        )
+    _out(args, rows, "\n".join(lines))
     return EXIT_OK
 
 
@@ -270,21 +342,32 @@ def cmd_restore(args: argparse.Namespace) -> int:
         new_query_id=args.new_query_id, parallelism=args.parallelism, progress=_progress(args),
     )
     r = result.to_json()
-    _out(
-        args,
-        r,
+    text = (
         f"restored {r['snapshot_id']} (batch {r['batch_id']}, {r['files']} files, {human_bytes(r['bytes'])}) "
-        f"to {r['target']}; a query started on it resumes with batch {r['batch_id'] + 1}",
+        f"to {r['target']}; a query started on it resumes with batch {r['batch_id'] + 1}"
     )
+    if r["clone"]:
+        text += f"\nclone: new query id {r['query_id']}; snapshot it under its own --stream name"
+    elif r["new_timeline"]:
+        text += f"\nrollback: stream {r['stream']} continues on new timeline {r['timeline']}"
+    _out(args, r, text)
     return EXIT_OK
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from airflow_provider_streamstate.engine.verify import verify_snapshots
 
-    result = verify_snapshots(
-        _store(args), args.stream, args.snapshot_id, parallelism=args.parallelism, progress=_progress(args)
-    )
+    store = _store(args)
+    snapshot_id = args.snapshot_id
+    if snapshot_id is not None:
+        from airflow_provider_streamstate.engine.catalog import resolve_snapshot
+
+        snapshot_id = resolve_snapshot(store, args.stream, snapshot_id).snapshot_id
+    elif not store.list_snapshot_ids(args.stream):
+        from airflow_provider_streamstate.engine.catalog import no_snapshots_error
+
+        raise no_snapshots_error(store, args.stream)  # verifying nothing must not pass
+    result = verify_snapshots(store, args.stream, snapshot_id, parallelism=args.parallelism, progress=_progress(args))
     r = result.to_json()
     if args.json:
         print(json.dumps(r))
@@ -303,9 +386,20 @@ COMMANDS = {
     ("snapshot", "create"): cmd_snapshot_create,
     ("snapshot", "list"): cmd_snapshot_list,
     ("snapshot", "show"): cmd_snapshot_show,
+    ("streams", None): cmd_streams,
     ("restore", None): cmd_restore,
     ("verify", None): cmd_verify,
 }
+
+
+def _configure_logging(verbose: bool) -> None:
+    """The engine logs to the `streamstate` logger hierarchy; --verbose shows it on stderr."""
+    logger = logging.getLogger("streamstate")
+    if verbose and not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -322,6 +416,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is None:  # a command group without its subcommand
         getattr(args, "help_parser", parser).print_help(sys.stderr)
         return EXIT_USAGE
+    _configure_logging(args.verbose)
     if getattr(args, "parallelism", 1) < 1:
         print("streamstate: error: --parallelism must be at least 1", file=sys.stderr)
         return EXIT_USAGE
