@@ -83,3 +83,82 @@ def read_state(spark: SparkSession, checkpoint: str, **options: object) -> DataF
         if value is not None:
             reader = reader.option(key, str(value))
     return reader.load(checkpoint)
+
+
+def attach_heartbeat(
+    spark: SparkSession, checkpoint: str, *, interval_s: float = 5.0, query_name: str | None = None
+) -> object:
+    """Make the stream on `checkpoint` say it is alive (`engine.liveness`): a
+    StreamingQueryListener writes the heartbeat when the query starts, on every progress
+    event (Spark emits one on idle too) and once more when it stops or fails, and a timer
+    thread keeps beating during a long batch. Follows the first query started after it is
+    attached, or the one named `query_name`. Returns the listener (remove it with
+    `spark.streams.removeListener`)."""
+    import os
+    import socket
+    import threading
+
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    from airflow_provider_streamstate.engine.liveness import Heartbeat, now_iso, write_heartbeat
+
+    class HeartbeatListener(StreamingQueryListener):
+        def __init__(self) -> None:
+            self.lock = threading.Lock()
+            self.query_id: str | None = None
+            self.beat: Heartbeat | None = None
+            self.stopped = threading.Event()
+            threading.Thread(target=self._timer, name="streamstate-heartbeat", daemon=True).start()
+
+        def _write(self, **changes: object) -> None:
+            with self.lock:
+                assert self.beat is not None
+                fields = {**self.beat.__dict__, **changes, "updated_at": now_iso()}
+                self.beat = Heartbeat(**fields)  # type: ignore[arg-type]
+                try:
+                    write_heartbeat(checkpoint, self.beat)
+                except OSError:
+                    pass  # a full or vanished disk must not kill the stream; the beat goes stale
+
+        def _timer(self) -> None:
+            while not self.stopped.wait(interval_s):
+                if self.beat is not None and self.beat.state in ("starting", "running"):
+                    self._write()
+
+        def _ours(self, qid: str, name: str | None = None) -> bool:
+            if self.query_id is None and (query_name is None or name == query_name):
+                self.query_id = qid
+            return qid == self.query_id
+
+        def onQueryStarted(self, event: object) -> None:
+            qid, name = str(event.id), event.name  # type: ignore[attr-defined]
+            if not self._ours(qid, name):
+                return
+            with self.lock:
+                self.beat = Heartbeat(
+                    query_id=qid, run_id=str(event.runId), query_name=name or "",  # type: ignore[attr-defined]
+                    host=socket.gethostname(), pid=os.getpid(), state="starting", batch_id=None,
+                    input_rows=None, updated_at=now_iso(), interval_s=interval_s,
+                )
+            self._write()
+
+        def onQueryProgress(self, event: object) -> None:
+            p = event.progress  # type: ignore[attr-defined]
+            if self.beat is not None and self._ours(str(p.id)):
+                self._write(state="running", batch_id=p.batchId, input_rows=p.numInputRows)
+
+        def onQueryIdle(self, event: object) -> None:
+            if self.beat is not None and self._ours(str(event.id)):  # type: ignore[attr-defined]
+                self._write(state="running")
+
+        def onQueryTerminated(self, event: object) -> None:
+            if self.beat is None or not self._ours(str(event.id)):  # type: ignore[attr-defined]
+                return
+            exc = event.exception  # type: ignore[attr-defined]
+            first = exc.strip().splitlines()[0] if exc else None
+            self._write(state="failed" if exc else "stopped", exception=first)
+            self.stopped.set()
+
+    listener = HeartbeatListener()
+    spark.streams.addListener(listener)
+    return listener
