@@ -178,16 +178,25 @@ def _store(args: argparse.Namespace) -> Any:
     import contextlib
     import os
 
+    from airflow_provider_streamstate.engine.errors import UsageError
     from airflow_provider_streamstate.engine.stores import open_store
 
+    parallelism = getattr(args, "parallelism", 8)
     conn_id = getattr(args, "aws_conn_id", None)
-    if conn_id:
-        # Airflow configures its logging at import, onto the stdout it finds then: send it to
-        # stderr, warnings only, so `--json` output stays one document.
-        os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
-        with contextlib.redirect_stdout(sys.stderr), contextlib.suppress(ImportError):
-            import airflow.providers.amazon.aws.hooks.s3  # noqa: F401 - open_store reports a missing provider
-    return open_store(args.store, parallelism=getattr(args, "parallelism", 8), aws_conn_id=conn_id)
+    if not conn_id:
+        return open_store(args.store, parallelism=parallelism)
+    # Airflow configures its logging at import, onto the stdout it finds then: send it to
+    # stderr, warnings only, so `--json` output stays one document.
+    os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
+    with contextlib.redirect_stdout(sys.stderr):
+        try:
+            from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
+        except ImportError as exc:
+            raise UsageError(
+                f"--aws-conn-id needs Airflow and its amazon provider: {exc}",
+                hint="install apache-airflow-providers-amazon, or configure S3 with the AWS_* environment variables",
+            ) from None
+        return StreamstateStoreHook(args.store, aws_conn_id=conn_id, parallelism=parallelism).store
 
 
 def _fmt_ms(ms: int | None) -> str:

@@ -24,4 +24,13 @@ def get_provider_info() -> dict[str, Any]:
                 "tags": ["software"],
             }
         ],
+        "hooks": [
+            {
+                "integration-name": "streamstate",
+                "python-modules": [
+                    "airflow_provider_streamstate.hooks.kafka",
+                    "airflow_provider_streamstate.hooks.store",
+                ],
+            }
+        ],
     }

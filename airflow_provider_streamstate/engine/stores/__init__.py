@@ -26,6 +26,7 @@ __all__ = [
     "file_uri_path",
     "open_store",
     "parse_s3_url",
+    "client_config",
     "s3_client",
     "s3_client_from_env",
 ]
@@ -34,7 +35,7 @@ BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _UNPRINTABLE_RE = re.compile(r"[\x00-\x1f\x7f\\]")
 
 
-def _client_config(max_connections: int, *, path_style: bool) -> Any:
+def client_config(max_connections: int, *, path_style: bool) -> Any:
     from botocore.config import Config
 
     return Config(
@@ -55,61 +56,26 @@ def _endpoint_from_env() -> bool:
 def _client_from_env(max_connections: int) -> Any:
     import boto3
 
-    return boto3.session.Session().client("s3", config=_client_config(max_connections, path_style=_endpoint_from_env()))
+    return boto3.session.Session().client("s3", config=client_config(max_connections, path_style=_endpoint_from_env()))
 
 
-def _client_from_connection(conn_id: str, max_connections: int) -> Any:
-    """`S3Hook(aws_conn_id=conn_id).get_conn()`, with our pool size and retries under the
-    connection's own `config_kwargs`; an unknown connection id is an error, not "no connection"."""
+def s3_client(*, max_connections: int = 16) -> Any:
+    """A boto3 S3 client from the AWS environment: what boto3 reads itself
+    (AWS_ENDPOINT_URL[_S3], credentials, AWS_DEFAULT_REGION, AWS_PROFILE, AWS_CONFIG_FILE);
+    a custom endpoint gets path-style addressing. Any configuration error is a one-line
+    UsageError naming the setting to fix. (Clients from an Airflow connection come from
+    `hooks.store`: the engine does not import Airflow.)"""
     try:
-        from airflow.providers.amazon.aws.hooks.s3 import S3Hook
-        from airflow.sdk.exceptions import AirflowNotFoundException
-    except ImportError as exc:
-        raise UsageError(
-            f"an Airflow connection ({conn_id!r}) needs Airflow and its amazon provider: {exc}",
-            hint="install apache-airflow-providers-amazon, or configure S3 with the AWS_* environment variables",
-        ) from None
-    try:
-        S3Hook.get_connection(conn_id)
-    except AirflowNotFoundException:
-        raise UsageError(
-            f"Airflow connection {conn_id!r} does not exist",
-            hint=f"define it (an AIRFLOW_CONN_{conn_id.upper()} environment variable, or in Airflow's secrets "
-            "backend), or fix the connection id",
-        ) from None
-    wrapper = S3Hook(aws_conn_id=conn_id).conn_config
-    config = _client_config(max_connections, path_style=bool(wrapper.get_service_endpoint_url("s3")))
-    if wrapper.botocore_config is not None:
-        config = config.merge(wrapper.botocore_config)
-    return S3Hook(aws_conn_id=conn_id, config=config).get_conn()
-
-
-def s3_client(aws_conn_id: str | None = None, *, max_connections: int = 16) -> Any:
-    """A boto3 S3 client: from Airflow connection `aws_conn_id`, else from the AWS environment.
-
-    The environment means what boto3 reads itself (AWS_ENDPOINT_URL[_S3], credentials,
-    AWS_DEFAULT_REGION, AWS_PROFILE, AWS_CONFIG_FILE); a custom endpoint gets path-style
-    addressing. Connections come from `AIRFLOW_CONN_<ID>` variables or Airflow's
-    configured secrets backend (outside a task, Airflow 3 does not read its database).
-    Any configuration error is a one-line UsageError naming the setting to fix.
-    """
-    try:
-        if aws_conn_id:
-            return _client_from_connection(aws_conn_id, max_connections)
         return _client_from_env(max_connections)
     except StreamstateError:
         raise
     except Exception as exc:  # noqa: BLE001 - building a client fails only on configuration
-        raise client_error(exc, conn_id=aws_conn_id) from None
+        raise client_error(exc) from None
 
 
 def s3_client_from_env(max_connections: int = 16) -> Any:
     """A boto3 S3 client configured by the standard AWS environment variables."""
     return s3_client(max_connections=max_connections)
-
-
-def _new_client(aws_conn_id: str | None, max_connections: int) -> Any:
-    return s3_client(aws_conn_id, max_connections=max_connections)  # open_store's argument shadows the name
 
 
 def parse_s3_url(url: str) -> tuple[str, str]:
@@ -171,17 +137,17 @@ def open_store(
 ) -> SnapshotStore:
     """A store from its URL: `file:///abs/path`, `file:/abs/path`, an absolute path, or `s3://bucket[/prefix]`.
 
-    `s3_client` is used as given; else one is built (`s3_client()`) from Airflow connection
-    `aws_conn_id`, or from the AWS environment.
+    `s3_client` is used as given (the Airflow layer passes its connection's, naming it in
+    `aws_conn_id` for error hints); else one is built from the AWS environment.
     """
     if url.startswith("s3://"):
         bucket, prefix = parse_s3_url(url)
-        client = s3_client if s3_client is not None else _new_client(aws_conn_id, parallelism * 2)
+        client = s3_client if s3_client is not None else s3_client_from_env(parallelism * 2)
         return S3Store(client, bucket, prefix, aws_conn_id=aws_conn_id)
     if aws_conn_id:
         raise UsageError(
             f"an AWS connection ({aws_conn_id!r}) applies only to s3:// stores, not {url!r}",
-            hint="drop --aws-conn-id, or give an s3://bucket/prefix store",
+            hint="drop --aws-conn-id (aws_conn_id), or give an s3://bucket/prefix store",
         )
     if url.startswith("file:"):
         return LocalStore(file_uri_path(url))

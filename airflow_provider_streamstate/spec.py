@@ -1,0 +1,118 @@
+"""A stream, described once: what every task that snapshots, restores, starts, watches or
+clones it needs to know, as a small typed value that DAG authors write, Airflow templates
+and XCom carries (`to_dict()` is plain JSON).
+
+    orders = StreamSpec(
+        name="orders",
+        application="/opt/jobs/orders.py",
+        application_args=["--checkpoint", "{checkpoint}", "--alerts-topic", "{sinks[alerts]}"],
+        checkpoint="/data/checkpoints/orders",
+        store="s3://snapshots/prod", aws_conn_id="aws_snapshots",
+        kafka_conn_id="kafka_prod", sinks={"alerts": "orders-alerts"},
+    )
+
+`application_args` may name the spec's own `{checkpoint}`, `{name}` and `{sinks[KEY]}`:
+a clone is the same spec with another name, checkpoint and sinks, and its arguments
+follow. Pure Python: no Airflow, pyspark or boto3 import.
+"""
+
+from __future__ import annotations
+
+import json
+import string
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, ClassVar
+
+from airflow_provider_streamstate.engine.errors import UsageError
+from airflow_provider_streamstate.engine.manifest import validate_stream_name
+
+_PLACEHOLDERS = {"checkpoint", "name", "sinks"}
+
+
+@dataclass
+class StreamSpec:
+    """One stream: its Spark application, checkpoint, snapshot store and connections."""
+
+    name: str
+    checkpoint: str
+    store: str
+    application: str = ""
+    application_args: list[str] = field(default_factory=list)
+    aws_conn_id: str | None = None  # the store's (and an s3a checkpoint's) Airflow `aws` connection
+    kafka_conn_id: str | None = None  # the stream's Kafka cluster, an Airflow `kafka` connection
+    spark_conn_id: str = "spark_default"  # SparkSubmitHook's `spark` connection
+    master: str | None = None  # overrides the spark connection's master (e.g. local[2])
+    conf: dict[str, str] = field(default_factory=dict)
+    jars: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    sinks: dict[str, str] = field(default_factory=dict)  # where it writes: topics, paths
+    spark_version: str | None = None
+    heartbeat_interval_s: float = 5.0
+
+    # Airflow renders these when a spec is an operator's templated argument.
+    template_fields: ClassVar[tuple[str, ...]] = (
+        "checkpoint", "store", "application", "application_args", "master", "conf", "sinks", "env",
+    )
+
+    def __post_init__(self) -> None:
+        validate_stream_name(self.name)
+        for attr in ("checkpoint", "store"):
+            if not isinstance(getattr(self, attr), str) or not getattr(self, attr):
+                raise UsageError(f"stream {self.name}: {attr} is required", hint=f"give the stream's {attr}")
+        for attr in ("application_args", "jars"):
+            if not all(isinstance(x, str) for x in getattr(self, attr)):
+                raise UsageError(f"stream {self.name}: {attr} must be a list of strings")
+        for attr in ("conf", "env", "sinks"):
+            value = getattr(self, attr)
+            if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+                raise UsageError(f"stream {self.name}: {attr} must map strings to strings")
+        if not isinstance(self.heartbeat_interval_s, int | float) or not 0 < self.heartbeat_interval_s <= 600:
+            raise UsageError(f"stream {self.name}: heartbeat_interval_s must be in (0, 600] seconds")
+        for arg in self.application_args:
+            for _, name, _, _ in string.Formatter().parse(arg):
+                if name is not None and name.split("[")[0].split(".")[0] not in _PLACEHOLDERS:
+                    raise UsageError(
+                        f"stream {self.name}: argument {arg!r} names {{{name}}}",
+                        hint="arguments may name {checkpoint}, {name} and {sinks[KEY]}; write a literal brace as {{ or }}",
+                    )
+
+    def resolved_args(self) -> list[str]:
+        """`application_args` with `{checkpoint}`, `{name}` and `{sinks[KEY]}` filled in."""
+        out = []
+        for arg in self.application_args:
+            try:
+                out.append(arg.format(checkpoint=self.checkpoint, name=self.name, sinks=self.sinks))
+            except (KeyError, IndexError, ValueError) as exc:
+                raise UsageError(
+                    f"stream {self.name}: argument {arg!r} cannot be filled in ({exc})",
+                    hint=f"its sinks are {sorted(self.sinks) or 'none'}; name one of them",
+                ) from None
+        return out
+
+    def derive(self, **changes: Any) -> StreamSpec:
+        """The same stream with some fields changed (a clone: name, checkpoint, sinks)."""
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_value(cls, value: StreamSpec | dict[str, Any] | str) -> StreamSpec:
+        """A spec from itself, its `to_dict()` or that as JSON (what XCom and Params carry)."""
+        if isinstance(value, StreamSpec):
+            return value
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                raise UsageError("a stream spec given as text must be JSON", hint="pass StreamSpec(...).to_dict()") from None
+        if not isinstance(value, dict):
+            raise UsageError(f"a stream spec must be a StreamSpec or a dict, not {type(value).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(value) - known)
+        if unknown:
+            raise UsageError(f"unknown stream spec field(s) {', '.join(unknown)}", hint=f"fields are {', '.join(sorted(known))}")
+        try:
+            return cls(**value)
+        except TypeError as exc:
+            raise UsageError(f"invalid stream spec: {exc}", hint="give at least name, checkpoint and store") from None
