@@ -33,4 +33,22 @@ def get_provider_info() -> dict[str, Any]:
                 ],
             }
         ],
+        "sensors": [
+            {
+                "integration-name": "streamstate",
+                "python-modules": [
+                    "airflow_provider_streamstate.sensors.kafka",
+                    "airflow_provider_streamstate.sensors.stream",
+                ],
+            }
+        ],
+        "triggers": [
+            {
+                "integration-name": "streamstate",
+                "python-modules": [
+                    "airflow_provider_streamstate.triggers.kafka",
+                    "airflow_provider_streamstate.triggers.stream",
+                ],
+            }
+        ],
     }

@@ -1,0 +1,96 @@
+"""What the streamstate sensors share: the stream as a templated spec, engine errors as
+Airflow's (retry only what a retry can fix), and the deferrable path: poke once, then
+hand the waiting to a trigger that runs the same engine check (`engine.health`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from airflow_provider_streamstate.engine.errors import StreamstateError
+from airflow_provider_streamstate.spec import StreamSpec
+from airflow_provider_streamstate.triggers.base import ERROR, FAILED, SUCCESS, Check
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+    from airflow.triggers.base import BaseTrigger
+
+
+class StreamSensorBase(BaseSensorOperator):
+    """A sensor on one stream, usable in poke, reschedule and deferrable mode.
+
+    :param stream: the stream, a `StreamSpec` or its `to_dict()` (or that as JSON, e.g. from
+        XCom) (templated).
+    :param deferrable: wait in the triggerer instead of a worker slot.
+    """
+
+    template_fields: tuple[str, ...] = ("stream",)
+
+    def __init__(
+        self, *, stream: StreamSpec | dict[str, Any] | str,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False), **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if not isinstance(stream, str) or "{{" not in stream:
+            try:  # a mistake in a literal spec is a DAG import error, not a run-time failure
+                StreamSpec.from_value(stream)
+            except StreamstateError as exc:
+                raise ValueError(f"{self.task_id}: {exc.one_line()}") from None
+        self.stream = stream
+        self.deferrable = deferrable
+
+    @property
+    def spec(self) -> StreamSpec:
+        """The rendered stream."""
+        return self.engine(lambda: StreamSpec.from_value(self.stream))
+
+    def engine(self, call: Callable[[], Any]) -> Any:
+        """`call()` with engine errors as Airflow's: retried only when `retryable`."""
+        try:
+            return call()
+        except StreamstateError as exc:
+            if exc.retryable:
+                raise AirflowException(exc.one_line()) from exc
+            raise AirflowFailException(exc.one_line()) from exc
+
+    def check(self) -> Check:
+        """One engine check (run in the worker; the trigger runs the same one)."""
+        raise NotImplementedError
+
+    def trigger(self) -> BaseTrigger:
+        """The trigger that goes on checking in deferrable mode."""
+        raise NotImplementedError
+
+    def describe(self, result: Check) -> str:
+        return f"stream {self.spec.name}: {result.message}"
+
+    def poke(self, context: Context) -> PokeReturnValue:
+        result: Check = self.engine(self.check)
+        self.log.info("%s", self.describe(result))
+        if result.outcome == "failed":
+            raise AirflowFailException(f"stream {self.spec.name}: {result.message}")
+        return PokeReturnValue(result.outcome == "ready", result.to_json() if result.outcome == "ready" else None)
+
+    def execute(self, context: Context) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        first = self.poke(context)
+        if first.is_done:
+            return first.xcom_value
+        self.defer(timeout=timedelta(seconds=self.timeout), trigger=self.trigger(), method_name="execute_complete")
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
+        """Resume after the trigger fired: its result on success, else the error it names."""
+        if not isinstance(event, dict) or event.get("status") not in (SUCCESS, FAILED, ERROR):
+            raise AirflowException(f"{self.task_id}: the trigger sent an unexpected event {event!r}")
+        message = f"stream {self.spec.name}: {event.get('message')}"
+        if event["status"] == FAILED:
+            raise AirflowFailException(message)
+        if event["status"] == ERROR:
+            raise AirflowException(message)
+        self.log.info("%s", message)
+        return event.get("result")
