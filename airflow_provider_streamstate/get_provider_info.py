@@ -24,6 +24,14 @@ def get_provider_info() -> dict[str, Any]:
                 "tags": ["software"],
             }
         ],
+        "operators": [
+            {
+                "integration-name": "streamstate",
+                "python-modules": [
+                    "airflow_provider_streamstate.operators.snapshot",
+                ],
+            }
+        ],
         "hooks": [
             {
                 "integration-name": "streamstate",

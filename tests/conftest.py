@@ -4,7 +4,6 @@ session per test session, both from the same code the demo and benchmarks use.""
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import tempfile
 import uuid
@@ -16,11 +15,12 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-# Airflow reads its home at import: keep it out of the user's ~/airflow.
-_AIRFLOW_HOME = tempfile.mkdtemp(prefix="streamstate-airflow-")
-os.environ.setdefault("AIRFLOW_HOME", _AIRFLOW_HOME)
-os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "false")
-os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "true")
+# Airflow reads its home, DB and DAG folder at import: keep them out of the user's ~/airflow.
+_AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="streamstate-airflow-"))
+
+from tests import airflow_harness  # noqa: E402
+
+airflow_harness.configure_airflow_env(_AIRFLOW_HOME)
 
 from dev import stack as stack_mod  # noqa: E402
 
@@ -91,3 +91,16 @@ def make_store(stack: stack_mod.Stack, tmp_path: Path):  # noqa: ANN201
         return S3Store(s3_client(stack), bucket, prefix), f"s3://{bucket}/{prefix}", stack.s3_env("primary")
 
     return make
+
+
+@pytest.fixture(scope="session")
+def airflow_dags() -> Path:
+    """Airflow's metadata DB migrated and the DAG folder filled, once per session."""
+    airflow_harness.prepare_airflow(_AIRFLOW_HOME)
+    return _AIRFLOW_HOME / "dags"
+
+
+@pytest.fixture
+def run_dag(airflow_dags: Path):  # noqa: ANN201
+    """run_dag(dag_id, conf) -> DagResult: one real DAG run with `dag.test()`."""
+    return airflow_harness.run_dag

@@ -92,10 +92,13 @@ def latest_snapshot(
     return None
 
 
-def resolve_snapshot(store: SnapshotStore, stream: str, spec: str) -> Manifest:
-    """A snapshot named by id or by `latest` (newest on the stream's current timeline)."""
+def resolve_snapshot(store: SnapshotStore, stream: str, spec: str, *, labels: dict[str, str] | None = None) -> Manifest:
+    """A snapshot named by id or by `latest` (newest on the stream's current timeline);
+    with `labels`, `latest` is the newest there that carries all of them."""
     validate_stream_name(stream)
     if spec == LATEST:
+        if labels:
+            return _latest_labelled(store, stream, labels)
         m = latest_snapshot(store, stream)
         if m is None:
             raise no_snapshots_error(store, stream)
@@ -106,7 +109,26 @@ def resolve_snapshot(store: SnapshotStore, stream: str, spec: str) -> Manifest:
         raise UsageError(exc.message, hint="give a snapshot id or `latest`; see `streamstate snapshot list`") from None
     if not store.list_snapshot_ids(stream):
         raise no_snapshots_error(store, stream)
-    return get_snapshot(store, stream, spec)
+    m = get_snapshot(store, stream, spec)
+    if labels and not labels.items() <= m.labels.items():
+        raise NotFoundError(f"snapshot {spec} of {stream} does not carry labels {labels}", hint="drop the labels or name another snapshot")
+    return m
+
+
+def _latest_labelled(store: SnapshotStore, stream: str, labels: dict[str, str]) -> Manifest:
+    refs = snapshot_refs(store, stream)
+    if not refs:
+        raise no_snapshots_error(store, stream)
+    tls = load_timelines(store, stream, refs)
+    for ref in sorted((r for r in refs if tls.contains(r)), key=lambda r: (r.batch_id, r.created), reverse=True):
+        m = get_snapshot(store, stream, ref.snapshot_id)
+        if labels.items() <= m.labels.items():
+            return m
+    shown = ",".join(f"{k}={v}" for k, v in labels.items())
+    raise NotFoundError(
+        f"no snapshot of {stream} on its current timeline carries {shown}",
+        hint=f"check the labels with `streamstate snapshot list --store {store.url} --stream {stream}`",
+    )
 
 
 @dataclass(frozen=True)

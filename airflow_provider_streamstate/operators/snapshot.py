@@ -1,0 +1,155 @@
+"""Operators over a stream's snapshots: take one, restore one, verify them. Thin over the
+store hook and the engine; each returns a small JSON summary for XCom."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cached_property
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
+from airflow_provider_streamstate.spec import StreamSpec
+from airflow_provider_streamstate.task_errors import CancellableTask, engine_errors
+
+
+class _StreamTask(CancellableTask, BaseOperator):
+    """What every snapshot operator shares: the stream spec and its store hook."""
+
+    def __init__(self, *, stream: StreamSpec | dict[str, Any], parallelism: int = 8, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.stream = stream
+        self.parallelism = parallelism
+
+    @cached_property
+    def spec(self) -> StreamSpec:
+        with engine_errors():
+            return StreamSpec.from_value(self.stream)
+
+    @cached_property
+    def hook(self) -> StreamstateStoreHook:
+        return StreamstateStoreHook(self.spec.store, aws_conn_id=self.spec.aws_conn_id, parallelism=self.parallelism)
+
+
+class SnapshotStreamOperator(_StreamTask):
+    """Take a consistent snapshot of a (running) stream into its store.
+
+    A retry after the snapshot was published finds it and returns it (a snapshot of a
+    batch the newest snapshot already holds is that snapshot).
+
+    :param stream: the stream (a StreamSpec or its dict). (templated)
+    :param batch_id: committed batch to cut at; default the newest. (templated)
+    :param labels: KEY=VALUE labels for the snapshot. (templated)
+    :param always: take a new snapshot even when the newest one holds the batch.
+    :param parallelism: concurrent file transfers.
+    """
+
+    template_fields: Sequence[str] = ("stream", "batch_id", "labels")
+
+    def __init__(
+        self, *, batch_id: int | None = None, labels: dict[str, str] | None = None, always: bool = False, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.batch_id = batch_id
+        self.labels = labels
+        self.always = always
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_provider_streamstate.engine.snapshot import create_snapshot
+
+        spec = self.spec
+        self.log.info("snapshot of stream %s from %s into %s", spec.name, spec.checkpoint, spec.store)
+        with self.cancellable():
+            result = create_snapshot(
+                spec.checkpoint, self.hook.store, spec.name,
+                batch_id=None if self.batch_id in (None, "") else int(self.batch_id),
+                labels=dict(self.labels or {}), parallelism=self.parallelism, spark_version=spec.spark_version,
+                always=self.always,
+            )
+        out = result.to_json()
+        self.log.info(
+            "%s %s: batch %s, %s bytes uploaded", "reused" if result.reused else "published",
+            out["snapshot_id"], out["batch_id"], out["bytes_uploaded"],
+        )
+        return out
+
+
+class RestoreSnapshotOperator(_StreamTask):
+    """Restore a snapshot as a checkpoint: the stream's own (a rollback) or another directory.
+
+    Refused while the stream runs on the target. Restoring a snapshot that is not the
+    newest of the current timeline starts a new timeline.
+
+    :param stream: the stream (a StreamSpec or its dict). (templated)
+    :param snapshot: a snapshot id or `latest`. (templated)
+    :param labels: with `latest`, the newest snapshot carrying these labels. (templated)
+    :param target: where to write the checkpoint; default the stream's checkpoint. (templated)
+    :param force: replace a non-empty target (needed to roll back in place).
+    :param new_query_id: give the copy a fresh query id (a clone).
+    :param parallelism: concurrent file transfers.
+    """
+
+    template_fields: Sequence[str] = ("stream", "snapshot", "labels", "target")
+
+    def __init__(
+        self, *, snapshot: str = "latest", labels: dict[str, str] | None = None, target: str | None = None,
+        force: bool = False, new_query_id: bool = False, **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.snapshot = snapshot
+        self.labels = labels
+        self.target = target
+        self.force = force
+        self.new_query_id = new_query_id
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_provider_streamstate.engine.catalog import resolve_snapshot
+        from airflow_provider_streamstate.engine.restore import restore_snapshot
+
+        spec = self.spec
+        target = self.target or spec.checkpoint
+        with self.cancellable():
+            manifest = resolve_snapshot(self.hook.store, spec.name, self.snapshot, labels=self.labels or None)
+            self.log.info("restoring %s of %s (batch %d) to %s", manifest.snapshot_id, spec.name, manifest.batch_id, target)
+            result = restore_snapshot(
+                self.hook.store, spec.name, manifest.snapshot_id, target, force=self.force,
+                new_query_id=self.new_query_id, parallelism=self.parallelism,
+            )
+        return result.to_json()
+
+
+class VerifySnapshotsOperator(_StreamTask):
+    """Re-hash every blob of one snapshot (or all of a stream's) against its sha256.
+
+    A damaged snapshot fails the task at once, naming the files (a retry cannot repair it).
+
+    :param stream: the stream (a StreamSpec or its dict). (templated)
+    :param snapshot: a snapshot id or `latest`; default every snapshot. (templated)
+    :param parallelism: concurrent reads.
+    """
+
+    template_fields: Sequence[str] = ("stream", "snapshot")
+
+    def __init__(self, *, snapshot: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.snapshot = snapshot
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_provider_streamstate.engine.catalog import no_snapshots_error, resolve_snapshot
+        from airflow_provider_streamstate.engine.verify import verify_snapshots
+
+        spec = self.spec
+        with self.cancellable():
+            store = self.hook.store
+            snapshot_id = resolve_snapshot(store, spec.name, self.snapshot).snapshot_id if self.snapshot else None
+            if snapshot_id is None and not store.list_snapshot_ids(spec.name):
+                raise no_snapshots_error(store, spec.name)
+            result = verify_snapshots(store, spec.name, snapshot_id, parallelism=self.parallelism)
+        if not result.ok:
+            raise AirflowFailException(result.summary())
+        self.log.info("verified %d blobs (%d bytes) of %s", result.blobs_checked, result.bytes_checked, spec.name)
+        out = result.to_json()
+        out["snapshots"] = len(out["snapshots"])  # a count: XCom stays small however long the history
+        return out
