@@ -1,0 +1,241 @@
+"""Run any PySpark streaming application as a supervised stream, without changing its code.
+
+    STREAMSTATE_CHECKPOINT=/data/ckpt spark-submit [options] supervised.py APP.py [APP ARGS...]
+
+The launcher (`engine/launcher.py`) runs spark-submit on this file with the user's
+application and its arguments after it. The wrapper then runs the application as
+`python APP.py ARGS` would (`runpy`, `__main__`, `sys.argv`, `sys.path[0]`), and:
+
+- says who it is beside the checkpoint (`_streamstate/driver.json`: launch id, pid), and
+  at exit how it ended (exit code, stop reason);
+- attaches the heartbeat listener (`jobs.runtime.attach_heartbeat`) to the SparkSession
+  the application creates, before any of its queries can start: `SparkSession.Builder.
+  getOrCreate` is wrapped, so the application's own builder configuration is kept;
+- stops gracefully on SIGTERM, SIGINT or a stop request beside the checkpoint (any host
+  can write one): it lets the batch in flight finish, stops every active query (the
+  heartbeat says `stopped`), and the application's `awaitTermination()` returns, so the
+  driver exits 0 without a Py4J traceback. A second signal exits at once.
+
+Environment: STREAMSTATE_CHECKPOINT (required), STREAMSTATE_LAUNCH_ID,
+STREAMSTATE_HEARTBEAT_INTERVAL (seconds, default 5), STREAMSTATE_QUERY_NAME (which query
+the heartbeat follows; default the first one started), STREAMSTATE_STOP_BATCH_WAIT
+(seconds a stop waits for the batch in flight, default 60).
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import signal
+import socket
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from airflow_provider_streamstate.engine.launcher import (
+    ENV_CHECKPOINT,
+    ENV_HEARTBEAT_INTERVAL,
+    ENV_LAUNCH_ID,
+    ENV_QUERY_NAME,
+    DriverRecord,
+    stop_requested,
+    write_driver,
+)
+from airflow_provider_streamstate.engine.liveness import now_iso
+
+ENV_STOP_BATCH_WAIT = "STREAMSTATE_STOP_BATCH_WAIT"
+USAGE = "usage: spark-submit [options] supervised.py APP.py [ARGS...] (with STREAMSTATE_CHECKPOINT set)"
+
+
+def _say(message: str) -> None:
+    """A line in the driver log, shaped like Spark's own (`yy/MM/dd HH:mm:ss LEVEL source: ...`)."""
+    print(f"{datetime.now():%y/%m/%d %H:%M:%S} INFO streamstate: {message}", file=sys.stderr, flush=True)
+
+
+def _float_env(name: str, default: float) -> float:
+    text = os.environ.get(name)
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if value <= 0:
+        _say(f"ignoring {name}={text!r} (not a positive number of seconds); using {default}")
+        return default
+    return value
+
+
+class Supervisor:
+    """Heartbeats, graceful stop and the driver record around one application run."""
+
+    def __init__(self, checkpoint: str, *, launch_id: str, interval_s: float, query_name: str | None,
+                 stop_batch_wait_s: float) -> None:
+        self.checkpoint = checkpoint
+        self.launch_id = launch_id
+        self.interval_s = interval_s
+        self.query_name = query_name
+        self.stop_batch_wait_s = stop_batch_wait_s
+        self.started = datetime.now(UTC)
+        self.started_at = now_iso()
+        self.lock = threading.Lock()
+        self.sessions: list[Any] = []
+        self.listeners: list[Any] = []
+        self.stop_reason: str | None = None
+        self.signals = 0
+        self.done = threading.Event()
+
+    def install(self) -> None:
+        write_driver(self.checkpoint, DriverRecord(self.launch_id, socket.gethostname(), os.getpid(), self.started_at))
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        threading.Thread(target=self._watch_requests, name="streamstate-stop-requests", daemon=True).start()
+        self._wrap_get_or_create()
+
+    # -- heartbeat -----------------------------------------------------------------------
+
+    def _wrap_get_or_create(self) -> None:
+        from pyspark.sql import SparkSession
+
+        original = SparkSession.Builder.getOrCreate
+        supervisor = self
+
+        def getOrCreate(builder: Any) -> Any:  # noqa: N802 - pyspark's name
+            session = original(builder)
+            supervisor.attach(session)
+            return session
+
+        SparkSession.Builder.getOrCreate = getOrCreate  # type: ignore[method-assign,assignment]
+
+    def attach(self, session: Any) -> None:
+        """Attach the heartbeat to `session` once (the app may call getOrCreate often)."""
+        from airflow_provider_streamstate.jobs.runtime import attach_heartbeat
+
+        with self.lock:
+            if any(s is session for s in self.sessions):
+                return
+            self.sessions.append(session)
+        try:
+            listener = attach_heartbeat(session, self.checkpoint, interval_s=self.interval_s, query_name=self.query_name)
+        except Exception as exc:  # noqa: BLE001 - a session without listeners (Spark Connect) still runs
+            _say(f"no heartbeat for this session ({type(exc).__name__}: {exc}); the stream will look dead")
+            return
+        with self.lock:
+            self.listeners.append(listener)
+        _say(f"heartbeat every {self.interval_s:g}s beside {self.checkpoint}")
+
+    # -- stop ----------------------------------------------------------------------------
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        self.signals += 1
+        name = signal.Signals(signum).name
+        if self.signals > 1:
+            _say(f"second {name}: exiting now")
+            os._exit(128 + signum)
+        self.request_stop(f"signal {name}")
+
+    def _watch_requests(self) -> None:
+        while not self.done.wait(0.5):
+            reason = stop_requested(self.checkpoint, since=self.started)
+            if reason:
+                self.request_stop(reason)
+                return
+
+    def request_stop(self, reason: str) -> None:
+        """Stop gracefully, from any thread (a signal handler must not call into the JVM:
+        its thread may be inside a Py4J call, so a thread does the stopping)."""
+        with self.lock:
+            if self.stop_reason is not None:
+                return
+            self.stop_reason = reason
+        _say(f"stopping: {reason}")
+        threading.Thread(target=self._stop_queries, name="streamstate-stop", daemon=True).start()
+
+    def _stop_queries(self) -> None:
+        """Stop every active query, now and until the app exits (a query still starting is
+        stopped as soon as it shows up)."""
+        batch_deadline = time.monotonic() + self.stop_batch_wait_s
+        while not self.done.is_set():
+            for session in list(self.sessions):
+                try:
+                    for query in session.streams.active:
+                        self._stop_query(query, batch_deadline)
+                except Exception as exc:  # noqa: BLE001 - the session may be stopping under us
+                    _say(f"while stopping: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            self.done.wait(0.2)
+
+    def _stop_query(self, query: Any, batch_deadline: float) -> None:
+        """Let the batch in flight finish (it would be redone after a restart otherwise),
+        then stop. A busy stream may start its next batch at once, so "finished" is the
+        trigger going idle or the progress event of the batch that was in flight."""
+        in_flight = None
+        while time.monotonic() < batch_deadline and query.isActive and query.status.get("isTriggerActive"):
+            last = (query.lastProgress or {}).get("batchId")
+            if in_flight is None:
+                in_flight = -1 if last is None else last + 1
+            elif last is not None and last >= in_flight:
+                break
+            time.sleep(0.05)
+        _say(f"stopping query {query.name or query.id}")
+        query.stop()
+
+    def finish(self, exit_code: int) -> None:
+        """Wait briefly for each query's last beat (listener events are asynchronous),
+        then record how the driver ended."""
+        self.done.set()
+        for listener in list(self.listeners):
+            beat = getattr(listener, "beat", None)
+            if beat is not None and beat.state in ("starting", "running"):
+                listener.stopped.wait(10)
+        try:
+            write_driver(self.checkpoint, DriverRecord(
+                self.launch_id, socket.gethostname(), os.getpid(), self.started_at,
+                exit_code=exit_code, exited_at=now_iso(), stop_reason=self.stop_reason,
+            ))
+        except OSError as exc:
+            _say(f"cannot record the exit beside the checkpoint: {exc}")
+
+
+def _exit_status(code: object) -> int:
+    if code is None:
+        return 0
+    return code if isinstance(code, int) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    checkpoint = os.environ.get(ENV_CHECKPOINT)
+    if not args or not checkpoint:
+        _say(USAGE)
+        return 2
+    app = os.path.abspath(args[0])
+    if not os.path.isfile(app):
+        _say(f"application {args[0]!r} is not a file; give the path of the stream's PySpark application")
+        return 2
+    supervisor = Supervisor(
+        checkpoint,
+        launch_id=os.environ.get(ENV_LAUNCH_ID, ""),
+        interval_s=_float_env(ENV_HEARTBEAT_INTERVAL, 5.0),
+        query_name=os.environ.get(ENV_QUERY_NAME) or None,
+        stop_batch_wait_s=_float_env(ENV_STOP_BATCH_WAIT, 60.0),
+    )
+    supervisor.install()
+    # What `python APP.py ARGS` gives the app: its argv and its directory first on sys.path.
+    sys.argv = [app, *args[1:]]
+    sys.path[0] = os.path.dirname(app)
+    code = 1
+    try:
+        runpy.run_path(app, run_name="__main__")
+        code = 0
+    except SystemExit as exc:
+        code = _exit_status(exc.code)
+        raise
+    finally:
+        supervisor.finish(code)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
