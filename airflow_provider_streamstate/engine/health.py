@@ -11,13 +11,10 @@ topic cannot).
 * **Progress** is what the checkpoint says: the newest committed batch (`offsets/N` and
   `commits/N` both present) and when `commits/N` was written. A heartbeat beats on a
   timer even when no batch runs, so it tells liveness, not progress.
-* **Liveness** is what the heartbeat beside the checkpoint says (`engine.liveness`): a
-  failed or stopped query, a stale record, or (on this host) a driver pid that is gone.
-  The launcher also leaves `_streamstate/launch.json` (`{"log": <driver log>, "pid",
-  "host", "started_at", "proc_start"}`; each is optional here): a heartbeat older than
-  the launch belongs to an earlier run, so the new driver may take its time to beat while
-  its process lives (on this host) or for a grace period (on another), and the driver
-  log's last error line goes into the failure message.
+* **Liveness** is `engine.launcher.status()`, the one place that reads the heartbeat, the
+  launch record and (on this host) the driver's process: a query that stopped or failed,
+  a stale heartbeat, a driver gone, or a launch that never beat. A failure message names
+  the query's exception and the last error line of the driver log the launch recorded.
 * **Lag** per partition is the broker's end offset (high watermark) minus the offset the
   newest committed batch recorded in `offsets/N` (Kafka source offsets live only in the
   checkpoint; the source never commits them to Kafka).
@@ -28,16 +25,13 @@ Pure Python: no Airflow import. Broker offsets come from a callable (the Kafka h
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from airflow_provider_streamstate.engine import launcher
 from airflow_provider_streamstate.engine.checkpoint import (
     CheckpointReader,
     _kafka_offsets,
@@ -45,19 +39,12 @@ from airflow_provider_streamstate.engine.checkpoint import (
 )
 from airflow_provider_streamstate.engine.errors import CheckpointChanged, NotFoundError, UsageError
 from airflow_provider_streamstate.engine.kafka import PartitionOffsets
-from airflow_provider_streamstate.engine.liveness import HEARTBEAT_FILE, Heartbeat, read_heartbeat
+from airflow_provider_streamstate.engine.liveness import HEARTBEAT_FILE
 
 Outcome = Literal["ready", "waiting", "failed"]
 READY: Outcome = "ready"
 WAITING: Outcome = "waiting"
 FAILED: Outcome = "failed"
-
-LAUNCH_FILE = "_streamstate/launch.json"
-STARTUP_GRACE_S = 600.0  # how long a driver launched on another host may take to beat first
-LOG_TAIL_BYTES = 256 * 1024
-_LOG_KEYS = ("log", "log_path", "driver_log")
-_PY_EXCEPTION_LINE = re.compile(r"^[\w.]*(?:Exception|Error|Exit|Interrupt)\b(?::|$)")
-_ERROR_LINE = re.compile(r"\b(?:ERROR|FATAL)\b|\w(?:Exception|Error)\b")
 
 
 # --- progress --------------------------------------------------------------------------
@@ -70,8 +57,8 @@ class ProgressCheck:
     outcome: Outcome
     message: str
     batch_id: int | None  # the newest committed batch, None when there is none yet
-    state: str | None  # the heartbeat's state, None when there is no record
-    heartbeat_age_s: float | None
+    state: str  # launcher.status(): absent | starting | running | stopped | failed | dead
+    heartbeat_age_s: float | None  # None when no heartbeat of the current run
     progress_age_s: float | None  # since the newest batch committed
 
     def to_json(self) -> dict[str, Any]:
@@ -80,81 +67,6 @@ class ProgressCheck:
             "batch_id": self.batch_id, "state": self.state,
             "heartbeat_age_s": self.heartbeat_age_s, "progress_age_s": self.progress_age_s,
         }
-
-
-@dataclass(frozen=True)
-class Launch:
-    """What a launcher recorded about the driver it started; every field is optional."""
-
-    launched_at: datetime
-    log: str | None
-    pid: int | None
-    host: str | None
-    proc_start: int | None  # the process's start time in clock ticks since boot: guards pid reuse
-
-
-def read_launch(checkpoint: str | Path) -> Launch | None:
-    """The launch record, or None when there is none or it is unreadable (it only adds
-    detail to a message and a grace period; it never decides a stream is alive)."""
-    path = Path(checkpoint) / LAUNCH_FILE
-    try:
-        data: Any = json.loads(path.read_bytes())
-        mtime = datetime.fromtimestamp(path.stat().st_mtime, UTC)
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict):
-        return None
-    launched_at = mtime
-    stamp = data.get("launched_at") or data.get("started_at")
-    if isinstance(stamp, str):
-        try:
-            launched_at = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-            if launched_at.tzinfo is None:
-                launched_at = launched_at.replace(tzinfo=UTC)
-        except ValueError:
-            pass
-    log = next((data[k] for k in _LOG_KEYS if isinstance(data.get(k), str) and data[k]), None)
-    pid, proc_start = (v if isinstance(v, int) and not isinstance(v, bool) else None
-                       for v in (data.get("pid"), data.get("proc_start")))
-    host = data.get("host") if isinstance(data.get("host"), str) else None
-    return Launch(launched_at, log, pid, host, proc_start)
-
-
-def process_alive(pid: int, proc_start: int | None = None) -> bool:
-    """Whether the process `pid` of this host lives: not gone, not a zombie (the parent that
-    launched it may not have reaped it yet), and, with `proc_start`, not a reused pid."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return True  # no /proc: kill(0) is all we know
-    if fields[0] in ("Z", "X"):
-        return False
-    return proc_start is None or len(fields) < 20 or int(fields[19]) == proc_start
-
-
-def last_error_line(log_path: str | Path, *, max_len: int = 500) -> str | None:
-    """The most telling error line at the end of a driver log: the last Python exception
-    line (`pyspark.errors....StreamingQueryException: ...`, which Spark's shutdown chatter
-    follows) if any, else the last log4j ERROR/FATAL line or line naming an exception;
-    None when the log is missing or holds no such line."""
-    try:
-        with open(log_path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - LOG_TAIL_BYTES))
-            lines = [ln.strip() for ln in f.read().decode("utf-8", errors="replace").splitlines()]
-    except OSError:
-        return None
-    for pattern in (_PY_EXCEPTION_LINE, _ERROR_LINE):
-        for line in reversed(lines):
-            if line and pattern.search(line) and not line.startswith(("at ", "File ", "Caused by")):
-                return line if len(line) <= max_len else line[: max_len - 3] + "..."
-    return None
 
 
 def _newest_commit(root: Path) -> tuple[int | None, datetime | None]:
@@ -176,74 +88,57 @@ def _newest_commit(root: Path) -> tuple[int | None, datetime | None]:
     return n, datetime.fromtimestamp(mtime, UTC)
 
 
-def _with_log(message: str, launch: Launch | None) -> str:
-    line = last_error_line(launch.log) if launch is not None and launch.log else None
-    return f"{message}; driver log {launch.log}: {line}" if line and launch is not None else message
-
-
-def _liveness(
-    root: Path, beat: Heartbeat | None, launch: Launch | None, now: datetime, startup_grace_s: float
-) -> tuple[Outcome, str]:
-    """WAITING with what the stream is doing, or FAILED with why it will not progress."""
-    here = socket.gethostname()
+def _why(root: Path, st: launcher.StreamStatus, now: datetime) -> str:
+    """What the stream is doing, in words, from its status."""
+    beat, handle = st.heartbeat, st.handle
     if beat is not None:
-        age = beat.age_s(now)
         who = f"query {beat.query_name or beat.query_id} (host {beat.host}, pid {beat.pid})"
-        verdict: tuple[Outcome, str]
-        if beat.state == "failed":
-            verdict = FAILED, f"{who} failed at batch {beat.batch_id}: {beat.exception or 'no exception recorded'}"
-        elif beat.state == "stopped":
-            verdict = FAILED, f"{who} stopped at batch {beat.batch_id}; it makes no progress until restarted"
-        elif age > beat.stale_after_s():
-            verdict = FAILED, (f"{who} is dead or hung: last heartbeat {age:.0f}s ago "
-                               f"(stale after {beat.stale_after_s():.0f}s) in state {beat.state}")
-        elif beat.host == here and not process_alive(beat.pid):
-            verdict = FAILED, f"{who} is dead: its driver process is gone, last heartbeat {age:.0f}s ago"
-        else:
-            return WAITING, f"{who} is {beat.state} at batch {beat.batch_id}, last heartbeat {age:.0f}s ago"
-        updated = now.timestamp() - age
-        if launch is None or launch.launched_at.timestamp() <= updated:
-            return verdict
-        # The record is from a run before the latest launch: judge the new driver instead.
-    if launch is None:
-        return WAITING, f"no heartbeat at {root / HEARTBEAT_FILE} yet (the stream's runtime writes it once its query starts)"
-    since = (now - launch.launched_at).total_seconds()
-    if launch.pid is not None and launch.host == here:
-        if not process_alive(launch.pid, launch.proc_start):
-            return FAILED, f"the driver launched {since:.0f}s ago (pid {launch.pid}) exited before its first heartbeat"
-        return WAITING, f"the driver launched {since:.0f}s ago (pid {launch.pid}) is starting; waiting for its first heartbeat"
-    if since > startup_grace_s:
-        return FAILED, f"the driver launched {since:.0f}s ago has not written a heartbeat (grace {startup_grace_s:.0f}s)"
-    return WAITING, f"the driver launched {since:.0f}s ago; waiting for its first heartbeat"
+        age, stale = beat.age_s(now), beat.stale_after_s()
+        if st.state == "failed":
+            return f"{who} failed at batch {beat.batch_id}: {beat.exception or 'no exception recorded'}"
+        if st.state == "stopped":
+            return f"{who} stopped at batch {beat.batch_id}; it makes no progress until restarted"
+        if st.state == "dead" and age > stale:
+            return f"{who} is dead or hung: last heartbeat {age:.0f}s ago (stale after {stale:.0f}s) in state {beat.state}"
+        if st.state == "dead":
+            return f"{who} is dead: its driver process is gone, last heartbeat {age:.0f}s ago"
+        return f"{who} is {beat.state} at batch {beat.batch_id}, last heartbeat {age:.0f}s ago"
+    if handle is None:
+        return f"no heartbeat at {root / HEARTBEAT_FILE} yet (the stream's runtime writes it once its query starts)"
+    since = (now - datetime.fromisoformat(handle.started_at.replace("Z", "+00:00"))).total_seconds()
+    driver = f"the driver launched {since:.0f}s ago (host {handle.host}, pid {handle.pid})"
+    if st.state == "starting":
+        return f"{driver} is starting; waiting for its first heartbeat"
+    if st.process_alive is False or st.exit_code is not None:
+        code = f" with code {st.exit_code}" if st.exit_code is not None else ""
+        return f"{driver} exited{code} before its first heartbeat"
+    return f"{driver} has not written a heartbeat within {launcher.STARTUP_GRACE_S:.0f}s"
 
 
-def check_progress(
-    checkpoint: str, *, after_batch: int | None = None, freshness_s: float | None = None,
-    now: datetime | None = None, startup_grace_s: float = STARTUP_GRACE_S,
-) -> ProgressCheck:
+def check_progress(checkpoint: str, *, after_batch: int | None = None, freshness_s: float | None = None) -> ProgressCheck:
     """Whether the stream on `checkpoint` has committed a batch newer than `after_batch`
     (any batch when None) and, with `freshness_s`, committed it less than that many
-    seconds ago. When it has, READY even if the stream has since died (the state says);
-    when not, FAILED if the stream is dead, stopped or failed, else WAITING."""
+    seconds ago. When it has, READY even if the stream has since stopped or died (the
+    state says); when not, FAILED if it is dead, stopped or failed, else WAITING."""
     if after_batch is not None and (isinstance(after_batch, bool) or not isinstance(after_batch, int) or after_batch < 0):
         raise UsageError(f"after_batch must be a batch id >= 0 or None, not {after_batch!r}")
     if freshness_s is not None and not freshness_s > 0:
         raise UsageError(f"freshness must be a positive duration, not {freshness_s!r} seconds")
-    now = now or datetime.now(UTC)
     root = local_checkpoint_path(checkpoint)
     batch, progress_at = _newest_commit(root)
-    beat = read_heartbeat(root)
+    st = launcher.status(root)
+    now = datetime.now(UTC)
+    beat = st.heartbeat
     heartbeat_age = round(beat.age_s(now), 1) if beat is not None else None
     progress_age = round((now - progress_at).total_seconds(), 1) if progress_at is not None else None
 
     def result(outcome: Outcome, message: str) -> ProgressCheck:
-        return ProgressCheck(outcome, message, batch, beat.state if beat else None, heartbeat_age, progress_age)
+        return ProgressCheck(outcome, message, batch, st.state, heartbeat_age, progress_age)
 
     new_enough = batch is not None and (after_batch is None or batch > after_batch)
     fresh = freshness_s is None or (progress_age is not None and progress_age <= freshness_s)
     if new_enough and fresh:
-        state = f"; heartbeat: {beat.state}, {heartbeat_age:.0f}s ago" if beat is not None else "; no heartbeat"
-        return result(READY, f"batch {batch} committed {progress_age:.0f}s ago{state}")
+        return result(READY, f"batch {batch} committed {progress_age:.0f}s ago; stream {st.state}")
 
     if batch is None:
         wanted = "no committed batch yet"
@@ -251,11 +146,12 @@ def check_progress(
         wanted = f"newest committed batch is {batch}, waiting for one after {after_batch}"
     else:
         wanted = f"newest committed batch {batch} is {progress_age:.0f}s old, waiting for one within {freshness_s:.0f}s"
-    launch = read_launch(root)
-    outcome, why = _liveness(root, beat, launch, now, startup_grace_s)
-    if outcome == WAITING:
+    why = _why(root, st, now)
+    if st.state in ("absent", "starting", "running"):
         return result(WAITING, f"{why}; {wanted}")
-    return result(FAILED, _with_log(f"{why} ({wanted})", launch))
+    line = launcher.last_error_line(st.log)
+    log = f"; driver log {st.log}: {line}" if line else ""
+    return result(FAILED, f"{why} ({wanted}){log}")
 
 
 # --- lag -------------------------------------------------------------------------------

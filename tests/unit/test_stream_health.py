@@ -1,12 +1,12 @@
-"""The checks behind the sensors decide from the checkpoint and the heartbeat alone:
+"""The checks behind the sensors decide from the checkpoint and the records beside it:
 progress is a committed batch newer than the one asked for (and recent enough, with a
 freshness window); a stream that cannot progress — stale heartbeat, driver gone, query
 stopped or failed — is FAILED at once, naming why; lag is the broker's end offset minus
-the offsets of the newest committed batch. Synthetic checkpoints and heartbeats only."""
+the offsets of the newest committed batch. Synthetic checkpoints, heartbeats and launch
+records only."""
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
@@ -18,16 +18,9 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_streamstate.engine.errors import NotFoundError, UsageError
-from airflow_provider_streamstate.engine.health import (
-    FAILED,
-    READY,
-    WAITING,
-    check_lag,
-    check_progress,
-    last_error_line,
-    process_alive,
-)
+from airflow_provider_streamstate.engine.health import FAILED, READY, WAITING, check_lag, check_progress
 from airflow_provider_streamstate.engine.kafka import PartitionOffsets
+from airflow_provider_streamstate.engine.launcher import LAUNCH_FILE, LaunchRecord, StreamHandle
 from airflow_provider_streamstate.engine.liveness import Heartbeat, now_iso, write_heartbeat
 from tests.unit.fake_checkpoint import make_checkpoint, write
 
@@ -42,6 +35,12 @@ def beat(**changes: object) -> Heartbeat:
 
 def ago(seconds: float) -> str:
     return (datetime.now(UTC) - timedelta(seconds=seconds)).isoformat()
+
+
+def launched(ckpt: Path, *, started_at: str, host: str = "elsewhere", pid: int = 4343, log: str = "") -> None:
+    """A launch record as the launcher writes it."""
+    handle = StreamHandle("orders", str(ckpt), "L-1", pid, host, log, started_at)
+    write(ckpt / LAUNCH_FILE, LaunchRecord(handle, ["spark-submit", "orders.py"], pid, None).to_json())
 
 
 def dead_pid() -> int:
@@ -137,7 +136,7 @@ def test_a_failure_names_the_driver_logs_last_error_line_when_the_launcher_recor
         "pyspark.errors.exceptions.captured.StreamingQueryException: [STREAM_FAILED] boom",
         "26/01/01 10:00:02 INFO SparkContext: Successfully stopped SparkContext",
     ]))
-    write(ckpt / "_streamstate/launch.json", json.dumps({"log": str(log), "started_at": ago(300)}))
+    launched(ckpt, started_at=ago(300), log=str(log))
     write_heartbeat(ckpt, beat(state="failed", exception="StreamingQueryException: boom"))
     failed = check_progress(str(ckpt), after_batch=2)
     assert failed.outcome == FAILED
@@ -159,57 +158,38 @@ def test_progress_already_made_succeeds_even_if_the_stream_stopped_since(ckpt: P
     assert done.state == "stopped"
 
 
-def test_a_heartbeat_older_than_the_latest_launch_belongs_to_the_previous_run(ckpt: Path, tmp_path: Path) -> None:
+def test_a_heartbeat_older_than_the_latest_launch_belongs_to_the_previous_run(ckpt: Path) -> None:
     write_heartbeat(ckpt, beat(state="stopped", updated_at=ago(3600)))
-    write(ckpt / "_streamstate/launch.json", json.dumps({"started_at": ago(5), "log": str(tmp_path / "none.log")}))
+    launched(ckpt, started_at=ago(5))
     starting = check_progress(str(ckpt), after_batch=2)
     assert starting.outcome == WAITING
+    assert starting.state == "starting"
     assert "waiting for its first heartbeat" in starting.message
-    write(ckpt / "_streamstate/launch.json", json.dumps({"started_at": ago(600)}))
+    launched(ckpt, started_at=ago(3600))  # on another host, past the launcher's startup grace
     never = check_progress(str(ckpt), after_batch=2)
     assert never.outcome == FAILED
     assert "has not written a heartbeat" in never.message
 
 
 def test_a_driver_that_exits_before_its_first_heartbeat_fails_the_check_at_once(ckpt: Path) -> None:
-    write(ckpt / "_streamstate/launch.json",
-          json.dumps({"started_at": ago(2), "pid": dead_pid(), "host": socket.gethostname()}))
+    launched(ckpt, started_at=ago(2), host=socket.gethostname(), pid=dead_pid())
     gone = check_progress(str(ckpt), after_batch=2)
     assert gone.outcome == FAILED
+    assert gone.state == "dead"
     assert "exited before its first heartbeat" in gone.message
 
 
 def test_a_driver_launched_here_may_take_its_time_while_its_process_lives(ckpt: Path) -> None:
-    write(ckpt / "_streamstate/launch.json",
-          json.dumps({"started_at": ago(3600), "pid": os.getpid(), "host": socket.gethostname()}))
+    launched(ckpt, started_at=ago(3600), host=socket.gethostname(), pid=os.getpid())
     starting = check_progress(str(ckpt), after_batch=2)
     assert starting.outcome == WAITING
     assert "is starting" in starting.message
-
-
-def test_an_unreaped_driver_is_not_alive() -> None:
-    child = subprocess.Popen(["true"])
-    deadline = time.monotonic() + 10
-    while Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
-        assert time.monotonic() < deadline, "the child never exited"
-        time.sleep(0.01)
-    assert not process_alive(child.pid)
-    child.wait()
-    assert process_alive(os.getpid())
 
 
 @pytest.mark.parametrize("kwargs", [{"after_batch": -1}, {"after_batch": True}, {"freshness_s": 0}])
 def test_nonsense_arguments_are_refused(ckpt: Path, kwargs: dict) -> None:
     with pytest.raises(UsageError):
         check_progress(str(ckpt), **kwargs)
-
-
-def test_the_last_error_line_skips_stack_frames_and_tolerates_a_missing_log(tmp_path: Path) -> None:
-    log = write(tmp_path / "d.log", "java.lang.IllegalStateException: bad offsets\n\tat org.apache.X.y(X.java:1)\n")
-    assert last_error_line(log) == "java.lang.IllegalStateException: bad offsets"
-    log4j = write(tmp_path / "j.log", "26/01/01 10:00:01 ERROR Executor: task 3 lost\n26/01/01 10:00:02 INFO done\n")
-    assert last_error_line(log4j) == "26/01/01 10:00:01 ERROR Executor: task 3 lost"
-    assert last_error_line(tmp_path / "missing.log") is None
 
 
 # --- lag --------------------------------------------------------------------------------
