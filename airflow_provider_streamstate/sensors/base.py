@@ -4,7 +4,6 @@ hand the waiting to a trigger that runs the same engine check (`engine.health`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +12,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_provider_streamstate.engine.errors import StreamstateError
 from airflow_provider_streamstate.spec import StreamSpec
+from airflow_provider_streamstate.task_errors import engine_errors
 from airflow_provider_streamstate.triggers.base import ERROR, FAILED, SUCCESS, Check
 
 if TYPE_CHECKING:
@@ -45,17 +45,9 @@ class StreamSensorBase(BaseSensorOperator):
 
     @property
     def spec(self) -> StreamSpec:
-        """The rendered stream."""
-        return self.engine(lambda: StreamSpec.from_value(self.stream))
-
-    def engine(self, call: Callable[[], Any]) -> Any:
-        """`call()` with engine errors as Airflow's: retried only when `retryable`."""
-        try:
-            return call()
-        except StreamstateError as exc:
-            if exc.retryable:
-                raise AirflowException(exc.one_line()) from exc
-            raise AirflowFailException(exc.one_line()) from exc
+        """The rendered stream (not cached: templates render after construction)."""
+        with engine_errors():
+            return StreamSpec.from_value(self.stream)
 
     def check(self) -> Check:
         """One engine check (run in the worker; the trigger runs the same one)."""
@@ -69,7 +61,8 @@ class StreamSensorBase(BaseSensorOperator):
         return f"stream {self.spec.name}: {result.message}"
 
     def poke(self, context: Context) -> PokeReturnValue:
-        result: Check = self.engine(self.check)
+        with engine_errors():
+            result = self.check()
         self.log.info("%s", self.describe(result))
         if result.outcome == "failed":
             raise AirflowFailException(f"stream {self.spec.name}: {result.message}")
@@ -81,7 +74,9 @@ class StreamSensorBase(BaseSensorOperator):
         first = self.poke(context)
         if first.is_done:
             return first.xcom_value
-        self.defer(timeout=timedelta(seconds=self.timeout), trigger=self.trigger(), method_name="execute_complete")
+        with engine_errors():
+            trigger = self.trigger()
+        self.defer(timeout=timedelta(seconds=self.timeout), trigger=trigger, method_name="execute_complete")
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
         """Resume after the trigger fired: its result on success, else the error it names."""

@@ -58,4 +58,4 @@ class KafkaLagSensor(StreamSensorBase):
 
     def trigger(self) -> KafkaLagTrigger:
         return KafkaLagTrigger(stream=self.spec.to_dict(), max_lag=self.max_lag,
-                               kafka_conn_id=self.engine(self.conn_id), poke_interval=self.poke_interval)
+                               kafka_conn_id=self.conn_id(), poke_interval=self.poke_interval)

@@ -18,7 +18,8 @@ class StreamProgressSensor(StreamSensorBase):
     stream cannot progress: its heartbeat went stale, its driver process is gone (on this
     host), or its query stopped or failed (the message names the exception, and the
     driver log's last error line when the launcher recorded the log). Returns
-    `{"batch_id", "state", "heartbeat_age_s", "progress_age_s"}`.
+    `{"batch_id", "state", "heartbeat_age_s", "progress_age_s"}`, where `state` is the
+    launcher's (absent, starting, running, stopped, failed or dead).
 
     :param stream: the stream, a `StreamSpec` or its `to_dict()` (templated).
     :param after_batch: wait for a committed batch newer than this id, e.g. the batch a
@@ -59,6 +60,6 @@ class StreamProgressSensor(StreamSensorBase):
 
     def trigger(self) -> StreamProgressTrigger:
         return StreamProgressTrigger(
-            stream=self.spec.to_dict(), after_batch=self.engine(self.batch), freshness_s=self.freshness_s,
+            stream=self.spec.to_dict(), after_batch=self.batch(), freshness_s=self.freshness_s,
             poke_interval=self.poke_interval,
         )
