@@ -112,7 +112,8 @@ def read_heartbeat(checkpoint: str | Path) -> Heartbeat | None:
         return None
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` exists on this host (a zombie counts until it is reaped)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -130,7 +131,7 @@ def is_running(checkpoint: str | Path, *, now: datetime | None = None) -> bool:
         return False
     if beat.age_s(now) > beat.stale_after_s():
         return False
-    return not (beat.host == socket.gethostname() and not _pid_alive(beat.pid))
+    return not (beat.host == socket.gethostname() and not pid_alive(beat.pid))
 
 
 def assert_not_running(checkpoint: str | Path, what: str) -> None:

@@ -36,7 +36,7 @@ from airflow_provider_streamstate.engine.catalog import latest_ref, resolve_snap
 from airflow_provider_streamstate.engine.digest import copy_hashing
 from airflow_provider_streamstate.engine.durability import fsync_path, fsync_tree
 from airflow_provider_streamstate.engine.errors import CorruptionError, UnsafeManifestError, UsageError
-from airflow_provider_streamstate.engine.liveness import assert_not_running
+from airflow_provider_streamstate.engine.liveness import assert_not_running, pid_alive
 from airflow_provider_streamstate.engine.manifest import FileEntry, Manifest
 from airflow_provider_streamstate.engine.parallel import run_parallel
 from airflow_provider_streamstate.engine.progress import NoProgress, Progress
@@ -266,16 +266,6 @@ def _swap_into_place(staging: Path, target: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def recover_leftovers(target: Path) -> list[str]:
     """Repair what a crashed restore left next to `target`; return what was done.
 
@@ -293,7 +283,7 @@ def recover_leftovers(target: Path) -> list[str]:
         if m and m.group("name") == target.name:
             mine.append((m.group("kind"), int(m.group("pid")), parent / name))
     for kind, pid, path in sorted(mine, key=lambda x: x[2].stat().st_mtime, reverse=True):
-        if pid != os.getpid() and _pid_alive(pid):
+        if pid != os.getpid() and pid_alive(pid):
             continue  # another restore of this target is in progress
         if kind == "old" and not target.exists():
             os.rename(path, target)
