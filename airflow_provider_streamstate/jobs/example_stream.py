@@ -41,6 +41,7 @@ class StreamArgs:
     window_threshold: int = 3
     watermark: str = "10 minutes"
     query_name: str | None = None
+    partitions: int = 3  # of the topics main() creates when they are missing
 
 
 def transactions(spark: SparkSession, args: StreamArgs) -> DataFrame:
@@ -143,6 +144,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[StreamArgs, str]:
     p.add_argument("--max-offsets-per-trigger", type=int, default=None)
     p.add_argument("--threshold-cents", type=int, default=1_000_000)
     p.add_argument("--state-store", default="rocksdb-changelog", help="hdfs, rocksdb or rocksdb-changelog")
+    p.add_argument("--partitions", type=int, default=3, help="partitions of the topics it creates when missing")
     a = p.parse_args(argv)
     return (
         StreamArgs(
@@ -155,22 +157,61 @@ def parse_args(argv: list[str] | None = None) -> tuple[StreamArgs, str]:
             shuffle_partitions=a.shuffle_partitions,
             max_offsets_per_trigger=a.max_offsets_per_trigger,
             threshold_cents=a.threshold_cents,
+            partitions=a.partitions,
         ),
         a.state_store,
     )
 
 
 def main(argv: list[str] | None = None) -> int:
-    """spark-submit entry point: runs until the query stops (or, available-now, drains)."""
-    from airflow_provider_streamstate.jobs.runtime import spark_session
+    """spark-submit entry point: runs until the query stops (or, available-now, drains).
+
+    Creates its topics when missing, prints one line per committed batch, keeps a
+    heartbeat beside its checkpoint, and stops cleanly on SIGINT or SIGTERM (exit 0).
+    """
+    import signal
+    import threading
+
+    from airflow_provider_streamstate.jobs.generator import ensure_topic
+    from airflow_provider_streamstate.jobs.runtime import attach_batch_log, attach_heartbeat, spark_session
 
     args, state_store = parse_args(argv)
+    ensure_topic(args.bootstrap_servers, args.source_topic, args.partitions)
+    ensure_topic(args.bootstrap_servers, args.alerts_topic, args.partitions)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if stop.is_set():
+            raise SystemExit(130)  # a second Ctrl-C: go now
+        print(f"{signal.Signals(signum).name}: stopping the query after its current batch", file=sys.stderr, flush=True)
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
     # spark-submit chooses the master and passes the connector jars (--jars / --packages).
     spark = spark_session(
         "streamstate-example", master=None, state_store=state_store, shuffle_partitions=args.shuffle_partitions
     )
+    attach_batch_log(spark)
+    if "://" not in args.checkpoint or args.checkpoint.startswith("file:"):
+        attach_heartbeat(spark, args.checkpoint.removeprefix("file://").removeprefix("file:"))
     query = start_query(spark, args)
-    query.awaitTermination()
+    try:
+        while query.isActive and not stop.is_set():
+            query.awaitTermination(1)
+        if query.isActive:
+            query.stop()
+        error = query.exception()
+    except Exception as exc:  # noqa: BLE001 - the JVM went down with the signal: nothing left to stop
+        if not stop.is_set():
+            raise
+        print(f"stopped ({type(exc).__name__} while the JVM shut down)", file=sys.stderr)
+        return 0
+    if error is not None:
+        print(f"the query failed: {str(error).splitlines()[0]}", file=sys.stderr)
+        return 1
+    print("stopped", file=sys.stderr)
+    spark.stop()
     return 0
 
 

@@ -159,10 +159,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--first", type=int, default=0)
     p.add_argument("--rate", type=float, default=None, help="messages per second")
     p.add_argument("--duplicate-rate", type=float, default=0.0)
+    p.add_argument(
+        "--expected", metavar="PATH",
+        help="also write, as JSON, the per-account aggregates {account: {count, sum, max}} the stream must "
+        "hold after consuming events 0..first+events-1 of this seed",
+    )
     a = p.parse_args(argv)
     ensure_topic(a.bootstrap_servers, a.topic, a.partitions)
     spec = GeneratorSpec(a.seed, a.accounts, a.events, a.first, duplicate_rate=a.duplicate_rate)
-    print(produce(a.bootstrap_servers, a.topic, spec, a.rate))
+    sent = produce(a.bootstrap_servers, a.topic, spec, a.rate)
+    print(f"sent {sent} messages ({spec.events} transactions) to {a.topic}")
+    if a.expected:
+        # Everything this seed produced so far, from event 0: earlier rounds included.
+        expected = expected_aggregates([GeneratorSpec(a.seed, a.accounts, a.first + a.events, 0)])
+        with open(a.expected, "w") as f:
+            json.dump(expected, f, indent=1, sort_keys=True)
+        print(f"expected aggregates of {len(expected)} accounts written to {a.expected}")
     return 0
 
 

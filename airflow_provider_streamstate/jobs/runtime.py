@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from airflow_provider_streamstate.engine.checkpoint import HDFS_PROVIDER, PROVIDER_CONF, ROCKSDB_PROVIDER
 
@@ -160,5 +160,35 @@ def attach_heartbeat(
             self.stopped.set()
 
     listener = HeartbeatListener()
+    spark.streams.addListener(listener)
+    return listener
+
+
+def attach_batch_log(spark: SparkSession, out: TextIO | None = None) -> object:
+    """Print one line per committed batch: id, input rows, duration, state rows."""
+    import sys
+
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    stream = out or sys.stdout
+
+    class BatchLog(StreamingQueryListener):
+        def onQueryStarted(self, event: object) -> None:
+            print(f"query {event.name or event.id} started", file=stream, flush=True)  # type: ignore[attr-defined]
+
+        def onQueryProgress(self, event: object) -> None:
+            p = event.progress  # type: ignore[attr-defined]
+            state_rows = sum(op.numRowsTotal for op in p.stateOperators)
+            duration = p.durationMs.get("triggerExecution", 0)
+            print(f"batch {p.batchId}: {p.numInputRows} input rows, {duration} ms, {state_rows} state rows",
+                  file=stream, flush=True)
+
+        def onQueryIdle(self, event: object) -> None:
+            pass
+
+        def onQueryTerminated(self, event: object) -> None:
+            pass
+
+    listener = BatchLog()
     spark.streams.addListener(listener)
     return listener
