@@ -4,6 +4,7 @@ recomputes the expected state from Kafka itself, up to given offsets."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
@@ -81,3 +82,51 @@ def run_to_end(spark: Any, bootstrap: str, topic: str, checkpoint: str, *, max_o
     query.awaitTermination(300)
     assert query.exception() is None, query.exception()
     return int(query.lastProgress["batchId"])
+
+
+# A state store snapshot the maintenance task writes (`3.zip`, `10.snapshot`) or one of its
+# checksum sidecars (`3.zip.crc`, `.3.zip.crc`, `.3.zip.crc.crc`).
+_STORE_SNAPSHOT = re.compile(r"^\.?(\d+)\.(zip|snapshot)(\.crc)*$")
+_STORE_FILE = re.compile(r"^\.?(\d+)\.(zip|snapshot|delta|changelog)(\.crc)*$")
+
+
+def late_maintenance_files(older: Any, newer: Any) -> list[Any]:
+    """Files of `newer`'s cut that `older`'s cut (same batch) did not have, checked to be
+    exactly what Spark's state store maintenance wrote in between; [] when nothing changed.
+
+    After a query stops, the maintenance thread may still be uploading the RocksDB snapshot
+    (`<v>.zip` and the SSTs it references) queued at an earlier commit, one store after the
+    other; the next cut then starts from that zip instead of the changelogs before it. The
+    assertions here keep that the only allowed difference: same batch, same metadata, no
+    file rewritten in place, every new file a store snapshot (or its SSTs/logs) of a version
+    the cut needs, and every file that left the cut a delta/changelog it supersedes.
+    """
+    assert newer.batch_id == older.batch_id
+    before = {f.path: f for f in older.files}
+    after = {f.path: f for f in newer.files}
+    new = [f for p, f in sorted(after.items()) if p not in before]
+    rewritten = [p for p, f in after.items() if p in before and (f.size, f.mtime_ns, f.sha256) !=
+                 (before[p].size, before[p].mtime_ns, before[p].sha256)]
+    assert not rewritten, f"files changed in place between two cuts of one batch: {rewritten}"
+    snapshot_versions: dict[str, int] = {}  # store directory -> version of its new snapshot
+    for f in new:
+        store, _, name = f.path.rpartition("/")
+        m = _STORE_SNAPSHOT.match(name)
+        if f.path.startswith("state/") and m:
+            assert int(m.group(1)) <= older.batch_id + 1, f"{f.path} is above the cut"
+            snapshot_versions[store] = max(snapshot_versions.get(store, 0), int(m.group(1)))
+    for f in new:
+        store, _, name = f.path.rpartition("/")
+        if store in snapshot_versions:
+            continue
+        parent, _, sub = store.rpartition("/")
+        assert sub in ("SSTs", "logs") and parent in snapshot_versions, (
+            f"{f.path} is new in the second cut and is not a state store snapshot's file")
+    for p in before.keys() - after.keys():
+        store, _, name = p.rpartition("/")
+        parent, _, sub = store.rpartition("/")
+        m = _STORE_FILE.match(name)
+        replaced = (store in snapshot_versions and m is not None and int(m.group(1)) <= snapshot_versions[store]) or (
+            sub in ("SSTs", "logs") and parent in snapshot_versions)
+        assert replaced, f"{p} left the cut without a newer store snapshot replacing it"
+    return new
