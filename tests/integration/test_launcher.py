@@ -1,8 +1,9 @@
-"""A stream launched through the supervised wrapper runs detached: it outlives the process
-that launched it, says so beside its checkpoint (heartbeat, launch record), cannot be
-launched a second time on the same checkpoint, stops gracefully when asked (the query
-stops, the driver exits 0 without a traceback) and, killed, reads as dead; a driver that
-dies while starting is reported with its log's error line. Real spark-submit, real broker."""
+"""A stream launched through the supervised wrapper (its application knows nothing of
+streamstate) runs detached: it outlives the process that launched it, says so beside its
+checkpoint (heartbeat, launch record), cannot be launched a second time on the same
+checkpoint, stops gracefully when asked (the query stops, the driver exits 0 without a
+traceback) and, killed, reads as dead; a driver that dies while starting is reported with
+its log's error line. Real spark-submit, real broker."""
 
 from __future__ import annotations
 
@@ -24,15 +25,17 @@ from airflow_provider_streamstate.jobs.generator import GeneratorSpec, produce
 pytestmark = pytest.mark.integration
 
 
-def submit_command(stack, topic: str, checkpoint: Path, *app_args: str) -> list[str]:  # noqa: ANN001
-    """spark-submit on the wrapper, with the example stream and its arguments after it."""
-    import airflow_provider_streamstate.jobs.example_stream as job
+PLAIN_APP = Path(__file__).resolve().parent.parent / "apps" / "plain_stream.py"
 
+
+def submit_command(stack, topic: str, checkpoint: Path, *app_args: str) -> list[str]:  # noqa: ANN001
+    """spark-submit on the wrapper, with an application that knows nothing of streamstate
+    (the example stream's query, no heartbeat, no signal handling) and its arguments."""
     return [
         str(Path(sys.executable).parent / "spark-submit"), "--master", "local[1]",
         "--jars", ",".join(stack.spark_jars), "--conf", "spark.ui.enabled=false",
         "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
-        launcher.supervised_application(), job.__file__,
+        launcher.supervised_application(), str(PLAIN_APP),
         "--bootstrap-servers", stack.kafka_bootstrap, "--checkpoint", str(checkpoint), "--source-topic", topic,
         "--alerts-topic", f"{topic}-alerts", "--trigger", "processing:1 second", "--max-offsets-per-trigger", "100",
         "--state-store", "hdfs", *app_args,
@@ -94,7 +97,7 @@ def test_a_stream_launched_by_a_process_that_exits_runs_refuses_a_second_copy_an
     assert not is_running(checkpoint)
     assert launcher.status(checkpoint).process_alive is False
     log = Path(handle.log).read_text()
-    assert "stopping: signal SIGTERM" in log
+    assert "streamstate: stopping: signal SIGTERM" in log and "streamstate: stopping query" in log
     assert "Traceback" not in log and "Py4J" not in log
 
     assert launcher.stop(handle, timeout_s=5).outcome == "not-running"  # idempotent

@@ -1,0 +1,100 @@
+"""The launcher's bookkeeping, with small stand-in drivers instead of Spark: a driver that
+exits before its query runs is reported dead with its log's error line; a launch that is
+still starting blocks a second one; a driver that ignores SIGTERM is killed after the
+timeout; a heartbeat older than the launch belongs to an earlier run; records and labels
+round-trip and a stop request is seen only by drivers started before it."""
+
+from __future__ import annotations
+
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_streamstate.engine import launcher
+from airflow_provider_streamstate.engine.errors import StreamRunningError, UsageError
+from airflow_provider_streamstate.engine.liveness import Heartbeat, now_iso, write_heartbeat
+
+
+def py(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+def test_a_driver_that_exits_before_running_is_dead_with_its_error_line(tmp_path: Path) -> None:
+    handle = launcher.launch(
+        py("import sys; print('ERROR SparkContext: noise'); print('ValueError: unknown trigger x'); "
+           "print('INFO ShutdownHookManager: bye'); sys.exit(3)"),
+        stream="orders", checkpoint=tmp_path / "ckpt",
+    )
+    with pytest.raises(launcher.StreamStartError, match=r"dead before it ran \(exit code 3\): ValueError: unknown trigger x"):
+        launcher.wait_until_running(handle, timeout_s=30, poll_s=0.05)
+    status = launcher.status(tmp_path / "ckpt")
+    assert (status.state, status.exit_code, status.process_alive) == ("dead", 3, False)
+    assert Path(handle.log).parent == tmp_path / "ckpt" / launcher.LOG_DIR
+
+
+def test_a_starting_driver_blocks_a_second_launch_and_one_ignoring_sigterm_is_killed(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "ckpt"
+    stubborn = py("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); "
+                  "time.sleep(120)")
+    handle = launcher.launch(stubborn, stream="orders", checkpoint=checkpoint)
+    assert launcher.status(checkpoint).state == "starting"
+    assert launcher.running_handle(checkpoint) == handle
+    with pytest.raises(StreamRunningError, match="a driver is starting on"):
+        launcher.launch(stubborn, stream="orders", checkpoint=checkpoint)
+
+    time.sleep(0.5)  # let it install its handler
+    result = launcher.stop(handle, timeout_s=1.0)
+    assert result.outcome == "killed" and 1.0 <= result.seconds < 20
+    assert launcher.status(checkpoint).state == "dead"
+    assert launcher.stop(handle, timeout_s=1.0).outcome == "not-running"
+
+
+def test_a_heartbeat_older_than_the_launch_belongs_to_an_earlier_run(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "ckpt"
+    old = (datetime.now(UTC) - timedelta(minutes=5)).isoformat().replace("+00:00", "Z")
+    write_heartbeat(checkpoint, Heartbeat(query_id="q", run_id="r", query_name="orders", host="h", pid=1,
+                                          state="stopped", batch_id=9, input_rows=0, updated_at=old))
+    assert launcher.status(checkpoint).state == "stopped"
+    handle = launcher.launch(py("import time; time.sleep(60)"), stream="orders", checkpoint=checkpoint)
+    try:
+        status = launcher.status(checkpoint)
+        assert status.state == "starting" and status.heartbeat is None
+    finally:
+        launcher.stop(handle, timeout_s=5)
+
+
+def test_a_stop_request_is_seen_only_by_drivers_started_before_it(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "ckpt"
+    before = datetime.now(UTC) - timedelta(seconds=5)
+    launcher._write_atomic(checkpoint / launcher.STOP_FILE, (
+        f'{{"format": "{launcher.STOP_FORMAT}", "requested_at": "{now_iso()}", "by": "task stop"}}').encode())
+    assert launcher.stop_requested(checkpoint, since=before) == f"stop requested by task stop at {_requested(checkpoint)}"
+    assert launcher.stop_requested(checkpoint, since=datetime.now(UTC) + timedelta(seconds=5)) is None
+
+
+def _requested(checkpoint: Path) -> str:
+    import json
+
+    return json.loads((checkpoint / launcher.STOP_FILE).read_text())["requested_at"]
+
+
+def test_records_and_clone_labels_round_trip(tmp_path: Path) -> None:
+    handle = launcher.StreamHandle("orders", "/c", "L1", 42, "h", "/c/x.log", now_iso())
+    assert launcher.StreamHandle.from_json({**handle.to_json(), "query_id": "q", "reconnected": True}) == handle
+    with pytest.raises(UsageError, match="not a stream handle"):
+        launcher.StreamHandle.from_json({"stream": "orders"})
+
+    label = launcher.CloneLabel.new(clone="orders-sandbox", source_stream="orders", source_checkpoint="/c",
+                                    snapshot_id="s1", batch_id=7, query_id="q2", sinks={"alerts": "a2"}, ttl_s=60)
+    launcher.write_clone_label(tmp_path, label)
+    assert launcher.read_clone_label(tmp_path) == label
+    assert not label.expired() and label.expired(datetime.now(UTC) + timedelta(seconds=61))
+
+
+def test_a_remote_checkpoint_is_refused_with_a_hint() -> None:
+    with pytest.raises(UsageError, match="must be a local or mounted path"):
+        launcher.status("s3a://bucket/ckpt")
+    assert launcher.local_checkpoint("file:///data/ckpt") == Path("/data/ckpt")
