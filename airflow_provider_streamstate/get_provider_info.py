@@ -29,6 +29,7 @@ def get_provider_info() -> dict[str, Any]:
                 "integration-name": "streamstate",
                 "python-modules": [
                     "airflow_provider_streamstate.operators.snapshot",
+                    "airflow_provider_streamstate.operators.stream",
                 ],
             }
         ],

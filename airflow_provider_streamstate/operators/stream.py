@@ -1,0 +1,358 @@
+"""Operators that start, stop and clone streams. A stream never ends, so a start does not
+hold a worker slot for it: the driver is launched detached (engine/launcher.py), the task
+waits only until the query runs, and returns the stream's handle. Whatever runs the stream
+afterwards (watching, snapshotting, stopping) finds it through the records beside its
+checkpoint, from any worker.
+
+A retried start never launches a second copy: a stream that is running or starting on
+the checkpoint is reconnected to, and its handle returned (the checkpoint's records are
+the truth, whichever task, DAG run or host started it).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from functools import cached_property
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_provider_streamstate.engine.errors import UsageError
+from airflow_provider_streamstate.spec import StreamSpec
+from airflow_provider_streamstate.task_errors import CancellableTask, engine_errors
+
+
+def _seconds(value: timedelta | float | int | str, what: str) -> float:
+    """A duration given as a timedelta, a number of seconds or its text (templated)."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    else:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            seconds = -1.0
+        if isinstance(value, bool):
+            seconds = -1.0
+    if not seconds > 0:
+        raise UsageError(f"{what} must be a positive duration, not {value!r}", hint="give a timedelta or seconds")
+    return seconds
+
+
+def spark_submit_command(spec: StreamSpec) -> tuple[list[str], dict[str, str]]:
+    """The spark-submit command line that runs `spec.application` under the supervised
+    wrapper, built by the apache-spark provider's SparkSubmitHook (the `spark` connection's
+    master, deploy mode, binary, queue and principal; `spec.master` overrides the master),
+    and the environment the driver gets on top of the worker's."""
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    from airflow_provider_streamstate.engine.launcher import resolve_spark_submit, supervised_application
+
+    if not spec.application:
+        raise UsageError(f"stream {spec.name} has no application", hint="set the spec's application (its .py file)")
+    if spec.master is None:
+        try:
+            BaseHook.get_connection(spec.spark_conn_id)
+        except AirflowNotFoundException:
+            raise UsageError(
+                f"Airflow connection {spec.spark_conn_id!r} does not exist (it gives spark-submit its master)",
+                hint=f"define it (e.g. AIRFLOW_CONN_{spec.spark_conn_id.upper()}='{{\"conn_type\": \"spark\", "
+                "\"host\": \"local[2]\"}'), or set the stream's master",
+            ) from None
+    master = spec.master
+
+    class _Hook(SparkSubmitHook):
+        def _resolve_connection(self) -> dict[str, Any]:
+            data = super()._resolve_connection()
+            if master:
+                data["master"] = master
+            return data
+
+    application = spec.application
+    if "://" not in application and os.path.exists(application):
+        application = os.path.abspath(application)
+    hook = _Hook(
+        conf=dict(spec.conf), conn_id=spec.spark_conn_id, jars=",".join(spec.jars) or None, name=spec.name,
+        application_args=[application, *spec.resolved_args()], env_vars=dict(spec.env) or None,
+    )
+    command = hook._build_spark_submit_command(supervised_application())
+    env = dict(spec.env)
+    inherited = {**os.environ, **env}
+    # The wrapper imports this package: the driver's Python is the worker's, unless told.
+    if "PYSPARK_DRIVER_PYTHON" not in inherited:
+        env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    if hook._connection["master"].startswith("local") and "PYSPARK_PYTHON" not in inherited:
+        env["PYSPARK_PYTHON"] = sys.executable
+    return resolve_spark_submit(command, env)
+
+
+def start_stream(
+    spec: StreamSpec, *, startup_timeout_s: float, log: Any, on_launch: Callable[[Any], None] = lambda h: None
+) -> tuple[Any, Any, bool]:
+    """Launch `spec` (or reconnect to the copy running or starting on its checkpoint) and
+    wait until its query runs. Returns (handle, status, reconnected). A driver that dies
+    before its query runs fails with its log's last error line; one that does not run in
+    `startup_timeout_s` is killed (a retry starts afresh)."""
+    from airflow_provider_streamstate.engine import launcher
+    from airflow_provider_streamstate.engine.errors import TransientError
+
+    handle = launcher.running_handle(spec.checkpoint)
+    reconnected = handle is not None
+    if handle is not None:
+        if handle.stream != spec.name:
+            raise UsageError(
+                f"checkpoint {spec.checkpoint} belongs to stream {handle.stream}, not {spec.name}",
+                hint="give each stream its own checkpoint",
+            )
+        log.info("stream %s is already %s on %s (pid %d on %s): reconnecting", spec.name,
+                 launcher.status(spec.checkpoint).state, spec.checkpoint, handle.pid, handle.host)
+    else:
+        command, env = spark_submit_command(spec)
+        handle = launcher.launch(command, stream=spec.name, checkpoint=spec.checkpoint, env=env,
+                                 heartbeat_interval_s=spec.heartbeat_interval_s)
+    on_launch(handle)
+    try:
+        status = launcher.wait_until_running(handle, timeout_s=startup_timeout_s)
+    except TransientError:
+        launcher.stop(handle, timeout_s=0)
+        raise
+    except launcher.StreamStartError:
+        launcher.stop(handle, timeout_s=0)  # whatever of it is left
+        raise
+    return handle, status, reconnected
+
+
+class _StreamControl(CancellableTask, BaseOperator):
+    """What the stream operators share: the spec, and killing a driver still starting when
+    the task is killed (a half-started stream nobody waits for is worse than none)."""
+
+    def __init__(self, *, stream: StreamSpec | dict[str, Any] | str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.stream = stream
+        self._starting: Any = None
+
+    @cached_property
+    def spec(self) -> StreamSpec:
+        with engine_errors():
+            return StreamSpec.from_value(self.stream)
+
+    def _start(self, spec: StreamSpec, startup_timeout_s: float) -> tuple[Any, Any, bool]:
+        def remember(handle: Any) -> None:
+            self._starting = handle
+
+        try:
+            return start_stream(spec, startup_timeout_s=startup_timeout_s, log=self.log, on_launch=remember)
+        finally:
+            self._starting = None
+
+    def on_kill(self) -> None:
+        super().on_kill()
+        handle = self._starting
+        if handle is not None:
+            from airflow_provider_streamstate.engine import launcher
+
+            self.log.info("killing the driver of %s (pid %d), still starting", handle.stream, handle.pid)
+            launcher.stop(handle, timeout_s=0)
+
+
+class StartStreamOperator(_StreamControl):
+    """Start a stream's driver detached and return its handle once its query runs.
+
+    The application runs under spark-submit (the `spark` connection of the spec, through
+    the apache-spark provider's SparkSubmitHook) inside a wrapper that gives it heartbeats
+    and a graceful stop, without code changes. The task waits for the first progress
+    event, not for the stream to end. A stream already running or starting on the
+    checkpoint is reconnected to (a retry never launches a second copy). Returns the
+    handle `{"stream", "checkpoint", "launch_id", "pid", "host", "log", "started_at"}`
+    plus `query_id` and `reconnected`.
+
+    :param stream: the stream, a `StreamSpec` or its `to_dict()`. (templated)
+    :param startup_timeout: how long the query may take to run (a timedelta or seconds);
+        a driver that has not run by then is killed and the task fails (retryable).
+    """
+
+    template_fields: Sequence[str] = ("stream", "startup_timeout")
+
+    def __init__(self, *, startup_timeout: timedelta | float = timedelta(minutes=10), **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.startup_timeout = startup_timeout
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        spec = self.spec
+        with self.cancellable():
+            handle, status, reconnected = self._start(spec, _seconds(self.startup_timeout, "startup_timeout"))
+        self.log.info("stream %s runs on %s: pid %d on %s, query %s, log %s", spec.name, spec.checkpoint,
+                      handle.pid, handle.host, status.heartbeat.query_id if status.heartbeat else None, handle.log)
+        return {**handle.to_json(), "query_id": status.heartbeat.query_id if status.heartbeat else None,
+                "reconnected": reconnected}
+
+
+class StopStreamOperator(_StreamControl):
+    """Stop a stream: graceful first (its driver lets the batch in flight finish and stops
+    its queries), forced after `timeout` (its process group is killed; a restart re-runs
+    the unfinished batch from the checkpoint). Stopping a stream that does not run succeeds.
+    Returns `{"stream", "checkpoint", "outcome" (stopped|killed|not-running), "seconds",
+    "state", "exit_code", "pid"}`.
+
+    :param stream: the stream, a `StreamSpec` or its `to_dict()`. (templated)
+    :param timeout: how long the graceful stop may take before the kill (a timedelta or
+        seconds). A driver on another host cannot be killed from here: the task fails
+        (retryable) when it has not stopped by then.
+    """
+
+    template_fields: Sequence[str] = ("stream", "timeout")
+
+    def __init__(self, *, timeout: timedelta | float = timedelta(minutes=2), **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.timeout = timeout
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_provider_streamstate.engine import launcher
+
+        spec = self.spec
+        with self.cancellable():
+            result = launcher.stop(spec.checkpoint, timeout_s=_seconds(self.timeout, "timeout"),
+                                   requested_by=f"task {self.task_id}")
+        self.log.info("stream %s on %s: %s in %.1fs (state %s, exit code %s)", spec.name, spec.checkpoint,
+                      result.outcome, result.seconds, result.state, result.exit_code)
+        return {"stream": spec.name, **result.to_json()}
+
+
+def _overlaps(a: str, b: str) -> bool:
+    """Same sink, or one path inside the other."""
+    a, b = a.rstrip("/"), b.rstrip("/")
+    return a == b or a.startswith(b + "/") or b.startswith(a + "/")
+
+
+def clone_conflicts(production: StreamSpec, clone: StreamSpec) -> list[str]:
+    """Why `clone` could write where `production` does: shared sinks, the same
+    checkpoint, or production's sinks or checkpoint hard-coded in its arguments."""
+    problems = []
+    if clone.name == production.name:
+        problems.append(f"the clone has the production stream's name {production.name}")
+    if _overlaps(os.path.abspath(clone.checkpoint), os.path.abspath(production.checkpoint)):
+        problems.append(f"its checkpoint {clone.checkpoint} overlaps production's {production.checkpoint}")
+    for key, value in sorted(clone.sinks.items()):
+        for pkey, pvalue in sorted(production.sinks.items()):
+            if _overlaps(value, pvalue):
+                problems.append(f"sink {key}={value} is production's {pkey}")
+    args = clone.resolved_args()
+    for pkey, pvalue in sorted(production.sinks.items()):
+        if any(_overlaps(v, pvalue) for v in clone.sinks.values()):
+            continue  # said above
+        if any(a == pvalue or a.endswith("=" + pvalue) for a in args):
+            problems.append(f"its arguments name production's sink {pkey}={pvalue}")
+    if production.checkpoint in args:
+        problems.append(f"its arguments name production's checkpoint {production.checkpoint}")
+    return list(dict.fromkeys(problems))
+
+
+def _label(clone: StreamSpec, production: StreamSpec, snapshot_id: str, batch_id: int | None, query_id: str,
+           ttl_s: float) -> Any:
+    from airflow_provider_streamstate.engine.launcher import CloneLabel
+
+    return CloneLabel.new(
+        clone=clone.name, source_stream=production.name, source_checkpoint=production.checkpoint,
+        snapshot_id=snapshot_id, batch_id=batch_id, query_id=query_id, sinks=clone.sinks, ttl_s=ttl_s,
+    )
+
+
+class CloneStreamOperator(_StreamControl):
+    """Clone a stream from one of its snapshots into a new stream with its own checkpoint,
+    query id and sinks, labelled with an expiry, and (by default) start it.
+
+    Refused, without writing anything, when the clone could write where production does:
+    a sink equal to (or inside) one of production's, production's checkpoint, or
+    production's sinks hard-coded in the application's arguments. The label
+    `<clone checkpoint>/_streamstate/clone.json` (source stream, snapshot, sinks,
+    `expires_at`) is what retention reads to delete expired clones. A retry reuses a clone
+    it already restored and reconnects to a clone already running. Returns `{"clone",
+    "checkpoint", "sinks", "expires_at", "snapshot_id", "batch_id", "handle"}`.
+
+    :param stream: the production stream, a `StreamSpec` or its `to_dict()`. (templated)
+    :param clone_name: the clone's stream name. (templated)
+    :param clone_checkpoint: the clone's checkpoint directory, new or empty. (templated)
+    :param sinks: the clone's sinks by key, over production's (every key production writes
+        to must be given one of the clone's own). (templated)
+    :param snapshot: the snapshot to clone, an id or `latest`. (templated)
+    :param ttl: how long the clone lives (a timedelta or seconds): its label's expiry.
+    :param start: start the clone (as StartStreamOperator does) once restored.
+    :param startup_timeout: how long the clone's query may take to run (a timedelta or seconds).
+    :param parallelism: concurrent file transfers of the restore.
+    """
+
+    template_fields: Sequence[str] = ("stream", "clone_name", "clone_checkpoint", "sinks", "snapshot")
+
+    def __init__(
+        self, *, clone_name: str, clone_checkpoint: str, sinks: dict[str, str] | None = None,
+        snapshot: str = "latest", ttl: timedelta | float = timedelta(days=1), start: bool = True,
+        startup_timeout: timedelta | float = timedelta(minutes=10), parallelism: int = 8, **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.clone_name = clone_name
+        self.clone_checkpoint = clone_checkpoint
+        self.sinks = sinks
+        self.snapshot = snapshot
+        self.ttl = ttl
+        self.start = start
+        self.startup_timeout = startup_timeout
+        self.parallelism = parallelism
+
+    def clone_spec(self) -> StreamSpec:
+        spec = self.spec
+        with engine_errors():
+            clone = spec.derive(name=self.clone_name, checkpoint=self.clone_checkpoint,
+                                sinks={**spec.sinks, **dict(self.sinks or {})})
+            conflicts = clone_conflicts(spec, clone)
+        if conflicts:
+            raise AirflowFailException(
+                f"clone {clone.name} of {spec.name} could write into production: {'; '.join(conflicts)}; "
+                f"give the clone its own sinks (sinks={{{', '.join(repr(k) + ': ...' for k in sorted(spec.sinks))}}}) "
+                "and checkpoint"
+            )
+        return clone
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_provider_streamstate.engine import launcher
+        from airflow_provider_streamstate.engine.restore import restore_snapshot
+        from airflow_provider_streamstate.engine.timeline import read_lineage
+        from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
+
+        spec = self.spec
+        clone = self.clone_spec()
+        with self.cancellable():
+            ttl_s = _seconds(self.ttl, "ttl")
+            startup_s = _seconds(self.startup_timeout, "startup_timeout")
+            root = launcher.local_checkpoint(clone.checkpoint)
+            label = launcher.read_clone_label(root)
+            lineage = read_lineage(root)
+            if label is None and lineage is not None and lineage.stream is None and lineage.source_stream == spec.name \
+                    and self.snapshot in ("latest", lineage.snapshot_id):
+                # Restored by an earlier try that died before labelling it.
+                label = _label(clone, spec, lineage.snapshot_id, None, lineage.query_id, ttl_s)
+                launcher.write_clone_label(root, label)
+            if label is not None and label.source_stream == spec.name and self.snapshot in ("latest", label.snapshot_id):
+                self.log.info("clone %s of %s (snapshot %s) was restored by an earlier try: reusing it",
+                              clone.name, spec.name, label.snapshot_id)
+            else:
+                store = StreamstateStoreHook(spec.store, aws_conn_id=spec.aws_conn_id, parallelism=self.parallelism).store
+                restored = restore_snapshot(store, spec.name, self.snapshot, clone.checkpoint, new_query_id=True,
+                                            parallelism=self.parallelism)
+                label = _label(clone, spec, restored.manifest.snapshot_id, restored.manifest.batch_id,
+                               restored.query_id, ttl_s)
+                launcher.write_clone_label(root, label)
+            handle = None
+            if self.start:
+                handle, _, _ = self._start(clone, startup_s)
+        self.log.info("clone %s of %s from snapshot %s on %s, sinks %s, expires %s%s", clone.name, spec.name,
+                      label.snapshot_id, clone.checkpoint, clone.sinks, label.expires_at,
+                      f", running (pid {handle.pid})" if handle else "")
+        return {"clone": clone.name, "checkpoint": clone.checkpoint, "sinks": clone.sinks,
+                "expires_at": label.expires_at, "snapshot_id": label.snapshot_id, "batch_id": label.batch_id,
+                "handle": handle.to_json() if handle else None}
+
