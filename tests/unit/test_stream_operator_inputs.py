@@ -72,3 +72,19 @@ def test_a_missing_spark_connection_without_a_master_is_refused_with_a_hint() ->
     assert "AIRFLOW_CONN_NO_SUCH_SPARK" in refused.value.one_line() and "or set the stream's master" in refused.value.one_line()
     command, _ = spark_submit_command(PROD.derive(spark_conn_id="no_such_spark", master="local[2]"))
     assert command[command.index("--master") + 1] == "local[2]"
+
+
+def test_on_kill_kills_a_driver_that_is_still_starting(tmp_path) -> None:
+    import time
+
+    from airflow_provider_streamstate.engine import launcher
+    from airflow_provider_streamstate.operators.stream import StartStreamOperator
+
+    checkpoint = tmp_path / "ckpt"
+    op = StartStreamOperator(task_id="start", stream=PROD.derive(checkpoint=str(checkpoint)).to_dict())
+    op._starting = launcher.launch([sys.executable, "-c", "import time; time.sleep(120)"], stream="orders",
+                                   checkpoint=checkpoint)
+    started = time.monotonic()
+    op.on_kill()
+    assert time.monotonic() - started < 15
+    assert launcher.status(checkpoint).state == "dead"
