@@ -46,6 +46,7 @@ def get_provider_info() -> dict[str, Any]:
             {
                 "integration-name": "streamstate",
                 "python-modules": [
+                    "airflow_provider_streamstate.sensors.base",
                     "airflow_provider_streamstate.sensors.kafka",
                     "airflow_provider_streamstate.sensors.stream",
                 ],
@@ -55,6 +56,7 @@ def get_provider_info() -> dict[str, Any]:
             {
                 "integration-name": "streamstate",
                 "python-modules": [
+                    "airflow_provider_streamstate.triggers.base",
                     "airflow_provider_streamstate.triggers.kafka",
                     "airflow_provider_streamstate.triggers.stream",
                 ],
