@@ -107,9 +107,9 @@ def walkthrough_script(stack, tmp: Path) -> str:
                 lines.append(f"for i in $(seq 240); do ls {tmp}/ckpt/commits/0 >/dev/null 2>&1 && break; sleep 1; done")
             lines.append(cmd)
     assert started, "getting-started.md no longer starts the example stream"
-    # `kill` (SIGTERM) as a reader would stop a background stream (a non-interactive shell's
-    # background jobs ignore SIGINT); it must exit 0.
-    lines.append('if [ -n "$STREAM_PID" ]; then kill -TERM "$STREAM_PID"; wait "$STREAM_PID"; fi')
+    # Ctrl-C as the docs say, to the Python driver (spark-submit's child; the JVM of a
+    # background job ignores SIGINT anyway): the stream must stop cleanly, exit 0.
+    lines.append('if [ -n "$STREAM_PID" ]; then pkill -INT -P "$STREAM_PID"; wait "$STREAM_PID"; fi')
     return "\n".join(lines) + "\n"
 
 
