@@ -5,7 +5,7 @@ Two query shapes, each its own stream with its own checkpoint:
 * `accounts` (default): drop duplicate transactions within a 10-minute event-time
   watermark, then keep per-account `count`, `sum` and `max` of the amount; an account
   whose total passes `--threshold-cents` is written as an alert (update mode). Two
-  stateful operators: deduplication (op 0) and aggregation (op 1).
+  stateful operators: aggregation (op 0) and deduplication (op 1).
 * `windows`: an event-time windowed count per account with a watermark; a window with
   at least `--window-threshold` transactions is written as an alert (append mode).
 
@@ -167,52 +167,38 @@ def main(argv: list[str] | None = None) -> int:
     """spark-submit entry point: runs until the query stops (or, available-now, drains).
 
     Creates its topics when missing, prints one line per committed batch, keeps a
-    heartbeat beside its checkpoint, and stops cleanly on SIGINT or SIGTERM (exit 0).
+    heartbeat beside its checkpoint, and on SIGINT or SIGTERM (sent to spark-submit, to
+    this Python process, or to both as a terminal's Ctrl-C does) lets the batch in flight
+    commit, stops the query and Spark, and exits 0. A second signal exits at once; a
+    failed query exits 1 with one line saying why.
     """
-    import signal
-    import threading
-
     from airflow_provider_streamstate.jobs.generator import ensure_topic
-    from airflow_provider_streamstate.jobs.runtime import attach_batch_log, attach_heartbeat, spark_session
+    from airflow_provider_streamstate.jobs.runtime import (
+        StopSignals,
+        attach_batch_log,
+        attach_heartbeat,
+        run_until_stopped,
+        spark_session,
+    )
 
     args, state_store = parse_args(argv)
     ensure_topic(args.bootstrap_servers, args.source_topic, args.partitions)
     ensure_topic(args.bootstrap_servers, args.alerts_topic, args.partitions)
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: object) -> None:
-        if stop.is_set():
-            raise SystemExit(130)  # a second Ctrl-C: go now
-        print(f"{signal.Signals(signum).name}: stopping the query after its current batch", file=sys.stderr, flush=True)
-        stop.set()
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    stop = StopSignals().install()
     # spark-submit chooses the master and passes the connector jars (--jars / --packages).
     spark = spark_session(
         "streamstate-example", master=None, state_store=state_store, shuffle_partitions=args.shuffle_partitions
     )
+    stop.install_spark(spark)
     attach_batch_log(spark)
+    heartbeat = None
     if "://" not in args.checkpoint or args.checkpoint.startswith("file:"):
-        attach_heartbeat(spark, args.checkpoint.removeprefix("file://").removeprefix("file:"))
-    query = start_query(spark, args)
-    try:
-        while query.isActive and not stop.is_set():
-            query.awaitTermination(1)
-        if query.isActive:
-            query.stop()
-        error = query.exception()
-    except Exception as exc:  # noqa: BLE001 - the JVM went down with the signal: nothing left to stop
-        if not stop.is_set():
-            raise
-        print(f"stopped ({type(exc).__name__} while the JVM shut down)", file=sys.stderr)
+        heartbeat = attach_heartbeat(spark, args.checkpoint.removeprefix("file://").removeprefix("file:"))
+    if stop.requested.is_set():  # signalled while Spark started
+        spark.stop()
         return 0
-    if error is not None:
-        print(f"the query failed: {str(error).splitlines()[0]}", file=sys.stderr)
-        return 1
-    print("stopped", file=sys.stderr)
-    spark.stop()
-    return 0
+    query = start_query(spark, args)
+    return run_until_stopped(spark, query, stop, heartbeat=heartbeat)
 
 
 if __name__ == "__main__":

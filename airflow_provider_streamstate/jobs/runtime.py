@@ -1,9 +1,17 @@
-"""Spark session settings shared by the example stream, tests, demo and benchmarks."""
+"""Spark session settings shared by the example stream, tests, demo and benchmarks, and
+what a stream's driver needs around its query: a heartbeat beside the checkpoint, one log
+line per committed batch, and a graceful stop on SIGINT/SIGTERM."""
 
 from __future__ import annotations
 
+import os
+import re
+import signal
+import sys
+import threading
+import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from airflow_provider_streamstate.engine.checkpoint import HDFS_PROVIDER, PROVIDER_CONF, ROCKSDB_PROVIDER
 
@@ -48,7 +56,6 @@ def spark_session(
         SparkSession.builder.appName(app_name)
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
     )
     if master is not None:
         builder = builder.master(master)
@@ -94,9 +101,7 @@ def attach_heartbeat(
     thread keeps beating during a long batch. Follows the first query started after it is
     attached, or the one named `query_name`. Returns the listener (remove it with
     `spark.streams.removeListener`)."""
-    import os
     import socket
-    import threading
 
     from pyspark.sql.streaming import StreamingQueryListener
 
@@ -155,8 +160,21 @@ def attach_heartbeat(
             if self.beat is None or not self._ours(str(event.id)):  # type: ignore[attr-defined]
                 return
             exc = event.exception  # type: ignore[attr-defined]
-            first = exc.strip().splitlines()[0] if exc else None
-            self._write(state="failed" if exc else "stopped", exception=first)
+            self._write(state="failed" if exc else "stopped", exception=error_line(exc))
+            self.stopped.set()
+
+        def finish(self, query: Any) -> None:
+            """Write the last beat now, from the driver's own view of its stopped `query`:
+            the listener bus delivers onQueryTerminated late, and not at all once Spark
+            stops, which would leave a `running` record until it goes stale."""
+            if self.beat is None or query.isActive or str(query.id) != self.query_id or self.stopped.is_set():
+                return
+            exc = query.exception()
+            last = query.lastProgress or {}
+            # A batch's progress comes after its commit; an idle trigger's names the next batch.
+            batch = last.get("batchId") if "addBatch" in (last.get("durationMs") or {}) else self.beat.batch_id
+            self._write(state="failed" if exc is not None else "stopped", batch_id=batch,
+                        exception=error_line(str(exc)) if exc is not None else None)
             self.stopped.set()
 
     listener = HeartbeatListener()
@@ -166,8 +184,6 @@ def attach_heartbeat(
 
 def attach_batch_log(spark: SparkSession, out: TextIO | None = None) -> object:
     """Print one line per committed batch: id, input rows, duration, state rows."""
-    import sys
-
     from pyspark.sql.streaming import StreamingQueryListener
 
     stream = out or sys.stdout
@@ -192,3 +208,147 @@ def attach_batch_log(spark: SparkSession, out: TextIO | None = None) -> object:
     listener = BatchLog()
     spark.streams.addListener(listener)
     return listener
+
+
+def error_line(text: str | None, limit: int = 1000) -> str | None:
+    """One line that says why a query failed, for the heartbeat and the driver's exit.
+
+    Spark's first line says it, except for an error raised in Python (a foreachBatch
+    function, a UDF): that line ends at "Traceback (most recent call last):", and the
+    Python exception's own line (`RuntimeError: ...`) is the one that says why.
+    """
+    lines = [ln.rstrip() for ln in (text or "").strip().splitlines()]
+    if not lines:
+        return None
+    line = lines[0]
+    if line.endswith("Traceback (most recent call last):"):
+        # Frames and source lines are indented; the exception line that ends them is not.
+        line = next((ln for ln in lines[1:] if ln and not ln[0].isspace()), line)
+    line = re.sub(r"[\x00-\x1f\x7f]", " ", line)
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+class StopSignals:
+    """SIGINT and SIGTERM as a graceful stop request, whichever process receives them.
+
+    Under spark-submit the driver is two processes: Spark's JVM (spark-submit's own pid,
+    which a terminal's Ctrl-C, `kill <pid>` or a container runtime signal) and this Python
+    process, its child. Left alone, the JVM exits on the signal and takes the Python side
+    down mid-call (a Py4J traceback, exit 143). And PySpark's SparkContext replaces
+    Python's SIGINT handler with one that raises KeyboardInterrupt in the middle of a Py4J
+    call. So: `install()` before Spark starts, `install_spark(spark)` once it has; both
+    handlers only set `requested`, and the driver then stops its query and Spark itself.
+    A second signal exits at once.
+    """
+
+    def __init__(self) -> None:
+        self.requested = threading.Event()
+        self.reason: str | None = None
+        self._counts = {"python": 0, "jvm": 0}  # a terminal's Ctrl-C reaches both processes once
+        self._lock = threading.Lock()
+        self._jvm_handler: Any = None  # kept referenced: the JVM calls back into it
+
+    def install(self) -> StopSignals:
+        """Handle the signals in this (Python) process; call from the main thread."""
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._on_signal)
+        return self
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self.request(signal.Signals(signum).name, source="python")
+
+    def install_spark(self, spark: SparkSession) -> bool:
+        """Once the SparkSession exists: take SIGINT back from PySpark, and handle INT and
+        TERM in Spark's JVM too (a local JVM, not Spark Connect). False when the JVM would
+        not take them: a signal ignored when it started (a non-interactive shell's
+        background job ignores SIGINT) stays ignored there."""
+        self.install()
+        try:
+            from pyspark.java_gateway import ensure_callback_server_started
+
+            stop = self
+
+            class JvmSignalHandler:
+                def handle(self, sig: Any) -> None:
+                    stop.request(f"SIG{sig.getName()}", source="jvm")
+
+                class Java:
+                    implements = ["sun.misc.SignalHandler"]
+
+            gateway = spark.sparkContext._gateway  # type: ignore[attr-defined]
+            jvm: Any = spark.sparkContext._jvm
+            ensure_callback_server_started(gateway)
+            self._jvm_handler = JvmSignalHandler()
+            ignored = []
+            for name in ("INT", "TERM"):
+                previous = jvm.sun.misc.Signal.handle(jvm.sun.misc.Signal(name), self._jvm_handler)
+                if previous.equals(jvm.sun.misc.SignalHandler.SIG_IGN):
+                    ignored.append(f"SIG{name}")
+            if ignored:
+                print(f"streamstate: {' and '.join(ignored)} ignored by this spark-submit (a non-interactive shell "
+                      "starts background jobs that way); stop it with SIGTERM", file=sys.stderr, flush=True)
+            return not ignored
+        except Exception as exc:  # noqa: BLE001 - without it the JVM keeps its default: exit
+            print(f"streamstate: Spark's JVM keeps its own signal handling ({type(exc).__name__}: {exc})",
+                  file=sys.stderr, flush=True)
+            return False
+
+    def request(self, reason: str, *, source: str = "python") -> None:
+        """Ask for a graceful stop (from a signal handler or any thread). A second signal
+        to the same process exits at once."""
+        with self._lock:
+            self._counts[source] = self._counts.get(source, 0) + 1
+            again = self._counts[source] > 1
+            first = self.reason is None
+            if first:
+                self.reason = reason
+        if again:
+            print(f"streamstate: {reason} again: exiting now", file=sys.stderr, flush=True)
+            os._exit(130 if reason.endswith("INT") else 143)
+        if first:
+            print(f"streamstate: {reason}: stopping the query after its batch in flight", file=sys.stderr, flush=True)
+        self.requested.set()
+
+
+def stop_query(query: Any, *, batch_wait_s: float = 60.0) -> None:
+    """Stop `query` once the batch in flight has committed (at most `batch_wait_s`): an
+    interrupted batch is run again after a restart, and Spark logs its abort as errors.
+    A busy stream may start its next batch at once, so "committed" is the trigger going
+    idle or a progress event for the batch that was in flight."""
+    deadline = time.monotonic() + batch_wait_s
+    in_flight: int | None = None
+    while query.isActive and time.monotonic() < deadline and query.status.get("isTriggerActive"):
+        last = (query.lastProgress or {}).get("batchId")
+        if in_flight is None:
+            in_flight = -1 if last is None else int(last) + 1
+        elif last is not None and int(last) >= in_flight:
+            break
+        time.sleep(0.05)
+    query.stop()
+
+
+def run_until_stopped(
+    spark: SparkSession, query: Any, stop: StopSignals, *, heartbeat: Any = None, batch_wait_s: float = 60.0,
+) -> int:
+    """A driver's main loop: wait until `query` ends by itself (drained or failed) or `stop`
+    is requested, stop it gracefully, write its last heartbeat, stop Spark. The exit code:
+    0 when it stopped or drained, 1 when it failed (one line on stderr says why)."""
+    from pyspark.errors import StreamingQueryException
+
+    while query.isActive and not stop.requested.is_set():
+        try:
+            query.awaitTermination(1)
+        except StreamingQueryException:
+            break  # reported below
+    if query.isActive:
+        stop_query(query, batch_wait_s=batch_wait_s)
+    error = query.exception()
+    if heartbeat is not None:
+        heartbeat.finish(query)
+    spark.stop()
+    if error is not None:
+        print(f"streamstate: the query failed: {error_line(str(error))}", file=sys.stderr, flush=True)
+        return 1
+    how = f"on {stop.reason}" if stop.reason else "(no more input)"
+    print(f"streamstate: query {query.name or query.id} stopped {how}", file=sys.stderr, flush=True)
+    return 0

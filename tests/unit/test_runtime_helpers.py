@@ -1,0 +1,69 @@
+"""The driver-side helpers that need no Spark: the one line that says why a query failed
+(Spark's first line, or the Python exception's own line when the error came from Python),
+and how stop signals are counted (a terminal's Ctrl-C reaches the JVM and the Python
+process once each: one request; a second signal to the same process exits at once)."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_streamstate.jobs import runtime
+from airflow_provider_streamstate.jobs.runtime import StopSignals, error_line
+
+PY4J_PROXY = """py4j.Py4JException: An exception was raised by the Python Proxy. Return Message: Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/py4j/clientserver.py", line 644, in _call_proxy
+    return_value = getattr(self.pool[obj_id], method)(*params)
+                   ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+  File "/app/job.py", line 85, in explode
+    raise RuntimeError(f"card processor unreachable in batch {batch_id}")
+RuntimeError: card processor unreachable in batch 1
+second line of the message
+
+	at py4j.Protocol.getReturnValue(Protocol.java:476)
+"""
+
+SPARK = """org.apache.spark.sql.streaming.StreamingQueryException: [STREAM_FAILED] Query [id = 1] terminated with exception: Partition t-0's offset was changed from 70 to 0
+=== Streaming Query ===
+Identifier: accounts
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        (SPARK, "org.apache.spark.sql.streaming.StreamingQueryException: [STREAM_FAILED] Query [id = 1] terminated "
+                "with exception: Partition t-0's offset was changed from 70 to 0"),
+        (PY4J_PROXY, "RuntimeError: card processor unreachable in batch 1"),
+        ("Traceback (most recent call last):\n  File \"x.py\", line 1\nKeyboardInterrupt\n", "KeyboardInterrupt"),
+        ("boom\x1b[2J\x00 done", "boom [2J  done"),
+        (None, None),
+        ("  \n ", None),
+    ],
+)
+def test_the_failure_line_says_why(text: str | None, line: str | None) -> None:
+    assert error_line(text) == line
+
+
+def test_the_failure_line_is_bounded() -> None:
+    line = error_line("x" * 5000, limit=100)
+    assert line is not None and len(line) == 100 and line.endswith("…")
+
+
+def test_one_ctrl_c_reaching_both_processes_is_one_request_a_second_exits(monkeypatch) -> None:
+    exits: list[int] = []
+    monkeypatch.setattr(runtime.os, "_exit", exits.append)
+    stop = StopSignals()
+    stop.request("SIGINT", source="python")
+    stop.request("SIGINT", source="jvm")  # the same Ctrl-C, seen by Spark's JVM
+    assert stop.requested.is_set() and stop.reason == "SIGINT" and exits == []
+    stop.request("SIGINT", source="jvm")  # pressed again
+    assert exits == [130]
+
+
+def test_a_second_sigterm_exits_with_143(monkeypatch) -> None:
+    exits: list[int] = []
+    monkeypatch.setattr(runtime.os, "_exit", exits.append)
+    stop = StopSignals()
+    stop.request("SIGTERM", source="jvm")
+    stop.request("SIGTERM", source="jvm")
+    assert (stop.reason, exits) == ("SIGTERM", [143])
