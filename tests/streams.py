@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import json
 import re
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
+from airflow_provider_streamstate.engine.liveness import DEFAULT_INTERVAL_S
 from airflow_provider_streamstate.jobs.runtime import read_state
 
 
@@ -72,16 +77,72 @@ def use_state_store(spark: Any, state_store: str, **extra: str) -> None:
         spark.conf.set(key, value)
 
 
-def run_to_end(spark: Any, bootstrap: str, topic: str, checkpoint: str, *, max_offsets: int = 200, **kw: Any) -> int:
-    """Run the `accounts` query with available-now until it drains `topic`; last batch id."""
-    from airflow_provider_streamstate.jobs.example_stream import StreamArgs, start_query
+def run_to_end(
+    spark: Any, bootstrap: str, topic: str, checkpoint: str, *, max_offsets: int = 200,
+    heartbeat_s: float | None = DEFAULT_INTERVAL_S, **kw: Any,
+) -> int:
+    """Run the `accounts` query with available-now until it drains `topic`; last batch id.
 
+    Like a real stream, it keeps a heartbeat beside its checkpoint (every `heartbeat_s`
+    seconds; None: no heartbeat) and returns once the record says `stopped`, so a restore
+    over the checkpoint may follow at once.
+    """
+    from airflow_provider_streamstate.jobs.example_stream import StreamArgs, start_query
+    from airflow_provider_streamstate.jobs.runtime import attach_heartbeat
+
+    kw.setdefault("query_name", f"accounts-{uuid.uuid4().hex[:8]}")
     args = StreamArgs(bootstrap, checkpoint, source_topic=topic, alerts_topic=f"{topic}-alerts",
                       trigger="available-now", max_offsets_per_trigger=max_offsets, **kw)
-    query = start_query(spark, args)
-    query.awaitTermination(300)
-    assert query.exception() is None, query.exception()
+    listener: Any = None
+    if heartbeat_s is not None:
+        listener = attach_heartbeat(spark, checkpoint, interval_s=heartbeat_s, query_name=args.query_name)
+    try:
+        query = start_query(spark, args)
+        query.awaitTermination(300)
+        assert query.exception() is None, query.exception()
+        if listener is not None:  # listener events are asynchronous: wait for the last beat
+            assert listener.stopped.wait(60), "the heartbeat never said the query stopped"
+    finally:
+        if listener is not None:
+            listener.stopped.set()  # ends its timer thread, whatever happened
+            spark.streams.removeListener(listener)
     return int(query.lastProgress["batchId"])
+
+
+@contextmanager
+def heartbeat_query(
+    spark: Any, bootstrap: str, topic: str, checkpoint: str, *, interval_s: float = 1.0,
+    trigger: str = "processing:1 second", **kw: Any,
+) -> Iterator[tuple[Any, Any]]:
+    """The `accounts` query running on `topic` with its heartbeat (every `interval_s`):
+    yields (query, listener); on exit the query is stopped and the listener removed."""
+    from airflow_provider_streamstate.jobs.example_stream import StreamArgs, start_query
+    from airflow_provider_streamstate.jobs.runtime import attach_heartbeat
+
+    kw.setdefault("query_name", f"live-{uuid.uuid4().hex[:8]}")
+    args = StreamArgs(bootstrap, checkpoint, source_topic=topic, alerts_topic=f"{topic}-alerts", trigger=trigger, **kw)
+    listener: Any = attach_heartbeat(spark, checkpoint, interval_s=interval_s, query_name=args.query_name)
+    query = None
+    try:
+        query = start_query(spark, args)
+        yield query, listener
+    finally:
+        if query is not None:
+            query.stop()
+            listener.stopped.wait(60)
+        listener.stopped.set()
+        spark.streams.removeListener(listener)
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
+    """Poll `predicate` until it returns something truthy (which is returned)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out after {timeout:.0f}s waiting for {what}"
+        time.sleep(0.2)
 
 
 # A state store snapshot the maintenance task writes (`3.zip`, `10.snapshot`) or one of its

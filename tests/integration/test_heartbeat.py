@@ -1,0 +1,120 @@
+"""A real query's heartbeat, written by the runtime helper's listener beside the checkpoint:
+while the query runs, `is_running` is true and `assert_not_running` refuses by name; the
+record keeps beating when no data arrives and then names the last *committed* batch;
+a stopped or failed query says so; and Spark resumes a checkpoint with the record beside
+it (the snapshot planner leaves it out)."""
+
+from __future__ import annotations
+
+import socket
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from pyspark.errors import StreamingQueryException
+
+from airflow_provider_streamstate.engine.checkpoint import CheckpointReader
+from airflow_provider_streamstate.engine.errors import StreamRunningError
+from airflow_provider_streamstate.engine.liveness import (
+    HEARTBEAT_FILE,
+    assert_not_running,
+    is_running,
+    read_heartbeat,
+)
+from airflow_provider_streamstate.jobs.generator import GeneratorSpec, expected_aggregates, produce
+from tests.streams import account_state, heartbeat_query, run_to_end, use_state_store, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def committed(checkpoint: str) -> list[int]:
+    return CheckpointReader(checkpoint).committed_batches()
+
+
+def consumed(checkpoint: str, topic: str) -> int:
+    """Messages of `topic` the newest committed batch has consumed (0 before the first)."""
+    if not (Path(checkpoint) / "offsets").is_dir() or not committed(checkpoint):
+        return 0
+    return sum(CheckpointReader(checkpoint).plan().kafka_offsets.get(topic, {}).values())
+
+
+def when(beat) -> datetime:  # noqa: ANN001
+    return datetime.fromisoformat(beat.updated_at.replace("Z", "+00:00"))
+
+
+def test_a_running_query_is_refused_by_name_until_it_stops(stack, spark, topic, tmp_path) -> None:
+    use_state_store(spark, "rocksdb-changelog")
+    checkpoint = str(tmp_path / "ckpt")
+    spec = GeneratorSpec(seed=41, accounts=10, events=300)
+    produce(stack.kafka_bootstrap, topic, spec)
+    with heartbeat_query(spark, stack.kafka_bootstrap, topic, checkpoint, interval_s=1.0) as (query, _):
+        name = query.name
+        wait_for(lambda: consumed(checkpoint, topic) == 300, what="the query to consume the topic")
+        assert account_state(spark, checkpoint) == expected_aggregates([spec])
+        beat = wait_for(lambda: (b := read_heartbeat(checkpoint)) and b.state == "running" and b.batch_id is not None
+                        and b, what="a running beat")
+        assert (beat.query_id, beat.run_id, beat.query_name) == (str(query.id), str(query.runId), name)
+        assert (beat.host, beat.interval_s) == (socket.gethostname(), 1.0)
+        assert is_running(checkpoint)
+        with pytest.raises(StreamRunningError) as err:
+            assert_not_running(checkpoint, "restore over it")
+        text = err.value.one_line()
+        assert text.startswith(f"cannot restore over it: query {name} is running on {checkpoint}")
+        assert f"host {beat.host}, pid {beat.pid}" in text and "stop the stream first" in text
+
+        # Idle: no new data, no new batch, yet the beat goes on (listener idle events and the
+        # timer), still naming the last committed batch, never the next one Spark reports.
+        last = committed(checkpoint)[-1]
+        first_idle = read_heartbeat(checkpoint)
+        assert first_idle is not None
+        later = wait_for(lambda: (b := read_heartbeat(checkpoint)) and when(b) > when(first_idle) and b,
+                         timeout=10, what="a beat without new data")
+        assert committed(checkpoint)[-1] == last
+        assert (later.state, later.batch_id) == ("running", last)
+    stopped = read_heartbeat(checkpoint)
+    assert stopped is not None and (stopped.state, stopped.exception) == ("stopped", None)
+    assert not is_running(checkpoint)
+    assert_not_running(checkpoint, "restore over it")
+
+
+def test_a_failed_query_says_failed_with_the_first_line_of_its_error(spark, tmp_path) -> None:
+    from airflow_provider_streamstate.jobs.runtime import attach_heartbeat
+
+    checkpoint = str(tmp_path / "ckpt")
+
+    def explode(_df, batch_id: int) -> None:  # noqa: ANN001
+        if batch_id >= 1:
+            raise RuntimeError(f"card processor unreachable in batch {batch_id}\nsecond line")
+
+    listener = attach_heartbeat(spark, checkpoint, interval_s=1.0, query_name="doomed")
+    try:
+        query = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 5).load()
+                 .writeStream.queryName("doomed").foreachBatch(explode).option("checkpointLocation", checkpoint)
+                 .trigger(processingTime="200 milliseconds").start())
+        with pytest.raises(StreamingQueryException):
+            query.awaitTermination(120)
+        assert listener.stopped.wait(60)  # type: ignore[attr-defined]
+    finally:
+        spark.streams.removeListener(listener)
+    beat = read_heartbeat(checkpoint)
+    assert beat is not None and beat.state == "failed" and beat.batch_id == 0
+    assert beat.exception is not None and "card processor unreachable in batch 1" in beat.exception
+    assert "second line" not in beat.exception
+    assert not is_running(checkpoint)
+
+
+def test_spark_resumes_a_checkpoint_with_the_record_beside_it(stack, spark, topic, tmp_path) -> None:
+    use_state_store(spark, "rocksdb-changelog")
+    checkpoint = str(tmp_path / "ckpt")
+    spec = GeneratorSpec(seed=43, accounts=12, events=300)
+    produce(stack.kafka_bootstrap, topic, spec)
+    first = run_to_end(spark, stack.kafka_bootstrap, topic, checkpoint)
+    beat = read_heartbeat(checkpoint)
+    assert beat is not None and (beat.state, beat.batch_id) == ("stopped", first)
+    assert (tmp_path / "ckpt" / HEARTBEAT_FILE).is_file()
+
+    produce(stack.kafka_bootstrap, topic, spec.next_round(200))
+    second = run_to_end(spark, stack.kafka_bootstrap, topic, checkpoint)
+    assert second > first  # resumed after batch `first`, not from scratch
+    assert account_state(spark, checkpoint) == expected_aggregates([spec, spec.next_round(200)])
+    assert not [f.path for f in CheckpointReader(checkpoint).plan().files if f.path.startswith("_streamstate")]
