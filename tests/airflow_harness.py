@@ -49,12 +49,17 @@ def configure_airflow_env(home: Path) -> None:
     os.environ.setdefault("AIRFLOW__CORE__DEFAULT_TASK_RETRIES", "0")
 
 
-def prepare_airflow(home: Path) -> None:
-    """Fill the DAG folder and migrate the metadata DB (once per session: ~12 s)."""
-    dags = home / "dags"
+def fill_dag_folder(dags: Path) -> None:
+    """The repo's dags/ and the test DAGs, copied into the DAG folder where any is missing."""
     dags.mkdir(parents=True, exist_ok=True)
     for src in [*(REPO / "dags").glob("*.py"), *(REPO / "tests" / "dags").glob("*.py")]:
-        shutil.copy(src, dags / src.name)
+        if not (dags / src.name).exists():
+            shutil.copy(src, dags / src.name)
+
+
+def prepare_airflow(home: Path) -> None:
+    """Fill the DAG folder and migrate the metadata DB (once per session: ~12 s)."""
+    fill_dag_folder(home / "dags")
     subprocess.run(
         [str(Path(sys.executable).parent / "airflow"), "db", "migrate"],
         check=True, capture_output=True, text=True, env=os.environ.copy(),
@@ -65,6 +70,9 @@ def run_dag(dag_id: str, conf: dict[str, Any] | None = None) -> DagResult:
     """Run one DAG to its end with Airflow's own runner (deferred triggers run inline)."""
     from airflow.dag_processing.dagbag import DagBag
 
+    # The folder was seen to vanish between the session's set-up and a run in long full-suite
+    # runs (cause not found yet): make sure it holds the DAGs before each run.
+    fill_dag_folder(Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"]))
     bag = DagBag(dag_folder=os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
     assert not bag.import_errors, bag.import_errors
     dag = bag.get_dag(dag_id)
