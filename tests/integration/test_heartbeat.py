@@ -7,6 +7,7 @@ it (the snapshot planner leaves it out)."""
 from __future__ import annotations
 
 import socket
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -38,6 +39,15 @@ def consumed(checkpoint: str, topic: str) -> int:
     return sum(CheckpointReader(checkpoint).plan().kafka_offsets.get(topic, {}).values())
 
 
+def is_idle(query, checkpoint: str, quiet_s: float = 3.0) -> bool:  # noqa: ANN001
+    """The query has committed nothing new for `quiet_s`, and Spark reports no data
+    available and no trigger running."""
+    before = committed(checkpoint)[-1]
+    time.sleep(quiet_s)
+    status = query.status
+    return not (status["isDataAvailable"] or status["isTriggerActive"]) and committed(checkpoint)[-1] == before
+
+
 def when(beat) -> datetime:  # noqa: ANN001
     return datetime.fromisoformat(beat.updated_at.replace("Z", "+00:00"))
 
@@ -64,6 +74,9 @@ def test_a_running_query_is_refused_by_name_until_it_stops(stack, spark, topic, 
 
         # Idle: no new data, no new batch, yet the beat goes on (listener idle events and the
         # timer), still naming the last committed batch, never the next one Spark reports.
+        # The data batch may be followed by one no-data batch (the watermark advanced), so
+        # idle starts once no batch has been committed for a few triggers.
+        wait_for(lambda: is_idle(query, checkpoint), what="the query to go idle")
         last = committed(checkpoint)[-1]
         first_idle = read_heartbeat(checkpoint)
         assert first_idle is not None

@@ -46,6 +46,9 @@ def test_a_running_stream_beats_and_its_checkpoint_cannot_be_restored_over(stack
             restore_snapshot(store, "live", snap.manifest.snapshot_id, checkpoint, force=True)
     finally:
         query.stop()
+        # Spark delivers the terminated event on its listener bus after stop() returns:
+        # removing the listener before it arrives would lose the final "stopped" beat.
+        listener.stopped.wait(60)  # type: ignore[attr-defined]
         spark.streams.removeListener(listener)
     _wait(lambda: (b := read_heartbeat(checkpoint)) is not None and b.state == "stopped", timeout=30)
     assert not is_running(checkpoint)
