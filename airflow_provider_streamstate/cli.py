@@ -18,12 +18,13 @@ AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION, AWS_PROFILE) or an Airflow connection
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
@@ -160,6 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
     _common(verify)
     verify.add_argument("snapshot_id", nargs="?", metavar="SNAPSHOT", help="a snapshot id or `latest` (default: all)")
     _parallelism(verify)
+    for name in COMMAND_MODULES:
+        COMMANDS.update(importlib.import_module(name).register(commands))
     return parser
 
 
@@ -391,7 +394,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-COMMANDS = {
+# Command groups that live in their own modules (one concept, one module). Each module has
+# `register(commands) -> {(command, subcommand or None): handler}`; it adds its parsers to
+# `commands` (subcommands with dest="subcommand") and may use this module's helpers
+# (`_common`, `_parallelism`, `_out`, `_store`...).
+COMMAND_MODULES: tuple[str, ...] = ()
+
+COMMANDS: dict[tuple[str, str | None], Callable[[argparse.Namespace], int]] = {
     ("snapshot", "create"): cmd_snapshot_create,
     ("snapshot", "list"): cmd_snapshot_list,
     ("snapshot", "show"): cmd_snapshot_show,
@@ -420,7 +429,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageFailure as exc:
         print(f"{exc}; see `streamstate --help`", file=sys.stderr)
         return EXIT_USAGE
-    key = (args.command, getattr(args, "snapshot_command", None))
+    key = (args.command, getattr(args, "snapshot_command", None) or getattr(args, "subcommand", None))
     handler = COMMANDS.get(key)
     if handler is None:  # a command group without its subcommand
         getattr(args, "help_parser", parser).print_help(sys.stderr)
