@@ -30,6 +30,7 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": [
                     "airflow_provider_streamstate.operators.snapshot",
                     "airflow_provider_streamstate.operators.stream",
+                    "airflow_provider_streamstate.operators.supervise",
                 ],
             }
         ],

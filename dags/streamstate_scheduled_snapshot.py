@@ -15,6 +15,7 @@ from typing import Any
 import pendulum
 from airflow.sdk import DAG, Param, task
 
+from airflow_provider_streamstate.configured import configured_streams as configured
 from airflow_provider_streamstate.operators.snapshot import SnapshotStreamOperator
 
 with DAG(
@@ -35,19 +36,7 @@ with DAG(
     @task
     def configured_streams(params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """The streams to snapshot, each checked before any snapshot starts."""
-        from airflow.sdk import Variable
-        from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
-
-        from airflow_provider_streamstate.engine.errors import UsageError
-        from airflow_provider_streamstate.spec import StreamSpec
-
-        streams = (params or {}).get("streams") or Variable.get("streamstate_streams", default=[], deserialize_json=True)
-        if not streams:
-            raise AirflowSkipException("no streams configured: set the Variable streamstate_streams or the streams param")
-        try:
-            return [StreamSpec.from_value(s).to_dict() for s in streams]
-        except UsageError as exc:
-            raise AirflowFailException(exc.one_line()) from exc
+        return configured(params)
 
     snapshots = SnapshotStreamOperator.partial(
         task_id="snapshot", labels={"trigger": "scheduled"}, retries=2, retry_delay=timedelta(seconds=30),

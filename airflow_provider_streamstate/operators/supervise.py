@@ -1,0 +1,93 @@
+"""One supervision round of a stream as a task: check it, restart it when its driver died,
+restore its newest verified snapshot when the restart fails on an unusable checkpoint,
+and fail (the alert) when it stays unhealthy. The decisions are the engine's
+(`engine/supervisor.py`); this operator gives it the stream's start (spark-submit through
+the apache-spark provider, as StartStreamOperator does), store and Kafka cluster."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import Context
+
+from airflow_provider_streamstate.operators.stream import _seconds, _StreamControl
+
+
+class SuperviseStreamOperator(_StreamControl):
+    """Check one stream and recover it when it died.
+
+    Running: healthy unless it lags more than `max_lag` records on a partition or has not
+    committed within `freshness` while records wait (the task fails: an alert, nothing is
+    restarted). Stopped on request: left alone. Dead, failed, or stopped without a
+    request: restarted from its checkpoint and watched for `settle`. When that restart
+    fails on an unusable checkpoint (Spark cannot load its state), the newest snapshot of
+    the current timeline that verifies is restored over the checkpoint and the stream
+    restarted from it (`restore="any-failure"`: after any failed restart; `"never"`: not
+    at all). Returns `{"stream", "action" (none|left-stopped|restarted|restored),
+    "state_before", "message", "batch_id", "total_lag", "restored_snapshot",
+    "restored_batch", "failure", "timings": [{"launch_s", "spark_start_s",
+    "first_batch_s"}]}`.
+
+    :param stream: the stream, a `StreamSpec` or its `to_dict()`. (templated)
+    :param max_lag: most records any partition may lag (None: not checked). (templated)
+    :param freshness: a running stream must commit at least this often while records wait
+        (a timedelta or seconds; None: not checked). (templated)
+    :param restart: restart a dead or failed stream (False: only alert).
+    :param restore: when to restore a snapshot after a failed restart: `checkpoint-errors`,
+        `any-failure` or `never`. (templated)
+    :param snapshot: the snapshot to restore: `latest` (newest verified on the current
+        timeline) or an id. (templated)
+    :param settle: how long a restarted stream is watched for its first batch (a
+        timedelta or seconds). (templated)
+    :param startup_timeout: how long a restarted query may take to run (a timedelta or seconds).
+    :param kafka_conn_id: the stream's Kafka connection for the lag check; defaults to
+        the spec's. (templated)
+    :param parallelism: concurrent file transfers of a restore.
+    """
+
+    template_fields: Sequence[str] = ("stream", "max_lag", "freshness", "restore", "snapshot", "settle", "kafka_conn_id")
+
+    def __init__(
+        self, *, max_lag: int | None = None, freshness: timedelta | float | None = None, restart: bool = True,
+        restore: str = "checkpoint-errors", snapshot: str = "latest", settle: timedelta | float = timedelta(minutes=3),
+        startup_timeout: timedelta | float = timedelta(minutes=10), kafka_conn_id: str | None = None,
+        parallelism: int = 8, **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.max_lag = max_lag
+        self.freshness = freshness
+        self.restart = restart
+        self.restore = restore
+        self.snapshot = snapshot
+        self.settle = settle
+        self.startup_timeout = startup_timeout
+        self.kafka_conn_id = kafka_conn_id
+        self.parallelism = parallelism
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_provider_streamstate.engine.supervisor import SupervisionPolicy, supervise
+        from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
+
+        spec = self.spec
+        with self.cancellable():
+            max_lag = None if self.max_lag in (None, "") else int(self.max_lag)
+            freshness = None if self.freshness in (None, "") else _seconds(self.freshness, "freshness")
+            policy = SupervisionPolicy(freshness_s=freshness, max_lag=max_lag, restart=self.restart,
+                                       restore=self.restore, settle_s=_seconds(self.settle, "settle"))
+            startup_s = _seconds(self.startup_timeout, "startup_timeout")
+            offsets = None
+            conn_id = self.kafka_conn_id or spec.kafka_conn_id
+            if conn_id and (max_lag is not None or freshness is not None):
+                from airflow_provider_streamstate.hooks.kafka import StreamKafkaHook
+
+                offsets = StreamKafkaHook(kafka_config_id=conn_id).broker_offsets
+            hook = StreamstateStoreHook(spec.store, aws_conn_id=spec.aws_conn_id, parallelism=self.parallelism)
+            report = supervise(
+                spec.name, spec.checkpoint, start=lambda: self._start(spec, startup_s)[0], policy=policy,
+                store=lambda: hook.store, broker_offsets=offsets, snapshot=self.snapshot,
+                parallelism=self.parallelism,
+            )
+        self.log.info("%s", report.message)
+        return report.to_json()
