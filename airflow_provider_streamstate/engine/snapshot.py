@@ -22,6 +22,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -125,7 +126,28 @@ class _Snapshotter:
         self.progress = progress
         self.bytes_uploaded = self.blobs_uploaded = self.files_hashed = self.bytes_hashed = 0
         self.blobs_missing = 0
+        self.blobs_refreshed = 0
+        self.vouched = set(known_blobs)  # referenced by the parent manifest this snapshot read
+        self.stored: set[str] = set()  # stored (or refreshed) by this snapshot
         self.lock = threading.Lock()
+
+    def _vouch(self, digest: str, store_again: Callable[[], int]) -> int:
+        """Writer rule 4 (docs/concepts.md): a blob found already present that neither the
+        parent manifest nor this snapshot vouches for (another writer's, or a crashed one's
+        orphan) is refreshed so GC's grace period starts again; one that vanished meanwhile
+        is stored again. Returns the bytes written."""
+        with self.lock:
+            if digest in self.vouched or digest in self.stored:
+                return 0
+        for _ in range(3):
+            if self.store.refresh_blob(digest):
+                with self.lock:
+                    self.blobs_refreshed += 1
+                return 0
+            written = store_again()
+            if written:
+                return written
+        raise TransientError(f"blob {digest[:12]} kept vanishing while it was stored", hint="retry the snapshot")
 
     def _read(self, pf: PlannedFile) -> FileEntry | None:
         """Hash one checkpoint file (storing it too when the store can do both in one read)."""
@@ -144,8 +166,11 @@ class _Snapshotter:
         if size != pf.size or st.st_size != pf.size or st.st_mtime_ns != pf.mtime_ns:
             raise CheckpointChanged(f"{pf.path} changed while it was read")
         if self.store.hashes_while_storing:
+            if not written:
+                written = self._vouch(digest, lambda: self.store.store_file(path)[2])
             with self.lock:
                 self.known_blobs.add(digest)
+                self.stored.add(digest)
                 self.bytes_uploaded += written
                 self.blobs_uploaded += 1 if written else 0
         self.progress.advance(size)
@@ -196,11 +221,16 @@ class _Snapshotter:
         self.progress.start("upload", len(todo), sum(e.size for e in todo.values()))
 
         def put(e: FileEntry) -> int:
+            source = self.reader.root / e.path
             try:
-                written = self.store.put_blob(e.sha256, self.reader.root / e.path, e.size)
+                written = self.store.put_blob(e.sha256, source, e.size)
+                if not written:
+                    written = self._vouch(e.sha256, lambda: self.store.put_blob(e.sha256, source, e.size))
             except FileNotFoundError:
                 # Deleted by Spark between hashing and upload: plan the cut again.
                 raise CheckpointChanged(f"{e.path} vanished before it was stored") from None
+            with self.lock:
+                self.stored.add(e.sha256)
             self.progress.advance(e.size)
             return written
 

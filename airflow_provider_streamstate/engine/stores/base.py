@@ -6,6 +6,9 @@ Layout (the same on every backend, below the store's root or prefix):
     streams/<stream>/snapshots/<snapshot id>.json    manifests, written last and atomically
     streams/<stream>/<kind>/<name>.json              small write-once records beside them
                                                      (timelines; later validations, pins...)
+    streams/<stream>/deleted/<snapshot id>.json      tombstones: manifests retention deleted,
+                                                     with their deletion time (GC keeps their
+                                                     blobs for its grace period)
 
 A blob's key is its content's sha256, so identical files across snapshots and streams
 are stored once and any blob can be verified against its own name.
@@ -13,10 +16,13 @@ are stored once and any blob can be verified against its own name.
 
 from __future__ import annotations
 
+import json
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
@@ -50,6 +56,34 @@ def manifest_key(stream: str, snapshot_id: str) -> str:
     return f"{STREAMS_PREFIX}/{stream}/snapshots/{snapshot_id}{MANIFEST_SUFFIX}"
 
 
+TOMBSTONE_KIND = "deleted"
+TOMBSTONE_FORMAT = "streamstate.tombstone/v1"
+
+
+def tombstone_key(stream: str, snapshot_id: str) -> str:
+    """Where a deleted manifest is kept, with its deletion time, until GC's grace period ends."""
+    return record_key(stream, TOMBSTONE_KIND, snapshot_id)
+
+
+@dataclass(frozen=True)
+class BlobInfo:
+    """A stored blob as a listing sees it; `modified` is its last write (or refresh), epoch seconds."""
+
+    digest: str
+    size: int
+    modified: float
+
+
+@dataclass(frozen=True)
+class StaleTemp:
+    """Something a crashed writer left behind: a local temp file or an S3 multipart upload."""
+
+    key: str  # below the store's root or prefix
+    size: int
+    modified: float  # last write (local) or initiation (multipart), epoch seconds
+    upload_id: str | None = None  # set for an incomplete multipart upload
+
+
 class SnapshotStore(ABC):
     """Where snapshots live. Implementations are safe to call from several threads."""
 
@@ -75,6 +109,17 @@ class SnapshotStore(ABC):
         The implementation re-hashes what it sends and refuses to publish a blob whose
         bytes do not match `digest` (the source changed since it was hashed).
         """
+
+    def put_blob_stream(self, digest: str, src: BinaryIO, size: int) -> int:
+        """Store the bytes read from `src` (another store's blob) under `digest` unless
+        present; return bytes written (0 if present).
+
+        Every byte is hashed as it is read, in chunks (memory stays bounded, nothing goes
+        to a temp file beyond what the backend itself needs), and nothing is published
+        unless the bytes hash to `digest` and number `size`: a CorruptionError says what
+        was read instead. Replication uses it to copy between any two stores.
+        """
+        raise NotImplementedError
 
     @abstractmethod
     def open_blob(self, digest: str) -> AbstractContextManager[BinaryIO]:
@@ -115,3 +160,66 @@ class SnapshotStore(ABC):
     @abstractmethod
     def list_records(self, prefix: str) -> list[str]:
         """Keys of the records below `prefix` (e.g. `streams/orders/timelines/`), sorted."""
+
+    # --- deletion: retention and garbage collection (docs/concepts.md, "Blobs") -------------
+    # Not abstract, so stores written before deletion existed still load; both backends
+    # implement them.
+
+    def replace_record(self, key: str, data: bytes) -> None:
+        """Write a record atomically, replacing any previous one (tombstones, clone records)."""
+        raise NotImplementedError
+
+    def delete_record(self, key: str) -> None:
+        """Delete a record; deleting one that is absent is not an error."""
+        raise NotImplementedError
+
+    def _delete_manifest_object(self, stream: str, snapshot_id: str) -> None:
+        raise NotImplementedError
+
+    def delete_manifest(self, stream: str, snapshot_id: str, *, now: datetime | None = None) -> bool:
+        """Move a manifest aside as a tombstone carrying its bytes and deletion time; False
+        when there was no such manifest. The tombstone is written before the manifest
+        disappears, so a GC that misses the manifest in its listing finds the tombstone."""
+        from airflow_provider_streamstate.engine.errors import NotFoundError
+
+        try:
+            data = self.get_manifest(stream, snapshot_id)
+        except NotFoundError:
+            return False
+        deleted_at = (now or datetime.now(UTC)).isoformat().replace("+00:00", "Z")
+        body = {"format": TOMBSTONE_FORMAT, "stream": stream, "snapshot_id": snapshot_id,
+                "deleted_at": deleted_at, "manifest": data.decode("utf-8", errors="replace")}
+        self.replace_record(tombstone_key(stream, snapshot_id), json.dumps(body).encode())
+        self._delete_manifest_object(stream, snapshot_id)
+        return True
+
+    def list_tombstones(self, stream: str) -> list[str]:
+        """Snapshot ids of the stream's deleted manifests whose tombstones remain."""
+        prefix = f"{STREAMS_PREFIX}/{stream}/{TOMBSTONE_KIND}/"
+        return [k[len(prefix) : -len(MANIFEST_SUFFIX)] for k in self.list_records(prefix) if "/" not in k[len(prefix) :]]
+
+    def refresh_blob(self, digest: str) -> bool:
+        """Start a present blob's age again, so GC's grace period covers a writer about to
+        rely on it (writer rule 4); False when the blob is absent (store it instead)."""
+        raise NotImplementedError
+
+    def iter_blob_info(self) -> Iterator[BlobInfo]:
+        """Every stored blob with its size and last write, streamed (never the whole listing in memory)."""
+        raise NotImplementedError
+
+    def blob_modified(self, digest: str) -> float | None:
+        """The blob's last write (or refresh) in epoch seconds, read now; None when it is absent."""
+        raise NotImplementedError
+
+    def delete_blob(self, digest: str, *, written_before: float) -> bool:
+        """Delete the blob only if its last write, re-read right now, is before `written_before`
+        (epoch seconds); True when it was deleted. A blob refreshed meanwhile stays."""
+        raise NotImplementedError
+
+    def iter_stale_temp(self, written_before: float) -> Iterator[StaleTemp]:
+        """Temp files and incomplete multipart uploads last written before `written_before`."""
+        raise NotImplementedError
+
+    def delete_temp(self, temp: StaleTemp) -> None:
+        """Remove a temp file or abort a multipart upload (absent already is not an error)."""
+        raise NotImplementedError

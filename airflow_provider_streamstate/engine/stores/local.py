@@ -15,6 +15,7 @@ from airflow_provider_streamstate.engine.digest import copy_hashing
 from airflow_provider_streamstate.engine.durability import fsync_path
 from airflow_provider_streamstate.engine.errors import (
     CheckpointChanged,
+    CorruptionError,
     MissingBlobError,
     NotFoundError,
     UsageError,
@@ -23,8 +24,10 @@ from airflow_provider_streamstate.engine.stores.base import (
     BLOB_PREFIX,
     MANIFEST_SUFFIX,
     STREAMS_PREFIX,
+    BlobInfo,
     ManifestExistsError,
     SnapshotStore,
+    StaleTemp,
     blob_key,
     manifest_key,
 )
@@ -79,6 +82,26 @@ class LocalStore(SnapshotStore):
             # What was stored is named by its own content (an orphan for GC), never by `digest`.
             raise CheckpointChanged(f"{source} changed while it was being stored (sha256 {got[:12]} != {digest[:12]})")
         return written
+
+    def put_blob_stream(self, digest: str, src: BinaryIO, size: int) -> int:
+        if self.has_blob(digest):
+            self._durable_later((self.root / blob_key(digest)).parent)
+            return 0
+        tmp = self._tmp_path()
+        try:
+            with open(tmp, "wb") as dst:
+                got, n = copy_hashing(src, dst)
+                if self.fsync:
+                    dst.flush()
+                    os.fsync(dst.fileno())
+            if got != digest or n != size:
+                raise CorruptionError(
+                    f"the bytes read for blob {digest} hash to {got} ({n} bytes, expected {size})",
+                    hint="the source copy of this blob is damaged",
+                )
+            return self._publish_blob(tmp, digest, n)
+        finally:
+            tmp.unlink(missing_ok=True)
 
     def _publish_blob(self, tmp: Path, digest: str, size: int) -> int:
         """Give a fully written temp file its blob name; exactly one concurrent writer wins."""
@@ -188,3 +211,101 @@ class LocalStore(SnapshotStore):
         if not d.is_dir():
             return []
         return sorted(f"{prefix.rstrip('/')}/{n}" for n in os.listdir(d) if n.endswith(MANIFEST_SUFFIX))
+
+    # --- deletion (retention and GC) ------------------------------------------------------
+
+    def replace_record(self, key: str, data: bytes) -> None:
+        final = self.root / key
+        new_dirs = self._makedirs(final.parent)
+        tmp = self._tmp_path()
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                if self.fsync:
+                    f.flush()
+                    os.fsync(f.fileno())
+            os.replace(tmp, final)
+            if self.fsync:
+                for d in [*new_dirs, final.parent]:
+                    fsync_path(d)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def delete_record(self, key: str) -> None:
+        path = self.root / key
+        path.unlink(missing_ok=True)
+        if self.fsync and path.parent.is_dir():
+            fsync_path(path.parent)
+
+    def _delete_manifest_object(self, stream: str, snapshot_id: str) -> None:
+        self.delete_record(manifest_key(stream, snapshot_id))
+
+    def refresh_blob(self, digest: str) -> bool:
+        try:
+            os.utime(self.root / blob_key(digest))  # its age starts again
+        except FileNotFoundError:
+            return False
+        return True
+
+    def iter_blob_info(self) -> Iterator[BlobInfo]:
+        top = self.root / BLOB_PREFIX
+        if not top.is_dir():
+            return
+        for shard in sorted(os.listdir(top)):
+            try:
+                entries = sorted(os.scandir(top / shard), key=lambda e: e.name)
+            except FileNotFoundError:
+                continue
+            for e in entries:
+                try:
+                    st = e.stat()
+                except FileNotFoundError:
+                    continue  # deleted by a concurrent GC
+                yield BlobInfo(e.name, st.st_size, st.st_mtime)
+
+    def blob_modified(self, digest: str) -> float | None:
+        try:
+            return (self.root / blob_key(digest)).stat().st_mtime
+        except FileNotFoundError:
+            return None
+
+    def delete_blob(self, digest: str, *, written_before: float) -> bool:
+        """Rename the blob out of its name first (atomic), then check its age on the renamed
+        file: a writer that refreshed it before the rename is seen and the blob is put back;
+        one that refreshes it after finds it absent and stores it again."""
+        final = self.root / blob_key(digest)
+        st = self.blob_modified(digest)
+        if st is None or st >= written_before:
+            return False
+        self._tmp.mkdir(parents=True, exist_ok=True)
+        doomed = self._tmp / f"{uuid.uuid4().hex}.gc"
+        try:
+            os.rename(final, doomed)
+        except FileNotFoundError:
+            return False  # another GC got there first
+        try:
+            if doomed.stat().st_mtime >= written_before:  # refreshed between the stat and the rename
+                try:
+                    os.link(doomed, final)
+                except FileExistsError:
+                    pass  # stored again meanwhile: same content
+                return False
+        finally:
+            doomed.unlink(missing_ok=True)
+        if self.fsync:
+            fsync_path(final.parent)
+        return True
+
+    def iter_stale_temp(self, written_before: float) -> Iterator[StaleTemp]:
+        if not self._tmp.is_dir():
+            return
+        for e in os.scandir(self._tmp):
+            try:
+                st = e.stat()
+            except FileNotFoundError:
+                continue  # finished meanwhile
+            if st.st_mtime < written_before:
+                yield StaleTemp(f"tmp/{e.name}", st.st_size, st.st_mtime)
+
+    def delete_temp(self, temp: StaleTemp) -> None:
+        (self.root / temp.key).unlink(missing_ok=True)

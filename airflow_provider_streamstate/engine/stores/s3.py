@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any, BinaryIO, cast
 from airflow_provider_streamstate.engine.cancel import check_cancelled
 from airflow_provider_streamstate.engine.errors import (
     CheckpointChanged,
+    CorruptionError,
     MissingBlobError,
     NotFoundError,
     StreamstateError,
@@ -28,8 +30,10 @@ from airflow_provider_streamstate.engine.stores.base import (
     BLOB_PREFIX,
     MANIFEST_SUFFIX,
     STREAMS_PREFIX,
+    BlobInfo,
     ManifestExistsError,
     SnapshotStore,
+    StaleTemp,
     blob_key,
     manifest_key,
 )
@@ -42,6 +46,7 @@ from airflow_provider_streamstate.engine.stores.s3_errors import (
 )
 
 PART_SIZE = 16 << 20  # multipart above this; also the size of each part
+CHUNK = 1 << 20  # reads from a stream: a cancellation point each
 
 
 class _Body(io.RawIOBase):
@@ -77,6 +82,16 @@ class _Body(io.RawIOBase):
                 self._body.close()
             finally:
                 super().close()
+
+
+def _check_stream(digest: str, size: int, h: Any, n: int) -> None:
+    """Refuse bytes that are not the blob they were read as (a damaged source copy)."""
+    if h.hexdigest() != digest or n != size:
+        what = f"{n}+ bytes" if n > size else f"{n} bytes"
+        raise CorruptionError(
+            f"the bytes read for blob {digest} hash to {h.hexdigest()} ({what}, expected {size})",
+            hint="the source copy of this blob is damaged",
+        )
 
 
 class S3Store(SnapshotStore):
@@ -154,6 +169,78 @@ class S3Store(SnapshotStore):
                 if code(exc) == "ConditionalRequestConflict" and self.has_blob(digest):
                     return 0  # a concurrent writer won the race; its object has our content
                 raise
+
+    def put_blob_stream(self, digest: str, src: BinaryIO, size: int) -> int:
+        """Up to PART_SIZE: read whole (hashing chunk by chunk), checked, then one conditional
+        PUT that also asks S3 to verify the sha256; larger: a multipart upload whose parts
+        are hashed as they go, completed only when the whole hash matches (else aborted).
+        Memory per call stays below one part; no temp file on local disk."""
+        from botocore.exceptions import ClientError
+
+        check_cancelled()
+        if self.has_blob(digest):
+            return 0
+        key = self._key(blob_key(digest))
+        with self._errors(f"upload blob {digest[:12]}"):
+            try:
+                if size <= PART_SIZE:
+                    h = hashlib.sha256()
+                    buf = bytearray()
+                    while chunk := src.read(min(CHUNK, PART_SIZE + 1 - len(buf))):
+                        check_cancelled()
+                        h.update(chunk)
+                        buf += chunk
+                        if len(buf) > size:
+                            break
+                    _check_stream(digest, size, h, len(buf))
+                    self.client.put_object(
+                        Bucket=self.bucket, Key=key, Body=bytes(buf), IfNoneMatch="*",
+                        ChecksumSHA256=base64.b64encode(h.digest()).decode(),
+                    )
+                    return len(buf)
+                return self._put_multipart_stream(digest, src, size, key)
+            except ClientError as exc:
+                if code(exc) == "PreconditionFailed" or status(exc) == 412:
+                    return 0
+                if code(exc) == "ConditionalRequestConflict" and self.has_blob(digest):
+                    return 0
+                raise
+
+    def _put_multipart_stream(self, digest: str, src: BinaryIO, size: int, key: str) -> int:
+        upload_id = self.client.create_multipart_upload(Bucket=self.bucket, Key=key)["UploadId"]
+        try:
+            h = hashlib.sha256()
+            parts: list[dict[str, Any]] = []
+            written = 0
+            part = bytearray()
+            eof = False
+            while not eof:
+                chunk = src.read(min(CHUNK, PART_SIZE - len(part)))
+                check_cancelled()
+                eof = not chunk
+                h.update(chunk)
+                part += chunk
+                if (len(part) >= PART_SIZE or (eof and part)) and written + len(part) <= size:
+                    r = self.client.upload_part(
+                        Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=len(parts) + 1, Body=bytes(part)
+                    )
+                    parts.append({"PartNumber": len(parts) + 1, "ETag": r["ETag"]})
+                    written += len(part)
+                    part = bytearray()
+                elif written + len(part) > size:
+                    written += len(part)
+                    break  # longer than the manifest says: refused below
+            _check_stream(digest, size, h, written)
+            self.client.complete_multipart_upload(
+                Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}, IfNoneMatch="*"
+            )
+            return written
+        except BaseException:
+            try:
+                self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
+            except Exception:  # noqa: BLE001 - the original failure matters more
+                pass
+            raise
 
     def _put_multipart(self, digest: str, source: Path, key: str) -> int:
         """Upload in parts, hashing as we go; the object appears only if the hash matches."""
@@ -283,3 +370,86 @@ class S3Store(SnapshotStore):
             if obj["Key"].endswith(MANIFEST_SUFFIX)
         ]
         return sorted(keys)
+
+    # --- deletion (retention and GC) ------------------------------------------------------
+
+    def replace_record(self, key: str, data: bytes) -> None:
+        with self._errors(f"write record {key}"):
+            self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data, ContentType="application/json")
+
+    def delete_record(self, key: str) -> None:
+        with self._errors(f"delete {key}"):
+            self.client.delete_object(Bucket=self.bucket, Key=self._key(key))
+
+    def _delete_manifest_object(self, stream: str, snapshot_id: str) -> None:
+        self.delete_record(manifest_key(stream, snapshot_id))
+
+    def refresh_blob(self, digest: str) -> bool:
+        """A server-side copy of the blob onto itself: a new LastModified, no bytes moved
+        through this host (S3 refuses a self-copy that changes nothing, hence REPLACE)."""
+        from botocore.exceptions import ClientError
+
+        key = self._key(blob_key(digest))
+        with self._errors(f"refresh blob {digest[:12]}"):
+            try:
+                self.client.copy_object(
+                    Bucket=self.bucket, Key=key, CopySource={"Bucket": self.bucket, "Key": key},
+                    MetadataDirective="REPLACE", Metadata={"streamstate-refreshed": str(int(time.time()))},
+                )
+            except ClientError as exc:
+                if code(exc) in ("NoSuchKey", "404") or status(exc) == 404:
+                    return False
+                raise
+        return True
+
+    def iter_blob_info(self) -> Iterator[BlobInfo]:
+        for page in self._list(f"{BLOB_PREFIX}/"):
+            for obj in page.get("Contents", []):
+                yield BlobInfo(obj["Key"].rsplit("/", 1)[-1], int(obj["Size"]), obj["LastModified"].timestamp())
+
+    def blob_modified(self, digest: str) -> float | None:
+        from botocore.exceptions import ClientError
+
+        with self._errors(f"check blob {digest[:12]}"):
+            try:
+                head = self.client.head_object(Bucket=self.bucket, Key=self._key(blob_key(digest)))
+            except ClientError as exc:
+                if status(exc) == 404 or code(exc) in ("404", "NoSuchKey", "NotFound"):
+                    return None
+                raise
+        return float(head["LastModified"].timestamp())
+
+    def delete_blob(self, digest: str, *, written_before: float) -> bool:
+        """HEAD right before DELETE: a blob refreshed since the listing stays. (S3 has no
+        delete conditional on the last write for general-purpose buckets; the window left
+        is the round trip between the two requests.)"""
+        modified = self.blob_modified(digest)
+        if modified is None or modified >= written_before:
+            return False
+        with self._errors(f"delete blob {digest[:12]}"):
+            self.client.delete_object(Bucket=self.bucket, Key=self._key(blob_key(digest)))
+        return True
+
+    def iter_stale_temp(self, written_before: float) -> Iterator[StaleTemp]:
+        """Incomplete multipart uploads (an S3 store writes no temp objects otherwise)."""
+        strip = len(self._key(""))
+        with self._errors("list multipart uploads"):
+            pages = self.client.get_paginator("list_multipart_uploads").paginate(Bucket=self.bucket, Prefix=self._key(""))
+            for page in pages:
+                for up in page.get("Uploads", []) or []:
+                    initiated = up["Initiated"].timestamp()
+                    if initiated < written_before:
+                        yield StaleTemp(up["Key"][strip:], 0, initiated, up["UploadId"])
+
+    def delete_temp(self, temp: StaleTemp) -> None:
+        from botocore.exceptions import ClientError
+
+        if temp.upload_id is None:
+            self.delete_record(temp.key)
+            return
+        with self._errors(f"abort multipart upload of {temp.key}"):
+            try:
+                self.client.abort_multipart_upload(Bucket=self.bucket, Key=self._key(temp.key), UploadId=temp.upload_id)
+            except ClientError as exc:
+                if code(exc) != "NoSuchUpload":
+                    raise
