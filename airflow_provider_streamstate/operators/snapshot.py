@@ -37,7 +37,10 @@ class SnapshotStreamOperator(_StreamTask):
     """Take a consistent snapshot of a (running) stream into its store.
 
     A retry after the snapshot was published finds it and returns it (a snapshot of a
-    batch the newest snapshot already holds is that snapshot).
+    batch the newest snapshot already holds is that snapshot). Returns `{"snapshot_id",
+    "stream", "batch_id", "timeline", "reused", "store", "files", "bytes_total",
+    "bytes_uploaded", "blobs_uploaded", "files_hashed", "bytes_hashed", "parent",
+    "kafka_offsets", "watermark_ms", "state_store", "attempts", "blobs_missing", "seconds"}`.
 
     :param stream: the stream (a StreamSpec or its dict). (templated)
     :param batch_id: committed batch to cut at; default the newest. (templated)
@@ -80,7 +83,9 @@ class RestoreSnapshotOperator(_StreamTask):
     """Restore a snapshot as a checkpoint: the stream's own (a rollback) or another directory.
 
     Refused while the stream runs on the target. Restoring a snapshot that is not the
-    newest of the current timeline starts a new timeline.
+    newest of the current timeline starts a new timeline. Returns `{"snapshot_id",
+    "stream", "batch_id", "target", "files", "bytes", "query_id", "clone", "timeline",
+    "new_timeline", "kafka_offsets", "seconds"}`.
 
     :param stream: the stream (a StreamSpec or its dict). (templated)
     :param snapshot: a snapshot id or `latest`. (templated)
@@ -124,6 +129,8 @@ class VerifySnapshotsOperator(_StreamTask):
     """Re-hash every blob of one snapshot (or all of a stream's) against its sha256.
 
     A damaged snapshot fails the task at once, naming the files (a retry cannot repair it).
+    Returns `{"stream", "snapshots" (how many were checked), "ok", "blobs_checked",
+    "bytes_checked", "problems", "seconds"}`.
 
     :param stream: the stream (a StreamSpec or its dict). (templated)
     :param snapshot: a snapshot id or `latest`; default every snapshot. (templated)

@@ -173,7 +173,7 @@ class StartStreamOperator(_StreamControl):
 
     :param stream: the stream, a `StreamSpec` or its `to_dict()`. (templated)
     :param startup_timeout: how long the query may take to run (a timedelta or seconds);
-        a driver that has not run by then is killed and the task fails (retryable).
+        a driver that has not run by then is killed and the task fails (retryable). (templated)
     """
 
     template_fields: Sequence[str] = ("stream", "startup_timeout")
@@ -202,7 +202,7 @@ class StopStreamOperator(_StreamControl):
     :param stream: the stream, a `StreamSpec` or its `to_dict()`. (templated)
     :param timeout: how long the graceful stop may take before the kill (a timedelta or
         seconds). A driver on another host cannot be killed from here: the task fails
-        (retryable) when it has not stopped by then.
+        (retryable) when it has not stopped by then. (templated)
     """
 
     template_fields: Sequence[str] = ("stream", "timeout")

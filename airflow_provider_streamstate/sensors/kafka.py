@@ -15,8 +15,8 @@ from airflow_provider_streamstate.triggers.kafka import KafkaLagTrigger
 class KafkaLagSensor(StreamSensorBase):
     """Succeeds when, on every partition the stream reads, the broker's end offset minus the
     offset of the stream's newest committed batch (from its checkpoint: the Kafka source
-    never commits offsets to Kafka) is at most `max_lag`. Logs the lag per partition and
-    returns `{"max_lag", "batch_id", "total_lag", "partitions": [{"topic", "partition",
+    never commits offsets to Kafka) is at most `max_lag`. Logs the lag per partition.
+    Returns `{"max_lag", "batch_id", "total_lag", "partitions": [{"topic", "partition",
     "committed", "end", "lag"}]}`. A checkpoint with no committed batch yet is not ready;
     an unreachable cluster fails the try (retried); a topic that vanished fails the task.
 
