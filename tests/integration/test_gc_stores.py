@@ -1,0 +1,94 @@
+"""Garbage collection on both backends (a local directory, and S3 through the stack's moto
+endpoint): unreferenced blobs older than the grace period go, younger ones stay; a
+manifest retention deleted less than the grace period ago keeps its blobs, and they go
+once it is older; incomplete multipart uploads and temp files older than the grace period
+go; a refreshed blob is young again. A tiny grace period (and writers' bound D) keeps it
+fast: the rules are the same at 3 s as at 24 h."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from airflow_provider_streamstate.engine import snapshot as snapshot_mod
+from airflow_provider_streamstate.engine.gc import collect_garbage
+from airflow_provider_streamstate.engine.stores.base import blob_key, tombstone_key
+from airflow_provider_streamstate.engine.verify import verify_snapshots
+from tests.unit.fake_checkpoint import write
+from tests.unit.store_history import at, put_blob, put_snapshot
+
+pytestmark = pytest.mark.integration
+
+GRACE = 3.0
+
+
+def _blobs(store) -> set[str]:
+    return {b.digest for b in store.iter_blob_info()}
+
+
+def _leave_temp(store, kind: str) -> None:
+    """What a crashed writer leaves: a multipart upload never completed, or a temp file."""
+    if kind == "s3":
+        store.client.create_multipart_upload(Bucket=store.bucket, Key=store._key(blob_key("ab" * 32)))  # noqa: SLF001
+    else:
+        write(store.root / "tmp" / "crashed.part", b"half a blob")
+
+
+@pytest.mark.parametrize("kind", ["local", "s3"])
+def test_gc_deletes_old_garbage_keeps_young_and_recently_deleted_snapshots_blobs(make_store, monkeypatch, kind) -> None:
+    monkeypatch.setattr(snapshot_mod, "MAX_SNAPSHOT_SECONDS", 1)
+    store, _, _ = make_store(kind)
+    live = put_snapshot(store, "s", 0, at("2026-11-01T00:00"), contents=[b"live", b"shared"])
+    doomed = put_snapshot(store, "s", 1, at("2026-11-01T01:00"), contents=[b"deleted by retention", b"shared"])
+    old_orphan = put_blob(store, b"orphan of a crashed snapshot")
+    _leave_temp(store, kind)
+    time.sleep(GRACE + 1.5)
+
+    assert store.delete_manifest("s", doomed.snapshot_id)  # retention, just now
+    young_orphan = put_blob(store, b"a snapshot in flight")
+    first = collect_garbage(store, grace_seconds=GRACE)
+    assert _blobs(store) == {*live.blobs, *doomed.blobs, young_orphan}
+    assert (first.blobs_deleted, first.blobs_young, first.temp_deleted) == (1, 1, 1)
+    assert first.blobs_kept == 3 and first.tombstones_live == 1
+    assert "referenced by a snapshot deleted less than the grace period ago" in first.kept_unreferenced
+    assert old_orphan not in _blobs(store)
+    assert list(store.iter_stale_temp(time.time() + 60)) == []
+
+    time.sleep(GRACE + 1.5)  # the deletion, and the young orphan, are now older than the grace
+    second = collect_garbage(store, grace_seconds=GRACE)
+    assert _blobs(store) == set(live.blobs)
+    assert (second.blobs_deleted, second.tombstones_deleted) == (2, 1)
+    assert store.get_record(tombstone_key("s", doomed.snapshot_id)) is None
+    assert verify_snapshots(store, "s").ok
+
+
+@pytest.mark.parametrize("kind", ["local", "s3"])
+def test_a_refreshed_blob_is_young_again_and_survives_a_sweep_that_listed_it_old(make_store, monkeypatch, kind) -> None:
+    monkeypatch.setattr(snapshot_mod, "MAX_SNAPSHOT_SECONDS", 1)
+    store, _, _ = make_store(kind)
+    d = put_blob(store, b"found present by a writer")
+    time.sleep(GRACE + 1.5)
+    listed_against = time.time() - GRACE  # the blob is older than this
+    assert store.blob_modified(d) < listed_against
+    assert store.refresh_blob(d)
+    assert store.blob_modified(d) >= listed_against
+    assert not store.delete_blob(d, written_before=listed_against)
+    assert store.has_blob(d)
+    assert collect_garbage(store, grace_seconds=GRACE).blobs_young == 1
+    assert not store.refresh_blob("cd" * 32)  # absent: the writer stores it instead
+
+
+@pytest.mark.parametrize("kind", ["local", "s3"])
+def test_a_dry_run_deletes_nothing(make_store, monkeypatch, kind) -> None:
+    monkeypatch.setattr(snapshot_mod, "MAX_SNAPSHOT_SECONDS", 1)
+    store, _, _ = make_store(kind)
+    put_snapshot(store, "s", 0, at("2026-11-01T00:00"))
+    orphan = put_blob(store, b"orphan")
+    _leave_temp(store, kind)
+    time.sleep(GRACE + 1.5)
+    before = _blobs(store)
+    result = collect_garbage(store, grace_seconds=GRACE, dry_run=True)
+    assert (result.blobs_deleted, result.temp_deleted) == (1, 1)
+    assert _blobs(store) == before and orphan in before
+    assert len(list(store.iter_stale_temp(time.time()))) == 1
