@@ -1,0 +1,120 @@
+"""`streamstate replicate`: copy snapshots of a stream from one store to another.
+
+    streamstate replicate --from STORE --to STORE --stream NAME [SNAPSHOT...|--all|--since ID]
+                          [--parallelism N] [--json]
+
+Each side of an S3 to S3 replication has its own client: by default both take endpoint and
+credentials from the AWS_* environment; `--from-aws-conn-id`/`--to-aws-conn-id` take them
+from an Airflow connection, and `--from-endpoint-url`/`--to-endpoint-url`,
+`--from-region`/`--to-region` and `--from-profile`/`--to-profile` override the environment
+for one side (another region's endpoint, another account's profile).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from airflow_provider_streamstate.cli import EXIT_OK, _out, _parallelism, _store, human_bytes
+
+
+def register(commands: Any) -> dict[tuple[str, str | None], Any]:
+    p = commands.add_parser(
+        "replicate", help="copy snapshots of a stream to another store (another region); only missing blobs",
+    )
+    p.add_argument("snapshot_ids", nargs="*", metavar="SNAPSHOT", help="snapshot ids or `latest` (default: latest)")
+    p.add_argument("--from", dest="source", required=True, metavar="STORE", help="the store to copy from")
+    p.add_argument("--to", dest="destination", required=True, metavar="STORE", help="the store to copy into")
+    p.add_argument("--stream", required=True, help="the stream's name in both stores")
+    p.add_argument("--all", action="store_true", help="every snapshot the destination does not hold yet")
+    p.add_argument("--since", metavar="ID", default=None, help="this snapshot and every one created after it")
+    for side, what in (("from", "source"), ("to", "destination")):
+        p.add_argument(
+            f"--{side}-aws-conn-id", metavar="CONN", default=None,
+            help=f"the {what}'s endpoint and credentials from this Airflow AWS connection",
+        )
+        p.add_argument(
+            f"--{side}-endpoint-url", metavar="URL", default=None,
+            help=f"the {what}'s S3 endpoint, instead of AWS_ENDPOINT_URL (credentials still from the environment)",
+        )
+        p.add_argument(f"--{side}-region", metavar="REGION", default=None, help=f"the {what}'s S3 region")
+        p.add_argument(f"--{side}-profile", metavar="PROFILE", default=None, help=f"the {what}'s AWS profile")
+    _parallelism(p)
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    return {("replicate", None): cmd_replicate}
+
+
+def _side(args: argparse.Namespace, side: str, url: str) -> Any:
+    """One side's store: its own S3 client when any of its options is given."""
+    from airflow_provider_streamstate.engine.errors import StreamstateError, UsageError
+    from airflow_provider_streamstate.engine.stores import client_config, open_store
+    from airflow_provider_streamstate.engine.stores.s3_errors import client_error
+
+    conn = getattr(args, f"{side}_aws_conn_id")
+    endpoint = getattr(args, f"{side}_endpoint_url")
+    region = getattr(args, f"{side}_region")
+    profile = getattr(args, f"{side}_profile")
+    overrides = [f"--{side}-{o}" for o, v in (("endpoint-url", endpoint), ("region", region), ("profile", profile)) if v]
+    if overrides and not url.startswith("s3://"):
+        raise UsageError(f"{overrides[0]} applies only to s3:// stores, not {url!r}", hint=f"drop {overrides[0]}")
+    if conn:
+        if overrides:
+            raise UsageError(
+                f"--{side}-aws-conn-id and {overrides[0]} both configure the same client",
+                hint="put the endpoint, region or profile in the Airflow connection, or drop the connection",
+            )
+        return _store(argparse.Namespace(store=url, aws_conn_id=conn, parallelism=args.parallelism))
+    if not overrides:
+        return open_store(url, parallelism=args.parallelism)
+    try:
+        import boto3
+
+        session = boto3.session.Session(profile_name=profile, region_name=region)
+        client = session.client(
+            "s3", endpoint_url=endpoint,
+            config=client_config(args.parallelism * 2, path_style=bool(endpoint) or _env_endpoint()),
+        )
+    except Exception as exc:  # noqa: BLE001 - building a client fails only on configuration
+        if isinstance(exc, StreamstateError):
+            raise
+        raise client_error(exc) from None
+    return open_store(url, s3_client=client, parallelism=args.parallelism)
+
+
+def _env_endpoint() -> bool:
+    import os
+
+    return bool(os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"))
+
+
+def cmd_replicate(args: argparse.Namespace) -> int:
+    from airflow_provider_streamstate.engine.replicate import replicate
+
+    source = _side(args, "from", args.source)
+    destination = _side(args, "to", args.destination)
+    result = replicate(
+        source, destination, args.stream, snapshots=args.snapshot_ids, since=args.since, all_missing=args.all,
+        parallelism=args.parallelism,
+    )
+    lines = []
+    for s in result.snapshots:
+        lag = f"lag {s.lag_seconds:.1f}s" if s.lag_seconds is not None else "lag unknown"
+        if s.already_present:
+            extra = f"; repaired {s.blobs_copied} missing blobs" if s.blobs_copied else ""
+            lines.append(f"{s.snapshot_id} (batch {s.batch_id}) was already in {result.destination}{extra}")
+        else:
+            lines.append(
+                f"{s.snapshot_id} (batch {s.batch_id}): copied {human_bytes(s.bytes_copied)} in {s.blobs_copied} "
+                f"blobs, {human_bytes(s.bytes_skipped)} already there; {s.seconds:.2f}s, {lag}"
+            )
+    if not result.snapshots:
+        lines.append(f"nothing to replicate: {result.destination} holds every snapshot of {args.stream} already")
+    else:
+        lines.append(
+            f"{len(result.published)} snapshot(s) published in {result.destination}: copied "
+            f"{human_bytes(result.bytes_copied)} in {result.blobs_copied} blobs"
+            f"{' (server-side)' if result.server_side_copy else ''}, skipped {human_bytes(result.bytes_skipped)}; "
+            f"{result.seconds:.2f}s"
+        )
+    _out(args, result.to_json(), "\n".join(lines))
+    return EXIT_OK
