@@ -1,6 +1,6 @@
 """The local stack of real components: a Kafka broker (KRaft) and two S3 endpoints.
 
-    .venv/bin/python dev/stack.py up     [--state-dir DIR] [--json]
+    .venv/bin/python dev/stack.py up     [--state-dir DIR] [--json] [--s3proxy]
     .venv/bin/python dev/stack.py status [--state-dir DIR] [--json]
     .venv/bin/python dev/stack.py down   [--state-dir DIR]
 
@@ -8,6 +8,11 @@ Everything binds 127.0.0.1 on free ports. The broker runs from the Apache Kafka 
 that `make setup` fetched into `.jvm/kafka-broker`; each S3 region is its own moto
 server process, so one region can be stopped while the other keeps serving. The
 pytest fixtures, `make demo` and the benchmarks all call `up()`/`down()` from here.
+
+Optional: `--s3proxy` (or `start_s3proxy()`, which the tests' `s3proxy` fixture calls only
+when a test asks for it) also starts s3proxy, a second, independent S3 implementation
+(filesystem backend, from the jars `make setup` fetched into `.jvm/s3proxy`), as the S3
+"region" `s3proxy`, so the S3 store is not tuned to moto alone.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ BUCKET = "streamstate"
 S3_ACCESS_KEY = "streamstate"
 S3_SECRET_KEY = "streamstate-secret"
 READY_TIMEOUT_S = 90.0
+S3PROXY = "s3proxy"  # the optional region served by s3proxy instead of moto
+S3PROXY_PART = f"s3-{S3PROXY}"
 
 
 class StackError(RuntimeError):
@@ -277,10 +284,72 @@ def _start_s3(state_dir: Path, name: str, region: str) -> dict[str, str]:
     return {"endpoint_url": endpoint, "region": region, "bucket": BUCKET}
 
 
+def _s3proxy_files(state_dir: Path, port: int) -> Path:
+    """s3proxy's properties (filesystem backend under the state dir, the stack's dummy
+    credentials, SigV2 or V4 as boto3 sends) and a quiet logback configuration."""
+    data = state_dir / "s3proxy-data"
+    data.mkdir(parents=True, exist_ok=True)
+    props = {
+        "s3proxy.endpoint": f"http://127.0.0.1:{port}",
+        "s3proxy.authorization": "aws-v2-or-v4",
+        "s3proxy.identity": S3_ACCESS_KEY,
+        "s3proxy.credential": S3_SECRET_KEY,
+        "jclouds.provider": "filesystem",
+        "jclouds.filesystem.basedir": str(data),
+    }
+    conf = state_dir / "s3proxy.properties"
+    conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    (state_dir / "s3proxy-logback.xml").write_text(
+        "<configuration>\n"
+        '  <appender name="OUT" class="ch.qos.logback.core.ConsoleAppender">\n'
+        "    <encoder><pattern>%d %-5level %logger{30} - %msg%n</pattern></encoder>\n"
+        "  </appender>\n"
+        '  <root level="WARN"><appender-ref ref="OUT"/></root>\n'
+        "</configuration>\n"
+    )
+    return conf
+
+
+def start_s3proxy(state_dir: Path | str) -> dict[str, str]:
+    """Start s3proxy (filesystem backend) on a free port with the stack's bucket; returns the
+    region's `{"endpoint_url", "region", "bucket"}`. Stop it with `stop_part(dir, S3PROXY_PART)`."""
+    state_dir = Path(state_dir).resolve()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    java = _check_java()
+    jars = JARS / "s3proxy"
+    if not any(jars.glob("s3proxy-*.jar")):
+        raise StackError(f"no s3proxy jars in {jars}; run `make setup`")
+    port = free_port()
+    conf = _s3proxy_files(state_dir, port)
+    _spawn(
+        S3PROXY_PART,
+        [java, "-Xms64m", "-Xmx384m", "-XX:+UseSerialGC", f"-Dlogback.configurationFile={state_dir / 's3proxy-logback.xml'}",
+         "-cp", f"{jars}/*", "org.gaul.s3proxy.Main", "--properties", str(conf)],
+        state_dir,
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    import boto3
+    from botocore.config import Config
+
+    s3 = boto3.client(
+        "s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id=S3_ACCESS_KEY,
+        aws_secret_access_key=S3_SECRET_KEY, config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}),
+    )
+    _wait(S3PROXY_PART, state_dir, lambda: s3.list_buckets() is not None)
+    s3.create_bucket(Bucket=BUCKET)
+    return {"endpoint_url": endpoint, "region": "us-east-1", "bucket": BUCKET}
+
+
+def _parts(state_dir: Path) -> list[str]:
+    """The stack's parts: the broker, the moto regions, and s3proxy when it was started."""
+    optional = [S3PROXY_PART] if (state_dir / f"{S3PROXY_PART}.pid").exists() else []
+    return ["kafka", *(f"s3-{r}" for r in S3_REGIONS), *optional]
+
+
 def status(state_dir: Path = DEFAULT_STATE_DIR) -> dict[str, Any]:
     """Which parts are running, from the pid files, plus the stack JSON if `up` finished."""
     parts = {}
-    for name in ["kafka", *(f"s3-{r}" for r in S3_REGIONS)]:
+    for name in _parts(state_dir):
         pid_file = state_dir / f"{name}.pid"
         pid = int(pid_file.read_text()) if pid_file.exists() else None
         parts[name] = {"pid": pid, "running": bool(pid and _pid_alive(pid))}
@@ -297,17 +366,23 @@ def _load(state_dir: Path) -> Stack | None:
     return None
 
 
-def up(state_dir: Path | str = DEFAULT_STATE_DIR) -> Stack:
-    """Start every part (or return the running stack) and wait until each answers."""
+def up(state_dir: Path | str = DEFAULT_STATE_DIR, *, s3proxy: bool = False) -> Stack:
+    """Start every part (or return the running stack) and wait until each answers;
+    `s3proxy` adds the optional s3proxy region."""
     state_dir = Path(state_dir).resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     running = _load(state_dir)
+    if running and s3proxy and S3PROXY not in running.s3:
+        running.s3[S3PROXY] = start_s3proxy(state_dir)
+        (state_dir / "stack.json").write_text(json.dumps(running.to_json(), indent=2))
     if running:
         return running
     down(state_dir)  # a half-started stack from an earlier failure
     jars = spark_jars()
     try:
         s3 = {name: _start_s3(state_dir, name, region) for name, region in S3_REGIONS.items()}
+        if s3proxy:
+            s3[S3PROXY] = start_s3proxy(state_dir)
         bootstrap = _start_kafka(state_dir)
     except BaseException:
         down(state_dir)
@@ -339,11 +414,12 @@ def stop_part(state_dir: Path | str, name: str, timeout: float = 20.0) -> None:
 def down(state_dir: Path | str = DEFAULT_STATE_DIR) -> None:
     """Stop only the processes this stack started (by pid file); safe to call twice."""
     state_dir = Path(state_dir).resolve()
-    for name in ["kafka", *(f"s3-{r}" for r in S3_REGIONS)]:
+    for name in _parts(state_dir):
         stop_part(state_dir, name)
     (state_dir / "stack.json").unlink(missing_ok=True)
     # Broker data goes with the stack: a new `up` starts from an empty cluster.
     shutil.rmtree(state_dir / "kafka-data", ignore_errors=True)
+    shutil.rmtree(state_dir / "s3proxy-data", ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -351,10 +427,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=["up", "down", "status"])
     parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--s3proxy", action="store_true", help="up: also start s3proxy as the S3 region `s3proxy`")
     args = parser.parse_args(argv)
     try:
         if args.command == "up":
-            stack = up(args.state_dir)
+            stack = up(args.state_dir, s3proxy=args.s3proxy)
             if args.json:
                 print(json.dumps(stack.to_json()))
             else:

@@ -39,6 +39,19 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[stack_mod.Stack]
 
 
 @pytest.fixture(scope="session")
+def s3proxy(stack: stack_mod.Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """s3proxy, a second S3 implementation, as the stack's S3 region `s3proxy`: started only
+    when a test asks for it (about 8 s), stopped at the end of the session."""
+    state_dir = tmp_path_factory.mktemp("s3proxy")
+    try:
+        stack.s3[stack_mod.S3PROXY] = stack_mod.start_s3proxy(state_dir)
+        yield stack.s3[stack_mod.S3PROXY]
+    finally:
+        stack.s3.pop(stack_mod.S3PROXY, None)
+        stack_mod.stop_part(state_dir, stack_mod.S3PROXY_PART)
+
+
+@pytest.fixture(scope="session")
 def spark(stack: stack_mod.Stack):  # noqa: ANN201 - pyspark is imported lazily
     from airflow_provider_streamstate.jobs.runtime import spark_session
 
@@ -78,17 +91,21 @@ def s3_client(stack: stack_mod.Stack, region: str = "primary"):  # noqa: ANN201
 
 
 @pytest.fixture
-def make_store(stack: stack_mod.Stack, tmp_path: Path):  # noqa: ANN201
-    """make_store("local"|"s3") -> (store, url, env): a fresh, empty snapshot store."""
+def make_store(stack: stack_mod.Stack, tmp_path: Path, request: pytest.FixtureRequest):  # noqa: ANN201
+    """make_store("local"|"s3"|"dr"|"s3proxy") -> (store, url, env): a fresh, empty snapshot
+    store (`s3`: the primary moto region; `dr`: the other; `s3proxy`: s3proxy, started lazily)."""
     from airflow_provider_streamstate.engine.stores import LocalStore, S3Store
 
     def make(kind: str):  # noqa: ANN202
         if kind == "local":
             root = tmp_path / f"store-{uuid.uuid4().hex[:6]}"
             return LocalStore(root), f"file://{root}", {}
+        region = {"s3": "primary"}.get(kind, kind)
+        if region == stack_mod.S3PROXY:
+            request.getfixturevalue("s3proxy")
         prefix = f"tests/{uuid.uuid4().hex[:10]}"
-        bucket = stack.s3["primary"]["bucket"]
-        return S3Store(s3_client(stack), bucket, prefix), f"s3://{bucket}/{prefix}", stack.s3_env("primary")
+        bucket = stack.s3[region]["bucket"]
+        return S3Store(s3_client(stack, region), bucket, prefix), f"s3://{bucket}/{prefix}", stack.s3_env(region)
 
     return make
 

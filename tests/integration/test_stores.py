@@ -1,4 +1,5 @@
-"""Both store backends keep the same contract: content-addressed blobs, write-once manifests."""
+"""Both store backends keep the same contract: content-addressed blobs, write-once manifests;
+the S3 store against two independent S3 implementations (moto and s3proxy)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from airflow_provider_streamstate.engine.stores.s3 import PART_SIZE
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.parametrize("kind", ["local", "s3"])
+@pytest.mark.parametrize("kind", ["local", "s3", "s3proxy"])
 def test_blobs_are_stored_once_and_read_back(make_store, tmp_path, kind) -> None:
     store, _, _ = make_store(kind)
     data = b"state bytes " * 1000
@@ -41,9 +42,10 @@ def test_blobs_are_stored_once_and_read_back(make_store, tmp_path, kind) -> None
         store.open_blob("e" * 64).__enter__()
 
 
+@pytest.mark.parametrize("kind", ["s3", "s3proxy"])
 @pytest.mark.parametrize("size", [12_000, PART_SIZE + 1])
-def test_s3_blob_stored_by_another_writer_after_the_check_is_not_written_again(make_store, tmp_path, size) -> None:
-    store, _, _ = make_store("s3")
+def test_s3_blob_stored_by_another_writer_after_the_check_is_not_written_again(make_store, tmp_path, size, kind) -> None:
+    store, _, _ = make_store(kind)
     data = bytes(range(256)) * (size // 256 + 1)
     src = tmp_path / "f"
     src.write_bytes(data)
@@ -62,8 +64,9 @@ def test_s3_blob_stored_by_another_writer_after_the_check_is_not_written_again(m
     assert uploads == []
 
 
-def test_large_s3_blobs_go_up_in_parts_and_only_when_the_hash_matches(make_store, tmp_path) -> None:
-    store, _, _ = make_store("s3")
+@pytest.mark.parametrize("kind", ["s3", "s3proxy"])
+def test_large_s3_blobs_go_up_in_parts_and_only_when_the_hash_matches(make_store, tmp_path, kind) -> None:
+    store, _, _ = make_store(kind)
     data = bytes(range(256)) * ((PART_SIZE * 2 + 12345) // 256)
     src = tmp_path / "big"
     src.write_bytes(data)
@@ -78,7 +81,7 @@ def test_large_s3_blobs_go_up_in_parts_and_only_when_the_hash_matches(make_store
     assert uploads == []  # the refused upload was aborted, not left behind
 
 
-@pytest.mark.parametrize("kind", ["local", "s3"])
+@pytest.mark.parametrize("kind", ["local", "s3", "s3proxy"])
 def test_manifests_are_written_once(make_store, kind) -> None:
     store, _, _ = make_store(kind)
     sid = "000000000003-20261121T000000000000Z"
