@@ -401,7 +401,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 # `register(commands) -> {(command, subcommand or None): handler}`; it adds its parsers to
 # `commands` (subcommands with dest="subcommand") and may use this module's helpers
 # (`_common`, `_parallelism`, `_out`, `_store`...).
-COMMAND_MODULES: tuple[str, ...] = ("airflow_provider_streamstate.cli_retention", "airflow_provider_streamstate.cli_gc", "airflow_provider_streamstate.cli_replicate")
+COMMAND_MODULES: tuple[str, ...] = ("airflow_provider_streamstate.cli_retention", "airflow_provider_streamstate.cli_gc", "airflow_provider_streamstate.cli_clone", "airflow_provider_streamstate.cli_replicate")
 
 COMMANDS: dict[tuple[str, str | None], Callable[[argparse.Namespace], int]] = {
     ("snapshot", "create"): cmd_snapshot_create,

@@ -284,6 +284,9 @@ class CloneStreamOperator(_StreamControl):
     :param start: start the clone (as StartStreamOperator does) once restored.
     :param startup_timeout: how long the clone's query may take to run (a timedelta or seconds).
     :param parallelism: concurrent file transfers of the restore.
+    :param delete_sinks_on_expiry: when the clone expires, also delete its sinks that are
+        Kafka topics (on the stream's `kafka_conn_id` cluster). The clone is recorded in the
+        store (`streams/<stream>/clones/<clone>.json`) for `streamstate clone list|expire`.
     """
 
     template_fields: Sequence[str] = ("stream", "clone_name", "clone_checkpoint", "sinks", "snapshot")
@@ -291,9 +294,11 @@ class CloneStreamOperator(_StreamControl):
     def __init__(
         self, *, clone_name: str, clone_checkpoint: str, sinks: dict[str, str] | None = None,
         snapshot: str = "latest", ttl: timedelta | float = timedelta(days=1), start: bool = True,
-        startup_timeout: timedelta | float = timedelta(minutes=10), parallelism: int = 8, **kwargs: Any,
+        startup_timeout: timedelta | float = timedelta(minutes=10), parallelism: int = 8,
+        delete_sinks_on_expiry: bool = False, **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.delete_sinks_on_expiry = delete_sinks_on_expiry
         self.clone_name = clone_name
         self.clone_checkpoint = clone_checkpoint
         self.sinks = sinks
@@ -316,6 +321,16 @@ class CloneStreamOperator(_StreamControl):
                 "and checkpoint"
             )
         return clone
+
+    def _record(self, spec: StreamSpec, clone: StreamSpec, label: Any) -> None:
+        """The clone's record in the source stream's store: how clone expiry finds it."""
+        from airflow_provider_streamstate.engine.clones import record_clone
+        from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
+
+        store = StreamstateStoreHook(spec.store, aws_conn_id=spec.aws_conn_id, parallelism=self.parallelism).store
+        record_clone(store, clone=clone.name, source_stream=spec.name, checkpoint=clone.checkpoint,
+                     snapshot_id=label.snapshot_id, expires_at=label.expires_at, sinks=clone.sinks,
+                     delete_sinks=self.delete_sinks_on_expiry, kafka_conn_id=clone.kafka_conn_id)
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_streamstate.engine import launcher
@@ -346,6 +361,7 @@ class CloneStreamOperator(_StreamControl):
                 label = _label(clone, spec, restored.manifest.snapshot_id, restored.manifest.batch_id,
                                restored.query_id, ttl_s)
                 launcher.write_clone_label(root, label)
+            self._record(spec, clone, label)
             handle = None
             if self.start:
                 handle, _, _ = self._start(clone, startup_s)
