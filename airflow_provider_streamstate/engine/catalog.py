@@ -23,6 +23,7 @@ from airflow_provider_streamstate.engine.timeline import Timelines, load_timelin
 log = logging.getLogger("streamstate.catalog")
 
 LATEST = "latest"
+LATEST_GOOD_PREFIX = "latest-good:"  # `latest-good:<suite>`
 
 
 def get_snapshot(store: SnapshotStore, stream: str, snapshot_id: str) -> Manifest:
@@ -93,9 +94,18 @@ def latest_snapshot(
 
 
 def resolve_snapshot(store: SnapshotStore, stream: str, spec: str, *, labels: dict[str, str] | None = None) -> Manifest:
-    """A snapshot named by id or by `latest` (newest on the stream's current timeline);
-    with `labels`, `latest` is the newest there that carries all of them."""
+    """A snapshot named by id, by `latest` (newest on the stream's current timeline) or by
+    `latest-good:<suite>` (newest there that passed the suite); with `labels`, `latest` is
+    the newest there that carries all of them."""
     validate_stream_name(stream)
+    if spec.startswith(LATEST_GOOD_PREFIX):  # newest that passed a suite (engine/validation.py)
+        from airflow_provider_streamstate.engine.validation import latest_good_snapshot
+
+        m = latest_good_snapshot(store, stream, spec[len(LATEST_GOOD_PREFIX):])
+        if labels and not labels.items() <= m.labels.items():
+            raise NotFoundError(f"snapshot {m.snapshot_id} of {stream} ({spec}) does not carry labels {labels}",
+                                hint="drop the labels or name another snapshot")
+        return m
     if spec == LATEST:
         if labels:
             return _latest_labelled(store, stream, labels)
@@ -106,7 +116,7 @@ def resolve_snapshot(store: SnapshotStore, stream: str, spec: str, *, labels: di
     try:
         validate_snapshot_id(spec)
     except UsageError as exc:
-        raise UsageError(exc.message, hint="give a snapshot id or `latest`; see `streamstate snapshot list`") from None
+        raise UsageError(exc.message, hint="give a snapshot id, `latest` or `latest-good:<suite>`; see `streamstate snapshot list`") from None
     if not store.list_snapshot_ids(stream):
         raise no_snapshots_error(store, stream)
     m = get_snapshot(store, stream, spec)
