@@ -255,18 +255,23 @@ def _summary(m: Any, on_current: bool) -> dict[str, Any]:
 def cmd_snapshot_list(args: argparse.Namespace) -> int:
     from airflow_provider_streamstate.engine.catalog import list_snapshots
     from airflow_provider_streamstate.engine.replicate import snapshot_origins
+    from airflow_provider_streamstate.engine.validation import validation_status
 
     store = _store(args)
     listing = list_snapshots(store, args.stream)
     origins = snapshot_origins(store, args.stream)  # where replicated snapshots came from
-    rows = [{**_summary(m, listing.on_current_timeline(m)), "origin": origins.get(m.snapshot_id)} for m in listing.manifests]
-    lines = [f"  {'SNAPSHOT_ID':39} {'TL':>3} {'BATCH':>7} {'CREATED':20} {'FILES':>6} {'SIZE':>10}  {'STATE':17} {'ORIGIN':24} LABELS"]
+    status = validation_status(store, args.stream)  # {snapshot: {suite: passed; None: unreadable}}
+    rows = [{**_summary(m, listing.on_current_timeline(m)), "origin": origins.get(m.snapshot_id),
+             "validations": status.get(m.snapshot_id, {})} for m in listing.manifests]
+    lines = [f"  {'SNAPSHOT_ID':39} {'TL':>3} {'BATCH':>7} {'CREATED':20} {'FILES':>6} {'SIZE':>10}  {'STATE':17} {'ORIGIN':24} LABELS  VALIDATIONS"]
     for r in rows:
         labels = ",".join(f"{k}={v}" for k, v in r["labels"].items())
         mark = " " if r["on_current_timeline"] else "x"
+        checks = ",".join(f"{s}:{'ok' if ok else 'FAIL' if ok is False else 'unreadable'}"
+                          for s, ok in sorted(r["validations"].items()))
         lines.append(
             f"{mark} {r['snapshot_id']:39} {r['timeline']:>3} {r['batch_id']:>7} {r['created_at'][:19]:20} "
-            f"{r['files']:>6} {human_bytes(r['bytes_total']):>10}  {r['state_store']:17} {r['origin'] or '-':24} {labels}"
+            f"{r['files']:>6} {human_bytes(r['bytes_total']):>10}  {r['state_store']:17} {r['origin'] or '-':24} {labels or '-'}  {checks or '-'}"
         )
     abandoned = sum(1 for r in rows if not r["on_current_timeline"])
     if abandoned:
@@ -401,7 +406,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 # `register(commands) -> {(command, subcommand or None): handler}`; it adds its parsers to
 # `commands` (subcommands with dest="subcommand") and may use this module's helpers
 # (`_common`, `_parallelism`, `_out`, `_store`...).
-COMMAND_MODULES: tuple[str, ...] = ("airflow_provider_streamstate.cli_retention", "airflow_provider_streamstate.cli_gc", "airflow_provider_streamstate.cli_clone", "airflow_provider_streamstate.cli_replicate")
+COMMAND_MODULES: tuple[str, ...] = ("airflow_provider_streamstate.cli_retention", "airflow_provider_streamstate.cli_gc", "airflow_provider_streamstate.cli_clone", "airflow_provider_streamstate.cli_replicate", "airflow_provider_streamstate.cli_state")
 
 COMMANDS: dict[tuple[str, str | None], Callable[[argparse.Namespace], int]] = {
     ("snapshot", "create"): cmd_snapshot_create,
