@@ -1,0 +1,131 @@
+"""Replicate a stream's snapshots to another store (the DR region): thin over the store hooks
+and `engine.replicate`; returns a small JSON summary for XCom."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+
+from airflow_provider_streamstate.engine.errors import UsageError
+from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
+from airflow_provider_streamstate.spec import StreamSpec
+from airflow_provider_streamstate.task_errors import CancellableTask, engine_errors
+
+
+def stream_and_store(
+    stream: StreamSpec | dict[str, Any] | str, store: str | None, aws_conn_id: str | None,
+) -> tuple[str, str, str | None]:
+    """(stream name, store URL, aws conn id) from a stream spec (its store and connection
+    are the defaults) or a bare stream name (then `store` is required)."""
+    if isinstance(stream, str) and not stream.lstrip().startswith("{"):
+        from airflow_provider_streamstate.engine.manifest import validate_stream_name
+
+        name = validate_stream_name(stream.strip())
+        if not store:
+            raise UsageError(
+                f"stream {name} is given by name only, so the store to read is unknown",
+                hint="pass the source store (source_store=...) or a whole StreamSpec",
+            )
+        return name, store, aws_conn_id
+    spec = StreamSpec.from_value(stream)
+    if store and store != spec.store:
+        return spec.name, store, aws_conn_id
+    return spec.name, spec.store, aws_conn_id if aws_conn_id is not None else spec.aws_conn_id
+
+
+def snapshot_choice(snapshots: Any) -> tuple[list[str], bool]:
+    """(ids or `latest`, all missing?) from `latest`, `all`, an id, a list of ids, or that list as JSON."""
+    value = snapshots
+    if isinstance(value, str) and value.strip().startswith("["):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise UsageError(f"snapshots {snapshots!r} is not a JSON list", hint='write ["id1", "id2"]') from None
+    if isinstance(value, str):
+        value = value.strip()
+        return ([], True) if value == "all" else ([value or "latest"], False)
+    if isinstance(value, list | tuple) and value and all(isinstance(v, str) for v in value):
+        return list(value), False
+    raise UsageError(
+        f"snapshots must be `latest`, `all`, a snapshot id or a list of ids, not {snapshots!r}",
+        hint="e.g. snapshots=\"{{ ti.xcom_pull(task_ids='snapshot')['snapshot_id'] }}\"",
+    )
+
+
+class ReplicateSnapshotsOperator(CancellableTask, BaseOperator):
+    """Replicate snapshots of a stream to another store (e.g. the DR region's): only blobs the
+    destination lacks are copied, each verified against its sha256 as it streams, and a
+    snapshot appears at the destination only once complete, under the same id. A retry
+    copies only what the failed try did not. Corrupt source data and bad input fail the task
+    at once (no retry); an unreachable store is retried.
+
+    Returns `{"stream", "source", "destination", "server_side_copy", "snapshots": [{"snapshot_id",
+    "batch_id", "blobs_copied", "blobs_skipped", "bytes_copied", "bytes_skipped", "blobs_refreshed",
+    "seconds", "lag_seconds", "already_present", "records_copied"}], "snapshots_published",
+    "blobs_copied", "blobs_skipped", "bytes_copied", "bytes_skipped", "blobs_refreshed", "seconds"}`.
+
+    :param stream: the stream: a StreamSpec, its dict (or that as JSON), or just its name. (templated)
+    :param destination_store: the store to copy into, `s3://bucket/prefix` or a local path. (templated)
+    :param destination_aws_conn_id: the Airflow `aws` connection of an S3 destination. (templated)
+    :param source_store: the store to copy from; default the stream spec's store. (templated)
+    :param source_aws_conn_id: the source's `aws` connection; default the spec's when the source
+        is the spec's store. (templated)
+    :param snapshots: `latest` (the newest on the source's current timeline), `all` (every
+        snapshot the destination lacks), a snapshot id, or a list of ids. (templated)
+    :param since: instead of `snapshots`: this snapshot and every one created after it. (templated)
+    :param parallelism: concurrent blob copies.
+    """
+
+    template_fields: Sequence[str] = (
+        "stream", "destination_store", "destination_aws_conn_id", "source_store", "source_aws_conn_id",
+        "snapshots", "since",
+    )
+
+    def __init__(
+        self, *, stream: StreamSpec | dict[str, Any] | str, destination_store: str,
+        destination_aws_conn_id: str | None = None, source_store: str | None = None,
+        source_aws_conn_id: str | None = None, snapshots: str | list[str] = "latest", since: str | None = None,
+        parallelism: int = 8, **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.stream = stream
+        self.destination_store = destination_store
+        self.destination_aws_conn_id = destination_aws_conn_id
+        self.source_store = source_store
+        self.source_aws_conn_id = source_aws_conn_id
+        self.snapshots = snapshots
+        self.since = since
+        self.parallelism = parallelism
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_provider_streamstate.engine.replicate import replicate
+
+        with engine_errors():
+            name, source_url, source_conn = stream_and_store(self.stream, self.source_store, self.source_aws_conn_id)
+            since = self.since or None
+            ids, all_missing = ([], False) if since else snapshot_choice(self.snapshots)
+            if not self.destination_store:
+                raise UsageError("destination_store is required", hint="give the store to replicate into")
+        source = StreamstateStoreHook(source_url, aws_conn_id=source_conn, parallelism=self.parallelism)
+        destination = StreamstateStoreHook(
+            self.destination_store, aws_conn_id=self.destination_aws_conn_id or None, parallelism=self.parallelism
+        )
+        self.log.info(
+            "replicating %s of stream %s from %s to %s", since and f"since {since}" or ("all missing" if all_missing else ids),
+            name, source_url, self.destination_store,
+        )
+        with self.cancellable():  # opening the stores too: an unknown connection is bad input
+            result = replicate(
+                source.store, destination.store, name, snapshots=ids, since=since, all_missing=all_missing,
+                parallelism=self.parallelism,
+            )
+        for s in result.snapshots:
+            self.log.info(
+                "%s: %s, %d bytes copied in %d blobs, %d bytes already there, lag %s s", s.snapshot_id,
+                "already there" if s.already_present else "published", s.bytes_copied, s.blobs_copied,
+                s.bytes_skipped, s.lag_seconds,
+            )
+        return result.to_json()

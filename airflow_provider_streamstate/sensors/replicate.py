@@ -1,0 +1,102 @@
+"""Wait until a snapshot is present and complete in a store: the DR side of a replication."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from airflow_provider_streamstate.engine.replicate import ReplicaCheck
+from airflow_provider_streamstate.spec import StreamSpec
+from airflow_provider_streamstate.task_errors import engine_errors
+from airflow_provider_streamstate.triggers.base import ERROR, FAILED, SUCCESS
+from airflow_provider_streamstate.triggers.replicate import SnapshotReplicaTrigger, replica_check
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+class SnapshotReplicaSensor(BaseSensorOperator):
+    """Succeeds when a snapshot is in `store` with its manifest and every blob it references
+    (a replication publishes the manifest last, so a listed snapshot that misses blobs was
+    damaged afterwards: that fails the task at once). Returns `{"outcome", "snapshot_id",
+    "store", "blobs", "blobs_missing", "lag_seconds"}`; `lag_seconds` is the replication lag
+    the provenance record gives (None for a snapshot taken in that store).
+
+    :param stream: the stream: a StreamSpec, its dict (or that as JSON), or just its name. (templated)
+    :param store: the store to watch, e.g. the DR region's. (templated)
+    :param aws_conn_id: the Airflow `aws` connection of an S3 `store`. (templated)
+    :param snapshot: a snapshot id, or `latest`: the newest on the current timeline of the
+        source store. (templated)
+    :param source_store: where `latest` is read; default the stream spec's store (with a bare
+        stream name and no source, `latest` is the newest in `store` itself). (templated)
+    :param source_aws_conn_id: the source's `aws` connection; default the spec's. (templated)
+    :param deferrable: wait in the triggerer instead of a worker slot.
+    """
+
+    template_fields: tuple[str, ...] = ("stream", "store", "aws_conn_id", "snapshot", "source_store", "source_aws_conn_id")
+
+    def __init__(
+        self, *, stream: StreamSpec | dict[str, Any] | str, store: str, aws_conn_id: str | None = None,
+        snapshot: str = "latest", source_store: str | None = None, source_aws_conn_id: str | None = None,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False), **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.stream = stream
+        self.store = store
+        self.aws_conn_id = aws_conn_id
+        self.snapshot = snapshot
+        self.source_store = source_store
+        self.source_aws_conn_id = source_aws_conn_id
+        self.deferrable = deferrable
+
+    def target(self) -> dict[str, Any]:
+        """The rendered arguments of one check (and of the trigger)."""
+        from airflow_provider_streamstate.operators.replicate import stream_and_store
+
+        source_store, source_conn = self.source_store or None, self.source_aws_conn_id or None
+        with engine_errors():
+            if isinstance(self.stream, str) and not self.stream.lstrip().startswith("{"):
+                name = stream_and_store(self.stream, source_store or self.store, source_conn)[0]
+            else:
+                name, source_store, source_conn = stream_and_store(self.stream, source_store, source_conn)
+        return {
+            "stream": name, "store": self.store, "aws_conn_id": self.aws_conn_id or None,
+            "snapshot": str(self.snapshot or "latest"), "source_store": source_store, "source_aws_conn_id": source_conn,
+        }
+
+    def check(self) -> ReplicaCheck:
+        with engine_errors():
+            return replica_check(**self.target())
+
+    def poke(self, context: Context) -> PokeReturnValue:
+        result = self.check()
+        self.log.info("%s", result.message)
+        if result.outcome == "failed":
+            raise AirflowFailException(result.message)
+        return PokeReturnValue(result.outcome == "ready", result.to_json() if result.outcome == "ready" else None)
+
+    def execute(self, context: Context) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        first = self.poke(context)
+        if first.is_done:
+            return first.xcom_value
+        self.defer(
+            timeout=timedelta(seconds=self.timeout),
+            trigger=SnapshotReplicaTrigger(**self.target(), poke_interval=self.poke_interval),
+            method_name="execute_complete",
+        )
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
+        """Resume after the trigger fired: its result on success, else the error it names."""
+        if not isinstance(event, dict) or event.get("status") not in (SUCCESS, FAILED, ERROR):
+            raise AirflowException(f"{self.task_id}: the trigger sent an unexpected event {event!r}")
+        if event["status"] == FAILED:
+            raise AirflowFailException(str(event.get("message")))
+        if event["status"] == ERROR:
+            raise AirflowException(str(event.get("message")))
+        self.log.info("%s", event.get("message"))
+        return event.get("result")
