@@ -28,6 +28,7 @@ def get_provider_info() -> dict[str, Any]:
             {
                 "integration-name": "streamstate",
                 "python-modules": [
+                    "airflow_provider_streamstate.operators.replicate",
                     "airflow_provider_streamstate.operators.snapshot",
                     "airflow_provider_streamstate.operators.stream",
                     "airflow_provider_streamstate.operators.supervise",
@@ -49,6 +50,7 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": [
                     "airflow_provider_streamstate.sensors.base",
                     "airflow_provider_streamstate.sensors.kafka",
+                    "airflow_provider_streamstate.sensors.replicate",
                     "airflow_provider_streamstate.sensors.stream",
                 ],
             }
@@ -59,6 +61,7 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": [
                     "airflow_provider_streamstate.triggers.base",
                     "airflow_provider_streamstate.triggers.kafka",
+                    "airflow_provider_streamstate.triggers.replicate",
                     "airflow_provider_streamstate.triggers.stream",
                 ],
             }
