@@ -28,6 +28,9 @@ def get_provider_info() -> dict[str, Any]:
             {
                 "integration-name": "streamstate",
                 "python-modules": [
+                    "airflow_provider_streamstate.operators.clones",
+                    "airflow_provider_streamstate.operators.gc",
+                    "airflow_provider_streamstate.operators.retention",
                     "airflow_provider_streamstate.operators.replicate",
                     "airflow_provider_streamstate.operators.snapshot",
                     "airflow_provider_streamstate.operators.stream",

@@ -219,9 +219,9 @@ def _collect(store: SnapshotStore, grace: float, dry_run: bool, parallelism: int
                 continue
             tombstones_live += 1
             for x in _referenced(t.manifest, f"tombstone {t.stream}/{t.snapshot_id}"):
-                key = bytes.fromhex(x)
-                if key not in live:
-                    protected.setdefault(key, f"{t.stream}/{t.snapshot_id}")
+                ref = bytes.fromhex(x)
+                if ref not in live:
+                    protected.setdefault(ref, f"{t.stream}/{t.snapshot_id}")
     log.info("gc %s: %d manifests and %d live tombstones reference %d + %d blobs",
              store.url, manifests, tombstones_live, len(live), len(protected))
 

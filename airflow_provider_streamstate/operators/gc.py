@@ -1,0 +1,63 @@
+"""Garbage collection of a snapshot store as an Airflow task: thin over engine/gc.py."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+
+from airflow_provider_streamstate.task_errors import CancellableTask, engine_errors
+
+
+class GarbageCollectOperator(CancellableTask, BaseOperator):
+    """Delete the blobs of a store that no snapshot references, after a grace period.
+
+    Mark and sweep over the whole store (every stream shares its blobs); safe while
+    snapshots, replication, retention and another collection run (docs/retention.md).
+    Returns `{"store", "dry_run", "grace_seconds", "manifests", "tombstones_live",
+    "blobs_kept", "bytes_kept", "blobs_deleted", "bytes_deleted", "blobs_young",
+    "bytes_young", "blobs_missing", "temp_deleted", "tombstones_deleted",
+    "kept_unreferenced", "seconds"}`.
+
+    :param store: the store URL (`s3://bucket/prefix`, `file:///abs/path`). (templated)
+    :param aws_conn_id: the Airflow AWS connection of an S3 store. (templated)
+    :param grace: delete only what was last written longer ago (`24h`, a timedelta or
+        seconds; default 24h, and more than the longest snapshot, 6h). (templated)
+    :param dry_run: report what would be deleted; delete nothing. (templated)
+    :param parallelism: concurrent store requests.
+    """
+
+    template_fields: Sequence[str] = ("store", "aws_conn_id", "grace", "dry_run")
+
+    def __init__(
+        self, *, store: str, aws_conn_id: str | None = None, grace: timedelta | str | float | None = None,
+        dry_run: bool = False, parallelism: int = 8, **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.store = store
+        self.aws_conn_id = aws_conn_id
+        self.grace = grace
+        self.dry_run: Any = dry_run
+        self.parallelism = parallelism
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_provider_streamstate.engine.gc import DEFAULT_GRACE_SECONDS, collect_garbage
+        from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
+        from airflow_provider_streamstate.operators.retention import as_bool, duration_seconds
+
+        with engine_errors():
+            grace = duration_seconds(self.grace, "grace") or DEFAULT_GRACE_SECONDS
+        self.log.info("garbage collection of %s, grace %ss%s", self.store, grace, " (dry run)" if as_bool(self.dry_run) else "")
+        with self.cancellable():
+            store = StreamstateStoreHook(self.store, aws_conn_id=self.aws_conn_id or None,
+                                         parallelism=self.parallelism).store
+            result = collect_garbage(store, grace_seconds=grace, dry_run=as_bool(self.dry_run), parallelism=self.parallelism)
+        out = result.to_json()
+        self.log.info("%s %d blobs (%d bytes); kept %d; young %d; %d temp; %d tombstones",
+                      "would delete" if result.dry_run else "deleted", result.blobs_deleted, result.bytes_deleted,
+                      result.blobs_kept, result.blobs_young, result.temp_deleted, result.tombstones_deleted)
+        for reason, v in result.kept_unreferenced.items():
+            self.log.info("kept %d unreferenced-looking blobs: %s", v["blobs"], reason)
+        return out

@@ -1,0 +1,135 @@
+"""Invariant 3 under a storm: nothing referenced by a published manifest is ever deleted.
+
+For about two minutes, against the stack's S3 endpoint and a running stream: snapshots of
+the stream under two names that share every blob (the second one through a local store
+and replication into the S3 store, so writers keep finding blobs another writer stored),
+retention in a loop keeping almost nothing, and two garbage collectors in loops, all in
+threads. The grace period and the writers' bound D are shrunk to seconds (the protocol is
+the same at 20 s as at 24 h), so GC really deletes what retention released while writers
+rely on blobs. Afterwards every listed snapshot verifies, and those of the stream restore
+to exactly the state an oracle recomputes from Kafka."""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+
+from airflow_provider_streamstate.engine import snapshot as snapshot_mod
+from airflow_provider_streamstate.engine.catalog import list_snapshots
+from airflow_provider_streamstate.engine.errors import TransientError
+from airflow_provider_streamstate.engine.gc import collect_garbage
+from airflow_provider_streamstate.engine.restore import restore_snapshot
+from airflow_provider_streamstate.engine.retention import RetentionPolicy, apply_retention
+from airflow_provider_streamstate.engine.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.stores.local import LocalStore
+from airflow_provider_streamstate.engine.verify import verify_snapshots
+from airflow_provider_streamstate.jobs.example_stream import StreamArgs, start_query
+from airflow_provider_streamstate.jobs.generator import GeneratorSpec, produce
+from tests.streams import account_state, oracle_state, use_state_store
+
+pytestmark = pytest.mark.integration
+
+STORM_SECONDS = 120
+D_SECONDS = 15  # the longest a writer may take in this test (MAX_SNAPSHOT_SECONDS)
+GRACE_SECONDS = 20.0  # must exceed D
+
+
+def test_snapshots_replication_retention_and_two_gcs_at_once_never_lose_a_published_blob(
+    stack, spark, topic, tmp_path, make_store, monkeypatch
+) -> None:
+    monkeypatch.setattr(snapshot_mod, "MAX_SNAPSHOT_SECONDS", D_SECONDS)
+    use_state_store(spark, "hdfs", **{"spark.sql.streaming.minBatchesToRetain": "5"})
+    store, _, _ = make_store("s3")
+    side = LocalStore(tmp_path / "side", fsync=False)
+    checkpoint = str(tmp_path / "ckpt")
+    spec = GeneratorSpec(seed=97, accounts=40, events=150 * (STORM_SECONDS + 30))
+    args = StreamArgs(stack.kafka_bootstrap, checkpoint, source_topic=topic, alerts_topic=f"{topic}-alerts",
+                      trigger="processing:500 milliseconds", max_offsets_per_trigger=100)
+    producer = threading.Thread(target=produce, args=(stack.kafka_bootstrap, topic, spec), kwargs={"rate": 150},
+                                daemon=True)
+    producer.start()
+    query = start_query(spark, args)
+    stop = threading.Event()
+    counts: Counter[str] = Counter()
+    failures: list[str] = []
+    lock = threading.Lock()
+
+    def loop(name: str, step: Callable[[], None], pause: float) -> None:
+        while not stop.is_set():
+            try:
+                step()
+                with lock:
+                    counts[f"{name} runs"] += 1
+            except TransientError as exc:  # a snapshot slower than D, a busy endpoint: retried
+                with lock:
+                    counts[f"{name} transient: {exc.message[:90]}"] += 1
+            except Exception:  # noqa: BLE001 - every other failure fails the test, with its traceback
+                with lock:
+                    failures.append(f"{name}: {traceback.format_exc()}")
+            stop.wait(pause)
+
+    def snap() -> None:
+        r = create_snapshot(checkpoint, store, "storm", parallelism=4)
+        with lock:
+            counts["snapshots published"] += 0 if r.reused else 1
+
+    def mirror() -> None:
+        from airflow_provider_streamstate.engine.replicate import replicate
+
+        create_snapshot(checkpoint, side, "mirror", parallelism=4)
+        r = replicate(side, store, "mirror", all_missing=True, parallelism=4)
+        with lock:
+            counts["snapshots replicated"] += len(r.snapshots)
+
+    def retain() -> None:
+        for stream in ("storm", "mirror"):
+            r = apply_retention(store, stream, RetentionPolicy(keep_last=1))
+            with lock:
+                counts["snapshots deleted by retention"] += len(r.deleted)
+
+    def gc() -> None:
+        r = collect_garbage(store, grace_seconds=GRACE_SECONDS, parallelism=4)
+        with lock:
+            counts["blobs deleted by gc"] += r.blobs_deleted
+
+    try:
+        while not query.lastProgress:
+            time.sleep(0.2)
+        threads = [
+            threading.Thread(target=loop, args=("snapshot", snap, 0.3)),
+            threading.Thread(target=loop, args=("replicate", mirror, 0.5)),
+            threading.Thread(target=loop, args=("retention", retain, 1.0)),
+            threading.Thread(target=loop, args=("gc-1", gc, 0.5)),
+            threading.Thread(target=loop, args=("gc-2", gc, 0.7)),
+        ]
+        for t in threads:
+            t.start()
+        time.sleep(STORM_SECONDS)
+        stop.set()
+        for t in threads:
+            t.join(timeout=120)
+    finally:
+        stop.set()
+        query.stop()
+    print(dict(counts))
+    assert not failures, "\n".join(failures)
+    assert counts["snapshots published"] >= 10, counts
+    assert counts["snapshots replicated"] >= 5, counts
+    assert counts["snapshots deleted by retention"] >= 10, counts
+    assert counts["blobs deleted by gc"] > 0, counts
+
+    # Once everything is older than the grace period, one more GC: still nothing referenced goes.
+    time.sleep(GRACE_SECONDS + 1)
+    collect_garbage(store, grace_seconds=GRACE_SECONDS)
+    for stream in ("storm", "mirror"):
+        result = verify_snapshots(store, stream)
+        assert result.ok, result.summary()
+    for i, m in enumerate(list_snapshots(store, "storm").manifests):
+        target = tmp_path / f"restored-{i}"
+        restore_snapshot(store, "storm", m.snapshot_id, str(target))
+        assert account_state(spark, str(target), m.batch_id) == oracle_state(stack.kafka_bootstrap, m.kafka_offsets)
