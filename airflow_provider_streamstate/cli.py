@@ -260,7 +260,7 @@ def cmd_snapshot_list(args: argparse.Namespace) -> int:
     store = _store(args)
     listing = list_snapshots(store, args.stream)
     origins = snapshot_origins(store, args.stream)  # where replicated snapshots came from
-    status = validation_status(store, args.stream)  # {snapshot: {suite: passed; None: unreadable}}
+    status = validation_status(store, args.stream, [m.snapshot_id for m in listing.manifests])  # {snapshot: {suite: passed; None: unreadable}}
     rows = [{**_summary(m, listing.on_current_timeline(m)), "origin": origins.get(m.snapshot_id),
              "validations": status.get(m.snapshot_id, {})} for m in listing.manifests]
     lines = [f"  {'SNAPSHOT_ID':39} {'TL':>3} {'BATCH':>7} {'CREATED':20} {'FILES':>6} {'SIZE':>10}  {'STATE':17} {'ORIGIN':24} LABELS  VALIDATIONS"]

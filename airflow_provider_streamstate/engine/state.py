@@ -280,7 +280,7 @@ class StateReader:
 
     Each snapshot is materialised once (the first time it is read) and kept until
     `close()`, which removes every temp directory; a session the reader started is stopped
-    then too, one passed in is left running.
+    then too, one passed in (or already active in this process) is left running.
     """
 
     def __init__(
@@ -327,9 +327,15 @@ class StateReader:
     @property
     def spark(self) -> SparkSession:
         if self._spark is None:
+            from pyspark.sql import SparkSession
+
             from airflow_provider_streamstate.jobs.runtime import spark_session
 
-            self._spark = spark_session("streamstate-state", shuffle_partitions=self.shuffle_partitions)
+            active = SparkSession.getActiveSession()
+            if active is not None:  # someone else's session (a notebook, a test): use it, never stop it
+                self._spark, self._own_spark = active, False
+            else:
+                self._spark = spark_session("streamstate-state", shuffle_partitions=self.shuffle_partitions)
         return self._spark
 
     # --- snapshots -------------------------------------------------------------------

@@ -483,23 +483,25 @@ def put_validation(store: SnapshotStore, record: ValidationRecord) -> Validation
         return existing
 
 
-def validation_status(store: SnapshotStore, stream: str) -> dict[str, dict[str, bool | None]]:
-    """{snapshot id: {suite: success}} of every stored record of a stream; a damaged record
-    shows as None (never as passed)."""
-    prefix = f"{STREAMS_PREFIX}/{stream}/{VALIDATIONS_KIND}/"
+def validation_status(
+    store: SnapshotStore, stream: str, snapshot_ids: list[str] | None = None
+) -> dict[str, dict[str, bool | None]]:
+    """{snapshot id: {suite: success}} of the stored records of a stream's snapshots
+    (default: all of them); a damaged record shows as None (never as passed)."""
     out: dict[str, dict[str, bool | None]] = {}
-    for key in store.list_records(prefix):
-        rest = key[len(prefix):]
-        snapshot_id, _, name = rest.partition("/")
-        if not name.endswith(MANIFEST_SUFFIX) or "/" in name:
-            continue
-        suite = name[: -len(MANIFEST_SUFFIX)]
-        try:
-            rec = get_validation(store, stream, snapshot_id, suite)
-            out.setdefault(snapshot_id, {})[suite] = None if rec is None else rec.success
-        except (UnsafeManifestError, UsageError) as exc:
-            log.warning("unreadable validation record %s: %s", key, exc.one_line())
-            out.setdefault(snapshot_id, {})[suite] = None
+    for snapshot_id in store.list_snapshot_ids(stream) if snapshot_ids is None else snapshot_ids:
+        prefix = f"{STREAMS_PREFIX}/{stream}/{VALIDATIONS_KIND}/{snapshot_id}/"
+        for key in store.list_records(prefix):
+            name = key[len(prefix):]
+            if not name.endswith(MANIFEST_SUFFIX) or "/" in name:
+                continue
+            suite = name[: -len(MANIFEST_SUFFIX)]
+            try:
+                rec = get_validation(store, stream, snapshot_id, suite)
+                out.setdefault(snapshot_id, {})[suite] = None if rec is None else rec.success
+            except (UnsafeManifestError, UsageError) as exc:
+                log.warning("unreadable validation record %s: %s", key, exc.one_line())
+                out.setdefault(snapshot_id, {})[suite] = None
     return out
 
 
