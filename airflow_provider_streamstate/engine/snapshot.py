@@ -129,6 +129,7 @@ class _Snapshotter:
         self.blobs_refreshed = 0
         self.vouched = set(known_blobs)  # referenced by the parent manifest this snapshot read
         self.stored: set[str] = set()  # stored (or refreshed) by this snapshot
+        self.refreshed: set[str] = set()  # found present and refreshed (rule 4): checked again at the end
         self.lock = threading.Lock()
 
     def _vouch(self, digest: str, store_again: Callable[[], int]) -> int:
@@ -143,6 +144,7 @@ class _Snapshotter:
             if self.store.refresh_blob(digest):
                 with self.lock:
                     self.blobs_refreshed += 1
+                    self.refreshed.add(digest)
                 return 0
             written = store_again()
             if written:
@@ -210,6 +212,22 @@ class _Snapshotter:
             )
         self.known_blobs.difference_update(missing)
         return len(missing)
+
+    def recheck_refreshed(self, entries: list[FileEntry]) -> None:
+        """Right before publishing, confirm the blobs this snapshot refreshed are still there:
+        a GC that read one's age before the refresh and deleted it after is caught here, and
+        the blob is stored again (a vanished file plans the cut again)."""
+        by_digest = {e.sha256: e for e in entries if e.sha256 in self.refreshed}
+        todo = list(by_digest.values())
+        present = run_parallel(lambda e: self.store.has_blob(e.sha256), todo, self.parallelism)
+        for e, ok in zip(todo, present, strict=True):
+            if ok:
+                continue
+            log.warning("blob %s vanished after it was refreshed (a concurrent GC): storing it again", e.sha256[:12])
+            try:
+                self.store.put_blob(e.sha256, self.reader.root / e.path, e.size)
+            except FileNotFoundError:
+                raise CheckpointChanged(f"{e.path} vanished before it was stored again") from None
 
     def upload(self, entries: list[FileEntry]) -> None:
         """Store each blob not referenced by a live manifest and not in the store yet."""
@@ -348,6 +366,7 @@ def _create_snapshot(
             )
             entries = worker.entries(plan)
             worker.upload(entries)
+            worker.recheck_refreshed(entries)
             break
         except CheckpointChanged as exc:
             last_change = exc

@@ -158,3 +158,24 @@ def test_a_snapshot_refreshes_blobs_it_finds_present_but_cannot_vouch_for(tmp_pa
     monkeypatch.setattr(snapshot_mod, "MAX_SNAPSHOT_SECONDS", 1)
     assert collect_garbage(store, grace_seconds=2).blobs_deleted == 0
     assert verify_snapshots(store, "b").ok
+
+
+def test_a_blob_deleted_right_after_the_snapshot_refreshed_it_is_stored_again_before_publishing(tmp_path) -> None:
+    """GC read the blob's age before the refresh and deleted it after (S3's HEAD, then
+    DELETE): the snapshot's check of refreshed blobs right before publishing catches it."""
+    ckpt = make_checkpoint(tmp_path / "ckpt", batches=3)
+    for d in store_dirs(ckpt):
+        for v in range(1, 4):
+            write(d / f"{v}.delta", f"delta {v} of {d}")
+
+    class GcStrikesAfterRefresh(LocalStore):
+        def refresh_blob(self, digest: str) -> bool:
+            ok = super().refresh_blob(digest)
+            (self.root / blob_key(digest)).unlink(missing_ok=True)
+            return ok
+
+    store = GcStrikesAfterRefresh(tmp_path / "store", fsync=False)
+    first = create_snapshot(str(ckpt), store, "a").manifest
+    (store.root / manifest_key("a", first.snapshot_id)).unlink()  # its blobs are orphans now
+    second = create_snapshot(str(ckpt), store, "b").manifest
+    assert verify_snapshots(store, "b", second.snapshot_id).ok
