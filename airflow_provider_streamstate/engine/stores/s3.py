@@ -174,12 +174,12 @@ class S3Store(SnapshotStore):
         """Up to PART_SIZE: read whole (hashing chunk by chunk), checked, then one conditional
         PUT that also asks S3 to verify the sha256; larger: a multipart upload whose parts
         are hashed as they go, completed only when the whole hash matches (else aborted).
-        Memory per call stays below one part; no temp file on local disk."""
+        Memory per call stays below one part; no temp file on local disk. No HEAD first: the
+        conditional write alone keeps an existing blob (replication checks presence itself
+        before it opens the source)."""
         from botocore.exceptions import ClientError
 
         check_cancelled()
-        if self.has_blob(digest):
-            return 0
         key = self._key(blob_key(digest))
         with self._errors(f"upload blob {digest[:12]}"):
             try:
