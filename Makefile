@@ -38,6 +38,7 @@ lint: setup
 bench: setup
 	$(PY) benchmarks/snapshot_bench.py
 	$(PY) benchmarks/query_impact_bench.py
+	$(PY) benchmarks/replicate_bench.py
 
 # Re-resolve the lock after changing dependencies in pyproject.toml.
 lock:
