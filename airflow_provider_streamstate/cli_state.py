@@ -120,14 +120,21 @@ def _filtered(df: Any, where: str | None) -> Any:
 
     if not where:
         return df
+    import logging
+
+    spark_log = logging.getLogger("SQLQueryContextLogger")  # PySpark logs the failure as an ERROR too
+    level = spark_log.level
+    spark_log.setLevel(logging.CRITICAL)
     try:
         out = df.where(where)
         out.schema  # noqa: B018 - analysis happens here: a bad filter fails now, in one line
         return out
     except Exception as exc:  # noqa: BLE001 - Spark's AnalysisException/ParseException
-        first = " ".join(str(exc).split())[:300]
+        first = " ".join(str(exc).split(" SQLSTATE")[0].split())[:300]
         raise UsageError(f"--where {where!r} is not a valid filter on the state: {first}",
                          hint=f"columns: {', '.join(df.columns)}") from None
+    finally:
+        spark_log.setLevel(level)
 
 
 def cmd_state_show(args: argparse.Namespace) -> int:
