@@ -35,6 +35,9 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_streamstate.operators.snapshot",
                     "airflow_provider_streamstate.operators.stream",
                     "airflow_provider_streamstate.operators.supervise",
+                    "airflow_provider_streamstate.operators.validate",
+                    "airflow_provider_streamstate.operators.bisect",
+                    "airflow_provider_streamstate.operators.state",
                 ],
             }
         ],

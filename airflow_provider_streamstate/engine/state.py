@@ -327,11 +327,14 @@ class StateReader:
     @property
     def spark(self) -> SparkSession:
         if self._spark is None:
+            from pyspark import SparkContext
             from pyspark.sql import SparkSession
 
             from airflow_provider_streamstate.jobs.runtime import spark_session
 
             active = SparkSession.getActiveSession()
+            if active is None and SparkContext._active_spark_context is not None:  # noqa: SLF001 - no public API
+                active = SparkSession.builder.getOrCreate()  # the process's session, from another thread
             if active is not None:  # someone else's session (a notebook, a test): use it, never stop it
                 self._spark, self._own_spark = active, False
             else:
