@@ -101,11 +101,11 @@ def resolve_snapshot(store: SnapshotStore, stream: str, spec: str, *, labels: di
     if spec.startswith(LATEST_GOOD_PREFIX):  # newest that passed a suite (engine/validation.py)
         from airflow_provider_streamstate.engine.validation import latest_good_snapshot
 
-        m = latest_good_snapshot(store, stream, spec[len(LATEST_GOOD_PREFIX):])
-        if labels and not labels.items() <= m.labels.items():
-            raise NotFoundError(f"snapshot {m.snapshot_id} of {stream} ({spec}) does not carry labels {labels}",
+        good = latest_good_snapshot(store, stream, spec[len(LATEST_GOOD_PREFIX):])
+        if labels and not labels.items() <= good.labels.items():
+            raise NotFoundError(f"snapshot {good.snapshot_id} of {stream} ({spec}) does not carry labels {labels}",
                                 hint="drop the labels or name another snapshot")
-        return m
+        return good
     if spec == LATEST:
         if labels:
             return _latest_labelled(store, stream, labels)

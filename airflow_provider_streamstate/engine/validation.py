@@ -131,8 +131,8 @@ def _normalise(d: dict[str, Any], source: str) -> dict[str, Any]:
         if isinstance(e.get("meta"), dict) and e["meta"]:
             item["meta"] = e["meta"]
         out.append(item)
-    meta = d.get("meta") if isinstance(d.get("meta"), dict) else {}
-    meta = {k: v for k, v in meta.items() if k != "great_expectations_version"}
+    raw_meta = d.get("meta")
+    meta = {k: v for k, v in raw_meta.items() if k != "great_expectations_version"} if isinstance(raw_meta, dict) else {}
     return {"name": name, "expectations": out, "meta": meta}
 
 
@@ -149,7 +149,7 @@ def load_suite(source: str | Path | dict[str, Any] | Callable[[], Any] | Any) ->
         return load_suite_value(value, label)
     if isinstance(source, dict) or _is_gx_suite(source):
         return load_suite_value(source, "<dict>" if isinstance(source, dict) else "<ExpectationSuite>")
-    path = Path(source).expanduser()
+    path = Path(str(source)).expanduser()
     if not path.is_file():
         raise UsageError(f"suite file {path} does not exist", hint="give the path of a GX suite JSON file")
     if path.stat().st_size > MAX_SUITE_BYTES:
@@ -426,7 +426,8 @@ class ValidationRecord:
             when = datetime.fromisoformat(str(at).replace("Z", "+00:00"))
         except ValueError:
             raise bad(f"validated_at {at!r} is not an ISO time") from None
-        if not isinstance(at, str) or when.utcoffset() is None or when.utcoffset().total_seconds() != 0:
+        offset = when.utcoffset()
+        if not isinstance(at, str) or offset is None or offset.total_seconds() != 0:
             raise bad(f"validated_at {at!r} is not in UTC")
         gxv = d.get("gx_version")
         if not isinstance(gxv, str) or len(gxv) > 64:
@@ -444,12 +445,12 @@ class ValidationRecord:
         for i, r in enumerate(raw):
             if not isinstance(r, dict):
                 raise bad(f"result {i} is not an object")
-            rtype, ok, kwargs, exc = r.get("type"), r.get("success"), r.get("kwargs", {}), r.get("exception")
+            rtype, ok, kwargs, raised = r.get("type"), r.get("success"), r.get("kwargs", {}), r.get("exception")
             if not isinstance(rtype, str) or not EXPECTATION_TYPE_RE.match(rtype):
                 raise bad(f"result {i} has type {rtype!r}")
-            if not isinstance(ok, bool) or not isinstance(kwargs, dict) or not (exc is None or isinstance(exc, str)):
+            if not isinstance(ok, bool) or not isinstance(kwargs, dict) or not (raised is None or isinstance(raised, str)):
                 raise bad(f"result {i} ({rtype}) has an invalid success, kwargs or exception")
-            results.append(ExpectationOutcome(rtype, kwargs, ok, r.get("observed"), exc))
+            results.append(ExpectationOutcome(rtype, kwargs, ok, r.get("observed"), raised))
         if success != all(r.success for r in results):
             raise bad(f"it says success={success} while its expectations say otherwise")
         for key, n in (("evaluated", len(results)), ("failed", sum(1 for r in results if not r.success))):

@@ -26,7 +26,7 @@ class StateReportOperator(StateTask):
 
     :param stream: the stream, a `StreamSpec` or its `to_dict()`. (templated)
     :param snapshot: a snapshot id, `latest` or `latest-good:<suite>`. (templated)
-    :param output: the report file to write. (templated)
+    :param report_path: the report file to write. (templated)
     :param compare_to: another snapshot to diff against (`snapshot` is A, this is B). (templated)
     :param compare_stream: the stream `compare_to` belongs to (a clone); default the same. (templated)
     :param where: a Spark SQL filter on the state's columns (state reports). (templated)
@@ -36,15 +36,15 @@ class StateReportOperator(StateTask):
     :param join_side: `left` or `right` of a stream-stream join. (templated)
     """
 
-    template_fields: Sequence[str] = ("stream", "snapshot", "output", "compare_to", "compare_stream", "where",
+    template_fields: Sequence[str] = ("stream", "snapshot", "report_path", "compare_to", "compare_stream", "where",
                                       "operator", "store_name", "join_side")
 
     def __init__(
-        self, *, output: str, snapshot: str = "latest", compare_to: str | None = None,
+        self, *, report_path: str, snapshot: str = "latest", compare_to: str | None = None,
         compare_stream: str | None = None, where: str | None = None, limit: int = 100, **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.output = output
+        self.report_path = report_path
         self.snapshot = snapshot
         self.compare_to = compare_to
         self.compare_stream = compare_stream
@@ -82,7 +82,7 @@ class StateReportOperator(StateTask):
                           "metadata": reader.metadata(spec.name, m.snapshot_id).to_json()}
                 summary = {"total_rows": total, "rows": len(rows)}
                 self.log.info("%d rows of %s match %s", total, m.snapshot_id, self.where or "(no filter)")
-        out = Path(self.output).expanduser()
+        out = Path(self.report_path).expanduser()
         out.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
         try:
