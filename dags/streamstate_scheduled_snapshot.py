@@ -38,18 +38,26 @@ with DAG(
         """The streams to snapshot, each checked before any snapshot starts."""
         return configured(params)
 
+    streams = configured_streams()
     snapshots = SnapshotStreamOperator.partial(
         task_id="snapshot", labels={"trigger": "scheduled"}, retries=2, retry_delay=timedelta(seconds=30),
-    ).expand(stream=configured_streams())
+    ).expand(stream=streams)
 
     @task(trigger_rule="all_done")
-    def record(results: list[dict[str, Any]] | None) -> dict[str, Any]:
-        """One line per stream in the log, and a summary in XCom."""
+    def record(streams: list[dict[str, Any]], results: list[dict[str, Any]] | None) -> dict[str, Any]:
+        """One line per stream in the log and a summary in XCom; fails the run when a
+        stream's snapshot failed (its `snapshot` task says why), so the run is not green."""
+        from airflow.sdk.exceptions import AirflowFailException
+
         rows = [r for r in (results or []) if r]
         for r in rows:
             print(f"{r['stream']}: {'reused' if r['reused'] else 'new'} {r['snapshot_id']} batch {r['batch_id']}, "
                   f"{r['bytes_uploaded']} bytes uploaded in {r['seconds']}s")
+        missing = sorted({s["name"] for s in streams} - {r["stream"] for r in rows})
+        if missing:
+            raise AirflowFailException(f"no snapshot of {len(missing)} of {len(streams)} streams: {', '.join(missing)} "
+                                       "(each failed snapshot task says why)")
         return {"snapshots": len(rows), "new": sum(1 for r in rows if not r["reused"]),
                 "bytes_uploaded": sum(r["bytes_uploaded"] for r in rows)}
 
-    record(snapshots.output)
+    record(streams, snapshots.output)

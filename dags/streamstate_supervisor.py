@@ -50,6 +50,7 @@ with DAG(
         """The streams to supervise, each checked before any is touched."""
         return configured(params)
 
+    streams = configured_streams()
     rounds = SuperviseStreamOperator.partial(
         task_id="supervise",
         max_lag="{{ params.max_lag }}",
@@ -57,15 +58,22 @@ with DAG(
         restore="{{ params.restore }}",
         settle="{{ params.settle_seconds }}",
         max_active_tis_per_dagrun=4,
-    ).expand(stream=configured_streams())
+    ).expand(stream=streams)
 
     @task(trigger_rule="all_done")
-    def record(results: list[dict[str, Any]] | None) -> dict[str, Any]:
-        """One line per stream in the log, and what was done in XCom."""
+    def record(streams: list[dict[str, Any]], results: list[dict[str, Any]] | None) -> dict[str, Any]:
+        """One line per stream in the log and what was done in XCom; fails the run when a
+        stream's round failed (each failed `supervise` task says why)."""
+        from airflow.sdk.exceptions import AirflowFailException
+
         rows = [r for r in (results or []) if r]
         for r in rows:
             print(f"{r['stream']}: {r['action']} ({r['state_before']}): {r['message']}")
+        unhealthy = sorted({s["name"] for s in streams} - {r["stream"] for r in rows})
+        if unhealthy:
+            raise AirflowFailException(f"{len(unhealthy)} of {len(streams)} streams unhealthy: {', '.join(unhealthy)} "
+                                       "(each failed supervise task says why)")
         return {"streams": len(rows), "actions": {r["stream"]: r["action"] for r in rows},
                 "restored": {r["stream"]: r["restored_snapshot"] for r in rows if r["restored_snapshot"]}}
 
-    record(rounds.output)
+    record(streams, rounds.output)

@@ -7,8 +7,9 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
@@ -191,3 +192,37 @@ def late_maintenance_files(older: Any, newer: Any) -> list[Any]:
             sub in ("SSTs", "logs") and parent in snapshot_versions)
         assert replaced, f"{p} left the cut without a newer store snapshot replacing it"
     return new
+
+
+def example_stream_spec(stack: Any, topic: str, root: Path, *, name: str = "orders", state_store: str = "hdfs",
+                        extra_args: Sequence[str] = ()) -> Any:
+    """The example stream as a StreamSpec run by spark-submit on `local[1]` (through the
+    `spark_local` connection the caller defines), reading `topic`, checkpoint and store
+    under `root`."""
+    import airflow_provider_streamstate.jobs.example_stream as job
+    from airflow_provider_streamstate.spec import StreamSpec
+
+    return StreamSpec(
+        name=name,
+        application=job.__file__,
+        application_args=[
+            "--bootstrap-servers", stack.kafka_bootstrap, "--checkpoint", "{checkpoint}", "--source-topic", topic,
+            "--alerts-topic", "{sinks[alerts]}", "--trigger", "processing:1 second",
+            "--max-offsets-per-trigger", "100", "--state-store", state_store, *extra_args,
+        ],
+        checkpoint=str(root / name),
+        store=f"file://{root / 'store'}",
+        spark_conn_id="spark_local",
+        jars=list(stack.spark_jars),
+        conf={"spark.ui.enabled": "false", "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"},
+        sinks={"alerts": f"{topic}-alerts"},
+        heartbeat_interval_s=1.0,
+    )
+
+
+def consumed_records(checkpoint: str) -> int:
+    """Records of all Kafka sources the newest committed batch has read up to (0 before any)."""
+    from airflow_provider_streamstate.engine.health import committed_kafka_offsets
+
+    found = committed_kafka_offsets(checkpoint)
+    return sum(sum(parts.values()) for parts in found[1].values()) if found else 0

@@ -11,7 +11,8 @@ beside the checkpoint, which every worker can reach, never kept in the launching
         launch.json         this launch: launch id, pid and process group, host, command, log
         driver.json         written by the supervised driver (jobs/supervised.py): its pid,
                             and its exit code once it exits
-        stop.json           a stop request; the driver polls for it (any host can ask)
+        stop.json           a stop request; the driver polls for it (any host can ask); kept
+                            after the stop (the stream was stopped on purpose) until the next launch
         logs/<launch>.log   the driver's stdout and stderr
 
 Two copies of a stream on one checkpoint corrupt it: `launch` refuses while the
@@ -688,11 +689,9 @@ def stop(
         while _group_alive(launch.pgid) and time.monotonic() < kill_deadline:
             time.sleep(poll_s)
         st = status(root)
-        (root / STOP_FILE).unlink(missing_ok=True)
         return StopResult(str(root), "killed", time.monotonic() - started, st.state, st.exit_code,
                           handle.pid if handle else None, detail)
-    st = status(root)
-    (root / STOP_FILE).unlink(missing_ok=True)
+    st = status(root)  # stop.json stays: it tells a supervisor the stream was stopped on purpose
     return StopResult(str(root), "stopped", time.monotonic() - started, st.state, st.exit_code,
                       handle.pid if handle else None, detail)
 

@@ -28,10 +28,13 @@ launcher) and its store and broker offsets.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
+import shutil
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -188,7 +191,7 @@ def supervise(
                                 hint="restart it, or let the supervisor do it (restart=True)")
     log.info("stream %s is %s (%s): restarting it from its checkpoint at batch %s", stream, st.state, failure, batch)
     timings: list[RecoveryTimings] = []
-    ok, why = _start_and_settle(stream, root, start, policy.settle_s, timings)
+    ok, why = _start_and_settle(stream, root, start, policy.settle_s, timings, broker_offsets)
     if ok:
         return report("restarted", f"stream {stream} was {st.state} ({failure}); restarted from its checkpoint "
                       f"at batch {batch}: {why}", failure=failure, timings=timings, batch_id=_newest_batch(root))
@@ -210,8 +213,9 @@ def supervise(
              manifest.snapshot_id, manifest.batch_id)
     from airflow_provider_streamstate.engine.restore import restore_snapshot
 
-    restore_snapshot(store(), stream, manifest.snapshot_id, root, force=True, parallelism=parallelism)
-    ok, why_after = _start_and_settle(stream, root, start, policy.settle_s, timings)
+    with _logs_kept(root):  # the failed runs' logs are the post-mortem: a restore replaces the whole directory
+        restore_snapshot(store(), stream, manifest.snapshot_id, root, force=True, parallelism=parallelism)
+    ok, why_after = _start_and_settle(stream, root, start, policy.settle_s, timings, broker_offsets)
     if not ok:
         raise SupervisionFailed(
             f"stream {stream}: restored snapshot {manifest.snapshot_id} (batch {manifest.batch_id}) after its checkpoint "
@@ -255,9 +259,10 @@ def _check_running(stream: str, root: Path, state: str, policy: SupervisionPolic
 
 
 def _start_and_settle(stream: str, root: Path, start: StartFn, settle_s: float,
-                      timings: list[RecoveryTimings]) -> tuple[bool, str]:
+                      timings: list[RecoveryTimings], broker_offsets: BrokerOffsets | None) -> tuple[bool, str]:
     """Start the stream and watch it: (True, how) once it commits a batch newer than the
-    checkpoint's or stays running for `settle_s`; (False, why) when it fails or dies."""
+    checkpoint's, has nothing left to read (with `broker_offsets`), or stays running for
+    `settle_s`; (False, why) when it fails or dies."""
     before = _newest_batch(root)
     t0 = time.monotonic()
     launch_s = spark_s = None
@@ -281,10 +286,23 @@ def _start_and_settle(stream: str, root: Path, start: StartFn, settle_s: float,
             timings.append(RecoveryTimings(launch_s, spark_s, None))
             st = launcher.status(root)
             return False, st.last_error or progress.message
+        if _caught_up(root, broker_offsets):
+            timings.append(RecoveryTimings(launch_s, spark_s, None))
+            return True, "it runs, with no new input to commit a batch for"
         if time.monotonic() >= deadline:
             timings.append(RecoveryTimings(launch_s, spark_s, None))
             return True, f"it has run for {settle_s:.0f}s without failing (no new input to commit a batch for)"
         time.sleep(1.0)
+
+
+def _caught_up(root: Path, broker_offsets: BrokerOffsets | None) -> bool:
+    """The running stream has read everything its topics hold (so no batch is coming)."""
+    if broker_offsets is None:
+        return False
+    try:
+        return check_lag(str(root), max_lag=0, broker_offsets=broker_offsets).total_lag == 0
+    except StreamstateError:
+        return False  # no Kafka source, broker unreachable: settle by time
 
 
 def _launch_delay(handle: Any, t0: float, fallback: float) -> float:
@@ -322,6 +340,25 @@ def _newest_verified(store: SnapshotStore, stream: str, snapshot: str, paralleli
         + (f" (damaged: {', '.join(damaged)})" if damaged else " (there is none on its current timeline)"),
         hint="restore by hand from a replica of the store (runbook: docs/runbooks/rollback.md)",
     )
+
+
+@contextlib.contextmanager
+def _logs_kept(root: Path) -> Iterator[None]:
+    """Move the driver logs out of `root` for the duration, then back in."""
+    logs = root / launcher.LOG_DIR
+    if not logs.is_dir():
+        yield
+        return
+    aside = Path(tempfile.mkdtemp(prefix=f".{root.name}-logs-", dir=root.parent))
+    shutil.move(str(logs), str(aside / "logs"))
+    try:
+        yield
+    finally:
+        logs.mkdir(parents=True, exist_ok=True)
+        for f in (aside / "logs").iterdir():
+            if not (logs / f.name).exists():
+                shutil.move(str(f), str(logs / f.name))
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 def _newest_batch(root: Path) -> int | None:

@@ -79,7 +79,7 @@ class SuperviseStreamOperator(_StreamControl):
             startup_s = _seconds(self.startup_timeout, "startup_timeout")
             offsets = None
             conn_id = self.kafka_conn_id or spec.kafka_conn_id
-            if conn_id and (max_lag is not None or freshness is not None):
+            if conn_id:  # lag checks, and a restarted stream with nothing to read settles at once
                 from airflow_provider_streamstate.hooks.kafka import StreamKafkaHook
 
                 offsets = StreamKafkaHook(kafka_config_id=conn_id).broker_offsets

@@ -1,0 +1,145 @@
+"""The `streamstate_supervisor` DAG, run by Airflow, keeps a real stream (spark-submit,
+real broker) exact through failures: a driver killed with SIGKILL is restarted from its
+checkpoint, and a checkpoint whose state Spark can no longer load is replaced by the
+newest verified snapshot; either way the stream ends with the generator's exact expected
+state (no event lost or counted twice). A stream stopped on request is left alone, and
+a stream that was never started is an alert, not a launch."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_streamstate.engine import launcher
+from airflow_provider_streamstate.engine.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.stores import open_store
+from airflow_provider_streamstate.engine.supervisor import checkpoint_unusable
+from airflow_provider_streamstate.jobs.generator import GeneratorSpec, expected_aggregates, produce
+from tests.streams import account_state, consumed_records, example_stream_spec, wait_for
+
+pytestmark = pytest.mark.integration
+log = logging.getLogger(__name__)
+
+
+@pytest.fixture
+def stream(stack, topic, tmp_path, monkeypatch):  # noqa: ANN201
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", json.dumps({"conn_type": "spark", "host": "local[1]"}))
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_LOCAL", json.dumps(
+        {"conn_type": "kafka", "extra": {"bootstrap.servers": stack.kafka_bootstrap}}))
+    spec = example_stream_spec(stack, topic, tmp_path, extra_args=["--shuffle-partitions", "2"]).derive(
+        kafka_conn_id="kafka_local")
+    yield spec
+    launcher.stop(spec.checkpoint, timeout_s=30)  # never leave a driver behind
+
+
+def start(spec) -> None:  # noqa: ANN001
+    from airflow_provider_streamstate.operators.stream import start_stream
+
+    start_stream(spec, startup_timeout_s=300, log=log)
+
+
+def kill_driver(spec) -> None:  # noqa: ANN001
+    """SIGKILL the driver's whole process group (spark-submit's JVM and the Python driver),
+    as a lost host or the OOM killer would: no last heartbeat, no clean stop."""
+    handle = launcher.read_launch(spec.checkpoint).handle
+    os.killpg(handle.pid, signal.SIGKILL)
+    wait_for(lambda: launcher.status(spec.checkpoint).state == "dead", timeout=30, what="the stream to be dead")
+
+
+def supervise(run_dag, spec, **params):  # noqa: ANN001, ANN201
+    result = run_dag("streamstate_supervisor", {"streams": [spec.to_dict()], "settle_seconds": 240, **params})
+    assert result.state == "success", result.log[-5000:]
+    return result.tasks["supervise"].xcom
+
+
+def final_state(spark, spec, total: int) -> dict:  # noqa: ANN001
+    wait_for(lambda: consumed_records(spec.checkpoint) == total, timeout=180, what=f"the stream to read {total} records")
+    stopped = launcher.stop(spec.checkpoint, timeout_s=60)
+    assert stopped.outcome == "stopped", stopped
+    return account_state(spark, spec.checkpoint)
+
+
+def test_a_killed_driver_is_restarted_from_its_checkpoint_and_the_state_stays_exact(
+    run_dag, stack, spark, topic, stream
+) -> None:
+    first = GeneratorSpec(seed=61, accounts=12, events=300)
+    produce(stack.kafka_bootstrap, topic, first)
+    start(stream)
+    wait_for(lambda: consumed_records(stream.checkpoint) == 300, timeout=180, what="the first 300 records")
+    kill_driver(stream)
+    second = first.next_round(200)
+    produce(stack.kafka_bootstrap, topic, second)
+
+    report = supervise(run_dag, stream)
+    assert (report["state_before"], report["action"]) == ("dead", "restarted"), report
+    assert report["restored_snapshot"] is None and len(report["timings"]) == 1
+    timing = report["timings"][0]
+    assert timing["spark_start_s"] > 0 and timing["first_batch_s"] >= timing["spark_start_s"]
+
+    # The next round finds it running and leaves it be.
+    wait_for(lambda: consumed_records(stream.checkpoint) == 500, timeout=180, what="all 500 records")
+    again = supervise(run_dag, stream, max_lag=0)
+    assert again["action"] == "none" and again["state_before"] == "running", again
+    assert again["total_lag"] == 0
+    produce(stack.kafka_bootstrap, topic, second.next_round(2000))  # more than it reads per batch
+    lagging = run_dag("streamstate_supervisor", {"streams": [stream.to_dict()], "max_lag": 0})
+    assert lagging.state == "failed" and "stream orders lags:" in lagging.log, lagging.log[-3000:]
+    assert final_state(spark, stream, 2500) == expected_aggregates([first, second, second.next_round(2000)])
+
+
+def test_an_unusable_checkpoint_is_replaced_by_the_newest_verified_snapshot_and_the_state_stays_exact(
+    run_dag, stack, spark, topic, stream
+) -> None:
+    first = GeneratorSpec(seed=62, accounts=12, events=300)
+    produce(stack.kafka_bootstrap, topic, first)
+    start(stream)
+    wait_for(lambda: consumed_records(stream.checkpoint) == 300, timeout=180, what="the first 300 records")
+    store = open_store(stream.store)
+    snap = create_snapshot(stream.checkpoint, store, stream.name).manifest
+    second = first.next_round(200)  # after the snapshot: replayed from its offsets after the restore
+    produce(stack.kafka_bootstrap, topic, second)
+    wait_for(lambda: consumed_records(stream.checkpoint) == 500, timeout=180, what="all 500 records")
+    kill_driver(stream)
+
+    # Delete the state files of the newest version, as a bad disk or a wrong cleanup would.
+    newest = launcher.status(stream.checkpoint)
+    committed = max(int(p.name) for p in Path(stream.checkpoint, "commits").iterdir() if p.name.isdigit())
+    version = committed + 1
+    doomed = [p for p in Path(stream.checkpoint, "state", "0").rglob("*")
+              if p.name in (f"{version}.delta", f"{version}.snapshot")]
+    assert doomed, f"no state files of version {version}: {newest}"
+    for p in doomed:
+        p.unlink()
+    third = second.next_round(150)
+    produce(stack.kafka_bootstrap, topic, third)
+
+    report = supervise(run_dag, stream)
+    assert (report["state_before"], report["action"]) == ("dead", "restored"), report
+    assert report["restored_snapshot"] == snap.snapshot_id and report["restored_batch"] == snap.batch_id
+    assert checkpoint_unusable(report["failure"]), report["failure"]
+    assert len(report["timings"]) == 2 and report["timings"][1]["first_batch_s"] is not None
+    assert final_state(spark, stream, 650) == expected_aggregates([first, second, third])
+
+
+def test_a_stream_stopped_on_request_is_left_alone_and_one_never_started_is_an_alert(
+    run_dag, stack, topic, stream, tmp_path
+) -> None:
+    produce(stack.kafka_bootstrap, topic, GeneratorSpec(seed=63, accounts=5, events=50))
+    start(stream)
+    assert launcher.stop(stream.checkpoint, timeout_s=60, requested_by="an operator").outcome == "stopped"
+    report = supervise(run_dag, stream)
+    assert report["action"] == "left-stopped" and "stop requested by an operator" in report["message"], report
+    assert launcher.status(stream.checkpoint).state == "stopped"
+
+    never = stream.derive(name="orders-new", checkpoint=str(tmp_path / "never"))
+    result = run_dag("streamstate_supervisor", {"streams": [never.to_dict()]})
+    assert result.state == "failed"
+    task = result.tasks["supervise"]
+    assert (task.state, task.try_number) == ("failed", 1)
+    assert f"stream orders-new was never started on {tmp_path / 'never'}" in result.log
+    assert not (tmp_path / "never" / launcher.LAUNCH_FILE).exists()
