@@ -230,3 +230,29 @@ def test_on_one_endpoint_blobs_are_copied_server_side_and_verified(make_store, t
         replicate(src, fresh, "x")
     assert fresh.list_snapshot_ids("x") == []
     assert blob_key(victim.sha256) not in objects(fresh)  # the bad copy was deleted at once
+
+
+def test_a_blob_three_parts_large_streams_s3_to_s3_in_less_memory_than_two_parts(make_store) -> None:
+    import hashlib
+    import io
+    import tracemalloc
+
+    src, _, _ = make_store("s3")
+    dst, _, _ = make_store("dr")
+    data = os.urandom(3 * PART_SIZE + 4321)
+    digest = hashlib.sha256(data).hexdigest()
+    assert src.put_blob_stream(digest, io.BytesIO(data), len(data)) == len(data)
+    del data
+    tracemalloc.start()
+    try:
+        start = tracemalloc.get_traced_memory()[0]
+        with src.open_blob(digest) as body:  # what replication does for each blob
+            assert dst.put_blob_stream(digest, body, 3 * PART_SIZE + 4321) == 3 * PART_SIZE + 4321
+        peak = tracemalloc.get_traced_memory()[1] - start
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * PART_SIZE, f"peak {peak / 2**20:.1f} MiB"
+    with dst.open_blob(digest) as f:
+        from airflow_provider_streamstate.engine.digest import sha256_stream
+
+        assert sha256_stream(f) == (digest, 3 * PART_SIZE + 4321)

@@ -194,7 +194,7 @@ class S3Store(SnapshotStore):
                             break
                     _check_stream(digest, size, h, len(buf))
                     self.client.put_object(
-                        Bucket=self.bucket, Key=key, Body=bytes(buf), IfNoneMatch="*",
+                        Bucket=self.bucket, Key=key, Body=buf, IfNoneMatch="*",
                         ChecksumSHA256=base64.b64encode(h.digest()).decode(),
                     )
                     return len(buf)
@@ -222,7 +222,7 @@ class S3Store(SnapshotStore):
                 part += chunk
                 if (len(part) >= PART_SIZE or (eof and part)) and written + len(part) <= size:
                     r = self.client.upload_part(
-                        Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=len(parts) + 1, Body=bytes(part)
+                        Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=len(parts) + 1, Body=part
                     )
                     parts.append({"PartNumber": len(parts) + 1, "ETag": r["ETag"]})
                     written += len(part)
