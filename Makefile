@@ -38,7 +38,11 @@ lint: setup
 bench: setup
 	$(PY) benchmarks/snapshot_bench.py
 	$(PY) benchmarks/query_impact_bench.py
+	$(PY) benchmarks/dag_parse_bench.py
+	$(PY) benchmarks/operator_overhead_bench.py
 	$(PY) benchmarks/replicate_bench.py
+	$(PY) benchmarks/supervisor_bench.py
+	$(PY) benchmarks/gc_bench.py
 
 # Re-resolve the lock after changing dependencies in pyproject.toml.
 lock:

@@ -15,6 +15,8 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,6 +82,31 @@ def prepare(home: Path, extra: list[Path] | None = None, *, refresh: bool = Fals
     )
 
 
+@contextlib.contextmanager
+def _captured() -> Iterator[io.StringIO]:
+    """Everything printed meanwhile, by Python or by loggers bound to the process's file
+    descriptors 1 and 2 (Airflow's structured logs), into the yielded buffer."""
+    out = io.StringIO()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as tmp:
+        os.dup2(tmp.fileno(), 1)
+        os.dup2(tmp.fileno(), 2)
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+                yield out
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+            tmp.seek(0)
+            out.write(tmp.read().decode(errors="replace"))
+
+
 def run_dag(dag_id: str, conf: dict[str, Any] | None = None, extra: list[Path] | None = None) -> DagResult:
     """Run one DAG to its end with Airflow's own runner (deferred triggers run inline).
     A mapped task's instances are `task[0]`, `task[1]`...; `task` is its first."""
@@ -93,8 +120,7 @@ def run_dag(dag_id: str, conf: dict[str, Any] | None = None, extra: list[Path] |
     dag = bag.get_dag(dag_id)
     if dag is None:
         raise RuntimeError(f"no DAG {dag_id} in {sorted(bag.dag_ids)}")
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+    with _captured() as out:
         run = dag.test(run_conf=conf or {})
     result = DagResult(state=str(run.state), log=out.getvalue())
     for ti in sorted(run.get_task_instances(), key=lambda t: (t.task_id, t.map_index)):
