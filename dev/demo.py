@@ -1,8 +1,8 @@
 """`make demo`: the example stateful stream run and looked after by Airflow, end to end.
 
 Starts the local stack (Kafka broker, two S3 regions) and an Airflow home under
-`.stack/airflow` (SQLite; `AIRFLOW_HOME=.stack/airflow .venv/bin/airflow standalone` shows
-the runs afterwards), then runs the DAGs with Airflow's own runner (`dag.test()`):
+`.stack/airflow` (SQLite; `PATH=$PWD/.venv/bin:$PATH AIRFLOW_HOME=$PWD/.stack/airflow
+airflow standalone` shows the runs afterwards), then runs the DAGs with Airflow's own runner (`dag.test()`):
 
 1. `streamstate_demo_start`: spark-submit the example stream (detached) and wait, deferred,
    for its first batch;
@@ -267,7 +267,8 @@ def _demo(args: argparse.Namespace, stack: Any, t0: float) -> int:
     print("\nsummary")
     for key, value in summary.items():
         print(f"  {key:26} {value}")
-    print(f"\nsee the runs in the Airflow UI: AIRFLOW_HOME={HOME.relative_to(REPO)} .venv/bin/airflow standalone")
+    print("\nsee the runs in the Airflow UI (docs/first-dag.md): "
+          f"PATH=$PWD/.venv/bin:$PATH AIRFLOW_HOME=$PWD/{HOME.relative_to(REPO)} airflow standalone")
     checks = ("dag_runs_succeeded", "supervisor_restarted_it", "state_matches_generator", "clone_matches_batch_state",
               "store_verified")
     return 0 if all(summary[k] for k in checks) and len(commits) >= 3 else 1
