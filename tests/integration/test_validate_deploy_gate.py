@@ -1,0 +1,79 @@
+"""The deploy gate, run twice on a real stream: production's known-good snapshot is cloned,
+the candidate job runs on the clone (spark-submit, over the same Kafka input, to the
+current end offsets), its state is validated and diffed against production's. A correct
+candidate passes; one with a planted bug (every amount counted twice) is blocked, and the
+failure names the expectation. The clone is torn down both times."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import airflow_provider_streamstate.jobs.example_stream as job
+from airflow_provider_streamstate.engine.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.state import StateReader
+from airflow_provider_streamstate.engine.stores import open_store
+from airflow_provider_streamstate.engine.validation import load_suite, validate_snapshot
+from airflow_provider_streamstate.jobs.generator import GeneratorSpec, produce
+from tests.streams import example_stream_spec, run_to_end, use_state_store
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[2]
+
+SUITE = {
+    "name": "accounts-sane",
+    "meta": {"streamstate": {"operator": "stateStoreSave"}},
+    "expectations": [
+        {"type": "expect_column_values_to_be_between", "kwargs": {"column": "value_max", "min_value": 1,
+                                                                  "max_value": 100000}},
+        {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "key_account"}},
+    ],
+}
+
+
+def test_a_correct_candidate_passes_and_a_planted_bug_is_blocked(stack, spark, topic, tmp_path, run_dag,
+                                                                  monkeypatch) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", json.dumps({"conn_type": "spark", "host": "local[1]"}))
+    use_state_store(spark, "rocksdb-changelog")
+    spec = example_stream_spec(stack, topic, tmp_path, name="orders", state_store="rocksdb-changelog")
+    store = open_store(spec.store)
+    suite_file = tmp_path / "suite.json"
+    suite_file.write_text(json.dumps(SUITE))
+
+    # Production: a known-good snapshot, then more input and its newest snapshot.
+    first = GeneratorSpec(seed=91, accounts=10, events=120)
+    produce(stack.kafka_bootstrap, topic, first)
+    run_to_end(spark, stack.kafka_bootstrap, topic, spec.checkpoint)
+    good = create_snapshot(spec.checkpoint, store, "orders").manifest
+    with StateReader(store, spark=spark) as reader:
+        assert validate_snapshot(reader, "orders", good.snapshot_id, load_suite(suite_file)).success
+    produce(stack.kafka_bootstrap, topic, first.next_round())
+    run_to_end(spark, stack.kafka_bootstrap, topic, spec.checkpoint)
+    create_snapshot(spec.checkpoint, store, "orders")
+
+    args = [("available-now" if a.startswith("processing:") else a) for a in spec.application_args]
+    conf = {"stream": spec.to_dict(), "candidate_args": args, "suite": str(suite_file),
+            "snapshot": "latest-good:accounts-sane", "compare_snapshot": "latest", "clone_root": str(tmp_path / "gate")}
+
+    passed = run_dag("streamstate_deploy_gate", {**conf, "candidate_application": job.__file__,
+                                                 "reports": str(tmp_path / "reports-ok")})
+    assert passed.state == "success", passed.log[-4000:]
+    verdict = passed.tasks["gate"].xcom
+    assert verdict["deploy"] is True and verdict["changed_keys"] == 0
+    assert Path(verdict["data_docs"]).is_file()
+    assert passed.tasks["clone"].xcom["snapshot_id"] == good.snapshot_id  # latest known-good, not latest
+    assert passed.tasks["tear_down"].xcom["clones_expired"] == 1
+
+    blocked = run_dag("streamstate_deploy_gate", {**conf, "candidate_application": str(REPO / "tests/apps/doubled_stream.py"),
+                                                  "reports": str(tmp_path / "reports-bug")})
+    assert blocked.state == "failed"
+    assert blocked.failed_tasks() == ["check_diff", "validate"], blocked.log[-4000:]
+    assert "failed on" in blocked.log and "expect_column_values_to_be_between(value_max) observed" in blocked.log
+    assert "the candidate's state differs from production's on" in blocked.log
+    assert blocked.tasks["tear_down"].state == "success" and blocked.tasks["gate"].state == "upstream_failed"
+    for run in (passed, blocked):
+        plan = run.tasks["plan"].xcom
+        assert not Path(plan["checkpoint"]).exists()
+        assert store.list_snapshot_ids(plan["name"]) == []
