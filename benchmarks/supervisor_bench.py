@@ -10,8 +10,10 @@ Parts, all from t0 or from the DAG run's start:
   another host: the heartbeat's staleness, 3 beats);
 * Airflow: DAG run start until the supervise task has decided (DAG parse, task start);
 * launch: decision until the driver process exists;
-* Spark start: decision until the query runs (JVM, session, checkpoint loaded);
-* first batch: decision until the first new batch is committed;
+* query running: decision until the heartbeat says `running` (JVM, session, checkpoint
+  loaded; the runtime says `running` at the query's first progress event, which on a
+  restart with waiting input comes after the first batch, so this includes it);
+* first batch: decision until the first new batch's commit file is written;
 * total: t0 until that commit.
 
 In production add the wait for the next scheduled run (the schedule is every 5 minutes).
@@ -117,7 +119,7 @@ def _run(args: argparse.Namespace, stack: stack_mod.Stack, home: Path) -> int:
         timing = report["timings"][0]
         row = {
             "detection_s": detected - t0, "airflow_s": decided - run_start, "launch_s": timing["launch_s"],
-            "spark_start_s": timing["spark_start_s"], "first_batch_s": committed_at - decided,
+            "query_running_s": timing["spark_start_s"], "first_batch_s": committed_at - decided,
             "total_s": committed_at - t0,
         }
         rows.append(row)
