@@ -9,7 +9,8 @@ one run and on the same objects:
 * full replication primary -> dr (two endpoints, two clients, every byte hashed while it
   streams) vs a plain parallel boto3 copy of the same blob objects between the two
   endpoints (`get_object` + `put_object`, same concurrency, no hashing, no checks);
-  each contender `--rounds` times into fresh prefixes, alternating; the best of each counts;
+  each contender `--rounds` times into fresh prefixes, alternating which goes first; the
+  best of each counts;
 * incremental replication after one more batch: bytes copied vs the bytes the new
   snapshot added to the source store.
 
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows-per-batch", type=int, default=150_000)
     p.add_argument("--batches", type=int, default=6)
     p.add_argument("--parallelism", type=int, default=8)
-    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=4)
     args = p.parse_args(argv)
 
     from airflow_provider_streamstate.engine.replicate import replicate
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     run = WORK / "replicate-run"
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
-    stack = stack_mod.up(WORK / "stack")
+    stack = stack_mod.up(WORK / "stack-replicate")  # its own: other benchmarks may run meanwhile
     n = args.parallelism
     primary, dr = client(stack, "primary", n), client(stack, "dr", n)
     bucket = stack.s3["primary"]["bucket"]
@@ -93,14 +94,20 @@ def main(argv: list[str] | None = None) -> int:
             with ThreadPoolExecutor(max_workers=n) as pool:
                 list(pool.map(one, list(blobs)))
 
-        for i in range(args.rounds):
-            secs, _ = timed(lambda i=i: plain_copy(f"bench/baseline-{i}"))
-            r["baseline_s"].append(secs)
+        def baseline_round(i: int) -> None:
+            r["baseline_s"].append(timed(lambda: plain_copy(f"bench/baseline-{i}"))[0])
+
+        def replicate_round(i: int) -> None:
             dst = S3Store(dr, bucket, f"bench/replica-{i}")
-            secs, result = timed(lambda dst=dst: replicate(src, dst, "bench", parallelism=n))
+            secs, result = timed(lambda: replicate(src, dst, "bench", parallelism=n))
             assert result.bytes_copied == total, (result.bytes_copied, total)
             r["replicate_s"].append(secs)
-            print(f"  round {i + 1}: boto3 copy {r['baseline_s'][-1]:.2f}s, replicate {secs:.2f}s", flush=True)
+
+        for i in range(args.rounds):  # alternating who goes first: a load change hits both alike
+            for step in (baseline_round, replicate_round) if i % 2 == 0 else (replicate_round, baseline_round):
+                step(i)
+            print(f"  round {i + 1}: boto3 copy {r['baseline_s'][-1]:.2f}s, replicate {r['replicate_s'][-1]:.2f}s",
+                  flush=True)
         dst = S3Store(dr, bucket, "bench/replica-0")
         r["again_s"], again = timed(lambda: replicate(src, dst, "bench", parallelism=n))
         r["again_bytes_copied"] = again.bytes_copied
@@ -115,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         spark.sparkContext.setLogLevel("OFF")  # RocksDB maintenance racing shutdown logs harmless errors
         spark.stop()
-        stack_mod.down(WORK / "stack")
+        stack_mod.down(WORK / "stack-replicate")
 
     base, rep = min(r["baseline_s"]), min(r["replicate_s"])
     mb = total / MiB

@@ -65,6 +65,7 @@ from airflow_provider_streamstate.engine.stores.base import (
     blob_key,
     record_key,
 )
+from airflow_provider_streamstate.engine.stores.s3 import PART_SIZE
 from airflow_provider_streamstate.engine.timeline import load_timelines
 
 log = logging.getLogger("streamstate.replicate")
@@ -349,9 +350,19 @@ class _Replicator:
             return self.dst.put_blob_stream(digest, body, size)
 
     def _place(self, digest: str, size: int, vouched: bool) -> tuple[int, bool]:
-        """Make one blob safe at the destination: (bytes copied, refreshed)."""
+        """Make one blob safe at the destination: (bytes copied, refreshed).
+
+        Presence is asked first (a HEAD) only where a wrong guess costs more than the
+        question: blobs a destination manifest vouches for (rule 3; usually present), blobs
+        larger than a part (a multipart upload would go through before the conditional write
+        refuses it) and server-side copies (CopyObject is not conditional). Any other blob is
+        usually absent (new since the last replication), so it is read and written at once,
+        and the destination's write-once put finds the present ones (0 bytes written); those
+        were vouched for by nothing, so they are refreshed (rule 4).
+        """
         started = time.monotonic()
-        present = self.dst.has_blob(digest)
+        ask = vouched or size > PART_SIZE or self.server_side is not None
+        present = self.dst.has_blob(digest) if ask else False
         refreshed = False
         written = 0
         if present and not vouched:
@@ -359,7 +370,7 @@ class _Replicator:
             present = refreshed
         if not present:
             written = self._copy_blob(digest, size)
-            if not written:  # another writer stored it between our check and our copy
+            if not written:  # present after all: an orphan, another writer's, a concurrent copy
                 refreshed = self.dst.refresh_blob(digest)
                 if not refreshed:
                     written = self._copy_blob(digest, size)

@@ -256,3 +256,29 @@ def test_a_blob_three_parts_large_streams_s3_to_s3_in_less_memory_than_two_parts
         from airflow_provider_streamstate.engine.digest import sha256_stream
 
         assert sha256_stream(f) == (digest, 3 * PART_SIZE + 4321)
+
+
+def test_each_side_of_the_cli_takes_its_client_from_its_own_options(stack, make_store, tmp_path) -> None:
+    ckpt = synthetic(tmp_path / "ckpt", files=8, size=10_000)
+    local, local_url, _ = make_store("local")
+    dst, dst_url, _ = make_store("dr")
+    sid = create_snapshot(str(ckpt), local, "x").manifest.snapshot_id
+    # No AWS_* variables at all: the destination's endpoint and credentials come from an Airflow connection.
+    bare = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env = {**bare, **stack.airflow_conn_env("dr", "s3_dr_cli")}
+    proc = subprocess.run([STREAMSTATE, "replicate", "--from", local_url, "--to", dst_url, "--to-aws-conn-id", "s3_dr_cli",
+                           "--stream", "x", "--json"], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert [s["snapshot_id"] for s in json.loads(proc.stdout)["snapshots"]] == [sid]
+    assert dst.list_snapshot_ids("x") == [sid]
+    mistakes = {
+        ("--to-endpoint-url", "http://127.0.0.1:9", "--to", local_url + "-copy"): "applies only to s3:// stores",
+        ("--to", dst_url, "--to-aws-conn-id", "c", "--to-region", "eu-west-1"): "both configure the same client",
+        ("--to", dst_url, "--all", "--since", sid): "choose the snapshots one way",
+    }
+    for args, words in mistakes.items():
+        proc = subprocess.run([STREAMSTATE, "replicate", "--from", local_url, "--stream", "x", *args],
+                              capture_output=True, text=True, env=env)
+        assert (proc.returncode, proc.stdout) == (2, ""), (args, proc.stderr)
+        [line] = proc.stderr.strip().splitlines()
+        assert words in line, line
