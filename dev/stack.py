@@ -169,8 +169,8 @@ def kraft_cluster_id() -> str:
             return cluster_id
 
 
-def _kafka_properties(state_dir: Path, port: int, controller_port: int) -> Path:
-    data = state_dir / "kafka-data"
+def _kafka_properties(state_dir: Path, port: int, controller_port: int, name: str = "kafka") -> Path:
+    data = state_dir / f"{name}-data"
     props = {
         "process.roles": "broker,controller",
         "node.id": "1",
@@ -192,7 +192,7 @@ def _kafka_properties(state_dir: Path, port: int, controller_port: int) -> Path:
         "auto.create.topics.enable": "true",
         "log.retention.hours": "-1",
     }
-    path = state_dir / "kafka.properties"
+    path = state_dir / f"{name}.properties"
     path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
     (state_dir / "kafka-log4j2.yaml").write_text(
         "Configuration:\n"
@@ -213,13 +213,14 @@ def _kafka_properties(state_dir: Path, port: int, controller_port: int) -> Path:
     return path
 
 
-def _start_kafka(state_dir: Path) -> str:
+def _start_kafka(state_dir: Path, name: str = "kafka") -> str:
+    """Start one single-node KRaft cluster as part `name` (its own port, storage and log)."""
     java = _check_java()
     jars = JARS / "kafka-broker"
     if not any(jars.glob("kafka_*.jar")):
         raise StackError(f"no Kafka broker jars in {jars}; run `make setup`")
     port, controller_port = free_port(), free_port()
-    props = _kafka_properties(state_dir, port, controller_port)
+    props = _kafka_properties(state_dir, port, controller_port, name)
     classpath = f"{jars}/*"
     jvm = [
         java,
@@ -230,17 +231,17 @@ def _start_kafka(state_dir: Path) -> str:
         "-cp",
         classpath,
     ]
-    if not (state_dir / "kafka-data" / "meta.properties").exists():
+    if not (state_dir / f"{name}-data" / "meta.properties").exists():
         cluster_id = kraft_cluster_id()
         fmt = subprocess.run(
             [*jvm, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)],
             capture_output=True,
             text=True,
         )
-        (state_dir / "kafka-format.log").write_text(fmt.stdout + fmt.stderr)
+        (state_dir / f"{name}-format.log").write_text(fmt.stdout + fmt.stderr)
         if fmt.returncode != 0:
-            raise StackError(f"formatting Kafka storage failed; see {state_dir / 'kafka-format.log'}")
-    _spawn("kafka", [*jvm, "kafka.Kafka", str(props)], state_dir)
+            raise StackError(f"formatting Kafka storage failed; see {state_dir / (name + '-format.log')}")
+    _spawn(name, [*jvm, "kafka.Kafka", str(props)], state_dir)
     bootstrap = f"127.0.0.1:{port}"
 
     def ready() -> bool:
@@ -251,7 +252,7 @@ def _start_kafka(state_dir: Path) -> str:
         md = admin.list_topics(timeout=2)
         return bool(md.brokers)
 
-    _wait("kafka", state_dir, ready)
+    _wait(name, state_dir, ready)
     return bootstrap
 
 
@@ -341,9 +342,136 @@ def start_s3proxy(state_dir: Path | str) -> dict[str, str]:
 
 
 def _parts(state_dir: Path) -> list[str]:
-    """The stack's parts: the broker, the moto regions, and s3proxy when it was started."""
-    optional = [S3PROXY_PART] if (state_dir / f"{S3PROXY_PART}.pid").exists() else []
+    """The stack's parts: the broker, the moto regions, and s3proxy and the DR Kafka side
+    when they were started."""
+    optional = [p for p in (S3PROXY_PART, DR_KAFKA_PART, MM2_PART) if (state_dir / f"{p}.pid").exists()]
     return ["kafka", *(f"s3-{r}" for r in S3_REGIONS), *optional]
+
+
+# --- the DR region's Kafka side: a second cluster and MirrorMaker 2 ---------------------------
+
+DR_KAFKA_PART = "kafka-dr"
+MM2_PART = "mm2"
+MM2_SOURCE_ALIAS = "primary"  # the default replication policy names mirrors `primary.<topic>`
+MM2_POLICIES = {
+    "default": "org.apache.kafka.connect.mirror.DefaultReplicationPolicy",
+    "identity": "org.apache.kafka.connect.mirror.IdentityReplicationPolicy",
+}
+
+
+@dataclass(frozen=True)
+class DrKafka:
+    """The DR cluster and the mirror feeding it (`start_dr_kafka`)."""
+
+    bootstrap: str
+    primary_bootstrap: str
+    policy: str  # default | identity
+    source_alias: str
+    state_dir: str
+
+    def dr_topic(self, topic: str) -> str:
+        return topic if self.policy == "identity" else f"{self.source_alias}.{topic}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"bootstrap": self.bootstrap, "primary_bootstrap": self.primary_bootstrap, "policy": self.policy,
+                "source_alias": self.source_alias}
+
+
+def _mm2_files(state_dir: Path, primary: str, dr: str, policy: str) -> Path:
+    """MirrorMaker 2's dedicated-mode properties: primary -> dr only, every topic (new ones
+    found within a second), single-broker replication factors, the chosen policy."""
+    props = {
+        "clusters": f"{MM2_SOURCE_ALIAS}, dr",
+        f"{MM2_SOURCE_ALIAS}.bootstrap.servers": primary,
+        "dr.bootstrap.servers": dr,
+        f"{MM2_SOURCE_ALIAS}->dr.enabled": "true",
+        f"dr->{MM2_SOURCE_ALIAS}.enabled": "false",
+        f"{MM2_SOURCE_ALIAS}->dr.topics": ".*",
+        "replication.policy.class": MM2_POLICIES[policy],
+        "replication.factor": "1",
+        "checkpoints.topic.replication.factor": "1",
+        "heartbeats.topic.replication.factor": "1",
+        "offset-syncs.topic.replication.factor": "1",
+        "offset.storage.replication.factor": "1",
+        "status.storage.replication.factor": "1",
+        "config.storage.replication.factor": "1",
+        "refresh.topics.interval.seconds": "1",
+        "refresh.groups.interval.seconds": "600",
+        "sync.topic.acls.enabled": "false",
+        "emit.checkpoints.enabled": "false",
+        "sync.group.offsets.enabled": "false",
+        # Mirror what Spark reads: every record, as a read_uncommitted consumer sees it.
+        "consumer.isolation.level": "read_uncommitted",
+        "consumer.auto.offset.reset": "earliest",
+        "offset.flush.interval.ms": "1000",
+    }
+    path = state_dir / "mm2.properties"
+    path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    (state_dir / "mm2-log4j2.yaml").write_text(
+        "Configuration:\n  Appenders:\n    Console:\n      name: STDOUT\n      PatternLayout:\n"
+        "        Pattern: '[%d] %p %m (%c)%n'\n  Loggers:\n    Root:\n      level: WARN\n"
+        "      AppenderRef:\n        - ref: STDOUT\n"
+    )
+    return path
+
+
+def start_mm2(state_dir: Path | str, primary: str, dr: str, policy: str = "default") -> None:
+    """Start MirrorMaker 2 (dedicated mode) mirroring `primary` into `dr` as part `mm2`."""
+    state_dir = Path(state_dir).resolve()
+    java = _check_java()
+    jars = JARS / "mirror-maker"
+    if not any(jars.glob("connect-mirror-*.jar")):
+        raise StackError(f"no MirrorMaker 2 jars in {jars}; run `make setup`")
+    props = _mm2_files(state_dir, primary, dr, policy)
+    _spawn(
+        MM2_PART,
+        [java, "-Xms128m", "-Xmx512m", "-XX:+UseSerialGC", f"-Dlog4j2.configurationFile={state_dir / 'mm2-log4j2.yaml'}",
+         "-cp", f"{jars}/*", "org.apache.kafka.connect.mirror.MirrorMaker", str(props), "--clusters", "dr"],
+        state_dir,
+    )
+
+
+def _probe_mirrored(state_dir: Path, primary: str, dr: str, dr_topic: Any) -> None:
+    """Wait until a record produced into the primary shows up in the DR cluster."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    topic = f"streamstate-probe-{uuid.uuid4().hex[:8]}"
+    producer = Producer({"bootstrap.servers": primary, "log_level": 0})
+    producer.produce(topic, b"probe")
+    producer.flush(30)
+    consumer = Consumer({"bootstrap.servers": dr, "group.id": "probe", "log_level": 0})
+
+    def ready() -> bool:
+        try:
+            _low, high = consumer.get_watermark_offsets(TopicPartition(dr_topic(topic), 0), timeout=2)
+        except Exception:  # noqa: BLE001 - not created yet
+            return False
+        return high > 0
+
+    try:
+        _wait(MM2_PART, state_dir, ready, timeout=120)
+    finally:
+        consumer.close()
+
+
+def start_dr_kafka(state_dir: Path | str, primary_bootstrap: str, *, policy: str = "default") -> DrKafka:
+    """Start the DR cluster (KRaft, own port and storage) and MirrorMaker 2 mirroring the
+    primary into it with `policy` (`default`: `primary.<topic>`; `identity`: same names);
+    returns once a probe record has crossed. Stop them with `stop_part(dir, "kafka-dr"|"mm2")`."""
+    if policy not in MM2_POLICIES:
+        raise StackError(f"unknown replication policy {policy!r}; use one of {sorted(MM2_POLICIES)}")
+    state_dir = Path(state_dir).resolve()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        dr = _start_kafka(state_dir, DR_KAFKA_PART)
+        info = DrKafka(dr, primary_bootstrap, policy, MM2_SOURCE_ALIAS, str(state_dir))
+        start_mm2(state_dir, primary_bootstrap, dr, policy)
+        _probe_mirrored(state_dir, primary_bootstrap, dr, info.dr_topic)
+    except BaseException:
+        stop_part(state_dir, MM2_PART)
+        stop_part(state_dir, DR_KAFKA_PART)
+        raise
+    return info
 
 
 def status(state_dir: Path = DEFAULT_STATE_DIR) -> dict[str, Any]:
@@ -420,6 +548,7 @@ def down(state_dir: Path | str = DEFAULT_STATE_DIR) -> None:
     # Broker data goes with the stack: a new `up` starts from an empty cluster.
     shutil.rmtree(state_dir / "kafka-data", ignore_errors=True)
     shutil.rmtree(state_dir / "s3proxy-data", ignore_errors=True)
+    shutil.rmtree(state_dir / f"{DR_KAFKA_PART}-data", ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:

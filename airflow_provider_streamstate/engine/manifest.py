@@ -150,6 +150,9 @@ class Manifest:
     checkpoint: str = ""
     created_by: str = ""
     timeline: int = 1  # the line of history it belongs to; a rollback starts a new one
+    # Per topic: partition count and the last record batch N consumed in each partition, read
+    # from the primary cluster when the snapshot was taken (anchors.py); None: not recorded.
+    kafka_anchors: dict[str, Any] | None = None
     format: str = FORMAT
 
     @property
@@ -166,6 +169,8 @@ class Manifest:
         d["totals"] = {"files": len(self.files), "bytes": self.bytes_total, "blobs": len(self.blobs)}
         # Stable key order: format first, files last, for people reading it.
         files = d.pop("files")
+        if d["kafka_anchors"] is None:
+            del d["kafka_anchors"]  # optional: manifests without anchors stay as they were
         return {"format": d.pop("format"), **d, "files": files}
 
     def to_json(self) -> bytes:
@@ -253,6 +258,7 @@ class Manifest:
             checkpoint=f.string("checkpoint", default=""),
             created_by=f.string("created_by", default=""),
             timeline=timeline,
+            kafka_anchors=f.anchors("kafka_anchors"),
         )
 
 
@@ -313,6 +319,17 @@ class _Fields:
                 self.integer(key, -2, 2**63 - 1, value=o)
             out[topic] = {str(int(p)): o for p, o in parts.items()}
         return out
+
+    def anchors(self, key: str) -> dict[str, Any] | None:
+        v = self.d.get(key)
+        if v is None:
+            return None
+        from airflow_provider_streamstate.engine.anchors import anchors_from_json, anchors_to_json
+
+        try:
+            return anchors_to_json(anchors_from_json(v))
+        except UnsafeManifestError as exc:
+            raise self._bad(key, exc.message) from None
 
     def sources(self, key: str) -> list[dict[str, Any]]:
         v = self.d.get(key, [])

@@ -80,6 +80,7 @@ class SnapshotResult:
     store: str
     reused: bool = False  # the newest snapshot of this timeline already held this batch
     blobs_missing: int = 0  # blobs the parent referenced that were gone from the store
+    anchor_problems: tuple[str, ...] = ()  # partitions whose anchor could not be read (kafka_bootstrap given)
 
     def to_json(self) -> dict[str, Any]:
         m = self.manifest
@@ -102,6 +103,8 @@ class SnapshotResult:
             "state_store": m.state_store,
             "attempts": self.attempts,
             "blobs_missing": self.blobs_missing,
+            "anchored_partitions": sum(len(t["partitions"]) for t in (m.kafka_anchors or {}).values()),
+            "anchor_problems": list(self.anchor_problems),
             "seconds": round(self.seconds, 3),
         }
 
@@ -303,6 +306,8 @@ def create_snapshot(
     always: bool = False,
     new_timeline: bool = False,
     cancel: CancelToken | None = None,
+    kafka_bootstrap: str | None = None,
+    kafka_config: dict[str, Any] | None = None,
 ) -> SnapshotResult:
     """Snapshot `checkpoint` at `batch_id` (newest committed by default) into `store`.
 
@@ -312,17 +317,23 @@ def create_snapshot(
     say it; the snapshotting machine's pyspark may differ). `new_timeline` accepts a
     checkpoint whose query id is not the stream's, starting a new root timeline. `cancel`
     (or the enclosing `cancellation` block's token) stops it promptly; nothing is published.
+    `kafka_bootstrap` (and client `kafka_config`) names the cluster the stream reads: the last
+    record batch N consumed in each partition is recorded as the manifest's `kafka_anchors`,
+    which failover to a mirrored cluster needs (anchors.py); an unreachable cluster only
+    leaves them out.
     """
     with cancellation(cancel):
         return _create_snapshot(
             checkpoint, store, stream, batch_id=batch_id, labels=labels, parallelism=parallelism,
             progress=progress, spark_version=spark_version, always=always, new_timeline=new_timeline,
+            kafka_bootstrap=kafka_bootstrap, kafka_config=kafka_config,
         )
 
 
 def _create_snapshot(
     checkpoint: str, store: SnapshotStore, stream: str, *, batch_id: int | None, labels: dict[str, str] | None,
     parallelism: int, progress: Progress | None, spark_version: str | None, always: bool, new_timeline: bool,
+    kafka_bootstrap: str | None = None, kafka_config: dict[str, Any] | None = None,
 ) -> SnapshotResult:
     started = time.monotonic()
     validate_stream_name(stream)
@@ -385,6 +396,7 @@ def _create_snapshot(
             hint="nothing was published; retry (with more --parallelism on a large checkpoint)",
         )
 
+    anchors, anchor_problems = _anchors(plan.kafka_offsets, kafka_bootstrap, kafka_config)
     check_cancelled()  # the last moment a cancellation can still stop the publish
     for _ in range(3):
         manifest = Manifest(
@@ -408,6 +420,7 @@ def _create_snapshot(
             checkpoint=str(reader.root),
             created_by=_creator(),
             timeline=timeline,
+            kafka_anchors=anchors,
         )
         try:
             store.put_manifest(stream, manifest.snapshot_id, manifest.to_json())
@@ -433,4 +446,23 @@ def _create_snapshot(
         seconds=time.monotonic() - started,
         store=store.url,
         blobs_missing=worker.blobs_missing,
+        anchor_problems=tuple(anchor_problems),
     )
+
+
+def _anchors(
+    offsets: dict[str, dict[str, int]], bootstrap: str | None, config: dict[str, Any] | None
+) -> tuple[dict[str, Any] | None, list[str]]:
+    """The batch's anchors from the primary cluster, or None (and why) when it cannot say."""
+    if not bootstrap or not offsets:
+        return None, []
+    from airflow_provider_streamstate.engine.anchors import anchors_to_json, read_anchors
+
+    try:
+        found, problems = read_anchors(bootstrap, offsets, config=config)
+    except TransientError as exc:
+        log.warning("no Kafka anchors recorded: %s", exc.one_line())
+        return None, [exc.message]
+    for p in problems:
+        log.warning("no Kafka anchor recorded for %s", p)
+    return anchors_to_json(found), problems
