@@ -15,6 +15,9 @@ from airflow_provider_streamstate.spec import StreamSpec
 from airflow_provider_streamstate.task_errors import CancellableTask, engine_errors
 
 
+XCOM_SNAPSHOTS = 20  # the newest ones handled; the totals count them all
+
+
 def stream_and_store(
     stream: StreamSpec | dict[str, Any] | str, store: str | None, aws_conn_id: str | None,
 ) -> tuple[str, str, str | None]:
@@ -65,7 +68,8 @@ class ReplicateSnapshotsOperator(CancellableTask, BaseOperator):
     Returns `{"stream", "source", "destination", "server_side_copy", "snapshots": [{"snapshot_id",
     "batch_id", "blobs_copied", "blobs_skipped", "bytes_copied", "bytes_skipped", "blobs_refreshed",
     "seconds", "lag_seconds", "already_present", "records_copied"}], "snapshots_published",
-    "blobs_copied", "blobs_skipped", "bytes_copied", "bytes_skipped", "blobs_refreshed", "seconds"}`.
+    "blobs_copied", "blobs_skipped", "bytes_copied", "bytes_skipped", "blobs_refreshed", "seconds",
+    "snapshots_handled"}`; `snapshots` lists the newest 20 handled, the totals count all of them.
 
     :param stream: the stream: a StreamSpec, its dict (or that as JSON), or just its name. (templated)
     :param destination_store: the store to copy into, `s3://bucket/prefix` or a local path. (templated)
@@ -128,4 +132,8 @@ class ReplicateSnapshotsOperator(CancellableTask, BaseOperator):
                 "already there" if s.already_present else "published", s.bytes_copied, s.blobs_copied,
                 s.bytes_skipped, s.lag_seconds,
             )
-        return result.to_json()
+        out = result.to_json()
+        if len(out["snapshots"]) > XCOM_SNAPSHOTS:  # XCom stays small however long the history
+            out["snapshots"] = out["snapshots"][-XCOM_SNAPSHOTS:]
+        out["snapshots_handled"] = len(result.snapshots)
+        return out
