@@ -14,7 +14,6 @@ from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
 from airflow_provider_streamstate.spec import StreamSpec
 from airflow_provider_streamstate.task_errors import CancellableTask, engine_errors
 
-
 XCOM_SNAPSHOTS = 20  # the newest ones handled; the totals count them all
 
 
