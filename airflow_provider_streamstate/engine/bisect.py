@@ -163,8 +163,11 @@ def bisect_snapshots(
 
     if is_suite:
         assert isinstance(check, Suite)
-        sel = selector_for(check, selector)
+        from airflow_provider_streamstate.engine.state import canonical_selector
+
+        wanted = selector_for(check, selector)
         for i, m in enumerate(line):  # stored results cost a record read, not a Spark job
+            sel = canonical_selector(m, wanted)
             try:
                 rec = get_validation(st, stream, m.snapshot_id, check.name)
             except UnsafeManifestError as exc:

@@ -146,6 +146,17 @@ def _resolve_operator(available: list[_OperatorRef], sel: StateSelector, where: 
     return op
 
 
+def canonical_selector(manifest: Manifest, sel: StateSelector) -> StateSelector:
+    """The selector with its operator as the id the snapshot gives it (`stateStoreSave` and
+    `0` name the same state), so stored results compare equal however it was named. A
+    stateless snapshot's selector is left as it is (reading it fails later, clearly)."""
+    if not manifest.operators:
+        return sel
+    ops = [_OperatorRef(o.operator_id, o.name, tuple(o.stores)) for o in manifest.operators]
+    op = _resolve_operator(ops, sel, f"snapshot {manifest.snapshot_id} of {manifest.stream}")
+    return StateSelector(op.operator_id, sel.store_name or None, sel.join_side or None)
+
+
 def _flat_columns(dtype: DataType, path: list[str]) -> list[tuple[list[str], str]]:
     """(struct path, column name) of every leaf below `path`, nested names joined with `_`."""
     from pyspark.sql.types import StructType

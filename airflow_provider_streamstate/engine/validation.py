@@ -635,8 +635,10 @@ def validate_snapshot(
     st = store or reader.store
     if st is None:
         raise UsageError("no snapshot store given", hint="pass store= to StateReader or to validate_snapshot")
+    from airflow_provider_streamstate.engine.state import canonical_selector
+
     manifest = resolve_snapshot(st, stream, snapshot)
-    sel = selector_for(suite, selector)
+    sel = canonical_selector(manifest, selector_for(suite, selector))
     existing = get_validation(st, stream, manifest.snapshot_id, suite.name)
     if existing is not None:
         _check_reusable(existing, suite, sel)

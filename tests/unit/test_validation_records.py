@@ -200,3 +200,21 @@ def test_a_snapshot_id_of_another_stream_is_not_found_under_this_one(history, tm
     with StateReader(store, workdir=tmp_path / "work") as reader, pytest.raises(NotFoundError) as exc:
         reader.state("payments", ids[0])
     assert ids[0] in exc.value.one_line() and "\n" not in exc.value.one_line()
+
+
+def test_a_stored_result_answers_however_the_operator_is_named_and_a_changed_suite_is_refused(history, tmp_path) -> None:
+    from airflow_provider_streamstate.engine.validation import Suite, validate_snapshot
+
+    store, ids, _ = history
+    suite = Suite("accounts", {"name": "accounts", "expectations": [], "meta": {}}, "test")
+    stored = ValidationRecord("orders", ids[1], 1, "accounts", suite.sha256, True, "2026-11-22T08:00:00Z", "1.24.1",
+                              1.0, {"operator": 0, "store_name": None, "join_side": None}, [])
+    put_validation(store, stored)
+    with StateReader(store, workdir=tmp_path / "work") as reader:
+        for named in (None, 0, "0", "stateStoreSave"):
+            result = validate_snapshot(reader, "orders", ids[1], suite, selector=StateSelector(operator=named))
+            assert (result.reused, result.record) == (True, stored), named
+        changed = Suite("accounts", {"name": "accounts", "expectations": [], "meta": {"v": 2}}, "test")
+        with pytest.raises(UsageError, match="already has a result for suite accounts from a different definition"):
+            validate_snapshot(reader, "orders", ids[1], changed)
+        assert reader.materialised == 0  # nothing was read: the record answered
