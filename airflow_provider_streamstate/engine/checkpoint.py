@@ -13,15 +13,21 @@ vanish; the snapshot engine re-plans when an essential file disappears.
 
 from __future__ import annotations
 
+import io
 import json
-import os
 import re
-import stat
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_streamstate.engine.checkpoint_fs import (
+    CheckpointFS,
+    FileStat,
+    LocalCheckpointFS,
+    open_checkpoint_fs,
+    unsupported_scheme,
+)
 from airflow_provider_streamstate.engine.errors import (
     CheckpointChanged,
     NotFoundError,
@@ -44,6 +50,11 @@ class PlannedFile:
     size: int
     mtime_ns: int
     essential: bool  # False: history that Spark may delete at any moment
+    etag: str | None = None  # S3 checkpoints: the object version the plan saw
+
+    @property
+    def identity(self) -> FileStat:
+        return FileStat(self.size, self.mtime_ns, self.etag)
 
 
 @dataclass
@@ -75,17 +86,18 @@ def local_checkpoint_path(location: str) -> Path:
 
         location = file_uri_path(location, "checkpoint location")
     elif re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", location) and not re.match(r"^[a-zA-Z]:[\\/]", location):
-        raise UnsupportedCheckpointError(
+        refusal = unsupported_scheme(location)
+        raise refusal or UnsupportedCheckpointError(
             f"checkpoint {location!r} is not on a local or mounted filesystem",
-            hint="give a local path or file:// URI (checkpoints in object storage are not supported yet)",
+            hint="this operation needs a local path or file:// URI",
         )
     return Path(location).expanduser().resolve()
 
 
-def _read_log(path: Path) -> list[str]:
+def _read_log(fs: CheckpointFS, rel: str, path: str) -> list[str]:
     """A Spark metadata-log file: `v1` then JSON lines. Missing file -> CheckpointChanged."""
     try:
-        lines = path.read_text(encoding="utf-8").split("\n")
+        lines = fs.read_bytes(rel).decode("utf-8").split("\n")
     except FileNotFoundError:
         raise CheckpointChanged(f"{path} vanished while reading the checkpoint") from None
     if not lines or lines[0] != "v1":
@@ -112,29 +124,43 @@ def _kafka_offsets(value: Any) -> dict[str, dict[str, int]] | None:
 
 
 class CheckpointReader:
-    """Read-only view of one checkpoint directory on a local (or mounted) filesystem."""
+    """Read-only view of one checkpoint: a local (or mounted) directory or an S3 prefix.
 
-    def __init__(self, location: str) -> None:
+    `s3_client` (and `aws_conn_id`, for error hints) serve an `s3a://`/`s3://` location;
+    without one the AWS environment is used, as for S3 stores.
+    """
+
+    def __init__(
+        self, location: str, *, s3_client: Any = None, aws_conn_id: str | None = None, fs: CheckpointFS | None = None
+    ) -> None:
         self.location = location
-        self.root = local_checkpoint_path(location)
-        if not self.root.is_dir():
+        self.fs = fs or open_checkpoint_fs(location, s3_client=s3_client, aws_conn_id=aws_conn_id)
+        # Local: the resolved directory (snapshot, restore and lineage use it); S3: None.
+        self.root: Path | None = self.fs.root if isinstance(self.fs, LocalCheckpointFS) else None
+        self.where = str(self.root) if self.root is not None else self.fs.location
+        if not self.fs.is_dir(""):
             raise NotFoundError(
-                f"checkpoint {self.root} does not exist or is not a directory",
+                f"checkpoint {self.where} does not exist or is not a directory",
                 hint="pass the stream's checkpointLocation",
             )
-        if not (self.root / "offsets").is_dir():
+        if not self.fs.is_dir("offsets"):
             raise NotFoundError(
-                f"{self.root} is not a Spark streaming checkpoint (no offsets/ directory)",
+                f"{self.where} is not a Spark streaming checkpoint (no offsets/ directory)",
                 hint="pass the directory the query's checkpointLocation points at",
             )
+
+    def _path(self, rel: str) -> str:
+        return f"{self.where}/{rel}"
+
+    def _exists(self, rel: str) -> bool:
+        return self.fs.stat(rel) is not None or self.fs.is_dir(rel)
 
     # --- the metadata logs -------------------------------------------------------
 
     def _log_ids(self, name: str) -> list[int]:
-        d = self.root / name
-        if not d.is_dir():
+        if not self.fs.is_dir(name):
             return []
-        return sorted(int(p) for p in os.listdir(d) if p.isdigit())
+        return sorted(int(p) for p in self.fs.listdir(name) if p.isdigit())
 
     def committed_batches(self) -> list[int]:
         """Batch ids whose offsets and commit are both present, ascending."""
@@ -143,17 +169,17 @@ class CheckpointReader:
 
     def query_id(self) -> str:
         try:
-            return str(json.loads((self.root / "metadata").read_text())["id"])
+            return str(json.loads(self.fs.read_bytes("metadata"))["id"])
         except FileNotFoundError:
             raise UnsupportedCheckpointError(
-                f"{self.root} has no metadata file", hint="Spark writes it when a query first starts"
+                f"{self.where} has no metadata file", hint="Spark writes it when a query first starts"
             ) from None
         except (ValueError, KeyError) as exc:
-            raise UnsupportedCheckpointError(f"{self.root / 'metadata'} is unreadable: {exc}") from None
+            raise UnsupportedCheckpointError(f"{self._path('metadata')} is unreadable: {exc}") from None
 
     def offsets(self, batch_id: int) -> tuple[dict[str, Any], list[Any]]:
         """The batch's metadata (watermark, timestamp, pinned conf) and one entry per source."""
-        lines = [ln for ln in _read_log(self.root / "offsets" / str(batch_id)) if ln != ""]
+        lines = [ln for ln in _read_log(self.fs, f"offsets/{batch_id}", self._path(f"offsets/{batch_id}")) if ln != ""]
         if not lines:
             raise UnsupportedCheckpointError(f"offsets/{batch_id} has no metadata line")
         meta = json.loads(lines[0])
@@ -161,14 +187,14 @@ class CheckpointReader:
         return meta, sources
 
     def commit(self, batch_id: int) -> dict[str, Any]:
-        lines = [ln for ln in _read_log(self.root / "commits" / str(batch_id)) if ln != ""]
+        lines = [ln for ln in _read_log(self.fs, f"commits/{batch_id}", self._path(f"commits/{batch_id}")) if ln != ""]
         return json.loads(lines[0]) if lines else {}
 
     def resolve_batch(self, batch_id: int | None) -> int:
         committed = self.committed_batches()
         if not committed:
             raise NotFoundError(
-                f"checkpoint {self.root} has no committed batch yet",
+                f"checkpoint {self.where} has no committed batch yet",
                 hint="wait until the stream commits its first batch",
             )
         if batch_id is None:
@@ -177,7 +203,7 @@ class CheckpointReader:
             raise UsageError(f"batch id must be >= 0, got {batch_id}")
         if batch_id not in committed:
             raise NotFoundError(
-                f"batch {batch_id} is not a committed batch still retained in {self.root}",
+                f"batch {batch_id} is not a committed batch still retained in {self.where}",
                 hint=f"retained committed batches are {committed[0]}..{committed[-1]}",
             )
         return batch_id
@@ -186,6 +212,7 @@ class CheckpointReader:
 
     def plan(self, batch_id: int | None = None) -> CutPlan:
         """Plan a consistent cut at `batch_id` (default: the newest committed batch)."""
+        self.fs.refresh()  # S3: one fresh listing per plan
         n = self.resolve_batch(batch_id)
         meta, source_values = self.offsets(n)
         commit = self.commit(n)
@@ -204,11 +231,10 @@ class CheckpointReader:
 
         operators: list[dict[str, Any]] = []
         file_kinds: set[str] = set()  # kinds of versioned state files the stores hold
-        state_dir = self.root / "state"
         # A stateless query (a filter, a projection) has no state/ at all: its cut is the
         # metadata logs and sources alone. Spark never removes state/ of a stateful one.
-        if state_dir.is_dir():
-            for op_name in sorted((p for p in os.listdir(state_dir) if p.isdigit()), key=int):
+        if self.fs.is_dir("state"):
+            for op_name in sorted((p for p in self.fs.listdir("state") if p.isdigit()), key=int):
                 operators.append(self._plan_operator(files, int(op_name), n + 1, store_kind, file_kinds))
 
         # The changelog flag is not pinned in the checkpoint: the stores' files tell (a cut
@@ -239,7 +265,7 @@ class CheckpointReader:
     def _refuse_unsupported(self, conf: dict[str, str], commit: dict[str, Any]) -> None:
         if conf.get(FORMAT_VERSION_CONF, "1") != "1" or "stateUniqueIds" in commit:
             raise UnsupportedCheckpointError(
-                f"{self.root} uses state checkpoint format v2 (unique-id state files)",
+                f"{self.where} uses state checkpoint format v2 (unique-id state files)",
                 hint="snapshots support checkpoint format v1; run the stream with "
                 f"{FORMAT_VERSION_CONF}=1",
             )
@@ -259,23 +285,23 @@ class CheckpointReader:
         self, files: dict[str, PlannedFile], op_id: int, version: int, kind: str, file_kinds: set[str]
     ) -> dict[str, Any]:
         op_rel = f"state/{op_id}"
-        op_dir = self.root / op_rel
-        info = self._operator_metadata(op_dir)
-        if (op_dir / "_metadata" / "v2").exists() or (op_dir / "_stateSchema").exists():
+        op_dir = self._path(op_rel)
+        info = self._operator_metadata(op_rel)
+        if self._exists(f"{op_rel}/_metadata/v2") or self._exists(f"{op_rel}/_stateSchema"):
             raise UnsupportedCheckpointError(
                 f"operator {op_id} ({info.get('name', 'unknown')}) uses operator metadata v2 "
                 "(transformWithState), whose schema files record absolute checkpoint paths",
                 hint="snapshots support aggregation, deduplication, join and (flat)mapGroupsWithState operators",
             )
         self._add_tree(files, f"{op_rel}/_metadata", essential=True)
-        partitions = sorted((p for p in os.listdir(op_dir) if p.isdigit()), key=int)
+        partitions = sorted((p for p in self.fs.listdir(op_rel) if p.isdigit()), key=int)
         if not partitions:
             raise UnsupportedCheckpointError(f"{op_dir} has no partition directories")
         declared = info.get("partitions")
         if declared is not None and declared != len(partitions):
             raise CheckpointChanged(f"{op_dir} has {len(partitions)} partitions, its metadata says {declared}")
         # Old checkpoints have no operator metadata: their store names come from the layout.
-        stores: list[str] = info.get("stores") or self._infer_store_names(op_dir / partitions[0])
+        stores: list[str] = info.get("stores") or self._infer_store_names(f"{op_rel}/{partitions[0]}")
         for part in partitions:
             part_rel = f"{op_rel}/{part}"
             for store in stores:
@@ -289,12 +315,13 @@ class CheckpointReader:
             "state_version": version,
         }
 
-    def _operator_metadata(self, op_dir: Path) -> dict[str, Any]:
-        path = op_dir / "_metadata" / "metadata"
-        if not path.exists():
+    def _operator_metadata(self, op_rel: str) -> dict[str, Any]:
+        rel = f"{op_rel}/_metadata/metadata"
+        path = self._path(rel)
+        if self.fs.stat(rel) is None:
             return {}
         try:
-            lines = [ln for ln in _read_log(path) if ln]
+            lines = [ln for ln in _read_log(self.fs, rel, path) if ln]
             d = json.loads(lines[0])
             infos = d.get("stateStoreInfo", [])
             parts = {int(s["numPartitions"]) for s in infos}
@@ -306,17 +333,18 @@ class CheckpointReader:
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise UnsupportedCheckpointError(f"{path} is unreadable: {exc}") from None
 
-    def _infer_store_names(self, part_dir: Path) -> list[str]:
-        names = [p for p in os.listdir(part_dir) if (part_dir / p).is_dir() and p not in STORE_LAYOUT_DIRS]
-        has_default = any(_VERSIONED.match(p) for p in os.listdir(part_dir))
+    def _infer_store_names(self, part_rel: str) -> list[str]:
+        listing = self.fs.listdir(part_rel)
+        names = [p for p in listing if self.fs.is_dir(f"{part_rel}/{p}") and p not in STORE_LAYOUT_DIRS]
+        has_default = any(_VERSIONED.match(p) for p in listing)
         return (["default"] if has_default or not names else []) + sorted(names)
 
     def _plan_store(
         self, files: dict[str, PlannedFile], store_rel: str, version: int, kind: str, file_kinds: set[str]
     ) -> None:
-        store_dir = self.root / store_rel
+        store_dir = self._path(store_rel)
         try:
-            names = os.listdir(store_dir)
+            names = self.fs.listdir(store_rel)
         except FileNotFoundError:
             raise CheckpointChanged(f"{store_dir} vanished while planning") from None
         if any(_V2_VERSIONED.match(n) for n in names):
@@ -356,7 +384,7 @@ class CheckpointReader:
             for v in changelogs:
                 need(f"{v}.changelog")
 
-    def _require(self, store_dir: Path, present: set[int], wanted: Any, ext: str) -> None:
+    def _require(self, store_dir: str, present: set[int], wanted: Any, ext: str) -> None:
         missing = [v for v in wanted if v not in present]
         if missing:
             # Maintenance may have replaced them with a newer snapshot between listings.
@@ -368,7 +396,7 @@ class CheckpointReader:
         zip_rel = f"{store_rel}/{version}.zip"
         self._add(files, zip_rel, essential=True)
         try:
-            with zipfile.ZipFile(self.root / zip_rel) as z:
+            with zipfile.ZipFile(io.BytesIO(self.fs.read_bytes(zip_rel))) as z:
                 lines = z.read("metadata").decode().split("\n")
         except FileNotFoundError:
             raise CheckpointChanged(f"{zip_rel} vanished while planning") from None
@@ -386,34 +414,29 @@ class CheckpointReader:
 
     def _add(self, files: dict[str, PlannedFile], rel: str, *, essential: bool) -> None:
         """Add a file and the checksum sidecars Spark/Hadoop keep next to it."""
-        try:
-            st = os.stat(self.root / rel)
-        except FileNotFoundError:
+        st = self.fs.stat(rel)
+        if st is None:
             if essential:
-                raise CheckpointChanged(f"{rel} vanished while planning") from None
+                raise CheckpointChanged(f"{rel} vanished while planning")
             return
-        if not stat.S_ISREG(st.st_mode):
-            raise UnsupportedCheckpointError(f"{self.root / rel} is not a regular file")
-        files[rel] = PlannedFile(rel, st.st_size, st.st_mtime_ns, essential)
+        if not st.regular:
+            raise UnsupportedCheckpointError(f"{self._path(rel)} is not a regular file")
+        files[rel] = PlannedFile(rel, st.size, st.mtime_ns, essential, st.etag)
         head, _, name = rel.rpartition("/")
         prefix = f"{head}/" if head else ""
         # Spark 4.1's own checksum file `<name>.crc`, and Hadoop's `.<name>.crc` for both.
         for side in (f"{name}.crc", f".{name}.crc", f".{name}.crc.crc"):
-            try:
-                sst = os.stat(self.root / f"{prefix}{side}")
-            except FileNotFoundError:
+            sst = self.fs.stat(f"{prefix}{side}")
+            if sst is None:
                 continue
-            files[f"{prefix}{side}"] = PlannedFile(f"{prefix}{side}", sst.st_size, sst.st_mtime_ns, False)
+            files[f"{prefix}{side}"] = PlannedFile(f"{prefix}{side}", sst.size, sst.mtime_ns, False, sst.etag)
 
     def _add_tree(self, files: dict[str, PlannedFile], rel: str, *, essential: bool) -> None:
         """Every regular, non-temporary file below `rel` (absent directory: nothing)."""
-        top = self.root / rel
-        if not top.is_dir():
+        if not self.fs.is_dir(rel):
             return
-        for dirpath, dirnames, filenames in os.walk(top):
-            dirnames.sort()
+        for dirpath, _dirnames, filenames in self.fs.walk(rel):
             for name in sorted(filenames):
                 if name.startswith(".") or name.endswith(".tmp") or name.endswith(".crc"):
                     continue  # sidecars come with their file; temp files are never part of a cut
-                path = Path(dirpath, name).relative_to(self.root).as_posix()
-                self._add(files, path, essential=essential)
+                self._add(files, f"{dirpath}/{name}", essential=essential)

@@ -33,6 +33,7 @@ from typing import Any
 
 from airflow_provider_streamstate.engine.cancel import CancelToken, cancellation, check_cancelled
 from airflow_provider_streamstate.engine.catalog import latest_ref, resolve_snapshot
+from airflow_provider_streamstate.engine.checkpoint_fs import is_s3_location, unsupported_scheme
 from airflow_provider_streamstate.engine.digest import copy_hashing
 from airflow_provider_streamstate.engine.durability import fsync_path, fsync_tree
 from airflow_provider_streamstate.engine.errors import CorruptionError, UnsafeManifestError, UsageError
@@ -100,6 +101,7 @@ def restore_snapshot(
     target: str | Path,
     *,
     force: bool = False,
+    s3_client: Any = None,
     new_query_id: bool = False,
     parallelism: int = 8,
     progress: Progress | None = None,
@@ -113,8 +115,20 @@ def restore_snapshot(
     fresh query id (a clone: a new stream, not a new timeline of this one). `fsync=False`
     skips making the files durable (throwaway copies, benchmarks). `cancel` (or the
     enclosing `cancellation` block's token) stops it promptly, leaving the target as it was.
+    An `s3a://bucket/path` (or `s3://`) target is written through `s3_client` (default: the
+    S3 store's client, else the AWS environment) with the guarantee of `restore_s3`.
     """
     with cancellation(cancel):
+        if isinstance(target, str) and is_s3_location(target):
+            from airflow_provider_streamstate.engine.restore_s3 import restore_to_s3
+
+            return restore_to_s3(
+                store, stream, snapshot_id, target, s3_client=s3_client, force=force, new_query_id=new_query_id,
+                parallelism=parallelism, progress=progress,
+            )
+        refusal = unsupported_scheme(str(target))
+        if refusal is not None:
+            raise refusal
         return _restore(
             store, stream, snapshot_id, Path(target), force=force, new_query_id=new_query_id,
             parallelism=parallelism, progress=progress, fsync=fsync,

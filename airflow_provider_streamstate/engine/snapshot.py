@@ -35,7 +35,13 @@ from airflow_provider_streamstate.engine.checkpoint import (
     PlannedFile,
     local_checkpoint_path,
 )
-from airflow_provider_streamstate.engine.digest import sha256_file
+from airflow_provider_streamstate.engine.checkpoint_copy import (
+    MAX_COPY_OBJECT_BYTES,
+    copy_into_store,
+    server_side_possible,
+)
+from airflow_provider_streamstate.engine.checkpoint_fs import S3CheckpointFS, is_s3_location
+from airflow_provider_streamstate.engine.digest import sha256_file, sha256_stream
 from airflow_provider_streamstate.engine.errors import (
     CheckpointChanged,
     StreamstateError,
@@ -134,6 +140,27 @@ class _Snapshotter:
         self.stored: set[str] = set()  # stored (or refreshed) by this snapshot
         self.refreshed: set[str] = set()  # found present and refreshed (rule 4): checked again at the end
         self.lock = threading.Lock()
+        self.etags: dict[str, str | None] = {}  # S3 checkpoints: path -> object version planned
+        self.server_side = server_side_possible(reader.fs, store)
+        self.blobs_copied_server_side = 0
+
+    def _put(self, e: FileEntry) -> int:
+        """Store one checkpoint file as blob `e.sha256`; FileNotFoundError when it is gone."""
+        if self.reader.root is not None:
+            return self.store.put_blob(e.sha256, self.reader.root / e.path, e.size)
+        fs = self.reader.fs
+        assert isinstance(fs, S3CheckpointFS)
+        etag = self.etags.get(e.path)
+        if self.server_side and e.size <= MAX_COPY_OBJECT_BYTES:
+            written = copy_into_store(fs, self.store, e.path, etag, e.sha256, e.size)
+            if written:
+                with self.lock:
+                    self.blobs_copied_server_side += 1
+            return written
+        if self.store.has_blob(e.sha256):
+            return 0
+        with fs.open_checked(e.path, PlannedFile(e.path, e.size, e.mtime_ns, True, etag).identity) as src:
+            return self.store.put_blob_stream(e.sha256, src, e.size)
 
     def _vouch(self, digest: str, store_again: Callable[[], int]) -> int:
         """Writer rule 4 (docs/concepts.md): a blob found already present that neither the
@@ -156,6 +183,8 @@ class _Snapshotter:
 
     def _read(self, pf: PlannedFile) -> FileEntry | None:
         """Hash one checkpoint file (storing it too when the store can do both in one read)."""
+        if self.reader.root is None:
+            return self._read_object(pf)
         path = self.reader.root / pf.path
         written = 0
         try:
@@ -181,17 +210,33 @@ class _Snapshotter:
         self.progress.advance(size)
         return FileEntry(pf.path, size, digest, pf.mtime_ns)
 
+    def _read_object(self, pf: PlannedFile) -> FileEntry | None:
+        """Hash one file of an S3 checkpoint, streamed once; the read fails when the object
+        is no longer the version the plan listed (stored later, by copy or stream)."""
+        try:
+            with self.reader.fs.open_checked(pf.path, pf.identity) as f:
+                digest, size = sha256_stream(f)
+        except FileNotFoundError:
+            if pf.essential:
+                raise CheckpointChanged(f"{pf.path} vanished while it was read") from None
+            return None
+        if size != pf.size:
+            raise CheckpointChanged(f"{pf.path} changed while it was read")
+        self.progress.advance(size)
+        return FileEntry(pf.path, size, digest, pf.mtime_ns)
+
     def entries(self, plan: CutPlan) -> list[FileEntry]:
         """FileEntries for the plan; hashes only files not known by (path, size, mtime)."""
         out: list[FileEntry] = []
         to_hash: list[PlannedFile] = []
+        self.etags.update((pf.path, pf.etag) for pf in plan.files)
         for pf in plan.files:
             k = self.known.get(pf.path)
             if k and k[0] == pf.size and k[1] == pf.mtime_ns:
                 out.append(FileEntry(pf.path, pf.size, k[2], pf.mtime_ns))
             else:
                 to_hash.append(pf)
-        phase = "store" if self.store.hashes_while_storing else "hash"
+        phase = "store" if self.store.hashes_while_storing and self.reader.root is not None else "hash"
         self.progress.start(phase, len(to_hash), sum(p.size for p in to_hash))
         hashed = [e for e in run_parallel(self._read, to_hash, self.parallelism) if e is not None]
         self.progress.finish()
@@ -228,7 +273,7 @@ class _Snapshotter:
                 continue
             log.warning("blob %s vanished after it was refreshed (a concurrent GC): storing it again", e.sha256[:12])
             try:
-                self.store.put_blob(e.sha256, self.reader.root / e.path, e.size)
+                self._put(e)
             except FileNotFoundError:
                 raise CheckpointChanged(f"{e.path} vanished before it was stored again") from None
 
@@ -242,11 +287,10 @@ class _Snapshotter:
         self.progress.start("upload", len(todo), sum(e.size for e in todo.values()))
 
         def put(e: FileEntry) -> int:
-            source = self.reader.root / e.path
             try:
-                written = self.store.put_blob(e.sha256, source, e.size)
+                written = self._put(e)
                 if not written:
-                    written = self._vouch(e.sha256, lambda: self.store.put_blob(e.sha256, source, e.size))
+                    written = self._vouch(e.sha256, lambda: self._put(e))
             except FileNotFoundError:
                 # Deleted by Spark between hashing and upload: plan the cut again.
                 raise CheckpointChanged(f"{e.path} vanished before it was stored") from None
@@ -262,6 +306,25 @@ class _Snapshotter:
         self.blobs_uploaded += sum(1 for r in results if r)
 
 
+def _read_lineage(reader: CheckpointReader) -> Any:
+    """The checkpoint's lineage record (an S3 checkpoint's is fetched and parsed the same way)."""
+    if reader.root is not None:
+        return read_lineage(reader.root)
+    import tempfile
+    from pathlib import Path
+
+    from airflow_provider_streamstate.engine.timeline import LINEAGE_FILE
+
+    assert isinstance(reader.fs, S3CheckpointFS)
+    data = reader.fs.get_text(LINEAGE_FILE)
+    if data is None:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / LINEAGE_FILE).parent.mkdir(parents=True)
+        (Path(tmp) / LINEAGE_FILE).write_bytes(data)
+        return read_lineage(Path(tmp))
+
+
 def _timeline_for(
     reader: CheckpointReader, store: SnapshotStore, stream: str, query_id: str, tls: Timelines, *,
     has_snapshots: bool, new_line: bool,
@@ -273,7 +336,7 @@ def _timeline_for(
     (a clone, a stream started afresh) is refused unless `new_line` starts a new root
     timeline for it: silently mixing two histories under one name is what timelines prevent.
     """
-    lineage = read_lineage(reader.root)
+    lineage = _read_lineage(reader)
     if lineage is not None and lineage.stream == stream and lineage.query_id == query_id:
         return lineage.branch(store)
     if new_line:
@@ -286,7 +349,7 @@ def _timeline_for(
         if head is not None and head.query_id == query_id:
             return tl
     raise UsageError(
-        f"checkpoint {reader.root} (query id {query_id}) is not a checkpoint of stream {stream}'s history: "
+        f"checkpoint {reader.where} (query id {query_id}) is not a checkpoint of stream {stream}'s history: "
         "its snapshots come from another query",
         hint="snapshot a clone or a fresh start under its own --stream name, "
         "or pass --new-timeline to start a new line of history in this stream",
@@ -308,6 +371,7 @@ def create_snapshot(
     cancel: CancelToken | None = None,
     kafka_bootstrap: str | None = None,
     kafka_config: dict[str, Any] | None = None,
+    checkpoint_s3_client: Any = None,
 ) -> SnapshotResult:
     """Snapshot `checkpoint` at `batch_id` (newest committed by default) into `store`.
 
@@ -320,13 +384,15 @@ def create_snapshot(
     `kafka_bootstrap` (and client `kafka_config`) names the cluster the stream reads: the last
     record batch N consumed in each partition is recorded as the manifest's `kafka_anchors`,
     which failover to a mirrored cluster needs (anchors.py); an unreachable cluster only
-    leaves them out.
+    leaves them out. An `s3a://`/`s3://` checkpoint is read with `checkpoint_s3_client`, else
+    the S3 store's own client (one connection for both, and server-side copies), else the
+    AWS environment.
     """
     with cancellation(cancel):
         return _create_snapshot(
             checkpoint, store, stream, batch_id=batch_id, labels=labels, parallelism=parallelism,
             progress=progress, spark_version=spark_version, always=always, new_timeline=new_timeline,
-            kafka_bootstrap=kafka_bootstrap, kafka_config=kafka_config,
+            kafka_bootstrap=kafka_bootstrap, kafka_config=kafka_config, checkpoint_s3_client=checkpoint_s3_client,
         )
 
 
@@ -334,14 +400,23 @@ def _create_snapshot(
     checkpoint: str, store: SnapshotStore, stream: str, *, batch_id: int | None, labels: dict[str, str] | None,
     parallelism: int, progress: Progress | None, spark_version: str | None, always: bool, new_timeline: bool,
     kafka_bootstrap: str | None = None, kafka_config: dict[str, Any] | None = None,
+    checkpoint_s3_client: Any = None,
 ) -> SnapshotResult:
     started = time.monotonic()
     validate_stream_name(stream)
-    if not local_checkpoint_path(checkpoint).exists():
-        from airflow_provider_streamstate.engine.restore import recover_leftovers
+    if is_s3_location(checkpoint):
+        from airflow_provider_streamstate.engine.restore_s3 import refuse_unfinished_restore
 
-        recover_leftovers(local_checkpoint_path(checkpoint))  # a restore that crashed mid-swap
-    reader = CheckpointReader(checkpoint)
+        if checkpoint_s3_client is None and getattr(store, "bucket", None) is not None:
+            checkpoint_s3_client = store.client  # type: ignore[attr-defined]
+        reader = CheckpointReader(checkpoint, s3_client=checkpoint_s3_client)
+        refuse_unfinished_restore(reader.fs)
+    else:
+        if not local_checkpoint_path(checkpoint).exists():
+            from airflow_provider_streamstate.engine.restore import recover_leftovers
+
+            recover_leftovers(local_checkpoint_path(checkpoint))  # a restore that crashed mid-swap
+        reader = CheckpointReader(checkpoint)
     query_id = reader.query_id()
     refs = snapshot_refs(store, stream)
     tls = load_timelines(store, stream, refs)
@@ -361,7 +436,7 @@ def _create_snapshot(
             seconds=time.monotonic() - started, store=store.url, reused=True,
         )
     # Hash reuse trusts (path, size, mtime) only for the same checkpoint location and query.
-    same_source = parent is not None and parent.checkpoint == str(reader.root) and parent.query_id == query_id
+    same_source = parent is not None and parent.checkpoint == reader.where and parent.query_id == query_id
     known = {f.path: (f.size, f.mtime_ns, f.sha256) for f in parent.files} if parent and same_source else {}
     protected_since = time.monotonic()  # blobs of a live manifest, seen now: GC keeps them a grace period
     worker = _Snapshotter(
@@ -389,7 +464,7 @@ def _create_snapshot(
             hint="it may be missing state files; check that the stream is healthy, then retry",
         )
     if plan.query_id != query_id:
-        raise CheckpointChanged(f"{reader.root} was replaced while it was read (query id changed); retry")
+        raise CheckpointChanged(f"{reader.where} was replaced while it was read (query id changed); retry")
     if time.monotonic() - protected_since > MAX_SNAPSHOT_SECONDS:
         raise TransientError(
             f"the snapshot took over {MAX_SNAPSHOT_SECONDS} s; blobs it relies on may have been collected since",
@@ -417,7 +492,7 @@ def _create_snapshot(
             parent=parent.snapshot_id if parent else None,
             spark_version=spark_version,
             labels=labels,
-            checkpoint=str(reader.root),
+            checkpoint=reader.where,
             created_by=_creator(),
             timeline=timeline,
             kafka_anchors=anchors,

@@ -32,6 +32,18 @@ class _StreamTask(CancellableTask, BaseOperator):
     def hook(self) -> StreamstateStoreHook:
         return StreamstateStoreHook(self.spec.store, aws_conn_id=self.spec.aws_conn_id, parallelism=self.parallelism)
 
+    def checkpoint_client(self, location: str) -> Any:
+        """The S3 client of an `s3a://` checkpoint: the spec's aws connection (the store's);
+        None lets the engine use the S3 store's client or the AWS environment."""
+        from airflow_provider_streamstate.engine.checkpoint_fs import is_s3_location
+
+        if not is_s3_location(location) or not self.spec.aws_conn_id:
+            return None
+        from airflow_provider_streamstate.hooks.store import s3_client_from_connection
+
+        with engine_errors():
+            return s3_client_from_connection(self.spec.aws_conn_id, max_connections=self.parallelism * 2)
+
 
 class SnapshotStreamOperator(_StreamTask):
     """Take a consistent snapshot of a (running) stream into its store.
@@ -69,7 +81,7 @@ class SnapshotStreamOperator(_StreamTask):
                 spec.checkpoint, self.hook.store, spec.name,
                 batch_id=None if self.batch_id in (None, "") else int(self.batch_id),
                 labels=dict(self.labels or {}), parallelism=self.parallelism, spark_version=spec.spark_version,
-                always=self.always,
+                always=self.always, checkpoint_s3_client=self.checkpoint_client(spec.checkpoint),
             )
         out = result.to_json()
         self.log.info(
@@ -120,7 +132,7 @@ class RestoreSnapshotOperator(_StreamTask):
             self.log.info("restoring %s of %s (batch %d) to %s", manifest.snapshot_id, spec.name, manifest.batch_id, target)
             result = restore_snapshot(
                 self.hook.store, spec.name, manifest.snapshot_id, target, force=self.force,
-                new_query_id=self.new_query_id, parallelism=self.parallelism,
+                new_query_id=self.new_query_id, parallelism=self.parallelism, s3_client=self.checkpoint_client(target),
             )
         return result.to_json()
 
