@@ -1,6 +1,6 @@
 """The local stack of real components: a Kafka broker (KRaft) and two S3 endpoints.
 
-    .venv/bin/python dev/stack.py up     [--state-dir DIR] [--json] [--s3proxy]
+    .venv/bin/python dev/stack.py up     [--state-dir DIR] [--json] [--s3proxy] [--spark-cluster]
     .venv/bin/python dev/stack.py status [--state-dir DIR] [--json]
     .venv/bin/python dev/stack.py down   [--state-dir DIR]
 
@@ -72,6 +72,21 @@ class Stack:
             "AWS_DEFAULT_REGION": s3["region"],
         }
 
+    def s3a_conf(self, region: str = "primary") -> dict[str, str]:
+        """Spark confs that point S3A (`s3a://` checkpoints) at one region's endpoint:
+        path-style requests, plain HTTP, the stack's credentials."""
+        s3 = self.s3[region]
+        return {
+            "spark.hadoop.fs.s3a.endpoint": s3["endpoint_url"],
+            "spark.hadoop.fs.s3a.endpoint.region": s3["region"],
+            "spark.hadoop.fs.s3a.path.style.access": "true",
+            "spark.hadoop.fs.s3a.connection.ssl.enabled": "false",
+            "spark.hadoop.fs.s3a.access.key": S3_ACCESS_KEY,
+            "spark.hadoop.fs.s3a.secret.key": S3_SECRET_KEY,
+            "spark.hadoop.fs.s3a.aws.credentials.provider":
+                "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+        }
+
     def airflow_conn_env(self, region: str, conn_id: str) -> dict[str, str]:
         """An `AIRFLOW_CONN_<ID>` variable for the amazon provider's S3Hook on one region."""
         s3 = self.s3[region]
@@ -85,11 +100,12 @@ class Stack:
 
 
 def spark_jars() -> list[str]:
-    """The Kafka connector jars for Spark, fetched ahead of time (no download at run time)."""
+    """The Kafka connector jars for Spark, and the S3A connector (hadoop-aws with the AWS SDK
+    modules it uses) for s3a:// checkpoints, fetched ahead of time (no download at run time)."""
     jars = sorted(str(p) for p in (JARS / "spark-kafka").glob("*.jar"))
     if not jars:
         raise StackError(f"no Spark Kafka connector jars in {JARS / 'spark-kafka'}; run `make setup`")
-    return jars
+    return jars + sorted(str(p) for p in (JARS / "spark-s3a").glob("*.jar"))
 
 
 def free_port() -> int:
@@ -341,10 +357,56 @@ def start_s3proxy(state_dir: Path | str) -> dict[str, str]:
     return {"endpoint_url": endpoint, "region": "us-east-1", "bucket": BUCKET}
 
 
+SPARK_MASTER_PART = "spark-master"
+SPARK_WORKER_PARTS = ("spark-worker-1", "spark-worker-2")
+
+
+def start_spark_cluster(state_dir: Path | str, *, worker_cores: int = 1, worker_memory: str = "1g") -> str:
+    """A Spark standalone cluster on loopback — a master and two workers run from the pyspark
+    installation's own classes (`org.apache.spark.deploy.master.Master`, `worker.Worker`) and
+    jars — ready when the master lists both workers ALIVE; returns its `spark://` URL. Stop it
+    with `stop_spark_cluster(dir)`. PySpark drivers run in client mode (on the caller's host)."""
+    import pyspark
+
+    state_dir = Path(state_dir).resolve()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    home = Path(pyspark.__file__).resolve().parent
+    java = _check_java()
+    base = [java, "-Xms64m", "-Xmx256m", "-XX:+UseSerialGC", "-cp", f"{home}/conf:{home}/jars/*"]
+    env = {"SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOCAL_HOSTNAME": "127.0.0.1"}
+    port, ui = free_port(), free_port()
+    _spawn(SPARK_MASTER_PART, [*base, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                               "--port", str(port), "--webui-port", str(ui)], state_dir, env)
+    url = f"spark://127.0.0.1:{port}"
+
+    def master_json() -> dict[str, Any]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=2) as r:
+            return dict(json.loads(r.read()))
+
+    _wait(SPARK_MASTER_PART, state_dir, lambda: master_json()["status"] == "ALIVE")
+    for name in SPARK_WORKER_PARTS:
+        work = state_dir / name
+        work.mkdir(exist_ok=True)
+        _spawn(name, [*base, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+                      "--port", str(free_port()), "--webui-port", str(free_port()), "--cores", str(worker_cores),
+                      "--memory", worker_memory, "--work-dir", str(work), url], state_dir, env)
+    _wait(SPARK_WORKER_PARTS[-1], state_dir,
+          lambda: sum(w["state"] == "ALIVE" for w in master_json()["workers"]) >= len(SPARK_WORKER_PARTS))
+    (state_dir / "spark-cluster.json").write_text(json.dumps({"master": url, "ui": f"http://127.0.0.1:{ui}"}))
+    return url
+
+
+def stop_spark_cluster(state_dir: Path | str) -> None:
+    """Stop the workers, then the master (safe when they are not running)."""
+    for name in (*SPARK_WORKER_PARTS, SPARK_MASTER_PART):
+        stop_part(state_dir, name)
+
+
 def _parts(state_dir: Path) -> list[str]:
     """The stack's parts: the broker, the moto regions, and s3proxy and the DR Kafka side
     when they were started."""
-    optional = [p for p in (S3PROXY_PART, DR_KAFKA_PART, MM2_PART) if (state_dir / f"{p}.pid").exists()]
+    optional = [p for p in (S3PROXY_PART, DR_KAFKA_PART, MM2_PART, *SPARK_WORKER_PARTS, SPARK_MASTER_PART)
+                if (state_dir / f"{p}.pid").exists()]
     return ["kafka", *(f"s3-{r}" for r in S3_REGIONS), *optional]
 
 
@@ -557,17 +619,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--s3proxy", action="store_true", help="up: also start s3proxy as the S3 region `s3proxy`")
+    parser.add_argument("--spark-cluster", action="store_true",
+                        help="up: also start a Spark standalone master and two workers on loopback")
     args = parser.parse_args(argv)
     try:
         if args.command == "up":
             stack = up(args.state_dir, s3proxy=args.s3proxy)
+            master = start_spark_cluster(args.state_dir) if args.spark_cluster else None
             if args.json:
-                print(json.dumps(stack.to_json()))
+                print(json.dumps({**stack.to_json(), **({"spark_master": master} if master else {})}))
             else:
                 print(f"kafka  {stack.kafka_bootstrap}")
                 for name, s3 in stack.s3.items():
                     print(f"s3     {name:8} {s3['endpoint_url']}  region={s3['region']} bucket={s3['bucket']}")
                 print(f"state  {stack.state_dir}")
+                if master:
+                    print(f"spark  {master}")
         elif args.command == "down":
             down(args.state_dir)
         else:

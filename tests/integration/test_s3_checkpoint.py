@@ -1,0 +1,103 @@
+"""A real stream whose checkpoint is in S3 (`s3a://` on the stack's moto endpoint, written by
+Spark's own S3A connector): its snapshots, taken while it runs, restore to exactly Spark's
+state at their batch; a restore onto another S3 location resumes with batch N+1 and ends in
+the same state as the uninterrupted run."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from dataclasses import replace
+
+import pytest
+
+from airflow_provider_streamstate.engine.restore import restore_snapshot
+from airflow_provider_streamstate.engine.snapshot import create_snapshot
+from airflow_provider_streamstate.jobs.example_stream import StreamArgs, start_query
+from airflow_provider_streamstate.jobs.generator import GeneratorSpec, expected_aggregates, produce
+from tests.conftest import s3_client
+from tests.streams import account_state, oracle_state, use_state_store
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def s3a(stack, spark):  # noqa: ANN001, ANN201
+    """The shared session's S3A settings pointed at the primary S3 region (set before a
+    query starts, they reach its state stores)."""
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()  # noqa: SLF001
+    for key, value in stack.s3a_conf("primary").items():
+        hadoop.set(key.removeprefix("spark.hadoop."), value)
+    return f"s3a://{stack.s3['primary']['bucket']}/tests/{uuid.uuid4().hex[:10]}"
+
+
+def test_a_stream_checkpointing_to_s3_snapshots_restores_exactly_and_a_restored_s3_copy_resumes(
+    stack, spark, topic, tmp_path, make_store, s3a
+) -> None:
+    use_state_store(spark, "hdfs")
+    store, _, _ = make_store("s3")  # the same endpoint as the checkpoint: blobs copied server-side
+    checkpoint = f"{s3a}/ckpt"
+    first = GeneratorSpec(seed=11, accounts=30, events=240, duplicate_rate=0.05)
+    specs = [first, first.next_round()]
+    produce(stack.kafka_bootstrap, topic, specs[0])
+    args = StreamArgs(stack.kafka_bootstrap, checkpoint, source_topic=topic, alerts_topic=f"{topic}-alerts",
+                      trigger="processing:1 second", max_offsets_per_trigger=80)
+    query = start_query(spark, args)
+    producer = threading.Thread(target=lambda: produce(stack.kafka_bootstrap, topic, specs[1], rate=60))
+    producer.start()
+    snapshots = []
+    deadline = time.monotonic() + 150
+    while (producer.is_alive() or len(snapshots) < 3) and time.monotonic() < deadline:
+        progress = query.lastProgress
+        if progress and (not snapshots or progress["batchId"] > snapshots[-1].manifest.batch_id):
+            snapshots.append(create_snapshot(checkpoint, store, "accounts", parallelism=4))
+        time.sleep(1.0)
+    producer.join()
+    query.processAllAvailable()
+    assert query.exception() is None
+    final = account_state(spark, checkpoint)
+    query.stop()
+    assert final == expected_aggregates(specs)
+
+    batches = [s.manifest.batch_id for s in snapshots]
+    assert len(set(batches)) >= 2, batches
+    assert snapshots[0].manifest.checkpoint == checkpoint
+    for i, snap in enumerate(snapshots):
+        m = snap.manifest
+        target = tmp_path / f"restore-{i}"
+        restore_snapshot(store, "accounts", m.snapshot_id, target)
+        restored = account_state(spark, str(target), m.batch_id)
+        assert restored == account_state(spark, checkpoint, m.batch_id)
+        assert restored == oracle_state(stack.kafka_bootstrap, m.kafka_offsets)
+        assert not (target / "offsets" / str(m.batch_id + 1)).exists()
+
+    # The earliest snapshot cloned onto another S3 location: Spark resumes there with batch
+    # N+1 and, over the same input, ends in the uninterrupted run's state.
+    earliest = snapshots[0].manifest
+    clone_at = f"{s3a}/clone"
+    result = restore_snapshot(store, "accounts", earliest.snapshot_id, clone_at, new_query_id=True)
+    assert result.target == clone_at
+    resumed = start_query(spark, replace(args, checkpoint=clone_at, alerts_topic=f"{topic}-alerts-clone",
+                                         trigger="available-now"))
+    resumed.awaitTermination(240)
+    assert resumed.exception() is None
+    assert resumed.recentProgress[0]["batchId"] == earliest.batch_id + 1
+    assert account_state(spark, clone_at) == final
+
+
+def test_a_restore_onto_a_used_s3_checkpoint_is_refused_without_force(stack, make_store, tmp_path) -> None:
+    store, _, _ = make_store("s3")
+    client = s3_client(stack)
+    bucket = stack.s3["primary"]["bucket"]
+    prefix = f"tests/{uuid.uuid4().hex[:10]}/used"
+    client.put_object(Bucket=bucket, Key=f"{prefix}/offsets/0", Body=b"v1\n{}")
+    from tests.unit.fake_checkpoint import make_checkpoint, store_dirs, write
+
+    root = make_checkpoint(tmp_path / "c", batches=1)
+    for d in store_dirs(root):
+        write(d / "1.delta", f"delta 1 of {d.name}")
+    snap = create_snapshot(str(root), store, "orders").manifest
+    with pytest.raises(Exception, match="is not empty") as err:
+        restore_snapshot(store, "orders", snap.snapshot_id, f"s3a://{bucket}/{prefix}")
+    assert "\n" not in str(err.value)
