@@ -13,7 +13,10 @@ snapshots with `always=True` / `--always` so every call cuts and publishes a new
   metadata DB in a private AIRFLOW_HOME, as tests/airflow_harness.py does). Reported as the
   task instance's own duration (its start to end) and the whole `dag.test()` wall time
   (DAG folder sync, run creation, scheduling loop) separately;
-* CLI: `streamstate snapshot create ... --always`, the process's wall time;
+* CLI: `streamstate snapshot create ... --always`, the process's wall time, with Python's
+  bytecode cache on (a private PYCACHEPREFIX, filled by the warm-up) as on a deployed
+  machine: this project's environment sets PYTHONDONTWRITEBYTECODE, which would make every
+  CLI process compile the modules it imports;
 * engine: `create_snapshot(..., always=True)` in this process.
 
 One warm-up round per store is discarded (the first snapshot uploads every blob; later ones
@@ -206,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
                 cli_env = dict(os.environ)
             else:
                 p.error(f"unknown store {store!r}: local or s3")
+            cli_env.pop("PYTHONDONTWRITEBYTECODE", None)
+            cli_env["PYTHONPYCACHEPREFIX"] = str(run / "pycache")
             results["stores"][store] = measure_store(store, spec, cli_env, args.repeat)
     finally:
         stack_mod.down(state_dir)
