@@ -19,7 +19,14 @@ from airflow_provider_streamstate.task_errors import CancellableTask, engine_err
 
 
 class StateTask(CancellableTask, BaseOperator):
-    """What the state operators share: the stream, its store, and which state to read."""
+    """What the state operators share: the stream, its store, and which state to read.
+
+    :param stream: the stream, a `StreamSpec` or its `to_dict()`.
+    :param operator: the stateful operator's id or name (default 0).
+    :param store_name: one named state store of the operator.
+    :param join_side: `left` or `right` of a stream-stream join.
+    :param parallelism: concurrent blob reads while the snapshot is materialised.
+    """
 
     def __init__(
         self, *, stream: StreamSpec | dict[str, Any], operator: int | str | None = None, store_name: str | None = None,
