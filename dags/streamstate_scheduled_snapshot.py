@@ -1,10 +1,17 @@
-"""Scheduled snapshots: every 15 minutes, a consistent snapshot of each configured stream.
+"""Scheduled snapshots: every 15 minutes, for each configured stream, a consistent snapshot,
+then (each step when configured) its validation, its replication to the DR store, and
+retention in both stores.
 
-Streams come from the run's `streams` param (a list of StreamSpec dicts, for a manual
-run) or, on schedule, from the Airflow Variable `streamstate_streams` (the same list as
-JSON). One mapped task per stream, so one slow or failing stream does not hold up the
-others. Validation, replication to the DR store and retention follow `snapshot` here as
-they land.
+Per stream (a mapped task group, so one slow or failing stream does not hold up others):
+
+    snapshot -> validate            (Param `suite`: a GX suite file; a failure alerts, deletes nothing)
+             -> replicate -> replica_complete -> retention_dr   (Param `dr_store`)
+             -> retention           (Param `retention`; after validation, so the newest
+                                     known-good snapshot is kept; null: no retention)
+
+Streams come from the run's `streams` param (a list of StreamSpec dicts, for a manual run)
+or, on schedule, from the Airflow Variable `streamstate_streams` (the same list as JSON).
+The run fails when any stream's snapshot, validation or replication failed.
 """
 
 from __future__ import annotations
@@ -13,21 +20,60 @@ from datetime import timedelta
 from typing import Any
 
 import pendulum
-from airflow.sdk import DAG, Param, task
+from airflow.sdk import DAG, Context, Param, task, task_group
+from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_provider_streamstate.configured import configured_streams as configured
+from airflow_provider_streamstate.operators.replicate import ReplicateSnapshotsOperator
+from airflow_provider_streamstate.operators.retention import ApplyRetentionOperator
 from airflow_provider_streamstate.operators.snapshot import SnapshotStreamOperator
+from airflow_provider_streamstate.operators.validate import ValidateSnapshotOperator
+from airflow_provider_streamstate.sensors.replicate import SnapshotReplicaSensor
+
+
+class _WhenConfigured:
+    """A step that is skipped when the Param it needs is empty (`needs`: the attribute)."""
+
+    needs = ""
+
+    def execute(self, context: Context) -> Any:
+        if not getattr(self, self.needs):
+            raise AirflowSkipException(f"not configured: set the {self.needs} param to run this step")
+        return super().execute(context)  # type: ignore[misc]
+
+
+class _Validate(_WhenConfigured, ValidateSnapshotOperator):
+    needs = "suite"
+
+
+class _Replicate(_WhenConfigured, ReplicateSnapshotsOperator):
+    needs = "destination_store"
+
+
+class _ReplicaComplete(_WhenConfigured, SnapshotReplicaSensor):
+    needs = "store"
+
+
+class _Retention(_WhenConfigured, ApplyRetentionOperator):
+    needs = "keep_last"
+
 
 with DAG(
     dag_id="streamstate_scheduled_snapshot",
-    description="Snapshot each configured stream on a schedule",
+    description="Snapshot, validate, replicate to DR and apply retention for each configured stream",
     schedule=timedelta(minutes=15),
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
     max_active_runs=1,
+    render_template_as_native_obj=True,
     params={
-        "streams": Param(
-            [], type="array", description="StreamSpec dicts; empty: the Variable streamstate_streams",
+        "streams": Param([], type="array", description="StreamSpec dicts; empty: the Variable streamstate_streams"),
+        "suite": Param("", type="string", description="a GX suite JSON file to validate each snapshot with; empty: none"),
+        "dr_store": Param("", type="string", description="the DR snapshot store (s3://bucket/prefix); empty: none"),
+        "dr_aws_conn_id": Param("", type="string", description="the DR store's Airflow aws connection"),
+        "retention": Param(
+            {"keep_last": 96, "max_age": "1d", "keep_hourly": "7d", "keep_daily": "30d", "abandoned_max_age": "1d"},
+            type=["object", "null"], description="the retention policy of both stores; null: keep everything",
         ),
     },
     tags=["streamstate"],
@@ -38,26 +84,78 @@ with DAG(
         """The streams to snapshot, each checked before any snapshot starts."""
         return configured(params)
 
+    @task_group(group_id="stream")
+    def each_stream(stream: dict[str, Any]) -> None:
+        retention = "{{ (params.retention or {}).get('%s') }}"
+        policy = {
+            "keep_last": retention % "keep_last", "max_age": retention % "max_age",
+            "keep_hourly": retention % "keep_hourly", "keep_daily": retention % "keep_daily",
+            "abandoned_max_age": retention % "abandoned_max_age",
+        }
+        snapshot = SnapshotStreamOperator(
+            task_id="snapshot", stream=stream, labels={"trigger": "scheduled"}, retries=2,
+            retry_delay=timedelta(seconds=30),
+        )
+        # This stream's snapshot (the group's map index is this task's).
+        snapshot_id = "{{ ti.xcom_pull(task_ids='stream.snapshot', map_indexes=ti.map_index)['snapshot_id'] }}"
+        validate = _Validate(task_id="validate", stream=stream, suite="{{ params.suite }}", snapshot=snapshot_id)
+        replicate = _Replicate(
+            task_id="replicate", stream=stream, destination_store="{{ params.dr_store }}",
+            destination_aws_conn_id="{{ params.dr_aws_conn_id or None }}", snapshots=[snapshot_id], retries=2,
+            retry_delay=timedelta(minutes=1),
+        )
+        replica = _ReplicaComplete(
+            task_id="replica_complete", stream=stream, store="{{ params.dr_store }}",
+            aws_conn_id="{{ params.dr_aws_conn_id or None }}", snapshot=snapshot_id, deferrable=True,
+            poke_interval=10, timeout=600,
+        )
+        retention_dr = _Retention(
+            task_id="retention_dr", stream=stream, store="{{ params.dr_store or None }}",
+            aws_conn_id="{{ params.dr_aws_conn_id or None }}", **policy,
+        )
+        retention_primary = _Retention(task_id="retention", stream=stream, trigger_rule="all_done", **policy)
+        snapshot >> validate >> retention_primary
+        snapshot >> replicate >> replica >> retention_dr  # skipped with the replica when there is no DR store
+        replicate >> retention_primary
+
     streams = configured_streams()
-    snapshots = SnapshotStreamOperator.partial(
-        task_id="snapshot", labels={"trigger": "scheduled"}, retries=2, retry_delay=timedelta(seconds=30),
-    ).expand(stream=streams)
+    each = each_stream.expand(stream=streams)
 
     @task(trigger_rule="all_done")
-    def record(streams: list[dict[str, Any]], results: list[dict[str, Any]] | None) -> dict[str, Any]:
-        """One line per stream in the log and a summary in XCom; fails the run when a
-        stream's snapshot failed (its `snapshot` task says why), so the run is not green."""
+    def record(streams: list[dict[str, Any]], params: dict[str, Any] | None = None, ti: Any = None) -> dict[str, Any]:
+        """One line per stream in the log and a summary in XCom; fails the run when a stream's
+        snapshot, or a configured validation or replication, did not succeed (its task says why)."""
         from airflow.sdk.exceptions import AirflowFailException
 
-        rows = [r for r in (results or []) if r]
-        for r in rows:
-            print(f"{r['stream']}: {'reused' if r['reused'] else 'new'} {r['snapshot_id']} batch {r['batch_id']}, "
-                  f"{r['bytes_uploaded']} bytes uploaded in {r['seconds']}s")
-        missing = sorted({s["name"] for s in streams} - {r["stream"] for r in rows})
-        if missing:
-            raise AirflowFailException(f"no snapshot of {len(missing)} of {len(streams)} streams: {', '.join(missing)} "
-                                       "(each failed snapshot task says why)")
-        return {"snapshots": len(rows), "new": sum(1 for r in rows if not r["reused"]),
-                "bytes_uploaded": sum(r["bytes_uploaded"] for r in rows)}
+        def pulled(task_id: str) -> list[Any]:
+            got = ti.xcom_pull(task_ids=f"stream.{task_id}", map_indexes=list(range(len(streams))))
+            values = list(got) if isinstance(got, list | tuple) else [got]
+            return values + [None] * (len(streams) - len(values))
 
-    record(streams, snapshots.output)
+        params = params or {}
+        problems = []
+        snapshots, validations, replicas = pulled("snapshot"), pulled("validate"), pulled("replicate")
+        for spec, snap, checked, copied in zip(streams, snapshots, validations, replicas, strict=True):
+            if not snap:
+                problems.append(f"{spec['name']}: no snapshot")
+                continue
+            line = (f"{spec['name']}: {'reused' if snap['reused'] else 'new'} {snap['snapshot_id']} batch "
+                    f"{snap['batch_id']}, {snap['bytes_uploaded']} bytes uploaded in {snap['seconds']}s")
+            if params.get("suite"):
+                if not checked:
+                    problems.append(f"{spec['name']}: {snap['snapshot_id']} not validated")
+                else:
+                    line += f"; suite {checked['suite']}: {'passed' if checked['success'] else 'FAILED'}"
+            if params.get("dr_store"):
+                if not copied:
+                    problems.append(f"{spec['name']}: {snap['snapshot_id']} not replicated to {params['dr_store']}")
+                else:
+                    line += f"; {copied.get('bytes_copied', 0)} bytes replicated to DR"
+            print(line)
+        if problems:
+            raise AirflowFailException(f"{len(problems)} problem(s): {'; '.join(problems)} (each failed task says why)")
+        done = [s for s in snapshots if s]
+        return {"snapshots": len(done), "new": sum(1 for s in done if not s["reused"]),
+                "bytes_uploaded": sum(s["bytes_uploaded"] for s in done)}
+
+    each >> record(streams)
