@@ -110,7 +110,8 @@ def local_checkpoint(checkpoint: str | Path) -> Path:
         raise UsageError(
             f"cannot launch or watch a stream on {text}: its records (heartbeat, launch, stop request) "
             "live beside the checkpoint, which must be a local or mounted path here",
-            hint="give the checkpoint as a path (a shared mount for drivers on other hosts)",
+            hint="give the checkpoint as a path (a shared mount for drivers on other hosts); "
+            "s3a:// checkpoints can be snapshotted, restored and cloned, not launched yet (docs/deployment.md)",
         )
     if not text:
         raise UsageError("the checkpoint path is empty", hint="give the stream's checkpoint directory")
