@@ -172,6 +172,7 @@ class S3CheckpointFS(CheckpointFS):
         self.client = client
         self.aws_conn_id = aws_conn_id
         self._files: dict[str, FileStat] | None = None
+        self._planned = False
         self._dirs: dict[str, set[str]] = {}
 
     def key(self, rel: str) -> str:
@@ -203,7 +204,10 @@ class S3CheckpointFS(CheckpointFS):
             ) from None
 
     def refresh(self) -> None:
-        self._files = None
+        # The listing made when the reader opened serves its first plan; later plans list again.
+        if self._planned:
+            self._files = None
+        self._planned = True
 
     def _listing(self) -> dict[str, FileStat]:
         if self._files is None:

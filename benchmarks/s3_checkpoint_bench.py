@@ -1,0 +1,136 @@
+"""S3 checkpoint benchmark: planning cost of a large checkpoint in S3, and a snapshot of it
+into an S3 store on the same endpoint (hash once + server-side copy) against a plain boto3
+server-side copy of the same objects.
+
+    .venv/bin/python benchmarks/s3_checkpoint_bench.py [--partitions N] [--files-per-store N] [--file-kib N]
+
+Builds a synthetic HDFS-state-store checkpoint (the layout Spark writes: metadata logs,
+operator metadata, one snapshot + deltas + Hadoop .crc sidecars per partition store) of
+`partitions * (2 * files_per_store)` objects in a moto S3 server on loopback, then:
+
+* plan: one `CheckpointReader.plan()`, counting the HTTP requests boto3 sends by operation;
+* snapshot: `create_snapshot` into an S3 store in the same bucket (every file streamed once
+  to hash it, then CopyObject), vs `copy_object` of the same planned objects with the same
+  concurrency and no hashing (the floor for "no bytes through this host");
+* an unchanged second snapshot (every hash reused from object identity).
+
+Prints a Markdown table and writes .bench/s3_checkpoint_results.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+BUCKET = "bench"
+PARALLELISM = 8
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--partitions", type=int, default=200)
+    ap.add_argument("--files-per-store", type=int, default=25, help="deltas per partition (each with a .crc)")
+    ap.add_argument("--file-kib", type=int, default=16)
+    a = ap.parse_args()
+
+    import logging
+
+    import boto3
+    from botocore.config import Config
+    from moto.server import ThreadedMotoServer
+
+    from airflow_provider_streamstate.engine.checkpoint import HDFS_PROVIDER, PROVIDER_CONF, CheckpointReader
+    from airflow_provider_streamstate.engine.snapshot import create_snapshot
+    from airflow_provider_streamstate.engine.stores import S3Store
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    c = boto3.client("s3", endpoint_url=f"http://{host}:{port}", region_name="us-east-1",
+                     aws_access_key_id="k", aws_secret_access_key="s",
+                     config=Config(max_pool_connections=32, s3={"addressing_style": "path"}))
+    c.create_bucket(Bucket=BUCKET)
+    prefix = "ckpt"
+    n_deltas = a.files_per_store
+    objects: dict[str, bytes] = {
+        "metadata": json.dumps({"id": "11111111-2222-3333-4444-555555555555"}).encode(),
+        "sources/0/0": b'v1\n{"t":{"0":0}}',
+    }
+    meta = {"batchWatermarkMs": 0, "batchTimestampMs": 1, "conf": {PROVIDER_CONF: HDFS_PROVIDER}}
+    for b in range(n_deltas):
+        objects[f"offsets/{b}"] = f"v1\n{json.dumps(meta)}\n" + json.dumps({"t": {"0": b + 1}})
+        objects[f"commits/{b}"] = b"v1\n{}"
+    info = [{"storeName": "default", "numColsPrefixKey": 0, "numPartitions": a.partitions}]
+    objects["state/0/_metadata/metadata"] = "v1\n" + json.dumps(
+        {"operatorInfo": {"operatorId": 0, "operatorName": "stateStoreSave"}, "stateStoreInfo": info})
+    for p in range(a.partitions):
+        for v in range(1, n_deltas + 1):
+            body = (f"p{p}v{v}".encode() * (a.file_kib * 1024))[: a.file_kib * 1024]
+            objects[f"state/0/{p}/{v}.delta"] = body
+            objects[f"state/0/{p}/.{v}.delta.crc"] = b"crc" + body[:8]
+    t = time.monotonic()
+    # Built straight into moto's backend (same process): the benchmark measures reading them.
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.s3.models import s3_backends
+
+    backend = s3_backends[DEFAULT_ACCOUNT_ID]["aws"]
+    for key, body in objects.items():
+        backend.put_object(BUCKET, f"{prefix}/{key}", body if isinstance(body, bytes) else body.encode())
+    print(f"built {len(objects)} objects in {time.monotonic() - t:.1f}s", file=sys.stderr)
+
+    requests: Counter[str] = Counter()
+    c.meta.events.register("before-call.s3.*", lambda model, **_: requests.update([model.name]))
+    url = f"s3a://{BUCKET}/{prefix}"
+    t = time.monotonic()
+    plan = CheckpointReader(url, s3_client=c).plan()
+    plan_s = time.monotonic() - t
+    plan_requests = dict(requests)
+    total_bytes = sum(f.size for f in plan.files)
+
+    store = S3Store(c, BUCKET, "store")
+    requests.clear()
+    t = time.monotonic()
+    snap = create_snapshot(url, store, "bench", parallelism=PARALLELISM)
+    snap_s = time.monotonic() - t
+    snap_requests = dict(requests)
+
+    t = time.monotonic()
+    with ThreadPoolExecutor(PARALLELISM) as pool:
+        list(pool.map(lambda f: c.copy_object(Bucket=BUCKET, Key=f"plain/{f.path}",
+                                              CopySource={"Bucket": BUCKET, "Key": f"{prefix}/{f.path}"}), plan.files))
+    plain_s = time.monotonic() - t
+
+    requests.clear()
+    t = time.monotonic()
+    again = create_snapshot(url, store, "bench", parallelism=PARALLELISM, always=True)
+    again_s = time.monotonic() - t
+    again_requests = dict(requests)
+    server.stop()
+
+    results = {
+        "objects_in_checkpoint": len(objects), "planned_files": len(plan.files), "planned_bytes": total_bytes,
+        "plan_seconds": round(plan_s, 3), "plan_requests": plan_requests,
+        "snapshot_seconds": round(snap_s, 3), "snapshot_requests": snap_requests,
+        "snapshot_files_hashed": snap.files_hashed, "snapshot_blobs_stored": snap.blobs_uploaded,
+        "plain_copy_object_seconds": round(plain_s, 3),
+        "unchanged_snapshot_seconds": round(again_s, 3), "unchanged_snapshot_files_hashed": again.files_hashed,
+        "unchanged_snapshot_requests": again_requests,
+    }
+    out = Path(__file__).resolve().parent.parent / ".bench"
+    out.mkdir(exist_ok=True)
+    (out / "s3_checkpoint_results.json").write_text(json.dumps(results, indent=1))
+    print("| measure | value |\n|---|---|")
+    for k, v in results.items():
+        print(f"| {k} | {v} |")
+
+
+if __name__ == "__main__":
+    main()
