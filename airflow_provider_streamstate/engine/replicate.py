@@ -41,7 +41,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airflow_provider_streamstate.engine.cancel import CancelToken, cancellation, check_cancelled
-from airflow_provider_streamstate.engine.catalog import LATEST, no_snapshots_error, resolve_snapshot
+from airflow_provider_streamstate.engine.catalog import (
+    LATEST,
+    LATEST_GOOD_PREFIX,
+    no_snapshots_error,
+    resolve_snapshot,
+)
 from airflow_provider_streamstate.engine.digest import sha256_stream
 from airflow_provider_streamstate.engine.errors import (
     CorruptionError,
@@ -216,7 +221,8 @@ def select_snapshots(
         return [r.snapshot_id for r in refs if r.created >= start.created]
     wanted: list[str] = []
     for spec in snapshots or [LATEST]:
-        sid = resolve_snapshot(source, stream, spec).snapshot_id if spec == LATEST else _checked_id(spec)
+        named = spec == LATEST or spec.startswith(LATEST_GOOD_PREFIX)  # `latest-good:<suite>` too
+        sid = resolve_snapshot(source, stream, spec).snapshot_id if named else _checked_id(spec)
         if sid not in ids:
             raise NotFoundError(
                 f"no snapshot {sid} of stream {stream} in {source.url}",

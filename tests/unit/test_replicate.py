@@ -248,3 +248,19 @@ def test_the_replica_check_waits_for_the_manifest(stores) -> None:
     assert (waiting.outcome, waiting.snapshot_id) == ("waiting", ids[1])
     ready = check_replica(dst, "s", ids[0])
     assert (ready.outcome, ready.blobs_missing) == ("ready", 0) and ready.lag_seconds is not None
+
+
+def test_latest_good_names_the_newest_snapshot_that_passed_the_suite_and_its_record_travels_with_it(stores) -> None:
+    from airflow_provider_streamstate.engine.validation import (
+        ExpectationOutcome,
+        ValidationRecord,
+        put_validation,
+    )
+
+    _, src, dst, ids = stores
+    outcome = ExpectationOutcome("expect_column_values_to_not_be_null", {"column": "key_account"}, True, None)
+    put_validation(src, ValidationRecord("s", ids[0], 2, "sane", "ef" * 32, True, "2026-11-22T09:00:00Z", "1.24.1",
+                                         1.0, {"operator": 0, "store_name": None, "join_side": None}, [outcome]))
+    result = replicate(src, dst, "s", snapshots=["latest-good:sane"])
+    assert [s.snapshot_id for s in result.snapshots] == [ids[0]]  # not the newest: it was never validated
+    assert resolve_snapshot(dst, "s", "latest-good:sane").snapshot_id == ids[0]
