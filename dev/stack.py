@@ -373,7 +373,9 @@ def start_spark_cluster(state_dir: Path | str, *, worker_cores: int = 1, worker_
     home = Path(pyspark.__file__).resolve().parent
     java = _check_java()
     base = [java, "-Xms64m", "-Xmx256m", "-XX:+UseSerialGC", "-cp", f"{home}/conf:{home}/jars/*"]
-    env = {"SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOCAL_HOSTNAME": "127.0.0.1"}
+    # SPARK_SCALA_VERSION: without it the executor launcher looks for a source build's directories.
+    env = {"SPARK_HOME": str(home), "SPARK_SCALA_VERSION": "2.13", "SPARK_LOCAL_IP": "127.0.0.1",
+           "SPARK_LOCAL_HOSTNAME": "127.0.0.1"}
     port, ui = free_port(), free_port()
     _spawn(SPARK_MASTER_PART, [*base, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                                "--port", str(port), "--webui-port", str(ui)], state_dir, env)
