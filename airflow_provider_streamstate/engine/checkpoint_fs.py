@@ -184,7 +184,7 @@ class S3CheckpointFS(CheckpointFS):
         from botocore.exceptions import BotoCoreError, ClientError
         from urllib3.exceptions import HTTPError as Urllib3Error
 
-        from airflow_provider_streamstate.engine.stores.s3_errors import code, request_error, status
+        from airflow_provider_streamstate.engine.stores.s3_errors import code, status
 
         try:
             yield
@@ -195,13 +195,18 @@ class S3CheckpointFS(CheckpointFS):
                 raise FileNotFoundError(what) from None
             if status(exc) == 412 or code(exc) == "PreconditionFailed":
                 raise CheckpointChanged(f"{what}: the object changed since the plan listed it") from None
-            raise request_error(
-                exc, what=what, url=self.location, bucket=self.bucket, conn_id=self.aws_conn_id
-            ) from None
+            raise self._error(exc, what) from None
         except (BotoCoreError, Urllib3Error) as exc:
-            raise request_error(
-                exc, what=what, url=self.location, bucket=self.bucket, conn_id=self.aws_conn_id
-            ) from None
+            raise self._error(exc, what) from None
+
+    def _error(self, exc: BaseException, what: str) -> StreamstateError:
+        """The store's translation of an S3 failure, its hints speaking of the checkpoint."""
+        from airflow_provider_streamstate.engine.stores.s3_errors import request_error
+
+        err = request_error(exc, what=what, url=self.location, bucket=self.bucket, conn_id=self.aws_conn_id)
+        if err.hint:
+            err.hint = err.hint.replace("the store URL", "the checkpoint location")
+        return err
 
     def refresh(self) -> None:
         # The listing made when the reader opened serves its first plan; later plans list again.
