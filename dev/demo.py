@@ -9,7 +9,11 @@ airflow standalone` shows the runs afterwards), then runs the DAGs with Airflow'
 2. while transactions arrive in rounds, `streamstate_scheduled_snapshot` after each round
    (a consistent snapshot into the `primary` S3 store);
 3. the driver is killed with SIGKILL midway, and `streamstate_supervisor` restarts it;
-4. `streamstate_demo_clone_and_stop`: clone the newest snapshot, stop the stream.
+4. a full `streamstate_scheduled_snapshot` round: validate with a GX suite, replicate to the
+   `dr` S3 store (with its replication lag), retention in both stores;
+5. `streamstate_demo_clone_and_stop`: clone the newest snapshot, stop the stream;
+6. `streamstate_deploy_gate`: a candidate job on a clone of the latest known-good snapshot,
+   validated and diffed against production (prints the GX Data Docs path).
 
 It prints each run's tasks and the stream's progress, and ends with checks: the stream's
 state equals the generator's expected aggregates, the clone holds exactly Spark's state at
@@ -38,6 +42,16 @@ from dev import stack as stack_mod  # noqa: E402
 HOME = REPO / ".stack" / "airflow"
 DEMO_DAGS = sorted((REPO / "dev" / "demo_dags").glob("*.py"))
 STREAM = "demo-accounts"
+# The data-quality rules the demo's snapshots and the deploy gate's clone must pass.
+DEMO_SUITE = {
+    "name": "accounts-sane",
+    "meta": {"streamstate": {"operator": "stateStoreSave"}},
+    "expectations": [
+        {"type": "expect_column_values_to_be_between", "kwargs": {"column": "value_max", "min_value": 1,
+                                                                  "max_value": 100000}},
+        {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "key_account"}},
+    ],
+}
 
 
 def count_messages(bootstrap: str, topic: str) -> int:
@@ -62,9 +76,15 @@ def _short(value: Any) -> str:
         return f"{len(value)} stream(s): {', '.join(str(v.get('name', '?')) for v in value if isinstance(v, dict))}"
     if not isinstance(value, dict):
         return "" if value is None else json.dumps(value, default=str)[:100]
-    keep = ("snapshot_id", "batch_id", "reused", "bytes_uploaded", "action", "state_before", "restored_snapshot",
-            "pid", "reconnected", "outcome", "seconds", "clone", "expires_at", "snapshots", "new", "actions", "state")
-    return ", ".join(f"{k}={value[k]}" for k in keep if k in value and value[k] is not None)
+    keep = ("snapshot_id", "batch_id", "reused", "bytes_uploaded", "bytes_copied", "action", "state_before",
+            "restored_snapshot", "pid", "reconnected", "outcome", "success", "deploy", "changed_keys",
+            "snapshots_kept", "snapshots_deleted", "blobs_deleted", "clones_expired", "seconds", "clone",
+            "expires_at", "new", "actions", "state")
+
+    def shown(v: Any) -> Any:
+        return f"[{len(v)}]" if isinstance(v, list | dict) and len(str(v)) > 60 else v
+
+    return ", ".join(f"{k}={shown(value[k])}" for k in keep if k in value and value[k] is not None)
 
 
 def run(dag_id: str, conf: dict[str, Any], log_dir: Path) -> airflow_home.DagResult:
@@ -225,11 +245,38 @@ def _demo(args: argparse.Namespace, stack: Any, t0: float) -> int:
         time.sleep(2)
     print("\nall input read:")
     print(progress_line(spec.checkpoint, offsets))
-    final_snapshot = run("streamstate_scheduled_snapshot", {"streams": [stream]}, log_dir)
+    # The full scheduled round: snapshot, validate with a GX suite, replicate to the DR
+    # store (and wait until it is complete there), retention in both stores.
+    suite = work / "accounts-sane.json"
+    suite.write_text(json.dumps(DEMO_SUITE))
+    dr = stack.s3["dr"]
+    os.environ.update(stack.airflow_conn_env("dr", "aws_demo_dr"))
+    dr_store = f"s3://{dr['bucket']}/demo-{run_id}"
+    print(f"\nthe full scheduled round: validate with {suite.relative_to(REPO)}, replicate to {dr_store} (DR "
+          "endpoint), retention keeping the newest 2 (and the newest known-good)")
+    final_snapshot = run("streamstate_scheduled_snapshot", {
+        "streams": [stream], "suite": str(suite), "dr_store": dr_store, "dr_aws_conn_id": "aws_demo_dr",
+        "retention": {"keep_last": 2},
+    }, log_dir)
+    replicated = (final_snapshot.tasks.get("stream.replicate[0]") or final_snapshot.tasks.get("stream.replicate"))
+    for s in ((replicated.xcom or {}).get("snapshots") or []) if replicated else []:
+        print(f"  replicated {s['snapshot_id']} to DR: {s['bytes_copied']} bytes copied, "
+              f"{s['bytes_skipped']} already there, replication lag {s['lag_seconds']}s")
     clone_checkpoint = work / "clone"
     clone = run("streamstate_demo_clone_and_stop", {
         "stream": stream, "clone_checkpoint": str(clone_checkpoint), "clone_sinks": {"alerts": f"{alerts}-sandbox"},
     }, log_dir)
+
+    # The pre-deploy gate: the candidate (here: the same job, run to the end of the input)
+    # on a clone of production's latest known-good snapshot, validated and diffed.
+    candidate_args = [("available-now" if a.startswith("processing:") else a) for a in spec.application_args]
+    gate = run("streamstate_deploy_gate", {
+        "stream": stream, "candidate_application": example_stream.__file__, "candidate_args": candidate_args,
+        "suite": str(suite), "snapshot": "latest-good:accounts-sane", "compare_snapshot": "latest",
+        "clone_root": str(work / "gate"), "reports": str(work / "gate-reports"),
+    }, log_dir)
+    verdict = (gate.tasks.get("gate") and gate.tasks["gate"].xcom) or {}
+    print(f"  deploy gate: {'PASS' if verdict.get('deploy') else 'BLOCKED'}; GX Data Docs: {verdict.get('data_docs')}")
 
     store = open_store(spec.store, s3_client=_s3_client(stack))
     listing = list_snapshots(store, STREAM)
@@ -253,13 +300,15 @@ def _demo(args: argparse.Namespace, stack: Any, t0: float) -> int:
                      (supervisor.tasks["supervise[0]"].xcom or {}).get("action") == "restarted")
     summary = {
         "dag_runs_succeeded": all(r.state == "success" for r in (result, final_snapshot, clone)),
+        "replicated_to_dr": bool(replicated and replicated.state == "success"),
+        "deploy_gate_passed": bool(verdict.get("deploy")),
         "supervisor_restarted_it": restarted,
         "batches_committed": len(commits),
         "keys_in_state": len(state),
         "state_matches_generator": state == expected_aggregates(specs),
         "input_messages": total,
         "output_records": count_messages(stack.kafka_bootstrap, alerts),
-        "snapshots_taken": len(listing.manifests),
+        "snapshots_in_store": len(listing.manifests),  # after retention kept the newest 2
         "clone_matches_batch_state": cloned == at_n,
         "store_verified": verified.ok,
         "seconds": round(time.monotonic() - t0, 1),
@@ -269,7 +318,7 @@ def _demo(args: argparse.Namespace, stack: Any, t0: float) -> int:
         print(f"  {key:26} {value}")
     print("\nsee the runs in the Airflow UI (docs/first-dag.md): "
           f"PATH=$PWD/.venv/bin:$PATH AIRFLOW_HOME=$PWD/{HOME.relative_to(REPO)} airflow standalone")
-    checks = ("dag_runs_succeeded", "supervisor_restarted_it", "state_matches_generator", "clone_matches_batch_state",
+    checks = ("dag_runs_succeeded", "supervisor_restarted_it", "replicated_to_dr", "deploy_gate_passed", "state_matches_generator", "clone_matches_batch_state",
               "store_verified")
     return 0 if all(summary[k] for k in checks) and len(commits) >= 3 else 1
 
