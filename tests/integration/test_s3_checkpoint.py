@@ -130,3 +130,28 @@ def test_the_engine_reads_restores_and_copies_checkpoints_on_both_s3_implementat
     for e in snap.manifest.files:
         body = client.get_object(Bucket=bucket, Key=f"{prefix}/restored/{e.path}")["Body"].read()
         assert body == (root / e.path).read_bytes(), e.path
+
+
+def test_a_stream_checkpointing_to_s3proxy_through_s3a_snapshots_and_restores_exactly(
+    stack, spark, topic, tmp_path, make_store, s3proxy
+) -> None:
+    """Spark's S3A on the second S3 implementation: a bucket of its own there, pointed at by
+    S3A's per-bucket settings, so the shared session keeps moto for everything else."""
+    from tests.streams import run_to_end
+
+    store, _, _ = make_store("s3proxy")
+    bucket = f"s3a-{uuid.uuid4().hex[:8]}"
+    store.client.create_bucket(Bucket=bucket)
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()  # noqa: SLF001
+    for key, value in stack.s3a_conf("s3proxy").items():
+        hadoop.set(key.removeprefix("spark.hadoop.").replace("fs.s3a.", f"fs.s3a.bucket.{bucket}.", 1), value)
+    use_state_store(spark, "hdfs")
+    produce(stack.kafka_bootstrap, topic, GeneratorSpec(seed=17, accounts=12, events=150))
+    checkpoint = f"s3a://{bucket}/ckpt"
+    last = run_to_end(spark, stack.kafka_bootstrap, topic, checkpoint, max_offsets=60, heartbeat_s=None)
+    snap = create_snapshot(checkpoint, store, "accounts").manifest
+    assert snap.batch_id == last
+    target = tmp_path / "restored"
+    restore_snapshot(store, "accounts", snap.snapshot_id, target)
+    assert account_state(spark, str(target), last) == account_state(spark, checkpoint, last)
+    assert account_state(spark, str(target), last) == oracle_state(stack.kafka_bootstrap, snap.kafka_offsets)
