@@ -40,7 +40,11 @@ from airflow_provider_streamstate.engine.checkpoint_copy import (
     copy_into_store,
     server_side_possible,
 )
-from airflow_provider_streamstate.engine.checkpoint_fs import S3CheckpointFS, is_s3_location
+from airflow_provider_streamstate.engine.checkpoint_fs import (
+    S3CheckpointFS,
+    is_s3_location,
+    open_checkpoint_fs,
+)
 from airflow_provider_streamstate.engine.digest import sha256_file, sha256_stream
 from airflow_provider_streamstate.engine.errors import (
     CheckpointChanged,
@@ -409,8 +413,9 @@ def _create_snapshot(
 
         if checkpoint_s3_client is None and getattr(store, "bucket", None) is not None:
             checkpoint_s3_client = store.client  # type: ignore[attr-defined]
-        reader = CheckpointReader(checkpoint, s3_client=checkpoint_s3_client)
-        refuse_unfinished_restore(reader.fs)
+        fs = open_checkpoint_fs(checkpoint, s3_client=checkpoint_s3_client)
+        refuse_unfinished_restore(fs)  # before anything else: it may not even look like a checkpoint
+        reader = CheckpointReader(checkpoint, fs=fs)
     else:
         if not local_checkpoint_path(checkpoint).exists():
             from airflow_provider_streamstate.engine.restore import recover_leftovers

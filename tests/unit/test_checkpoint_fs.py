@@ -248,3 +248,59 @@ def test_a_missing_bucket_or_prefix_and_missing_credentials_are_one_line_errors(
         create_snapshot(f"s3a://{BUCKET}/ckpt", LocalStore(tmp_path / "store"), "orders")
     line = err.value.one_line()
     assert "credentials" in line.lower() and "\n" not in line
+
+
+def test_a_restore_onto_s3_that_fails_while_staging_leaves_the_target_untouched_and_one_that_fails_while_publishing_is_marked(
+    tmp_path, s3, monkeypatch
+) -> None:
+    from airflow_provider_streamstate.engine import restore_s3
+
+    root = hdfs_checkpoint(tmp_path / "c")
+    store = S3Store(s3, BUCKET, "store-f")
+    m = create_snapshot(str(root), store, "orders").manifest
+    target = f"s3a://{BUCKET}/failing/orders"
+    restore_snapshot(store, "orders", m.snapshot_id, target)
+
+    def keys(prefix: str) -> dict[str, bytes]:
+        objs = s3.list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("Contents", [])
+        return {o["Key"]: s3.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read() for o in objs}
+
+    before = keys("failing/")
+    real_copy = restore_s3._Writer.copy_within
+    real_write = restore_s3._Writer.write_blob
+    calls: list[str] = []
+
+    def failing_write(self: Any, entry: Any, key: str) -> None:
+        calls.append(key)
+        if len(calls) == 3:
+            raise OSError("connection reset while staging")
+        real_write(self, entry, key)
+
+    monkeypatch.setattr(restore_s3._Writer, "write_blob", failing_write)
+    with pytest.raises(OSError):
+        restore_snapshot(store, "orders", m.snapshot_id, target, force=True)
+    assert keys("failing/") == before  # target as it was, staging removed
+    monkeypatch.setattr(restore_s3._Writer, "write_blob", real_write)
+
+    published: list[str] = []
+
+    def failing_publish(self: Any, src_key: str, key: str, entry: Any) -> None:
+        if "/orders/" in key and "streamstate-restore" not in key:
+            published.append(key)
+            if len(published) == 4:
+                raise OSError("connection reset while publishing")
+        real_copy(self, src_key, key, entry)
+
+    monkeypatch.setattr(restore_s3._Writer, "copy_within", failing_publish)
+    with pytest.raises(OSError):
+        restore_snapshot(store, "orders", m.snapshot_id, target, force=True)
+    assert f"failing/orders/{INCOMPLETE_FILE}" in keys("failing/")
+    with pytest.raises(UnsupportedCheckpointError, match="restore that did not finish"):
+        create_snapshot(target, store, "orders-copy")
+    monkeypatch.setattr(restore_s3._Writer, "copy_within", real_copy)
+    restore_snapshot(store, "orders", m.snapshot_id, target, force=True)  # the same restore again finishes it
+    after = keys("failing/")
+    assert f"failing/orders/{INCOMPLETE_FILE}" not in after
+    for e in m.files:
+        assert after[f"failing/orders/{e.path}"] == (root / e.path).read_bytes()
+    assert not [k for k in after if "streamstate-restore" in k]
