@@ -100,7 +100,7 @@ def test_errors_end_with_what_to_do(store_with_payments, tmp_path) -> None:
     line = one_error_line(cli("restore", "--store", url, "--stream", "payments", "latest", "--target", str(a_file)))
     assert "is not a directory; give the path of a directory" in line
     line = one_error_line(cli("snapshot", "show", "--store", url, "--stream", "payments", "not-an-id"))
-    assert "give a snapshot id or `latest`" in line
+    assert "give a snapshot id, `latest` or `latest-good:<suite>`" in line
 
 
 def test_verbose_shows_what_the_engine_did(store_with_payments, tmp_path) -> None:
