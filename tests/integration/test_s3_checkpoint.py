@@ -44,20 +44,22 @@ def test_a_stream_checkpointing_to_s3_snapshots_restores_exactly_and_a_restored_
     args = StreamArgs(stack.kafka_bootstrap, checkpoint, source_topic=topic, alerts_topic=f"{topic}-alerts",
                       trigger="processing:1 second", max_offsets_per_trigger=80)
     query = start_query(spark, args)
-    producer = threading.Thread(target=lambda: produce(stack.kafka_bootstrap, topic, specs[1], rate=60))
-    producer.start()
-    snapshots = []
-    deadline = time.monotonic() + 150
-    while (producer.is_alive() or len(snapshots) < 3) and time.monotonic() < deadline:
-        progress = query.lastProgress
-        if progress and (not snapshots or progress["batchId"] > snapshots[-1].manifest.batch_id):
-            snapshots.append(create_snapshot(checkpoint, store, "accounts", parallelism=4))
-        time.sleep(1.0)
-    producer.join()
-    query.processAllAvailable()
-    assert query.exception() is None
-    final = account_state(spark, checkpoint)
-    query.stop()
+    try:  # a failure must not leave the query running in the shared session
+        producer = threading.Thread(target=lambda: produce(stack.kafka_bootstrap, topic, specs[1], rate=60))
+        producer.start()
+        snapshots = []
+        deadline = time.monotonic() + 300
+        while (producer.is_alive() or len(snapshots) < 3) and time.monotonic() < deadline:
+            progress = query.lastProgress
+            if progress and (not snapshots or progress["batchId"] > snapshots[-1].manifest.batch_id):
+                snapshots.append(create_snapshot(checkpoint, store, "accounts", parallelism=4))
+            time.sleep(1.0)
+        producer.join()
+        query.processAllAvailable()
+        assert query.exception() is None
+        final = account_state(spark, checkpoint)
+    finally:
+        query.stop()
     assert final == expected_aggregates(specs)
 
     batches = [s.manifest.batch_id for s in snapshots]
@@ -80,7 +82,10 @@ def test_a_stream_checkpointing_to_s3_snapshots_restores_exactly_and_a_restored_
     assert result.target == clone_at
     resumed = start_query(spark, replace(args, checkpoint=clone_at, alerts_topic=f"{topic}-alerts-clone",
                                          trigger="available-now"))
-    resumed.awaitTermination(240)
+    try:
+        resumed.awaitTermination(240)
+    finally:
+        resumed.stop()
     assert resumed.exception() is None
     assert resumed.recentProgress[0]["batchId"] == earliest.batch_id + 1
     assert account_state(spark, clone_at) == final
