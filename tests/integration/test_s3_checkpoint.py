@@ -27,6 +27,9 @@ def s3a(stack, spark):  # noqa: ANN001, ANN201
     """The shared session's S3A settings pointed at the primary S3 region (set before a
     query starts, they reach its state stores)."""
     hadoop = spark.sparkContext._jsc.hadoopConfiguration()  # noqa: SLF001
+    # Hadoop caches one S3AFileSystem per bucket with the settings it was first made with:
+    # the stack's two regions share the bucket name, so a cached one may point at the other.
+    hadoop.set("fs.s3a.impl.disable.cache", "true")
     for key, value in stack.s3a_conf("primary").items():
         hadoop.set(key.removeprefix("spark.hadoop."), value)
     return f"s3a://{stack.s3['primary']['bucket']}/tests/{uuid.uuid4().hex[:10]}"
