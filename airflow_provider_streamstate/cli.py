@@ -134,6 +134,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="accept a checkpoint of another query (a clone, a fresh start) as a new line of this stream's history",
     )
     create.add_argument("--spark-version", default=None, help="the stream's Spark version, recorded in the manifest")
+    create.add_argument(
+        "--kafka-bootstrap", metavar="HOST:PORT",
+        help="the cluster the stream reads: record the last record each partition's batch consumed "
+        "(Kafka anchors), which `streamstate failover` needs to resume exactly on a mirrored cluster",
+    )
     _parallelism(create)
     lst = snap_cmds.add_parser("list", help="list a stream's snapshots, oldest first, with their timelines")
     _common(lst)
@@ -216,7 +221,7 @@ def cmd_snapshot_create(args: argparse.Namespace) -> int:
     result = create_snapshot(
         args.checkpoint, _store(args), args.stream, batch_id=args.batch, labels=labels,
         parallelism=args.parallelism, progress=_progress(args), always=args.always,
-        new_timeline=args.new_timeline, spark_version=args.spark_version,
+        new_timeline=args.new_timeline, spark_version=args.spark_version, kafka_bootstrap=args.kafka_bootstrap,
     )
     r = result.to_json()
     if result.reused:
@@ -406,7 +411,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 # `register(commands) -> {(command, subcommand or None): handler}`; it adds its parsers to
 # `commands` (subcommands with dest="subcommand") and may use this module's helpers
 # (`_common`, `_parallelism`, `_out`, `_store`...).
-COMMAND_MODULES: tuple[str, ...] = ("airflow_provider_streamstate.cli_retention", "airflow_provider_streamstate.cli_gc", "airflow_provider_streamstate.cli_clone", "airflow_provider_streamstate.cli_replicate", "airflow_provider_streamstate.cli_state")
+COMMAND_MODULES: tuple[str, ...] = ("airflow_provider_streamstate.cli_retention", "airflow_provider_streamstate.cli_gc", "airflow_provider_streamstate.cli_clone", "airflow_provider_streamstate.cli_replicate", "airflow_provider_streamstate.cli_state", "airflow_provider_streamstate.cli_failover")
 
 COMMANDS: dict[tuple[str, str | None], Callable[[argparse.Namespace], int]] = {
     ("snapshot", "create"): cmd_snapshot_create,

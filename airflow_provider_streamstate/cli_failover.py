@@ -1,0 +1,53 @@
+"""`streamstate failover`: resume a stream in the DR region from a replicated snapshot, its
+Kafka offsets translated exactly for the mirrored cluster (engine/failover.py).
+
+    streamstate failover --store DR_STORE --stream X [SNAPSHOT] --target DIR --kafka-bootstrap DR_BOOTSTRAP
+                         [--topic-map SRC=DST]... [--replication-policy default|identity --source-alias NAME]
+                         [--suite NAME] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def register(commands: Any) -> dict[tuple[str, str | None], Handler]:
+    from airflow_provider_streamstate.cli import _common, _parallelism
+
+    p = commands.add_parser(
+        "failover", help="restore a snapshot for a mirrored Kafka cluster, offsets translated exactly")
+    _common(p)
+    p.add_argument("snapshot_id", nargs="?", default=None, metavar="SNAPSHOT",
+                   help="a snapshot id or `latest` (default: the newest one that translates exactly)")
+    p.add_argument("--target", required=True, help="new or empty directory: the stream's DR checkpoint")
+    p.add_argument("--kafka-bootstrap", required=True, metavar="HOST:PORT", help="the DR Kafka cluster")
+    p.add_argument("--topic-map", action="append", default=[], metavar="SRC=DST",
+                   help="the DR name of a primary topic (repeatable); overrides the replication policy")
+    p.add_argument("--replication-policy", choices=("default", "identity"), default="default",
+                   help="the mirror's naming: default `<source alias>.<topic>`, identity the same name")
+    p.add_argument("--source-alias", default="primary",
+                   help="the primary cluster's alias in MirrorMaker 2 (default: primary)")
+    p.add_argument("--suite", default=None, help="only snapshots that passed this validation suite")
+    _parallelism(p)
+    return {("failover", None): cmd_failover}
+
+
+def cmd_failover(args: argparse.Namespace) -> int:
+    from airflow_provider_streamstate.cli import EXIT_OK, _out, _store
+    from airflow_provider_streamstate.engine.failover import TopicMap, failover
+
+    topic_map = TopicMap.parse(args.topic_map, args.replication_policy, args.source_alias)
+    r = failover(_store(args), args.stream, args.target, args.kafka_bootstrap, snapshot=args.snapshot_id,
+                 topic_map=topic_map, suite=args.suite, parallelism=args.parallelism)
+    lines = [f"failed over {r.stream} to {r.target}: snapshot {r.snapshot_id} (batch {r.batch_id}); "
+             f"the stream resumes with batch {r.batch_id + 1}, {r.events_behind} record(s) to catch up"]
+    for p in r.translated:
+        lines.append(f"  {p.topic}[{p.partition}] {p.primary_offset} -> {p.dr_topic}[{p.partition}] {p.dr_offset}")
+    for sid, reason in r.skipped_snapshots:
+        lines.append(f"  skipped {sid}: {reason}")
+    _out(args, r.to_json(), "\n".join(lines))
+    return EXIT_OK
