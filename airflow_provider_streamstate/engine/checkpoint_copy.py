@@ -24,26 +24,11 @@ from airflow_provider_streamstate.engine.stores.base import SnapshotStore, blob_
 MAX_COPY_OBJECT_BYTES = 5 * 1024**3  # larger objects need UploadPartCopy; stream them instead
 
 
-def _identity(client: Any) -> tuple[str, str] | None:
-    """(endpoint URL, access key) of a boto3 client, or None when it cannot be told."""
-    try:
-        creds = client._request_signer._credentials  # noqa: SLF001 - botocore keeps them here
-        access_key = creds.get_frozen_credentials().access_key if creds is not None else ""
-        return str(client.meta.endpoint_url), str(access_key)
-    except AttributeError:
-        return None
-
-
 def server_side_possible(fs: Any, store: SnapshotStore) -> bool:
     """The checkpoint and the store are on one S3 endpoint with one set of credentials."""
-    from airflow_provider_streamstate.engine.stores.s3 import S3Store
+    from airflow_provider_streamstate.engine.stores.s3 import S3Store, same_s3_account
 
-    if not isinstance(fs, S3CheckpointFS) or not isinstance(store, S3Store):
-        return False
-    if fs.client is store.client:
-        return True
-    a, b = _identity(fs.client), _identity(store.client)
-    return a is not None and a == b
+    return isinstance(fs, S3CheckpointFS) and isinstance(store, S3Store) and same_s3_account(fs.client, store.client)
 
 
 def copy_into_store(fs: S3CheckpointFS, store: Any, rel: str, etag: str | None, digest: str, size: int) -> int:

@@ -252,26 +252,13 @@ def _checked_id(spec: str) -> str:
 # --- copying blobs ------------------------------------------------------------------------
 
 
-def _client_identity(client: Any) -> tuple[str, str] | None:
-    """(endpoint URL, access key) of a boto3 client, or None when it cannot be told."""
-    try:
-        creds = client._request_signer._credentials  # noqa: SLF001 - botocore keeps them here
-        access_key = creds.get_frozen_credentials().access_key if creds is not None else ""
-        return str(client.meta.endpoint_url), str(access_key)
-    except AttributeError:
-        return None
-
-
 def same_s3_account(source: SnapshotStore, destination: SnapshotStore) -> bool:
     """Both stores are S3 on the same endpoint with the same credentials: CopyObject works."""
     from airflow_provider_streamstate.engine.stores.s3 import S3Store
+    from airflow_provider_streamstate.engine.stores.s3 import same_s3_account as same_clients
 
-    if not isinstance(source, S3Store) or not isinstance(destination, S3Store):
-        return False
-    if source.client is destination.client:
-        return True
-    a, b = _client_identity(source.client), _client_identity(destination.client)
-    return a is not None and a == b
+    return isinstance(source, S3Store) and isinstance(destination, S3Store) \
+        and same_clients(source.client, destination.client)
 
 
 class _ServerSide:

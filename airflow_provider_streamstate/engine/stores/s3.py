@@ -453,3 +453,21 @@ class S3Store(SnapshotStore):
             except ClientError as exc:
                 if code(exc) != "NoSuchUpload":
                     raise
+
+
+def same_s3_account(a: Any, b: Any) -> bool:
+    """Two boto3 clients reach the same endpoint with the same credentials, so CopyObject
+    between their buckets works (no bytes through this host)."""
+    if a is b:
+        return True
+
+    def identity(client: Any) -> tuple[str, str] | None:
+        try:
+            creds = client._request_signer._credentials  # noqa: SLF001 - botocore keeps them here
+            access_key = creds.get_frozen_credentials().access_key if creds is not None else ""
+            return str(client.meta.endpoint_url), str(access_key)
+        except AttributeError:
+            return None
+
+    ia, ib = identity(a), identity(b)
+    return ia is not None and ia == ib
