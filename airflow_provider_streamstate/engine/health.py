@@ -69,7 +69,7 @@ class ProgressCheck:
         }
 
 
-def _newest_commit(root: Path) -> tuple[int | None, datetime | None]:
+def newest_commit(root: Path) -> tuple[int | None, datetime | None]:
     """The newest committed batch and when its commit was written; (None, None) when the
     checkpoint does not exist yet or has no committed batch."""
     try:
@@ -125,7 +125,7 @@ def check_progress(checkpoint: str, *, after_batch: int | None = None, freshness
     if freshness_s is not None and not freshness_s > 0:
         raise UsageError(f"freshness must be a positive duration, not {freshness_s!r} seconds")
     root = local_checkpoint_path(checkpoint)
-    batch, progress_at = _newest_commit(root)
+    batch, progress_at = newest_commit(root)
     st = launcher.status(root)
     now = datetime.now(UTC)
     beat = st.heartbeat

@@ -43,7 +43,7 @@ from typing import Any, Literal
 from airflow_provider_streamstate.engine import launcher
 from airflow_provider_streamstate.engine.cancel import check_cancelled
 from airflow_provider_streamstate.engine.errors import StreamstateError, UsageError
-from airflow_provider_streamstate.engine.health import FAILED, READY, check_lag, check_progress
+from airflow_provider_streamstate.engine.health import FAILED, READY, check_lag, check_progress, newest_commit
 from airflow_provider_streamstate.engine.kafka import PartitionOffsets
 from airflow_provider_streamstate.engine.stores.base import SnapshotStore
 
@@ -362,14 +362,7 @@ def _logs_kept(root: Path) -> Iterator[None]:
 
 
 def _newest_batch(root: Path) -> int | None:
-    from airflow_provider_streamstate.engine.checkpoint import CheckpointReader
-    from airflow_provider_streamstate.engine.errors import NotFoundError
-
-    try:
-        committed = CheckpointReader(str(root)).committed_batches()
-    except NotFoundError:
-        return None
-    return committed[-1] if committed else None
+    return newest_commit(root)[0]
 
 
 def _started_at(st: launcher.StreamStatus) -> datetime:
