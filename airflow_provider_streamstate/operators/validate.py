@@ -7,19 +7,17 @@ never when the DAG is parsed."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import cached_property
 from typing import Any
 
-from airflow.sdk import BaseOperator, Context
+from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
-from airflow_provider_streamstate.spec import StreamSpec
-from airflow_provider_streamstate.task_errors import CancellableTask, engine_errors
+from airflow_provider_streamstate.operators.snapshot import _StreamTask
 
 
-class StateTask(CancellableTask, BaseOperator):
-    """What the state operators share: the stream, its store, and which state to read.
+class StateTask(_StreamTask):
+    """What the state operators share: the stream, its store (from the snapshot operators'
+    base), and which state to read.
 
     :param stream: the stream, a `StreamSpec` or its `to_dict()`.
     :param operator: the stateful operator's id or name (default 0).
@@ -29,24 +27,13 @@ class StateTask(CancellableTask, BaseOperator):
     """
 
     def __init__(
-        self, *, stream: StreamSpec | dict[str, Any], operator: int | str | None = None, store_name: str | None = None,
-        join_side: str | None = None, parallelism: int = 8, **kwargs: Any,
+        self, *, operator: int | str | None = None, store_name: str | None = None, join_side: str | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.stream = stream
         self.operator = operator
         self.store_name = store_name
         self.join_side = join_side
-        self.parallelism = parallelism
-
-    @cached_property
-    def spec(self) -> StreamSpec:
-        with engine_errors():
-            return StreamSpec.from_value(self.stream)
-
-    @cached_property
-    def hook(self) -> StreamstateStoreHook:
-        return StreamstateStoreHook(self.spec.store, aws_conn_id=self.spec.aws_conn_id, parallelism=self.parallelism)
 
     def selector(self) -> Any:
         from airflow_provider_streamstate.engine.state import StateSelector
