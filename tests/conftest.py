@@ -67,6 +67,24 @@ def spark(stack: stack_mod.Stack):  # noqa: ANN201 - pyspark is imported lazily
     session.stop()
 
 
+@pytest.fixture(autouse=True)
+def _spark_conf_restored(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that changes the shared session's conf (`use_state_store`, batches to retain...)
+    leaves it as it found it: a later test's query must not inherit, say, a 5-batch log."""
+    if "spark" not in request.fixturenames:
+        yield
+        return
+    session = request.getfixturevalue("spark")
+    before = dict(session.conf.getAll)
+    yield
+    after = dict(session.conf.getAll)
+    for key in after.keys() - before.keys():
+        session.conf.unset(key)
+    for key, value in before.items():
+        if after.get(key) != value:
+            session.conf.set(key, value)
+
+
 @pytest.fixture
 def topic(stack: stack_mod.Stack) -> str:
     """A fresh 3-partition topic name for one test."""

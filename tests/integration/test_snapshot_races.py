@@ -32,7 +32,6 @@ def running_stream(stack, spark, topic: str, checkpoint: str, seed: int, max_off
     finally:
         producer.join()
         query.stop()
-        spark.conf.set("spark.sql.streaming.minBatchesToRetain", "100")
 
 
 @pytest.mark.parametrize("state_store", ["hdfs", "rocksdb-changelog"])
