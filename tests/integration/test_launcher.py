@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -97,7 +98,10 @@ def test_a_stream_launched_by_a_process_that_exits_runs_refuses_a_second_copy_an
     assert not is_running(checkpoint)
     assert launcher.status(checkpoint).process_alive is False
     log = Path(handle.log).read_text()
-    assert "streamstate: stopping: signal SIGTERM" in log and "streamstate: stopping query" in log
+    # Two graceful paths race: the driver polls the stop request stop() writes first, and
+    # gets the SIGTERM sent right after; whichever it sees first, it stops its query.
+    assert re.search(r"streamstate: stopping: (signal SIGTERM|stop requested by )", log), log[-2000:]
+    assert "streamstate: stopping query" in log
     assert "Traceback" not in log and "Py4J" not in log
 
     assert launcher.stop(handle, timeout_s=5).outcome == "not-running"  # idempotent
