@@ -52,7 +52,12 @@ class SnapshotStreamOperator(_StreamTask):
     batch the newest snapshot already holds is that snapshot). Returns `{"snapshot_id",
     "stream", "batch_id", "timeline", "reused", "store", "files", "bytes_total",
     "bytes_uploaded", "blobs_uploaded", "files_hashed", "bytes_hashed", "parent",
-    "kafka_offsets", "watermark_ms", "state_store", "attempts", "blobs_missing", "seconds"}`.
+    "kafka_offsets", "watermark_ms", "state_store", "attempts", "blobs_missing",
+    "anchored_partitions", "anchor_problems", "seconds"}`.
+
+    When the stream spec names its Kafka connection (`kafka_conn_id`), the snapshot records
+    per partition the last record its batch consumed (Kafka anchors), which failover to a
+    mirrored DR cluster needs; an unreachable cluster costs the anchors, not the snapshot.
 
     :param stream: the stream (a StreamSpec or its dict). (templated)
     :param batch_id: committed batch to cut at; default the newest. (templated)
@@ -76,12 +81,19 @@ class SnapshotStreamOperator(_StreamTask):
 
         spec = self.spec
         self.log.info("snapshot of stream %s from %s into %s", spec.name, spec.checkpoint, spec.store)
+        kafka: dict[str, Any] = {}
+        if spec.kafka_conn_id:
+            from airflow_provider_streamstate.hooks.kafka import StreamKafkaHook
+
+            with engine_errors():
+                kafka = StreamKafkaHook(kafka_config_id=spec.kafka_conn_id).client_config()
         with self.cancellable():
             result = create_snapshot(
                 spec.checkpoint, self.hook.store, spec.name,
                 batch_id=None if self.batch_id in (None, "") else int(self.batch_id),
                 labels=dict(self.labels or {}), parallelism=self.parallelism, spark_version=spec.spark_version,
                 always=self.always, checkpoint_s3_client=self.checkpoint_client(spec.checkpoint),
+                kafka_bootstrap=kafka.pop("bootstrap.servers", None), kafka_config=kafka or None,
             )
         out = result.to_json()
         self.log.info(

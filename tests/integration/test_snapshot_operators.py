@@ -37,8 +37,10 @@ def checkpoint(stack, spark, tmp_path_factory) -> str:
 def stream(stack, checkpoint, monkeypatch) -> StreamSpec:
     for key, value in stack.airflow_conn_env("primary", "s3_primary").items():
         monkeypatch.setenv(key, value)
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_OPS", json.dumps(
+        {"conn_type": "kafka", "extra": {"bootstrap.servers": stack.kafka_bootstrap}}))
     return StreamSpec(name="ops", checkpoint=checkpoint, store=f"s3://streamstate/ops-{uuid.uuid4().hex[:8]}",
-                      aws_conn_id="s3_primary")
+                      aws_conn_id="s3_primary", kafka_conn_id="kafka_ops")
 
 
 def test_snapshot_verify_and_restore_run_as_tasks(run_dag, stream, spark, tmp_path) -> None:
@@ -47,6 +49,8 @@ def test_snapshot_verify_and_restore_run_as_tasks(run_dag, stream, spark, tmp_pa
     assert result.state == "success", result.log[-3000:]
     snap, verify, restore = (result.tasks[t].xcom for t in ("snapshot", "verify", "restore"))
     assert len(json.dumps(snap)) < 2000 and snap["bytes_uploaded"] > 0 and not snap["reused"]
+    # The spec names the stream's Kafka connection: the failover anchors are recorded.
+    assert snap["anchored_partitions"] == 3 and snap["anchor_problems"] == []
     assert verify["ok"] and verify["snapshots"] == 1
     assert restore["snapshot_id"] == snap["snapshot_id"] and restore["clone"]
     batch = snap["batch_id"]
