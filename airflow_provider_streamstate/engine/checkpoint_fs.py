@@ -73,7 +73,12 @@ def parse_s3_location(location: str) -> tuple[str, str]:
     from airflow_provider_streamstate.engine.stores import parse_s3_url
 
     scheme = "s3a://" if location.startswith("s3a://") else "s3://"
-    bucket, prefix = parse_s3_url("s3://" + location[len(scheme):])
+    try:
+        bucket, prefix = parse_s3_url("s3://" + location[len(scheme):])
+    except UsageError as exc:  # worded for stores: name the checkpoint URL as the user wrote it
+        reason = exc.message.split(": ", 1)[-1]
+        raise UsageError(f"invalid checkpoint location {location!r}: {reason}",
+                         hint=f"write it as {scheme}bucket/path/to/checkpoint") from None
     if not prefix:
         raise UsageError(
             f"checkpoint {location!r} is a whole bucket",
