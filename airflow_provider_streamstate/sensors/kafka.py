@@ -21,23 +21,37 @@ class KafkaLagSensor(StreamSensorBase):
     an unreachable cluster fails the try (retried); a topic that vanished fails the task.
 
     :param stream: the stream, a `StreamSpec` or its `to_dict()` (templated).
-    :param max_lag: the largest lag, in records, any partition may have (0: fully caught up).
+    :param max_lag: the largest lag, in records, any partition may have (0: fully caught up);
+        an int, or a template rendering one such as a DAG Param (templated).
     :param kafka_conn_id: the Airflow `kafka` connection of the stream's cluster; defaults
         to the spec's `kafka_conn_id` (templated).
     :param deferrable: wait in the triggerer instead of a worker slot.
     """
 
-    template_fields: tuple[str, ...] = ("stream", "kafka_conn_id")
+    template_fields: tuple[str, ...] = ("stream", "kafka_conn_id", "max_lag")
 
     def __init__(
-        self, *, stream: StreamSpec | dict[str, Any] | str, max_lag: int, kafka_conn_id: str | None = None,
+        self, *, stream: StreamSpec | dict[str, Any] | str, max_lag: int | str, kafka_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(stream=stream, **kwargs)
-        if isinstance(max_lag, bool) or not isinstance(max_lag, int) or max_lag < 0:
-            raise ValueError(f"{self.task_id}: max_lag must be a number of records >= 0, not {max_lag!r}")
+        if not (isinstance(max_lag, str) and "{{" in max_lag):  # a template is checked once rendered
+            if isinstance(max_lag, bool) or not isinstance(max_lag, int) or max_lag < 0:
+                raise ValueError(f"{self.task_id}: max_lag must be a number of records >= 0, not {max_lag!r}")
         self.max_lag = max_lag
         self.kafka_conn_id = kafka_conn_id
+
+    def lag_limit(self) -> int:
+        """`max_lag` as rendered (a template renders text unless the DAG renders native objects)."""
+        value = self.max_lag
+        try:
+            lag = int(value)
+        except (TypeError, ValueError):
+            lag = -1
+        if isinstance(value, bool | float) or lag < 0:
+            raise UsageError(f"max_lag must be a number of records >= 0, not {value!r}",
+                             hint="pass an int or a template that renders one")
+        return lag
 
     def conn_id(self) -> str:
         conn_id = self.kafka_conn_id or self.spec.kafka_conn_id
@@ -50,12 +64,12 @@ class KafkaLagSensor(StreamSensorBase):
         from airflow_provider_streamstate.hooks.kafka import StreamKafkaHook
 
         hook = StreamKafkaHook(kafka_config_id=self.conn_id())
-        return check_lag(self.spec.checkpoint, max_lag=self.max_lag, broker_offsets=hook.broker_offsets)
+        return check_lag(self.spec.checkpoint, max_lag=self.lag_limit(), broker_offsets=hook.broker_offsets)
 
     def describe(self, result: Check) -> str:
         table = result.table() if isinstance(result, LagCheck) and result.partitions else ""
         return super().describe(result) + (f"\n{table}" if table else "")
 
     def trigger(self) -> KafkaLagTrigger:
-        return KafkaLagTrigger(stream=self.spec.to_dict(), max_lag=self.max_lag,
+        return KafkaLagTrigger(stream=self.spec.to_dict(), max_lag=self.lag_limit(),
                                kafka_conn_id=self.conn_id(), poke_interval=self.poke_interval)

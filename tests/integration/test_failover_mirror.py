@@ -178,3 +178,80 @@ def test_a_snapshot_the_mirror_has_not_caught_up_with_is_skipped_for_an_older_on
                        str(other), "--kafka-bootstrap", dr.bootstrap)
     assert out.returncode == 1 and out.stderr.count("\n") == 1, out.stderr
     assert "has not reached" in out.stderr and not Path(other).exists()
+
+
+def sigkill(state_dir: str, part: str) -> None:
+    """The region dies: the part's whole process group, at once, no shutdown."""
+    import os
+    import signal
+
+    pid_file = Path(state_dir) / f"{part}.pid"
+    os.killpg(int(pid_file.read_text()), signal.SIGKILL)
+    pid_file.unlink()
+
+
+@pytest.mark.parametrize("regions", ["default"], indirect=True)
+def test_the_dr_failover_dag_resumes_the_stream_in_dr_after_the_primary_region_dies(
+    regions, spark, tmp_path, run_dag, monkeypatch
+) -> None:
+    from types import SimpleNamespace
+
+    from airflow_provider_streamstate.engine import launcher
+    from airflow_provider_streamstate.engine.replicate import replicate
+    from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
+    from tests.streams import consumed_records, example_stream_spec, wait_for
+
+    primary, dr = regions
+    for key, value in primary.airflow_conn_env("dr", "s3_dr_region").items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", json.dumps({"conn_type": "spark", "host": "local[1]"}))
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DR", json.dumps(
+        {"conn_type": "kafka", "extra": {"bootstrap.servers": dr.bootstrap}}))
+    use_state_store(spark, "hdfs")
+    topic = f"t-{uuid.uuid4().hex[:10]}"
+    ensure_topic(primary.kafka_bootstrap, topic, partitions=3)
+    first = GeneratorSpec(seed=73, accounts=10, events=300, duplicate_rate=0.05)
+    second, third = first.next_round(150), first.next_round(150).next_round(150)
+
+    # The primary region: the stream ran, its snapshot (with anchors) was replicated to the DR store.
+    produce_transactionally(primary.kafka_bootstrap, topic, first)
+    primary_ckpt = str(tmp_path / "primary" / "orders")
+    run_to_end(spark, primary.kafka_bootstrap, topic, primary_ckpt)
+    primary_store = LocalStore(tmp_path / "primary" / "store", fsync=False)
+    snap = create_snapshot(primary_ckpt, primary_store, "orders", kafka_bootstrap=primary.kafka_bootstrap)
+    dr_store_url = f"s3://streamstate/dr-{uuid.uuid4().hex[:8]}"
+    dr_store = StreamstateStoreHook(dr_store_url, aws_conn_id="s3_dr_region").store
+    replicate(primary_store, dr_store, "orders")
+    # More input after the last snapshot: mirrored, then the primary region dies.
+    produce_transactionally(primary.kafka_bootstrap, topic, second)
+    mirrored = sum(1 for spec in (first, second) for _ in messages(spec))
+    wait_mirrored(dr, topic, mirrored)
+    sigkill(str(primary.state_dir), "kafka")
+    sigkill(str(primary.state_dir), "s3-primary")
+
+    in_dr = SimpleNamespace(kafka_bootstrap=dr.bootstrap, spark_jars=primary.spark_jars)
+    dr_spec = example_stream_spec(in_dr, dr.dr_topic(topic), tmp_path / "dr").derive(
+        store=dr_store_url, aws_conn_id="s3_dr_region", kafka_conn_id="kafka_dr")
+    primary_spec = dr_spec.derive(checkpoint=primary_ckpt, store=f"file://{tmp_path / 'primary' / 'store'}",
+                                  aws_conn_id=None, kafka_conn_id=None)
+    try:
+        result = run_dag("streamstate_dr_failover", {
+            "stream": dr_spec.to_dict(), "primary": primary_spec.to_dict(), "replication_policy": dr.policy,
+            "source_alias": dr.source_alias, "max_lag": 0,
+        })
+        assert result.state == "success", result.log[-4000:]
+        restored, report = result.tasks["failover"].xcom, result.tasks["report"].xcom
+        assert restored["snapshot_id"] == snap.manifest.snapshot_id
+        assert restored["events_behind"] == sum(1 for _ in messages(second))
+        assert result.tasks["fence_primary"].xcom["outcome"] == "not-running"
+        assert report["resumed_after_batch"] == snap.manifest.batch_id
+        assert 0 < report["rto_first_batch_s"] <= report["rto_caught_up_s"]
+        print("\n".join(report["lines"]))
+
+        # The DR cluster is the source now: new input goes there, and the stream reads it once.
+        produce_transactionally(dr.bootstrap, dr.dr_topic(topic), third)
+        end = sum(end_offsets(dr.bootstrap, dr.dr_topic(topic), 3).values())
+        wait_for(lambda: consumed_records(dr_spec.checkpoint) == end, timeout=180, what="the DR stream to read all")
+    finally:
+        launcher.stop(dr_spec.checkpoint, timeout_s=60)
+    assert account_state(spark, dr_spec.checkpoint) == expected_aggregates([first, second, third])

@@ -1,0 +1,148 @@
+"""Operators of a disaster-recovery failover: fence the primary stream, then restore the
+stream in the DR region with its Kafka offsets translated for the mirrored cluster
+(`engine.failover`). Thin over the engine; each returns a small JSON summary for XCom."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_provider_streamstate.engine.errors import StreamstateError, UsageError
+from airflow_provider_streamstate.operators.snapshot import _StreamTask
+from airflow_provider_streamstate.spec import StreamSpec
+from airflow_provider_streamstate.task_errors import engine_errors
+
+
+def _flag(value: Any) -> bool:
+    """A boolean Param as rendered: a bool, or its text when templates render strings."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes")
+    return bool(value)
+
+
+class FencePrimaryStreamOperator(BaseOperator):
+    """Make sure the primary copy of a stream no longer runs before another copy starts:
+    two live copies would double every output. A reachable primary is stopped (graceful,
+    then killed after `timeout` seconds when its driver runs on this host). When its state
+    cannot be known (its checkpoint or host is gone with the region), the task fails unless
+    `force` says the operator fenced it by other means. Returns `{"stream", "fenced",
+    "outcome", "detail"}`.
+
+    :param stream: the primary stream, a StreamSpec or its dict; empty when unknown. (templated)
+    :param force: go on when the primary's state cannot be known. (templated)
+    :param timeout: seconds a graceful stop may take before the kill.
+    """
+
+    template_fields: Sequence[str] = ("stream", "force")
+
+    def __init__(self, *, stream: StreamSpec | dict[str, Any] | str | None, force: bool | str = False,
+                 timeout: float = 120.0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.stream = stream
+        self.force = force
+        self.timeout = timeout
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_provider_streamstate.engine import launcher
+
+        force = _flag(self.force)
+        if not self.stream:
+            if not force:
+                raise AirflowFailException(
+                    "no primary stream given, so whether it still runs is unknown; give its spec, or set force "
+                    "once it is fenced by other means")
+            self.log.warning("no primary stream given; going on (force)")
+            return {"stream": None, "fenced": False, "outcome": "unknown", "detail": "no primary stream given"}
+        with engine_errors():
+            spec = StreamSpec.from_value(self.stream)
+        try:
+            result = launcher.stop(spec.checkpoint, timeout_s=float(self.timeout), requested_by=f"task {self.task_id}")
+        except (StreamstateError, OSError) as exc:
+            reason = exc.one_line() if isinstance(exc, StreamstateError) else f"{type(exc).__name__}: {exc}"
+            if not force:
+                raise AirflowFailException(
+                    f"cannot tell whether primary stream {spec.name} still runs ({reason}); fence it by other "
+                    "means (stop its cluster, revoke its sink credentials), then re-run with force") from exc
+            self.log.warning("primary stream %s: state unknown (%s); going on (force)", spec.name, reason)
+            return {"stream": spec.name, "fenced": False, "outcome": "unknown", "detail": reason}
+        self.log.info("primary stream %s: %s (state %s)", spec.name, result.outcome, result.state)
+        return {"stream": spec.name, "fenced": True, "outcome": result.outcome, "detail": result.state}
+
+
+class FailoverStreamOperator(_StreamTask):
+    """Restore a stream from its DR store into its DR checkpoint, with every Kafka topic and
+    offset the checkpoint names translated for the mirrored DR cluster, so the same
+    application started there resumes with the next batch: nothing read twice, nothing
+    skipped (engine.failover). The snapshot is the given one, else the newest on the
+    current timeline that translates exactly (and passed `suite`, when given). Nothing is
+    written to the target unless all of it succeeded. Returns `{"stream", "snapshot_id",
+    "batch_id", "target", "translated", "skipped_snapshots", "events_behind", "rewritten",
+    "seconds_choose", "seconds_restore", "seconds_rewrite"}`.
+
+    :param stream: the stream as it runs in DR: its checkpoint is the (new or empty) target,
+        its store the DR store, its `kafka_conn_id` the DR cluster. (templated)
+    :param snapshot: a snapshot id or `latest`; default the newest that translates. (templated)
+    :param topic_map: DR topic names, as `{"SRC": "DST"}` or a list of `SRC=DST`; they win
+        over the replication policy. (templated)
+    :param replication_policy: the mirror's naming: `default` (`<source alias>.<topic>`) or
+        `identity`. (templated)
+    :param source_alias: the primary cluster's alias in MirrorMaker 2. (templated)
+    :param suite: only snapshots that passed this validation suite. (templated)
+    :param kafka_conn_id: the DR cluster's Airflow `kafka` connection; default the spec's.
+        (templated)
+    :param parallelism: concurrent file transfers.
+    """
+
+    template_fields: Sequence[str] = ("stream", "snapshot", "topic_map", "replication_policy", "source_alias",
+                                      "suite", "kafka_conn_id")
+
+    def __init__(
+        self, *, snapshot: str | None = None, topic_map: dict[str, str] | list[str] | None = None,
+        replication_policy: str = "default", source_alias: str = "primary", suite: str | None = None,
+        kafka_conn_id: str | None = None, **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.snapshot = snapshot
+        self.topic_map = topic_map
+        self.replication_policy = replication_policy
+        self.source_alias = source_alias
+        self.suite = suite
+        self.kafka_conn_id = kafka_conn_id
+
+    def _topic_map(self) -> Any:
+        from airflow_provider_streamstate.engine.failover import TopicMap
+
+        items = self.topic_map or []
+        if isinstance(items, dict):
+            items = [f"{k}={v}" for k, v in items.items()]
+        return TopicMap.parse(list(items), self.replication_policy or "default", self.source_alias or "")
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_provider_streamstate.engine.failover import failover
+        from airflow_provider_streamstate.hooks.kafka import StreamKafkaHook
+
+        spec = self.spec
+        with engine_errors():
+            conn_id = self.kafka_conn_id or spec.kafka_conn_id
+            if not conn_id:
+                raise UsageError(f"stream {spec.name} names no DR Kafka connection",
+                                 hint="pass kafka_conn_id= or set the stream spec's kafka_conn_id")
+            config = StreamKafkaHook(kafka_config_id=conn_id).client_config()
+            topic_map = self._topic_map()
+        bootstrap = str(config.pop("bootstrap.servers"))
+        self.log.info("failover of %s from %s into %s for %s", spec.name, spec.store, spec.checkpoint, bootstrap)
+        with self.cancellable():
+            result = failover(
+                self.hook.store, spec.name, spec.checkpoint, bootstrap,
+                snapshot=self.snapshot or None, topic_map=topic_map, suite=self.suite or None,
+                kafka_config=config or None, parallelism=self.parallelism,
+            )
+        out = result.to_json()
+        for skipped in out["skipped_snapshots"]:
+            self.log.info("skipped %s: %s", skipped["snapshot_id"], skipped["reason"])
+        self.log.info("restored %s (batch %s) for DR; %s record(s) to catch up", out["snapshot_id"], out["batch_id"],
+                      out["events_behind"])
+        return out
