@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from airflow_provider_streamstate.engine.errors import StreamstateError, UsageError
@@ -178,13 +179,18 @@ def delete_topics(kafka_config: Mapping[str, Any], topics: list[str], *, timeout
 
 def expire_clone(
     store: SnapshotStore, rec: CloneRecord, *, kafka_config: Mapping[str, Any] | None = None,
-    dry_run: bool = False, stop_timeout_s: float = 120.0,
+    dry_run: bool = False, stop_timeout_s: float = 120.0, s3_client: Any = None,
 ) -> CloneExpiry:
-    """Tear one clone down (see the module docstring)."""
+    """Tear one clone down (see the module docstring). A clone whose checkpoint is in S3
+    (`s3a://`) is not run by the launcher here: its objects are deleted (with `s3_client`,
+    else the AWS environment's), nothing is stopped."""
     from airflow_provider_streamstate.engine import launcher
     from airflow_provider_streamstate.engine.retention import delete_snapshots
 
     notes: list[str] = []
+    s3 = s3_checkpoint(rec.checkpoint, s3_client)
+    if s3 is not None:
+        return _expire_s3_clone(store, rec, s3, kafka_config=kafka_config, dry_run=dry_run)
     root = launcher.local_checkpoint(rec.checkpoint)
     label = launcher.read_clone_label(root)
     ours = label is not None and label.clone == rec.clone and label.source_stream == rec.source_stream
@@ -219,6 +225,7 @@ def expire_clones(
     store: SnapshotStore, *, source_stream: str | None = None, names: list[str] | None = None,
     force: bool = False, now: float | None = None, dry_run: bool = False,
     kafka_config: Callable[[CloneRecord], Mapping[str, Any] | None] | None = None, stop_timeout_s: float = 120.0,
+    s3_client: Any = None,
 ) -> ExpiryResult:
     """Expire every recorded clone past its expiry (or, with `force`, the ones in `names`
     whatever their expiry). `kafka_config(record)` gives the Kafka client configuration for
@@ -234,8 +241,95 @@ def expire_clones(
     due = [r for r in records if (force and names) or r.expired(now)]
     done = tuple(
         expire_clone(store, r, kafka_config=kafka_config(r) if kafka_config and r.delete_topics else None,
-                     dry_run=dry_run, stop_timeout_s=stop_timeout_s)
+                     dry_run=dry_run, stop_timeout_s=stop_timeout_s,
+                     s3_client=s3_client if s3_client is not None else getattr(store, "client", None))
         for r in due
     )
     return ExpiryResult(store.url, dry_run, done, len(records) - len(due), time.monotonic() - started)
 
+
+
+# A clone's checkpoint in S3 (`s3a://`): its label and lineage are objects beside the
+# checkpoint's files, read and written with the checkpoint's S3 client.
+
+
+def s3_checkpoint(location: str, s3_client: Any = None) -> Any:
+    """The S3CheckpointFS of an `s3a://`/`s3://` location, or None for a local one."""
+    from airflow_provider_streamstate.engine.checkpoint_fs import is_s3_location, open_checkpoint_fs
+
+    return open_checkpoint_fs(location, s3_client=s3_client) if is_s3_location(location) else None
+
+
+def read_clone_label_s3(fs: Any) -> Any:
+    """The clone label of an S3 checkpoint, or None (not a clone, or unreadable)."""
+    from airflow_provider_streamstate.engine.launcher import CLONE_FILE, CloneLabel
+
+    data = fs.get_text(CLONE_FILE)
+    try:
+        return None if data is None else CloneLabel.from_json(data)
+    except (ValueError, TypeError, UsageError):
+        return None
+
+
+def write_clone_label_s3(fs: Any, label: Any) -> None:
+    from airflow_provider_streamstate.engine.launcher import CLONE_FILE
+
+    with fs.errors(f"write {CLONE_FILE}"):
+        fs.client.put_object(Bucket=fs.bucket, Key=fs.key(CLONE_FILE), Body=label.to_json())
+
+
+def read_lineage_s3(fs: Any) -> Any:
+    """The lineage of an S3 checkpoint, parsed as locally, or None."""
+    import tempfile
+
+    from airflow_provider_streamstate.engine.timeline import LINEAGE_FILE, read_lineage
+
+    data = fs.get_text(LINEAGE_FILE)
+    if data is None:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / LINEAGE_FILE).parent.mkdir(parents=True, exist_ok=True)
+        (Path(tmp) / LINEAGE_FILE).write_bytes(data)
+        return read_lineage(Path(tmp))
+
+
+def delete_s3_checkpoint(fs: Any) -> int:
+    """Delete every object below the checkpoint's prefix; how many were deleted."""
+    n = 0
+    with fs.errors("delete the checkpoint"):
+        pages = fs.client.get_paginator("list_objects_v2").paginate(Bucket=fs.bucket, Prefix=fs.prefix + "/")
+        for page in pages:
+            keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+            if keys:
+                fs.client.delete_objects(Bucket=fs.bucket, Delete={"Objects": keys, "Quiet": True})
+                n += len(keys)
+    return n
+
+
+def _expire_s3_clone(store: SnapshotStore, rec: CloneRecord, fs: Any, *, kafka_config: Mapping[str, Any] | None,
+                     dry_run: bool) -> CloneExpiry:
+    from airflow_provider_streamstate.engine.retention import delete_snapshots
+
+    notes: list[str] = []
+    label = read_clone_label_s3(fs)
+    ours = label is not None and label.clone == rec.clone and label.source_stream == rec.source_stream
+    present = fs.exists()
+    if present and not ours:
+        notes.append(f"checkpoint {fs.location} is not labelled as clone {rec.clone}: not deleted")
+    ids = store.list_snapshot_ids(rec.clone)
+    if rec.delete_topics and kafka_config is None:
+        raise UsageError(
+            f"clone {rec.clone} asked for its topics {', '.join(rec.delete_topics)} to be deleted, "
+            "but no Kafka cluster was given",
+            hint=f"give the cluster (--kafka-bootstrap, or the Airflow connection {rec.kafka_conn_id or 'kafka_conn_id'})",
+        )
+    if dry_run:
+        return CloneExpiry(rec.clone, rec.source_stream, rec.expires_at, "-", ours and present, len(ids),
+                           list(rec.delete_topics), notes)
+    deleted = bool(ours and present and delete_s3_checkpoint(fs))
+    delete_snapshots(store, rec.clone, ids)
+    topics = delete_topics(kafka_config or {}, list(rec.delete_topics))
+    store.delete_record(clone_record_key(rec.source_stream, rec.clone))
+    log.info("clone %s of %s expired (%s): checkpoint %s deleted %s, %d snapshots, topics %s",
+             rec.clone, rec.source_stream, rec.expires_at, fs.location, deleted, len(ids), topics)
+    return CloneExpiry(rec.clone, rec.source_stream, rec.expires_at, "-", deleted, len(ids), topics, notes)

@@ -332,8 +332,34 @@ class CloneStreamOperator(_StreamControl):
                      snapshot_id=label.snapshot_id, expires_at=label.expires_at, sinks=clone.sinks,
                      delete_sinks=self.delete_sinks_on_expiry, kafka_conn_id=clone.kafka_conn_id)
 
+    def _s3_checkpoint(self, spec: StreamSpec, clone: StreamSpec) -> Any:
+        """The clone's S3 checkpoint (`s3a://`), through the spec's aws connection, else the
+        store's client, else the AWS environment; None for a local checkpoint. The launcher
+        runs streams on local checkpoints only: an S3 clone is restored, not started here."""
+        from airflow_provider_streamstate.engine import clones
+        from airflow_provider_streamstate.engine.checkpoint_fs import is_s3_location
+
+        if not is_s3_location(clone.checkpoint):
+            return None
+        if self.start:
+            raise UsageError(
+                f"clone {clone.name}: its checkpoint {clone.checkpoint} is in S3, and this operator starts "
+                "streams on local checkpoints only",
+                hint="clone with start=False and run the clone with your cluster's scheduler (see docs/deployment.md)",
+            )
+        client = None
+        if spec.aws_conn_id:
+            from airflow_provider_streamstate.hooks.store import s3_client_from_connection
+
+            client = s3_client_from_connection(spec.aws_conn_id, max_connections=self.parallelism * 2)
+        else:
+            from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
+
+            client = getattr(StreamstateStoreHook(spec.store, parallelism=self.parallelism).store, "client", None)
+        return clones.s3_checkpoint(clone.checkpoint, client)
+
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_streamstate.engine import launcher
+        from airflow_provider_streamstate.engine import clones, launcher
         from airflow_provider_streamstate.engine.restore import restore_snapshot
         from airflow_provider_streamstate.engine.timeline import read_lineage
         from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
@@ -343,24 +369,33 @@ class CloneStreamOperator(_StreamControl):
         with self.cancellable():
             ttl_s = _seconds(self.ttl, "ttl")
             startup_s = _seconds(self.startup_timeout, "startup_timeout")
-            root = launcher.local_checkpoint(clone.checkpoint)
-            label = launcher.read_clone_label(root)
-            lineage = read_lineage(root)
+            s3 = self._s3_checkpoint(spec, clone)
+            root = None if s3 is not None else launcher.local_checkpoint(clone.checkpoint)
+
+            def write_label(label: Any) -> None:
+                if s3 is not None:
+                    clones.write_clone_label_s3(s3, label)
+                else:
+                    launcher.write_clone_label(root, label)
+
+            label = clones.read_clone_label_s3(s3) if s3 is not None else launcher.read_clone_label(root)
+            lineage = clones.read_lineage_s3(s3) if s3 is not None else read_lineage(root)
             if label is None and lineage is not None and lineage.stream is None and lineage.source_stream == spec.name \
                     and self.snapshot in ("latest", lineage.snapshot_id):
                 # Restored by an earlier try that died before labelling it.
                 label = _label(clone, spec, lineage.snapshot_id, None, lineage.query_id, ttl_s)
-                launcher.write_clone_label(root, label)
+                write_label(label)
             if label is not None and label.source_stream == spec.name and self.snapshot in ("latest", label.snapshot_id):
                 self.log.info("clone %s of %s (snapshot %s) was restored by an earlier try: reusing it",
                               clone.name, spec.name, label.snapshot_id)
             else:
                 store = StreamstateStoreHook(spec.store, aws_conn_id=spec.aws_conn_id, parallelism=self.parallelism).store
                 restored = restore_snapshot(store, spec.name, self.snapshot, clone.checkpoint, new_query_id=True,
-                                            parallelism=self.parallelism)
+                                            parallelism=self.parallelism,
+                                            s3_client=s3.client if s3 is not None else None)
                 label = _label(clone, spec, restored.manifest.snapshot_id, restored.manifest.batch_id,
                                restored.query_id, ttl_s)
-                launcher.write_clone_label(root, label)
+                write_label(label)
             self._record(spec, clone, label)
             handle = None
             if self.start:
