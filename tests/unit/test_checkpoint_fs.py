@@ -304,3 +304,17 @@ def test_a_restore_onto_s3_that_fails_while_staging_leaves_the_target_untouched_
     for e in m.files:
         assert after[f"failing/orders/{e.path}"] == (root / e.path).read_bytes()
     assert not [k for k in after if "streamstate-restore" in k]
+
+
+@pytest.mark.parametrize(("url", "words"), [
+    ("s3a://B/ckpt", ["invalid checkpoint location 's3a://B/ckpt'", "not a bucket name", "s3a://bucket/path"]),
+    ("s3://bucket/a/../b", ["invalid checkpoint location 's3://bucket/a/../b'", "s3://bucket/path"]),
+    ("s3a://bucket", ["is a whole bucket"]),
+])
+def test_a_malformed_s3_checkpoint_url_is_named_as_the_checkpoint_location(url, words) -> None:
+    from airflow_provider_streamstate.engine.checkpoint_fs import parse_s3_location
+
+    with pytest.raises(UsageError) as err:
+        parse_s3_location(url)
+    line = err.value.one_line()
+    assert all(w in line for w in words) and "store URL" not in line, line
