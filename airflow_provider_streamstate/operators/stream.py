@@ -376,10 +376,14 @@ class CloneStreamOperator(_StreamControl):
                 if s3 is not None:
                     clones.write_clone_label_s3(s3, label)
                 else:
+                    assert root is not None  # a local clone checkpoint
                     launcher.write_clone_label(root, label)
 
-            label = clones.read_clone_label_s3(s3) if s3 is not None else launcher.read_clone_label(root)
-            lineage = clones.read_lineage_s3(s3) if s3 is not None else read_lineage(root)
+            if s3 is not None:
+                label, lineage = clones.read_clone_label_s3(s3), clones.read_lineage_s3(s3)
+            else:
+                assert root is not None
+                label, lineage = launcher.read_clone_label(root), read_lineage(root)
             if label is None and lineage is not None and lineage.stream is None and lineage.source_stream == spec.name \
                     and self.snapshot in ("latest", lineage.snapshot_id):
                 # Restored by an earlier try that died before labelling it.
