@@ -185,8 +185,13 @@ def expire_clone(
     (`s3a://`) is not run by the launcher here: its objects are deleted (with `s3_client`,
     else the AWS environment's), nothing is stopped."""
     from airflow_provider_streamstate.engine import launcher
-    from airflow_provider_streamstate.engine.retention import delete_snapshots
 
+    if rec.delete_topics and kafka_config is None:
+        raise UsageError(
+            f"clone {rec.clone} asked for its topics {', '.join(rec.delete_topics)} to be deleted, "
+            "but no Kafka cluster was given",
+            hint=f"give the cluster (--kafka-bootstrap, or the Airflow connection {rec.kafka_conn_id or 'kafka_conn_id'})",
+        )
     notes: list[str] = []
     s3 = s3_checkpoint(rec.checkpoint, s3_client)
     if s3 is not None:
@@ -197,12 +202,6 @@ def expire_clone(
     if root.exists() and not ours:
         notes.append(f"checkpoint {root} is not labelled as clone {rec.clone}: neither stopped nor deleted")
     ids = store.list_snapshot_ids(rec.clone)
-    if rec.delete_topics and kafka_config is None:
-        raise UsageError(
-            f"clone {rec.clone} asked for its topics {', '.join(rec.delete_topics)} to be deleted, "
-            "but no Kafka cluster was given",
-            hint=f"give the cluster (--kafka-bootstrap, or the Airflow connection {rec.kafka_conn_id or 'kafka_conn_id'})",
-        )
     if dry_run:
         return CloneExpiry(rec.clone, rec.source_stream, rec.expires_at, "would stop" if ours else "-",
                            ours and root.exists(), len(ids), list(rec.delete_topics), notes)
@@ -213,12 +212,22 @@ def expire_clone(
         shutil.rmtree(root)
         deleted_dir = True
     n = len(ids)
-    delete_snapshots(store, rec.clone, ids)
-    topics = delete_topics(kafka_config or {}, list(rec.delete_topics))
-    store.delete_record(clone_record_key(rec.source_stream, rec.clone))
+    topics = _release(store, rec, ids, kafka_config)
     log.info("clone %s of %s expired (%s): stopped %s, checkpoint deleted %s, %d snapshots, topics %s",
              rec.clone, rec.source_stream, rec.expires_at, stopped, deleted_dir, n, topics)
     return CloneExpiry(rec.clone, rec.source_stream, rec.expires_at, stopped, deleted_dir, n, topics, notes)
+
+
+def _release(store: SnapshotStore, rec: CloneRecord, ids: list[str],
+             kafka_config: Mapping[str, Any] | None) -> list[str]:
+    """What every expired clone gives back once its checkpoint is handled: its snapshots
+    (tombstoned), its topics, and last its record. Returns the topics deleted."""
+    from airflow_provider_streamstate.engine.retention import delete_snapshots
+
+    delete_snapshots(store, rec.clone, ids)
+    topics = delete_topics(kafka_config or {}, list(rec.delete_topics))
+    store.delete_record(clone_record_key(rec.source_stream, rec.clone))
+    return topics
 
 
 def expire_clones(
@@ -308,7 +317,6 @@ def delete_s3_checkpoint(fs: Any) -> int:
 
 def _expire_s3_clone(store: SnapshotStore, rec: CloneRecord, fs: Any, *, kafka_config: Mapping[str, Any] | None,
                      dry_run: bool) -> CloneExpiry:
-    from airflow_provider_streamstate.engine.retention import delete_snapshots
 
     notes: list[str] = []
     label = read_clone_label_s3(fs)
@@ -317,19 +325,11 @@ def _expire_s3_clone(store: SnapshotStore, rec: CloneRecord, fs: Any, *, kafka_c
     if present and not ours:
         notes.append(f"checkpoint {fs.location} is not labelled as clone {rec.clone}: not deleted")
     ids = store.list_snapshot_ids(rec.clone)
-    if rec.delete_topics and kafka_config is None:
-        raise UsageError(
-            f"clone {rec.clone} asked for its topics {', '.join(rec.delete_topics)} to be deleted, "
-            "but no Kafka cluster was given",
-            hint=f"give the cluster (--kafka-bootstrap, or the Airflow connection {rec.kafka_conn_id or 'kafka_conn_id'})",
-        )
     if dry_run:
         return CloneExpiry(rec.clone, rec.source_stream, rec.expires_at, "-", ours and present, len(ids),
                            list(rec.delete_topics), notes)
     deleted = bool(ours and present and delete_s3_checkpoint(fs))
-    delete_snapshots(store, rec.clone, ids)
-    topics = delete_topics(kafka_config or {}, list(rec.delete_topics))
-    store.delete_record(clone_record_key(rec.source_stream, rec.clone))
+    topics = _release(store, rec, ids, kafka_config)
     log.info("clone %s of %s expired (%s): checkpoint %s deleted %s, %d snapshots, topics %s",
              rec.clone, rec.source_stream, rec.expires_at, fs.location, deleted, len(ids), topics)
     return CloneExpiry(rec.clone, rec.source_stream, rec.expires_at, "-", deleted, len(ids), topics, notes)
