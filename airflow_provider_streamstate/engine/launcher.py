@@ -459,7 +459,10 @@ def status(checkpoint: str | Path) -> StreamStatus:
     log_path = handle.log if handle else None
 
     if beat is not None and beat.state in ("starting", "running"):
-        state = beat.state if is_running(root) and alive is not False else "dead"
+        if is_running(root) and alive is not False:
+            state = beat.state
+        else:  # a driver that recorded a clean exit stopped its query; the last beat was lost
+            state = "stopped" if driver is not None and driver.exit_code == 0 else "dead"
     elif beat is not None:
         state = beat.state
     elif handle is not None:

@@ -98,3 +98,23 @@ def test_a_remote_checkpoint_is_refused_with_a_hint() -> None:
     with pytest.raises(UsageError, match="must be a local or mounted path"):
         launcher.status("s3a://bucket/ckpt")
     assert launcher.local_checkpoint("file:///data/ckpt") == Path("/data/ckpt")
+
+
+@pytest.mark.parametrize(("exit_code", "state"), [(0, "stopped"), (1, "dead")])
+def test_a_running_beat_whose_driver_recorded_its_exit_reads_as_that_exit(
+    tmp_path: Path, exit_code: int, state: str
+) -> None:
+    """The listener's last beat is asynchronous and can be lost when a driver stops; the
+    driver's own exit record then says how it ended."""
+    checkpoint = tmp_path / "ckpt"
+    handle = launcher.launch(py("import time; time.sleep(0.2)"), stream="orders", checkpoint=checkpoint)
+    write_heartbeat(checkpoint, Heartbeat(query_id="q", run_id="r", query_name="orders", host="h", pid=handle.pid,
+                                          state="running", batch_id=3, input_rows=5, updated_at=now_iso()))
+    launcher.write_driver(checkpoint, launcher.DriverRecord(
+        handle.launch_id, handle.host, handle.pid, handle.started_at,
+        exit_code=exit_code, exited_at=now_iso(), stop_reason="stop requested"))
+    deadline = time.monotonic() + 10
+    while launcher.status(checkpoint).process_alive is not False:
+        assert time.monotonic() < deadline, "the stand-in driver did not exit"
+        time.sleep(0.05)
+    assert launcher.status(checkpoint).state == state
