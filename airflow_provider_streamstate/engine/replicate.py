@@ -56,6 +56,7 @@ from airflow_provider_streamstate.engine.errors import (
     TransientError,
     UsageError,
 )
+from airflow_provider_streamstate.engine.gc import max_snapshot_seconds
 from airflow_provider_streamstate.engine.manifest import (
     Manifest,
     SnapshotRef,
@@ -63,7 +64,6 @@ from airflow_provider_streamstate.engine.manifest import (
     validate_stream_name,
 )
 from airflow_provider_streamstate.engine.parallel import run_parallel
-from airflow_provider_streamstate.engine.snapshot import MAX_SNAPSHOT_SECONDS
 from airflow_provider_streamstate.engine.stores.base import (
     ManifestExistsError,
     SnapshotStore,
@@ -331,7 +331,7 @@ class _Replicator:
 
     # rule 1: what a manifest relies on must be younger than D when it is published
     def _forget_old(self) -> None:
-        limit = time.monotonic() - MAX_SNAPSHOT_SECONDS / 2
+        limit = time.monotonic() - max_snapshot_seconds() / 2
         with self.lock:
             for d in [d for d, t in self.ready.items() if t < limit]:
                 del self.ready[d]  # checked (and refreshed) again before it is relied on
@@ -490,9 +490,10 @@ def _replicate_one(r: _Replicator, snapshot_id: str) -> SnapshotReplication:
     copied, nbytes, skipped, bskipped, refreshed = r.place_blobs(m, set(m.blobs) if have is not None else set())
     lag = None
     if have is None:
-        if time.monotonic() - r.relied_since(m) > MAX_SNAPSHOT_SECONDS:
+        bound = max_snapshot_seconds()  # D, read now: the same value GC checks its grace against
+        if time.monotonic() - r.relied_since(m) > bound:
             raise TransientError(
-                f"replicating {snapshot_id} took over {MAX_SNAPSHOT_SECONDS} s; blobs it relies on may have been "
+                f"replicating {snapshot_id} took over {bound:g} s; blobs it relies on may have been "
                 "collected since",
                 hint="nothing was published; run it again (with more --parallelism)",
             )

@@ -264,3 +264,26 @@ def test_latest_good_names_the_newest_snapshot_that_passed_the_suite_and_its_rec
     result = replicate(src, dst, "s", snapshots=["latest-good:sane"])
     assert [s.snapshot_id for s in result.snapshots] == [ids[0]]  # not the newest: it was never validated
     assert resolve_snapshot(dst, "s", "latest-good:sane").snapshot_id == ids[0]
+
+
+def test_a_replication_slower_than_the_writers_bound_publishes_nothing(stores, monkeypatch) -> None:
+    """Rule 1 with the bound D read when replication runs (the value GC checks its grace
+    against), not when the module was imported."""
+    import time as time_mod
+
+    from airflow_provider_streamstate.engine import snapshot as snapshot_mod
+    from airflow_provider_streamstate.engine.errors import TransientError
+
+    _, src, dst, ids = stores
+    monkeypatch.setattr(snapshot_mod, "MAX_SNAPSHOT_SECONDS", 0.2)
+    slow_put = dst.put_blob_stream
+
+    def put(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        time_mod.sleep(0.1)
+        return slow_put(*args, **kwargs)
+
+    monkeypatch.setattr(dst, "put_blob_stream", put)
+    with pytest.raises(TransientError, match=r"took over 0.2 s"):
+        replicate(src, dst, "s", snapshots=[ids[0]], parallelism=1)
+    with pytest.raises(NotFoundError):
+        dst.get_manifest("s", ids[0])
