@@ -1,8 +1,12 @@
 """The local stack of real components: a Kafka broker (KRaft) and two S3 endpoints.
 
-    .venv/bin/python dev/stack.py up     [--state-dir DIR] [--json] [--s3proxy] [--spark-cluster]
-    .venv/bin/python dev/stack.py status [--state-dir DIR] [--json]
-    .venv/bin/python dev/stack.py down   [--state-dir DIR]
+    .venv/bin/python dev/stack.py up      [--state-dir DIR] [--json] [--s3proxy] [--spark-cluster]
+                                          [--dr default|identity]
+    .venv/bin/python dev/stack.py status  [--state-dir DIR] [--json]
+    .venv/bin/python dev/stack.py kill    PART [--state-dir DIR]   (SIGKILL: a region dying)
+    .venv/bin/python dev/stack.py stop    PART [--state-dir DIR]
+    .venv/bin/python dev/stack.py restart PART [--state-dir DIR]
+    .venv/bin/python dev/stack.py down    [--state-dir DIR]
 
 Everything binds 127.0.0.1 on free ports. The broker runs from the Apache Kafka jars
 that `make setup` fetched into `.jvm/kafka-broker`; each S3 region is its own moto
@@ -13,6 +17,12 @@ Optional: `--s3proxy` (or `start_s3proxy()`, which the tests' `s3proxy` fixture 
 when a test asks for it) also starts s3proxy, a second, independent S3 implementation
 (filesystem backend, from the jars `make setup` fetched into `.jvm/s3proxy`), as the S3
 "region" `s3proxy`, so the S3 store is not tuned to moto alone.
+
+`--dr POLICY` (or `start_dr_kafka()`) adds the DR region's Kafka side: a second,
+independent KRaft cluster (part `kafka-dr`) and MirrorMaker 2 in dedicated mode (part
+`mm2`) mirroring every primary topic into it. Parts are killed, stopped and restarted one
+by one (`primary-kafka`, `primary-s3`, `mm2`, `dr-kafka`, `dr-s3`, ...) so drills can take
+the primary region down and bring it back.
 """
 
 from __future__ import annotations
@@ -229,14 +239,19 @@ def _kafka_properties(state_dir: Path, port: int, controller_port: int, name: st
     return path
 
 
-def _start_kafka(state_dir: Path, name: str = "kafka") -> str:
-    """Start one single-node KRaft cluster as part `name` (its own port, storage and log)."""
+def _start_kafka(state_dir: Path, name: str = "kafka", port: int | None = None) -> str:
+    """Start one single-node KRaft cluster as part `name` (its own port, storage and log);
+    with `port`, start it again on the listeners and data it had."""
     java = _check_java()
     jars = JARS / "kafka-broker"
     if not any(jars.glob("kafka_*.jar")):
         raise StackError(f"no Kafka broker jars in {jars}; run `make setup`")
-    port, controller_port = free_port(), free_port()
-    props = _kafka_properties(state_dir, port, controller_port, name)
+    props_file = state_dir / f"{name}.properties"
+    if port is not None and props_file.exists():  # a restart: same listeners, same data
+        props = props_file
+    else:
+        port, controller_port = free_port(), free_port()
+        props = _kafka_properties(state_dir, port, controller_port, name)
     classpath = f"{jars}/*"
     jvm = [
         java,
@@ -272,8 +287,8 @@ def _start_kafka(state_dir: Path, name: str = "kafka") -> str:
     return bootstrap
 
 
-def _start_s3(state_dir: Path, name: str, region: str) -> dict[str, str]:
-    port = free_port()
+def _start_s3(state_dir: Path, name: str, region: str, port: int | None = None) -> dict[str, str]:
+    port = port or free_port()
     _spawn(
         f"s3-{name}",
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
@@ -441,16 +456,17 @@ class DrKafka:
                 "source_alias": self.source_alias}
 
 
-def _mm2_files(state_dir: Path, primary: str, dr: str, policy: str) -> Path:
-    """MirrorMaker 2's dedicated-mode properties: primary -> dr only, every topic (new ones
-    found within a second), single-broker replication factors, the chosen policy."""
+def _mm2_files(state_dir: Path, source: str, target: str, policy: str, source_alias: str,
+               target_alias: str) -> Path:
+    """MirrorMaker 2's dedicated-mode properties: source -> target only, every topic (new
+    ones found within a second), single-broker replication factors, the chosen policy."""
     props = {
-        "clusters": f"{MM2_SOURCE_ALIAS}, dr",
-        f"{MM2_SOURCE_ALIAS}.bootstrap.servers": primary,
-        "dr.bootstrap.servers": dr,
-        f"{MM2_SOURCE_ALIAS}->dr.enabled": "true",
-        f"dr->{MM2_SOURCE_ALIAS}.enabled": "false",
-        f"{MM2_SOURCE_ALIAS}->dr.topics": ".*",
+        "clusters": f"{source_alias}, {target_alias}",
+        f"{source_alias}.bootstrap.servers": source,
+        f"{target_alias}.bootstrap.servers": target,
+        f"{source_alias}->{target_alias}.enabled": "true",
+        f"{target_alias}->{source_alias}.enabled": "false",
+        f"{source_alias}->{target_alias}.topics": ".*",
         "replication.policy.class": MM2_POLICIES[policy],
         "replication.factor": "1",
         "checkpoints.topic.replication.factor": "1",
@@ -471,6 +487,9 @@ def _mm2_files(state_dir: Path, primary: str, dr: str, policy: str) -> Path:
     }
     path = state_dir / "mm2.properties"
     path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    (state_dir / "mm2.json").write_text(json.dumps({
+        "source": source, "target": target, "policy": policy, "source_alias": source_alias,
+        "target_alias": target_alias}))
     (state_dir / "mm2-log4j2.yaml").write_text(
         "Configuration:\n  Appenders:\n    Console:\n      name: STDOUT\n      PatternLayout:\n"
         "        Pattern: '[%d] %p %m (%c)%n'\n  Loggers:\n    Root:\n      level: WARN\n"
@@ -479,18 +498,20 @@ def _mm2_files(state_dir: Path, primary: str, dr: str, policy: str) -> Path:
     return path
 
 
-def start_mm2(state_dir: Path | str, primary: str, dr: str, policy: str = "default") -> None:
-    """Start MirrorMaker 2 (dedicated mode) mirroring `primary` into `dr` as part `mm2`."""
+def start_mm2(state_dir: Path | str, source: str, target: str, policy: str = "default", *,
+              source_alias: str = MM2_SOURCE_ALIAS, target_alias: str = "dr") -> None:
+    """Start MirrorMaker 2 (dedicated mode) mirroring `source` into `target` as part `mm2`
+    (primary -> dr by default; reversed for a failback)."""
     state_dir = Path(state_dir).resolve()
     java = _check_java()
     jars = JARS / "mirror-maker"
     if not any(jars.glob("connect-mirror-*.jar")):
         raise StackError(f"no MirrorMaker 2 jars in {jars}; run `make setup`")
-    props = _mm2_files(state_dir, primary, dr, policy)
+    props = _mm2_files(state_dir, source, target, policy, source_alias, target_alias)
     _spawn(
         MM2_PART,
         [java, "-Xms128m", "-Xmx512m", "-XX:+UseSerialGC", f"-Dlog4j2.configurationFile={state_dir / 'mm2-log4j2.yaml'}",
-         "-cp", f"{jars}/*", "org.apache.kafka.connect.mirror.MirrorMaker", str(props), "--clusters", "dr"],
+         "-cp", f"{jars}/*", "org.apache.kafka.connect.mirror.MirrorMaker", str(props), "--clusters", target_alias],
         state_dir,
     )
 
@@ -531,6 +552,7 @@ def start_dr_kafka(state_dir: Path | str, primary_bootstrap: str, *, policy: str
         info = DrKafka(dr, primary_bootstrap, policy, MM2_SOURCE_ALIAS, str(state_dir))
         start_mm2(state_dir, primary_bootstrap, dr, policy)
         _probe_mirrored(state_dir, primary_bootstrap, dr, info.dr_topic)
+        (state_dir / "dr.json").write_text(json.dumps(info.to_json(), indent=2))
     except BaseException:
         stop_part(state_dir, MM2_PART)
         stop_part(state_dir, DR_KAFKA_PART)
@@ -603,6 +625,62 @@ def stop_part(state_dir: Path | str, name: str, timeout: float = 20.0) -> None:
     pid_file.unlink(missing_ok=True)
 
 
+PART_ALIASES = {"primary-kafka": "kafka", "primary-s3": "s3-primary", "dr-kafka": DR_KAFKA_PART, "dr-s3": "s3-dr"}
+
+
+def part_name(name: str) -> str:
+    """A part by its name or its region alias (`primary-kafka`, `primary-s3`, `dr-kafka`, `dr-s3`)."""
+    return PART_ALIASES.get(name, name)
+
+
+def kill_part(state_dir: Path | str, name: str) -> None:
+    """SIGKILL one part's whole process group at once, no shutdown: a region dying."""
+    pid_file = Path(state_dir) / f"{part_name(name)}.pid"
+    if not pid_file.exists():
+        raise StackError(f"part {name} is not running in {state_dir}")
+    pid = int(pid_file.read_text())
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _pid_alive(pid):
+        time.sleep(0.05)
+    pid_file.unlink(missing_ok=True)
+
+
+def restart_part(state_dir: Path | str, name: str) -> None:
+    """Start a stopped or killed part again where it was: a broker on its port with its
+    data (the cluster is the same), MirrorMaker 2 with its configuration (it resumes from
+    the offsets it stored in the DR cluster), an S3 endpoint on its port with its bucket but
+    empty (moto keeps objects in memory: a region that came back without its data)."""
+    state_dir = Path(state_dir).resolve()
+    name = part_name(name)
+    pid_file = state_dir / f"{name}.pid"
+    if pid_file.exists() and _pid_alive(int(pid_file.read_text())):
+        raise StackError(f"part {name} is running; stop or kill it first")
+    info_file = state_dir / "stack.json"
+    info = json.loads(info_file.read_text()) if info_file.exists() else {}
+    if name in ("kafka", DR_KAFKA_PART):
+        listeners = (state_dir / f"{name}.properties").read_text() if (state_dir / f"{name}.properties").exists() else ""
+        port = next((int(line.rsplit(":", 1)[1]) for line in listeners.splitlines()
+                     if line.startswith("advertised.listeners=")), None)
+        if port is None:
+            raise StackError(f"part {name} was never started in {state_dir}")
+        _start_kafka(state_dir, name, port)
+    elif name == MM2_PART:
+        if not (state_dir / "mm2.json").exists():
+            raise StackError(f"MirrorMaker 2 was never started in {state_dir}")
+        mm2 = json.loads((state_dir / "mm2.json").read_text())
+        start_mm2(state_dir, mm2["source"], mm2["target"], mm2["policy"], source_alias=mm2["source_alias"],
+                  target_alias=mm2["target_alias"])
+    elif name.startswith("s3-") and name[3:] in info.get("s3", {}):
+        s3 = info["s3"][name[3:]]
+        _start_s3(state_dir, name[3:], s3["region"], int(s3["endpoint_url"].rsplit(":", 1)[1]))
+    else:
+        raise StackError(f"unknown part {name!r}; parts: {', '.join(_parts(state_dir))}")
+
+
 def down(state_dir: Path | str = DEFAULT_STATE_DIR) -> None:
     """Stop only the processes this stack started (by pid file); safe to call twice."""
     state_dir = Path(state_dir).resolve()
@@ -613,23 +691,53 @@ def down(state_dir: Path | str = DEFAULT_STATE_DIR) -> None:
     shutil.rmtree(state_dir / "kafka-data", ignore_errors=True)
     shutil.rmtree(state_dir / "s3proxy-data", ignore_errors=True)
     shutil.rmtree(state_dir / f"{DR_KAFKA_PART}-data", ignore_errors=True)
+    for name in ("dr.json", "mm2.json"):
+        (state_dir / name).unlink(missing_ok=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dev/stack.py", description=__doc__.split("\n")[0])
-    parser.add_argument("command", choices=["up", "down", "status"])
+    parser.add_argument("command", choices=["up", "down", "status", "stop", "kill", "restart"])
+    parser.add_argument("part", nargs="?", help="stop/kill/restart: the part, e.g. primary-kafka, primary-s3, "
+                        "mm2, dr-kafka, dr-s3, s3proxy")
     parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--s3proxy", action="store_true", help="up: also start s3proxy as the S3 region `s3proxy`")
     parser.add_argument("--spark-cluster", action="store_true",
                         help="up: also start a Spark standalone master and two workers on loopback")
+    parser.add_argument("--dr", choices=sorted(MM2_POLICIES), default=None, metavar="POLICY",
+                        help="up: also start the DR Kafka cluster and MirrorMaker 2 mirroring into it with this "
+                             "replication policy (default: `primary.<topic>`; identity: same names)")
     args = parser.parse_args(argv)
     try:
+        if args.command in ("stop", "kill", "restart"):
+            if not args.part:
+                raise StackError(f"{args.command} needs a part, e.g. `{args.command} primary-kafka`")
+            if args.command == "kill":
+                kill_part(args.state_dir, args.part)
+            elif args.command == "stop":
+                stop_part(args.state_dir, part_name(args.part))
+            else:
+                restart_part(args.state_dir, args.part)
+            return 0
         if args.command == "up":
             stack = up(args.state_dir, s3proxy=args.s3proxy)
             master = start_spark_cluster(args.state_dir) if args.spark_cluster else None
+            dr_file = args.state_dir.resolve() / "dr.json"
+            dr = None
+            if args.dr:
+                running = status(args.state_dir.resolve())["parts"]
+                if running.get(MM2_PART, {}).get("running") and dr_file.exists():
+                    dr = json.loads(dr_file.read_text())
+                    if dr["policy"] != args.dr:
+                        raise StackError(f"the DR mirror runs with policy {dr['policy']}; `down` first to change it")
+                else:
+                    stop_part(args.state_dir, MM2_PART)
+                    stop_part(args.state_dir, DR_KAFKA_PART)
+                    dr = start_dr_kafka(args.state_dir, stack.kafka_bootstrap, policy=args.dr).to_json()
             if args.json:
-                print(json.dumps({**stack.to_json(), **({"spark_master": master} if master else {})}))
+                print(json.dumps({**stack.to_json(), **({"spark_master": master} if master else {}),
+                                  **({"dr": dr} if dr else {})}))
             else:
                 print(f"kafka  {stack.kafka_bootstrap}")
                 for name, s3 in stack.s3.items():
@@ -637,6 +745,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"state  {stack.state_dir}")
                 if master:
                     print(f"spark  {master}")
+                if dr:
+                    print(f"dr     kafka {dr['bootstrap']}  mirrored by MM2 ({dr['policy']} policy)")
         elif args.command == "down":
             down(args.state_dir)
         else:
