@@ -32,6 +32,9 @@ def register(commands: Any) -> dict[tuple[str, str | None], Handler]:
     p.add_argument("--source-alias", default="primary",
                    help="the primary cluster's alias in MirrorMaker 2 (default: primary)")
     p.add_argument("--suite", default=None, help="only snapshots that passed this validation suite")
+    p.add_argument("--wait-mirror", type=float, default=0.0, metavar="SECONDS",
+                   help="with SNAPSHOT: wait up to this long for the mirror to hold its last records "
+                        "(a failback's final snapshot) instead of refusing")
     _parallelism(p)
     return {("failover", None): cmd_failover}
 
@@ -42,7 +45,8 @@ def cmd_failover(args: argparse.Namespace) -> int:
 
     topic_map = TopicMap.parse(args.topic_map, args.replication_policy, args.source_alias)
     r = failover(_store(args), args.stream, args.target, args.kafka_bootstrap, snapshot=args.snapshot_id,
-                 topic_map=topic_map, suite=args.suite, parallelism=args.parallelism)
+                 topic_map=topic_map, suite=args.suite, parallelism=args.parallelism,
+                 mirror_wait_s=max(0.0, args.wait_mirror))
     lines = [f"failed over {r.stream} to {r.target}: snapshot {r.snapshot_id} (batch {r.batch_id}); "
              f"the stream resumes with batch {r.batch_id + 1}, {r.events_behind} record(s) to catch up"]
     for p in r.translated:

@@ -44,6 +44,7 @@ from airflow_provider_streamstate.engine.anchors import (
     offset_for_time,
     scan,
 )
+from airflow_provider_streamstate.engine.cancel import current_token
 from airflow_provider_streamstate.engine.errors import (
     NotFoundError,
     StreamstateError,
@@ -54,6 +55,7 @@ from airflow_provider_streamstate.engine.manifest import Manifest
 from airflow_provider_streamstate.engine.stores.base import SnapshotStore
 
 log = logging.getLogger("streamstate.failover")
+MIRROR_POLL_S = 2.0  # how often a failover waiting for the mirror looks again
 
 POLICIES = ("default", "identity")
 HADOOP_CRC_CHUNK = 512
@@ -325,6 +327,7 @@ class FailoverResult:
     seconds_choose: float  # finding a translatable snapshot (translation included)
     seconds_restore: float
     seconds_rewrite: float
+    seconds_translate: float = 0.0  # the chosen snapshot's translation alone (part of seconds_choose)
 
     @property
     def events_behind(self) -> int:
@@ -337,7 +340,7 @@ class FailoverResult:
             "skipped_snapshots": [{"snapshot_id": s, "reason": r} for s, r in self.skipped_snapshots],
             "events_behind": self.events_behind, "rewritten": self.rewritten,
             "seconds_choose": round(self.seconds_choose, 3), "seconds_restore": round(self.seconds_restore, 3),
-            "seconds_rewrite": round(self.seconds_rewrite, 3),
+            "seconds_rewrite": round(self.seconds_rewrite, 3), "seconds_translate": round(self.seconds_translate, 3),
         }
 
 
@@ -380,10 +383,14 @@ def failover(
     kafka_config: dict[str, Any] | None = None,
     parallelism: int = 8,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    mirror_wait_s: float = 0.0,
 ) -> FailoverResult:
     """Restore `stream` from `store` into `target` (new or empty) for the DR cluster at
     `kafka_bootstrap`: the given `snapshot`, else the newest translatable one (that passed
-    `suite` when given). Nothing is written unless it all succeeds."""
+    `suite` when given). Nothing is written unless it all succeeds.
+
+    `mirror_wait_s`: for a given `snapshot` (a failback's final one, taken just now), wait
+    up to this long for the mirror to bring its anchor records over instead of refusing."""
     from airflow_provider_streamstate.engine.restore import restore_snapshot
 
     topic_map = topic_map or TopicMap()
@@ -396,13 +403,27 @@ def failover(
         topic_map.check({t for m in candidates for t in m.kafka_offsets})
         skipped: list[tuple[str, str]] = []
         chosen: tuple[Manifest, Translation] | None = None
+        wait_until = time.monotonic() + (mirror_wait_s if snapshot is not None else 0.0)
         for m in candidates:
-            try:
-                chosen = (m, translate(m, consumer, topics, topic_map, timeout_s=timeout_s))
+            while True:
+                try:
+                    chosen = (m, translate(m, consumer, topics, topic_map, timeout_s=timeout_s))
+                    break
+                except Untranslatable as exc:
+                    if time.monotonic() < wait_until:
+                        log.info("failover of %s: waiting for the mirror: %s", stream, exc.message)
+                        token = current_token()
+                        if token is not None and token.wait(MIRROR_POLL_S):
+                            token.raise_if_cancelled()
+                        elif token is None:
+                            time.sleep(MIRROR_POLL_S)
+                        topics = consumer.list_topics(timeout=timeout_s).topics
+                        continue
+                    log.info("failover of %s: skipping %s: %s", stream, m.snapshot_id, exc.message)
+                    skipped.append((m.snapshot_id, exc.message))
+                    break
+            if chosen is not None:
                 break
-            except Untranslatable as exc:
-                log.info("failover of %s: skipping %s: %s", stream, m.snapshot_id, exc.message)
-                skipped.append((m.snapshot_id, exc.message))
     finally:
         consumer.close()
     if chosen is None:
@@ -429,4 +450,4 @@ def failover(
     log.info("failover of %s: %s restored into %s for %s, %d record(s) to catch up",
              stream, manifest.snapshot_id, target, kafka_bootstrap, translation.events_behind)
     return FailoverResult(stream, manifest.snapshot_id, manifest.batch_id, str(target), translation.partitions,
-                          skipped, rewritten, chose_s, t1 - t0, t2 - t1)
+                          skipped, rewritten, chose_s, t1 - t0, t2 - t1, translation.seconds)

@@ -80,7 +80,7 @@ class FailoverStreamOperator(_StreamTask):
     current timeline that translates exactly (and passed `suite`, when given). Nothing is
     written to the target unless all of it succeeded. Returns `{"stream", "snapshot_id",
     "batch_id", "target", "translated", "skipped_snapshots", "events_behind", "rewritten",
-    "seconds_choose", "seconds_restore", "seconds_rewrite"}`.
+    "seconds_choose", "seconds_restore", "seconds_rewrite", "seconds_translate"}`.
 
     :param stream: the stream as it runs in DR: its checkpoint is the (new or empty) target,
         its store the DR store, its `kafka_conn_id` the DR cluster. (templated)
@@ -93,16 +93,18 @@ class FailoverStreamOperator(_StreamTask):
     :param suite: only snapshots that passed this validation suite. (templated)
     :param kafka_conn_id: the DR cluster's Airflow `kafka` connection; default the spec's.
         (templated)
+    :param mirror_timeout: with `snapshot`: seconds to wait for the mirror to hold its last
+        records (a failback's final snapshot, taken just now) before refusing. (templated)
     :param parallelism: concurrent file transfers.
     """
 
     template_fields: Sequence[str] = ("stream", "snapshot", "topic_map", "replication_policy", "source_alias",
-                                      "suite", "kafka_conn_id")
+                                      "suite", "kafka_conn_id", "mirror_timeout")
 
     def __init__(
         self, *, snapshot: str | None = None, topic_map: dict[str, str] | list[str] | None = None,
         replication_policy: str = "default", source_alias: str = "primary", suite: str | None = None,
-        kafka_conn_id: str | None = None, **kwargs: Any,
+        kafka_conn_id: str | None = None, mirror_timeout: float | str = 0.0, **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.snapshot = snapshot
@@ -111,6 +113,7 @@ class FailoverStreamOperator(_StreamTask):
         self.source_alias = source_alias
         self.suite = suite
         self.kafka_conn_id = kafka_conn_id
+        self.mirror_timeout = mirror_timeout
 
     def _topic_map(self) -> Any:
         from airflow_provider_streamstate.engine.failover import TopicMap
@@ -132,13 +135,18 @@ class FailoverStreamOperator(_StreamTask):
                                  hint="pass kafka_conn_id= or set the stream spec's kafka_conn_id")
             config = StreamKafkaHook(kafka_config_id=conn_id).client_config()
             topic_map = self._topic_map()
+            try:
+                mirror_wait = float(self.mirror_timeout or 0)
+            except ValueError:
+                raise UsageError(f"mirror_timeout {self.mirror_timeout!r} is not a number of seconds",
+                                 hint="give seconds, e.g. 600") from None
         bootstrap = str(config.pop("bootstrap.servers"))
         self.log.info("failover of %s from %s into %s for %s", spec.name, spec.store, spec.checkpoint, bootstrap)
         with self.cancellable():
             result = failover(
                 self.hook.store, spec.name, spec.checkpoint, bootstrap,
                 snapshot=self.snapshot or None, topic_map=topic_map, suite=self.suite or None,
-                kafka_config=config or None, parallelism=self.parallelism,
+                kafka_config=config or None, parallelism=self.parallelism, mirror_wait_s=max(0.0, mirror_wait),
             )
         out = result.to_json()
         for skipped in out["skipped_snapshots"]:
