@@ -109,16 +109,26 @@ def ensure_topic(bootstrap: str, topic: str, partitions: int = 3, timeout: float
         time.sleep(0.2)
 
 
-def produce(bootstrap: str, topic: str, spec: GeneratorSpec, rate: float | None = None) -> int:
+def produce(bootstrap: str, topic: str, spec: GeneratorSpec, rate: float | None = None,
+            per_transaction: int | None = None) -> int:
     """Send `spec`'s messages keyed by account, waiting for every ack; returns messages sent.
 
     `rate` limits messages per second (None: as fast as the broker takes them).
+    `per_transaction`: send them in committed Kafka transactions of that many messages, as
+    exactly-once producers do; each commit marker takes an offset that mirrors do not copy,
+    so offsets differ between a cluster and its mirror.
     """
+    import uuid
+
     from confluent_kafka import Producer
 
-    producer = Producer(
-        {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5}
-    )
+    config: dict[str, object] = {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                                 "linger.ms": 5}
+    if per_transaction:
+        config["transactional.id"] = f"streamstate-generator-{uuid.uuid4().hex[:8]}"
+    producer = Producer(config)
+    if per_transaction:
+        producer.init_transactions(30)
     errors: list[str] = []
 
     def on_delivery(err: object, _msg: object) -> None:
@@ -128,6 +138,10 @@ def produce(bootstrap: str, topic: str, spec: GeneratorSpec, rate: float | None 
     sent = 0
     started = time.monotonic()
     for txn in messages(spec):
+        if per_transaction and sent % per_transaction == 0:
+            if sent:
+                producer.commit_transaction(30)
+            producer.begin_transaction()
         while True:
             try:
                 producer.produce(topic, key=txn.account.encode(), value=txn.to_json(), on_delivery=on_delivery)
@@ -140,6 +154,8 @@ def produce(bootstrap: str, topic: str, spec: GeneratorSpec, rate: float | None 
             ahead = sent / rate - (time.monotonic() - started)
             if ahead > 0:
                 time.sleep(ahead)
+    if per_transaction and sent:
+        producer.commit_transaction(30)
     remaining = producer.flush(60)
     if remaining or errors:
         raise RuntimeError(f"{remaining} messages not delivered; first error: {errors[:1]}")
@@ -159,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--first", type=int, default=0)
     p.add_argument("--rate", type=float, default=None, help="messages per second")
     p.add_argument("--duplicate-rate", type=float, default=0.0)
+    p.add_argument("--per-transaction", type=int, default=None, metavar="N",
+                   help="send in committed Kafka transactions of N messages (commit markers take offsets)")
     p.add_argument(
         "--expected", metavar="PATH",
         help="also write, as JSON, the per-account aggregates {account: {count, sum, max}} the stream must "
@@ -167,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     ensure_topic(a.bootstrap_servers, a.topic, a.partitions)
     spec = GeneratorSpec(a.seed, a.accounts, a.events, a.first, duplicate_rate=a.duplicate_rate)
-    sent = produce(a.bootstrap_servers, a.topic, spec, a.rate)
+    sent = produce(a.bootstrap_servers, a.topic, spec, a.rate, per_transaction=a.per_transaction)
     print(f"sent {sent} messages ({spec.events} transactions) to {a.topic}")
     if a.expected:
         # Everything this seed produced so far, from event 0: earlier rounds included.

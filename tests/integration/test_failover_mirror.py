@@ -11,13 +11,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
 
 from airflow_provider_streamstate.engine.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.stores.local import LocalStore
@@ -28,65 +25,10 @@ from airflow_provider_streamstate.jobs.generator import (
     messages,
 )
 from dev import stack as stack_mod
+from tests.dr_regions import end_offsets, produce_transactionally, wait_mirrored
 from tests.streams import account_state, run_to_end, use_state_store
 
 pytestmark = pytest.mark.integration
-
-
-def produce_transactionally(bootstrap: str, topic: str, spec: GeneratorSpec, per_txn: int = 25) -> int:
-    """`spec`'s messages in committed transactions of `per_txn` records each."""
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"txn-{uuid.uuid4().hex[:8]}",
-                         "linger.ms": 5})
-    producer.init_transactions(30)
-    batch: list = []
-    sent = 0
-    for txn in [*messages(spec), None]:
-        if txn is not None:
-            batch.append(txn)
-        if batch and (txn is None or len(batch) >= per_txn):
-            producer.begin_transaction()
-            for t in batch:
-                producer.produce(topic, key=t.account.encode(), value=t.to_json())
-            producer.commit_transaction(30)
-            sent += len(batch)
-            batch = []
-    return sent
-
-
-def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "probe", "log_level": 0})
-    try:
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
-    finally:
-        consumer.close()
-
-
-def mirrored_records(bootstrap: str, topic: str, partitions: int) -> int:
-    """Records the mirror holds for `topic` (MM2 writes no transaction markers)."""
-    try:
-        return sum(end_offsets(bootstrap, topic, partitions).values())
-    except Exception:  # noqa: BLE001 - the mirror has not created the topic yet
-        return 0
-
-
-def wait_mirrored(dr: stack_mod.DrKafka, topic: str, records: int, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while mirrored_records(dr.bootstrap, dr.dr_topic(topic), 3) < records:
-        assert time.monotonic() < deadline, f"MM2 mirrored fewer than {records} records of {topic} in {timeout}s"
-        time.sleep(0.5)
-
-
-@pytest.fixture
-def regions(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
-        tuple[stack_mod.Stack, stack_mod.DrKafka]]:
-    """A private primary (Kafka, S3) and a DR cluster fed by MM2 with the given policy."""
-    state_dir = tmp_path_factory.mktemp("regions")
-    try:
-        primary = stack_mod.up(state_dir)
-        dr = stack_mod.start_dr_kafka(state_dir, primary.kafka_bootstrap, policy=request.param)
-        yield primary, dr
-    finally:
-        stack_mod.down(state_dir)
 
 
 def failover_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -178,80 +120,3 @@ def test_a_snapshot_the_mirror_has_not_caught_up_with_is_skipped_for_an_older_on
                        str(other), "--kafka-bootstrap", dr.bootstrap)
     assert out.returncode == 1 and out.stderr.count("\n") == 1, out.stderr
     assert "has not reached" in out.stderr and not Path(other).exists()
-
-
-def sigkill(state_dir: str, part: str) -> None:
-    """The region dies: the part's whole process group, at once, no shutdown."""
-    import os
-    import signal
-
-    pid_file = Path(state_dir) / f"{part}.pid"
-    os.killpg(int(pid_file.read_text()), signal.SIGKILL)
-    pid_file.unlink()
-
-
-@pytest.mark.parametrize("regions", ["default"], indirect=True)
-def test_the_dr_failover_dag_resumes_the_stream_in_dr_after_the_primary_region_dies(
-    regions, spark, tmp_path, run_dag, monkeypatch
-) -> None:
-    from types import SimpleNamespace
-
-    from airflow_provider_streamstate.engine import launcher
-    from airflow_provider_streamstate.engine.replicate import replicate
-    from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
-    from tests.streams import consumed_records, example_stream_spec, wait_for
-
-    primary, dr = regions
-    for key, value in primary.airflow_conn_env("dr", "s3_dr_region").items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", json.dumps({"conn_type": "spark", "host": "local[1]"}))
-    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DR", json.dumps(
-        {"conn_type": "kafka", "extra": {"bootstrap.servers": dr.bootstrap}}))
-    use_state_store(spark, "hdfs")
-    topic = f"t-{uuid.uuid4().hex[:10]}"
-    ensure_topic(primary.kafka_bootstrap, topic, partitions=3)
-    first = GeneratorSpec(seed=73, accounts=10, events=300, duplicate_rate=0.05)
-    second, third = first.next_round(150), first.next_round(150).next_round(150)
-
-    # The primary region: the stream ran, its snapshot (with anchors) was replicated to the DR store.
-    produce_transactionally(primary.kafka_bootstrap, topic, first)
-    primary_ckpt = str(tmp_path / "primary" / "orders")
-    run_to_end(spark, primary.kafka_bootstrap, topic, primary_ckpt)
-    primary_store = LocalStore(tmp_path / "primary" / "store", fsync=False)
-    snap = create_snapshot(primary_ckpt, primary_store, "orders", kafka_bootstrap=primary.kafka_bootstrap)
-    dr_store_url = f"s3://streamstate/dr-{uuid.uuid4().hex[:8]}"
-    dr_store = StreamstateStoreHook(dr_store_url, aws_conn_id="s3_dr_region").store
-    replicate(primary_store, dr_store, "orders")
-    # More input after the last snapshot: mirrored, then the primary region dies.
-    produce_transactionally(primary.kafka_bootstrap, topic, second)
-    mirrored = sum(1 for spec in (first, second) for _ in messages(spec))
-    wait_mirrored(dr, topic, mirrored)
-    sigkill(str(primary.state_dir), "kafka")
-    sigkill(str(primary.state_dir), "s3-primary")
-
-    in_dr = SimpleNamespace(kafka_bootstrap=dr.bootstrap, spark_jars=primary.spark_jars)
-    dr_spec = example_stream_spec(in_dr, dr.dr_topic(topic), tmp_path / "dr").derive(
-        store=dr_store_url, aws_conn_id="s3_dr_region", kafka_conn_id="kafka_dr")
-    primary_spec = dr_spec.derive(checkpoint=primary_ckpt, store=f"file://{tmp_path / 'primary' / 'store'}",
-                                  aws_conn_id=None, kafka_conn_id=None)
-    try:
-        result = run_dag("streamstate_dr_failover", {
-            "stream": dr_spec.to_dict(), "primary": primary_spec.to_dict(), "replication_policy": dr.policy,
-            "source_alias": dr.source_alias, "max_lag": 0,
-        })
-        assert result.state == "success", result.log[-4000:]
-        restored, report = result.tasks["failover"].xcom, result.tasks["report"].xcom
-        assert restored["snapshot_id"] == snap.manifest.snapshot_id
-        assert restored["events_behind"] == sum(1 for _ in messages(second))
-        assert result.tasks["fence_primary"].xcom["outcome"] == "not-running"
-        assert report["resumed_after_batch"] == snap.manifest.batch_id
-        assert 0 < report["rto_first_batch_s"] <= report["rto_caught_up_s"]
-        print("\n".join(report["lines"]))
-
-        # The DR cluster is the source now: new input goes there, and the stream reads it once.
-        produce_transactionally(dr.bootstrap, dr.dr_topic(topic), third)
-        end = sum(end_offsets(dr.bootstrap, dr.dr_topic(topic), 3).values())
-        wait_for(lambda: consumed_records(dr_spec.checkpoint) == end, timeout=180, what="the DR stream to read all")
-    finally:
-        launcher.stop(dr_spec.checkpoint, timeout_s=60)
-    assert account_state(spark, dr_spec.checkpoint) == expected_aggregates([first, second, third])

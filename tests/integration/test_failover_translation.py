@@ -20,7 +20,12 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from airflow_provider_streamstate.engine.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.stores.local import LocalStore
-from airflow_provider_streamstate.jobs.generator import GeneratorSpec, ensure_topic, expected_aggregates, messages
+from airflow_provider_streamstate.jobs.generator import (
+    GeneratorSpec,
+    ensure_topic,
+    expected_aggregates,
+    messages,
+)
 from tests.streams import account_state, run_to_end, use_state_store
 
 pytestmark = pytest.mark.integration

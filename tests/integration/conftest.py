@@ -1,0 +1,24 @@
+"""Fixtures of the integration tests that need more than the shared stack."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from dev import stack as stack_mod
+
+
+@pytest.fixture
+def regions(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
+        tuple[stack_mod.Stack, stack_mod.DrKafka]]:
+    """A private primary (Kafka, S3) and a DR cluster fed by MM2 with the given policy."""
+    state_dir = tmp_path_factory.mktemp("regions")
+    try:
+        primary = stack_mod.up(state_dir)
+        dr = stack_mod.start_dr_kafka(state_dir, primary.kafka_bootstrap, policy=request.param)
+        yield primary, dr
+    finally:
+        stack_mod.down(state_dir)
+
+
