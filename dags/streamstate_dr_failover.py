@@ -21,6 +21,12 @@ from airflow_provider_streamstate.operators.stream import StartStreamOperator
 from airflow_provider_streamstate.sensors.kafka import KafkaLagSensor
 from airflow_provider_streamstate.sensors.stream import StreamProgressSensor
 
+# With records to catch up, wait for the batch after the restored one; with none, no batch
+# comes until new input arrives: any committed batch (the restored one is) will do.
+FIRST_BATCH_AFTER = (
+    "{{ ti.xcom_pull(task_ids='failover')['batch_id'] if ti.xcom_pull(task_ids='failover')['events_behind'] else None }}"
+)
+
 with DAG(
     dag_id="streamstate_dr_failover",
     description="Resume a stream in the DR region from its newest translatable snapshot",
@@ -60,7 +66,7 @@ with DAG(
                                 startup_timeout="{{ params.startup_timeout_minutes * 60 }}")
     first_batch = StreamProgressSensor(
         task_id="first_batch", stream="{{ params.stream }}",
-        after_batch="{{ ti.xcom_pull(task_ids='failover')['batch_id'] }}", deferrable=True, poke_interval=2,
+        after_batch=FIRST_BATCH_AFTER, deferrable=True, poke_interval=2,
         timeout=1800,
     )
     caught_up = KafkaLagSensor(task_id="caught_up", stream="{{ params.stream }}", max_lag="{{ params.max_lag }}",

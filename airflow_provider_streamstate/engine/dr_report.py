@@ -12,6 +12,10 @@ RPO_UNKNOWN = (
     "events the primary accepted but the mirror never received cannot be counted from the DR side; "
     "when the primary cluster is back, compare its end offsets with the last mirrored records"
 )
+RPO_FAILBACK = (
+    "0: a planned failback stops the DR stream and snapshots its last committed batch; every record after it "
+    "is read from the reverse mirror, which must keep running until producers write to the primary again"
+)
 
 
 def _at(value: Any) -> datetime | None:
@@ -33,9 +37,10 @@ def commit_time(checkpoint: str, batch_id: int) -> datetime | None:
 
 def failover_report(
     run_start: datetime | str, stream: dict[str, Any], fenced: dict[str, Any], restored: dict[str, Any],
-    launched: dict[str, Any], caught_up: dict[str, Any], now: datetime | None = None,
+    launched: dict[str, Any], caught_up: dict[str, Any], now: datetime | None = None, *, kind: str = "failover",
 ) -> dict[str, Any]:
-    """The failover DAG's report from its tasks' results (all seconds from `run_start`)."""
+    """The failover (or failback) DAG's report from its tasks' results (all seconds from
+    `run_start`)."""
     start = _at(run_start)
     assert start is not None
     now = now or datetime.now(UTC)
@@ -63,14 +68,18 @@ def failover_report(
         "rto_parts": parts,
         "replayed_from_mirror": restored["events_behind"],
         "lag_at_end": caught_up.get("total_lag"),
-        "rpo_events": None,
-        "rpo_note": RPO_UNKNOWN,
+        "rpo_events": 0 if kind == "failback" else None,
+        "rpo_note": RPO_FAILBACK if kind == "failback" else RPO_UNKNOWN,
     }
+    left, there = ("DR", "primary") if kind == "failback" else ("primary", "DR")
     out["lines"] = [
-        f"failover of {out['stream']}: resumed after batch {out['resumed_after_batch']} from {out['snapshot_id']} "
-        f"(primary: {out['primary_fenced']})",
-        f"RTO: first DR batch {out['rto_first_batch_s']} s after the trigger, caught up after {out['rto_caught_up_s']} s",
+        f"{kind} of {out['stream']}: resumed after batch {out['resumed_after_batch']} from {out['snapshot_id']} "
+        f"({left}: {out['primary_fenced']})",
+        f"RTO: first {there} batch {out['rto_first_batch_s']} s after the trigger, caught up after "
+        f"{out['rto_caught_up_s']} s" if first is not None or restored["events_behind"] else
+        f"RTO: nothing to catch up (no new batch until new input); running and caught up after "
+        f"{out['rto_caught_up_s']} s",
         "RTO parts: " + ", ".join(f"{k} {v}" for k, v in parts.items()),
-        f"replayed from the mirror: {out['replayed_from_mirror']} record(s); RPO: {RPO_UNKNOWN}",
+        f"replayed from the mirror: {out['replayed_from_mirror']} record(s); RPO: {out['rpo_note']}",
     ]
     return out

@@ -66,3 +66,17 @@ def test_the_report_times_the_first_dr_batch_from_the_trigger(tmp_path) -> None:
     assert out["rto_parts"]["launched_at_s"] == 10.0 and out["rto_parts"]["spark_start_to_first_batch_s"] == 32.0
     assert out["rpo_events"] is None and out["rpo_note"] == RPO_UNKNOWN
     assert out["replayed_from_mirror"] == 120 and len(out["lines"]) == 4
+
+
+def test_a_failback_with_nothing_to_catch_up_reports_rpo_zero_and_no_first_batch(tmp_path) -> None:
+    start = datetime(2026, 11, 22, 12, 0, 0, tzinfo=UTC)
+    (tmp_path / "ckpt" / "commits").mkdir(parents=True)
+    restored = {"stream": "orders", "snapshot_id": "s9", "batch_id": 9, "events_behind": 0,
+                "seconds_choose": 0.2, "seconds_restore": 0.4, "seconds_rewrite": 0.01}
+    out = failover_report(start, {"checkpoint": str(tmp_path / "ckpt")}, {"outcome": "stopped"}, restored,
+                          {"started_at": (start + timedelta(seconds=8)).isoformat()}, {"total_lag": 0},
+                          now=start + timedelta(seconds=30), kind="failback")
+    assert out["rto_first_batch_s"] is None and out["rto_caught_up_s"] == 30.0
+    assert out["rpo_events"] == 0
+    assert out["lines"][0].startswith("failback of orders") and "DR: stopped" in out["lines"][0]
+    assert "nothing to catch up" in out["lines"][1]
