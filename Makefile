@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 UV_VERSION := 0.13.9
 MVN    ?= mvn
 
-.PHONY: setup demo test lint bench lock stack-up stack-down clean
+.PHONY: setup demo demo-dr test lint bench lock stack-up stack-down clean
 
 setup: $(VENV)/.installed .jvm/.fetched
 
@@ -27,6 +27,10 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 
 demo: setup
 	$(PY) dev/demo.py
+
+# A disaster-recovery drill: the primary region dies, Airflow fails the stream over to DR.
+demo-dr: setup
+	$(PY) dev/demo_dr.py
 
 test: setup
 	bash dev/run-tests.sh
