@@ -43,6 +43,20 @@ def wait_mirrored_back(bootstrap: str, topic: str, records: int, timeout: float 
              what=f"the reverse mirror to copy {records} records of {topic}")
 
 
+def wait_read_all(checkpoint: str, bootstrap: str, topic: str, what: str) -> None:
+    """The stream on `checkpoint` has read `topic` to its end; on timeout, say how far it got
+    and what state its driver is in."""
+    from airflow_provider_streamstate.engine import launcher
+
+    end = sum(end_offsets(bootstrap, topic, 3).values())
+    try:
+        wait_for(lambda: consumed_records(checkpoint) == end, timeout=300, what=what)
+    except AssertionError as exc:
+        st = launcher.status(checkpoint)
+        raise AssertionError(f"{exc}: read {consumed_records(checkpoint)} of {end} offsets; stream {st.state} "
+                             f"({st.last_error}); log {st.log}") from None
+
+
 @pytest.mark.parametrize("regions", ["default", "identity"], indirect=True)
 def test_the_dr_failover_dag_resumes_the_stream_in_dr_after_the_primary_region_dies(
     regions, spark, tmp_path, run_dag, monkeypatch
@@ -104,8 +118,7 @@ def test_the_dr_failover_dag_resumes_the_stream_in_dr_after_the_primary_region_d
 
         # The DR cluster is the source now: new input goes there, and the stream reads it once.
         produce_transactionally(dr.bootstrap, dr_topic, third)
-        end = sum(end_offsets(dr.bootstrap, dr_topic, 3).values())
-        wait_for(lambda: consumed_records(dr_spec.checkpoint) == end, timeout=300, what="the DR stream to read all")
+        wait_read_all(dr_spec.checkpoint, dr.bootstrap, dr_topic, "the DR stream to read all")
         if dr.policy != "default":
             launcher.stop(dr_spec.checkpoint, timeout_s=60)
             assert account_state(spark, dr_spec.checkpoint) == expected_aggregates([first, second, third])
@@ -142,9 +155,7 @@ def test_the_dr_failover_dag_resumes_the_stream_in_dr_after_the_primary_region_d
                                                                   for _ in messages(s)))
         stack_mod.stop_part(primary.state_dir, stack_mod.MM2_PART)  # producers write to the primary now
         produce_transactionally(primary.kafka_bootstrap, dr_topic, fourth)
-        end = sum(end_offsets(primary.kafka_bootstrap, dr_topic, 3).values())
-        wait_for(lambda: consumed_records(home_spec.checkpoint) == end, timeout=300,
-                 what="the stream back home to read all")
+        wait_read_all(home_spec.checkpoint, primary.kafka_bootstrap, dr_topic, "the stream back home to read all")
         launcher.stop(home_spec.checkpoint, timeout_s=60)
     finally:  # never leave a driver behind, whatever failed
         for checkpoint in (dr_spec.checkpoint, str(tmp_path / "home" / "orders")):
