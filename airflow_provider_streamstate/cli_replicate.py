@@ -26,7 +26,7 @@ def register(commands: Any) -> dict[tuple[str, str | None], Any]:
     p.add_argument("--from", dest="source", required=True, metavar="STORE", help="the store to copy from")
     p.add_argument("--to", dest="destination", required=True, metavar="STORE", help="the store to copy into")
     p.add_argument("--stream", required=True, help="the stream's name in both stores")
-    p.add_argument("--all", action="store_true", help="every snapshot the destination does not hold yet")
+    p.add_argument("--all", action="store_true", help="every snapshot the destination does not hold yet (except those its retention deleted)")
     p.add_argument("--since", metavar="ID", default=None, help="this snapshot and every one created after it")
     for side, what in (("from", "source"), ("to", "destination")):
         p.add_argument(

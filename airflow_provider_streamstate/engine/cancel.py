@@ -15,6 +15,7 @@ argument, and `run_parallel` copies the caller's context into its worker threads
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -96,3 +97,15 @@ def check_cancelled() -> None:
     token = _current.get()
     if token is not None and token._event.is_set():
         token.raise_if_cancelled()
+
+
+def pause(seconds: float) -> None:
+    """Sleep `seconds`, cut short (raising `errors.Cancelled`) when the current token is cancelled."""
+    if seconds <= 0:
+        return
+    token = _current.get()
+    if token is None:
+        time.sleep(seconds)
+        return
+    token.wait(seconds)
+    token.raise_if_cancelled()

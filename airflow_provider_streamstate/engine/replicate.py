@@ -24,7 +24,9 @@ The destination's blobs follow the blob protocol of docs/concepts.md ("Blobs, an
 delete them"): a blob present at the destination is relied on only when a destination
 manifest read in this operation references it (checked with a HEAD, rule 3) or this
 operation stored it; any other present blob is refreshed first (rule 4), so garbage
-collection's grace period covers the replication; and each manifest is published within
+collection's grace period covers the replication, and checked once more right before the
+manifest that needs it is published (a GC that read its age before the refresh may have
+deleted it after: it is copied again); and each manifest is published within
 `MAX_SNAPSHOT_SECONDS` of the moment its blobs were first relied on (rule 1).
 """
 
@@ -40,7 +42,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from airflow_provider_streamstate.engine.cancel import CancelToken, cancellation, check_cancelled
+from airflow_provider_streamstate.engine.cancel import CancelToken, cancellation, check_cancelled, pause
 from airflow_provider_streamstate.engine.catalog import (
     LATEST,
     LATEST_GOOD_PREFIX,
@@ -195,7 +197,8 @@ def select_snapshots(
     Exactly one way of choosing: `snapshots` (ids or `latest`, the newest on the source's
     current timeline; the default when nothing is given), `since` (that snapshot and every
     one created after it, on any timeline), or `all_missing` (every snapshot the
-    destination does not hold yet).
+    destination does not hold and has not deleted: a snapshot retention deleted there,
+    whose tombstone remains, stays deleted rather than coming back on every run).
     """
     validate_stream_name(stream)
     chosen = sum(1 for x in (bool(snapshots), since is not None, all_missing) if x)
@@ -206,7 +209,7 @@ def select_snapshots(
         raise no_snapshots_error(source, stream)
     refs = sorted(SnapshotRef.parse(i) for i in ids if _valid_id(i))
     if all_missing:
-        present = set(destination.list_snapshot_ids(stream))
+        present = set(destination.list_snapshot_ids(stream)) | set(destination.list_tombstones(stream))
         return [r.snapshot_id for r in refs if r.snapshot_id not in present]
     if since is not None:
         try:
@@ -327,6 +330,8 @@ class _Replicator:
         # stored or refreshed by it, or referenced by a destination manifest it read and
         # checked present (rules 2-4).
         self.ready: dict[str, float] = {}
+        self.unsettled: set[str] = set()  # refreshed (rule 4), not yet checked again
+        self.last_refresh = 0.0  # monotonic
         self.lock = threading.Lock()
 
     # rule 1: what a manifest relies on must be younger than D when it is published
@@ -369,7 +374,38 @@ class _Replicator:
                     written = self._copy_blob(digest, size)
         with self.lock:
             self.ready[digest] = started
+            if refreshed:
+                self.unsettled.add(digest)
+                self.last_refresh = time.monotonic()
         return written, refreshed
+
+    def recheck_refreshed(self, m: Manifest) -> int:
+        """Right before publishing `m`, confirm the blobs refreshed for it are still there and
+        copy again any that vanished (a GC read its age before the refresh and deleted it
+        after: two requests on S3), once such a delete has had time to land
+        (`refresh_settle_seconds`). Returns the blobs copied again."""
+        with self.lock:
+            todo = [(d, s) for d, s in m.blobs.items() if d in self.unsettled]
+            since = self.last_refresh
+        if not todo:
+            return 0
+        pause(since + self.dst.refresh_settle_seconds - time.monotonic())
+
+        def check(item: tuple[str, int]) -> bool:
+            d, size = item
+            if self.dst.has_blob(d):
+                return False
+            log.warning("blob %s vanished after it was refreshed (a concurrent GC): copying it again", d[:12])
+            try:
+                self._copy_blob(d, size)  # absent a moment ago: stored now, or just now by another writer
+            except CorruptionError as exc:
+                raise self._damaged(m, d, exc) from None
+            return True
+
+        again = sum(run_parallel(check, todo, self.parallelism))
+        with self.lock:
+            self.unsettled.difference_update(d for d, _ in todo)
+        return again
 
     def place_blobs(self, m: Manifest, vouched: set[str]) -> tuple[int, int, int, int, int]:
         """(blobs copied, bytes copied, blobs skipped, bytes skipped, blobs refreshed)."""
@@ -490,6 +526,7 @@ def _replicate_one(r: _Replicator, snapshot_id: str) -> SnapshotReplication:
     copied, nbytes, skipped, bskipped, refreshed = r.place_blobs(m, set(m.blobs) if have is not None else set())
     lag = None
     if have is None:
+        copied += r.recheck_refreshed(m)
         bound = max_snapshot_seconds()  # D, read now: the same value GC checks its grace against
         if time.monotonic() - r.relied_since(m) > bound:
             raise TransientError(

@@ -79,6 +79,32 @@ def test_a_refreshed_blob_is_young_again_and_survives_a_sweep_that_listed_it_old
     assert not store.refresh_blob("cd" * 32)  # absent: the writer stores it instead
 
 
+def test_s3_gc_does_not_act_on_an_age_it_read_too_long_ago(make_store, monkeypatch) -> None:
+    """The HEAD and the DELETE are two requests: a DELETE sent later than
+    DELETE_DECISION_SECONDS after the HEAD began could land after a writer's refresh *and*
+    its re-check (REFRESH_SETTLE_SECONDS later), so it is not sent."""
+    from airflow_provider_streamstate.engine.stores import s3 as s3_mod
+
+    store, _, _ = make_store("s3")
+    d = put_blob(store, b"old garbage, slow to check")
+    time.sleep(1.5)
+    assert s3_mod.REFRESH_SETTLE_SECONDS > s3_mod.DELETE_DECISION_SECONDS
+    assert store.refresh_settle_seconds == s3_mod.REFRESH_SETTLE_SECONDS
+    monkeypatch.setattr(s3_mod, "DELETE_DECISION_SECONDS", 0.2)
+    real = store.blob_modified
+
+    def slow_head(digest: str) -> float | None:
+        time.sleep(0.5)  # a busy endpoint, a paused GC
+        return real(digest)
+
+    monkeypatch.setattr(store, "blob_modified", slow_head)
+    assert not store.delete_blob(d, written_before=time.time())
+    assert store.has_blob(d)
+    monkeypatch.setattr(store, "blob_modified", real)
+    assert store.delete_blob(d, written_before=time.time())  # asked promptly: deleted
+    assert not store.has_blob(d)
+
+
 @pytest.mark.parametrize("kind", ["local", "s3"])
 def test_a_dry_run_deletes_nothing(make_store, monkeypatch, kind) -> None:
     monkeypatch.setattr(snapshot_mod, "MAX_SNAPSHOT_SECONDS", 1)

@@ -22,6 +22,7 @@ from airflow_provider_streamstate.engine.replicate import (
     snapshot_origins,
 )
 from airflow_provider_streamstate.engine.restore import restore_snapshot
+from airflow_provider_streamstate.engine.retention import delete_snapshots
 from airflow_provider_streamstate.engine.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.stores.base import blob_key, record_key
 from airflow_provider_streamstate.engine.stores.local import LocalStore
@@ -287,3 +288,38 @@ def test_a_replication_slower_than_the_writers_bound_publishes_nothing(stores, m
         replicate(src, dst, "s", snapshots=[ids[0]], parallelism=1)
     with pytest.raises(NotFoundError):
         dst.get_manifest("s", ids[0])
+
+
+def test_a_blob_deleted_right_after_the_replication_refreshed_it_is_copied_again_before_publishing(stores) -> None:
+    """A GC read the blob's age before the refresh and deleted it after (S3's HEAD, then
+    DELETE): the replication's check of refreshed blobs right before publishing catches it."""
+    _, src, _, ids = stores
+
+    class GcStrikesAfterRefresh(LocalStore):
+        def refresh_blob(self, digest: str) -> bool:
+            ok = super().refresh_blob(digest)
+            (self.root / blob_key(digest)).unlink(missing_ok=True)
+            return ok
+
+    dst = GcStrikesAfterRefresh(src.root.parent / "struck", fsync=False)
+    m = resolve_snapshot(src, "s", ids[1])
+    orphans = sorted(m.blobs)[:3]  # present, but vouched for by no manifest: refreshed (rule 4)
+    for d in orphans:
+        with src.open_blob(d) as body:
+            dst.put_blob_stream(d, body, m.blobs[d])
+    one = replicate(src, dst, "s", snapshots=[ids[1]]).snapshots[0]
+    assert one.blobs_refreshed == 3
+    assert blob_files(dst) >= set(m.blobs)
+    assert check_replica(dst, "s", ids[1]).outcome == "ready"
+
+
+def test_all_leaves_the_snapshots_the_destinations_retention_deleted_alone(stores) -> None:
+    _, src, dst, ids = stores
+    replicate(src, dst, "s", all_missing=True)
+    delete_snapshots(dst, "s", [ids[0]])  # as retention does: a tombstone stays for the grace period
+    assert dst.list_tombstones("s") == [ids[0]]
+    assert select_snapshots(src, dst, "s", all_missing=True) == []
+    assert replicate(src, dst, "s", all_missing=True).snapshots == ()
+    assert dst.list_snapshot_ids("s") == [ids[1]]
+    # Named, it is copied back: someone asked for it.
+    assert [s.snapshot_id for s in replicate(src, dst, "s", snapshots=[ids[0]]).snapshots] == [ids[0]]

@@ -90,6 +90,10 @@ class SnapshotStore(ABC):
     url: str
     # True when `store_file` can hash while it stores (one read instead of two).
     hashes_while_storing: bool = False
+    # How long after refreshing a blob a writer waits before its last check that the blob is
+    # still there (writer rule 4): long enough for a GC that read the blob's age before the
+    # refresh to have deleted it, when checking the age and deleting are two requests.
+    refresh_settle_seconds: float = 0.0
 
     def store_file(self, source: Path) -> tuple[str, int, int]:
         """Store a file whose digest is not known yet: (digest, size, bytes written).

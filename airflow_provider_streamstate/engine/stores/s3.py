@@ -47,6 +47,11 @@ from airflow_provider_streamstate.engine.stores.s3_errors import (
 
 PART_SIZE = 16 << 20  # multipart above this; also the size of each part
 CHUNK = 1 << 20  # reads from a stream: a cancellation point each
+# GC sends a blob's DELETE within this long of starting the HEAD that found it old, or not at
+# all; writers re-check refreshed blobs REFRESH_SETTLE_SECONDS after refreshing them, so a
+# DELETE decided before a refresh has landed by then (the rest is the request's own latency).
+DELETE_DECISION_SECONDS = 2.0
+REFRESH_SETTLE_SECONDS = 5.0
 
 
 class _Body(io.RawIOBase):
@@ -95,6 +100,8 @@ def _check_stream(digest: str, size: int, h: Any, n: int) -> None:
 
 
 class S3Store(SnapshotStore):
+    refresh_settle_seconds = REFRESH_SETTLE_SECONDS
+
     def __init__(self, client: Any, bucket: str, prefix: str = "", *, aws_conn_id: str | None = None) -> None:
         """`aws_conn_id`: the Airflow connection the client came from, named in error hints."""
         self.client = client
@@ -420,12 +427,17 @@ class S3Store(SnapshotStore):
         return float(head["LastModified"].timestamp())
 
     def delete_blob(self, digest: str, *, written_before: float) -> bool:
-        """HEAD right before DELETE: a blob refreshed since the listing stays. (S3 has no
-        delete conditional on the last write for general-purpose buckets; the window left
-        is the round trip between the two requests.)"""
+        """HEAD right before DELETE: a blob refreshed since the listing stays. S3 has no
+        delete conditional on the last write for general-purpose buckets, so the DELETE is
+        sent only within DELETE_DECISION_SECONDS of starting the HEAD: a writer that refreshed
+        the blob in between finds it gone when it re-checks (`refresh_settle_seconds` after
+        its refresh) and stores it again."""
+        asked = time.monotonic()
         modified = self.blob_modified(digest)
         if modified is None or modified >= written_before:
             return False
+        if time.monotonic() - asked > DELETE_DECISION_SECONDS:
+            return False  # the answer is too old to act on; the next GC asks again
         with self._errors(f"delete blob {digest[:12]}"):
             self.client.delete_object(Bucket=self.bucket, Key=self._key(blob_key(digest)))
         return True
