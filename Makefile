@@ -47,6 +47,8 @@ bench: setup
 	$(PY) benchmarks/replicate_bench.py
 	$(PY) benchmarks/supervisor_bench.py
 	$(PY) benchmarks/gc_bench.py
+	$(PY) benchmarks/dr_bench.py
+	$(PY) benchmarks/s3_rocksdb_checkpoint_bench.py
 
 # Re-resolve the lock after changing dependencies in pyproject.toml.
 lock:
