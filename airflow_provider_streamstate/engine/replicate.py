@@ -42,7 +42,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from airflow_provider_streamstate.engine.cancel import CancelToken, cancellation, check_cancelled, pause
+from airflow_provider_streamstate.engine.blob_refresh import RefreshedBlobs
+from airflow_provider_streamstate.engine.cancel import CancelToken, cancellation, check_cancelled
 from airflow_provider_streamstate.engine.catalog import (
     LATEST,
     LATEST_GOOD_PREFIX,
@@ -330,8 +331,7 @@ class _Replicator:
         # stored or refreshed by it, or referenced by a destination manifest it read and
         # checked present (rules 2-4).
         self.ready: dict[str, float] = {}
-        self.unsettled: set[str] = set()  # refreshed (rule 4), not yet checked again
-        self.last_refresh = 0.0  # monotonic
+        self.refreshed = RefreshedBlobs()  # rule 4: checked again before publishing
         self.lock = threading.Lock()
 
     # rule 1: what a manifest relies on must be younger than D when it is published
@@ -374,38 +374,24 @@ class _Replicator:
                     written = self._copy_blob(digest, size)
         with self.lock:
             self.ready[digest] = started
-            if refreshed:
-                self.unsettled.add(digest)
-                self.last_refresh = time.monotonic()
+        if refreshed:
+            self.refreshed.add(digest)
         return written, refreshed
 
     def recheck_refreshed(self, m: Manifest) -> int:
-        """Right before publishing `m`, confirm the blobs refreshed for it are still there and
-        copy again any that vanished (a GC read its age before the refresh and deleted it
-        after: two requests on S3), once such a delete has had time to land
-        (`refresh_settle_seconds`). Returns the blobs copied again."""
-        with self.lock:
-            todo = [(d, s) for d, s in m.blobs.items() if d in self.unsettled]
-            since = self.last_refresh
-        if not todo:
-            return 0
-        pause(since + self.dst.refresh_settle_seconds - time.monotonic())
+        """Right before publishing `m`, copy again any blob refreshed for it that a concurrent
+        GC deleted since (`blob_refresh`). Returns the blobs copied again."""
 
-        def check(item: tuple[str, int]) -> bool:
-            d, size = item
-            if self.dst.has_blob(d):
-                return False
+        def again(d: str) -> None:
             log.warning("blob %s vanished after it was refreshed (a concurrent GC): copying it again", d[:12])
             try:
-                self._copy_blob(d, size)  # absent a moment ago: stored now, or just now by another writer
+                self._copy_blob(d, m.blobs[d])  # absent a moment ago: stored now, or just now by another writer
             except CorruptionError as exc:
                 raise self._damaged(m, d, exc) from None
-            return True
 
-        again = sum(run_parallel(check, todo, self.parallelism))
-        with self.lock:
-            self.unsettled.difference_update(d for d, _ in todo)
-        return again
+        gone = self.refreshed.vanished(self.dst, m.blobs, self.parallelism)
+        run_parallel(again, gone, self.parallelism)
+        return len(gone)
 
     def place_blobs(self, m: Manifest, vouched: set[str]) -> tuple[int, int, int, int, int]:
         """(blobs copied, bytes copied, blobs skipped, bytes skipped, blobs refreshed)."""

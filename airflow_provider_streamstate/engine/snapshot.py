@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from airflow_provider_streamstate.engine.cancel import CancelToken, cancellation, check_cancelled, pause
+from airflow_provider_streamstate.engine.blob_refresh import RefreshedBlobs
+from airflow_provider_streamstate.engine.cancel import CancelToken, cancellation, check_cancelled
 from airflow_provider_streamstate.engine.catalog import latest_snapshot
 from airflow_provider_streamstate.engine.checkpoint import (
     CheckpointReader,
@@ -142,8 +143,7 @@ class _Snapshotter:
         self.blobs_refreshed = 0
         self.vouched = set(known_blobs)  # referenced by the parent manifest this snapshot read
         self.stored: set[str] = set()  # stored (or refreshed) by this snapshot
-        self.refreshed: set[str] = set()  # found present and refreshed (rule 4): checked again at the end
-        self.last_refresh = 0.0  # monotonic time of the latest refresh
+        self.refreshed = RefreshedBlobs()  # found present and refreshed (rule 4): checked again at the end
         self.lock = threading.Lock()
         self.etags: dict[str, str | None] = {}  # S3 checkpoints: path -> object version planned
         self.server_side = server_side_possible(reader.fs, store)
@@ -179,8 +179,7 @@ class _Snapshotter:
             if self.store.refresh_blob(digest):
                 with self.lock:
                     self.blobs_refreshed += 1
-                    self.refreshed.add(digest)
-                    self.last_refresh = time.monotonic()
+                self.refreshed.add(digest)
                 return 0
             written = store_again()
             if written:
@@ -268,20 +267,12 @@ class _Snapshotter:
         return len(missing)
 
     def recheck_refreshed(self, entries: list[FileEntry]) -> None:
-        """Right before publishing, confirm the blobs this snapshot refreshed are still there:
-        a GC that read one's age before the refresh and deleted it after is caught here, and
-        the blob is stored again (a vanished file plans the cut again). On a store where GC
-        checks a blob's age and deletes it in two requests, the check waits until such a
-        delete, decided before the last refresh, has landed (`refresh_settle_seconds`)."""
-        by_digest = {e.sha256: e for e in entries if e.sha256 in self.refreshed}
-        todo = list(by_digest.values())
-        if todo:
-            pause(self.last_refresh + self.store.refresh_settle_seconds - time.monotonic())
-        present = run_parallel(lambda e: self.store.has_blob(e.sha256), todo, self.parallelism)
-        for e, ok in zip(todo, present, strict=True):
-            if ok:
-                continue
-            log.warning("blob %s vanished after it was refreshed (a concurrent GC): storing it again", e.sha256[:12])
+        """Right before publishing, store again any blob this snapshot refreshed that a
+        concurrent GC deleted since (`blob_refresh`); a vanished file plans the cut again."""
+        by_digest = {e.sha256: e for e in entries}
+        for digest in self.refreshed.vanished(self.store, by_digest, self.parallelism):
+            e = by_digest[digest]
+            log.warning("blob %s vanished after it was refreshed (a concurrent GC): storing it again", digest[:12])
             try:
                 self._put(e)
             except FileNotFoundError:
