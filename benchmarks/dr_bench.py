@@ -55,20 +55,14 @@ def fast_produce(bootstrap: str, topic: str, events: int, accounts: int, first: 
     return produce(bootstrap, topic, spec, per_transaction=per_txn)
 
 
-def end_offsets(bootstrap: str, topic: str, partitions: int = 3) -> dict[int, tuple[int, int]]:
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "log_level": 0})
-    try:
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in range(partitions)}
-    finally:
-        consumer.close()
-
-
 def records(bootstrap: str, topic: str) -> int:
+    """Records the topic holds (3 partitions; 0 while the mirror has not created it)."""
+    from airflow_provider_streamstate.engine.errors import NotFoundError
+    from airflow_provider_streamstate.engine.kafka import broker_offsets
+
     try:
-        return sum(high - low for low, high in end_offsets(bootstrap, topic).values())
-    except Exception:  # noqa: BLE001 - not created yet
+        return sum(p.latest - p.earliest for p in broker_offsets(bootstrap, {topic: {"0": 0, "1": 0, "2": 0}}))
+    except NotFoundError:
         return 0
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bench_common import WORK, MiB  # this folder is on sys.path; it puts the repo there too
-from snapshot_bench import build_state, parallel, timed
+from snapshot_bench import build_state, parallel, state_options, timed
 
 from dev import stack as stack_mod
 
@@ -57,12 +57,7 @@ def counting(c: Any) -> Counter[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--rows-per-batch", type=int, default=300_000)
-    p.add_argument("--batches", type=int, default=8)
-    p.add_argument("--parallelism", type=int, default=8)
-    p.add_argument("--min-state-mb", type=int, default=500)
-    args = p.parse_args(argv)
+    args = state_options(argparse.ArgumentParser(description=__doc__.split("\n")[0])).parse_args(argv)
 
     from airflow_provider_streamstate.engine.checkpoint import CheckpointReader
     from airflow_provider_streamstate.engine.snapshot import create_snapshot

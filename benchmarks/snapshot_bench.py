@@ -72,13 +72,17 @@ def parallel(fn: Any, items: list[Any], n: int) -> None:
         list(pool.map(fn, items))
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def state_options(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The options that size the RocksDB state `build_state` makes (shared by the S3 benchmarks)."""
     p.add_argument("--rows-per-batch", type=int, default=300_000)
     p.add_argument("--batches", type=int, default=8)
     p.add_argument("--parallelism", type=int, default=8)
     p.add_argument("--min-state-mb", type=int, default=500)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = state_options(argparse.ArgumentParser(description=__doc__.split("\n")[0])).parse_args(argv)
 
     from airflow_provider_streamstate.engine.checkpoint import CheckpointReader
     from airflow_provider_streamstate.engine.restore import restore_snapshot
