@@ -12,11 +12,12 @@ docs/concepts.md ("Blobs, and what may delete them"):
    listing). Temp files and incomplete multipart uploads older than `G`, and tombstones
    older than `G` (they protect nothing any more), go too.
 
-Why it is safe while snapshots, replication, retention and other GCs run: a writer
-relies only on blobs a manifest it read references (marked, or tombstoned for `G > D`
-after retention deletes it, longer than the writer may take to publish) or blobs it wrote
-or refreshed itself (younger than `G` until after it has published). Two GCs at once only
-race to delete the same garbage.
+Why it is safe while snapshots, replication and retention run: a writer relies only on
+blobs a manifest it read references (marked, or tombstoned for `G > D` after retention
+deletes it, longer than the writer may take to publish) or blobs it wrote or refreshed
+itself (younger than `G` until after it has published). Only one collection deletes from a
+store at a time (`gc_lease.GcLease`): two sweepers could otherwise delete a blob a writer
+stored again after the first one deleted it. A dry run deletes nothing and takes no lease.
 
 Memory is bounded by the number of referenced blobs (one 32-byte digest each), never by
 the store's history: listings are streamed page by page.
@@ -27,10 +28,10 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from airflow_provider_streamstate.engine.cancel import CancelToken, cancellation, check_cancelled
 from airflow_provider_streamstate.engine.errors import (
@@ -39,6 +40,7 @@ from airflow_provider_streamstate.engine.errors import (
     UnsafeManifestError,
     UsageError,
 )
+from airflow_provider_streamstate.engine.gc_lease import DEFAULT_TTL_SECONDS, GcLease
 from airflow_provider_streamstate.engine.manifest import SHA256_RE, Manifest
 from airflow_provider_streamstate.engine.parallel import run_parallel
 from airflow_provider_streamstate.engine.stores.base import (
@@ -49,6 +51,7 @@ from airflow_provider_streamstate.engine.stores.base import (
 )
 
 log = logging.getLogger("streamstate.gc")
+T = TypeVar("T")
 
 # The default grace period. It must exceed the longest a writer may take to publish
 # (snapshot.MAX_SNAPSHOT_SECONDS, 6 h); the margin covers clock skew between hosts.
@@ -166,9 +169,12 @@ def collect_garbage(
     parallelism: int = 8,
     now: float | None = None,
     cancel: CancelToken | None = None,
+    lease_ttl_seconds: float = DEFAULT_TTL_SECONDS,
 ) -> GcResult:
     """Mark and sweep `store`; see the module docstring. `dry_run` deletes nothing and
-    reports what would go. `now` (epoch seconds) is for tests of the age rules only."""
+    reports what would go. `now` (epoch seconds) is for tests of the age rules only.
+    `lease_ttl_seconds`: how long the store's GC lease outlives a collection that died.
+    GcLeaseHeldError when another collection is deleting from the store."""
     d = max_snapshot_seconds()
     if not grace_seconds > d:
         raise UsageError(
@@ -176,10 +182,14 @@ def collect_garbage(
             hint=f"give --grace longer than {d:g}s (default {DEFAULT_GRACE_SECONDS // 3600} h)",
         )
     with cancellation(cancel):
-        return _collect(store, grace_seconds, dry_run, parallelism, now)
+        if dry_run:
+            return _collect(store, grace_seconds, dry_run, parallelism, now, None)
+        with GcLease(store, ttl_seconds=lease_ttl_seconds) as lease:
+            return _collect(store, grace_seconds, dry_run, parallelism, now, lease)
 
 
-def _collect(store: SnapshotStore, grace: float, dry_run: bool, parallelism: int, now: float | None) -> GcResult:
+def _collect(store: SnapshotStore, grace: float, dry_run: bool, parallelism: int, now: float | None,
+             lease: GcLease | None) -> GcResult:
     started = time.monotonic()
     clock = now if now is not None else time.time()
     cutoff = clock - grace
@@ -230,10 +240,17 @@ def _collect(store: SnapshotStore, grace: float, dry_run: bool, parallelism: int
     kept = kept_bytes = young = young_bytes = deleted = deleted_bytes = 0
     batch: list[BlobInfo] = []
 
+    def held(delete: Callable[[], T]) -> T:
+        """Every deletion happens while this collection holds the store's GC lease."""
+        if lease is not None:
+            lease.assert_held()
+        return delete()
+
     def sweep(blobs: list[BlobInfo]) -> tuple[int, int]:
         if dry_run:
             return len(blobs), sum(b.size for b in blobs)
-        done = run_parallel(lambda b: store.delete_blob(b.digest, written_before=cutoff), blobs, parallelism)
+        done = run_parallel(lambda b: held(lambda: store.delete_blob(b.digest, written_before=cutoff)),
+                            blobs, parallelism)
         n = nbytes = 0
         for b, ok in zip(blobs, done, strict=True):
             if ok:
@@ -271,8 +288,8 @@ def _collect(store: SnapshotStore, grace: float, dry_run: bool, parallelism: int
     # Leftovers of crashed writers, and tombstones that protect nothing any more.
     temps = list(store.iter_stale_temp(cutoff))
     if not dry_run:
-        run_parallel(store.delete_temp, temps, parallelism)
-        run_parallel(lambda st: store.delete_record(tombstone_key(*st)), expired, parallelism)
+        run_parallel(lambda t: held(lambda: store.delete_temp(t)), temps, parallelism)
+        run_parallel(lambda st: held(lambda: store.delete_record(tombstone_key(*st))), expired, parallelism)
     result = GcResult(
         store=store.url, dry_run=dry_run, grace_seconds=grace, manifests=manifests, tombstones_live=tombstones_live,
         blobs_kept=kept, bytes_kept=kept_bytes, blobs_deleted=deleted, bytes_deleted=deleted_bytes,

@@ -15,7 +15,9 @@ class GarbageCollectOperator(CancellableTask, BaseOperator):
     """Delete the blobs of a store that no snapshot references, after a grace period.
 
     Mark and sweep over the whole store (every stream shares its blobs); safe while
-    snapshots, replication, retention and another collection run (docs/retention.md).
+    snapshots, replication and retention run. One collection deletes from a store at a
+    time (the store's GC lease): a second one fails at once, deleting nothing, and its
+    retry runs later (docs/retention.md).
     Returns `{"store", "dry_run", "grace_seconds", "manifests", "tombstones_live",
     "blobs_kept", "bytes_kept", "blobs_deleted", "bytes_deleted", "blobs_young",
     "bytes_young", "blobs_missing", "temp_deleted", "tombstones_deleted",

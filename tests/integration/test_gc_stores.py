@@ -118,3 +118,37 @@ def test_a_dry_run_deletes_nothing(make_store, monkeypatch, kind) -> None:
     assert (result.blobs_deleted, result.temp_deleted) == (1, 1)
     assert _blobs(store) == before and orphan in before
     assert len(list(store.iter_stale_temp(time.time()))) == 1
+
+
+@pytest.mark.parametrize("kind", ["local", "s3", "s3proxy"])
+def test_records_swap_only_from_the_version_read(make_store, kind) -> None:
+    """The compare-and-swap the GC lease is built on, on each backend: create only when
+    absent, replace only the version read, and nothing changes when another writer won."""
+    from airflow_provider_streamstate.engine.stores.base import RecordChanged
+
+    store, _, _ = make_store(kind)
+    assert store.read_versioned("gc/x.json") is None
+    v1 = store.swap_record("gc/x.json", b'{"n": 1}', expect=None)
+    with pytest.raises(RecordChanged):
+        store.swap_record("gc/x.json", b'{"n": 2}', expect=None)
+    v2 = store.swap_record("gc/x.json", b'{"n": 2}', expect=v1)
+    with pytest.raises(RecordChanged):
+        store.swap_record("gc/x.json", b'{"n": 3}', expect=v1)  # v1 is stale now
+    assert store.read_versioned("gc/x.json") == (b'{"n": 2}', v2)
+
+
+@pytest.mark.parametrize("kind", ["s3", "s3proxy"])
+def test_a_second_collection_on_s3_is_refused_while_the_first_holds_the_lease(make_store, monkeypatch, kind) -> None:
+    from airflow_provider_streamstate.engine.gc_lease import GcLease, GcLeaseHeldError
+
+    monkeypatch.setattr(snapshot_mod, "MAX_SNAPSHOT_SECONDS", 1)
+    store, _, _ = make_store(kind)
+    orphan = put_blob(store, b"old orphan on s3")
+    time.sleep(GRACE + 1)
+    with GcLease(store, ttl_seconds=30):
+        with pytest.raises(GcLeaseHeldError, match="another garbage collection is running"):
+            collect_garbage(store, grace_seconds=GRACE)
+        assert orphan in _blobs(store)
+    # Released: the next collection deletes the orphan.
+    assert collect_garbage(store, grace_seconds=GRACE).blobs_deleted == 1
+    assert orphan not in _blobs(store)

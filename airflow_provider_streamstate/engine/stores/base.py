@@ -37,6 +37,10 @@ class ManifestExistsError(StreamstateError):
     """A manifest with this id is already in the store (manifests are never overwritten)."""
 
 
+class RecordChanged(StreamstateError):
+    """A compare-and-swap found the record changed since it was read (another writer won)."""
+
+
 RECORD_KEY_RE = re.compile(r"^streams/[A-Za-z0-9][A-Za-z0-9._-]{0,127}(/[A-Za-z0-9][A-Za-z0-9._=-]{0,199}){2,3}$")
 
 
@@ -226,4 +230,15 @@ class SnapshotStore(ABC):
 
     def delete_temp(self, temp: StaleTemp) -> None:
         """Remove a temp file or abort a multipart upload (absent already is not an error)."""
+        raise NotImplementedError
+
+    # --- compare-and-swap records (the GC lease) ---------------------------------------------
+
+    def read_versioned(self, key: str) -> tuple[bytes, str] | None:
+        """A record (any key below the root) with a version token for `swap_record`; None when absent."""
+        raise NotImplementedError
+
+    def swap_record(self, key: str, data: bytes, *, expect: str | None) -> str:
+        """Write the record only if it is still at version `expect` (None: only if absent) and
+        return its new version; RecordChanged when another writer changed it first."""
         raise NotImplementedError

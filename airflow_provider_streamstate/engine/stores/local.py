@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
 import threading
 import uuid
@@ -26,6 +28,7 @@ from airflow_provider_streamstate.engine.stores.base import (
     STREAMS_PREFIX,
     BlobInfo,
     ManifestExistsError,
+    RecordChanged,
     SnapshotStore,
     StaleTemp,
     blob_key,
@@ -309,3 +312,24 @@ class LocalStore(SnapshotStore):
 
     def delete_temp(self, temp: StaleTemp) -> None:
         (self.root / temp.key).unlink(missing_ok=True)
+
+    # --- compare-and-swap records (the GC lease) ---------------------------------------------
+
+    def read_versioned(self, key: str) -> tuple[bytes, str] | None:
+        """The version is the content's sha256 (lease records carry a unique owner)."""
+        data = self.get_record(key)
+        return None if data is None else (data, hashlib.sha256(data).hexdigest())
+
+    def swap_record(self, key: str, data: bytes, *, expect: str | None) -> str:
+        """Read, compare and replace under an exclusive `flock` on `<key>.lock`: every
+        process that swaps this record on this host (or on a filesystem with working
+        POSIX locks) sees the others' writes in order."""
+        final = self.root / key
+        self._makedirs(final.parent)
+        with open(final.with_name(final.name + ".lock"), "a") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            current = self.read_versioned(key)
+            if (current[1] if current else None) != expect:
+                raise RecordChanged(f"record {key} in {self.url} changed since it was read")
+            self.replace_record(key, data)
+        return hashlib.sha256(data).hexdigest()

@@ -32,6 +32,7 @@ from airflow_provider_streamstate.engine.stores.base import (
     STREAMS_PREFIX,
     BlobInfo,
     ManifestExistsError,
+    RecordChanged,
     SnapshotStore,
     StaleTemp,
     blob_key,
@@ -465,6 +466,39 @@ class S3Store(SnapshotStore):
             except ClientError as exc:
                 if code(exc) != "NoSuchUpload":
                     raise
+
+    # --- compare-and-swap records (the GC lease) ---------------------------------------------
+
+    def read_versioned(self, key: str) -> tuple[bytes, str] | None:
+        """The version is the object's ETag."""
+        from botocore.exceptions import ClientError
+
+        with self._errors(f"read record {key}"):
+            try:
+                obj = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
+            except ClientError as exc:
+                if code(exc) in ("NoSuchKey", "404") or status(exc) == 404:
+                    return None
+                raise
+            return self._read(obj["Body"], f"record {key}"), str(obj["ETag"])
+
+    def swap_record(self, key: str, data: bytes, *, expect: str | None) -> str:
+        """One conditional PUT: `If-None-Match: *` to create, `If-Match: <ETag>` to replace.
+        412 (and 409, a concurrent conditional write) means another writer won; 404 on
+        If-Match means the record was deleted since it was read."""
+        from botocore.exceptions import ClientError
+
+        cond = {"IfNoneMatch": "*"} if expect is None else {"IfMatch": expect}
+        with self._errors(f"write record {key}"):
+            try:
+                r = self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data,
+                                           ContentType="application/json", **cond)
+            except ClientError as exc:
+                if code(exc) in ("PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey") \
+                        or status(exc) in (404, 409, 412):
+                    raise RecordChanged(f"record {key} in {self.url} changed since it was read") from None
+                raise
+        return str(r["ETag"])
 
 
 def same_s3_account(a: Any, b: Any) -> bool:
