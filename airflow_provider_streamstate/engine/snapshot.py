@@ -467,15 +467,17 @@ def _create_snapshot(
         )
     if plan.query_id != query_id:
         raise CheckpointChanged(f"{reader.where} was replaced while it was read (query id changed); retry")
-    if time.monotonic() - protected_since > MAX_SNAPSHOT_SECONDS:
-        raise TransientError(
-            f"the snapshot took over {MAX_SNAPSHOT_SECONDS} s; blobs it relies on may have been collected since",
-            hint="nothing was published; retry (with more --parallelism on a large checkpoint)",
-        )
 
     anchors, anchor_problems = _anchors(plan.kafka_offsets, kafka_bootstrap, kafka_config)
     check_cancelled()  # the last moment a cancellation can still stop the publish
     for _ in range(3):
+        # Rule 1 of the blob protocol, checked at the publish itself (reading Kafka anchors
+        # and a retried put come after the upload).
+        if time.monotonic() - protected_since > MAX_SNAPSHOT_SECONDS:
+            raise TransientError(
+                f"the snapshot took over {MAX_SNAPSHOT_SECONDS} s; blobs it relies on may have been collected since",
+                hint="nothing was published; retry (with more --parallelism on a large checkpoint)",
+            )
         manifest = Manifest(
             snapshot_id=new_snapshot_id(plan.batch_id, datetime.now(UTC), timeline),
             stream=stream,

@@ -9,6 +9,7 @@ finding: it is raised (TransientError), and verify can be run again.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from enum import Enum
@@ -22,6 +23,8 @@ from airflow_provider_streamstate.engine.manifest import validate_stream_name
 from airflow_provider_streamstate.engine.parallel import run_parallel
 from airflow_provider_streamstate.engine.progress import NoProgress, Progress
 from airflow_provider_streamstate.engine.stores.base import SnapshotStore
+
+log = logging.getLogger("streamstate.verify")
 
 WHAT_TO_DO = "restore another snapshot, or re-replicate the damaged one(s) from a healthy store"
 
@@ -140,13 +143,18 @@ def _verify(store: SnapshotStore, stream: str, snapshot_id: str | None, parallel
         progress.advance(size)
         return digest, problem
 
+    log.info("stream %s: verifying %d snapshot(s) in %s: %d blobs, %d bytes",
+             stream, len(ids), store.url, len(uses), sum(s for s, _ in uses.values()))
     for digest, problem in run_parallel(check, list(uses.items()), parallelism):
         size, where = uses[digest]
         result.blobs_checked += 1
         result.bytes_checked += size
         if problem:
             kind, detail = problem
+            log.warning("%s: %s (%s, used %d time(s)): %s", kind.value, digest[:12], where[0][1], len(where), detail)
             result.problems.extend(Problem(kind, sid, path, digest, detail) for sid, path in where)
     progress.finish()
     result.seconds = time.monotonic() - started
+    log.info("stream %s: verified %d blobs in %.1fs, %d problem(s)",
+             stream, result.blobs_checked, result.seconds, len(result.problems))
     return result

@@ -227,3 +227,75 @@ def test_a_cancelled_operation_publishes_no_manifest_but_may_finish_a_record(tmp
             store.put_record("streams/s/timelines/1.json", b"{}")
     assert local.list_snapshot_ids("s") == []
     assert client.puts == ["p/streams/s/timelines/1.json"]
+
+
+class _SlowBlob(io.RawIOBase):
+    """A blob body on a slow link: each read takes up to LONG seconds, noticing a
+    cancellation between its network chunks as the stores' bodies do."""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:  # noqa: ANN001 - a writable buffer
+        deadline = time.monotonic() + LONG
+        while time.monotonic() < deadline:
+            check_cancelled()
+            time.sleep(0.01)
+        return 0
+
+
+def _slow_store(tmp_path):  # noqa: ANN202
+    """A local store holding one snapshot of a fake checkpoint, whose blob reads crawl."""
+    from contextlib import contextmanager
+
+    from airflow_provider_streamstate.engine.snapshot import create_snapshot
+    from airflow_provider_streamstate.engine.stores.local import LocalStore
+    from tests.unit.fake_checkpoint import make_checkpoint, store_dirs, write
+
+    ckpt = make_checkpoint(tmp_path / "ckpt", batches=2)
+    for d in store_dirs(ckpt):
+        for v in (1, 2):
+            write(d / f"{v}.delta", f"delta {v} of {d}")
+    store = LocalStore(tmp_path / "store", fsync=False)
+    sid = create_snapshot(str(ckpt), store, "s").manifest.snapshot_id
+
+    @contextmanager
+    def crawling(digest: str):  # noqa: ANN202
+        yield _SlowBlob()
+
+    store.open_blob = crawling  # type: ignore[method-assign]
+    return store, sid
+
+
+def _cancel_soon(token: CancelToken) -> None:
+    threading.Timer(0.3, token.cancel).start()
+
+
+def test_a_cancelled_restore_stops_promptly_and_leaves_the_target_as_it_was(tmp_path) -> None:
+    from airflow_provider_streamstate.engine.restore import restore_snapshot
+    from tests.unit.fake_checkpoint import write
+
+    store, sid = _slow_store(tmp_path)
+    target = tmp_path / "target"
+    write(target / "metadata", '{"id": "before"}')
+    token = CancelToken()
+    _cancel_soon(token)
+    began = time.monotonic()
+    with pytest.raises(Cancelled):
+        restore_snapshot(store, "s", sid, str(target), force=True, fsync=False, cancel=token)
+    assert time.monotonic() - began < 0.3 + GRACE_SECONDS + 2
+    assert sorted(p.name for p in target.iterdir()) == ["metadata"]
+    assert (target / "metadata").read_text() == '{"id": "before"}'
+    assert [p.name for p in tmp_path.iterdir() if ".streamstate-" in p.name] == []
+
+
+def test_a_cancelled_verify_stops_promptly(tmp_path) -> None:
+    from airflow_provider_streamstate.engine.verify import verify_snapshots
+
+    store, sid = _slow_store(tmp_path)
+    token = CancelToken()
+    _cancel_soon(token)
+    began = time.monotonic()
+    with pytest.raises(Cancelled):
+        verify_snapshots(store, "s", sid, cancel=token)
+    assert time.monotonic() - began < 0.3 + GRACE_SECONDS + 2

@@ -82,6 +82,22 @@ def test_a_crash_between_the_fallback_renames_is_repaired_by_the_next_restore(tm
     assert any("renamed" in a for a in actions) and not [p for p in tmp_path.iterdir() if ".streamstate-" in p.name]
 
 
+def test_the_next_restore_repairs_a_crashed_swap_by_itself_then_restores(tmp_path) -> None:
+    """restore_snapshot runs the repair first: a user who simply runs the restore again gets
+    the snapshot in place and no leftovers, without knowing about recover_leftovers."""
+    store, sid = _store_with_snapshot(tmp_path)
+    target = _old_checkpoint(tmp_path / "ckpt")
+    staging = tmp_path / f".ckpt.streamstate-restore-{2**22 + 9}-abcdef12"  # a pid no process has
+    staging.mkdir()
+    (staging / "half-written").write_text("x")
+    aside = tmp_path / f".ckpt.streamstate-old-{2**22 + 9}-abcdef12"
+    os.rename(target, aside)  # the crash left no target, the old checkpoint aside
+
+    restore_snapshot(store, "s", sid, str(target), force=True, fsync=False)
+    assert (target / "metadata").read_text() != '{"id": "old"}'  # the snapshot is in place
+    assert [p.name for p in tmp_path.iterdir() if ".streamstate-" in p.name] == []
+
+
 def test_a_snapshot_of_a_checkpoint_a_crashed_restore_left_missing_finds_it_again(tmp_path) -> None:
     store, _ = _store_with_snapshot(tmp_path)
     target = make_checkpoint(tmp_path / "ckpt", batches=2)

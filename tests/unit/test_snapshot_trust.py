@@ -90,3 +90,39 @@ def test_a_stateless_query_is_snapshotted_and_restored(tmp_path) -> None:
     assert {f.path for f in snap.manifest.files} >= {"metadata", "offsets/3", "commits/3", "sources/0/0"}
     restored = restore_snapshot(store, "filter", "latest", tmp_path / "back", fsync=False)
     assert (Path(restored.target) / "offsets/3").read_bytes() == (ckpt / "offsets/3").read_bytes()
+
+
+def test_the_manifest_records_the_streams_spark_version_only_when_told_never_the_local_pyspark(tmp_path) -> None:
+    """Nothing in a checkpoint records Spark's version, and the pyspark of the host taking the
+    snapshot says nothing of the stream's: the field is what the caller knows, or null."""
+    ckpt = _checkpoint(tmp_path / "ckpt")
+    store = LocalStore(tmp_path / "store", fsync=False)
+    assert create_snapshot(str(ckpt), store, "s").manifest.spark_version is None
+    told = create_snapshot(str(ckpt), store, "s", always=True, spark_version="3.5.1").manifest
+    assert told.spark_version == "3.5.1"
+
+
+def test_a_snapshot_that_outlived_the_writers_bound_before_publishing_publishes_nothing(
+    tmp_path, monkeypatch
+) -> None:
+    """Rule 1 of the blob protocol is checked at the publish itself: time spent after the
+    upload (reading Kafka anchors) counts, since GC's grace period only covers D."""
+    import time
+
+    import pytest
+
+    from airflow_provider_streamstate.engine import snapshot as snapshot_mod
+    from airflow_provider_streamstate.engine.errors import TransientError
+
+    ckpt = _checkpoint(tmp_path / "ckpt")
+    store = LocalStore(tmp_path / "store", fsync=False)
+    monkeypatch.setattr(snapshot_mod, "MAX_SNAPSHOT_SECONDS", 0.5)
+
+    def slow_anchors(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - the Kafka read, stalled
+        time.sleep(0.7)
+        return {}, []
+
+    monkeypatch.setattr(snapshot_mod, "_anchors", slow_anchors)
+    with pytest.raises(TransientError, match="took over"):
+        create_snapshot(str(ckpt), store, "s")
+    assert store.list_snapshot_ids("s") == []

@@ -125,3 +125,35 @@ def test_a_rollback_interrupted_before_its_timeline_was_recorded_is_finished_by_
     assert (again.timeline, again.batch_id, again.parent) == (2, 5, ids[5])
     assert len(store.list_records("streams/s/timelines/")) == 1
     assert create_snapshot(str(ckpt), store, "s").reused  # and it stays on that timeline
+
+
+def test_the_cli_says_a_rollback_started_a_timeline_and_lists_the_abandoned_snapshots_as_such(
+    history, capsys
+) -> None:
+    """What a person and a script see after the rollback runbook: the restore says which
+    timeline the stream continues on; `snapshot list` marks the abandoned snapshots with `x`
+    and a footer, and `--json` gives each one's timeline, parent and current-timeline flag."""
+    from airflow_provider_streamstate.cli import main
+
+    ckpt, store, ids = history
+    assert main(["restore", "--store", store.url, "--stream", "s", ids[5], "--target", str(ckpt), "--force"]) == 0
+    assert "rollback: stream s continues on new timeline 2" in capsys.readouterr().out
+    grow(ckpt, 7)
+    s7 = create_snapshot(str(ckpt), store, "s").manifest
+
+    assert main(["snapshot", "list", "--store", store.url, "--stream", "s", "--json"]) == 0
+    rows = {r["snapshot_id"]: r for r in json.loads(capsys.readouterr().out)}
+    assert {sid: (r["timeline"], r["parent"], r["on_current_timeline"]) for sid, r in rows.items()} == {
+        ids[5]: (1, None, True),
+        ids[9]: (1, ids[5], False),
+        ids[13]: (1, ids[9], False),
+        s7.snapshot_id: (2, ids[5], True),
+    }
+
+    assert main(["snapshot", "list", "--store", store.url, "--stream", "s"]) == 0
+    text = capsys.readouterr().out
+    marks = {line[2:].split()[0]: line[0] for line in text.splitlines()[1:] if line[2:].startswith(tuple(rows))}
+    assert marks == {ids[5]: " ", ids[9]: "x", ids[13]: "x", s7.snapshot_id: " "}
+    assert "x: 2 snapshot(s) of an abandoned timeline" in text and "the current timeline is 2" in text
+    assert main(["snapshot", "show", "--store", store.url, "--stream", "s", "latest", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["snapshot_id"] == s7.snapshot_id
