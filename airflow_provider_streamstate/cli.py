@@ -21,6 +21,7 @@ import argparse
 import importlib
 import json
 import logging
+import os
 import sys
 import threading
 import time
@@ -121,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     snapshot.set_defaults(help_parser=snapshot)
     snap_cmds = snapshot.add_subparsers(dest="snapshot_command", metavar="SUBCOMMAND", parser_class=_Parser)
     create = snap_cmds.add_parser("create", help="snapshot a checkpoint at a committed batch")
-    create.add_argument("--checkpoint", required=True, help="the stream's checkpoint location (local path)")
+    create.add_argument("--checkpoint", required=True, help="the stream's checkpoint location: a local path, file:// URI or s3a://bucket/path")
     _common(create)
     create.add_argument("--batch", type=int, default=None, metavar="N", help="committed batch (default: newest)")
     create.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="repeatable")
@@ -426,11 +427,16 @@ COMMANDS: dict[tuple[str, str | None], Callable[[argparse.Namespace], int]] = {
 def _configure_logging(verbose: bool) -> None:
     """The engine logs to the `streamstate` logger hierarchy; --verbose shows it on stderr."""
     logger = logging.getLogger("streamstate")
-    if verbose and not logger.handlers:
-        handler = logging.StreamHandler(sys.stderr)
+    if logger.handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    if verbose:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        logger.addHandler(handler)
         logger.setLevel(logging.INFO)
+    else:  # warnings only, in the CLI's own voice (not Python's bare last-resort handler)
+        handler.setFormatter(logging.Formatter("streamstate: warning: %(message)s"))
+        handler.setLevel(logging.WARNING)
+    logger.addHandler(handler)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -461,6 +467,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("streamstate: interrupted; nothing was published", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `streamstate ... | head`: the reader left; say nothing more
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
     except Exception as exc:  # noqa: BLE001 - the CLI owns the last line of defence
         if args.debug:
             raise

@@ -29,7 +29,14 @@ LATEST_GOOD_PREFIX = "latest-good:"  # `latest-good:<suite>`
 def get_snapshot(store: SnapshotStore, stream: str, snapshot_id: str) -> Manifest:
     validate_stream_name(stream)
     validate_snapshot_id(snapshot_id)
-    return Manifest.from_json(store.get_manifest(stream, snapshot_id), expect_stream=stream, expect_id=snapshot_id)
+    try:
+        return Manifest.from_json(store.get_manifest(stream, snapshot_id), expect_stream=stream, expect_id=snapshot_id)
+    except UnsafeManifestError as exc:  # name the snapshot, and say what to do about it
+        raise UnsafeManifestError(
+            f"snapshot {snapshot_id} of {stream} in {store.url}: {exc.message}",
+            hint=exc.hint or "its manifest is damaged or hostile: use another snapshot (`streamstate snapshot list`), "
+            "or replicate it again from a store that holds it intact",
+        ) from None
 
 
 def no_snapshots_error(store: SnapshotStore, stream: str) -> NotFoundError:
@@ -89,7 +96,7 @@ def latest_snapshot(
         try:
             return get_snapshot(store, stream, ref.snapshot_id)
         except UnsafeManifestError as exc:
-            log.warning("skipping unreadable snapshot %s of %s: %s", ref.snapshot_id, stream, exc.one_line())
+            log.warning("skipped an unreadable manifest: %s", exc.message)
     return None
 
 
@@ -111,7 +118,12 @@ def resolve_snapshot(store: SnapshotStore, stream: str, spec: str, *, labels: di
             return _latest_labelled(store, stream, labels)
         m = latest_snapshot(store, stream)
         if m is None:
-            raise no_snapshots_error(store, stream)
+            if not snapshot_refs(store, stream):
+                raise no_snapshots_error(store, stream)
+            raise NotFoundError(
+                f"stream {stream} has no readable snapshot on its current timeline in {store.url}",
+                hint="`streamstate verify` names the damaged manifests; name an older snapshot by id",
+            )
         return m
     try:
         validate_snapshot_id(spec)

@@ -175,13 +175,19 @@ class CheckpointReader:
                 f"{self.where} has no metadata file", hint="Spark writes it when a query first starts"
             ) from None
         except (ValueError, KeyError) as exc:
-            raise UnsupportedCheckpointError(f"{self._path('metadata')} is unreadable: {exc}") from None
+            raise UnsupportedCheckpointError(
+                f"{self._path('metadata')} is unreadable: {exc}",
+                hint="check that --checkpoint is the query's checkpoint directory, as Spark wrote it",
+            ) from None
 
     def offsets(self, batch_id: int) -> tuple[dict[str, Any], list[Any]]:
         """The batch's metadata (watermark, timestamp, pinned conf) and one entry per source."""
         lines = [ln for ln in _read_log(self.fs, f"offsets/{batch_id}", self._path(f"offsets/{batch_id}")) if ln != ""]
         if not lines:
-            raise UnsupportedCheckpointError(f"offsets/{batch_id} has no metadata line")
+            raise UnsupportedCheckpointError(
+                f"offsets/{batch_id} of {self.where} has no metadata line",
+                hint="the offset log is damaged or not Spark's; snapshot an earlier batch with --batch",
+            )
         meta = json.loads(lines[0])
         sources = [None if ln == "-" else json.loads(ln) for ln in lines[1:]]
         return meta, sources
@@ -200,7 +206,8 @@ class CheckpointReader:
         if batch_id is None:
             return committed[-1]
         if batch_id < 0:
-            raise UsageError(f"batch id must be >= 0, got {batch_id}")
+            raise UsageError(f"batch id must be >= 0, got {batch_id}",
+                             hint="give a committed batch id, or leave --batch out for the newest")
         if batch_id not in committed:
             raise NotFoundError(
                 f"batch {batch_id} is not a committed batch still retained in {self.where}",

@@ -126,7 +126,8 @@ def _normalise(d: dict[str, Any], source: str) -> dict[str, Any]:
             raise UsageError(f"suite {name}: expectation {i} has no valid type ({etype!r})",
                              hint="e.g. expect_column_values_to_not_be_null")
         if not isinstance(kwargs, dict):
-            raise UsageError(f"suite {name}: expectation {i} ({etype}) has kwargs that are not an object")
+            raise UsageError(f"suite {name}: expectation {i} ({etype}) has kwargs that are not an object",
+                             hint='write "kwargs": {"column": ...}')
         item: dict[str, Any] = {"type": etype, "kwargs": kwargs}
         if isinstance(e.get("meta"), dict) and e["meta"]:
             item["meta"] = e["meta"]

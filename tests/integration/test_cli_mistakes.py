@@ -103,6 +103,62 @@ def test_errors_end_with_what_to_do(store_with_payments, tmp_path) -> None:
     assert "give a snapshot id, `latest` or `latest-good:<suite>`" in line
 
 
+def _damaged_checkpoint(tmp_path: Path, what: str) -> Path:
+    ckpt = make_checkpoint(tmp_path / what, batches=2)
+    for d in store_dirs(ckpt):
+        write(d / "1.delta", "a")
+        write(d / "2.delta", "b")
+    if what == "metadata":
+        write(ckpt / "metadata", "{not json")
+    else:
+        write(ckpt / "offsets/1", "v1\n")
+    return ckpt
+
+
+@pytest.mark.parametrize(("case", "says", "then"), [
+    ("store is a file", "exists and is not a directory", "give --store a directory"),
+    ("negative batch", "batch id must be >= 0, got -1", "give a committed batch id"),
+    ("unreadable metadata", "metadata is unreadable", "check that --checkpoint is the query's checkpoint"),
+    ("empty offsets", "offsets/1 of", "snapshot an earlier batch with --batch"),
+])
+def test_checkpoint_and_store_mistakes_are_one_line_ending_with_what_to_do(tmp_path, case, says, then) -> None:
+    store = str(tmp_path / "store")
+    ckpt = _damaged_checkpoint(tmp_path, "offsets" if case == "empty offsets" else
+                               "metadata" if case == "unreadable metadata" else "fine")
+    args = ["snapshot", "create", "--checkpoint", str(ckpt), "--store", store, "--stream", "s"]
+    if case == "store is a file":
+        Path(store).write_text("x")
+    if case == "negative batch":
+        args += ["--batch", "-1"]
+    proc = cli(*args)
+    line = one_error_line(proc)
+    assert proc.returncode in (1, 2) and says in line, line
+    assert line.index(says) < line.index(f"; {then}"), line
+
+
+def test_a_damaged_manifest_is_named_with_what_to_do_and_latest_says_none_is_readable(store_with_payments) -> None:
+    url, _ = store_with_payments
+    root = Path(url.removeprefix("file://"))
+    [manifest] = (root / "streams" / "payments" / "snapshots").iterdir()
+    manifest.write_text("{not json")
+    line = one_error_line(cli("snapshot", "list", "--store", url, "--stream", "payments"))
+    assert f"snapshot {manifest.stem} of payments" in line and "is not valid JSON" in line
+    assert "replicate it again from a store that holds it intact" in line
+    proc = cli("snapshot", "show", "--store", url, "--stream", "payments", "latest")
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert lines[0].startswith("streamstate: warning: skipped an unreadable manifest: snapshot"), proc.stderr
+    assert lines[1] == (f"streamstate: error: stream payments has no readable snapshot on its current timeline in {url}; "
+                        "`streamstate verify` names the damaged manifests; name an older snapshot by id")
+
+
+def test_output_cut_short_by_a_closed_pipe_is_not_an_error_message(store_with_payments) -> None:
+    url, _ = store_with_payments
+    proc = subprocess.run(f"{STREAMSTATE} snapshot show --store {url} --stream orders latest --files | head -c 10",
+                          shell=True, capture_output=True, text=True)
+    assert len(proc.stdout) == 10 and "unexpected" not in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_verbose_shows_what_the_engine_did(store_with_payments, tmp_path) -> None:
     url, ckpt = store_with_payments
     proc = cli("--verbose", "snapshot", "create", "--checkpoint", str(ckpt), "--store", url, "--stream", "v")
@@ -128,5 +184,20 @@ def test_show_puts_the_brokers_offsets_next_to_the_snapshots(stack, topic, tmp_p
     assert parts[0]["behind"] == parts[0]["latest"] - 10
     text = cli("snapshot", "show", "--store", url, "--stream", "k", "latest", "--kafka-bootstrap", stack.kafka_bootstrap)
     assert f"{topic}[0]: 10 / 0..{parts[0]['latest']}" in text.stdout
+
+    # Retention deleted the records partition 0 resumes from: the rollback would lose them.
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": stack.kafka_bootstrap})
+    for fut in admin.delete_records([TopicPartition(topic, 0, 20)]).values():
+        fut.result(timeout=30)
+    gone = {p["partition"]: p for p in json.loads(cli(
+        "snapshot", "show", "--store", url, "--stream", "k", "latest", "--kafka-bootstrap", stack.kafka_bootstrap,
+        "--json").stdout)["broker_offsets"]}
+    assert (gone[0]["earliest"], gone[0]["available"]) == (20, False)
+    assert gone[1]["available"] and gone[2]["available"]
+    text = cli("snapshot", "show", "--store", url, "--stream", "k", "latest", "--kafka-bootstrap", stack.kafka_bootstrap)
+    assert f"{topic}[0]: 10 / 20..{parts[0]['latest']}" in text.stdout and "GONE" in text.stdout
     down = cli("snapshot", "show", "--store", url, "--stream", "k", "latest", "--kafka-bootstrap", "127.0.0.1:9")
     assert down.returncode == 1 and "cannot reach Kafka" in one_error_line(down)

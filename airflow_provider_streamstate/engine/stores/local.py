@@ -47,7 +47,8 @@ class LocalStore(SnapshotStore):
         self.url = f"file://{self.root}"
         self.fsync = fsync
         if self.root.exists() and not self.root.is_dir():
-            raise UsageError(f"store {self.root} exists and is not a directory")
+            raise UsageError(f"store {self.root} exists and is not a directory",
+                             hint="give --store a directory, or a path that does not exist yet")
         self._tmp = self.root / "tmp"
         self._unsynced_dirs: set[Path] = set()  # blob directories with new entries
         self._lock = threading.Lock()
