@@ -11,11 +11,13 @@ class StreamstateError(Exception):
     """
 
     retryable: bool = False
+    # What to do, when the raise site gives no `hint`: every error line ends with an action.
+    default_hint: str | None = "retry; if it fails again, rerun with --verbose to see what the engine did"
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message)
         self.message = message
-        self.hint = hint
+        self.hint = hint or self.default_hint
 
     def one_line(self) -> str:
         return f"{self.message}; {self.hint}" if self.hint else self.message
@@ -24,26 +26,46 @@ class StreamstateError(Exception):
 class UsageError(StreamstateError):
     """The caller asked for something that cannot be done with these arguments."""
 
+    default_hint = "fix the value named above and run it again (`--help` lists the options)"
+
 
 class NotFoundError(StreamstateError):
     """A snapshot, stream, checkpoint or batch that does not exist."""
+
+    default_hint = (
+        "check the name above (`streamstate streams` and `streamstate snapshot list` show what "
+        "the store holds)"
+    )
 
 
 class UnsupportedCheckpointError(StreamstateError):
     """A checkpoint layout the engine does not understand; it is refused, never half-copied."""
 
+    default_hint = "check that it is a Spark 4.x checkpoint with a supported state store (docs/concepts.md)"
+
 
 class CorruptionError(StreamstateError):
     """Bytes that do not match their recorded sha256, or a missing blob."""
+
+    default_hint = (
+        "run `streamstate verify` to list every damaged file; restore an older snapshot, or "
+        "replicate this one again from a store that holds it intact"
+    )
 
 
 class UnsafeManifestError(StreamstateError):
     """A manifest whose content could make a restore write outside its target."""
 
+    default_hint = (
+        "the store's record is damaged or hostile: use another snapshot, or replicate it again "
+        "from a store that holds it intact"
+    )
+
 
 class TransientError(StreamstateError):
     """A failure that a retry may fix (network, throttling, concurrent checkpoint change)."""
 
+    default_hint = "retry; it can pass once the store, broker or checkpoint settles"
     retryable = True
 
 
@@ -58,6 +80,10 @@ class MissingBlobError(CorruptionError):
 class StreamRunningError(StreamstateError):
     """The stream is running on the checkpoint an operation would replace."""
 
+    default_hint = "stop the stream first (`StopStreamOperator`, or Ctrl-C its driver), then retry"
+
 
 class Cancelled(StreamstateError):
     """The operation was cancelled (Ctrl-C, a task timeout, `on_kill`); nothing was published."""
+
+    default_hint = None  # the CLI says what was interrupted
