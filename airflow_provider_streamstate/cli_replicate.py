@@ -77,8 +77,30 @@ def _side(args: argparse.Namespace, side: str, url: str) -> Any:
     except Exception as exc:  # noqa: BLE001 - building a client fails only on configuration
         if isinstance(exc, StreamstateError):
             raise
-        raise client_error(exc) from None
+        raise _flag_error(exc, side, endpoint=endpoint, profile=profile, region=region) or client_error(exc) from None
     return open_store(url, s3_client=client, parallelism=args.parallelism)
+
+
+def _flag_error(exc: Exception, side: str, *, endpoint: str | None, profile: str | None,
+                region: str | None) -> Exception | None:
+    """A configuration error caused by one of this side's options, naming that option (the
+    environment's settings are not what to fix then)."""
+    from botocore import exceptions as bx
+
+    from airflow_provider_streamstate.engine.errors import UsageError
+
+    if endpoint and isinstance(exc, ValueError) and str(exc).startswith("Invalid endpoint"):
+        return UsageError(f"invalid S3 endpoint URL {endpoint!r} given by --{side}-endpoint-url",
+                          hint=f"give --{side}-endpoint-url a full URL with its scheme, e.g. http://127.0.0.1:9000")
+    if profile and isinstance(exc, bx.ProfileNotFound):
+        return UsageError(
+            f"AWS profile {profile!r} given by --{side}-profile is not in AWS_CONFIG_FILE or AWS_SHARED_CREDENTIALS_FILE",
+            hint=f"fix --{side}-profile, or add the profile (`aws configure --profile {profile}`)",
+        )
+    if region and isinstance(exc, bx.InvalidRegionError | bx.UnknownRegionError):
+        return UsageError(f"invalid AWS region {region!r} given by --{side}-region",
+                          hint=f"give --{side}-region a region such as us-east-1")
+    return None
 
 
 def _env_endpoint() -> bool:

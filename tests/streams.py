@@ -9,6 +9,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -152,6 +153,9 @@ _STORE_SNAPSHOT = re.compile(r"^\.?(\d+)\.(zip|snapshot)(\.crc)*$")
 _STORE_FILE = re.compile(r"^\.?(\d+)\.(zip|snapshot|delta|changelog)(\.crc)*$")
 
 
+CUT_SLACK_NS = 30 * 10**9
+
+
 def late_maintenance_files(older: Any, newer: Any) -> list[Any]:
     """Files of `newer`'s cut that `older`'s cut (same batch) did not have, checked to be
     exactly what Spark's state store maintenance wrote in between; [] when nothing changed.
@@ -170,6 +174,12 @@ def late_maintenance_files(older: Any, newer: Any) -> list[Any]:
     rewritten = [p for p, f in after.items() if p in before and (f.size, f.mtime_ns, f.sha256) !=
                  (before[p].size, before[p].mtime_ns, before[p].sha256)]
     assert not rewritten, f"files changed in place between two cuts of one batch: {rewritten}"
+    # Every new file appeared after the first cut was planned (its manifest's creation, less
+    # the time a snapshot of these small test checkpoints takes): a first cut that left out a
+    # store snapshot that was already there would be a planner bug, not late maintenance.
+    first_cut_ns = int(datetime.fromisoformat(older.created_at.replace("Z", "+00:00")).timestamp() * 1e9)
+    early = [f.path for f in new if f.mtime_ns < first_cut_ns - CUT_SLACK_NS]
+    assert not early, f"files the first cut should have held (written before it): {early}"
     snapshot_versions: dict[str, int] = {}  # store directory -> version of its new snapshot
     for f in new:
         store, _, name = f.path.rpartition("/")

@@ -1,7 +1,8 @@
 """The docs cannot drift from the program: every shell command in docs/getting-started.md
 runs, in the documented order, against the local stack (the example stream started
-first, then the generator, then the snapshot walkthrough), and every command line, option
-and JSON field docs/cli.md shows exists in the CLI."""
+first, then the generator, then the snapshot walkthrough); docs/cli.md's synopsis shows every
+command and option the CLI has and nothing else; its examples are valid command lines and
+print what they show; its JSON is the JSON the CLI prints."""
 
 from __future__ import annotations
 
@@ -124,13 +125,24 @@ def test_getting_started_runs_as_written(stack, tmp_path) -> None:
     assert "stopping the query" in log and "batch 0:" in log
     assert (tmp_path / "clone" / "metadata").exists()
 
+    # The same check fails, naming the accounts, when the state is not what was expected.
+    expected = json.loads((tmp_path / "expected.json").read_text())
+    account = sorted(expected)[0]
+    expected[account]["count"] += 1
+    (tmp_path / "tampered.json").write_text(json.dumps(expected))
+    check = subprocess.run([sys.executable, "-m", "airflow_provider_streamstate.jobs.check_state", "--checkpoint",
+                            str(tmp_path / "ckpt"), "--expected", str(tmp_path / "tampered.json")],
+                           capture_output=True, text=True, env=env, timeout=300)
+    assert check.returncode == 1, check.stderr[-2000:]
+    assert f"state differs from the expected aggregates in 1 of {len(expected)} accounts" in check.stderr
+    assert f"  {account}: expected {expected[account]}" in check.stderr
 
-def test_every_command_option_and_json_field_in_the_cli_reference_exists() -> None:
+
+def _cli_commands() -> dict[str, object]:
+    """Every leaf command of the CLI ("snapshot create", "gc", ...) -> its argparse parser."""
     from airflow_provider_streamstate.cli import build_parser
 
     parser = build_parser()
-    text = (REPO / "docs" / "cli.md").read_text()
-    synopsis = code_blocks(REPO / "docs" / "cli.md")[0]
     commands = {}
     for action in parser._subparsers._group_actions:  # noqa: SLF001 - argparse keeps them here
         for name, sub in action.choices.items():
@@ -140,20 +152,80 @@ def test_every_command_option_and_json_field_in_the_cli_reference_exists() -> No
                         commands[f"{name} {sub_name}"] = leaf
             else:
                 commands[name] = sub
-    documented = set()
-    for line in synopsis:
+    return commands
+
+
+def _options(command) -> set[str]:  # noqa: ANN001 - an argparse parser
+    return {o for a in command._actions for o in a.option_strings}  # noqa: SLF001
+
+
+# Options every command takes, documented once under "Stores" and "Exit codes and errors".
+COMMON_OPTIONS = {"-h", "--help", "--aws-conn-id", "--debug", "--verbose"}
+
+
+def synopsis_lines(doc: Path) -> dict[str, str]:
+    """The reference's synopsis block as {command: its whole line}, continuation lines joined."""
+    commands = _cli_commands()
+    lines: dict[str, str] = {}
+    key = None
+    for line in code_blocks(doc)[0]:
         words = line.split()
-        if len(words) < 2 or words[0] != "streamstate" or words[1].startswith("-"):
-            continue
-        key = " ".join(words[1:3]) if f"{words[1]} {words[2]}" in commands else words[1]
-        documented.add(key)
-        known = {o for a in commands[key]._actions for o in a.option_strings}  # noqa: SLF001
-        for opt in re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", line):
-            assert opt in known, f"docs/cli.md shows {opt} for `streamstate {key}`, which has no such option"
-    assert documented == set(commands), f"undocumented commands: {set(commands) - documented}"
+        if words and words[0] == "streamstate" and len(words) > 1 and not words[1].startswith("-"):
+            key = " ".join(words[1:3]) if f"{words[1]} {words[2]}" in commands else words[1]
+            lines[key] = line
+        elif line.startswith(" ") and key is not None:
+            lines[key] += " " + line.strip()
+        else:
+            key = None
+    return lines
+
+
+def test_every_command_and_option_of_the_cli_is_in_the_reference_and_nothing_else_is() -> None:
+    from airflow_provider_streamstate.cli import build_parser
+
+    commands = _cli_commands()
+    text = (REPO / "docs" / "cli.md").read_text()
+    documented = synopsis_lines(REPO / "docs" / "cli.md")
+    assert set(documented) == set(commands), f"undocumented: {set(commands) - set(documented)}"
+    for key, line in documented.items():
+        shown = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", line))
+        known = _options(commands[key]) - COMMON_OPTIONS
+        assert shown <= _options(commands[key]), f"docs/cli.md shows {shown - _options(commands[key])} for `{key}`"
+        assert known <= shown, f"`streamstate {key}` has {known - shown}, which its synopsis line does not show"
     for opt in re.findall(r"`(--[a-z][a-z-]*)", text):
-        assert any(opt in {o for a in p._actions for o in a.option_strings} for p in commands.values()) or opt in (
-            "--debug", "--verbose", "--version", "--help"), f"docs/cli.md names {opt}, which no command has"
+        assert any(opt in _options(p) for p in commands.values()) or opt in _options(build_parser()), (
+            f"docs/cli.md names {opt}, which no command has")
+
+
+def test_the_examples_in_the_cli_reference_parse_and_the_retention_example_prints_what_it_shows(tmp_path) -> None:
+    """Every `$ streamstate ...` example is a valid command line; the retention example, run
+    on a store holding the snapshots it shows, prints exactly its lines (ages aside)."""
+    from airflow_provider_streamstate.cli import build_parser
+    from airflow_provider_streamstate.engine.stores.local import LocalStore
+    from tests.unit.store_history import at, put_snapshot
+
+    doc = (REPO / "docs" / "cli.md").read_text().splitlines()
+    examples = [(i, line[2:]) for i, line in enumerate(doc) if line.startswith("$ streamstate ")]
+    assert len(examples) >= 2
+    for _, cmd in examples:
+        build_parser().parse_args(shlex.split(cmd)[1:])  # exits (a test failure) on a bad line
+
+    i, cmd = next((i, c) for i, c in examples if c.startswith("streamstate retention apply"))
+    shown = []
+    for line in doc[i + 1:]:
+        if line.startswith("```"):
+            break
+        shown.append(line)
+    store = LocalStore(tmp_path / "snapshots", fsync=False)
+    for b in range(4):
+        put_snapshot(store, "orders", b, at(f"2026-11-1{b}T00:00"))
+    exe = str(Path(sys.executable).parent / "streamstate")
+    proc = subprocess.run([exe, *shlex.split(cmd.replace("/data/snapshots", str(store.root)))[1:]],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    def ageless(lines: list[str]) -> list[str]:
+        return [re.sub(r"\d+(\.\d+)?d old", "Nd old", x).rstrip() for x in lines]
+    assert ageless(proc.stdout.splitlines()) == ageless(shown)
 
 
 def test_the_json_the_cli_reference_shows_is_the_json_the_cli_prints(tmp_path) -> None:

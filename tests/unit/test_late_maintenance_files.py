@@ -19,12 +19,19 @@ STORE = "state/1/0"
 SST = f"{STORE}/SSTs/000008-7055be44-e19d-4a31-9ff0-e7aaf9e1a992.sst"
 
 
-def _f(path: str, size: int = 10, mtime: int = 1) -> SimpleNamespace:
+FIRST_CUT = "2026-11-22T10:00:00Z"
+BEFORE_FIRST_CUT_NS = 1795341600 * 10**9 - 3600 * 10**9  # an hour before it
+AFTER_FIRST_CUT_NS = 1795341600 * 10**9 + 2 * 10**9  # the observed upload, 1.6 s after the stop
+
+
+def _f(path: str, size: int = 10, mtime: int = BEFORE_FIRST_CUT_NS) -> SimpleNamespace:
     return SimpleNamespace(path=path, size=size, mtime_ns=mtime, sha256=f"h-{path}-{size}-{mtime}")
 
 
-def _cut(*paths: str, batch_id: int = 4) -> SimpleNamespace:
-    return SimpleNamespace(batch_id=batch_id, files=[_f(p) for p in sorted(paths)])
+def _cut(*paths: str, batch_id: int = 4, late: tuple[str, ...] = ()) -> SimpleNamespace:
+    """A cut whose files were written before FIRST_CUT, except `late` ones (after it)."""
+    files = [_f(p, mtime=AFTER_FIRST_CUT_NS if p in late else BEFORE_FIRST_CUT_NS) for p in sorted(paths)]
+    return SimpleNamespace(batch_id=batch_id, created_at=FIRST_CUT, files=files)
 
 
 COMMON = ["metadata", "offsets/3", "offsets/4", "commits/4", "sources/0/0", f"{STORE}/_metadata/schema"]
@@ -41,8 +48,14 @@ def test_nothing_changed_means_no_late_files() -> None:
 
 
 def test_a_store_snapshot_uploaded_after_the_first_cut_is_the_only_difference_allowed() -> None:
-    late = late_maintenance_files(_cut(*COMMON, *CHANGELOGS), _cut(*COMMON, *ZIP, *AFTER_ZIP))
+    late = late_maintenance_files(_cut(*COMMON, *CHANGELOGS), _cut(*COMMON, *ZIP, *AFTER_ZIP, late=tuple(ZIP)))
     assert sorted(f.path for f in late) == sorted(ZIP)  # the 6 files the flaky run hashed
+
+
+def test_a_store_snapshot_that_was_already_there_at_the_first_cut_is_refused() -> None:
+    """A first cut that left out an existing zip is a planner bug, not late maintenance."""
+    with pytest.raises(AssertionError, match="the first cut should have held"):
+        late_maintenance_files(_cut(*COMMON, *CHANGELOGS), _cut(*COMMON, *ZIP, *AFTER_ZIP))
 
 
 @pytest.mark.parametrize(
@@ -57,7 +70,7 @@ def test_a_store_snapshot_uploaded_after_the_first_cut_is_the_only_difference_al
 )
 def test_anything_else_is_refused(second: list[str], words: str) -> None:
     with pytest.raises(AssertionError, match=words):
-        late_maintenance_files(_cut(*COMMON, *CHANGELOGS), _cut(*second))
+        late_maintenance_files(_cut(*COMMON, *CHANGELOGS), _cut(*second, late=tuple(set(second) - {*COMMON, *CHANGELOGS})))
 
 
 def test_a_file_rewritten_in_place_is_refused() -> None:
