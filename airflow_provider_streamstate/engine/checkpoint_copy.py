@@ -7,8 +7,10 @@ a server-side `CopyObject` of the very object version that was hashed
 (`CopySourceIfMatch=<etag>`; a file Spark rewrote meanwhile fails the copy and the cut is
 planned again). The copy asks S3 for a SHA-256 checksum; when the endpoint returns one it
 must equal the blob's name, or the copy is deleted and the snapshot fails. On another
-endpoint (or a local store) the file is streamed a second time into the store, which
-checks the bytes against the digest as it writes them.
+endpoint (or into a local store) there is no copy: an object up to the S3 store's part size
+is kept in memory from that one read and stored from it (`snapshot.READ_ONCE_BYTES`); a
+larger one is streamed a second time into the store, which checks the bytes against the
+digest as it writes them.
 """
 
 from __future__ import annotations

@@ -25,6 +25,30 @@ def sha256_stream(src: BinaryIO) -> tuple[str, int]:
     return h.hexdigest(), size
 
 
+def sha256_read(src: BinaryIO, size: int) -> tuple[str, bytearray]:
+    """(hex digest, bytes) of a stream expected to hold `size` bytes, read into one buffer.
+
+    Reads at most `size` + 1 bytes, so a stream longer than expected is noticed without
+    buffering it whole: the caller compares len(bytes) with `size`. The digest is of exactly
+    the bytes returned (the caller must not change them), so what is stored under it later
+    is what was hashed.
+    """
+    h = hashlib.sha256()
+    buf = bytearray(size + 1)
+    view = memoryview(buf)
+    n = 0
+    while n <= size:
+        got = src.readinto(view[n : min(n + CHUNK, size + 1)])  # type: ignore[attr-defined]
+        if not got:
+            break
+        check_cancelled()
+        h.update(view[n : n + got])
+        n += got
+    view.release()
+    del buf[n:]
+    return h.hexdigest(), buf
+
+
 def sha256_file(path: Path | str) -> tuple[str, int]:
     """(hex digest, size) of a file's content."""
     with open(path, "rb") as f:

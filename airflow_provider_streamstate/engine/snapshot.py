@@ -5,7 +5,10 @@
 2. Plan the cut at batch N (default: newest committed) — see `checkpoint.CheckpointReader`.
 3. Hash every file of the cut, reusing the parent's recorded hash when path, size and
    mtime are unchanged (checkpoint files are immutable by name) — only when the parent was
-   taken from this checkpoint location and query.
+   taken from this checkpoint location and query. Each file is read once where that is
+   enough to store it too: a local store hashes while it writes (`store_file`); an S3
+   checkpoint object up to `READ_ONCE_BYTES` is read into memory while it is hashed and
+   stored from that buffer, unless the store copies it server side (`checkpoint_copy`).
 4. Upload only blobs the store lacks, in parallel. Blobs the parent references are not
    trusted blindly: each is checked in the store, and a missing one is uploaded again.
 5. Publish the manifest last, atomically, and only within `MAX_SNAPSHOT_SECONDS` of when
@@ -46,7 +49,7 @@ from airflow_provider_streamstate.engine.checkpoint_fs import (
     is_s3_location,
     open_checkpoint_fs,
 )
-from airflow_provider_streamstate.engine.digest import sha256_file, sha256_stream
+from airflow_provider_streamstate.engine.digest import sha256_file, sha256_read, sha256_stream
 from airflow_provider_streamstate.engine.errors import (
     CheckpointChanged,
     StreamstateError,
@@ -63,6 +66,7 @@ from airflow_provider_streamstate.engine.manifest import (
 from airflow_provider_streamstate.engine.parallel import run_parallel
 from airflow_provider_streamstate.engine.progress import NoProgress, Progress
 from airflow_provider_streamstate.engine.stores.base import ManifestExistsError, SnapshotStore
+from airflow_provider_streamstate.engine.stores.s3 import PART_SIZE
 from airflow_provider_streamstate.engine.timeline import (
     Timelines,
     load_timelines,
@@ -77,6 +81,12 @@ MAX_PLAN_ATTEMPTS = 6
 # A snapshot publishes within this long of the moment it found the blobs it relies on, or
 # not at all; garbage collection's grace period must exceed it (docs/concepts.md).
 MAX_SNAPSHOT_SECONDS = 6 * 3600
+# An S3 checkpoint object up to this size, going to a store that cannot copy it server side,
+# is read once into memory while it is hashed and stored from that buffer (one PUT to an S3
+# store). Memory stays below parallelism x this. Larger objects are read twice: once to hash
+# them, once streamed into the store (a multipart upload), as buffering them would not be
+# bounded by a part.
+READ_ONCE_BYTES = PART_SIZE
 
 
 @dataclass(frozen=True)
@@ -148,6 +158,7 @@ class _Snapshotter:
         self.etags: dict[str, str | None] = {}  # S3 checkpoints: path -> object version planned
         self.server_side = server_side_possible(reader.fs, store)
         self.blobs_copied_server_side = 0
+        self.read_once = reader.root is None and not self.server_side  # see READ_ONCE_BYTES
 
     def _put(self, e: FileEntry) -> int:
         """Store one checkpoint file as blob `e.sha256`; FileNotFoundError when it is gone."""
@@ -216,19 +227,45 @@ class _Snapshotter:
         return FileEntry(pf.path, size, digest, pf.mtime_ns)
 
     def _read_object(self, pf: PlannedFile) -> FileEntry | None:
-        """Hash one file of an S3 checkpoint, streamed once; the read fails when the object
-        is no longer the version the plan listed (stored later, by copy or stream)."""
+        """Hash one file of an S3 checkpoint; the read fails when the object is no longer
+        the version the plan listed. Up to READ_ONCE_BYTES (and no server-side copy) the
+        bytes read are kept and stored from memory right here; otherwise it is only hashed,
+        and stored later by `_put` (a server-side copy, or a second read streamed)."""
+        data: bytearray | None = None
         try:
             with self.reader.fs.open_checked(pf.path, pf.identity) as f:
-                digest, size = sha256_stream(f)
+                if self.read_once and pf.size <= READ_ONCE_BYTES:
+                    digest, data = sha256_read(f, pf.size)
+                    size = len(data)
+                else:
+                    digest, size = sha256_stream(f)
         except FileNotFoundError:
             if pf.essential:
                 raise CheckpointChanged(f"{pf.path} vanished while it was read") from None
             return None
         if size != pf.size:
             raise CheckpointChanged(f"{pf.path} changed while it was read")
+        if data is not None:
+            self._store_read(digest, data)
         self.progress.advance(size)
         return FileEntry(pf.path, size, digest, pf.mtime_ns)
+
+    def _store_read(self, digest: str, data: bytearray) -> None:
+        """Store the bytes just read and hashed to `digest` (the very buffer: the blob's name
+        is computed from what is written), unless a live manifest already references the
+        blob (the parent's are checked in the store before publishing, `upload`) or this
+        snapshot stored it. Found present otherwise: writer rule 4, as any upload."""
+        with self.lock:
+            if digest in self.known_blobs:
+                return
+        written = self.store.put_blob_bytes(digest, data)
+        if not written:
+            written = self._vouch(digest, lambda: self.store.put_blob_bytes(digest, data))
+        with self.lock:
+            self.known_blobs.add(digest)
+            self.stored.add(digest)
+            self.bytes_uploaded += written
+            self.blobs_uploaded += 1 if written else 0
 
     def entries(self, plan: CutPlan) -> list[FileEntry]:
         """FileEntries for the plan; hashes only files not known by (path, size, mtime)."""
@@ -241,7 +278,8 @@ class _Snapshotter:
                 out.append(FileEntry(pf.path, pf.size, k[2], pf.mtime_ns))
             else:
                 to_hash.append(pf)
-        phase = "store" if self.store.hashes_while_storing and self.reader.root is not None else "hash"
+        local_store = self.store.hashes_while_storing and self.reader.root is not None
+        phase = "store" if local_store or self.read_once else "hash"
         self.progress.start(phase, len(to_hash), sum(p.size for p in to_hash))
         hashed = [e for e in run_parallel(self._read, to_hash, self.parallelism) if e is not None]
         self.progress.finish()

@@ -6,6 +6,7 @@ published whole or visibly unfinished. Against moto's S3 server on loopback."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -179,6 +180,210 @@ def test_a_file_rewritten_between_plan_and_read_fails_the_read(tmp_path, s3) -> 
     s3.put_object(Bucket=BUCKET, Key="reread/commits/3", Body=b"v1\n{}")
     with pytest.raises(CheckpointChanged), reader.fs.open_checked(pf.path, pf.identity) as f:
         f.read()
+
+
+@pytest.fixture(scope="module")
+def other_endpoint() -> Any:
+    """A second S3 endpoint (another region): no server-side copy from the checkpoint's."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def dr(other_endpoint: str) -> Any:
+    c = client(other_endpoint)
+    try:
+        c.create_bucket(Bucket=BUCKET)
+    except c.exceptions.BucketAlreadyOwnedByYou:
+        pass
+    return c
+
+
+def requests_by_key(c: Any, *operations: str) -> Counter[tuple[str, str]]:
+    """(operation, key) of every request the client sends for `operations`."""
+    seen: Counter[tuple[str, str]] = Counter()
+
+    def count(model: Any, params: dict[str, Any], **_: Any) -> None:
+        if model.name in operations:
+            seen[(model.name, params.get("Key", ""))] += 1
+
+    c.meta.events.register("before-parameter-build.s3.*", count)  # once per API call, retries aside
+    return seen
+
+
+def sized_checkpoint(root: Path, batches: int = 4) -> Path:
+    """hdfs_checkpoint with state files of a few KiB, distinct contents."""
+    hdfs_checkpoint(root, batches)
+    for d in store_dirs(root):
+        for f in d.iterdir():
+            write(f, (f"{d.name}/{f.name} " * 400).encode())
+    return root
+
+
+def blobs_named_by_their_bytes(c: Any, store: S3Store) -> dict[str, int]:
+    """Every blob of the store, read back: its sha256 must be its name. digest -> size."""
+    import hashlib
+
+    out = {}
+    for digest, size in store.iter_blobs():
+        with store.open_blob(digest) as f:
+            data = f.read()
+        assert hashlib.sha256(data).hexdigest() == digest and len(data) == size
+        out[digest] = size
+    return out
+
+
+def test_into_a_store_on_another_endpoint_each_new_object_is_read_once(tmp_path, s3, dr) -> None:
+    """Hashing and uploading share one GET: the body read to compute the blob's name is the
+    body uploaded under it (objects up to a part), with no HEAD before the conditional PUT."""
+    root = sized_checkpoint(tmp_path / "c")
+    url = upload(s3, root, "once")
+    planning = requests_by_key(s3, "GetObject")
+    CheckpointReader(url, s3_client=s3).plan()
+    planned_reads = dict(planning)  # the metadata-log files a plan parses
+
+    reads = requests_by_key(s3, "GetObject")
+    writes = requests_by_key(dr, "PutObject", "HeadObject", "CopyObject")
+    store = S3Store(dr, BUCKET, "other")
+    result = create_snapshot(url, store, "orders", checkpoint_s3_client=s3)
+    m = result.manifest
+    state = [e for e in m.files if "/_metadata/" not in e.path and e.path.startswith("state/")]
+    assert len(state) >= 8
+    for e in state:  # never parsed by the planner: the hash's read is the only one
+        assert reads[("GetObject", f"once/{e.path}")] == 1, e.path
+    for e in m.files:  # at most one read beyond those a plan makes
+        key = f"once/{e.path}"
+        assert reads[("GetObject", key)] <= 2 * planned_reads.get(("GetObject", key), 0) + 1, e.path
+    blob_puts = {k for (op, k) in writes if op == "PutObject" and "/blobs/" in k}
+    assert len(blob_puts) == sum(writes[("PutObject", k)] for k in blob_puts) == len(m.blobs) == result.blobs_uploaded
+    assert not [k for (op, k) in writes if op in ("HeadObject", "CopyObject") and "/blobs/" in k]
+    assert result.bytes_uploaded == sum(blobs_named_by_their_bytes(dr, store).values())
+    target = tmp_path / "restored"
+    restore_snapshot(store, "orders", m.snapshot_id, target)
+    for e in m.files:
+        assert (target / e.path).read_bytes() == (root / e.path).read_bytes(), e.path
+
+    # An unchanged snapshot reads nothing; one more batch reads only its new files, once.
+    reads.clear()
+    assert create_snapshot(url, store, "orders", always=True, checkpoint_s3_client=s3).files_hashed == 0
+    assert not [k for (_, k) in reads if k.startswith("once/state/") and "/_metadata/" not in k]
+
+
+@pytest.mark.parametrize(("body", "kept"), [(b"abcd", b"abcd"), (b"ab", b"ab"), (b"abcdefgh", b"abcde"), (b"", b"")])
+def test_the_read_once_buffer_holds_what_was_hashed_and_shows_a_longer_or_shorter_object(body, kept) -> None:
+    import hashlib
+    import io
+
+    from airflow_provider_streamstate.engine.digest import sha256_read
+
+    digest, data = sha256_read(io.BytesIO(body), 4)
+    assert bytes(data) == kept and digest == hashlib.sha256(kept).hexdigest()
+
+
+def test_an_object_rewritten_after_the_plan_is_planned_again_not_stored(tmp_path, s3, dr, monkeypatch) -> None:
+    """The one read is still `GetObject(IfMatch=<planned ETag>)`: maintenance rewriting a file
+    after the plan fails it, the cut is planned again, and the blob holds the new bytes."""
+    root = sized_checkpoint(tmp_path / "c")
+    url = upload(s3, root, "changed")
+    rel = f"{store_dirs(root)[0].relative_to(root).as_posix()}/4.delta"
+    old = (root / rel).read_bytes()
+    new = old.upper()
+    assert len(new) == len(old) and new != old
+    real_plan = CheckpointReader.plan
+    plans: list[int] = []
+
+    def plan_then_rewrite(self: CheckpointReader, batch_id: int | None = None) -> Any:
+        plan = real_plan(self, batch_id)
+        if not plans:
+            s3.put_object(Bucket=BUCKET, Key=f"changed/{rel}", Body=new)
+        plans.append(1)
+        return plan
+
+    monkeypatch.setattr(CheckpointReader, "plan", plan_then_rewrite)
+    store = S3Store(dr, BUCKET, "changed-store")
+    result = create_snapshot(url, store, "orders", checkpoint_s3_client=s3)
+    assert result.attempts == 2
+    import hashlib
+
+    digest = {e.path: e.sha256 for e in result.manifest.files}[rel]
+    assert digest == hashlib.sha256(new).hexdigest()
+    blobs = blobs_named_by_their_bytes(dr, store)
+    assert hashlib.sha256(old).hexdigest() not in blobs and digest in blobs
+
+
+def test_objects_above_the_read_once_size_are_hashed_then_streamed(tmp_path, s3, dr, monkeypatch) -> None:
+    """Above READ_ONCE_BYTES (a part of the S3 store) memory would not be bounded by a part:
+    such an object is read twice, once to hash, once streamed into the store."""
+    from airflow_provider_streamstate.engine import snapshot
+
+    monkeypatch.setattr(snapshot, "READ_ONCE_BYTES", 5000)
+    root = sized_checkpoint(tmp_path / "c")
+    url = upload(s3, root, "twice")
+    reads = requests_by_key(s3, "GetObject")
+    store = S3Store(dr, BUCKET, "twice-store")
+    m = create_snapshot(url, store, "orders", checkpoint_s3_client=s3).manifest
+    big = [e for e in m.files if e.size > 5000]
+    small = [e for e in m.files if e.size <= 5000 and e.path.startswith("state/") and "/_metadata/" not in e.path]
+    assert big and small
+    assert all(reads[("GetObject", f"twice/{e.path}")] == 2 for e in big)
+    assert all(reads[("GetObject", f"twice/{e.path}")] == 1 for e in small)
+    assert set(blobs_named_by_their_bytes(dr, store)) == set(m.blobs)
+
+
+def test_a_blob_found_present_on_the_other_endpoint_is_refreshed_not_trusted(tmp_path, s3, dr, monkeypatch) -> None:
+    """Writer rule 4 holds on the read-once path: a blob nobody vouches for (a crashed
+    writer's orphan) is refreshed so GC's grace period starts again, and checked again
+    before the manifest is published."""
+    import hashlib
+
+    root = sized_checkpoint(tmp_path / "c")
+    url = upload(s3, root, "orphan")
+    store = S3Store(dr, BUCKET, "orphan-store")
+    rel = f"{store_dirs(root)[1].relative_to(root).as_posix()}/3.delta"
+    data = (root / rel).read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    assert store.put_blob_bytes(digest, data) == len(data)
+    assert store.put_blob_bytes(digest, data) == 0  # conditional: present is a no-op
+    refreshed: list[str] = []
+    real = store.refresh_blob
+    monkeypatch.setattr(store, "refresh_blob", lambda d: refreshed.append(d) or real(d))
+    rechecked: list[str] = []
+    real_has = store.has_blob
+    monkeypatch.setattr(store, "has_blob", lambda d: rechecked.append(d) or real_has(d))
+    result = create_snapshot(url, store, "orders", checkpoint_s3_client=s3)
+    assert refreshed == [digest] and digest in rechecked
+    assert result.blobs_uploaded == len(result.manifest.blobs) - 1
+
+
+def test_a_snapshot_reading_once_into_another_endpoint_can_be_cancelled_and_publishes_nothing(
+    tmp_path, s3, dr, monkeypatch
+) -> None:
+    from airflow_provider_streamstate.engine.cancel import CancelToken
+    from airflow_provider_streamstate.engine.errors import Cancelled
+
+    root = sized_checkpoint(tmp_path / "c")
+    url = upload(s3, root, "cancel")
+    store = S3Store(dr, BUCKET, "cancel-store")
+    token = CancelToken()
+    real = S3Store.put_blob_bytes
+    puts: list[str] = []
+
+    def put_then_cancel(self: S3Store, digest: str, data: Any) -> int:
+        puts.append(digest)
+        if len(puts) == 3:
+            token.cancel("test")
+        return real(self, digest, data)
+
+    monkeypatch.setattr(S3Store, "put_blob_bytes", put_then_cancel)
+    with pytest.raises(Cancelled):
+        create_snapshot(url, store, "orders", checkpoint_s3_client=s3, cancel=token, parallelism=1)
+    assert len(puts) == 3
+    assert store.list_snapshot_ids("orders") == []
 
 
 def test_a_restore_onto_s3_refuses_a_non_empty_target_and_publishes_exactly_the_manifest(tmp_path, s3) -> None:

@@ -16,6 +16,7 @@ are stored once and any blob can be verified against its own name.
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from abc import ABC, abstractmethod
@@ -128,6 +129,15 @@ class SnapshotStore(ABC):
         was read instead. Replication uses it to copy between any two stores.
         """
         raise NotImplementedError
+
+    def put_blob_bytes(self, digest: str, data: bytes | bytearray) -> int:
+        """Store bytes already in memory under `digest` unless present; return bytes written
+        (0 if present). `digest` must be the sha256 of exactly `data`, computed from these
+        bytes by the caller (`digest.sha256_read`): a snapshot hashes a checkpoint object
+        while it reads it once, then stores that same buffer, never a second read. Writes
+        are as conditional as `put_blob`'s; by default the bytes go through
+        `put_blob_stream`, which hashes them again as it writes."""
+        return self.put_blob_stream(digest, io.BytesIO(data), len(data))
 
     @abstractmethod
     def open_blob(self, digest: str) -> AbstractContextManager[BinaryIO]:
