@@ -159,6 +159,7 @@ class _Snapshotter:
         self.server_side = server_side_possible(reader.fs, store)
         self.blobs_copied_server_side = 0
         self.read_once = reader.root is None and not self.server_side  # see READ_ONCE_BYTES
+        self.storing: set[str] = set()  # blobs a worker is storing from what it read (read_once)
 
     def _put(self, e: FileEntry) -> int:
         """Store one checkpoint file as blob `e.sha256`; FileNotFoundError when it is gone."""
@@ -254,18 +255,28 @@ class _Snapshotter:
         """Store the bytes just read and hashed to `digest` (the very buffer: the blob's name
         is computed from what is written), unless a live manifest already references the
         blob (the parent's are checked in the store before publishing, `upload`) or this
-        snapshot stored it. Found present otherwise: writer rule 4, as any upload."""
+        snapshot stored it. Found present otherwise: writer rule 4, as any upload.
+
+        Files of one content read at once are stored by one of them: the others would find
+        the blob present and refresh it, and an S3 snapshot would then wait the store's
+        settle time before publishing. Skipping is safe: the one storing it fails the whole
+        read phase (and so the snapshot) if it fails."""
         with self.lock:
-            if digest in self.known_blobs:
+            if digest in self.known_blobs or digest in self.storing:
                 return
-        written = self.store.put_blob_bytes(digest, data)
-        if not written:
-            written = self._vouch(digest, lambda: self.store.put_blob_bytes(digest, data))
-        with self.lock:
-            self.known_blobs.add(digest)
-            self.stored.add(digest)
-            self.bytes_uploaded += written
-            self.blobs_uploaded += 1 if written else 0
+            self.storing.add(digest)
+        try:
+            written = self.store.put_blob_bytes(digest, data)
+            if not written:
+                written = self._vouch(digest, lambda: self.store.put_blob_bytes(digest, data))
+            with self.lock:
+                self.known_blobs.add(digest)
+                self.stored.add(digest)
+                self.bytes_uploaded += written
+                self.blobs_uploaded += 1 if written else 0
+        finally:
+            with self.lock:
+                self.storing.discard(digest)
 
     def entries(self, plan: CutPlan) -> list[FileEntry]:
         """FileEntries for the plan; hashes only files not known by (path, size, mtime)."""

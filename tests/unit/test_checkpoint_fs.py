@@ -6,6 +6,7 @@ published whole or visibly unfinished. Against moto's S3 server on loopback."""
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -358,6 +359,31 @@ def test_a_blob_found_present_on_the_other_endpoint_is_refreshed_not_trusted(tmp
     result = create_snapshot(url, store, "orders", checkpoint_s3_client=s3)
     assert refreshed == [digest] and digest in rechecked
     assert result.blobs_uploaded == len(result.manifest.blobs) - 1
+
+
+def test_files_of_one_content_read_at_once_are_stored_once_and_nothing_is_refreshed(
+    tmp_path, s3, dr, monkeypatch
+) -> None:
+    """Identical files (Spark's .crc files often are) hashed by parallel workers: one stores
+    the blob, the others do not PUT it again, find it present and refresh it (which would
+    make an S3 snapshot wait the store's settle time before publishing)."""
+    root = hdfs_checkpoint(tmp_path / "c")  # every .crc file holds the same byte
+    url = upload(s3, root, "same")
+    store = S3Store(dr, BUCKET, "same-store")
+    real = S3Store.put_blob_bytes
+
+    def slow_put(self: S3Store, digest: str, data: Any) -> int:
+        time.sleep(0.3)  # the other readers of this content finish meanwhile
+        return real(self, digest, data)
+
+    monkeypatch.setattr(S3Store, "put_blob_bytes", slow_put)
+    writes = requests_by_key(dr, "PutObject", "CopyObject")
+    result = create_snapshot(url, store, "orders", checkpoint_s3_client=s3, parallelism=8)
+    m = result.manifest
+    assert len(m.files) - len(m.blobs) >= 4  # several files share a blob
+    assert not [k for (op, k) in writes if op == "CopyObject"]  # no refresh of our own blob
+    assert all(n == 1 for (op, k), n in writes.items() if "/blobs/" in k)
+    assert result.blobs_uploaded == len(m.blobs) and result.seconds < store.refresh_settle_seconds
 
 
 def test_a_snapshot_reading_once_into_another_endpoint_can_be_cancelled_and_publishes_nothing(
