@@ -18,6 +18,7 @@ from dev.airflow_home import DagResult, TaskResult, configure_env
 
 REPO = Path(__file__).resolve().parent.parent
 TEST_DAGS = sorted((REPO / "tests" / "dags").glob("*.py"))
+HOME: Path | None = None  # this test process's Airflow home, set once by conftest.py
 
 __all__ = ["DagResult", "TaskResult", "configure_airflow_env", "prepare_airflow", "run_dag"]
 

@@ -15,12 +15,16 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-# Airflow reads its home, DB and DAG folder at import: keep them out of the user's ~/airflow.
-_AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="streamstate-airflow-"))
-
 from tests import airflow_harness  # noqa: E402
+from tests.s3 import s3_client  # noqa: E402
 
-airflow_harness.configure_airflow_env(_AIRFLOW_HOME)
+# Airflow reads its home, DB and DAG folder at import: keep them out of the user's ~/airflow.
+# One home per test process (each xdist worker has its own), even if this module were
+# imported twice (see tests/s3.py): the harness module, imported once, keeps it.
+if airflow_harness.HOME is None:
+    airflow_harness.HOME = Path(tempfile.mkdtemp(prefix="streamstate-airflow-"))
+    airflow_harness.configure_airflow_env(airflow_harness.HOME)
+_AIRFLOW_HOME = airflow_harness.HOME
 
 from dev import stack as stack_mod  # noqa: E402
 
@@ -93,19 +97,6 @@ def topic(stack: stack_mod.Stack) -> str:
     name = f"t-{uuid.uuid4().hex[:10]}"
     ensure_topic(stack.kafka_bootstrap, name, partitions=3)
     return name
-
-
-def s3_client(stack: stack_mod.Stack, region: str = "primary"):  # noqa: ANN201
-    import boto3
-
-    s3 = stack.s3[region]
-    return boto3.client(
-        "s3",
-        endpoint_url=s3["endpoint_url"],
-        region_name=s3["region"],
-        aws_access_key_id=stack_mod.S3_ACCESS_KEY,
-        aws_secret_access_key=stack_mod.S3_SECRET_KEY,
-    )
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_streamstate.engine.stores import S3Store
-from tests.conftest import s3_client
+from tests.s3 import s3_client
 from tests.unit.fake_checkpoint import make_checkpoint, store_dirs
 
 pytestmark = pytest.mark.integration

@@ -16,7 +16,7 @@ from airflow_provider_streamstate.engine.restore import restore_snapshot
 from airflow_provider_streamstate.engine.snapshot import create_snapshot
 from airflow_provider_streamstate.jobs.example_stream import StreamArgs, start_query
 from airflow_provider_streamstate.jobs.generator import GeneratorSpec, expected_aggregates, produce
-from tests.conftest import s3_client
+from tests.s3 import s3_client
 from tests.streams import account_state, oracle_state, use_state_store
 
 pytestmark = pytest.mark.integration

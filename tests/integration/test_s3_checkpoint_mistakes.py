@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import s3_client
+from tests.s3 import s3_client
 from tests.unit.fake_checkpoint import make_checkpoint, store_dirs, write
 
 pytestmark = pytest.mark.integration

@@ -25,7 +25,7 @@ from airflow_provider_streamstate.engine.errors import MissingBlobError, Transie
 from airflow_provider_streamstate.engine.stores import S3Store
 from airflow_provider_streamstate.engine.stores.base import blob_key
 from airflow_provider_streamstate.engine.verify import WHAT_TO_DO, verify_snapshots
-from tests.conftest import s3_client
+from tests.s3 import s3_client
 from tests.unit.fake_checkpoint import make_checkpoint, store_dirs, write
 
 pytestmark = pytest.mark.integration
@@ -193,7 +193,7 @@ def _proxied_store(stack, endpoint: str, prefix: str) -> S3Store:  # noqa: ANN00
     import boto3
     from botocore.config import Config
 
-    from tests.conftest import stack_mod
+    from dev import stack as stack_mod
 
     client = boto3.client(
         "s3", endpoint_url=endpoint, region_name=stack.s3["primary"]["region"],
