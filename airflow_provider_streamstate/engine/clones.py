@@ -182,8 +182,8 @@ def expire_clone(
     dry_run: bool = False, stop_timeout_s: float = 120.0, s3_client: Any = None,
 ) -> CloneExpiry:
     """Tear one clone down (see the module docstring). A clone whose checkpoint is in S3
-    (`s3a://`) is not run by the launcher here: its objects are deleted (with `s3_client`,
-    else the AWS environment's), nothing is stopped."""
+    (`s3a://`) is stopped the same way, through the records beside it, and its objects are
+    deleted (with `s3_client`, else the AWS environment's)."""
     from airflow_provider_streamstate.engine import launcher
 
     if rec.delete_topics and kafka_config is None:
@@ -195,7 +195,8 @@ def expire_clone(
     notes: list[str] = []
     s3 = s3_checkpoint(rec.checkpoint, s3_client)
     if s3 is not None:
-        return _expire_s3_clone(store, rec, s3, kafka_config=kafka_config, dry_run=dry_run)
+        return _expire_s3_clone(store, rec, s3, kafka_config=kafka_config, dry_run=dry_run,
+                                stop_timeout_s=stop_timeout_s)
     root = launcher.local_checkpoint(rec.checkpoint)
     label = launcher.read_clone_label(root)
     ours = label is not None and label.clone == rec.clone and label.source_stream == rec.source_stream
@@ -269,24 +270,6 @@ def s3_checkpoint(location: str, s3_client: Any = None) -> Any:
     return open_checkpoint_fs(location, s3_client=s3_client) if is_s3_location(location) else None
 
 
-def read_clone_label_s3(fs: Any) -> Any:
-    """The clone label of an S3 checkpoint, or None (not a clone, or unreadable)."""
-    from airflow_provider_streamstate.engine.launcher import CLONE_FILE, CloneLabel
-
-    data = fs.get_text(CLONE_FILE)
-    try:
-        return None if data is None else CloneLabel.from_json(data)
-    except (ValueError, TypeError, UsageError):
-        return None
-
-
-def write_clone_label_s3(fs: Any, label: Any) -> None:
-    from airflow_provider_streamstate.engine.launcher import CLONE_FILE
-
-    with fs.errors(f"write {CLONE_FILE}"):
-        fs.client.put_object(Bucket=fs.bucket, Key=fs.key(CLONE_FILE), Body=label.to_json())
-
-
 def read_lineage_s3(fs: Any) -> Any:
     """The lineage of an S3 checkpoint, parsed as locally, or None."""
     import tempfile
@@ -316,20 +299,28 @@ def delete_s3_checkpoint(fs: Any) -> int:
 
 
 def _expire_s3_clone(store: SnapshotStore, rec: CloneRecord, fs: Any, *, kafka_config: Mapping[str, Any] | None,
-                     dry_run: bool) -> CloneExpiry:
+                     dry_run: bool, stop_timeout_s: float) -> CloneExpiry:
+    """As for a local clone: stop it (through the records beside its S3 checkpoint), then
+    delete its objects, only when its label names it."""
+    from airflow_provider_streamstate.engine import launcher
+    from airflow_provider_streamstate.engine.sidecar import S3Sidecar
 
     notes: list[str] = []
-    label = read_clone_label_s3(fs)
+    side = S3Sidecar(fs)
+    label = launcher.read_clone_label(side)
     ours = label is not None and label.clone == rec.clone and label.source_stream == rec.source_stream
     present = fs.exists()
     if present and not ours:
-        notes.append(f"checkpoint {fs.location} is not labelled as clone {rec.clone}: not deleted")
+        notes.append(f"checkpoint {fs.location} is not labelled as clone {rec.clone}: neither stopped nor deleted")
     ids = store.list_snapshot_ids(rec.clone)
     if dry_run:
-        return CloneExpiry(rec.clone, rec.source_stream, rec.expires_at, "-", ours and present, len(ids),
-                           list(rec.delete_topics), notes)
+        return CloneExpiry(rec.clone, rec.source_stream, rec.expires_at, "would stop" if ours else "-",
+                           ours and present, len(ids), list(rec.delete_topics), notes)
+    stopped = "-"
+    if ours and present:
+        stopped = launcher.stop(side, timeout_s=stop_timeout_s, requested_by=f"clone expiry of {rec.clone}").outcome
     deleted = bool(ours and present and delete_s3_checkpoint(fs))
     topics = _release(store, rec, ids, kafka_config)
-    log.info("clone %s of %s expired (%s): checkpoint %s deleted %s, %d snapshots, topics %s",
-             rec.clone, rec.source_stream, rec.expires_at, fs.location, deleted, len(ids), topics)
-    return CloneExpiry(rec.clone, rec.source_stream, rec.expires_at, "-", deleted, len(ids), topics, notes)
+    log.info("clone %s of %s expired (%s): stopped %s, checkpoint %s deleted %s, %d snapshots, topics %s",
+             rec.clone, rec.source_stream, rec.expires_at, stopped, fs.location, deleted, len(ids), topics)
+    return CloneExpiry(rec.clone, rec.source_stream, rec.expires_at, stopped, deleted, len(ids), topics, notes)

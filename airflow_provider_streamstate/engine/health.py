@@ -35,11 +35,11 @@ from airflow_provider_streamstate.engine import launcher
 from airflow_provider_streamstate.engine.checkpoint import (
     CheckpointReader,
     _kafka_offsets,
-    local_checkpoint_path,
 )
 from airflow_provider_streamstate.engine.errors import CheckpointChanged, NotFoundError, UsageError
 from airflow_provider_streamstate.engine.kafka import PartitionOffsets
 from airflow_provider_streamstate.engine.liveness import HEARTBEAT_FILE
+from airflow_provider_streamstate.engine.sidecar import open_sidecar
 
 Outcome = Literal["ready", "waiting", "failed"]
 READY: Outcome = "ready"
@@ -69,26 +69,27 @@ class ProgressCheck:
         }
 
 
-def newest_commit(root: Path) -> tuple[int | None, datetime | None]:
+def newest_commit(checkpoint: str | Path) -> tuple[int | None, datetime | None]:
     """The newest committed batch and when its commit was written; (None, None) when the
-    checkpoint does not exist yet or has no committed batch."""
+    checkpoint does not exist yet or has no committed batch. Local or S3 (the object's
+    LastModified, to the second)."""
     try:
-        reader = CheckpointReader(str(root))
+        reader = CheckpointReader(str(checkpoint))
     except NotFoundError:
         return None, None
     committed = reader.committed_batches()
     if not committed:
         return None, None
     n = committed[-1]
-    try:
-        mtime = (root / "commits" / str(n)).stat().st_mtime
-    except FileNotFoundError:
-        raise CheckpointChanged(f"commits/{n} of {root} vanished while it was read",
-                                hint="the checkpoint was replaced (a restore?); check again") from None
-    return n, datetime.fromtimestamp(mtime, UTC)
+    st = reader.fs.stat(f"commits/{n}")
+    if st is None:
+        raise CheckpointChanged(f"commits/{n} of {reader.where} vanished while it was read",
+                                hint="the checkpoint was replaced (a restore?); check again")
+    seconds = st.mtime_ns / 1e9 if st.etag is None else st.mtime_ns // 1_000_000_000  # S3: sub-second is a fingerprint
+    return n, datetime.fromtimestamp(seconds, UTC)
 
 
-def _why(root: Path, st: launcher.StreamStatus, now: datetime) -> str:
+def _why(st: launcher.StreamStatus, now: datetime) -> str:
     """What the stream is doing, in words, from its status."""
     beat, handle = st.heartbeat, st.handle
     if beat is not None:
@@ -104,7 +105,8 @@ def _why(root: Path, st: launcher.StreamStatus, now: datetime) -> str:
             return f"{who} is dead: its driver process is gone, last heartbeat {age:.0f}s ago"
         return f"{who} is {beat.state} at batch {beat.batch_id}, last heartbeat {age:.0f}s ago"
     if handle is None:
-        return f"no heartbeat at {root / HEARTBEAT_FILE} yet (the stream's runtime writes it once its query starts)"
+        where = open_sidecar(st.checkpoint).where(HEARTBEAT_FILE)
+        return f"no heartbeat at {where} yet (the stream's runtime writes it once its query starts)"
     since = (now - datetime.fromisoformat(handle.started_at.replace("Z", "+00:00"))).total_seconds()
     driver = f"the driver launched {since:.0f}s ago (host {handle.host}, pid {handle.pid})"
     if st.state == "starting":
@@ -124,9 +126,8 @@ def check_progress(checkpoint: str, *, after_batch: int | None = None, freshness
         raise UsageError(f"after_batch must be a batch id >= 0 or None, not {after_batch!r}")
     if freshness_s is not None and not freshness_s > 0:
         raise UsageError(f"freshness must be a positive duration, not {freshness_s!r} seconds")
-    root = local_checkpoint_path(checkpoint)
-    batch, progress_at = newest_commit(root)
-    st = launcher.status(root)
+    batch, progress_at = newest_commit(checkpoint)
+    st = launcher.status(checkpoint)
     now = datetime.now(UTC)
     beat = st.heartbeat
     heartbeat_age = round(beat.age_s(now), 1) if beat is not None else None
@@ -146,7 +147,7 @@ def check_progress(checkpoint: str, *, after_batch: int | None = None, freshness
         wanted = f"newest committed batch is {batch}, waiting for one after {after_batch}"
     else:
         wanted = f"newest committed batch {batch} is {progress_age:.0f}s old, waiting for one within {freshness_s:.0f}s"
-    why = _why(root, st, now)
+    why = _why(st, now)
     if st.state in ("absent", "starting", "running"):
         return result(WAITING, f"{why}; {wanted}")
     line = launcher.last_error_line(st.log)
@@ -208,9 +209,8 @@ BrokerOffsets = Callable[[dict[str, dict[str, int]]], list[PartitionOffsets]]
 def committed_kafka_offsets(checkpoint: str) -> tuple[int, dict[str, dict[str, int]]] | None:
     """The newest committed batch and the Kafka offsets it read up to, per topic and
     partition (all Kafka sources merged); None when there is no committed batch yet."""
-    root = local_checkpoint_path(checkpoint)
     try:
-        reader = CheckpointReader(str(root))
+        reader = CheckpointReader(str(checkpoint))
     except NotFoundError:
         return None
     committed = reader.committed_batches()
@@ -223,7 +223,7 @@ def committed_kafka_offsets(checkpoint: str) -> tuple[int, dict[str, dict[str, i
         for topic, parts in (_kafka_offsets(value) or {}).items():
             offsets.setdefault(topic, {}).update(parts)
     if not offsets:
-        raise UsageError(f"the stream on {root} reads no Kafka source (offsets/{n} records none)",
+        raise UsageError(f"the stream on {reader.where} reads no Kafka source (offsets/{n} records none)",
                          hint="a lag check needs a stream that reads Kafka")
     return n, offsets
 

@@ -4,7 +4,8 @@ A stream never ends, so whoever starts it (an Airflow task, a person at a termin
 must be able to go away: `launch` runs the prepared spark-submit command as a detached
 driver (its own session and process group, output to a log file) and returns a small
 `StreamHandle`. Everything needed to find, watch and stop the driver later is written
-beside the checkpoint, which every worker can reach, never kept in the launching process:
+beside the checkpoint, which every worker can reach, never kept in the launching process
+(files beside a local checkpoint, objects beside an S3 one: engine/sidecar.py):
 
     <checkpoint>/_streamstate/
         heartbeat.json      the runtime's word on its query (engine/liveness.py)
@@ -13,7 +14,8 @@ beside the checkpoint, which every worker can reach, never kept in the launching
                             and its exit code once it exits
         stop.json           a stop request; the driver polls for it (any host can ask); kept
                             after the stop (the stream was stopped on purpose) until the next launch
-        logs/<launch>.log   the driver's stdout and stderr
+        logs/<launch>.log   the driver's stdout and stderr (on the launching host; for an S3
+                            checkpoint below $STREAMSTATE_HOME, see engine/sidecar.py)
 
 Two copies of a stream on one checkpoint corrupt it: `launch` refuses while the
 heartbeat says a query is running, or while an earlier launch on this host is still
@@ -38,7 +40,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -55,6 +56,7 @@ from airflow_provider_streamstate.engine.errors import (
     UsageError,
 )
 from airflow_provider_streamstate.engine.liveness import Heartbeat, is_running, now_iso, read_heartbeat
+from airflow_provider_streamstate.engine.sidecar import Sidecar, open_sidecar
 from airflow_provider_streamstate.engine.timeline import SIDECAR_DIR
 
 log = logging.getLogger("streamstate.launcher")
@@ -108,10 +110,9 @@ def local_checkpoint(checkpoint: str | Path) -> Path:
         text = file_uri_path(text, "checkpoint")
     elif "://" in text:
         raise UsageError(
-            f"cannot launch or watch a stream on {text}: its records (heartbeat, launch, stop request) "
-            "live beside the checkpoint, which must be a local or mounted path here",
+            f"this needs the checkpoint on a local or mounted path, not {text}",
             hint="give the checkpoint as a path (a shared mount for drivers on other hosts); "
-            "s3a:// checkpoints can be snapshotted, restored and cloned, not launched yet (docs/deployment.md)",
+            "docs/deployment.md says what works on an s3a:// checkpoint",
         )
     if not text:
         raise UsageError("the checkpoint path is empty", hint="give the stream's checkpoint directory")
@@ -277,50 +278,52 @@ class StopResult:
 # --- records ----------------------------------------------------------------------------
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".tmp")
+def _read_record(checkpoint: str | Path | Sidecar, rel: str) -> bytes | None:
+    """A record beside the checkpoint; None when absent, or when the checkpoint cannot hold
+    records (a location no sidecar can be opened for)."""
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        return open_sidecar(checkpoint).read(rel)
+    except (OSError, UsageError):
+        return None
 
 
-def read_launch(checkpoint: str | Path) -> LaunchRecord | None:
+def read_launch(checkpoint: str | Path | Sidecar) -> LaunchRecord | None:
     """The latest launch on `checkpoint`, or None (none, or unreadable)."""
     try:
-        return LaunchRecord.from_json((local_checkpoint(checkpoint) / LAUNCH_FILE).read_bytes())
-    except (OSError, ValueError, TypeError, UsageError):
+        data = _read_record(checkpoint, LAUNCH_FILE)
+        return None if data is None else LaunchRecord.from_json(data)
+    except (ValueError, TypeError, UsageError):
         return None
 
 
-def read_driver(checkpoint: str | Path, launch_id: str | None = None) -> DriverRecord | None:
+def read_driver(checkpoint: str | Path | Sidecar, launch_id: str | None = None) -> DriverRecord | None:
     """The supervised driver's record, when it belongs to `launch_id` (if given)."""
     try:
-        rec = DriverRecord.from_json((local_checkpoint(checkpoint) / DRIVER_FILE).read_bytes())
-    except (OSError, ValueError, TypeError, UsageError):
+        data = _read_record(checkpoint, DRIVER_FILE)
+        rec = None if data is None else DriverRecord.from_json(data)
+    except (ValueError, TypeError, UsageError):
         return None
-    return rec if launch_id is None or rec.launch_id == launch_id else None
+    return rec if rec is not None and (launch_id is None or rec.launch_id == launch_id) else None
 
 
-def write_driver(checkpoint: str | Path, record: DriverRecord) -> None:
+def write_driver(checkpoint: str | Path | Sidecar, record: DriverRecord) -> None:
     """For the supervised driver: say who it is, and later how it ended."""
-    _write_atomic(local_checkpoint(checkpoint) / DRIVER_FILE, record.to_json())
+    open_sidecar(checkpoint).write(DRIVER_FILE, record.to_json())
 
 
-def stop_requested(checkpoint: str | Path, *, since: datetime) -> str | None:
+def stop_requested(checkpoint: str | Path | Sidecar, *, since: datetime) -> str | None:
     """For the supervised driver: the reason of a stop request made after `since`, or None."""
     try:
-        d: Any = json.loads((local_checkpoint(checkpoint) / STOP_FILE).read_bytes())
+        data = _read_record(checkpoint, STOP_FILE)
+        if data is None:
+            return None
+        d: Any = json.loads(data)
         if not isinstance(d, dict) or d.get("format") != STOP_FORMAT:
             return None
         if _parse_time(str(d["requested_at"])) < since:
             return None  # an old request, for a driver that is gone
         return f"stop requested by {d.get('by', 'someone')} at {d['requested_at']}"
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         return None
 
 
@@ -329,9 +332,9 @@ def _parse_time(text: str) -> datetime:
 
 
 @contextlib.contextmanager
-def _launch_lock(root: Path) -> Iterator[None]:
+def _launch_lock(side: Sidecar) -> Iterator[None]:
     """One launch at a time per checkpoint on this host (two tasks starting one stream)."""
-    path = root / LOCK_FILE
+    path = side.local_dir / LOCK_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+b") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
@@ -432,7 +435,7 @@ def last_error_line(log_path: str | Path | None, *, tail_bytes: int = 512 * 1024
     return None
 
 
-def status(checkpoint: str | Path) -> StreamStatus:
+def status(checkpoint: str | Path | Sidecar) -> StreamStatus:
     """The state of the stream on `checkpoint`:
 
     - `running` / `starting`: a fresh heartbeat says so (and on this host its driver lives),
@@ -442,12 +445,12 @@ def status(checkpoint: str | Path) -> StreamStatus:
       or it exited before its query started;
     - `absent`: nothing was ever launched or beaten on this checkpoint.
     """
-    root = local_checkpoint(checkpoint)
-    launch = read_launch(root)
-    beat = read_heartbeat(root)
+    side = open_sidecar(checkpoint)
+    launch = read_launch(side)
+    beat = read_heartbeat(side)
     here = socket.gethostname()
     handle = launch.handle if launch else None
-    driver = read_driver(root, handle.launch_id) if handle else None
+    driver = read_driver(side, handle.launch_id) if handle else None
     alive: bool | None = None
     exit_code = driver.exit_code if driver else None
     if launch and handle and handle.host == here:
@@ -459,7 +462,7 @@ def status(checkpoint: str | Path) -> StreamStatus:
     log_path = handle.log if handle else None
 
     if beat is not None and beat.state in ("starting", "running"):
-        if is_running(root) and alive is not False:
+        if is_running(side) and alive is not False:
             state = beat.state
         else:  # a driver that recorded a clean exit stopped its query; the last beat was lost
             state = "stopped" if driver is not None and driver.exit_code == 0 else "dead"
@@ -484,7 +487,7 @@ def status(checkpoint: str | Path) -> StreamStatus:
         last_error = (beat.exception if beat else None) or last_error_line(log_path)
     elif state == "dead":
         last_error = last_error_line(log_path)
-    return StreamStatus(str(root), state, handle, beat, alive, exit_code, last_error, log_path)
+    return StreamStatus(side.location, state, handle, beat, alive, exit_code, last_error, log_path)
 
 
 # --- launch -----------------------------------------------------------------------------
@@ -513,19 +516,19 @@ def launch(
     """
     if not command:
         raise UsageError("nothing to launch: the command is empty", hint="give the spark-submit command line")
-    root = local_checkpoint(checkpoint)
-    root.mkdir(parents=True, exist_ok=True)
-    with _launch_lock(root):
-        _refuse_second_copy(root, stream)
+    side = open_sidecar(checkpoint)
+    side.local_dir.mkdir(parents=True, exist_ok=True)
+    with _launch_lock(side):
+        _refuse_second_copy(side, stream)
         launch_id = f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-{uuid.uuid4().hex[:8]}"
-        logs = Path(log_dir).expanduser().absolute() if log_dir else root / LOG_DIR
+        logs = Path(log_dir).expanduser().absolute() if log_dir else side.local_dir / LOG_DIR
         logs.mkdir(parents=True, exist_ok=True)
         _prune_logs(logs)
         log_path = logs / f"{stream}-{launch_id}.log"
-        (root / STOP_FILE).unlink(missing_ok=True)  # a request for an earlier run
+        side.delete(STOP_FILE)  # a request for an earlier run
         child_env = {
             **os.environ, **(env or {}),
-            ENV_CHECKPOINT: str(root), ENV_LAUNCH_ID: launch_id, ENV_STREAM: stream,
+            ENV_CHECKPOINT: side.location, ENV_LAUNCH_ID: launch_id, ENV_STREAM: stream,
             ENV_HEARTBEAT_INTERVAL: str(heartbeat_interval_s),
         }
         if query_name:
@@ -546,15 +549,17 @@ def launch(
                     "or set the spark connection's spark-binary",
                 ) from None
         _children[proc.pid] = proc
-        handle = StreamHandle(stream, str(root), launch_id, proc.pid, socket.gethostname(), str(log_path), started_at)
+        handle = StreamHandle(stream, side.location, launch_id, proc.pid, socket.gethostname(), str(log_path),
+                              started_at)
         record = LaunchRecord(handle, list(command), proc.pid, _proc_start(proc.pid))
-        _write_atomic(root / LAUNCH_FILE, record.to_json())
-    log.info("launched %s on %s: pid %d, log %s", stream, root, proc.pid, log_path)
+        side.write(LAUNCH_FILE, record.to_json())
+    log.info("launched %s on %s: pid %d, log %s", stream, side.location, proc.pid, log_path)
     return handle
 
 
-def _refuse_second_copy(root: Path, stream: str) -> None:
-    st = status(root)
+def _refuse_second_copy(side: Sidecar, stream: str) -> None:
+    st = status(side)
+    root = side.location
     if st.state == "running" and st.heartbeat is not None:
         beat = st.heartbeat
         raise StreamRunningError(
@@ -629,7 +634,7 @@ def wait_until_running(
 
 
 def stop(
-    target: StreamHandle | str | Path,
+    target: StreamHandle | str | Path | Sidecar,
     *,
     timeout_s: float = 120.0,
     poll_s: float = 0.25,
@@ -647,24 +652,25 @@ def stop(
     here: TransientError when it has not stopped in time.
     """
     started = time.monotonic()
-    root = local_checkpoint(target.checkpoint if isinstance(target, StreamHandle) else target)
-    st = status(root)
-    launch = read_launch(root)
+    side = open_sidecar(target.checkpoint if isinstance(target, StreamHandle) else target)
+    root = side.location
+    st = status(side)
+    launch = read_launch(side)
     handle = launch.handle if launch else None
     local = handle is not None and handle.host == socket.gethostname()
     group_alive = local and launch is not None and _group_alive(launch.pgid)
     if st.state not in ("starting", "running") and not group_alive:
-        return StopResult(str(root), "not-running", time.monotonic() - started, st.state, st.exit_code,
+        return StopResult(root, "not-running", time.monotonic() - started, st.state, st.exit_code,
                           handle.pid if handle else None)
 
     by = requested_by or f"{socket.gethostname()}:{os.getpid()}"
-    _write_atomic(root / STOP_FILE, json.dumps(
+    side.write(STOP_FILE, json.dumps(
         {"format": STOP_FORMAT, "requested_at": now_iso(), "by": by,
          "launch_id": handle.launch_id if handle else None}).encode())
     detail = [f"stop requested by {by}"]
     beat = st.heartbeat
     if local and launch is not None and handle is not None:
-        driver = read_driver(root, handle.launch_id)
+        driver = read_driver(side, handle.launch_id)
         if driver is not None and driver.exit_code is None and _process_alive(driver.pid):
             _signal_pid(driver.pid, signal.SIGTERM)
             detail.append(f"SIGTERM to driver {driver.pid}")
@@ -677,12 +683,12 @@ def stop(
 
     deadline = started + timeout_s
     while time.monotonic() < deadline:
-        if _stopped(root, launch, local):
+        if _stopped(side, launch, local):
             break
         time.sleep(poll_s)
     else:
         if not local or launch is None:
-            st = status(root)
+            st = status(side)
             raise TransientError(
                 f"stream on {root} has not stopped within {timeout_s:.0f}s of the stop request (state {st.state})",
                 hint=f"its driver runs on {handle.host if handle else 'another host'}: stop it there, or wait",
@@ -692,11 +698,11 @@ def stop(
         kill_deadline = time.monotonic() + 30
         while _group_alive(launch.pgid) and time.monotonic() < kill_deadline:
             time.sleep(poll_s)
-        st = status(root)
-        return StopResult(str(root), "killed", time.monotonic() - started, st.state, st.exit_code,
+        st = status(side)
+        return StopResult(root, "killed", time.monotonic() - started, st.state, st.exit_code,
                           handle.pid if handle else None, detail)
-    st = status(root)  # stop.json stays: it tells a supervisor the stream was stopped on purpose
-    return StopResult(str(root), "stopped", time.monotonic() - started, st.state, st.exit_code,
+    st = status(side)  # stop.json stays: it tells a supervisor the stream was stopped on purpose
+    return StopResult(root, "stopped", time.monotonic() - started, st.state, st.exit_code,
                       handle.pid if handle else None, detail)
 
 
@@ -705,9 +711,9 @@ def _signal_pid(pid: int, sig: signal.Signals) -> None:
         os.kill(pid, sig)
 
 
-def _stopped(root: Path, launch: LaunchRecord | None, local: bool) -> bool:
+def _stopped(side: Sidecar, launch: LaunchRecord | None, local: bool) -> bool:
     """The query said it stopped (or never ran) and, on this host, the driver's processes are gone."""
-    st = status(root)
+    st = status(side)
     if st.state in ("starting", "running"):
         return False
     if local and launch is not None:
@@ -761,13 +767,14 @@ class CloneLabel:
         return label
 
 
-def read_clone_label(checkpoint: str | Path) -> CloneLabel | None:
+def read_clone_label(checkpoint: str | Path | Sidecar) -> CloneLabel | None:
     """The clone label of a checkpoint, or None (not a clone, or unreadable)."""
     try:
-        return CloneLabel.from_json((local_checkpoint(checkpoint) / CLONE_FILE).read_bytes())
-    except (OSError, ValueError, TypeError, UsageError):
+        data = _read_record(checkpoint, CLONE_FILE)
+        return None if data is None else CloneLabel.from_json(data)
+    except (ValueError, TypeError, UsageError):
         return None
 
 
-def write_clone_label(checkpoint: str | Path, label: CloneLabel) -> None:
-    _write_atomic(local_checkpoint(checkpoint) / CLONE_FILE, label.to_json())
+def write_clone_label(checkpoint: str | Path | Sidecar, label: CloneLabel) -> None:
+    open_sidecar(checkpoint).write(CLONE_FILE, label.to_json())

@@ -2,8 +2,8 @@
 
 A stream outlives the task that started it, and the tasks that start, watch, snapshot and
 restore it may run on different machines, so liveness cannot be a local pid alone: the
-stream's runtime writes `<checkpoint>/_streamstate/heartbeat.json` (Spark ignores the
-directory; snapshots leave it out) when the query starts, on every progress event and on
+stream's runtime writes `<checkpoint>/_streamstate/heartbeat.json` (a file, or an object
+beside an S3 checkpoint: engine/sidecar.py; Spark ignores the directory, snapshots leave it out) when the query starts, on every progress event and on
 a timer, and once more when it stops or fails. Every worker that can reach the checkpoint
 can read it. A record is trusted only while fresh: a crashed driver stops beating.
 
@@ -18,13 +18,13 @@ from __future__ import annotations
 import json
 import os
 import socket
-import tempfile
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from airflow_provider_streamstate.engine.errors import StreamRunningError
+from airflow_provider_streamstate.engine.sidecar import Sidecar, open_sidecar
 
 FORMAT = "streamstate.heartbeat/v1"
 HEARTBEAT_FILE = "_streamstate/heartbeat.json"
@@ -116,27 +116,18 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
-def write_heartbeat(checkpoint: str | Path, beat: Heartbeat) -> None:
-    """Replace the record atomically (temp file, then rename): a reader never sees half."""
-    path = Path(checkpoint) / HEARTBEAT_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".heartbeat-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(beat.to_json())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def write_heartbeat(checkpoint: str | Path | Sidecar, beat: Heartbeat) -> None:
+    """Replace the record atomically (a local temp file and rename, or one S3 PUT): a reader
+    never sees half."""
+    open_sidecar(checkpoint).write(HEARTBEAT_FILE, beat.to_json())
 
 
-def read_heartbeat(checkpoint: str | Path) -> Heartbeat | None:
+def read_heartbeat(checkpoint: str | Path | Sidecar) -> Heartbeat | None:
     """The record, or None when there is none or it is unreadable (hostile or torn input
     never claims a stream is running)."""
     try:
-        with open(Path(checkpoint) / HEARTBEAT_FILE, "rb") as f:
-            data = f.read(MAX_RECORD_BYTES + 1)
-        if len(data) > MAX_RECORD_BYTES:
+        data = open_sidecar(checkpoint).read(HEARTBEAT_FILE, limit=MAX_RECORD_BYTES)
+        if data is None or len(data) > MAX_RECORD_BYTES:
             return None
         return Heartbeat.from_json(data)
     except (ValueError, TypeError, OSError, RecursionError):  # RecursionError: JSON nested too deep
@@ -160,22 +151,23 @@ def _running(beat: Heartbeat | None, now: datetime | None) -> bool:
     return not (beat.host == socket.gethostname() and not pid_alive(beat.pid))
 
 
-def is_running(checkpoint: str | Path, *, now: datetime | None = None) -> bool:
+def is_running(checkpoint: str | Path | Sidecar, *, now: datetime | None = None) -> bool:
     """Whether a stream is running on `checkpoint`: its last beat says starting/running, is
     fresh, and (when it beat on this host) its driver process is alive."""
     return _running(read_heartbeat(checkpoint), now)
 
 
-def assert_not_running(checkpoint: str | Path, what: str) -> None:
+def assert_not_running(checkpoint: str | Path | Sidecar, what: str) -> None:
     """Raise StreamRunningError when a stream is running on `checkpoint` (`what`: the
     operation refused, as in "cannot <what>")."""
-    beat = read_heartbeat(checkpoint)  # read once: the verdict and the message agree
+    side = open_sidecar(checkpoint)
+    beat = read_heartbeat(side)  # read once: the verdict and the message agree
     if beat is None or not _running(beat, None):
         return
     age = beat.age_s()
     raise StreamRunningError(
-        f"cannot {what}: query {beat.query_name or beat.query_id} is running on {checkpoint} "
+        f"cannot {what}: query {beat.query_name or beat.query_id} is running on {side.location} "
         f"(host {beat.host}, pid {beat.pid}, last beat {max(age, 0):.0f}s ago, batch {beat.batch_id})",
         hint=f"stop the stream first; if it is dead, its record goes stale in "
-        f"{max(beat.stale_after_s() - age, 0) + 1:.0f}s (or remove {Path(checkpoint) / HEARTBEAT_FILE})",
+        f"{max(beat.stale_after_s() - age, 0) + 1:.0f}s (or remove {side.where(HEARTBEAT_FILE)})",
     )

@@ -33,7 +33,6 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from airflow_provider_streamstate.engine.cancel import check_cancelled
@@ -43,7 +42,6 @@ from airflow_provider_streamstate.engine.checkpoint_fs import S3CheckpointFS
 from airflow_provider_streamstate.engine.digest import CHUNK, sha256_stream
 from airflow_provider_streamstate.engine.errors import (
     CorruptionError,
-    StreamRunningError,
     UnsupportedCheckpointError,
     UsageError,
 )
@@ -76,20 +74,12 @@ def _publish_order(rel: str) -> int:
 
 
 def _assert_not_running(fs: S3CheckpointFS) -> None:
-    """The stream's heartbeat record, when it keeps one beside an S3 checkpoint, is checked
-    as locally (the same parser and staleness rule)."""
-    from airflow_provider_streamstate.engine.liveness import HEARTBEAT_FILE, assert_not_running
+    """The stream's heartbeat beside the S3 checkpoint is checked as locally (the same
+    parser and staleness rule, engine/liveness.py)."""
+    from airflow_provider_streamstate.engine.liveness import assert_not_running
+    from airflow_provider_streamstate.engine.sidecar import S3Sidecar
 
-    data = fs.get_text(HEARTBEAT_FILE)
-    if data is None:
-        return
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / HEARTBEAT_FILE).parent.mkdir(parents=True)
-        (Path(tmp) / HEARTBEAT_FILE).write_bytes(data)
-        try:
-            assert_not_running(tmp, "replace its checkpoint")
-        except StreamRunningError as exc:
-            raise StreamRunningError(exc.message.replace(tmp, fs.location), hint=exc.hint) from None
+    assert_not_running(S3Sidecar(fs), "replace its checkpoint")
 
 
 class _Writer:

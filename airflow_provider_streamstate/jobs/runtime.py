@@ -105,6 +105,7 @@ def attach_heartbeat(
 
     from pyspark.sql.streaming import StreamingQueryListener
 
+    from airflow_provider_streamstate.engine.errors import StreamstateError
     from airflow_provider_streamstate.engine.liveness import Heartbeat, now_iso, write_heartbeat
 
     class HeartbeatListener(StreamingQueryListener):
@@ -122,8 +123,8 @@ def attach_heartbeat(
                 self.beat = Heartbeat(**fields)  # type: ignore[arg-type]
                 try:
                     write_heartbeat(checkpoint, self.beat)
-                except OSError:
-                    pass  # a full or vanished disk must not kill the stream; the beat goes stale
+                except (OSError, StreamstateError):
+                    pass  # a full disk or an unreachable S3 must not kill the stream; the beat goes stale
 
         def _timer(self) -> None:
             while not self.stopped.wait(interval_s):

@@ -99,8 +99,16 @@ def start_stream(
     before its query runs fails with its log's last error line; one that does not run in
     `startup_timeout_s` is killed (a retry starts afresh)."""
     from airflow_provider_streamstate.engine import launcher
+    from airflow_provider_streamstate.engine.checkpoint_fs import is_s3_location
     from airflow_provider_streamstate.engine.errors import TransientError
 
+    if is_s3_location(spec.checkpoint) and spec.aws_conn_id:
+        # The records beside an S3 checkpoint are read and written with the spec's connection
+        # here; the driver writes its own with the credentials of its environment.
+        from airflow_provider_streamstate.engine.sidecar import open_sidecar
+        from airflow_provider_streamstate.hooks.store import s3_client_from_connection
+
+        open_sidecar(spec.checkpoint, s3_client=s3_client_from_connection(spec.aws_conn_id))
     handle = launcher.running_handle(spec.checkpoint)
     reconnected = handle is not None
     if handle is not None:
@@ -334,19 +342,12 @@ class CloneStreamOperator(_StreamControl):
 
     def _s3_checkpoint(self, spec: StreamSpec, clone: StreamSpec) -> Any:
         """The clone's S3 checkpoint (`s3a://`), through the spec's aws connection, else the
-        store's client, else the AWS environment; None for a local checkpoint. The launcher
-        runs streams on local checkpoints only: an S3 clone is restored, not started here."""
+        store's client, else the AWS environment; None for a local checkpoint."""
         from airflow_provider_streamstate.engine import clones
         from airflow_provider_streamstate.engine.checkpoint_fs import is_s3_location
 
         if not is_s3_location(clone.checkpoint):
             return None
-        if self.start:
-            raise UsageError(
-                f"clone {clone.name}: its checkpoint {clone.checkpoint} is in S3, and this operator starts "
-                "streams on local checkpoints only",
-                hint="clone with start=False and run the clone with your cluster's scheduler (see docs/deployment.md)",
-            )
         client = None
         if spec.aws_conn_id:
             from airflow_provider_streamstate.hooks.store import s3_client_from_connection
@@ -361,6 +362,7 @@ class CloneStreamOperator(_StreamControl):
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_streamstate.engine import clones, launcher
         from airflow_provider_streamstate.engine.restore import restore_snapshot
+        from airflow_provider_streamstate.engine.sidecar import open_sidecar
         from airflow_provider_streamstate.engine.timeline import read_lineage
         from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
 
@@ -370,20 +372,14 @@ class CloneStreamOperator(_StreamControl):
             ttl_s = _seconds(self.ttl, "ttl")
             startup_s = _seconds(self.startup_timeout, "startup_timeout")
             s3 = self._s3_checkpoint(spec, clone)
-            root = None if s3 is not None else launcher.local_checkpoint(clone.checkpoint)
+            side = open_sidecar(clone.checkpoint, s3_client=s3.client if s3 is not None else None)
 
             def write_label(label: Any) -> None:
-                if s3 is not None:
-                    clones.write_clone_label_s3(s3, label)
-                else:
-                    assert root is not None  # a local clone checkpoint
-                    launcher.write_clone_label(root, label)
+                launcher.write_clone_label(side, label)
 
-            if s3 is not None:
-                label, lineage = clones.read_clone_label_s3(s3), clones.read_lineage_s3(s3)
-            else:
-                assert root is not None
-                label, lineage = launcher.read_clone_label(root), read_lineage(root)
+            label = launcher.read_clone_label(side)
+            lineage = clones.read_lineage_s3(s3) if s3 is not None else read_lineage(launcher.local_checkpoint(
+                clone.checkpoint))
             if label is None and lineage is not None and lineage.stream is None and lineage.source_stream == spec.name \
                     and self.snapshot in ("latest", lineage.snapshot_id):
                 # Restored by an earlier try that died before labelling it.

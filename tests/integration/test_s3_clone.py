@@ -1,7 +1,7 @@
 """A clone onto an S3 checkpoint location (`s3a://`) through CloneStreamOperator: restored
 with a new query id and labelled as a clone in S3, recorded in the store, reused by a
-retry, refused up front when asked to start it (the launcher runs local checkpoints only),
-and torn down by clone expiry (its objects deleted). That Spark resumes from such a restore
+retry, and torn down by clone expiry (its objects deleted). Starting a stream on an S3
+checkpoint is test_spark_cluster's (the launcher keeps its records beside the S3 checkpoint). That Spark resumes from such a restore
 with batch N+1 is test_s3_checkpoint's stream test (the same restore_snapshot call)."""
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import json
 import uuid
 
 import pytest
-from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_streamstate.engine.clones import expire_clones, list_clones
 from airflow_provider_streamstate.engine.launcher import CLONE_FILE
@@ -18,7 +17,7 @@ from airflow_provider_streamstate.engine.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.timeline import LINEAGE_FILE
 from airflow_provider_streamstate.operators.stream import CloneStreamOperator
 from airflow_provider_streamstate.spec import StreamSpec
-from tests.conftest import s3_client
+from tests.s3 import s3_client
 from tests.unit.fake_checkpoint import make_checkpoint, store_dirs, write
 
 pytestmark = pytest.mark.integration
@@ -43,11 +42,7 @@ def test_a_clone_onto_s3_is_restored_labelled_recorded_reused_and_expired(stack,
                                    clone_checkpoint=f"s3a://{bucket}/{prefix}", sinks={"alerts": "s3-alerts"},
                                    ttl=60, start=start)
 
-    with pytest.raises(AirflowFailException, match="starts streams on local checkpoints only"):
-        clone_op(start=True).execute({})
     client = s3_client(stack)
-    assert client.list_objects_v2(Bucket=bucket, Prefix=prefix).get("KeyCount", 0) == 0  # refused: nothing written
-
     result = clone_op().execute({})
     assert result["snapshot_id"] == snap.manifest.snapshot_id and result["handle"] is None
     label = json.loads(client.get_object(Bucket=bucket, Key=f"{prefix}/{CLONE_FILE}")["Body"].read())

@@ -1,7 +1,8 @@
 """The start-stream path on a Spark standalone cluster (a master and two workers from the
-pyspark installation, on loopback): the driver runs on the launcher's host (client mode;
-PySpark has no cluster deploy mode on standalone), the executors on the workers, and the
-stream's snapshots restore to exactly the state its recorded offsets imply."""
+pyspark installation, on loopback) with the checkpoint in S3 (the stack's moto endpoint,
+through S3A): the driver runs on the launcher's host (client mode; PySpark has no cluster
+deploy mode on standalone), the executors on the workers, the stream's records live beside
+its S3 checkpoint, and its snapshots restore (locally and onto S3) exactly."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ import json
 import logging
 import sys
 import urllib.request
+import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from airflow_provider_streamstate.engine import launcher
+from airflow_provider_streamstate.engine.liveness import now_iso
 from airflow_provider_streamstate.engine.restore import restore_snapshot
 from airflow_provider_streamstate.engine.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.stores import open_store
@@ -42,28 +45,95 @@ def master_ui(state_dir: str) -> dict:
         return json.loads(r.read())
 
 
-def test_the_example_stream_runs_on_a_standalone_cluster_and_its_snapshot_restores_exactly(
+def _cluster_spec(stack, topic, tmp_path, master, checkpoint, *, name):  # noqa: ANN001, ANN202
+    """The example stream on the standalone cluster, checkpointing through S3A to `checkpoint`;
+    its driver writes its records beside it with boto3 from the stack's AWS environment."""
+    spec = example_stream_spec(stack, topic, tmp_path, name=name, extra_args=["--shuffle-partitions", "2"])
+    return spec.derive(
+        master=master, checkpoint=checkpoint, env={"PYSPARK_PYTHON": sys.executable, **stack.s3_env("primary")},
+        conf={**spec.conf, **stack.s3a_conf("primary"), "spark.executor.memory": "512m", "spark.cores.max": "2"},
+    )
+
+
+def test_a_stream_on_a_standalone_cluster_checkpointing_to_s3_is_launched_watched_stopped_and_restored_exactly(
     stack, spark, topic, tmp_path, spark_cluster, monkeypatch
 ) -> None:
+    """Client mode on the cluster with the checkpoint in S3: the launcher and the driver keep
+    the stream's records (launch, heartbeat, driver, stop request) beside the S3 checkpoint,
+    where any worker can reach them. While it runs, a second launch and a restore over it are
+    refused; a stop request written there, as another host would, stops it gracefully; its
+    snapshot restores to exactly the oracle's state; a copy restored onto another S3 prefix
+    runs on the cluster again, resumes with the next batch and ends in exactly the state of
+    all the input."""
+    from airflow_provider_streamstate.engine.errors import StreamRunningError
+    from airflow_provider_streamstate.engine.sidecar import open_sidecar
+    from airflow_provider_streamstate.jobs.generator import expected_aggregates
     from airflow_provider_streamstate.operators.stream import start_stream
 
     master, state_dir = spark_cluster
+    for key, value in stack.s3_env("primary").items():  # the launching side reads the records with boto3 too
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("STREAMSTATE_HOME", str(tmp_path / "home"))
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()  # noqa: SLF001 - this test reads the S3 state too
+    hadoop.set("fs.s3a.impl.disable.cache", "true")
+    for key, value in stack.s3a_conf("primary").items():
+        hadoop.set(key.removeprefix("spark.hadoop."), value)
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", json.dumps({"conn_type": "spark", "host": "local[1]"}))
-    spec = example_stream_spec(stack, topic, tmp_path, extra_args=["--shuffle-partitions", "2"])
-    spec = spec.derive(master=master, env={"PYSPARK_PYTHON": sys.executable},
-                       conf={**spec.conf, "spark.executor.memory": "512m", "spark.cores.max": "2"})
-    produce(stack.kafka_bootstrap, topic, GeneratorSpec(seed=5, accounts=10, events=200))
+    prefix = f"s3a://{stack.s3['primary']['bucket']}/tests/{uuid.uuid4().hex[:10]}"
+    spec = _cluster_spec(stack, topic, tmp_path, master, f"{prefix}/orders", name="orders")
+    rounds = [GeneratorSpec(seed=5, accounts=10, events=200)]
+    rounds.append(rounds[0].next_round())
+    produce(stack.kafka_bootstrap, topic, rounds[0])
     try:
-        start_stream(spec, startup_timeout_s=300, log=log)
+        handle, status, _ = start_stream(spec, startup_timeout_s=300, log=log)
+        assert status.state == "running" and handle.checkpoint == spec.checkpoint
+        side = open_sidecar(spec.checkpoint)
+        assert side.read(launcher.LAUNCH_FILE) is not None and side.read("_streamstate/heartbeat.json") is not None
         wait_for(lambda: consumed_records(spec.checkpoint) == 200, timeout=240, what="200 records on the cluster")
         ui = master_ui(state_dir)
         apps = ui["activeapps"]  # the driver runs here; the cluster runs its executors
         assert len(apps) == 1 and apps[0]["cores"] >= 1, apps
         assert sum(w["state"] == "ALIVE" for w in ui["workers"]) == 2
         assert sum(w["coresused"] for w in ui["workers"]) >= 1  # executors run on the workers
+        with pytest.raises(StreamRunningError, match="is running on s3a://"):
+            launcher.launch(["true"], stream="orders", checkpoint=spec.checkpoint)
         snap = create_snapshot(spec.checkpoint, open_store(spec.store), spec.name).manifest
+        with pytest.raises(StreamRunningError, match="cannot replace its checkpoint"):
+            restore_snapshot(open_store(spec.store), spec.name, snap.snapshot_id, spec.checkpoint, force=True)
+
+        # Another host asks the stream to stop: only the record beside the checkpoint tells the driver.
+        side.write(launcher.STOP_FILE, json.dumps({"format": launcher.STOP_FORMAT, "requested_at": now_iso(),
+                                                   "by": "another host"}).encode())
+        wait_for(lambda: launcher.status(spec.checkpoint).state == "stopped", timeout=120, what="a graceful stop")
+
+        def exited() -> bool:  # the driver records its exit after its query's last beat
+            record = launcher.read_driver(spec.checkpoint, handle.launch_id)
+            return record is not None and record.exit_code is not None
+
+        wait_for(exited, timeout=60, what="the driver's exit record")
+        driver = launcher.read_driver(spec.checkpoint, handle.launch_id)
+        assert driver is not None and driver.exit_code == 0 and "another host" in (driver.stop_reason or "")
     finally:
         launcher.stop(spec.checkpoint, timeout_s=60)
     target = tmp_path / "restored"
     restore_snapshot(open_store(spec.store), spec.name, snap.snapshot_id, target)
     assert account_state(spark, str(target), snap.batch_id) == oracle_state(stack.kafka_bootstrap, snap.kafka_offsets)
+
+    # The snapshot restored onto another S3 prefix, run on the cluster: it resumes and ends exact.
+    copy = _cluster_spec(stack, topic, tmp_path, master, f"{prefix}/copy", name="copy")
+    restore_snapshot(open_store(spec.store), spec.name, snap.snapshot_id, copy.checkpoint, new_query_id=True)
+    produce(stack.kafka_bootstrap, topic, rounds[1])
+    try:
+        start_stream(copy, startup_timeout_s=300, log=log)
+        wait_for(lambda: consumed_records(copy.checkpoint) == 400, timeout=240, what="400 records in the copy")
+    finally:
+        launcher.stop(copy.checkpoint, timeout_s=60)
+    first_batch = min(int(p.rsplit("/", 1)[-1]) for p in _commits_after(copy.checkpoint, snap.batch_id))
+    assert first_batch == snap.batch_id + 1
+    assert account_state(spark, copy.checkpoint) == expected_aggregates(rounds)
+
+
+def _commits_after(checkpoint: str, batch_id: int) -> list[str]:
+    from airflow_provider_streamstate.engine.checkpoint import CheckpointReader
+
+    return [f"commits/{n}" for n in CheckpointReader(checkpoint).committed_batches() if n > batch_id]

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_streamstate.engine import launcher
-from airflow_provider_streamstate.engine.errors import StreamRunningError, UsageError
+from airflow_provider_streamstate.engine.errors import StreamRunningError, StreamstateError, UsageError
 from airflow_provider_streamstate.engine.liveness import Heartbeat, now_iso, write_heartbeat
+from airflow_provider_streamstate.engine.sidecar import open_sidecar
 
 
 def py(code: str) -> list[str]:
@@ -69,7 +70,7 @@ def test_a_heartbeat_older_than_the_launch_belongs_to_an_earlier_run(tmp_path: P
 def test_a_stop_request_is_seen_only_by_drivers_started_before_it(tmp_path: Path) -> None:
     checkpoint = tmp_path / "ckpt"
     before = datetime.now(UTC) - timedelta(seconds=5)
-    launcher._write_atomic(checkpoint / launcher.STOP_FILE, (
+    open_sidecar(checkpoint).write(launcher.STOP_FILE, (
         f'{{"format": "{launcher.STOP_FORMAT}", "requested_at": "{now_iso()}", "by": "task stop"}}').encode())
     assert launcher.stop_requested(checkpoint, since=before) == f"stop requested by task stop at {_requested(checkpoint)}"
     assert launcher.stop_requested(checkpoint, since=datetime.now(UTC) + timedelta(seconds=5)) is None
@@ -94,10 +95,19 @@ def test_records_and_clone_labels_round_trip(tmp_path: Path) -> None:
     assert not label.expired() and label.expired(datetime.now(UTC) + timedelta(seconds=61))
 
 
-def test_a_remote_checkpoint_is_refused_with_a_hint() -> None:
-    with pytest.raises(UsageError, match="must be a local or mounted path"):
-        launcher.status("s3a://bucket/ckpt")
+def test_a_checkpoint_where_no_records_can_live_is_refused_with_a_hint(monkeypatch) -> None:
+    with pytest.raises(UsageError, match="must be a local or mounted path, or in S3") as exc:
+        launcher.status("hdfs://namenode/ckpt")
+    assert "docs/deployment.md" in exc.value.one_line()
     assert launcher.local_checkpoint("file:///data/ckpt") == Path("/data/ckpt")
+    # An S3 checkpoint keeps its records beside it: without credentials, that is what is said.
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    with pytest.raises(StreamstateError, match="no AWS credentials to read _streamstate/launch.json in s3a://bucket-x/ckpt"):
+        launcher.status("s3a://bucket-x/ckpt")
 
 
 @pytest.mark.parametrize(("exit_code", "state"), [(0, "stopped"), (1, "dead")])
