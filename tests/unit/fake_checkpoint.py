@@ -58,3 +58,25 @@ def rocksdb_zip(store_dir: Path, version: int, ssts: list[str]) -> None:
         z.writestr("CURRENT", "MANIFEST-000001\n")
     for s in ssts:
         write(store_dir / "SSTs" / s, b"sst-" + s.encode())
+
+
+def maintenance_after_first_plan(root: Path, monkeypatch) -> list:  # noqa: ANN001
+    """Make Spark's maintenance strike once, right after the first cut is planned: a
+    `3.snapshot` replaces deltas 1-3 in every store of `root`. Returns the plans made."""
+    from airflow_provider_streamstate.engine.checkpoint import CheckpointReader
+
+    real_plan = CheckpointReader.plan
+    calls: list = []
+
+    def plan_then_maintain(self, batch_id=None):  # noqa: ANN001, ANN202
+        plan = real_plan(self, batch_id)
+        if not calls:
+            for d in store_dirs(root):
+                write(d / "3.snapshot", f"snapshot 3 of {d}")
+                for v in (1, 2, 3):
+                    (d / f"{v}.delta").unlink()
+        calls.append(plan)
+        return plan
+
+    monkeypatch.setattr(CheckpointReader, "plan", plan_then_maintain)
+    return calls

@@ -17,7 +17,13 @@ from airflow_provider_streamstate.engine.errors import (
 )
 from airflow_provider_streamstate.engine.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.stores import LocalStore
-from tests.unit.fake_checkpoint import make_checkpoint, rocksdb_zip, store_dirs, write
+from tests.unit.fake_checkpoint import (
+    maintenance_after_first_plan,
+    make_checkpoint,
+    rocksdb_zip,
+    store_dirs,
+    write,
+)
 
 
 def paths(plan, prefix: str = "state/0/0/") -> list[str]:
@@ -159,20 +165,7 @@ def test_snapshot_replans_when_maintenance_replaces_files_mid_snapshot(tmp_path,
     for d in store_dirs(root):
         for v in range(1, 5):
             write(d / f"{v}.delta", f"delta {v} of {d}")
-    real_plan = CheckpointReader.plan
-    calls = []
-
-    def plan_then_maintain(self, batch_id=None):
-        plan = real_plan(self, batch_id)
-        if not calls:
-            for d in store_dirs(root):
-                write(d / "3.snapshot", f"snapshot 3 of {d}")
-                for v in (1, 2, 3):
-                    (d / f"{v}.delta").unlink()
-        calls.append(plan)
-        return plan
-
-    monkeypatch.setattr(CheckpointReader, "plan", plan_then_maintain)
+    calls = maintenance_after_first_plan(root, monkeypatch)
     result = create_snapshot(str(root), LocalStore(tmp_path / "store"), "s")
     assert result.attempts == 2
     assert paths(calls[-1]) == ["3.snapshot", "4.delta"]

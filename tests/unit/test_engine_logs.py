@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import logging
 
-from airflow_provider_streamstate.engine.checkpoint import CheckpointReader
 from airflow_provider_streamstate.engine.restore import restore_snapshot
 from airflow_provider_streamstate.engine.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.stores.base import blob_key
 from airflow_provider_streamstate.engine.stores.local import LocalStore
 from airflow_provider_streamstate.engine.verify import verify_snapshots
-from tests.unit.fake_checkpoint import make_checkpoint, store_dirs, write
+from tests.unit.fake_checkpoint import maintenance_after_first_plan, make_checkpoint, store_dirs, write
 
 
 def _messages(caplog, logger: str) -> list[str]:  # noqa: ANN001 - pytest's caplog
@@ -25,20 +24,7 @@ def test_snapshot_restore_and_verify_log_what_they_did(tmp_path, monkeypatch, ca
     for d in store_dirs(root):
         for v in range(1, 5):
             write(d / f"{v}.delta", f"delta {v} of {d}")
-    real_plan = CheckpointReader.plan
-    planned: list[int] = []
-
-    def plan_then_maintain(self, batch_id=None):  # noqa: ANN001, ANN202 - Spark's maintenance strikes once
-        plan = real_plan(self, batch_id)
-        if not planned:
-            for d in store_dirs(root):
-                write(d / "3.snapshot", f"snapshot 3 of {d}")
-                for v in (1, 2, 3):
-                    (d / f"{v}.delta").unlink()
-        planned.append(plan.batch_id)
-        return plan
-
-    monkeypatch.setattr(CheckpointReader, "plan", plan_then_maintain)
+    maintenance_after_first_plan(root, monkeypatch)  # a re-plan, and the reason logged
     store = LocalStore(tmp_path / "store", fsync=False)
     m = create_snapshot(str(root), store, "s").manifest
     said = _messages(caplog, "streamstate.snapshot")
