@@ -34,8 +34,7 @@ def get_snapshot(store: SnapshotStore, stream: str, snapshot_id: str) -> Manifes
     except UnsafeManifestError as exc:  # name the snapshot, and say what to do about it
         raise UnsafeManifestError(
             f"snapshot {snapshot_id} of {stream} in {store.url}: {exc.message}",
-            hint=exc.hint or "its manifest is damaged or hostile: use another snapshot (`streamstate snapshot list`), "
-            "or replicate it again from a store that holds it intact",
+            hint=exc.hint,
         ) from None
 
 

@@ -12,7 +12,7 @@ class StreamstateError(Exception):
 
     retryable: bool = False
     # What to do, when the raise site gives no `hint`: every error line ends with an action.
-    default_hint: str | None = "retry; if it fails again, rerun with --verbose to see what the engine did"
+    default_hint: str | None = "retry; if it fails again, the log says what the engine did (`--verbose` in the CLI)"
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message)
@@ -26,7 +26,7 @@ class StreamstateError(Exception):
 class UsageError(StreamstateError):
     """The caller asked for something that cannot be done with these arguments."""
 
-    default_hint = "fix the value named above and run it again (`--help` lists the options)"
+    default_hint = "fix the value named above and run it again"
 
 
 class NotFoundError(StreamstateError):
@@ -80,7 +80,7 @@ class MissingBlobError(CorruptionError):
 class StreamRunningError(StreamstateError):
     """The stream is running on the checkpoint an operation would replace."""
 
-    default_hint = "stop the stream first (`StopStreamOperator`, or Ctrl-C its driver), then retry"
+    default_hint = "stop the stream first (StopStreamOperator, or a stop request beside its checkpoint), then retry"
 
 
 class Cancelled(StreamstateError):

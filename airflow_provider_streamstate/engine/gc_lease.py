@@ -85,11 +85,23 @@ class GcLease:
 
     # --- the record ----------------------------------------------------------------------
 
-    def _body(self, *, wall: float, released: bool = False) -> bytes:
+    def _body(self, *, wall: float, released: bool = False, lasts: float | None = None) -> bytes:
+        expires = wall if released else wall + (self.ttl if lasts is None else lasts)
         return json.dumps({
             "format": LEASE_FORMAT, "owner": self.owner, "acquired_at": _iso(wall),
-            "expires_at": _iso(wall if released else wall + self.ttl), "released": released,
+            "expires_at": _iso(expires), "released": released,
         }).encode()
+
+    def _swap(self, body: bytes, expect: str | None) -> str:
+        """swap_record, where a write that landed but whose answer was lost (a retried PUT
+        then finds its own record and gets 412) counts as the success it was."""
+        try:
+            return self.store.swap_record(LEASE_KEY, body, expect=expect)
+        except RecordChanged:
+            current = self.store.read_versioned(LEASE_KEY)
+            if current is not None and current[0] == body:
+                return current[1]
+            raise
 
     def _describe_holder(self, data: bytes) -> tuple[bool, str]:
         """(may be taken over, who holds it) from a lease record; an unreadable record may be
@@ -120,7 +132,7 @@ class GcLease:
                 )
         started = time.monotonic()
         try:
-            self._version = self.store.swap_record(LEASE_KEY, self._body(wall=time.time()), expect=expect)
+            self._version = self._swap(self._body(wall=time.time()), expect)
         except RecordChanged:
             raise GcLeaseHeldError(
                 f"another garbage collection took the GC lease of {self.store.url} just now",
@@ -136,8 +148,7 @@ class GcLease:
             if self._lost or self._version is None:
                 return
             try:
-                self._version = self.store.swap_record(
-                    LEASE_KEY, self._body(wall=time.time()), expect=self._version)
+                self._version = self._swap(self._body(wall=time.time()), self._version)
             except RecordChanged:
                 self._lost = "another garbage collection took the lease over"
                 log.warning("gc %s: %s", self.store.url, self._lost)
@@ -155,12 +166,17 @@ class GcLease:
                 hint="check that the store is reachable and run GC again; nothing it did not delete is lost",
             )
 
-    def release(self) -> None:
+    def release(self, *, cleanly: bool = True) -> None:
+        """Hand the lease back. After a clean run it is free at once; after a failure or a
+        cancellation, deletions may still be in flight on abandoned worker threads, so the
+        lease is left to expire `safety` seconds from now instead."""
         with self._lock:
             if self._lost or self._version is None:
                 return
+            body = self._body(wall=time.time(), released=True) if cleanly else \
+                self._body(wall=time.time(), lasts=self.safety)
             try:
-                self.store.swap_record(LEASE_KEY, self._body(wall=time.time(), released=True), expect=self._version)
+                self._swap(body, self._version)
             except RecordChanged:
                 return  # taken over meanwhile: the record is the new holder's
             finally:
@@ -187,7 +203,7 @@ class GcLease:
         if self._renewer is not None:
             self._renewer.join()
         try:
-            self.release()
+            self.release(cleanly=exc_type is None)
         except Exception as release_exc:  # noqa: BLE001 - the lease expires on its own
             log.warning("gc %s: could not release the lease (it expires in %.0fs): %s",
                         self.store.url, self.ttl, release_exc)

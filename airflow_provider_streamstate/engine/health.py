@@ -39,7 +39,7 @@ from airflow_provider_streamstate.engine.checkpoint import (
 from airflow_provider_streamstate.engine.errors import CheckpointChanged, NotFoundError, UsageError
 from airflow_provider_streamstate.engine.kafka import PartitionOffsets
 from airflow_provider_streamstate.engine.liveness import HEARTBEAT_FILE
-from airflow_provider_streamstate.engine.sidecar import open_sidecar
+from airflow_provider_streamstate.engine.sidecar import s3_client_for
 
 Outcome = Literal["ready", "waiting", "failed"]
 READY: Outcome = "ready"
@@ -74,7 +74,7 @@ def newest_commit(checkpoint: str | Path) -> tuple[int | None, datetime | None]:
     checkpoint does not exist yet or has no committed batch. Local or S3 (the object's
     LastModified, to the second)."""
     try:
-        reader = CheckpointReader(str(checkpoint))
+        reader = CheckpointReader(str(checkpoint), s3_client=s3_client_for(checkpoint))
     except NotFoundError:
         return None, None
     committed = reader.committed_batches()
@@ -105,8 +105,7 @@ def _why(st: launcher.StreamStatus, now: datetime) -> str:
             return f"{who} is dead: its driver process is gone, last heartbeat {age:.0f}s ago"
         return f"{who} is {beat.state} at batch {beat.batch_id}, last heartbeat {age:.0f}s ago"
     if handle is None:
-        where = open_sidecar(st.checkpoint).where(HEARTBEAT_FILE)
-        return f"no heartbeat at {where} yet (the stream's runtime writes it once its query starts)"
+        return f"no heartbeat at {st.checkpoint}/{HEARTBEAT_FILE} yet (the stream's runtime writes it once its query starts)"
     since = (now - datetime.fromisoformat(handle.started_at.replace("Z", "+00:00"))).total_seconds()
     driver = f"the driver launched {since:.0f}s ago (host {handle.host}, pid {handle.pid})"
     if st.state == "starting":
@@ -210,7 +209,7 @@ def committed_kafka_offsets(checkpoint: str) -> tuple[int, dict[str, dict[str, i
     """The newest committed batch and the Kafka offsets it read up to, per topic and
     partition (all Kafka sources merged); None when there is no committed batch yet."""
     try:
-        reader = CheckpointReader(str(checkpoint))
+        reader = CheckpointReader(str(checkpoint), s3_client=s3_client_for(checkpoint))
     except NotFoundError:
         return None
     committed = reader.committed_batches()

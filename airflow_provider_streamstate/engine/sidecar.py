@@ -31,6 +31,7 @@ from airflow_provider_streamstate.engine.checkpoint_fs import (
     S3CheckpointFS,
     is_s3_location,
     open_checkpoint_fs,
+    parse_s3_location,
 )
 from airflow_provider_streamstate.engine.errors import UsageError
 
@@ -144,12 +145,13 @@ def open_sidecar(checkpoint: str | Path | Sidecar, *, s3_client: Any = None) -> 
         return checkpoint
     text = str(checkpoint)
     if is_s3_location(text):
+        key = "/".join(parse_s3_location(text))  # s3://b/p/ and s3a://b/p are one location
         with _lock:
-            if s3_client is not None or text not in _S3_SIDECARS:
+            if s3_client is not None or key not in _S3_SIDECARS:
                 fs = open_checkpoint_fs(text, s3_client=s3_client)
                 assert isinstance(fs, S3CheckpointFS)
-                _S3_SIDECARS[text] = S3Sidecar(fs)
-            return _S3_SIDECARS[text]
+                _S3_SIDECARS[key] = S3Sidecar(fs)
+            return _S3_SIDECARS[key]
     if text.startswith("file:"):
         from airflow_provider_streamstate.engine.stores import file_uri_path
 
@@ -163,3 +165,10 @@ def open_sidecar(checkpoint: str | Path | Sidecar, *, s3_client: Any = None) -> 
     if not text:
         raise UsageError("the checkpoint path is empty", hint="give the stream's checkpoint directory")
     return LocalSidecar(Path(text).expanduser().absolute())
+
+
+def s3_client_for(checkpoint: str | Path | Sidecar) -> Any:
+    """The client the records of an S3 checkpoint are read with (so the checkpoint itself is
+    read with the same connection); None for a local checkpoint."""
+    side = open_sidecar(checkpoint)
+    return side.fs.client if isinstance(side, S3Sidecar) else None

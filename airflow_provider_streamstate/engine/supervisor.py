@@ -164,6 +164,15 @@ def supervise(
     """One supervision round of `stream` on `checkpoint` (see the module docstring).
     `store` opens the snapshot store (needed only to restore); `snapshot` names what to
     restore: `latest` (the newest on the current timeline that verifies) or an id."""
+    from airflow_provider_streamstate.engine.checkpoint_fs import is_s3_location
+
+    if is_s3_location(str(checkpoint)):
+        raise UsageError(
+            f"cannot supervise {stream} on {checkpoint}: the supervisor restores unusable checkpoints by "
+            "swapping a local directory",
+            hint="supervise streams on local or mounted checkpoints; watch S3 ones with StreamProgressSensor "
+            "and KafkaLagSensor (docs/deployment.md)",
+        )
     root = launcher.local_checkpoint(checkpoint)
     st = launcher.status(root)
     decided_at = datetime.now(UTC).isoformat().replace("+00:00", "Z")

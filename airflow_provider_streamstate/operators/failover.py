@@ -59,6 +59,9 @@ class FencePrimaryStreamOperator(BaseOperator):
         with engine_errors():
             spec = StreamSpec.from_value(self.stream)
         try:
+            from airflow_provider_streamstate.hooks.store import use_checkpoint_connection
+
+            use_checkpoint_connection(spec.checkpoint, spec.aws_conn_id)
             result = launcher.stop(spec.checkpoint, timeout_s=float(self.timeout), requested_by=f"task {self.task_id}")
         except (StreamstateError, OSError) as exc:
             reason = exc.one_line() if isinstance(exc, StreamstateError) else f"{type(exc).__name__}: {exc}"

@@ -99,16 +99,12 @@ def start_stream(
     before its query runs fails with its log's last error line; one that does not run in
     `startup_timeout_s` is killed (a retry starts afresh)."""
     from airflow_provider_streamstate.engine import launcher
-    from airflow_provider_streamstate.engine.checkpoint_fs import is_s3_location
     from airflow_provider_streamstate.engine.errors import TransientError
+    from airflow_provider_streamstate.hooks.store import use_checkpoint_connection
 
-    if is_s3_location(spec.checkpoint) and spec.aws_conn_id:
-        # The records beside an S3 checkpoint are read and written with the spec's connection
-        # here; the driver writes its own with the credentials of its environment.
-        from airflow_provider_streamstate.engine.sidecar import open_sidecar
-        from airflow_provider_streamstate.hooks.store import s3_client_from_connection
-
-        open_sidecar(spec.checkpoint, s3_client=s3_client_from_connection(spec.aws_conn_id))
+    # The records beside an S3 checkpoint are read and written with the spec's connection
+    # here; the driver writes its own with the credentials of its environment.
+    use_checkpoint_connection(spec.checkpoint, spec.aws_conn_id)
     handle = launcher.running_handle(spec.checkpoint)
     reconnected = handle is not None
     if handle is not None:
@@ -221,9 +217,11 @@ class StopStreamOperator(_StreamControl):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_streamstate.engine import launcher
+        from airflow_provider_streamstate.hooks.store import use_checkpoint_connection
 
         spec = self.spec
         with self.cancellable():
+            use_checkpoint_connection(spec.checkpoint, spec.aws_conn_id)
             result = launcher.stop(spec.checkpoint, timeout_s=_seconds(self.timeout, "timeout"),
                                    requested_by=f"task {self.task_id}")
         self.log.info("stream %s on %s: %s in %.1fs (state %s, exit code %s)", spec.name, spec.checkpoint,

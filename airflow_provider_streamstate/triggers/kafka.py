@@ -43,6 +43,9 @@ class KafkaLagTrigger(BaseTrigger):
 
         spec = StreamSpec.from_value(self.stream)
         hook = StreamKafkaHook(kafka_config_id=self.kafka_conn_id)
+        from airflow_provider_streamstate.hooks.store import use_checkpoint_connection
+
+        use_checkpoint_connection(spec.checkpoint, spec.aws_conn_id)
         return check_lag(spec.checkpoint, max_lag=self.max_lag, broker_offsets=hook.broker_offsets)
 
     def describe(self, result: Check) -> str:

@@ -41,6 +41,9 @@ class StreamProgressTrigger(BaseTrigger):
 
     def check(self) -> ProgressCheck:
         spec = StreamSpec.from_value(self.stream)
+        from airflow_provider_streamstate.hooks.store import use_checkpoint_connection
+
+        use_checkpoint_connection(spec.checkpoint, spec.aws_conn_id)
         return check_progress(spec.checkpoint, after_batch=self.after_batch, freshness_s=self.freshness_s)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:

@@ -152,3 +152,16 @@ def test_a_second_collection_on_s3_is_refused_while_the_first_holds_the_lease(ma
     # Released: the next collection deletes the orphan.
     assert collect_garbage(store, grace_seconds=GRACE).blobs_deleted == 1
     assert orphan not in _blobs(store)
+
+
+def test_gc_on_a_bucket_that_does_not_exist_says_so_not_that_another_gc_runs(stack, monkeypatch) -> None:
+    from airflow_provider_streamstate.engine.errors import StreamstateError
+    from airflow_provider_streamstate.engine.gc_lease import GcLeaseHeldError
+    from airflow_provider_streamstate.engine.stores import S3Store
+    from tests.s3 import s3_client
+
+    store = S3Store(s3_client(stack), "no-such-bucket-here", "p")
+    with pytest.raises(StreamstateError) as exc:
+        collect_garbage(store)
+    assert not isinstance(exc.value, GcLeaseHeldError)
+    assert "no-such-bucket-here" in exc.value.one_line() and "does not exist" in exc.value.one_line()

@@ -47,10 +47,10 @@ def test_a_second_collection_is_refused_while_the_first_is_deleting_and_deletes_
     inside, go_on = threading.Event(), threading.Event()
     real_delete = store.delete_blob
 
-    def slow_delete(digest: str, *, written_before: float) -> bool:
+    def slow_delete(digest: str, **kwargs: object) -> bool:
         inside.set()
         go_on.wait(10)
-        return real_delete(digest, written_before=written_before)
+        return real_delete(digest, **kwargs)  # type: ignore[arg-type]
 
     store.delete_blob = slow_delete  # type: ignore[method-assign]
     first: dict[str, object] = {}
@@ -146,3 +146,46 @@ def test_an_unreadable_lease_is_refused_with_what_to_do(tmp_path: Path) -> None:
     with pytest.raises(GcLeaseHeldError) as exc:
         collect_garbage(store)
     assert f"delete {LEASE_KEY}" in exc.value.one_line()
+
+
+def test_a_cancelled_collection_leaves_its_lease_to_expire_while_deletes_may_be_in_flight(tmp_path: Path) -> None:
+    """run_parallel abandons workers still deleting when it is cancelled: releasing the lease
+    at once would let another collection start beside them."""
+    from airflow_provider_streamstate.engine.cancel import CancelToken
+    from airflow_provider_streamstate.engine.errors import Cancelled
+
+    store = LocalStore(tmp_path / "store", fsync=False)
+    _old_orphans(store, 2)
+    real_delete = store.delete_blob
+
+    def stuck_delete(digest: str, **kwargs: object) -> bool:
+        time.sleep(4)  # a DELETE that hangs past the cancellation's grace
+        return real_delete(digest, **kwargs)  # type: ignore[arg-type]
+
+    store.delete_blob = stuck_delete  # type: ignore[method-assign]
+    token = CancelToken()
+    threading.Timer(0.5, token.cancel).start()
+    with pytest.raises(Cancelled):
+        collect_garbage(store, parallelism=2, cancel=token)
+    record = json.loads(store.get_record(LEASE_KEY) or b"{}")
+    assert record["released"] is False  # not free at once: it expires after the safety margin
+    with pytest.raises(GcLeaseHeldError):
+        collect_garbage(LocalStore(store.root, fsync=False))
+
+
+def test_a_renewal_that_landed_but_whose_answer_was_lost_still_holds_the_lease(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "store", fsync=False)
+    lease = GcLease(store, ttl_seconds=60)
+    lease.acquire()
+    real_swap = store.swap_record
+
+    def landed_then_failed(key: str, data: bytes, *, expect: str | None) -> str:
+        real_swap(key, data, expect=expect)  # the write lands...
+        raise RecordChanged("412 on the retried request")  # ...and the retry finds it
+
+    store.swap_record = landed_then_failed  # type: ignore[method-assign]
+    lease.renew()
+    lease.assert_held()
+    store.swap_record = real_swap  # type: ignore[method-assign]
+    lease.release()
+    assert json.loads(store.get_record(LEASE_KEY) or b"{}")["released"] is True

@@ -20,7 +20,7 @@ import io
 import json
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -36,6 +36,8 @@ MANIFEST_SUFFIX = ".json"
 
 class ManifestExistsError(StreamstateError):
     """A manifest with this id is already in the store (manifests are never overwritten)."""
+
+    default_hint = "it is written once and never replaced: use the one in the store"
 
 
 class RecordChanged(StreamstateError):
@@ -229,9 +231,12 @@ class SnapshotStore(ABC):
         """The blob's last write (or refresh) in epoch seconds, read now; None when it is absent."""
         raise NotImplementedError
 
-    def delete_blob(self, digest: str, *, written_before: float) -> bool:
+    def delete_blob(self, digest: str, *, written_before: float,
+                    still_held: Callable[[], None] | None = None) -> bool:
         """Delete the blob only if its last write, re-read right now, is before `written_before`
-        (epoch seconds); True when it was deleted. A blob refreshed meanwhile stays."""
+        (epoch seconds); True when it was deleted. A blob refreshed meanwhile stays.
+        `still_held` is called right before the deleting request and raises when the caller
+        may no longer delete (the GC lease lapsed)."""
         raise NotImplementedError
 
     def iter_stale_temp(self, written_before: float) -> Iterator[StaleTemp]:

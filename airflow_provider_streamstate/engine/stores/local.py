@@ -7,7 +7,7 @@ import hashlib
 import os
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import BinaryIO
@@ -273,7 +273,8 @@ class LocalStore(SnapshotStore):
         except FileNotFoundError:
             return None
 
-    def delete_blob(self, digest: str, *, written_before: float) -> bool:
+    def delete_blob(self, digest: str, *, written_before: float,
+                    still_held: Callable[[], None] | None = None) -> bool:
         """Rename the blob out of its name first (atomic), then check its age on the renamed
         file: a writer that refreshed it before the rename is seen and the blob is put back;
         one that refreshes it after finds it absent and stores it again."""
@@ -283,6 +284,8 @@ class LocalStore(SnapshotStore):
             return False
         self._tmp.mkdir(parents=True, exist_ok=True)
         doomed = self._tmp / f"{uuid.uuid4().hex}.gc"
+        if still_held is not None:
+            still_held()
         try:
             os.rename(final, doomed)
         except FileNotFoundError:

@@ -13,7 +13,7 @@ import base64
 import hashlib
 import io
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO, cast
@@ -456,7 +456,8 @@ class S3Store(SnapshotStore):
                 raise
         return float(head["LastModified"].timestamp())
 
-    def delete_blob(self, digest: str, *, written_before: float) -> bool:
+    def delete_blob(self, digest: str, *, written_before: float,
+                    still_held: Callable[[], None] | None = None) -> bool:
         """HEAD right before DELETE: a blob refreshed since the listing stays. S3 has no
         delete conditional on the last write for general-purpose buckets, so the DELETE is
         sent only within DELETE_DECISION_SECONDS of starting the HEAD: a writer that refreshed
@@ -468,6 +469,8 @@ class S3Store(SnapshotStore):
             return False
         if time.monotonic() - asked > DELETE_DECISION_SECONDS:
             return False  # the answer is too old to act on; the next GC asks again
+        if still_held is not None:
+            still_held()
         with self._errors(f"delete blob {digest[:12]}"):
             self.client.delete_object(Bucket=self.bucket, Key=self._key(blob_key(digest)))
         return True
@@ -506,7 +509,7 @@ class S3Store(SnapshotStore):
             try:
                 obj = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
             except ClientError as exc:
-                if code(exc) in ("NoSuchKey", "404") or status(exc) == 404:
+                if code(exc) != "NoSuchBucket" and (code(exc) in ("NoSuchKey", "404") or status(exc) == 404):
                     return None
                 raise
             return self._read(obj["Body"], f"record {key}"), str(obj["ETag"])
@@ -523,8 +526,9 @@ class S3Store(SnapshotStore):
                 r = self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data,
                                            ContentType="application/json", **cond)
             except ClientError as exc:
-                if code(exc) in ("PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey") \
-                        or status(exc) in (404, 409, 412):
+                if code(exc) != "NoSuchBucket" and (
+                        code(exc) in ("PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey")
+                        or status(exc) in (404, 409, 412)):
                     raise RecordChanged(f"record {key} in {self.url} changed since it was read") from None
                 raise
         return str(r["ETag"])
