@@ -249,10 +249,10 @@ def _collect(store: SnapshotStore, grace: float, dry_run: bool, parallelism: int
     def sweep(blobs: list[BlobInfo]) -> tuple[int, int]:
         if dry_run:
             return len(blobs), sum(b.size for b in blobs)
+        # The store checks the lease itself, right before each blob's deleting request.
         still_held = lease.assert_held if lease is not None else None
-        done = run_parallel(
-            lambda b: held(lambda: store.delete_blob(b.digest, written_before=cutoff, still_held=still_held)),
-            blobs, parallelism)
+        done = run_parallel(lambda b: store.delete_blob(b.digest, written_before=cutoff, still_held=still_held),
+                            blobs, parallelism)
         n = nbytes = 0
         for b, ok in zip(blobs, done, strict=True):
             if ok:

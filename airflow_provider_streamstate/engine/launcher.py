@@ -56,7 +56,7 @@ from airflow_provider_streamstate.engine.errors import (
     UsageError,
 )
 from airflow_provider_streamstate.engine.liveness import Heartbeat, is_running, now_iso, read_heartbeat
-from airflow_provider_streamstate.engine.sidecar import Sidecar, open_sidecar
+from airflow_provider_streamstate.engine.sidecar import Sidecar, local_root, open_sidecar
 from airflow_provider_streamstate.engine.timeline import SIDECAR_DIR
 
 log = logging.getLogger("streamstate.launcher")
@@ -101,22 +101,13 @@ def supervised_application() -> str:
 
 
 def local_checkpoint(checkpoint: str | Path) -> Path:
-    """The checkpoint as a local path: the launcher's records live beside it, on a
-    filesystem this host and the driver share (a path, or a `file:` URI)."""
+    """The checkpoint as a local path (a path, or a `file:` URI), for what only works on a
+    filesystem this host has: swapping a restored directory, deleting a clone's directory."""
     text = str(checkpoint)
-    if text.startswith("file:"):
-        from airflow_provider_streamstate.engine.stores import file_uri_path
-
-        text = file_uri_path(text, "checkpoint")
-    elif "://" in text:
-        raise UsageError(
-            f"this needs the checkpoint on a local or mounted path, not {text}",
-            hint="give the checkpoint as a path (a shared mount for drivers on other hosts); "
-            "docs/deployment.md says what works on an s3a:// checkpoint",
-        )
-    if not text:
-        raise UsageError("the checkpoint path is empty", hint="give the stream's checkpoint directory")
-    return Path(text).expanduser().absolute()
+    return local_root(text, refusal=(
+        f"this needs the checkpoint on a local or mounted path, not {text}",
+        "give the checkpoint as a path (a shared mount for drivers on other hosts); "
+        "docs/deployment.md says what works on an s3a:// checkpoint"))
 
 
 def resolve_spark_submit(command: Sequence[str], env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:

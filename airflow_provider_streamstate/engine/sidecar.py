@@ -145,26 +145,37 @@ def open_sidecar(checkpoint: str | Path | Sidecar, *, s3_client: Any = None) -> 
         return checkpoint
     text = str(checkpoint)
     if is_s3_location(text):
-        key = "/".join(parse_s3_location(text))  # s3://b/p/ and s3a://b/p are one location
+        key = location_key(text)
         with _lock:
             if s3_client is not None or key not in _S3_SIDECARS:
                 fs = open_checkpoint_fs(text, s3_client=s3_client)
                 assert isinstance(fs, S3CheckpointFS)
                 _S3_SIDECARS[key] = S3Sidecar(fs)
             return _S3_SIDECARS[key]
+    return LocalSidecar(local_root(text, refusal=(
+        f"cannot keep a stream's records beside {text}: the checkpoint must be a local or mounted path, "
+        "or in S3 (s3a://bucket/path)",
+        "give the checkpoint as a path, a file:// URI or an s3a:// location (docs/deployment.md)")))
+
+
+def location_key(s3_location: str) -> str:
+    """`bucket/prefix`: `s3://b/p/` and `s3a://b/p` are one location."""
+    return "/".join(parse_s3_location(s3_location))
+
+
+def local_root(checkpoint: str | Path, *, refusal: tuple[str, str]) -> Path:
+    """A checkpoint given as a path or `file:` URI, as an absolute path (symlinks kept: every
+    host names the directory the same way); UsageError(`refusal` message, hint) otherwise."""
+    text = str(checkpoint)
     if text.startswith("file:"):
         from airflow_provider_streamstate.engine.stores import file_uri_path
 
         text = file_uri_path(text, "checkpoint")
     elif "://" in text:
-        raise UsageError(
-            f"cannot keep a stream's records beside {text}: the checkpoint must be a local or mounted path, "
-            "or in S3 (s3a://bucket/path)",
-            hint="give the checkpoint as a path, a file:// URI or an s3a:// location (docs/deployment.md)",
-        )
+        raise UsageError(refusal[0], hint=refusal[1])
     if not text:
         raise UsageError("the checkpoint path is empty", hint="give the stream's checkpoint directory")
-    return LocalSidecar(Path(text).expanduser().absolute())
+    return Path(text).expanduser().absolute()
 
 
 def s3_client_for(checkpoint: str | Path | Sidecar) -> Any:

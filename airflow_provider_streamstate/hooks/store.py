@@ -86,12 +86,12 @@ def use_checkpoint_connection(checkpoint: str, aws_conn_id: str | None) -> None:
     """Read and write the records beside an S3 checkpoint (and the checkpoint's own files,
     for health checks) with the Airflow connection `aws_conn_id` for the rest of this
     process; nothing for a local checkpoint or without a connection (the AWS environment)."""
-    from airflow_provider_streamstate.engine.checkpoint_fs import is_s3_location, parse_s3_location
-    from airflow_provider_streamstate.engine.sidecar import open_sidecar
+    from airflow_provider_streamstate.engine.checkpoint_fs import is_s3_location
+    from airflow_provider_streamstate.engine.sidecar import location_key, open_sidecar
 
     if not aws_conn_id or not is_s3_location(checkpoint):
         return
-    key = ("/".join(parse_s3_location(checkpoint)), aws_conn_id)
+    key = (location_key(checkpoint), aws_conn_id)
     if key not in _CHECKPOINT_CONNECTIONS:  # a sensor pokes often: one client per location and connection
         open_sidecar(checkpoint, s3_client=s3_client_from_connection(aws_conn_id))
         _CHECKPOINT_CONNECTIONS.add(key)
