@@ -187,7 +187,7 @@ def _store(args: argparse.Namespace) -> Any:
     import contextlib
     import os
 
-    from airflow_provider_streamstate.engine.errors import UsageError
+    from airflow_provider_streamstate.engine.core.errors import UsageError
     from airflow_provider_streamstate.engine.stores import open_store
 
     parallelism = getattr(args, "parallelism", 8)
@@ -215,8 +215,8 @@ def _fmt_ms(ms: int | None) -> str:
 
 
 def cmd_snapshot_create(args: argparse.Namespace) -> int:
-    from airflow_provider_streamstate.engine.manifest import parse_labels
-    from airflow_provider_streamstate.engine.snapshot import create_snapshot
+    from airflow_provider_streamstate.engine.core.manifest import parse_labels
+    from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 
     labels = parse_labels(args.label)
     result = create_snapshot(
@@ -259,9 +259,9 @@ def _summary(m: Any, on_current: bool) -> dict[str, Any]:
 
 
 def cmd_snapshot_list(args: argparse.Namespace) -> int:
-    from airflow_provider_streamstate.engine.catalog import list_snapshots
-    from airflow_provider_streamstate.engine.replicate import snapshot_origins
-    from airflow_provider_streamstate.engine.validation import validation_status
+    from airflow_provider_streamstate.engine.catalog.snapshots import list_snapshots
+    from airflow_provider_streamstate.engine.catalog.validation_records import validation_status
+    from airflow_provider_streamstate.engine.lifecycle.replicate import snapshot_origins
 
     store = _store(args)
     listing = list_snapshots(store, args.stream)
@@ -290,7 +290,7 @@ def cmd_snapshot_list(args: argparse.Namespace) -> int:
 
 
 def cmd_snapshot_show(args: argparse.Namespace) -> int:
-    from airflow_provider_streamstate.engine.catalog import resolve_snapshot
+    from airflow_provider_streamstate.engine.catalog.snapshots import resolve_snapshot
 
     m = resolve_snapshot(_store(args), args.stream, args.snapshot_id)
     lines = [
@@ -311,7 +311,7 @@ def cmd_snapshot_show(args: argparse.Namespace) -> int:
     ]
     data = m.to_dict()
     if args.kafka_bootstrap:
-        from airflow_provider_streamstate.engine.kafka import broker_offsets
+        from airflow_provider_streamstate.engine.kafka.offsets import broker_offsets
 
         parts = broker_offsets(args.kafka_bootstrap, m.kafka_offsets)
         data["broker_offsets"] = [p.to_json() for p in parts]
@@ -344,7 +344,7 @@ def cmd_snapshot_show(args: argparse.Namespace) -> int:
 
 
 def cmd_streams(args: argparse.Namespace) -> int:
-    from airflow_provider_streamstate.engine.catalog import list_streams
+    from airflow_provider_streamstate.engine.catalog.snapshots import list_streams
 
     store = _store(args)
     rows = [s.to_json() for s in list_streams(store)]
@@ -361,7 +361,7 @@ def cmd_streams(args: argparse.Namespace) -> int:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    from airflow_provider_streamstate.engine.restore import restore_snapshot
+    from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
 
     result = restore_snapshot(
         _store(args), args.stream, args.snapshot_id, args.target, force=args.force,
@@ -381,16 +381,16 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from airflow_provider_streamstate.engine.verify import verify_snapshots
+    from airflow_provider_streamstate.engine.catalog.verify import verify_snapshots
 
     store = _store(args)
     snapshot_id = args.snapshot_id
     if snapshot_id is not None:
-        from airflow_provider_streamstate.engine.catalog import resolve_snapshot
+        from airflow_provider_streamstate.engine.catalog.snapshots import resolve_snapshot
 
         snapshot_id = resolve_snapshot(store, args.stream, snapshot_id).snapshot_id
     elif not store.list_snapshot_ids(args.stream):
-        from airflow_provider_streamstate.engine.catalog import no_snapshots_error
+        from airflow_provider_streamstate.engine.catalog.snapshots import no_snapshots_error
 
         raise no_snapshots_error(store, args.stream)  # verifying nothing must not pass
     result = verify_snapshots(store, args.stream, snapshot_id, parallelism=args.parallelism, progress=_progress(args))
@@ -440,7 +440,7 @@ def _configure_logging(verbose: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from airflow_provider_streamstate.engine.errors import StreamstateError, UsageError
+    from airflow_provider_streamstate.engine.core.errors import StreamstateError, UsageError
 
     parser = build_parser()
     try:

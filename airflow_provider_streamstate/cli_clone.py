@@ -37,7 +37,7 @@ def register(commands: Any) -> dict[tuple[str, str | None], Handler]:
 
 def cmd_clone_list(args: argparse.Namespace) -> int:
     from airflow_provider_streamstate.cli import EXIT_OK, _out, _store
-    from airflow_provider_streamstate.engine.clones import list_clones
+    from airflow_provider_streamstate.engine.streams.clones import list_clones
 
     now = datetime.now(UTC).timestamp()
     records = list_clones(_store(args), args.stream)
@@ -54,7 +54,7 @@ def cmd_clone_list(args: argparse.Namespace) -> int:
 
 def cmd_clone_expire(args: argparse.Namespace) -> int:
     from airflow_provider_streamstate.cli import EXIT_OK, EXIT_USAGE, _out, _store
-    from airflow_provider_streamstate.engine.clones import expire_clones
+    from airflow_provider_streamstate.engine.streams.clones import expire_clones
 
     if args.force and not args.clone:
         import sys

@@ -1,5 +1,5 @@
 """`streamstate failover`: resume a stream in the DR region from a replicated snapshot, its
-Kafka offsets translated exactly for the mirrored cluster (engine/failover.py).
+Kafka offsets translated exactly for the mirrored cluster (engine/dr/failover.py).
 
     streamstate failover --store DR_STORE --stream X [SNAPSHOT] --target DIR --kafka-bootstrap DR_BOOTSTRAP
                          [--topic-map SRC=DST]... [--replication-policy default|identity --source-alias NAME]
@@ -41,7 +41,7 @@ def register(commands: Any) -> dict[tuple[str, str | None], Handler]:
 
 def cmd_failover(args: argparse.Namespace) -> int:
     from airflow_provider_streamstate.cli import EXIT_OK, _out, _store
-    from airflow_provider_streamstate.engine.failover import TopicMap, failover
+    from airflow_provider_streamstate.engine.dr.failover import TopicMap, failover
 
     topic_map = TopicMap.parse(args.topic_map, args.replication_policy, args.source_alias)
     r = failover(_store(args), args.stream, args.target, args.kafka_bootstrap, snapshot=args.snapshot_id,

@@ -28,7 +28,7 @@ def register(commands: Any) -> dict[tuple[str, str | None], Handler]:
 
 def cmd_gc(args: argparse.Namespace) -> int:
     from airflow_provider_streamstate.cli import EXIT_OK, _out, _store, human_bytes
-    from airflow_provider_streamstate.engine.gc import DEFAULT_GRACE_SECONDS, collect_garbage
+    from airflow_provider_streamstate.engine.catalog.gc import DEFAULT_GRACE_SECONDS, collect_garbage
 
     grace = args.grace if args.grace is not None else DEFAULT_GRACE_SECONDS
     r = collect_garbage(_store(args), grace_seconds=grace, dry_run=args.dry_run, parallelism=args.parallelism)

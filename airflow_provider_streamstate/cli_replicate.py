@@ -46,7 +46,7 @@ def register(commands: Any) -> dict[tuple[str, str | None], Any]:
 
 def _side(args: argparse.Namespace, side: str, url: str) -> Any:
     """One side's store: its own S3 client when any of its options is given."""
-    from airflow_provider_streamstate.engine.errors import StreamstateError, UsageError
+    from airflow_provider_streamstate.engine.core.errors import StreamstateError, UsageError
     from airflow_provider_streamstate.engine.stores import client_config, open_store
     from airflow_provider_streamstate.engine.stores.s3_errors import client_error
 
@@ -87,7 +87,7 @@ def _flag_error(exc: Exception, side: str, *, endpoint: str | None, profile: str
     environment's settings are not what to fix then)."""
     from botocore import exceptions as bx
 
-    from airflow_provider_streamstate.engine.errors import UsageError
+    from airflow_provider_streamstate.engine.core.errors import UsageError
 
     if endpoint and isinstance(exc, ValueError) and str(exc).startswith("Invalid endpoint"):
         return UsageError(f"invalid S3 endpoint URL {endpoint!r} given by --{side}-endpoint-url",
@@ -110,7 +110,7 @@ def _env_endpoint() -> bool:
 
 
 def cmd_replicate(args: argparse.Namespace) -> int:
-    from airflow_provider_streamstate.engine.replicate import replicate
+    from airflow_provider_streamstate.engine.lifecycle.replicate import replicate
 
     source = _side(args, "from", args.source)
     destination = _side(args, "to", args.destination)

@@ -17,8 +17,8 @@ Handler = Callable[[argparse.Namespace], int]
 
 def duration(text: str) -> float:
     """An argparse type for `7d`, `12h`, `30m`: a bad one is a usage error (exit 2)."""
-    from airflow_provider_streamstate.engine.errors import UsageError
-    from airflow_provider_streamstate.engine.retention import parse_duration
+    from airflow_provider_streamstate.engine.catalog.retention import parse_duration
+    from airflow_provider_streamstate.engine.core.errors import UsageError
 
     try:
         return parse_duration(text)
@@ -59,7 +59,7 @@ def register(commands: Any) -> dict[tuple[str, str | None], Handler]:
 
 def cmd_retention_apply(args: argparse.Namespace) -> int:
     from airflow_provider_streamstate.cli import EXIT_OK, _out, _store
-    from airflow_provider_streamstate.engine.retention import RetentionPolicy, apply_retention
+    from airflow_provider_streamstate.engine.catalog.retention import RetentionPolicy, apply_retention
 
     policy = RetentionPolicy(
         keep_last=args.keep_last, max_age_s=args.max_age, keep_hourly_s=args.keep_hourly,
@@ -79,7 +79,7 @@ def cmd_retention_apply(args: argparse.Namespace) -> int:
 
 def _resolve(args: argparse.Namespace) -> tuple[Any, str]:
     from airflow_provider_streamstate.cli import _store
-    from airflow_provider_streamstate.engine.catalog import resolve_snapshot
+    from airflow_provider_streamstate.engine.catalog.snapshots import resolve_snapshot
 
     store = _store(args)
     return store, resolve_snapshot(store, args.stream, args.snapshot_id).snapshot_id
@@ -87,7 +87,7 @@ def _resolve(args: argparse.Namespace) -> tuple[Any, str]:
 
 def cmd_pin(args: argparse.Namespace) -> int:
     from airflow_provider_streamstate.cli import EXIT_OK, _out
-    from airflow_provider_streamstate.engine.retention import pin_snapshot
+    from airflow_provider_streamstate.engine.catalog.retention import pin_snapshot
 
     store, sid = _resolve(args)
     new = pin_snapshot(store, args.stream, sid, reason=args.reason)
@@ -98,7 +98,7 @@ def cmd_pin(args: argparse.Namespace) -> int:
 
 def cmd_unpin(args: argparse.Namespace) -> int:
     from airflow_provider_streamstate.cli import EXIT_OK, _out
-    from airflow_provider_streamstate.engine.retention import unpin_snapshot
+    from airflow_provider_streamstate.engine.catalog.retention import unpin_snapshot
 
     store, sid = _resolve(args)
     had = unpin_snapshot(store, args.stream, sid)

@@ -94,7 +94,7 @@ def register(commands: Any) -> dict[tuple[str, str | None], Handler]:
 
 
 def _selector(args: argparse.Namespace) -> Any:
-    from airflow_provider_streamstate.engine.state import StateSelector
+    from airflow_provider_streamstate.engine.state.reader import StateSelector
 
     return StateSelector(args.operator, args.store_name, args.join_side)
 
@@ -102,7 +102,7 @@ def _selector(args: argparse.Namespace) -> Any:
 def _reader(args: argparse.Namespace) -> Any:
     """A StateReader on the command's store; Spark's own console chatter goes to stderr."""
     from airflow_provider_streamstate.cli import _store
-    from airflow_provider_streamstate.engine.state import StateReader
+    from airflow_provider_streamstate.engine.state.reader import StateReader
 
     return StateReader(_store(args))
 
@@ -116,7 +116,7 @@ def _table(columns: list[str], rows: list[list[Any]]) -> list[str]:
 
 
 def _filtered(df: Any, where: str | None) -> Any:
-    from airflow_provider_streamstate.engine.errors import UsageError
+    from airflow_provider_streamstate.engine.core.errors import UsageError
 
     if not where:
         return df
@@ -169,7 +169,7 @@ def cmd_state_show(args: argparse.Namespace) -> int:
 
 def cmd_state_export(args: argparse.Namespace) -> int:
     from airflow_provider_streamstate.cli import EXIT_OK, _out
-    from airflow_provider_streamstate.engine.errors import UsageError
+    from airflow_provider_streamstate.engine.core.errors import UsageError
 
     output = Path(args.output).expanduser().resolve()
     if output.exists():
@@ -198,7 +198,7 @@ def cmd_state_export(args: argparse.Namespace) -> int:
 
 def cmd_diff(args: argparse.Namespace) -> int:
     from airflow_provider_streamstate.cli import EXIT_OK, _out
-    from airflow_provider_streamstate.engine.diff import diff_snapshots
+    from airflow_provider_streamstate.engine.state.diff import diff_snapshots
 
     with _reader(args) as reader:
         d = diff_snapshots(reader, args.stream, args.snapshot_a, args.snapshot_b, _selector(args),
@@ -215,7 +215,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from airflow_provider_streamstate.cli import EXIT_OK, _out
-    from airflow_provider_streamstate.engine.validation import load_suite, validate_snapshot
+    from airflow_provider_streamstate.engine.state.validation import load_suite, validate_snapshot
 
     suite = load_suite(args.suite)  # a bad suite fails before Spark starts
     with _reader(args) as reader:
@@ -233,8 +233,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_bisect(args: argparse.Namespace) -> int:
     from airflow_provider_streamstate.cli import EXIT_OK, _out
-    from airflow_provider_streamstate.engine.bisect import bisect_snapshots
-    from airflow_provider_streamstate.engine.validation import load_suite
+    from airflow_provider_streamstate.engine.state.bisect import bisect_snapshots
+    from airflow_provider_streamstate.engine.state.validation import load_suite
 
     suite = load_suite(args.suite)
     with _reader(args) as reader:

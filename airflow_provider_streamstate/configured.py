@@ -16,7 +16,7 @@ def configured_streams(params: dict[str, Any] | None) -> list[dict[str, Any]]:
     from airflow.sdk import Variable
     from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-    from airflow_provider_streamstate.engine.errors import UsageError
+    from airflow_provider_streamstate.engine.core.errors import UsageError
     from airflow_provider_streamstate.spec import StreamSpec
 
     streams = (params or {}).get("streams") or Variable.get(STREAMS_VARIABLE, default=[], deserialize_json=True)

@@ -23,8 +23,8 @@ import string
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, ClassVar
 
-from airflow_provider_streamstate.engine.errors import UsageError
-from airflow_provider_streamstate.engine.manifest import validate_stream_name
+from airflow_provider_streamstate.engine.core.errors import UsageError
+from airflow_provider_streamstate.engine.core.manifest import validate_stream_name
 
 _PLACEHOLDERS = {"checkpoint", "name", "sinks"}
 

@@ -9,8 +9,8 @@ from contextlib import contextmanager
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_provider_streamstate.engine.cancel import CancelToken, cancellation
-from airflow_provider_streamstate.engine.errors import StreamstateError
+from airflow_provider_streamstate.engine.core.cancel import CancelToken, cancellation
+from airflow_provider_streamstate.engine.core.errors import StreamstateError
 
 
 @contextmanager

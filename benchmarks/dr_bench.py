@@ -57,8 +57,8 @@ def fast_produce(bootstrap: str, topic: str, events: int, accounts: int, first: 
 
 def records(bootstrap: str, topic: str) -> int:
     """Records the topic holds (3 partitions; 0 while the mirror has not created it)."""
-    from airflow_provider_streamstate.engine.errors import NotFoundError
-    from airflow_provider_streamstate.engine.kafka import broker_offsets
+    from airflow_provider_streamstate.engine.core.errors import NotFoundError
+    from airflow_provider_streamstate.engine.kafka.offsets import broker_offsets
 
     try:
         return sum(p.latest - p.earliest for p in broker_offsets(bootstrap, {topic: {"0": 0, "1": 0, "2": 0}}))
@@ -102,7 +102,7 @@ def drain(spark: Any, bootstrap: str, topic: str, checkpoint: str, max_offsets: 
 
 
 def state_of(spark: Any, checkpoint: str) -> dict[str, dict[str, int]]:
-    from airflow_provider_streamstate.jobs.runtime import read_state
+    from airflow_provider_streamstate.engine.state.spark import read_state
 
     return {r.key.account: r.value.asDict() for r in read_state(spark, checkpoint, operatorId=0).collect()}
 
@@ -125,7 +125,7 @@ def rocksdb_snapshots_uploaded(checkpoint: str, timeout_s: float = 300.0) -> flo
 def _failover_run(spark: Any, store: Any, dr: Any, dr_topic: str, target: str, max_offsets: int, policy: str,
                   snapshot: str | None = None) -> tuple[Any, float, float, int, dict[str, int]]:
     """Fail over into `target` and drain: (result, prepare s, total s, batches, Spark's split)."""
-    from airflow_provider_streamstate.engine.failover import TopicMap, failover
+    from airflow_provider_streamstate.engine.dr.failover import TopicMap, failover
 
     t0 = time.monotonic()
     result = failover(store, "bench", target, dr.bootstrap, snapshot=snapshot,
@@ -204,10 +204,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--policy", choices=sorted(stack_mod.MM2_POLICIES), default="default")
     args = p.parse_args(argv)
 
-    from airflow_provider_streamstate.engine.snapshot import create_snapshot
+    from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
+    from airflow_provider_streamstate.engine.state.spark import spark_session
     from airflow_provider_streamstate.engine.stores.local import LocalStore
     from airflow_provider_streamstate.jobs.generator import ensure_topic
-    from airflow_provider_streamstate.jobs.runtime import spark_session
 
     stack_mod.down(STATE_DIR)
     shutil.rmtree(STATE_DIR, ignore_errors=True)

@@ -68,7 +68,7 @@ def start_moto() -> tuple[subprocess.Popen[bytes], str]:
 
 def build(endpoint: str, prefix: str, streams: int, snapshots: int, orphans: int, threads: int) -> dict[str, int]:
     """Blobs first (each snapshot: 100 blobs its stream shares + 98 of its own), then manifests."""
-    from airflow_provider_streamstate.engine.manifest import FileEntry, Manifest, new_snapshot_id
+    from airflow_provider_streamstate.engine.core.manifest import FileEntry, Manifest, new_snapshot_id
     from airflow_provider_streamstate.engine.stores.base import blob_key, manifest_key
 
     s3 = client(endpoint, threads)
@@ -117,7 +117,7 @@ def phase(name: str, endpoint: str, prefix: str) -> dict[str, Any]:
     """One measured phase, in this (fresh) process."""
     import boto3  # noqa: F401 - imported before the baseline RSS, as both phases need it
 
-    from airflow_provider_streamstate.engine.gc import collect_garbage
+    from airflow_provider_streamstate.engine.catalog.gc import collect_garbage
     from airflow_provider_streamstate.engine.stores.s3 import S3Store
 
     rss_before = peak_rss_kib()

@@ -68,8 +68,8 @@ with DAG(
 
 def build_checkpoint(stack: stack_mod.Stack, checkpoint: str, events: int, accounts: int) -> int:
     """Run the example stream over `events` transactions until it drains its topic."""
+    from airflow_provider_streamstate.engine.state.spark import spark_session
     from airflow_provider_streamstate.jobs.generator import GeneratorSpec, ensure_topic, produce
-    from airflow_provider_streamstate.jobs.runtime import spark_session
     from tests.streams import run_to_end, use_state_store
 
     topic = f"overhead-{uuid.uuid4().hex[:8]}"
@@ -116,7 +116,7 @@ def run_cli(spec: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
 
 
 def run_engine(spec: dict[str, Any]) -> dict[str, Any]:
-    from airflow_provider_streamstate.engine.snapshot import create_snapshot
+    from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
     from airflow_provider_streamstate.engine.stores import open_store
 
     t = time.perf_counter()
@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"building the checkpoint: the example stream over {args.events} transactions ...", flush=True)
         t = time.perf_counter()
         batch = build_checkpoint(stack, checkpoint, args.events, args.accounts)
-        from airflow_provider_streamstate.engine.checkpoint import CheckpointReader
+        from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
 
         plan = CheckpointReader(checkpoint).plan()
         state_bytes = sum(f.size for f in plan.files)

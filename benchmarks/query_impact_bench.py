@@ -51,7 +51,7 @@ def snapshot_loop(
     query: Any, checkpoint: str, store: Any, parallelism: int, every_batch: bool, stop: threading.Event, out: list[Any]
 ) -> None:
     """Snapshot until `stop`: each newly committed batch once, or back to back."""
-    from airflow_provider_streamstate.engine.snapshot import create_snapshot
+    from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 
     done = -1
     while not stop.is_set():
@@ -70,8 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parallelism", type=int, default=8, help="snapshot transfers (the CLI's default)")
     args = p.parse_args(argv)
 
+    from airflow_provider_streamstate.engine.state.spark import spark_session
     from airflow_provider_streamstate.engine.stores import LocalStore
-    from airflow_provider_streamstate.jobs.runtime import spark_session
 
     run = WORK / "impact"
     shutil.rmtree(run, ignore_errors=True)

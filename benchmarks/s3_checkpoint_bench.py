@@ -46,8 +46,12 @@ def main() -> None:
     from botocore.config import Config
     from moto.server import ThreadedMotoServer
 
-    from airflow_provider_streamstate.engine.checkpoint import HDFS_PROVIDER, PROVIDER_CONF, CheckpointReader
-    from airflow_provider_streamstate.engine.snapshot import create_snapshot
+    from airflow_provider_streamstate.engine.checkpoint.reader import (
+        HDFS_PROVIDER,
+        PROVIDER_CONF,
+        CheckpointReader,
+    )
+    from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
     from airflow_provider_streamstate.engine.stores import S3Store
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)

@@ -58,14 +58,14 @@ def main() -> int:
 
     from pyspark.sql import functions as F
 
-    from airflow_provider_streamstate.engine.bisect import bisect_snapshots
-    from airflow_provider_streamstate.engine.checkpoint import CheckpointReader
-    from airflow_provider_streamstate.engine.diff import diff_states
-    from airflow_provider_streamstate.engine.snapshot import create_snapshot
-    from airflow_provider_streamstate.engine.state import StateReader
+    from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
+    from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
+    from airflow_provider_streamstate.engine.state.bisect import bisect_snapshots
+    from airflow_provider_streamstate.engine.state.diff import diff_states
+    from airflow_provider_streamstate.engine.state.reader import StateReader
+    from airflow_provider_streamstate.engine.state.spark import spark_session
+    from airflow_provider_streamstate.engine.state.validation import load_suite, run_suite
     from airflow_provider_streamstate.engine.stores import LocalStore
-    from airflow_provider_streamstate.engine.validation import load_suite, run_suite
-    from airflow_provider_streamstate.jobs.runtime import spark_session
 
     WORK.mkdir(exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="state-bench-", dir=WORK))

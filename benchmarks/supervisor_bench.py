@@ -59,8 +59,8 @@ def _run(args: argparse.Namespace, stack: stack_mod.Stack, home: Path) -> int:
     from datetime import datetime
 
     import airflow_provider_streamstate.jobs.example_stream as job
-    from airflow_provider_streamstate.engine import launcher
-    from airflow_provider_streamstate.engine.health import committed_kafka_offsets
+    from airflow_provider_streamstate.engine.streams import launcher
+    from airflow_provider_streamstate.engine.streams.health import committed_kafka_offsets
     from airflow_provider_streamstate.jobs.generator import GeneratorSpec, ensure_topic, produce
     from airflow_provider_streamstate.operators.stream import start_stream
     from airflow_provider_streamstate.spec import StreamSpec

@@ -91,7 +91,7 @@ with DAG(
 
         from airflow.sdk.exceptions import AirflowFailException
 
-        from airflow_provider_streamstate.engine import launcher
+        from airflow_provider_streamstate.engine.streams import launcher
         from airflow_provider_streamstate.operators.stream import spark_submit_command
         from airflow_provider_streamstate.spec import StreamSpec
 
@@ -147,8 +147,8 @@ with DAG(
         """Stop the clone and delete its checkpoint and snapshots, whatever happened."""
         import shutil
 
-        from airflow_provider_streamstate.engine.clones import expire_clones
-        from airflow_provider_streamstate.engine.errors import UsageError
+        from airflow_provider_streamstate.engine.core.errors import UsageError
+        from airflow_provider_streamstate.engine.streams.clones import expire_clones
         from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
         from airflow_provider_streamstate.spec import StreamSpec
 

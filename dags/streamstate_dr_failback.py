@@ -85,7 +85,7 @@ with DAG(
     def report(stopped: dict[str, Any], restored: dict[str, Any], launched: dict[str, Any],
                lag: dict[str, Any], params: dict[str, Any] | None = None, dag_run: Any = None) -> dict[str, Any]:
         """RTO from the run's start, with its parts; RPO of a planned failback."""
-        from airflow_provider_streamstate.engine.dr_report import failover_report
+        from airflow_provider_streamstate.engine.dr.report import failover_report
 
         out = failover_report(dag_run.start_date, (params or {})["stream"], stopped, restored, launched, lag,
                               kind="failback")

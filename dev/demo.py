@@ -103,8 +103,8 @@ def run(dag_id: str, conf: dict[str, Any], log_dir: Path) -> airflow_home.DagRes
 
 
 def progress_line(checkpoint: str, bootstrap_offsets: Any) -> str:
-    from airflow_provider_streamstate.engine import launcher
-    from airflow_provider_streamstate.engine.health import check_lag
+    from airflow_provider_streamstate.engine.streams import launcher
+    from airflow_provider_streamstate.engine.streams.health import check_lag
 
     st = launcher.status(checkpoint)
     try:
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _demo(args, stack, t0)
     finally:
-        from airflow_provider_streamstate.engine import launcher
+        from airflow_provider_streamstate.engine.streams import launcher
 
         work = REPO / ".stack" / "demo"
         if (work / "checkpoint").exists():
@@ -145,11 +145,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _demo(args: argparse.Namespace, stack: Any, t0: float) -> int:
-    from airflow_provider_streamstate.engine import launcher
-    from airflow_provider_streamstate.engine.catalog import list_snapshots
-    from airflow_provider_streamstate.engine.kafka import broker_offsets
+    from airflow_provider_streamstate.engine.catalog.snapshots import list_snapshots
+    from airflow_provider_streamstate.engine.catalog.verify import verify_snapshots
+    from airflow_provider_streamstate.engine.kafka.offsets import broker_offsets
+    from airflow_provider_streamstate.engine.state.spark import read_state, spark_session
     from airflow_provider_streamstate.engine.stores import open_store
-    from airflow_provider_streamstate.engine.verify import verify_snapshots
+    from airflow_provider_streamstate.engine.streams import launcher
     from airflow_provider_streamstate.jobs import example_stream
     from airflow_provider_streamstate.jobs.generator import (
         GeneratorSpec,
@@ -157,7 +158,6 @@ def _demo(args: argparse.Namespace, stack: Any, t0: float) -> int:
         expected_aggregates,
         produce,
     )
-    from airflow_provider_streamstate.jobs.runtime import read_state, spark_session
     from airflow_provider_streamstate.spec import StreamSpec
 
     print(f"preparing Airflow in {HOME.relative_to(REPO)} (SQLite metadata DB, DAGs: dags/ + dev/demo_dags/) ...",
@@ -236,7 +236,7 @@ def _demo(args: argparse.Namespace, stack: Any, t0: float) -> int:
 
     total = sum(s.events for s in specs)
     deadline = time.monotonic() + 180
-    from airflow_provider_streamstate.engine.health import committed_kafka_offsets
+    from airflow_provider_streamstate.engine.streams.health import committed_kafka_offsets
 
     while time.monotonic() < deadline:
         found = committed_kafka_offsets(spec.checkpoint)

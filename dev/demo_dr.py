@@ -51,14 +51,14 @@ def wait_until(predicate: Any, timeout: float, what: str) -> None:
 
 
 def consumed(checkpoint: str) -> int:
-    from airflow_provider_streamstate.engine.health import committed_kafka_offsets
+    from airflow_provider_streamstate.engine.streams.health import committed_kafka_offsets
 
     found = committed_kafka_offsets(checkpoint)
     return sum(sum(p.values()) for p in found[1].values()) if found else 0
 
 
 def end_offsets(bootstrap: str, topic: str) -> int:
-    from airflow_provider_streamstate.engine.kafka import broker_offsets
+    from airflow_provider_streamstate.engine.kafka.offsets import broker_offsets
 
     return sum(p.latest for p in broker_offsets(bootstrap, {topic: {"0": 0, "1": 0, "2": 0}}))
 
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _drill(args, primary, dr, work, t0)
     finally:
-        from airflow_provider_streamstate.engine import launcher
+        from airflow_provider_streamstate.engine.streams import launcher
 
         for ckpt in (work / "primary-checkpoint", work / "dr-checkpoint"):
             if ckpt.exists():
@@ -97,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
 def _drill(args: argparse.Namespace, primary: Any, dr: Any, work: Path, t0: float) -> int:
     import shutil
 
-    from airflow_provider_streamstate.engine import launcher
+    from airflow_provider_streamstate.engine.state.spark import read_state, spark_session
+    from airflow_provider_streamstate.engine.streams import launcher
     from airflow_provider_streamstate.jobs import example_stream
     from airflow_provider_streamstate.jobs.generator import (
         GeneratorSpec,
@@ -106,7 +107,6 @@ def _drill(args: argparse.Namespace, primary: Any, dr: Any, work: Path, t0: floa
         messages,
         produce,
     )
-    from airflow_provider_streamstate.jobs.runtime import read_state, spark_session
     from airflow_provider_streamstate.spec import StreamSpec
 
     print(f"preparing Airflow in {HOME.relative_to(REPO)} ...", flush=True)

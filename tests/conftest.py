@@ -57,7 +57,7 @@ def s3proxy(stack: stack_mod.Stack, tmp_path_factory: pytest.TempPathFactory) ->
 
 @pytest.fixture(scope="session")
 def spark(stack: stack_mod.Stack):  # noqa: ANN201 - pyspark is imported lazily
-    from airflow_provider_streamstate.jobs.runtime import spark_session
+    from airflow_provider_streamstate.engine.state.spark import spark_session
 
     # Fast maintenance: snapshots, zips and cleanup happen while tests take snapshots.
     session = spark_session(

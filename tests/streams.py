@@ -15,8 +15,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from airflow_provider_streamstate.engine.liveness import DEFAULT_INTERVAL_S
-from airflow_provider_streamstate.jobs.runtime import read_state
+from airflow_provider_streamstate.engine.checkpoint.liveness import DEFAULT_INTERVAL_S
+from airflow_provider_streamstate.engine.state.spark import read_state
 
 
 def account_state(spark: Any, checkpoint: str, batch_id: int | None = None) -> dict[str, dict[str, int]]:
@@ -72,7 +72,7 @@ def oracle_state(bootstrap: str, offsets: dict[str, dict[str, int]]) -> dict[str
 
 def use_state_store(spark: Any, state_store: str, **extra: str) -> None:
     """Set the session confs a new query pins at batch 0 (provider, snapshot cadence...)."""
-    from airflow_provider_streamstate.jobs.runtime import state_store_confs
+    from airflow_provider_streamstate.engine.state.spark import state_store_confs
 
     confs = {"spark.sql.streaming.stateStore.minDeltasForSnapshot": "3", "spark.sql.shuffle.partitions": "4"}
     for key, value in {**state_store_confs(state_store), **confs, **extra}.items():
@@ -232,7 +232,7 @@ def example_stream_spec(stack: Any, topic: str, root: Path, *, name: str = "orde
 
 def consumed_records(checkpoint: str) -> int:
     """Records of all Kafka sources the newest committed batch has read up to (0 before any)."""
-    from airflow_provider_streamstate.engine.health import committed_kafka_offsets
+    from airflow_provider_streamstate.engine.streams.health import committed_kafka_offsets
 
     found = committed_kafka_offsets(checkpoint)
     return sum(sum(parts.values()) for parts in found[1].values()) if found else 0

@@ -8,8 +8,8 @@ from typing import Any
 
 from airflow.providers.apache.kafka.hooks.base import KafkaBaseHook
 
-from airflow_provider_streamstate.engine.errors import UsageError
-from airflow_provider_streamstate.engine.kafka import PartitionOffsets, broker_offsets
+from airflow_provider_streamstate.engine.core.errors import UsageError
+from airflow_provider_streamstate.engine.kafka.offsets import PartitionOffsets, broker_offsets
 
 
 class StreamKafkaHook(KafkaBaseHook):

@@ -9,7 +9,7 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
-from airflow_provider_streamstate.engine.errors import StreamstateError, UsageError
+from airflow_provider_streamstate.engine.core.errors import StreamstateError, UsageError
 from airflow_provider_streamstate.engine.stores import SnapshotStore, client_config, open_store
 from airflow_provider_streamstate.engine.stores.s3_errors import client_error
 
@@ -86,8 +86,8 @@ def use_checkpoint_connection(checkpoint: str, aws_conn_id: str | None) -> None:
     """Read and write the records beside an S3 checkpoint (and the checkpoint's own files,
     for health checks) with the Airflow connection `aws_conn_id` for the rest of this
     process; nothing for a local checkpoint or without a connection (the AWS environment)."""
-    from airflow_provider_streamstate.engine.checkpoint_fs import is_s3_location
-    from airflow_provider_streamstate.engine.sidecar import location_key, open_sidecar
+    from airflow_provider_streamstate.engine.checkpoint.filesystems import is_s3_location
+    from airflow_provider_streamstate.engine.checkpoint.sidecar import location_key, open_sidecar
 
     if not aws_conn_id or not is_s3_location(checkpoint):
         return

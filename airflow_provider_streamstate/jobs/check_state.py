@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     with open(a.expected) as f:
         expected: dict[str, dict[str, int]] = json.load(f)
 
-    from airflow_provider_streamstate.jobs.runtime import read_state, spark_session
+    from airflow_provider_streamstate.engine.state.spark import read_state, spark_session
 
     spark = spark_session("streamstate-check-state", master="local[1]")
     try:

@@ -172,13 +172,13 @@ def main(argv: list[str] | None = None) -> int:
     commit, stops the query and Spark, and exits 0. A second signal exits at once; a
     failed query exits 1 with one line saying why.
     """
+    from airflow_provider_streamstate.engine.state.spark import spark_session
     from airflow_provider_streamstate.jobs.generator import ensure_topic
     from airflow_provider_streamstate.jobs.runtime import (
         StopSignals,
         attach_batch_log,
         attach_heartbeat,
         run_until_stopped,
-        spark_session,
     )
 
     args, state_store = parse_args(argv)

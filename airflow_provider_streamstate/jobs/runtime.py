@@ -1,5 +1,5 @@
-"""Spark session settings shared by the example stream, tests, demo and benchmarks, and
-what a stream's driver needs around its query: a heartbeat beside the checkpoint, one log
+"""What a stream's driver needs around its query (its Spark session comes from
+engine/state/spark.py): a heartbeat beside the checkpoint, one log
 line per committed batch, and a graceful stop on SIGINT/SIGTERM."""
 
 from __future__ import annotations
@@ -10,87 +10,10 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
-from airflow_provider_streamstate.engine.checkpoint import HDFS_PROVIDER, PROVIDER_CONF, ROCKSDB_PROVIDER
-
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
-
-CHANGELOG_CONF = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
-
-# The three state store setups the engine supports. They are pinned into a checkpoint
-# at batch 0, so they must be set before a query first starts.
-STATE_STORES: dict[str, dict[str, str]] = {
-    "hdfs": {PROVIDER_CONF: HDFS_PROVIDER},
-    "rocksdb": {PROVIDER_CONF: ROCKSDB_PROVIDER, CHANGELOG_CONF: "false"},
-    "rocksdb-changelog": {PROVIDER_CONF: ROCKSDB_PROVIDER, CHANGELOG_CONF: "true"},
-}
-
-
-def state_store_confs(name: str) -> dict[str, str]:
-    try:
-        return dict(STATE_STORES[name])
-    except KeyError:
-        raise ValueError(f"unknown state store {name!r}; choose one of {', '.join(STATE_STORES)}") from None
-
-
-def spark_session(
-    app_name: str,
-    jars: Sequence[str] = (),
-    *,
-    master: str | None = "local[2]",
-    state_store: str = "rocksdb-changelog",
-    shuffle_partitions: int = 4,
-    conf: Mapping[str, str] | None = None,
-) -> SparkSession:
-    """A SparkSession with the Kafka connector jars on its classpath (no download).
-
-    `master=None` leaves the master to spark-submit; a local master also binds the
-    driver to loopback and turns the UI off (tests, demo, benchmarks).
-    """
     from pyspark.sql import SparkSession
-
-    builder = (
-        SparkSession.builder.appName(app_name)
-        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-        .config("spark.sql.session.timeZone", "UTC")
-    )
-    if master is not None:
-        builder = builder.master(master)
-        if master.startswith("local"):
-            for key, value in {
-                "spark.ui.enabled": "false",
-                "spark.ui.showConsoleProgress": "false",
-                "spark.driver.host": "127.0.0.1",
-                "spark.driver.bindAddress": "127.0.0.1",
-                "spark.driver.memory": "2g",
-            }.items():
-                builder = builder.config(key, value)
-    if jars:
-        builder = builder.config("spark.jars", ",".join(jars))
-    for key, value in {**state_store_confs(state_store), **(conf or {})}.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
-
-
-def read_state(spark: SparkSession, checkpoint: str, **options: object) -> DataFrame:
-    """Spark's state data source on `checkpoint` (options: batchId, operatorId, storeName...).
-
-    PySpark 4.1 cannot load a RocksDB store offline in a session that never touched
-    streaming (`Cannot find endpoint StateStoreCoordinator`); reading `streams.active`
-    first creates the coordinator.
-    """
-    _ = spark.streams.active
-    reader = spark.read.format("statestore")
-    for key, value in options.items():
-        if value is not None:
-            reader = reader.option(key, str(value))
-    return reader.load(checkpoint)
-
 
 def attach_heartbeat(
     spark: SparkSession, checkpoint: str, *, interval_s: float = 5.0, query_name: str | None = None
@@ -105,8 +28,8 @@ def attach_heartbeat(
 
     from pyspark.sql.streaming import StreamingQueryListener
 
-    from airflow_provider_streamstate.engine.errors import StreamstateError
-    from airflow_provider_streamstate.engine.liveness import Heartbeat, now_iso, write_heartbeat
+    from airflow_provider_streamstate.engine.checkpoint.liveness import Heartbeat, now_iso, write_heartbeat
+    from airflow_provider_streamstate.engine.core.errors import StreamstateError
 
     class HeartbeatListener(StreamingQueryListener):
         def __init__(self) -> None:

@@ -2,7 +2,7 @@
 
     STREAMSTATE_CHECKPOINT=/data/ckpt spark-submit [options] supervised.py APP.py [APP ARGS...]
 
-The launcher (`engine/launcher.py`) runs spark-submit on this file with the user's
+The launcher (`engine/streams/launcher.py`) runs spark-submit on this file with the user's
 application and its arguments after it. The wrapper then runs the application as
 `python APP.py ARGS` would (`runpy`, `__main__`, `sys.argv`, `sys.path[0]`), and:
 
@@ -34,8 +34,9 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from airflow_provider_streamstate.engine.errors import StreamstateError
-from airflow_provider_streamstate.engine.launcher import (
+from airflow_provider_streamstate.engine.checkpoint.liveness import now_iso
+from airflow_provider_streamstate.engine.core.errors import StreamstateError
+from airflow_provider_streamstate.engine.streams.launcher import (
     ENV_CHECKPOINT,
     ENV_HEARTBEAT_INTERVAL,
     ENV_LAUNCH_ID,
@@ -44,7 +45,6 @@ from airflow_provider_streamstate.engine.launcher import (
     stop_requested,
     write_driver,
 )
-from airflow_provider_streamstate.engine.liveness import now_iso
 
 ENV_STOP_BATCH_WAIT = "STREAMSTATE_STOP_BATCH_WAIT"
 USAGE = "usage: spark-submit [options] supervised.py APP.py [ARGS...] (with STREAMSTATE_CHECKPOINT set)"

@@ -1,5 +1,5 @@
 """Bisect a stream's snapshot history for the first snapshot failing a suite, as a task
-(engine/bisect.py): stored validation results are reused, new ones stored."""
+(engine/state/bisect.py): stored validation results are reused, new ones stored."""
 
 from __future__ import annotations
 
@@ -39,8 +39,8 @@ class BisectSnapshotsOperator(StateTask):
         self.bad = bad
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_streamstate.engine.bisect import bisect_snapshots
-        from airflow_provider_streamstate.engine.validation import load_suite
+        from airflow_provider_streamstate.engine.state.bisect import bisect_snapshots
+        from airflow_provider_streamstate.engine.state.validation import load_suite
 
         spec = self.spec
         with self.cancellable():

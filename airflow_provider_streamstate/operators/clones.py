@@ -1,4 +1,4 @@
-"""Clone expiry as an Airflow task: thin over engine/clones.py. (Clones are made by
+"""Clone expiry as an Airflow task: thin over engine/streams/clones.py. (Clones are made by
 CloneStreamOperator in operators/stream.py, which records them in the store.)"""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class ExpireClonesOperator(CancellableTask, BaseOperator):
         self.stop_timeout = stop_timeout
 
     def _kafka_config(self, record: Any) -> dict[str, Any] | None:
-        from airflow_provider_streamstate.engine.errors import UsageError
+        from airflow_provider_streamstate.engine.core.errors import UsageError
         from airflow_provider_streamstate.hooks.kafka import StreamKafkaHook
 
         conn = self.kafka_conn_id or record.kafka_conn_id
@@ -53,7 +53,7 @@ class ExpireClonesOperator(CancellableTask, BaseOperator):
         return StreamKafkaHook(kafka_config_id=conn).client_config()
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_streamstate.engine.clones import expire_clones
+        from airflow_provider_streamstate.engine.streams.clones import expire_clones
         from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
         from airflow_provider_streamstate.operators.retention import as_bool
 

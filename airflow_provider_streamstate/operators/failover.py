@@ -10,7 +10,7 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider_streamstate.engine.errors import StreamstateError, UsageError
+from airflow_provider_streamstate.engine.core.errors import StreamstateError, UsageError
 from airflow_provider_streamstate.operators.snapshot import _StreamTask
 from airflow_provider_streamstate.spec import StreamSpec
 from airflow_provider_streamstate.task_errors import engine_errors
@@ -46,7 +46,7 @@ class FencePrimaryStreamOperator(BaseOperator):
         self.timeout = timeout
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_streamstate.engine import launcher
+        from airflow_provider_streamstate.engine.streams import launcher
 
         force = _flag(self.force)
         if not self.stream:
@@ -119,7 +119,7 @@ class FailoverStreamOperator(_StreamTask):
         self.mirror_timeout = mirror_timeout
 
     def _topic_map(self) -> Any:
-        from airflow_provider_streamstate.engine.failover import TopicMap
+        from airflow_provider_streamstate.engine.dr.failover import TopicMap
 
         items = self.topic_map or []
         if isinstance(items, dict):
@@ -127,7 +127,7 @@ class FailoverStreamOperator(_StreamTask):
         return TopicMap.parse(list(items), self.replication_policy or "default", self.source_alias or "")
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_streamstate.engine.failover import failover
+        from airflow_provider_streamstate.engine.dr.failover import failover
         from airflow_provider_streamstate.hooks.kafka import StreamKafkaHook
 
         spec = self.spec

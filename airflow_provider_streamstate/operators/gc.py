@@ -1,4 +1,4 @@
-"""Garbage collection of a snapshot store as an Airflow task: thin over engine/gc.py."""
+"""Garbage collection of a snapshot store as an Airflow task: thin over engine/catalog/gc.py."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ class GarbageCollectOperator(CancellableTask, BaseOperator):
         self.parallelism = parallelism
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_streamstate.engine.gc import DEFAULT_GRACE_SECONDS, collect_garbage
+        from airflow_provider_streamstate.engine.catalog.gc import DEFAULT_GRACE_SECONDS, collect_garbage
         from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
         from airflow_provider_streamstate.operators.retention import as_bool, duration_seconds
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
-from airflow_provider_streamstate.engine.errors import UsageError
+from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
 from airflow_provider_streamstate.spec import StreamSpec
 from airflow_provider_streamstate.task_errors import CancellableTask, engine_errors
@@ -23,7 +23,7 @@ def stream_and_store(
     """(stream name, store URL, aws conn id) from a stream spec (its store and connection
     are the defaults) or a bare stream name (then `store` is required)."""
     if isinstance(stream, str) and not stream.lstrip().startswith("{"):
-        from airflow_provider_streamstate.engine.manifest import validate_stream_name
+        from airflow_provider_streamstate.engine.core.manifest import validate_stream_name
 
         name = validate_stream_name(stream.strip())
         if not store:
@@ -104,7 +104,7 @@ class ReplicateSnapshotsOperator(CancellableTask, BaseOperator):
         self.parallelism = parallelism
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_streamstate.engine.replicate import replicate
+        from airflow_provider_streamstate.engine.lifecycle.replicate import replicate
 
         with engine_errors():
             name, source_url, source_conn = stream_and_store(self.stream, self.source_store, self.source_aws_conn_id)

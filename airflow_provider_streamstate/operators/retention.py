@@ -1,4 +1,4 @@
-"""Retention of a stream's snapshots as an Airflow task: thin over engine/retention.py.
+"""Retention of a stream's snapshots as an Airflow task: thin over engine/catalog/retention.py.
 
 Retention deletes manifests (moved aside with their deletion time) and their validation
 records, never blobs; the store maintenance DAG's garbage collection frees those once the
@@ -22,7 +22,7 @@ Duration = timedelta | str | float | int | None
 
 def duration_seconds(value: Duration, what: str) -> float | None:
     """A duration given as `7d`/`12h`/`30m` text, a timedelta or seconds (None: not set)."""
-    from airflow_provider_streamstate.engine.retention import parse_duration
+    from airflow_provider_streamstate.engine.catalog.retention import parse_duration
 
     if value is None or value == "":
         return None
@@ -89,8 +89,8 @@ class ApplyRetentionOperator(CancellableTask, BaseOperator):
             return StreamSpec.from_value(self.stream)
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_streamstate.engine.errors import UsageError
-        from airflow_provider_streamstate.engine.retention import RetentionPolicy, apply_retention
+        from airflow_provider_streamstate.engine.catalog.retention import RetentionPolicy, apply_retention
+        from airflow_provider_streamstate.engine.core.errors import UsageError
         from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
 
         spec = self.spec

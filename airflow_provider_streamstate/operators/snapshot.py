@@ -35,7 +35,7 @@ class _StreamTask(CancellableTask, BaseOperator):
     def checkpoint_client(self, location: str) -> Any:
         """The S3 client of an `s3a://` checkpoint: the spec's aws connection (the store's);
         None lets the engine use the S3 store's client or the AWS environment."""
-        from airflow_provider_streamstate.engine.checkpoint_fs import is_s3_location
+        from airflow_provider_streamstate.engine.checkpoint.filesystems import is_s3_location
 
         if not is_s3_location(location) or not self.spec.aws_conn_id:
             return None
@@ -77,7 +77,7 @@ class SnapshotStreamOperator(_StreamTask):
         self.always = always
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_streamstate.engine.snapshot import create_snapshot
+        from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 
         spec = self.spec
         self.log.info("snapshot of stream %s from %s into %s", spec.name, spec.checkpoint, spec.store)
@@ -134,8 +134,8 @@ class RestoreSnapshotOperator(_StreamTask):
         self.new_query_id = new_query_id
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_streamstate.engine.catalog import resolve_snapshot
-        from airflow_provider_streamstate.engine.restore import restore_snapshot
+        from airflow_provider_streamstate.engine.catalog.snapshots import resolve_snapshot
+        from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
 
         spec = self.spec
         target = self.target or spec.checkpoint
@@ -168,8 +168,8 @@ class VerifySnapshotsOperator(_StreamTask):
         self.snapshot = snapshot
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_streamstate.engine.catalog import no_snapshots_error, resolve_snapshot
-        from airflow_provider_streamstate.engine.verify import verify_snapshots
+        from airflow_provider_streamstate.engine.catalog.snapshots import no_snapshots_error, resolve_snapshot
+        from airflow_provider_streamstate.engine.catalog.verify import verify_snapshots
 
         spec = self.spec
         with self.cancellable():

@@ -1,6 +1,6 @@
 """A report on a snapshot's state, as a task: rows of one operator's state (optionally
-filtered), or the diff of two snapshots, written as one JSON file (engine/state.py,
-engine/diff.py). XCom gets the report's path and its counts, never the rows."""
+filtered), or the diff of two snapshots, written as one JSON file (engine/state/reader.py,
+engine/state/diff.py). XCom gets the report's path and its counts, never the rows."""
 
 from __future__ import annotations
 
@@ -52,8 +52,8 @@ class StateReportOperator(StateTask):
         self.limit = limit
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_streamstate.engine.diff import diff_snapshots
-        from airflow_provider_streamstate.engine.errors import UsageError
+        from airflow_provider_streamstate.engine.core.errors import UsageError
+        from airflow_provider_streamstate.engine.state.diff import diff_snapshots
 
         spec = self.spec
         with self.cancellable(), self.reader() as reader:

@@ -1,5 +1,5 @@
 """Operators that start, stop and clone streams. A stream never ends, so a start does not
-hold a worker slot for it: the driver is launched detached (engine/launcher.py), the task
+hold a worker slot for it: the driver is launched detached (engine/streams/launcher.py), the task
 waits only until the query runs, and returns the stream's handle. Whatever runs the stream
 afterwards (watching, snapshotting, stopping) finds it through the records beside its
 checkpoint, from any worker.
@@ -21,7 +21,7 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider_streamstate.engine.errors import UsageError
+from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.spec import StreamSpec
 from airflow_provider_streamstate.task_errors import CancellableTask, engine_errors
 
@@ -51,7 +51,10 @@ def spark_submit_command(spec: StreamSpec) -> tuple[list[str], dict[str, str]]:
     from airflow.sdk import BaseHook
     from airflow.sdk.exceptions import AirflowNotFoundException
 
-    from airflow_provider_streamstate.engine.launcher import resolve_spark_submit, supervised_application
+    from airflow_provider_streamstate.engine.streams.launcher import (
+        resolve_spark_submit,
+        supervised_application,
+    )
 
     if not spec.application:
         raise UsageError(f"stream {spec.name} has no application", hint="set the spec's application (its .py file)")
@@ -98,8 +101,8 @@ def start_stream(
     wait until its query runs. Returns (handle, status, reconnected). A driver that dies
     before its query runs fails with its log's last error line; one that does not run in
     `startup_timeout_s` is killed (a retry starts afresh)."""
-    from airflow_provider_streamstate.engine import launcher
-    from airflow_provider_streamstate.engine.errors import TransientError
+    from airflow_provider_streamstate.engine.core.errors import TransientError
+    from airflow_provider_streamstate.engine.streams import launcher
     from airflow_provider_streamstate.hooks.store import use_checkpoint_connection
 
     # The records beside an S3 checkpoint are read and written with the spec's connection
@@ -158,7 +161,7 @@ class _StreamControl(CancellableTask, BaseOperator):
         super().on_kill()
         handle = self._starting
         if handle is not None:
-            from airflow_provider_streamstate.engine import launcher
+            from airflow_provider_streamstate.engine.streams import launcher
 
             self.log.info("killing the driver of %s (pid %d), still starting", handle.stream, handle.pid)
             launcher.stop(handle, timeout_s=0)
@@ -216,7 +219,7 @@ class StopStreamOperator(_StreamControl):
         self.timeout = timeout
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_streamstate.engine import launcher
+        from airflow_provider_streamstate.engine.streams import launcher
         from airflow_provider_streamstate.hooks.store import use_checkpoint_connection
 
         spec = self.spec
@@ -260,7 +263,7 @@ def clone_conflicts(production: StreamSpec, clone: StreamSpec) -> list[str]:
 
 def _label(clone: StreamSpec, production: StreamSpec, snapshot_id: str, batch_id: int | None, query_id: str,
            ttl_s: float) -> Any:
-    from airflow_provider_streamstate.engine.launcher import CloneLabel
+    from airflow_provider_streamstate.engine.streams.launcher import CloneLabel
 
     return CloneLabel.new(
         clone=clone.name, source_stream=production.name, source_checkpoint=production.checkpoint,
@@ -330,7 +333,7 @@ class CloneStreamOperator(_StreamControl):
 
     def _record(self, spec: StreamSpec, clone: StreamSpec, label: Any) -> None:
         """The clone's record in the source stream's store: how clone expiry finds it."""
-        from airflow_provider_streamstate.engine.clones import record_clone
+        from airflow_provider_streamstate.engine.streams.clones import record_clone
         from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
 
         store = StreamstateStoreHook(spec.store, aws_conn_id=spec.aws_conn_id, parallelism=self.parallelism).store
@@ -341,8 +344,8 @@ class CloneStreamOperator(_StreamControl):
     def _s3_checkpoint(self, spec: StreamSpec, clone: StreamSpec) -> Any:
         """The clone's S3 checkpoint (`s3a://`), through the spec's aws connection, else the
         store's client, else the AWS environment; None for a local checkpoint."""
-        from airflow_provider_streamstate.engine import clones
-        from airflow_provider_streamstate.engine.checkpoint_fs import is_s3_location
+        from airflow_provider_streamstate.engine.checkpoint.filesystems import is_s3_location
+        from airflow_provider_streamstate.engine.streams import clones
 
         if not is_s3_location(clone.checkpoint):
             return None
@@ -358,10 +361,10 @@ class CloneStreamOperator(_StreamControl):
         return clones.s3_checkpoint(clone.checkpoint, client)
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_streamstate.engine import clones, launcher
-        from airflow_provider_streamstate.engine.restore import restore_snapshot
-        from airflow_provider_streamstate.engine.sidecar import open_sidecar
-        from airflow_provider_streamstate.engine.timeline import read_lineage
+        from airflow_provider_streamstate.engine.catalog.timeline import read_lineage
+        from airflow_provider_streamstate.engine.checkpoint.sidecar import open_sidecar
+        from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
+        from airflow_provider_streamstate.engine.streams import clones, launcher
         from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
 
         spec = self.spec

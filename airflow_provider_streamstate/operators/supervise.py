@@ -1,7 +1,7 @@
 """One supervision round of a stream as a task: check it, restart it when its driver died,
 restore its newest verified snapshot when the restart fails on an unusable checkpoint,
 and fail (the alert) when it stays unhealthy. The decisions are the engine's
-(`engine/supervisor.py`); this operator gives it the stream's start (spark-submit through
+(`engine/streams/supervisor.py`); this operator gives it the stream's start (spark-submit through
 the apache-spark provider, as StartStreamOperator does), store and Kafka cluster."""
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class SuperviseStreamOperator(_StreamControl):
         self.parallelism = parallelism
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_streamstate.engine.supervisor import SupervisionPolicy, supervise
+        from airflow_provider_streamstate.engine.streams.supervisor import SupervisionPolicy, supervise
         from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
 
         spec = self.spec

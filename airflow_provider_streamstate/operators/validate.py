@@ -1,5 +1,5 @@
 """Validate a snapshot's state with a Great Expectations suite, as a task. Thin over
-engine/validation.py: the result is stored write-once beside the snapshot, the task fails
+engine/state/validation.py: the result is stored write-once beside the snapshot, the task fails
 with the failed expectations in one readable line (or only records, when told), and XCom
 gets a small summary. great_expectations and pyspark are imported when the task runs,
 never when the DAG is parsed."""
@@ -36,13 +36,13 @@ class StateTask(_StreamTask):
         self.join_side = join_side
 
     def selector(self) -> Any:
-        from airflow_provider_streamstate.engine.state import StateSelector
+        from airflow_provider_streamstate.engine.state.reader import StateSelector
 
         return StateSelector(self.operator if self.operator not in ("", None) else None,
                              self.store_name or None, self.join_side or None)
 
     def reader(self) -> Any:
-        from airflow_provider_streamstate.engine.state import StateReader
+        from airflow_provider_streamstate.engine.state.reader import StateReader
 
         return StateReader(self.hook.store, parallelism=self.parallelism)
 
@@ -80,7 +80,7 @@ class ValidateSnapshotOperator(StateTask):
         self.fail_on_failure = fail_on_failure
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_streamstate.engine.validation import load_suite, validate_snapshot
+        from airflow_provider_streamstate.engine.state.validation import load_suite, validate_snapshot
 
         spec = self.spec
         with self.cancellable():

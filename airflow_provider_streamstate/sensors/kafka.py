@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_provider_streamstate.engine.errors import UsageError
-from airflow_provider_streamstate.engine.health import LagCheck, check_lag
+from airflow_provider_streamstate.engine.core.errors import UsageError
+from airflow_provider_streamstate.engine.streams.health import LagCheck, check_lag
 from airflow_provider_streamstate.sensors.base import StreamSensorBase
 from airflow_provider_streamstate.spec import StreamSpec
 from airflow_provider_streamstate.triggers.base import Check

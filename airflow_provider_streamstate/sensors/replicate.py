@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_provider_streamstate.engine.replicate import ReplicaCheck
+from airflow_provider_streamstate.engine.lifecycle.replicate import ReplicaCheck
 from airflow_provider_streamstate.spec import StreamSpec
 from airflow_provider_streamstate.task_errors import engine_errors
 from airflow_provider_streamstate.triggers.base import ERROR, FAILED, SUCCESS

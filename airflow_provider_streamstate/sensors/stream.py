@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from airflow_provider_streamstate.engine.errors import UsageError
-from airflow_provider_streamstate.engine.health import ProgressCheck, check_progress
+from airflow_provider_streamstate.engine.core.errors import UsageError
+from airflow_provider_streamstate.engine.streams.health import ProgressCheck, check_progress
 from airflow_provider_streamstate.sensors.base import StreamSensorBase
 from airflow_provider_streamstate.spec import StreamSpec
 from airflow_provider_streamstate.triggers.stream import StreamProgressTrigger

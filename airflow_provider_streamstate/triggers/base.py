@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_provider_streamstate.engine.errors import StreamstateError
+from airflow_provider_streamstate.engine.core.errors import StreamstateError
 
 SUCCESS, FAILED, ERROR = "success", "failed", "error"
 

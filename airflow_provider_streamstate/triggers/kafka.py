@@ -8,7 +8,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_provider_streamstate.engine.health import LagCheck, check_lag
+from airflow_provider_streamstate.engine.streams.health import LagCheck, check_lag
 from airflow_provider_streamstate.spec import StreamSpec
 from airflow_provider_streamstate.triggers.base import Check, poll
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_provider_streamstate.engine.replicate import ReplicaCheck, check_replica
+from airflow_provider_streamstate.engine.lifecycle.replicate import ReplicaCheck, check_replica
 from airflow_provider_streamstate.triggers.base import poll
 
 

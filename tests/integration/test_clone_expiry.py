@@ -11,9 +11,9 @@ import uuid
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from airflow_provider_streamstate.engine.clones import list_clones
-from airflow_provider_streamstate.engine.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.stores.local import LocalStore
+from airflow_provider_streamstate.engine.streams.clones import list_clones
 from airflow_provider_streamstate.jobs.generator import ensure_topic
 from airflow_provider_streamstate.spec import StreamSpec
 from tests.unit.fake_checkpoint import make_checkpoint, store_dirs, write

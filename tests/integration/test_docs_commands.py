@@ -43,8 +43,8 @@ def code_blocks(doc: Path) -> list[list[str]]:
 
 CAUGHT_UP = """
 import sys, time
-from airflow_provider_streamstate.engine.checkpoint import CheckpointReader
-from airflow_provider_streamstate.engine.kafka import broker_offsets
+from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
+from airflow_provider_streamstate.engine.kafka.offsets import broker_offsets
 deadline = time.monotonic() + 300
 while time.monotonic() < deadline:
     try:

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from airflow_provider_streamstate.engine.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.stores.local import LocalStore
 from airflow_provider_streamstate.jobs.generator import (
     GeneratorSpec,
@@ -46,7 +46,7 @@ def wait_mirrored_back(bootstrap: str, topic: str, records: int, timeout: float 
 def wait_read_all(checkpoint: str, bootstrap: str, topic: str, what: str) -> None:
     """The stream on `checkpoint` has read `topic` to its end; on timeout, say how far it got
     and what state its driver is in."""
-    from airflow_provider_streamstate.engine import launcher
+    from airflow_provider_streamstate.engine.streams import launcher
 
     end = sum(end_offsets(bootstrap, topic, 3).values())
     try:
@@ -61,8 +61,8 @@ def wait_read_all(checkpoint: str, bootstrap: str, topic: str, what: str) -> Non
 def test_the_dr_failover_dag_resumes_the_stream_in_dr_after_the_primary_region_dies(
     regions, spark, tmp_path, run_dag, monkeypatch
 ) -> None:
-    from airflow_provider_streamstate.engine import launcher
-    from airflow_provider_streamstate.engine.replicate import replicate
+    from airflow_provider_streamstate.engine.lifecycle.replicate import replicate
+    from airflow_provider_streamstate.engine.streams import launcher
     from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
 
     primary, dr = regions

@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from airflow_provider_streamstate.engine.checkpoint import CheckpointReader
-from airflow_provider_streamstate.engine.liveness import read_heartbeat
+from airflow_provider_streamstate.engine.checkpoint.liveness import read_heartbeat
+from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
+from airflow_provider_streamstate.engine.state.spark import read_state
 from airflow_provider_streamstate.jobs.example_stream import StreamArgs, start_query
 from airflow_provider_streamstate.jobs.generator import GeneratorSpec, expected_aggregates, produce
-from airflow_provider_streamstate.jobs.runtime import read_state
 from tests.streams import run_to_end, wait_for
 
 pytestmark = pytest.mark.integration

@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from airflow_provider_streamstate.engine import snapshot as snapshot_mod
-from airflow_provider_streamstate.engine.gc import collect_garbage
+from airflow_provider_streamstate.engine.catalog import gc as gc_mod
+from airflow_provider_streamstate.engine.catalog.gc import collect_garbage
+from airflow_provider_streamstate.engine.catalog.verify import verify_snapshots
 from airflow_provider_streamstate.engine.stores.base import blob_key, tombstone_key
-from airflow_provider_streamstate.engine.verify import verify_snapshots
 from tests.unit.fake_checkpoint import write
 from tests.unit.store_history import at, put_blob, put_snapshot
 
@@ -37,7 +37,7 @@ def _leave_temp(store, kind: str) -> None:
 
 @pytest.mark.parametrize("kind", ["local", "s3"])
 def test_gc_deletes_old_garbage_keeps_young_and_recently_deleted_snapshots_blobs(make_store, monkeypatch, kind) -> None:
-    monkeypatch.setattr(snapshot_mod, "MAX_SNAPSHOT_SECONDS", 1)
+    monkeypatch.setattr(gc_mod, "MAX_SNAPSHOT_SECONDS", 1)
     store, _, _ = make_store(kind)
     live = put_snapshot(store, "s", 0, at("2026-11-01T00:00"), contents=[b"live", b"shared"])
     doomed = put_snapshot(store, "s", 1, at("2026-11-01T01:00"), contents=[b"deleted by retention", b"shared"])
@@ -65,7 +65,7 @@ def test_gc_deletes_old_garbage_keeps_young_and_recently_deleted_snapshots_blobs
 
 @pytest.mark.parametrize("kind", ["local", "s3"])
 def test_a_refreshed_blob_is_young_again_and_survives_a_sweep_that_listed_it_old(make_store, monkeypatch, kind) -> None:
-    monkeypatch.setattr(snapshot_mod, "MAX_SNAPSHOT_SECONDS", 1)
+    monkeypatch.setattr(gc_mod, "MAX_SNAPSHOT_SECONDS", 1)
     store, _, _ = make_store(kind)
     d = put_blob(store, b"found present by a writer")
     time.sleep(GRACE + 1.5)
@@ -107,7 +107,7 @@ def test_s3_gc_does_not_act_on_an_age_it_read_too_long_ago(make_store, monkeypat
 
 @pytest.mark.parametrize("kind", ["local", "s3"])
 def test_a_dry_run_deletes_nothing(make_store, monkeypatch, kind) -> None:
-    monkeypatch.setattr(snapshot_mod, "MAX_SNAPSHOT_SECONDS", 1)
+    monkeypatch.setattr(gc_mod, "MAX_SNAPSHOT_SECONDS", 1)
     store, _, _ = make_store(kind)
     put_snapshot(store, "s", 0, at("2026-11-01T00:00"))
     orphan = put_blob(store, b"orphan")
@@ -139,9 +139,9 @@ def test_records_swap_only_from_the_version_read(make_store, kind) -> None:
 
 @pytest.mark.parametrize("kind", ["s3", "s3proxy"])
 def test_a_second_collection_on_s3_is_refused_while_the_first_holds_the_lease(make_store, monkeypatch, kind) -> None:
-    from airflow_provider_streamstate.engine.gc_lease import GcLease, GcLeaseHeldError
+    from airflow_provider_streamstate.engine.catalog.gc_lease import GcLease, GcLeaseHeldError
 
-    monkeypatch.setattr(snapshot_mod, "MAX_SNAPSHOT_SECONDS", 1)
+    monkeypatch.setattr(gc_mod, "MAX_SNAPSHOT_SECONDS", 1)
     store, _, _ = make_store(kind)
     orphan = put_blob(store, b"old orphan on s3")
     time.sleep(GRACE + 1)
@@ -155,8 +155,8 @@ def test_a_second_collection_on_s3_is_refused_while_the_first_holds_the_lease(ma
 
 
 def test_gc_on_a_bucket_that_does_not_exist_says_so_not_that_another_gc_runs(stack, monkeypatch) -> None:
-    from airflow_provider_streamstate.engine.errors import StreamstateError
-    from airflow_provider_streamstate.engine.gc_lease import GcLeaseHeldError
+    from airflow_provider_streamstate.engine.catalog.gc_lease import GcLeaseHeldError
+    from airflow_provider_streamstate.engine.core.errors import StreamstateError
     from airflow_provider_streamstate.engine.stores import S3Store
     from tests.s3 import s3_client
 

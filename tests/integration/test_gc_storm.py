@@ -20,16 +20,16 @@ from collections.abc import Callable
 
 import pytest
 
-from airflow_provider_streamstate.engine import snapshot as snapshot_mod
-from airflow_provider_streamstate.engine.catalog import list_snapshots
-from airflow_provider_streamstate.engine.errors import TransientError
-from airflow_provider_streamstate.engine.gc import collect_garbage
-from airflow_provider_streamstate.engine.gc_lease import GcLeaseHeldError
-from airflow_provider_streamstate.engine.restore import restore_snapshot
-from airflow_provider_streamstate.engine.retention import RetentionPolicy, apply_retention
-from airflow_provider_streamstate.engine.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.catalog import gc as gc_mod
+from airflow_provider_streamstate.engine.catalog.gc import collect_garbage
+from airflow_provider_streamstate.engine.catalog.gc_lease import GcLeaseHeldError
+from airflow_provider_streamstate.engine.catalog.retention import RetentionPolicy, apply_retention
+from airflow_provider_streamstate.engine.catalog.snapshots import list_snapshots
+from airflow_provider_streamstate.engine.catalog.verify import verify_snapshots
+from airflow_provider_streamstate.engine.core.errors import TransientError
+from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
+from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.stores.local import LocalStore
-from airflow_provider_streamstate.engine.verify import verify_snapshots
 from airflow_provider_streamstate.jobs.example_stream import StreamArgs, start_query
 from airflow_provider_streamstate.jobs.generator import GeneratorSpec, produce
 from tests.streams import account_state, oracle_state, use_state_store
@@ -50,7 +50,7 @@ GRACE_SECONDS = 35.0  # must exceed D
 def test_snapshots_replication_retention_and_two_gcs_at_once_never_lose_a_published_blob(
     stack, spark, topic, tmp_path, make_store, monkeypatch
 ) -> None:
-    monkeypatch.setattr(snapshot_mod, "MAX_SNAPSHOT_SECONDS", D_SECONDS)
+    monkeypatch.setattr(gc_mod, "MAX_SNAPSHOT_SECONDS", D_SECONDS)
     use_state_store(spark, "hdfs", **{"spark.sql.streaming.minBatchesToRetain": "5"})
     store, _, _ = make_store("s3")
     side = LocalStore(tmp_path / "side", fsync=False)
@@ -94,7 +94,7 @@ def test_snapshots_replication_retention_and_two_gcs_at_once_never_lose_a_publis
             published.add("storm")
 
     def mirror() -> None:
-        from airflow_provider_streamstate.engine.replicate import replicate
+        from airflow_provider_streamstate.engine.lifecycle.replicate import replicate
 
         create_snapshot(checkpoint, side, "mirror", parallelism=4)
         r = replicate(side, store, "mirror", all_missing=True, parallelism=4)

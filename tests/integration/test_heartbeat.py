@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 from pyspark.errors import StreamingQueryException
 
-from airflow_provider_streamstate.engine.checkpoint import CheckpointReader
-from airflow_provider_streamstate.engine.errors import StreamRunningError
-from airflow_provider_streamstate.engine.liveness import (
+from airflow_provider_streamstate.engine.checkpoint.liveness import (
     HEARTBEAT_FILE,
     assert_not_running,
     is_running,
     read_heartbeat,
 )
+from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
+from airflow_provider_streamstate.engine.core.errors import StreamRunningError
 from airflow_provider_streamstate.jobs.generator import GeneratorSpec, expected_aggregates, produce
 from tests.streams import account_state, heartbeat_query, run_to_end, use_state_store, wait_for
 

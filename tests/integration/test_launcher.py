@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_streamstate.engine import launcher
-from airflow_provider_streamstate.engine.errors import StreamRunningError
-from airflow_provider_streamstate.engine.liveness import is_running, read_heartbeat
+from airflow_provider_streamstate.engine.checkpoint.liveness import is_running, read_heartbeat
+from airflow_provider_streamstate.engine.core.errors import StreamRunningError
+from airflow_provider_streamstate.engine.streams import launcher
 from airflow_provider_streamstate.jobs.generator import GeneratorSpec, produce
 
 pytestmark = pytest.mark.integration

@@ -19,15 +19,15 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_streamstate.engine.catalog import resolve_snapshot
-from airflow_provider_streamstate.engine.errors import CorruptionError
-from airflow_provider_streamstate.engine.replicate import replicate
-from airflow_provider_streamstate.engine.restore import restore_snapshot
-from airflow_provider_streamstate.engine.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.catalog.snapshots import resolve_snapshot
+from airflow_provider_streamstate.engine.catalog.verify import verify_snapshots
+from airflow_provider_streamstate.engine.core.errors import CorruptionError
+from airflow_provider_streamstate.engine.lifecycle.replicate import replicate
+from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
+from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.stores.base import blob_key
 from airflow_provider_streamstate.engine.stores.local import LocalStore
 from airflow_provider_streamstate.engine.stores.s3 import PART_SIZE
-from airflow_provider_streamstate.engine.verify import verify_snapshots
 from airflow_provider_streamstate.jobs.generator import GeneratorSpec, ensure_topic, produce
 from tests.streams import account_state, run_to_end, use_state_store
 from tests.unit.fake_checkpoint import make_checkpoint, store_dirs, write
@@ -253,7 +253,7 @@ def test_a_blob_three_parts_large_streams_s3_to_s3_in_less_memory_than_two_parts
         tracemalloc.stop()
     assert peak < 2 * PART_SIZE, f"peak {peak / 2**20:.1f} MiB"
     with dst.open_blob(digest) as f:
-        from airflow_provider_streamstate.engine.digest import sha256_stream
+        from airflow_provider_streamstate.engine.core.digest import sha256_stream
 
         assert sha256_stream(f) == (digest, 3 * PART_SIZE + 4321)
 

@@ -11,9 +11,9 @@ import uuid
 
 import pytest
 
-from airflow_provider_streamstate.engine.errors import NotFoundError
-from airflow_provider_streamstate.engine.replicate import replicate
-from airflow_provider_streamstate.engine.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.core.errors import NotFoundError
+from airflow_provider_streamstate.engine.lifecycle.replicate import replicate
+from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
 from airflow_provider_streamstate.spec import StreamSpec
 from tests.unit.fake_checkpoint import make_checkpoint

@@ -12,8 +12,8 @@ from dataclasses import replace
 
 import pytest
 
-from airflow_provider_streamstate.engine.restore import restore_snapshot
-from airflow_provider_streamstate.engine.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
+from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.jobs.example_stream import StreamArgs, start_query
 from airflow_provider_streamstate.jobs.generator import GeneratorSpec, expected_aggregates, produce
 from tests.s3 import s3_client

@@ -11,8 +11,8 @@ import uuid
 
 import pytest
 
-from airflow_provider_streamstate.engine.catalog import list_snapshots
-from airflow_provider_streamstate.engine.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.catalog.snapshots import list_snapshots
+from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
 from airflow_provider_streamstate.jobs.generator import GeneratorSpec, produce
 from airflow_provider_streamstate.spec import StreamSpec

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_streamstate.engine.manifest import Manifest
+from airflow_provider_streamstate.engine.core.manifest import Manifest
 from airflow_provider_streamstate.engine.stores.base import blob_key
 from airflow_provider_streamstate.jobs.generator import GeneratorSpec, ensure_topic, produce
 from tests.streams import account_state, run_to_end, use_state_store

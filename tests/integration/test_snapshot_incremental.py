@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_streamstate.engine.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.jobs.generator import GeneratorSpec, produce
 from tests.streams import late_maintenance_files, run_to_end, use_state_store
 

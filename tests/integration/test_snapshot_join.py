@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from airflow_provider_streamstate.engine.restore import restore_snapshot
-from airflow_provider_streamstate.engine.snapshot import create_snapshot
-from airflow_provider_streamstate.jobs.runtime import read_state
+from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
+from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.state.spark import read_state
 from tests.streams import use_state_store
 
 pytestmark = pytest.mark.integration

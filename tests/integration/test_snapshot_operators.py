@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_streamstate.engine.liveness import Heartbeat, now_iso, write_heartbeat
+from airflow_provider_streamstate.engine.checkpoint.liveness import Heartbeat, now_iso, write_heartbeat
 from airflow_provider_streamstate.jobs.generator import GeneratorSpec, ensure_topic, produce
 from airflow_provider_streamstate.spec import StreamSpec
 from tests.streams import account_state, run_to_end, use_state_store
@@ -58,7 +58,7 @@ def test_snapshot_verify_and_restore_run_as_tasks(run_dag, stream, spark, tmp_pa
 
 
 def test_bad_input_fails_the_task_once_in_one_line_and_writes_nothing(run_dag, stream, tmp_path) -> None:
-    from airflow_provider_streamstate.engine.snapshot import create_snapshot
+    from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
     from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
 
     running = stream.derive(checkpoint=str(tmp_path / "running"))

@@ -9,8 +9,8 @@ from contextlib import contextmanager
 
 import pytest
 
-from airflow_provider_streamstate.engine.restore import restore_snapshot
-from airflow_provider_streamstate.engine.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
+from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.jobs.example_stream import StreamArgs, start_query
 from airflow_provider_streamstate.jobs.generator import GeneratorSpec, produce
 from tests.streams import account_state, oracle_state, use_state_store
@@ -70,8 +70,8 @@ def test_snapshots_of_the_oldest_retained_batch_restore_or_are_refused(
 ) -> None:
     """The oldest retained batch is the one cleanup deletes next: racing it must end in a
     snapshot that restores exactly, or a clear refusal — never in a broken snapshot."""
-    from airflow_provider_streamstate.engine.checkpoint import CheckpointReader
-    from airflow_provider_streamstate.engine.errors import StreamstateError
+    from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
+    from airflow_provider_streamstate.engine.core.errors import StreamstateError
 
     use_state_store(spark, "hdfs", **{
         "spark.sql.streaming.minBatchesToRetain": "3",

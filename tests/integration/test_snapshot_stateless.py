@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from airflow_provider_streamstate.engine.restore import restore_snapshot
-from airflow_provider_streamstate.engine.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
+from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.jobs.generator import GeneratorSpec, produce
 
 pytestmark = pytest.mark.integration

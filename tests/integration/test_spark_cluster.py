@@ -15,11 +15,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from airflow_provider_streamstate.engine import launcher
-from airflow_provider_streamstate.engine.liveness import now_iso
-from airflow_provider_streamstate.engine.restore import restore_snapshot
-from airflow_provider_streamstate.engine.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.checkpoint.liveness import now_iso
+from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
+from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.stores import open_store
+from airflow_provider_streamstate.engine.streams import launcher
 from airflow_provider_streamstate.jobs.generator import GeneratorSpec, produce
 from dev import stack as stack_mod
 from tests.streams import account_state, consumed_records, example_stream_spec, oracle_state, wait_for
@@ -65,8 +65,8 @@ def test_a_stream_on_a_standalone_cluster_checkpointing_to_s3_is_launched_watche
     snapshot restores to exactly the oracle's state; a copy restored onto another S3 prefix
     runs on the cluster again, resumes with the next batch and ends in exactly the state of
     all the input."""
-    from airflow_provider_streamstate.engine.errors import StreamRunningError
-    from airflow_provider_streamstate.engine.sidecar import open_sidecar
+    from airflow_provider_streamstate.engine.checkpoint.sidecar import open_sidecar
+    from airflow_provider_streamstate.engine.core.errors import StreamRunningError
     from airflow_provider_streamstate.jobs.generator import expected_aggregates
     from airflow_provider_streamstate.operators.stream import start_stream
 
@@ -134,6 +134,6 @@ def test_a_stream_on_a_standalone_cluster_checkpointing_to_s3_is_launched_watche
 
 
 def _commits_after(checkpoint: str, batch_id: int) -> list[str]:
-    from airflow_provider_streamstate.engine.checkpoint import CheckpointReader
+    from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
 
     return [f"commits/{n}" for n in CheckpointReader(checkpoint).committed_batches() if n > batch_id]

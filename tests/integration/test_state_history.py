@@ -16,21 +16,22 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_streamstate.cli import main
-from airflow_provider_streamstate.engine.bisect import bisect_snapshots
-from airflow_provider_streamstate.engine.catalog import resolve_snapshot
-from airflow_provider_streamstate.engine.checkpoint import CheckpointReader
-from airflow_provider_streamstate.engine.diff import diff_snapshots
-from airflow_provider_streamstate.engine.snapshot import create_snapshot
-from airflow_provider_streamstate.engine.state import (
+from airflow_provider_streamstate.engine.catalog.snapshots import resolve_snapshot
+from airflow_provider_streamstate.engine.catalog.validation_records import get_validation
+from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
+from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.state.bisect import bisect_snapshots
+from airflow_provider_streamstate.engine.state.diff import diff_snapshots
+from airflow_provider_streamstate.engine.state.reader import (
     StateReader,
     StateSelector,
     checkpoint_state,
     flatten_state,
 )
+from airflow_provider_streamstate.engine.state.spark import read_state
+from airflow_provider_streamstate.engine.state.validation import load_suite
 from airflow_provider_streamstate.engine.stores import LocalStore
-from airflow_provider_streamstate.engine.validation import get_validation, load_suite
 from airflow_provider_streamstate.jobs.generator import START_MS, GeneratorSpec, ensure_topic, produce
-from airflow_provider_streamstate.jobs.runtime import read_state
 from tests.streams import run_to_end, use_state_store
 
 pytestmark = pytest.mark.integration

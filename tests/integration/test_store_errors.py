@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_streamstate.engine.digest import sha256_stream
-from airflow_provider_streamstate.engine.errors import MissingBlobError, TransientError
+from airflow_provider_streamstate.engine.catalog.verify import WHAT_TO_DO, verify_snapshots
+from airflow_provider_streamstate.engine.core.digest import sha256_stream
+from airflow_provider_streamstate.engine.core.errors import MissingBlobError, TransientError
 from airflow_provider_streamstate.engine.stores import S3Store
 from airflow_provider_streamstate.engine.stores.base import blob_key
-from airflow_provider_streamstate.engine.verify import WHAT_TO_DO, verify_snapshots
 from tests.s3 import s3_client
 from tests.unit.fake_checkpoint import make_checkpoint, store_dirs, write
 
@@ -231,7 +231,7 @@ def test_s3_verify_reports_a_missing_and_a_corrupt_blob_apart(stack, make_store,
     created = cli("snapshot", "create", "--checkpoint", str(ckpt), "--store", url, "--stream", "v", "--json",
                   env={**clean_env, **env})
     assert created.returncode == 0, created.stderr
-    from airflow_provider_streamstate.engine.manifest import Manifest
+    from airflow_provider_streamstate.engine.core.manifest import Manifest
 
     sid = json.loads(created.stdout)["snapshot_id"]
     files = {f.path: f.sha256 for f in Manifest.from_json(store.get_manifest("v", sid)).files}

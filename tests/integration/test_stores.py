@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from airflow_provider_streamstate.engine.errors import CheckpointChanged, CorruptionError, NotFoundError
+from airflow_provider_streamstate.engine.core.errors import CheckpointChanged, CorruptionError, NotFoundError
 from airflow_provider_streamstate.engine.stores import ManifestExistsError, open_store
 from airflow_provider_streamstate.engine.stores.s3 import PART_SIZE
 

@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from airflow_provider_streamstate.engine.errors import StreamRunningError
-from airflow_provider_streamstate.engine.liveness import is_running, read_heartbeat
-from airflow_provider_streamstate.engine.restore import restore_snapshot
-from airflow_provider_streamstate.engine.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.checkpoint.liveness import is_running, read_heartbeat
+from airflow_provider_streamstate.engine.core.errors import StreamRunningError
+from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
+from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.jobs.example_stream import StreamArgs, start_query
 from airflow_provider_streamstate.jobs.generator import GeneratorSpec, produce
 from airflow_provider_streamstate.jobs.runtime import attach_heartbeat

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_streamstate.engine import launcher
-from airflow_provider_streamstate.engine.liveness import read_heartbeat
+from airflow_provider_streamstate.engine.checkpoint.liveness import read_heartbeat
+from airflow_provider_streamstate.engine.streams import launcher
 from airflow_provider_streamstate.jobs.generator import GeneratorSpec, produce
 from airflow_provider_streamstate.spec import StreamSpec
 

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_provider_streamstate.engine.checkpoint import CheckpointReader
-from airflow_provider_streamstate.engine.liveness import read_heartbeat
+from airflow_provider_streamstate.engine.checkpoint.liveness import read_heartbeat
+from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
 from airflow_provider_streamstate.jobs.example_stream import StreamArgs, start_query
 from airflow_provider_streamstate.jobs.generator import GeneratorSpec, produce
 from airflow_provider_streamstate.jobs.runtime import attach_heartbeat

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_streamstate.engine import launcher
-from airflow_provider_streamstate.engine.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.stores import open_store
-from airflow_provider_streamstate.engine.supervisor import checkpoint_unusable
+from airflow_provider_streamstate.engine.streams import launcher
+from airflow_provider_streamstate.engine.streams.supervisor import checkpoint_unusable
 from airflow_provider_streamstate.jobs.generator import GeneratorSpec, expected_aggregates, produce
 from tests.streams import account_state, consumed_records, example_stream_spec, wait_for
 

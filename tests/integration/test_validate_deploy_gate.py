@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 import airflow_provider_streamstate.jobs.example_stream as job
-from airflow_provider_streamstate.engine.snapshot import create_snapshot
-from airflow_provider_streamstate.engine.state import StateReader
+from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.state.reader import StateReader
+from airflow_provider_streamstate.engine.state.validation import load_suite, validate_snapshot
 from airflow_provider_streamstate.engine.stores import open_store
-from airflow_provider_streamstate.engine.validation import load_suite, validate_snapshot
 from airflow_provider_streamstate.jobs.generator import GeneratorSpec, produce
 from tests.streams import example_stream_spec, run_to_end, use_state_store
 

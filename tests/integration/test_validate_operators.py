@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from airflow_provider_streamstate.engine.checkpoint import CheckpointReader
-from airflow_provider_streamstate.engine.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.catalog.validation_records import get_validation
+from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
+from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.stores import LocalStore
-from airflow_provider_streamstate.engine.validation import get_validation
 from airflow_provider_streamstate.spec import StreamSpec
 from tests.streams import use_state_store
 

@@ -7,10 +7,8 @@ from datetime import timedelta
 
 import pytest
 
-from airflow_provider_streamstate.engine.catalog import resolve_snapshot
-from airflow_provider_streamstate.engine.errors import UnsafeManifestError
-from airflow_provider_streamstate.engine.stores.base import ManifestExistsError
-from airflow_provider_streamstate.engine.validation import (
+from airflow_provider_streamstate.engine.catalog.snapshots import resolve_snapshot
+from airflow_provider_streamstate.engine.catalog.validation_records import (
     ExpectationOutcome,
     ValidationRecord,
     get_validation,
@@ -18,6 +16,8 @@ from airflow_provider_streamstate.engine.validation import (
     validation_key,
     validation_status,
 )
+from airflow_provider_streamstate.engine.core.errors import UnsafeManifestError
+from airflow_provider_streamstate.engine.stores.base import ManifestExistsError
 from tests.unit.store_history import at, put_snapshot
 
 pytestmark = pytest.mark.integration

@@ -10,8 +10,8 @@ import json
 import zipfile
 from pathlib import Path
 
-from airflow_provider_streamstate.engine.checkpoint import HDFS_PROVIDER as HDFS
-from airflow_provider_streamstate.engine.checkpoint import PROVIDER_CONF
+from airflow_provider_streamstate.engine.checkpoint.reader import HDFS_PROVIDER as HDFS
+from airflow_provider_streamstate.engine.checkpoint.reader import PROVIDER_CONF
 
 
 def write(path: Path, text: str | bytes) -> Path:
@@ -63,7 +63,7 @@ def rocksdb_zip(store_dir: Path, version: int, ssts: list[str]) -> None:
 def maintenance_after_first_plan(root: Path, monkeypatch) -> list:  # noqa: ANN001
     """Make Spark's maintenance strike once, right after the first cut is planned: a
     `3.snapshot` replaces deltas 1-3 in every store of `root`. Returns the plans made."""
-    from airflow_provider_streamstate.engine.checkpoint import CheckpointReader
+    from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
 
     real_plan = CheckpointReader.plan
     calls: list = []

@@ -9,7 +9,7 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from airflow_provider_streamstate.engine.manifest import FileEntry, Manifest, new_snapshot_id
+from airflow_provider_streamstate.engine.core.manifest import FileEntry, Manifest, new_snapshot_id
 from airflow_provider_streamstate.engine.stores.base import SnapshotStore
 
 

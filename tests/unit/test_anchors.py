@@ -7,9 +7,10 @@ import json
 
 import pytest
 
-from airflow_provider_streamstate.engine.anchors import anchors_from_json, record_digest
-from airflow_provider_streamstate.engine.errors import UnsafeManifestError
-from airflow_provider_streamstate.engine.manifest import FORMAT, FORMAT_V1, Manifest
+from airflow_provider_streamstate.engine.core.anchor import anchors_from_json
+from airflow_provider_streamstate.engine.core.errors import UnsafeManifestError
+from airflow_provider_streamstate.engine.core.manifest import FORMAT, FORMAT_V1, Manifest
+from airflow_provider_streamstate.engine.kafka.anchors import record_digest
 
 SHA = "b" * 64
 ANCHORS = {"tx": {"partition_count": 2, "partitions": {

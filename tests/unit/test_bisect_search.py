@@ -12,17 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_streamstate.engine.bisect import bisect_snapshots
-from airflow_provider_streamstate.engine.catalog import resolve_snapshot
-from airflow_provider_streamstate.engine.errors import UsageError
-from airflow_provider_streamstate.engine.state import StateReader
-from airflow_provider_streamstate.engine.stores import LocalStore
-from airflow_provider_streamstate.engine.validation import (
+from airflow_provider_streamstate.engine.catalog.snapshots import resolve_snapshot
+from airflow_provider_streamstate.engine.catalog.validation_records import (
     ExpectationOutcome,
-    Suite,
     ValidationRecord,
     put_validation,
 )
+from airflow_provider_streamstate.engine.core.errors import UsageError
+from airflow_provider_streamstate.engine.state.bisect import bisect_snapshots
+from airflow_provider_streamstate.engine.state.reader import StateReader
+from airflow_provider_streamstate.engine.state.validation import Suite
+from airflow_provider_streamstate.engine.stores import LocalStore
 from tests.unit.store_history import at, put_snapshot
 
 SUITE = Suite("no-poison", {"name": "no-poison", "expectations": [], "meta": {}}, "test")

@@ -13,18 +13,18 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_streamstate.engine.checkpoint import ROCKSDB_PROVIDER as ROCKSDB
-from airflow_provider_streamstate.engine.checkpoint import CheckpointReader
-from airflow_provider_streamstate.engine.errors import (
+from airflow_provider_streamstate.engine.checkpoint.reader import ROCKSDB_PROVIDER as ROCKSDB
+from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
+from airflow_provider_streamstate.engine.core.errors import (
     CheckpointChanged,
     NotFoundError,
     StreamstateError,
     UnsupportedCheckpointError,
     UsageError,
 )
-from airflow_provider_streamstate.engine.restore import restore_snapshot
-from airflow_provider_streamstate.engine.restore_s3 import INCOMPLETE_FILE
-from airflow_provider_streamstate.engine.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
+from airflow_provider_streamstate.engine.lifecycle.restore_s3 import INCOMPLETE_FILE
+from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.stores import LocalStore, S3Store
 from tests.unit.fake_checkpoint import make_checkpoint, rocksdb_zip, store_dirs, write
 
@@ -280,7 +280,7 @@ def test_the_read_once_buffer_holds_what_was_hashed_and_shows_a_longer_or_shorte
     import hashlib
     import io
 
-    from airflow_provider_streamstate.engine.digest import sha256_read
+    from airflow_provider_streamstate.engine.core.digest import sha256_read
 
     digest, data = sha256_read(io.BytesIO(body), 4)
     assert bytes(data) == kept and digest == hashlib.sha256(kept).hexdigest()
@@ -320,7 +320,7 @@ def test_an_object_rewritten_after_the_plan_is_planned_again_not_stored(tmp_path
 def test_objects_above_the_read_once_size_are_hashed_then_streamed(tmp_path, s3, dr, monkeypatch) -> None:
     """Above READ_ONCE_BYTES (a part of the S3 store) memory would not be bounded by a part:
     such an object is read twice, once to hash, once streamed into the store."""
-    from airflow_provider_streamstate.engine import snapshot
+    from airflow_provider_streamstate.engine.lifecycle import snapshot
 
     monkeypatch.setattr(snapshot, "READ_ONCE_BYTES", 5000)
     root = sized_checkpoint(tmp_path / "c")
@@ -389,8 +389,8 @@ def test_files_of_one_content_read_at_once_are_stored_once_and_nothing_is_refres
 def test_a_snapshot_reading_once_into_another_endpoint_can_be_cancelled_and_publishes_nothing(
     tmp_path, s3, dr, monkeypatch
 ) -> None:
-    from airflow_provider_streamstate.engine.cancel import CancelToken
-    from airflow_provider_streamstate.engine.errors import Cancelled
+    from airflow_provider_streamstate.engine.core.cancel import CancelToken
+    from airflow_provider_streamstate.engine.core.errors import Cancelled
 
     root = sized_checkpoint(tmp_path / "c")
     url = upload(s3, root, "cancel")
@@ -484,7 +484,7 @@ def test_a_missing_bucket_or_prefix_and_missing_credentials_are_one_line_errors(
 def test_a_restore_onto_s3_that_fails_while_staging_leaves_the_target_untouched_and_one_that_fails_while_publishing_is_marked(
     tmp_path, s3, monkeypatch
 ) -> None:
-    from airflow_provider_streamstate.engine import restore_s3
+    from airflow_provider_streamstate.engine.lifecycle import restore_s3
 
     root = hdfs_checkpoint(tmp_path / "c")
     store = S3Store(s3, BUCKET, "store-f")
@@ -543,7 +543,7 @@ def test_a_restore_onto_s3_that_fails_while_staging_leaves_the_target_untouched_
     ("s3a://bucket", ["is a whole bucket"]),
 ])
 def test_a_malformed_s3_checkpoint_url_is_named_as_the_checkpoint_location(url, words) -> None:
-    from airflow_provider_streamstate.engine.checkpoint_fs import parse_s3_location
+    from airflow_provider_streamstate.engine.checkpoint.filesystems import parse_s3_location
 
     with pytest.raises(UsageError) as err:
         parse_s3_location(url)

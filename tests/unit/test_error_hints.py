@@ -7,7 +7,7 @@ import importlib
 import pkgutil
 
 import airflow_provider_streamstate.engine as engine
-from airflow_provider_streamstate.engine.errors import Cancelled, StreamstateError
+from airflow_provider_streamstate.engine.core.errors import Cancelled, StreamstateError
 
 
 def _all_subclasses(cls: type) -> set[type]:
@@ -28,6 +28,6 @@ def test_every_engine_error_without_a_hint_still_ends_with_an_action() -> None:
 
 
 def test_a_hint_given_where_the_error_is_raised_wins_over_the_default() -> None:
-    from airflow_provider_streamstate.engine.errors import NotFoundError
+    from airflow_provider_streamstate.engine.core.errors import NotFoundError
 
     assert NotFoundError("no such stream x", hint="did you mean y").one_line() == "no such stream x; did you mean y"

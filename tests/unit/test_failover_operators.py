@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider_streamstate.engine.dr_report import RPO_UNKNOWN, failover_report
+from airflow_provider_streamstate.engine.dr.report import RPO_UNKNOWN, failover_report
 from airflow_provider_streamstate.operators.failover import FailoverStreamOperator, FencePrimaryStreamOperator
 from airflow_provider_streamstate.spec import StreamSpec
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_streamstate.engine.errors import UsageError
-from airflow_provider_streamstate.engine.failover import (
+from airflow_provider_streamstate.engine.core.errors import UsageError
+from airflow_provider_streamstate.engine.dr.failover import (
     TopicMap,
     TranslatedPartition,
     Translation,

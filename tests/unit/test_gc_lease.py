@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_streamstate.engine.errors import TransientError
-from airflow_provider_streamstate.engine.gc import collect_garbage
-from airflow_provider_streamstate.engine.gc_lease import (
+from airflow_provider_streamstate.engine.catalog.gc import collect_garbage
+from airflow_provider_streamstate.engine.catalog.gc_lease import (
     LEASE_KEY,
     GcLease,
     GcLeaseHeldError,
     GcLeaseLostError,
 )
+from airflow_provider_streamstate.engine.core.errors import TransientError
 from airflow_provider_streamstate.engine.stores.base import RecordChanged, blob_key
 from airflow_provider_streamstate.engine.stores.local import LocalStore
 from tests.unit.store_history import put_blob
@@ -151,8 +151,8 @@ def test_an_unreadable_lease_is_refused_with_what_to_do(tmp_path: Path) -> None:
 def test_a_cancelled_collection_leaves_its_lease_to_expire_while_deletes_may_be_in_flight(tmp_path: Path) -> None:
     """run_parallel abandons workers still deleting when it is cancelled: releasing the lease
     at once would let another collection start beside them."""
-    from airflow_provider_streamstate.engine.cancel import CancelToken
-    from airflow_provider_streamstate.engine.errors import Cancelled
+    from airflow_provider_streamstate.engine.core.cancel import CancelToken
+    from airflow_provider_streamstate.engine.core.errors import Cancelled
 
     store = LocalStore(tmp_path / "store", fsync=False)
     _old_orphans(store, 2)

@@ -11,13 +11,13 @@ import time
 
 import pytest
 
-from airflow_provider_streamstate.engine import snapshot as snapshot_mod
-from airflow_provider_streamstate.engine.errors import UnsafeManifestError, UsageError
-from airflow_provider_streamstate.engine.gc import collect_garbage
-from airflow_provider_streamstate.engine.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.catalog import gc as gc_mod
+from airflow_provider_streamstate.engine.catalog.gc import collect_garbage
+from airflow_provider_streamstate.engine.catalog.verify import verify_snapshots
+from airflow_provider_streamstate.engine.core.errors import UnsafeManifestError, UsageError
+from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.stores.base import blob_key, manifest_key, tombstone_key
 from airflow_provider_streamstate.engine.stores.local import LocalStore
-from airflow_provider_streamstate.engine.verify import verify_snapshots
 from tests.unit.fake_checkpoint import make_checkpoint, store_dirs, write
 from tests.unit.store_history import at, put_blob, put_snapshot
 
@@ -124,7 +124,7 @@ def test_a_blob_refreshed_after_the_listing_is_not_deleted(tmp_path) -> None:
 def test_a_grace_period_not_longer_than_the_longest_snapshot_is_refused(tmp_path) -> None:
     store = LocalStore(tmp_path / "store", fsync=False)
     with pytest.raises(UsageError) as exc:
-        collect_garbage(store, grace_seconds=snapshot_mod.MAX_SNAPSHOT_SECONDS)
+        collect_garbage(store, grace_seconds=gc_mod.MAX_SNAPSHOT_SECONDS)
     assert "must exceed" in exc.value.one_line()
 
 
@@ -155,7 +155,7 @@ def test_a_snapshot_refreshes_blobs_it_finds_present_but_cannot_vouch_for(tmp_pa
     assert set(second.blobs) == set(first.blobs)
     fresh = time.time() - 60
     assert all(store.blob_modified(d) > fresh for d in second.blobs)
-    monkeypatch.setattr(snapshot_mod, "MAX_SNAPSHOT_SECONDS", 1)
+    monkeypatch.setattr(gc_mod, "MAX_SNAPSHOT_SECONDS", 1)
     assert collect_garbage(store, grace_seconds=2).blobs_deleted == 0
     assert verify_snapshots(store, "b").ok
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_streamstate.engine import launcher
-from airflow_provider_streamstate.engine.errors import StreamRunningError, StreamstateError, UsageError
-from airflow_provider_streamstate.engine.liveness import Heartbeat, now_iso, write_heartbeat
-from airflow_provider_streamstate.engine.sidecar import open_sidecar
+from airflow_provider_streamstate.engine.checkpoint.liveness import Heartbeat, now_iso, write_heartbeat
+from airflow_provider_streamstate.engine.checkpoint.sidecar import open_sidecar
+from airflow_provider_streamstate.engine.core.errors import StreamRunningError, StreamstateError, UsageError
+from airflow_provider_streamstate.engine.streams import launcher
 
 
 def py(code: str) -> list[str]:

@@ -16,10 +16,8 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_streamstate.engine import liveness
-from airflow_provider_streamstate.engine.checkpoint import CheckpointReader
-from airflow_provider_streamstate.engine.errors import StreamRunningError
-from airflow_provider_streamstate.engine.liveness import (
+from airflow_provider_streamstate.engine.checkpoint import liveness
+from airflow_provider_streamstate.engine.checkpoint.liveness import (
     HEARTBEAT_FILE,
     Heartbeat,
     assert_not_running,
@@ -27,6 +25,8 @@ from airflow_provider_streamstate.engine.liveness import (
     read_heartbeat,
     write_heartbeat,
 )
+from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
+from airflow_provider_streamstate.engine.core.errors import StreamRunningError
 from tests.unit.fake_checkpoint import make_checkpoint, store_dirs, write
 
 NOW = datetime(2026, 6, 1, 12, 0, 0, tzinfo=UTC)

@@ -8,7 +8,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from airflow_provider_streamstate.engine.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.stores.base import blob_key
 from airflow_provider_streamstate.engine.stores.local import LocalStore
 from tests.unit.fake_checkpoint import make_checkpoint, store_dirs, write

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from airflow_provider_streamstate.engine.errors import UnsafeManifestError, UsageError
-from airflow_provider_streamstate.engine.manifest import (
+from airflow_provider_streamstate.engine.core.errors import UnsafeManifestError, UsageError
+from airflow_provider_streamstate.engine.core.manifest import (
     FORMAT,
     FORMAT_V1,
     Manifest,

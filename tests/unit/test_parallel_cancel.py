@@ -11,15 +11,15 @@ import time
 
 import pytest
 
-from airflow_provider_streamstate.engine.cancel import (
+from airflow_provider_streamstate.engine.core.cancel import (
     CancelToken,
     cancellation,
     check_cancelled,
     current_token,
 )
-from airflow_provider_streamstate.engine.digest import CHUNK, copy_hashing
-from airflow_provider_streamstate.engine.errors import Cancelled
-from airflow_provider_streamstate.engine.parallel import GRACE_SECONDS, run_parallel
+from airflow_provider_streamstate.engine.core.digest import CHUNK, copy_hashing
+from airflow_provider_streamstate.engine.core.errors import Cancelled
+from airflow_provider_streamstate.engine.core.parallel import GRACE_SECONDS, run_parallel
 
 LONG = 30.0  # what an item would take if it did not notice the cancellation
 
@@ -248,7 +248,7 @@ def _slow_store(tmp_path):  # noqa: ANN202
     """A local store holding one snapshot of a fake checkpoint, whose blob reads crawl."""
     from contextlib import contextmanager
 
-    from airflow_provider_streamstate.engine.snapshot import create_snapshot
+    from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
     from airflow_provider_streamstate.engine.stores.local import LocalStore
     from tests.unit.fake_checkpoint import make_checkpoint, store_dirs, write
 
@@ -272,7 +272,7 @@ def _cancel_soon(token: CancelToken) -> None:
 
 
 def test_a_cancelled_restore_stops_promptly_and_leaves_the_target_as_it_was(tmp_path) -> None:
-    from airflow_provider_streamstate.engine.restore import restore_snapshot
+    from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
     from tests.unit.fake_checkpoint import write
 
     store, sid = _slow_store(tmp_path)
@@ -290,7 +290,7 @@ def test_a_cancelled_restore_stops_promptly_and_leaves_the_target_as_it_was(tmp_
 
 
 def test_a_cancelled_verify_stops_promptly(tmp_path) -> None:
-    from airflow_provider_streamstate.engine.verify import verify_snapshots
+    from airflow_provider_streamstate.engine.catalog.verify import verify_snapshots
 
     store, sid = _slow_store(tmp_path)
     token = CancelToken()

@@ -11,19 +11,24 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_streamstate.engine.cancel import CancelToken
-from airflow_provider_streamstate.engine.catalog import list_snapshots, resolve_snapshot
-from airflow_provider_streamstate.engine.errors import Cancelled, CorruptionError, NotFoundError, UsageError
-from airflow_provider_streamstate.engine.replicate import (
+from airflow_provider_streamstate.engine.catalog.retention import delete_snapshots
+from airflow_provider_streamstate.engine.catalog.snapshots import list_snapshots, resolve_snapshot
+from airflow_provider_streamstate.engine.core.cancel import CancelToken
+from airflow_provider_streamstate.engine.core.errors import (
+    Cancelled,
+    CorruptionError,
+    NotFoundError,
+    UsageError,
+)
+from airflow_provider_streamstate.engine.lifecycle.replicate import (
     check_replica,
     replica_origin,
     replicate,
     select_snapshots,
     snapshot_origins,
 )
-from airflow_provider_streamstate.engine.restore import restore_snapshot
-from airflow_provider_streamstate.engine.retention import delete_snapshots
-from airflow_provider_streamstate.engine.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
+from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.stores.base import blob_key, record_key
 from airflow_provider_streamstate.engine.stores.local import LocalStore
 from tests.unit.fake_checkpoint import make_checkpoint, store_dirs, write
@@ -252,7 +257,7 @@ def test_the_replica_check_waits_for_the_manifest(stores) -> None:
 
 
 def test_latest_good_names_the_newest_snapshot_that_passed_the_suite_and_its_record_travels_with_it(stores) -> None:
-    from airflow_provider_streamstate.engine.validation import (
+    from airflow_provider_streamstate.engine.catalog.validation_records import (
         ExpectationOutcome,
         ValidationRecord,
         put_validation,
@@ -272,11 +277,11 @@ def test_a_replication_slower_than_the_writers_bound_publishes_nothing(stores, m
     against), not when the module was imported."""
     import time as time_mod
 
-    from airflow_provider_streamstate.engine import snapshot as snapshot_mod
-    from airflow_provider_streamstate.engine.errors import TransientError
+    from airflow_provider_streamstate.engine.catalog import gc as gc_mod
+    from airflow_provider_streamstate.engine.core.errors import TransientError
 
     _, src, dst, ids = stores
-    monkeypatch.setattr(snapshot_mod, "MAX_SNAPSHOT_SECONDS", 0.2)
+    monkeypatch.setattr(gc_mod, "MAX_SNAPSHOT_SECONDS", 0.2)
     slow_put = dst.put_blob_stream
 
     def put(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 
-from airflow_provider_streamstate.engine.errors import UsageError
-from airflow_provider_streamstate.engine.replicate import replicate
-from airflow_provider_streamstate.engine.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.core.errors import UsageError
+from airflow_provider_streamstate.engine.lifecycle.replicate import replicate
+from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.stores.base import blob_key
 from airflow_provider_streamstate.engine.stores.local import LocalStore
 from airflow_provider_streamstate.operators.replicate import (

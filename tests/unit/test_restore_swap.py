@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_streamstate.engine import restore as restore_mod
-from airflow_provider_streamstate.engine.restore import recover_leftovers, restore_snapshot
-from airflow_provider_streamstate.engine.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.lifecycle import restore as restore_mod
+from airflow_provider_streamstate.engine.lifecycle.restore import recover_leftovers, restore_snapshot
+from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.stores.local import LocalStore
 from tests.unit.fake_checkpoint import make_checkpoint, store_dirs, write
 
@@ -60,7 +60,7 @@ def test_a_crash_between_the_fallback_renames_is_repaired_by_the_next_restore(tm
     crash = textwrap.dedent(f"""
         import os, sys
         sys.path.insert(0, {str(REPO)!r})
-        from airflow_provider_streamstate.engine import restore
+        from airflow_provider_streamstate.engine.lifecycle import restore
         from airflow_provider_streamstate.engine.stores.local import LocalStore
         restore._exchange = lambda a, b: False
         real = os.rename
@@ -121,7 +121,7 @@ def _beat(target: Path, *, pid: int, age_s: float = 0.0, state: str = "running")
     import socket
     from datetime import UTC, datetime, timedelta
 
-    from airflow_provider_streamstate.engine.liveness import Heartbeat, write_heartbeat
+    from airflow_provider_streamstate.engine.checkpoint.liveness import Heartbeat, write_heartbeat
 
     when = (datetime.now(UTC) - timedelta(seconds=age_s)).isoformat().replace("+00:00", "Z")
     write_heartbeat(target, Heartbeat(
@@ -131,7 +131,7 @@ def _beat(target: Path, *, pid: int, age_s: float = 0.0, state: str = "running")
 
 
 def test_the_checkpoint_of_a_running_stream_is_never_replaced(tmp_path) -> None:
-    from airflow_provider_streamstate.engine.errors import StreamRunningError
+    from airflow_provider_streamstate.engine.core.errors import StreamRunningError
 
     store, sid = _store_with_snapshot(tmp_path)
     target = _old_checkpoint(tmp_path / "ckpt")

@@ -8,18 +8,18 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_streamstate.engine.errors import UsageError
-from airflow_provider_streamstate.engine.manifest import SnapshotRef
-from airflow_provider_streamstate.engine.retention import (
+from airflow_provider_streamstate.engine.catalog.retention import (
     RetentionPolicy,
     apply_retention,
     parse_duration,
     pin_snapshot,
     unpin_snapshot,
 )
+from airflow_provider_streamstate.engine.catalog.timeline import new_timeline
+from airflow_provider_streamstate.engine.core.errors import UsageError
+from airflow_provider_streamstate.engine.core.manifest import SnapshotRef
 from airflow_provider_streamstate.engine.stores.base import tombstone_key
 from airflow_provider_streamstate.engine.stores.local import LocalStore
-from airflow_provider_streamstate.engine.timeline import new_timeline
 from tests.unit.store_history import at, put_snapshot, put_validation
 
 NOW = at("2026-11-20T12:00").timestamp()

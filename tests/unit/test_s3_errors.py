@@ -12,8 +12,8 @@ import pytest
 from botocore import exceptions as bx
 from urllib3 import exceptions as ux
 
-from airflow_provider_streamstate.engine.digest import sha256_stream
-from airflow_provider_streamstate.engine.errors import MissingBlobError, StreamstateError, TransientError
+from airflow_provider_streamstate.engine.core.digest import sha256_stream
+from airflow_provider_streamstate.engine.core.errors import MissingBlobError, StreamstateError, TransientError
 from airflow_provider_streamstate.engine.stores import LocalStore, S3Store
 
 DIGEST = hashlib.sha256(b"x").hexdigest()

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_streamstate.engine.errors import UsageError
-from airflow_provider_streamstate.engine.sidecar import LocalSidecar, S3Sidecar, open_sidecar
+from airflow_provider_streamstate.engine.checkpoint.sidecar import LocalSidecar, S3Sidecar, open_sidecar
+from airflow_provider_streamstate.engine.core.errors import UsageError
 
 
 class RecordingClient:

@@ -9,13 +9,13 @@ import os
 import shutil
 from pathlib import Path
 
-from airflow_provider_streamstate.engine.catalog import list_snapshots
-from airflow_provider_streamstate.engine.checkpoint import CheckpointReader
-from airflow_provider_streamstate.engine.restore import restore_snapshot
-from airflow_provider_streamstate.engine.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.catalog.snapshots import list_snapshots
+from airflow_provider_streamstate.engine.catalog.verify import verify_snapshots
+from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
+from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
+from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.stores.base import blob_key
 from airflow_provider_streamstate.engine.stores.local import LocalStore
-from airflow_provider_streamstate.engine.verify import verify_snapshots
 from tests.unit.fake_checkpoint import make_checkpoint, store_dirs, write
 
 
@@ -111,12 +111,13 @@ def test_a_snapshot_that_outlived_the_writers_bound_before_publishing_publishes_
 
     import pytest
 
-    from airflow_provider_streamstate.engine import snapshot as snapshot_mod
-    from airflow_provider_streamstate.engine.errors import TransientError
+    from airflow_provider_streamstate.engine.catalog import gc as gc_mod
+    from airflow_provider_streamstate.engine.core.errors import TransientError
+    from airflow_provider_streamstate.engine.lifecycle import snapshot as snapshot_mod
 
     ckpt = _checkpoint(tmp_path / "ckpt")
     store = LocalStore(tmp_path / "store", fsync=False)
-    monkeypatch.setattr(snapshot_mod, "MAX_SNAPSHOT_SECONDS", 0.5)
+    monkeypatch.setattr(gc_mod, "MAX_SNAPSHOT_SECONDS", 0.5)
 
     def slow_anchors(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - the Kafka read, stalled
         time.sleep(0.7)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_streamstate.engine.errors import UsageError
+from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.engine.stores import LocalStore, S3Store, open_store, s3_client
 
 

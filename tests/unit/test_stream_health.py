@@ -17,11 +17,17 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_streamstate.engine.errors import NotFoundError, UsageError
-from airflow_provider_streamstate.engine.health import FAILED, READY, WAITING, check_lag, check_progress
-from airflow_provider_streamstate.engine.kafka import PartitionOffsets
-from airflow_provider_streamstate.engine.launcher import LAUNCH_FILE, LaunchRecord, StreamHandle
-from airflow_provider_streamstate.engine.liveness import Heartbeat, now_iso, write_heartbeat
+from airflow_provider_streamstate.engine.checkpoint.liveness import Heartbeat, now_iso, write_heartbeat
+from airflow_provider_streamstate.engine.core.errors import NotFoundError, UsageError
+from airflow_provider_streamstate.engine.kafka.offsets import PartitionOffsets
+from airflow_provider_streamstate.engine.streams.health import (
+    FAILED,
+    READY,
+    WAITING,
+    check_lag,
+    check_progress,
+)
+from airflow_provider_streamstate.engine.streams.launcher import LAUNCH_FILE, LaunchRecord, StreamHandle
 from tests.unit.fake_checkpoint import make_checkpoint, write
 
 NOW = datetime.now(UTC)

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from airflow_provider_streamstate.engine.errors import UsageError
-from airflow_provider_streamstate.engine.launcher import ENV_CHECKPOINT, supervised_application
+from airflow_provider_streamstate.engine.core.errors import UsageError
+from airflow_provider_streamstate.engine.streams.launcher import ENV_CHECKPOINT, supervised_application
 from airflow_provider_streamstate.operators.stream import clone_conflicts, spark_submit_command
 from airflow_provider_streamstate.spec import StreamSpec
 
@@ -77,7 +77,7 @@ def test_a_missing_spark_connection_without_a_master_is_refused_with_a_hint() ->
 def test_on_kill_kills_a_driver_that_is_still_starting(tmp_path) -> None:
     import time
 
-    from airflow_provider_streamstate.engine import launcher
+    from airflow_provider_streamstate.engine.streams import launcher
     from airflow_provider_streamstate.operators.stream import StartStreamOperator
 
     checkpoint = tmp_path / "ckpt"

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 
-from airflow_provider_streamstate.engine.liveness import Heartbeat, now_iso, write_heartbeat
+from airflow_provider_streamstate.engine.checkpoint.liveness import Heartbeat, now_iso, write_heartbeat
 from airflow_provider_streamstate.sensors.kafka import KafkaLagSensor
 from airflow_provider_streamstate.sensors.stream import StreamProgressSensor
 from airflow_provider_streamstate.spec import StreamSpec

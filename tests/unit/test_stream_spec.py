@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from airflow_provider_streamstate.engine.errors import UsageError
+from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.spec import StreamSpec
 
 

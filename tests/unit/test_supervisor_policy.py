@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_streamstate.engine.errors import UsageError
-from airflow_provider_streamstate.engine.supervisor import SupervisionPolicy, checkpoint_unusable
+from airflow_provider_streamstate.engine.core.errors import UsageError
+from airflow_provider_streamstate.engine.streams.supervisor import SupervisionPolicy, checkpoint_unusable
 
 UNUSABLE = [
     "[STREAM_FAILED] Query [id = 1f2e, runId = 9a8b] terminated with exception: [CANNOT_LOAD_STATE_STORE.UNCATEGORIZED] "

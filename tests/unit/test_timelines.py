@@ -9,12 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_streamstate.engine.catalog import latest_snapshot, list_snapshots, resolve_snapshot
-from airflow_provider_streamstate.engine.errors import UsageError
-from airflow_provider_streamstate.engine.restore import restore_snapshot
-from airflow_provider_streamstate.engine.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.catalog.snapshots import (
+    latest_snapshot,
+    list_snapshots,
+    resolve_snapshot,
+)
+from airflow_provider_streamstate.engine.catalog.timeline import read_lineage
+from airflow_provider_streamstate.engine.core.errors import UsageError
+from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
+from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.stores.local import LocalStore
-from airflow_provider_streamstate.engine.timeline import read_lineage
 from tests.unit.fake_checkpoint import HDFS, PROVIDER_CONF, make_checkpoint, store_dirs, write
 
 
@@ -96,7 +100,7 @@ def test_a_clone_is_a_new_stream_not_a_new_timeline(history, tmp_path) -> None:
 
 def test_a_failed_rollback_starts_no_timeline(history, monkeypatch) -> None:
     ckpt, store, ids = history
-    from airflow_provider_streamstate.engine import restore as restore_mod
+    from airflow_provider_streamstate.engine.lifecycle import restore as restore_mod
 
     def boom(*_a: object, **_k: object) -> None:
         raise OSError("disk full")
@@ -112,7 +116,7 @@ def test_a_rollback_interrupted_before_its_timeline_was_recorded_is_finished_by_
     history, monkeypatch
 ) -> None:
     ckpt, store, ids = history
-    from airflow_provider_streamstate.engine import timeline as timeline_mod
+    from airflow_provider_streamstate.engine.catalog import timeline as timeline_mod
 
     real = timeline_mod.Lineage.branch
     monkeypatch.setattr(timeline_mod.Lineage, "branch", lambda self, store: (_ for _ in ()).throw(KeyboardInterrupt))

@@ -10,21 +10,21 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_streamstate.engine.catalog import resolve_snapshot
-from airflow_provider_streamstate.engine.errors import NotFoundError, UnsafeManifestError, UsageError
-from airflow_provider_streamstate.engine.snapshot import create_snapshot
-from airflow_provider_streamstate.engine.state import StateReader, StateSelector
-from airflow_provider_streamstate.engine.stores import LocalStore
-from airflow_provider_streamstate.engine.stores.base import ManifestExistsError
-from airflow_provider_streamstate.engine.validation import (
+from airflow_provider_streamstate.engine.catalog.snapshots import resolve_snapshot
+from airflow_provider_streamstate.engine.catalog.validation_records import (
     ExpectationOutcome,
     ValidationRecord,
     get_validation,
-    load_suite,
     put_validation,
     validation_key,
     validation_status,
 )
+from airflow_provider_streamstate.engine.core.errors import NotFoundError, UnsafeManifestError, UsageError
+from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.state.reader import StateReader, StateSelector
+from airflow_provider_streamstate.engine.state.validation import load_suite
+from airflow_provider_streamstate.engine.stores import LocalStore
+from airflow_provider_streamstate.engine.stores.base import ManifestExistsError
 from tests.unit.fake_checkpoint import make_checkpoint, store_dirs, write
 
 SUITE_SHA = "ab" * 32
@@ -203,7 +203,7 @@ def test_a_snapshot_id_of_another_stream_is_not_found_under_this_one(history, tm
 
 
 def test_a_stored_result_answers_however_the_operator_is_named_and_a_changed_suite_is_refused(history, tmp_path) -> None:
-    from airflow_provider_streamstate.engine.validation import Suite, validate_snapshot
+    from airflow_provider_streamstate.engine.state.validation import Suite, validate_snapshot
 
     store, ids, _ = history
     suite = Suite("accounts", {"name": "accounts", "expectations": [], "meta": {}}, "test")

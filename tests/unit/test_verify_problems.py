@@ -5,10 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from airflow_provider_streamstate.engine.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.catalog.verify import (
+    WHAT_TO_DO,
+    Problem,
+    ProblemKind,
+    verify_snapshots,
+)
+from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.stores.base import blob_key
 from airflow_provider_streamstate.engine.stores.local import LocalStore
-from airflow_provider_streamstate.engine.verify import WHAT_TO_DO, Problem, ProblemKind, verify_snapshots
 from tests.unit.fake_checkpoint import make_checkpoint, store_dirs, write
 
 

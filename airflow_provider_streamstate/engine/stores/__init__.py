@@ -12,7 +12,7 @@ import os
 import re
 from typing import Any
 
-from airflow_provider_streamstate.engine.errors import StreamstateError, UsageError
+from airflow_provider_streamstate.engine.core.errors import StreamstateError, UsageError
 from airflow_provider_streamstate.engine.stores.base import ManifestExistsError, SnapshotStore
 from airflow_provider_streamstate.engine.stores.local import LocalStore
 from airflow_provider_streamstate.engine.stores.s3 import S3Store

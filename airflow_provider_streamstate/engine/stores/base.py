@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
-from airflow_provider_streamstate.engine.errors import StreamstateError
+from airflow_provider_streamstate.engine.core.errors import NotFoundError, StreamstateError
 
 BLOB_PREFIX = "blobs/sha256"
 STREAMS_PREFIX = "streams"
@@ -200,7 +200,6 @@ class SnapshotStore(ABC):
         """Move a manifest aside as a tombstone carrying its bytes and deletion time; False
         when there was no such manifest. The tombstone is written before the manifest
         disappears, so a GC that misses the manifest in its listing finds the tombstone."""
-        from airflow_provider_streamstate.engine.errors import NotFoundError
 
         try:
             data = self.get_manifest(stream, snapshot_id)

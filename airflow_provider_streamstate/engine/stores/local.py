@@ -12,10 +12,10 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import BinaryIO
 
-from airflow_provider_streamstate.engine.cancel import check_cancelled
-from airflow_provider_streamstate.engine.digest import copy_hashing
-from airflow_provider_streamstate.engine.durability import fsync_path
-from airflow_provider_streamstate.engine.errors import (
+from airflow_provider_streamstate.engine.core.cancel import check_cancelled
+from airflow_provider_streamstate.engine.core.digest import copy_hashing
+from airflow_provider_streamstate.engine.core.durability import fsync_path
+from airflow_provider_streamstate.engine.core.errors import (
     CheckpointChanged,
     CorruptionError,
     MissingBlobError,

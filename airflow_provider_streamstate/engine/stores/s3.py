@@ -18,8 +18,8 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 
-from airflow_provider_streamstate.engine.cancel import check_cancelled
-from airflow_provider_streamstate.engine.errors import (
+from airflow_provider_streamstate.engine.core.cancel import check_cancelled
+from airflow_provider_streamstate.engine.core.errors import (
     CheckpointChanged,
     CorruptionError,
     MissingBlobError,

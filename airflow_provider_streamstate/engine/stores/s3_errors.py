@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from airflow_provider_streamstate.engine.errors import (
+from airflow_provider_streamstate.engine.core.errors import (
     NotFoundError,
     StreamstateError,
     TransientError,

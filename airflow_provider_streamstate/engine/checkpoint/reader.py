@@ -1,0 +1,428 @@
+"""Reading a Spark Structured Streaming checkpoint, and planning a consistent cut of it.
+
+We never change how Spark writes a checkpoint; we read it. A *cut* at committed batch N
+is exactly the files Spark needs to resume right after N: `metadata`, `sources/`,
+`offsets/` and `commits/` up to N, operator metadata, and for every state store the
+files that rebuild state version N+1 — nothing above the cut, no temp files.
+
+Spark keeps writing while we read: temp files come and go, the maintenance task adds
+snapshots and deletes old versions. The plan therefore marks which files are
+*essential* (without them the cut does not restore) and which are history that may
+vanish; the snapshot engine re-plans when an essential file disappears.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_streamstate.engine.checkpoint.filesystems import (
+    CheckpointFS,
+    FileStat,
+    LocalCheckpointFS,
+    open_checkpoint_fs,
+)
+from airflow_provider_streamstate.engine.core.errors import (
+    CheckpointChanged,
+    NotFoundError,
+    UnsupportedCheckpointError,
+    UsageError,
+)
+
+HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
+FORMAT_VERSION_CONF = "spark.sql.streaming.stateStore.checkpointFormatVersion"
+STORE_LAYOUT_DIRS = {"_metadata", "SSTs", "logs", "_stateSchema"}
+_VERSIONED = re.compile(r"^(\d+)\.(delta|snapshot|zip|changelog)$")
+_V2_VERSIONED = re.compile(r"^\d+_[0-9a-fA-F-]{8,}\.(zip|changelog)$")
+
+
+@dataclass(frozen=True)
+class PlannedFile:
+    path: str  # relative to the checkpoint root, POSIX
+    size: int
+    mtime_ns: int
+    essential: bool  # False: history that Spark may delete at any moment
+    etag: str | None = None  # S3 checkpoints: the object version the plan saw
+
+    @property
+    def identity(self) -> FileStat:
+        return FileStat(self.size, self.mtime_ns, self.etag)
+
+
+@dataclass
+class CutPlan:
+    """Everything a snapshot of batch N must contain, and what it says about the query."""
+
+    batch_id: int
+    query_id: str
+    files: list[PlannedFile]
+    sources: list[dict[str, Any]]
+    kafka_offsets: dict[str, dict[str, int]]
+    watermark_ms: int | None
+    next_watermark_ms: int | None
+    batch_timestamp_ms: int | None
+    conf: dict[str, str]
+    state_store: str
+    operators: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _read_log(fs: CheckpointFS, rel: str, path: str) -> list[str]:
+    """A Spark metadata-log file: `v1` then JSON lines. Missing file -> CheckpointChanged."""
+    try:
+        lines = fs.read_bytes(rel).decode("utf-8").split("\n")
+    except FileNotFoundError:
+        raise CheckpointChanged(f"{path} vanished while reading the checkpoint") from None
+    if not lines or lines[0] != "v1":
+        raise UnsupportedCheckpointError(
+            f"{path} has log version {lines[0][:10]!r}, only 'v1' is understood",
+            hint="this checkpoint was written by a Spark version streamstate does not support",
+        )
+    return lines[1:]
+
+
+def _kafka_offsets(value: Any) -> dict[str, dict[str, int]] | None:
+    """`{"topic": {"0": 123}}` -> the same with int offsets; None when not that shape."""
+    if not isinstance(value, dict) or not value:
+        return None
+    out: dict[str, dict[str, int]] = {}
+    for topic, parts in value.items():
+        if not isinstance(parts, dict) or not parts:
+            return None
+        try:
+            out[str(topic)] = {str(int(p)): int(o) for p, o in parts.items()}
+        except (TypeError, ValueError):
+            return None
+    return out
+
+
+class CheckpointReader:
+    """Read-only view of one checkpoint: a local (or mounted) directory or an S3 prefix.
+
+    `s3_client` (and `aws_conn_id`, for error hints) serve an `s3a://`/`s3://` location;
+    without one the AWS environment is used, as for S3 stores.
+    """
+
+    def __init__(
+        self, location: str, *, s3_client: Any = None, aws_conn_id: str | None = None, fs: CheckpointFS | None = None
+    ) -> None:
+        self.location = location
+        self.fs = fs or open_checkpoint_fs(location, s3_client=s3_client, aws_conn_id=aws_conn_id)
+        # Local: the resolved directory (snapshot, restore and lineage use it); S3: None.
+        self.root: Path | None = self.fs.root if isinstance(self.fs, LocalCheckpointFS) else None
+        self.where = str(self.root) if self.root is not None else self.fs.location
+        if not self.fs.is_dir(""):
+            raise NotFoundError(
+                f"checkpoint {self.where} does not exist or is not a directory",
+                hint="pass the stream's checkpointLocation",
+            )
+        if not self.fs.is_dir("offsets"):
+            raise NotFoundError(
+                f"{self.where} is not a Spark streaming checkpoint (no offsets/ directory)",
+                hint="pass the directory the query's checkpointLocation points at",
+            )
+
+    def _path(self, rel: str) -> str:
+        return f"{self.where}/{rel}"
+
+    def _exists(self, rel: str) -> bool:
+        return self.fs.stat(rel) is not None or self.fs.is_dir(rel)
+
+    # --- the metadata logs -------------------------------------------------------
+
+    def _log_ids(self, name: str) -> list[int]:
+        if not self.fs.is_dir(name):
+            return []
+        return sorted(int(p) for p in self.fs.listdir(name) if p.isdigit())
+
+    def committed_batches(self) -> list[int]:
+        """Batch ids whose offsets and commit are both present, ascending."""
+        offsets = set(self._log_ids("offsets"))
+        return [b for b in self._log_ids("commits") if b in offsets]
+
+    def query_id(self) -> str:
+        try:
+            return str(json.loads(self.fs.read_bytes("metadata"))["id"])
+        except FileNotFoundError:
+            raise UnsupportedCheckpointError(
+                f"{self.where} has no metadata file", hint="Spark writes it when a query first starts"
+            ) from None
+        except (ValueError, KeyError) as exc:
+            raise UnsupportedCheckpointError(
+                f"{self._path('metadata')} is unreadable: {exc}",
+                hint="check that --checkpoint is the query's checkpoint directory, as Spark wrote it",
+            ) from None
+
+    def offsets(self, batch_id: int) -> tuple[dict[str, Any], list[Any]]:
+        """The batch's metadata (watermark, timestamp, pinned conf) and one entry per source."""
+        lines = [ln for ln in _read_log(self.fs, f"offsets/{batch_id}", self._path(f"offsets/{batch_id}")) if ln != ""]
+        if not lines:
+            raise UnsupportedCheckpointError(
+                f"offsets/{batch_id} of {self.where} has no metadata line",
+                hint="the offset log is damaged or not Spark's; snapshot an earlier batch with --batch",
+            )
+        meta = json.loads(lines[0])
+        sources = [None if ln == "-" else json.loads(ln) for ln in lines[1:]]
+        return meta, sources
+
+    def commit(self, batch_id: int) -> dict[str, Any]:
+        lines = [ln for ln in _read_log(self.fs, f"commits/{batch_id}", self._path(f"commits/{batch_id}")) if ln != ""]
+        return json.loads(lines[0]) if lines else {}
+
+    def resolve_batch(self, batch_id: int | None) -> int:
+        committed = self.committed_batches()
+        if not committed:
+            raise NotFoundError(
+                f"checkpoint {self.where} has no committed batch yet",
+                hint="wait until the stream commits its first batch",
+            )
+        if batch_id is None:
+            return committed[-1]
+        if batch_id < 0:
+            raise UsageError(f"batch id must be >= 0, got {batch_id}",
+                             hint="give a committed batch id, or leave --batch out for the newest")
+        if batch_id not in committed:
+            raise NotFoundError(
+                f"batch {batch_id} is not a committed batch still retained in {self.where}",
+                hint=f"retained committed batches are {committed[0]}..{committed[-1]}",
+            )
+        return batch_id
+
+    # --- the cut -----------------------------------------------------------------
+
+    def plan(self, batch_id: int | None = None) -> CutPlan:
+        """Plan a consistent cut at `batch_id` (default: the newest committed batch)."""
+        self.fs.refresh()  # S3: one fresh listing per plan
+        n = self.resolve_batch(batch_id)
+        meta, source_values = self.offsets(n)
+        commit = self.commit(n)
+        conf = {str(k): str(v) for k, v in (meta.get("conf") or {}).items()}
+        self._refuse_unsupported(conf, commit)
+        store_kind = self._state_store_kind(conf)
+
+        files: dict[str, PlannedFile] = {}
+        self._add(files, "metadata", essential=True)
+        for log in ("offsets", "commits"):
+            for b in self._log_ids(log):
+                if b <= n:
+                    # Spark needs N (and offsets N-1) to resume; older entries are history.
+                    self._add(files, f"{log}/{b}", essential=b == n or (log == "offsets" and b == n - 1))
+        self._add_tree(files, "sources", essential=True)
+
+        operators: list[dict[str, Any]] = []
+        file_kinds: set[str] = set()  # kinds of versioned state files the stores hold
+        # A stateless query (a filter, a projection) has no state/ at all: its cut is the
+        # metadata logs and sources alone. Spark never removes state/ of a stateful one.
+        if self.fs.is_dir("state"):
+            for op_name in sorted((p for p in self.fs.listdir("state") if p.isdigit()), key=int):
+                operators.append(self._plan_operator(files, int(op_name), n + 1, store_kind, file_kinds))
+
+        # The changelog flag is not pinned in the checkpoint: the stores' files tell (a cut
+        # that starts at a fresh .zip needs no changelog, yet the stream writes them).
+        if store_kind == "rocksdb" and "changelog" in file_kinds:
+            store_kind = "rocksdb-changelog"
+        kafka: dict[str, dict[str, int]] = {}
+        sources = []
+        for i, value in enumerate(source_values):
+            offsets = _kafka_offsets(value)
+            sources.append({"index": i, "kind": "kafka" if offsets is not None else "other", "offsets": value})
+            for topic, parts in (offsets or {}).items():
+                kafka.setdefault(topic, {}).update(parts)
+        return CutPlan(
+            batch_id=n,
+            query_id=self.query_id(),
+            files=sorted(files.values(), key=lambda f: f.path),
+            sources=sources,
+            kafka_offsets=kafka,
+            watermark_ms=meta.get("batchWatermarkMs"),
+            next_watermark_ms=commit.get("nextBatchWatermarkMs"),
+            batch_timestamp_ms=meta.get("batchTimestampMs"),
+            conf=conf,
+            state_store=store_kind if operators else "none",
+            operators=operators,
+        )
+
+    def _refuse_unsupported(self, conf: dict[str, str], commit: dict[str, Any]) -> None:
+        if conf.get(FORMAT_VERSION_CONF, "1") != "1" or "stateUniqueIds" in commit:
+            raise UnsupportedCheckpointError(
+                f"{self.where} uses state checkpoint format v2 (unique-id state files)",
+                hint="snapshots support checkpoint format v1; run the stream with "
+                f"{FORMAT_VERSION_CONF}=1",
+            )
+
+    def _state_store_kind(self, conf: dict[str, str]) -> str:
+        provider = conf.get(PROVIDER_CONF, HDFS_PROVIDER)
+        if provider == HDFS_PROVIDER:
+            return "hdfs"
+        if provider == ROCKSDB_PROVIDER:
+            return "rocksdb"
+        raise UnsupportedCheckpointError(
+            f"state store provider {provider} is not supported",
+            hint="snapshots support the HDFS-backed and RocksDB state store providers",
+        )
+
+    def _plan_operator(
+        self, files: dict[str, PlannedFile], op_id: int, version: int, kind: str, file_kinds: set[str]
+    ) -> dict[str, Any]:
+        op_rel = f"state/{op_id}"
+        op_dir = self._path(op_rel)
+        info = self._operator_metadata(op_rel)
+        if self._exists(f"{op_rel}/_metadata/v2") or self._exists(f"{op_rel}/_stateSchema"):
+            raise UnsupportedCheckpointError(
+                f"operator {op_id} ({info.get('name', 'unknown')}) uses operator metadata v2 "
+                "(transformWithState), whose schema files record absolute checkpoint paths",
+                hint="snapshots support aggregation, deduplication, join and (flat)mapGroupsWithState operators",
+            )
+        self._add_tree(files, f"{op_rel}/_metadata", essential=True)
+        partitions = sorted((p for p in self.fs.listdir(op_rel) if p.isdigit()), key=int)
+        if not partitions:
+            raise UnsupportedCheckpointError(f"{op_dir} has no partition directories")
+        declared = info.get("partitions")
+        if declared is not None and declared != len(partitions):
+            raise CheckpointChanged(f"{op_dir} has {len(partitions)} partitions, its metadata says {declared}")
+        # Old checkpoints have no operator metadata: their store names come from the layout.
+        stores: list[str] = info.get("stores") or self._infer_store_names(f"{op_rel}/{partitions[0]}")
+        for part in partitions:
+            part_rel = f"{op_rel}/{part}"
+            for store in stores:
+                store_rel = part_rel if store == "default" else f"{part_rel}/{store}"
+                self._plan_store(files, store_rel, version, kind, file_kinds)
+        return {
+            "operator_id": op_id,
+            "name": info.get("name", "unknown"),
+            "stores": stores,
+            "partitions": len(partitions),
+            "state_version": version,
+        }
+
+    def _operator_metadata(self, op_rel: str) -> dict[str, Any]:
+        rel = f"{op_rel}/_metadata/metadata"
+        path = self._path(rel)
+        if self.fs.stat(rel) is None:
+            return {}
+        try:
+            lines = [ln for ln in _read_log(self.fs, rel, path) if ln]
+            d = json.loads(lines[0])
+            infos = d.get("stateStoreInfo", [])
+            parts = {int(s["numPartitions"]) for s in infos}
+            return {
+                "name": d.get("operatorInfo", {}).get("operatorName", "unknown"),
+                "stores": [str(s["storeName"]) for s in infos],
+                "partitions": parts.pop() if len(parts) == 1 else None,
+            }
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            raise UnsupportedCheckpointError(f"{path} is unreadable: {exc}") from None
+
+    def _infer_store_names(self, part_rel: str) -> list[str]:
+        listing = self.fs.listdir(part_rel)
+        names = [p for p in listing if self.fs.is_dir(f"{part_rel}/{p}") and p not in STORE_LAYOUT_DIRS]
+        has_default = any(_VERSIONED.match(p) for p in listing)
+        return (["default"] if has_default or not names else []) + sorted(names)
+
+    def _plan_store(
+        self, files: dict[str, PlannedFile], store_rel: str, version: int, kind: str, file_kinds: set[str]
+    ) -> None:
+        store_dir = self._path(store_rel)
+        try:
+            names = self.fs.listdir(store_rel)
+        except FileNotFoundError:
+            raise CheckpointChanged(f"{store_dir} vanished while planning") from None
+        if any(_V2_VERSIONED.match(n) for n in names):
+            raise UnsupportedCheckpointError(
+                f"{store_dir} holds checkpoint format v2 state files (<version>_<id>.zip)",
+                hint="snapshots support checkpoint format v1",
+            )
+        # Each store directory keeps its own state schema (named join stores included).
+        self._add_tree(files, f"{store_rel}/_metadata", essential=True)
+        by_kind: dict[str, set[int]] = {"delta": set(), "snapshot": set(), "zip": set(), "changelog": set()}
+        for n in names:
+            m = _VERSIONED.match(n)
+            if m:
+                by_kind[m.group(2)].add(int(m.group(1)))
+        file_kinds.update(k for k, versions in by_kind.items() if versions)
+
+        def need(name: str) -> None:
+            self._add(files, f"{store_rel}/{name}", essential=True)
+
+        if kind == "hdfs":
+            base = max((v for v in by_kind["snapshot"] if v <= version), default=0)
+            if base:
+                need(f"{base}.snapshot")
+            deltas = range(base + 1, version + 1)
+            self._require(store_dir, by_kind["delta"], deltas, "delta")
+            for v in deltas:
+                need(f"{v}.delta")
+        else:
+            # One rule for both RocksDB modes: the newest .zip <= V (written at every commit
+            # without changelog checkpointing, by maintenance with it), then the changelogs
+            # after it. The changelog flag is not pinned in the checkpoint, so the files decide.
+            base = max((v for v in by_kind["zip"] if v <= version), default=0)
+            if base:
+                self._add_rocksdb_snapshot(files, store_rel, base)
+            changelogs = range(base + 1, version + 1)
+            self._require(store_dir, by_kind["changelog"], changelogs, "changelog (or zip)")
+            for v in changelogs:
+                need(f"{v}.changelog")
+
+    def _require(self, store_dir: str, present: set[int], wanted: Any, ext: str) -> None:
+        missing = [v for v in wanted if v not in present]
+        if missing:
+            # Maintenance may have replaced them with a newer snapshot between listings.
+            raise CheckpointChanged(
+                f"{store_dir} lacks {ext} files for versions {missing[:5]} needed to rebuild the state"
+            )
+
+    def _add_rocksdb_snapshot(self, files: dict[str, PlannedFile], store_rel: str, version: int) -> None:
+        zip_rel = f"{store_rel}/{version}.zip"
+        self._add(files, zip_rel, essential=True)
+        try:
+            with zipfile.ZipFile(io.BytesIO(self.fs.read_bytes(zip_rel))) as z:
+                lines = z.read("metadata").decode().split("\n")
+        except FileNotFoundError:
+            raise CheckpointChanged(f"{zip_rel} vanished while planning") from None
+        except (zipfile.BadZipFile, KeyError) as exc:
+            raise UnsupportedCheckpointError(f"{zip_rel} is not a RocksDB checkpoint zip: {exc}") from None
+        if not lines or lines[0] != "v1":
+            raise UnsupportedCheckpointError(f"{zip_rel} has RocksDB metadata version {lines[0]!r}")
+        meta = json.loads(lines[1])
+        for sst in meta.get("sstFiles", []):
+            self._add(files, f"{store_rel}/SSTs/{sst['dfsSstFileName']}", essential=True)
+        for log in meta.get("logFiles", []):
+            self._add(files, f"{store_rel}/logs/{log['dfsLogFileName']}", essential=True)
+
+    # --- files -------------------------------------------------------------------
+
+    def _add(self, files: dict[str, PlannedFile], rel: str, *, essential: bool) -> None:
+        """Add a file and the checksum sidecars Spark/Hadoop keep next to it."""
+        st = self.fs.stat(rel)
+        if st is None:
+            if essential:
+                raise CheckpointChanged(f"{rel} vanished while planning")
+            return
+        if not st.regular:
+            raise UnsupportedCheckpointError(f"{self._path(rel)} is not a regular file")
+        files[rel] = PlannedFile(rel, st.size, st.mtime_ns, essential, st.etag)
+        head, _, name = rel.rpartition("/")
+        prefix = f"{head}/" if head else ""
+        # Spark 4.1's own checksum file `<name>.crc`, and Hadoop's `.<name>.crc` for both.
+        for side in (f"{name}.crc", f".{name}.crc", f".{name}.crc.crc"):
+            sst = self.fs.stat(f"{prefix}{side}")
+            if sst is None:
+                continue
+            files[f"{prefix}{side}"] = PlannedFile(f"{prefix}{side}", sst.size, sst.mtime_ns, False, sst.etag)
+
+    def _add_tree(self, files: dict[str, PlannedFile], rel: str, *, essential: bool) -> None:
+        """Every regular, non-temporary file below `rel` (absent directory: nothing)."""
+        if not self.fs.is_dir(rel):
+            return
+        for dirpath, _dirnames, filenames in self.fs.walk(rel):
+            for name in sorted(filenames):
+                if name.startswith(".") or name.endswith(".tmp") or name.endswith(".crc"):
+                    continue  # sidecars come with their file; temp files are never part of a cut
+                self._add(files, f"{dirpath}/{name}", essential=essential)

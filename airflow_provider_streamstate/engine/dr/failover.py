@@ -1,0 +1,453 @@
+"""Failover: resume a stream from a replicated snapshot against a mirrored Kafka cluster, exactly.
+
+Spark's Kafka source keeps its offsets only in the checkpoint, and a mirror's offsets are
+not the primary's (transaction markers, retention, a late start), so MirrorMaker 2's own
+offset translation (consumer groups only, and lossy by design) cannot be used. Instead:
+
+1. Each snapshot taken with the primary reachable records per partition the last record
+   batch N consumed (`anchors.py`: timestamp, sha256 of key, value and headers, and how many
+   identical records at that timestamp came before it).
+2. At failover, each anchor is looked up in the mirrored partition — `offsetsForTimes` by
+   its timestamp, then forward comparing digests — and the DR offset right after it is where
+   the stream resumes. A partition with nothing consumed resumes at the mirror's beginning.
+   A snapshot with an anchor the mirror does not hold yet is skipped (with the reason) for
+   an older one; a topic whose partition count differs in DR is refused.
+3. The snapshot is restored into a private staging directory and every place the
+   checkpoint names Kafka topics and offsets (`offsets/<batch>` and `sources/<i>/0`, with
+   their Hadoop `.crc` sidecars) is rewritten for the DR cluster; then the directory is
+   renamed to the target. Nothing is written to the target unless all of it succeeded.
+
+The same application, started on the target with the DR bootstrap and the DR topic names,
+resumes with batch N+1: no record re-read, none skipped, whenever the mirror has the data.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import struct
+import time
+import uuid
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_streamstate.engine.catalog.snapshots import list_snapshots, resolve_snapshot
+from airflow_provider_streamstate.engine.catalog.validation_records import validation_status
+from airflow_provider_streamstate.engine.core.anchor import anchors_from_json
+from airflow_provider_streamstate.engine.core.cancel import current_token
+from airflow_provider_streamstate.engine.core.errors import (
+    NotFoundError,
+    StreamstateError,
+    TransientError,
+    UsageError,
+)
+from airflow_provider_streamstate.engine.core.manifest import Manifest
+from airflow_provider_streamstate.engine.kafka.anchors import (
+    DEFAULT_TIMEOUT_S,
+    kafka_consumer,
+    message_digest,
+    message_timestamp,
+    offset_for_time,
+    scan,
+)
+from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
+from airflow_provider_streamstate.engine.stores.base import SnapshotStore
+
+log = logging.getLogger("streamstate.failover")
+MIRROR_POLL_S = 2.0  # how often a failover waiting for the mirror looks again
+
+POLICIES = ("default", "identity")
+HADOOP_CRC_CHUNK = 512
+
+
+class Untranslatable(StreamstateError):
+    """This snapshot cannot be resumed exactly on the DR cluster (an older one may)."""
+
+
+class PartitionCountMismatch(UsageError):
+    """A topic has another partition count in DR: records would not map one to one."""
+
+
+@dataclass(frozen=True)
+class TopicMap:
+    """How the primary's topic names read in the DR cluster: explicit pairs first, then the
+    mirror's replication policy (`default`: `<source alias>.<topic>`; `identity`: the same)."""
+
+    pairs: dict[str, str] = field(default_factory=dict)
+    policy: str = "default"
+    source_alias: str = "primary"
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise UsageError(f"unknown replication policy {self.policy!r}", hint="use default or identity")
+        if self.policy == "default" and not self.source_alias:
+            raise UsageError("the default replication policy needs --source-alias",
+                             hint="give the primary cluster's alias in the MirrorMaker 2 configuration")
+
+    def dr_topic(self, topic: str) -> str:
+        if topic in self.pairs:
+            return self.pairs[topic]
+        return topic if self.policy == "identity" else f"{self.source_alias}.{topic}"
+
+    def check(self, topics: set[str]) -> None:
+        unknown = sorted(set(self.pairs) - topics)
+        if unknown:
+            raise UsageError(
+                f"--topic-map names {', '.join(unknown)}, which the checkpoint does not read",
+                hint=f"the checkpoint reads {', '.join(sorted(topics)) or 'no Kafka topic'}; write SRC=DST with SRC one of them",
+            )
+
+    @classmethod
+    def parse(cls, items: list[str] | None, policy: str = "default", source_alias: str = "primary") -> TopicMap:
+        pairs: dict[str, str] = {}
+        for item in items or []:
+            src, sep, dst = item.partition("=")
+            if not sep or not src or not dst:
+                raise UsageError(f"invalid topic map {item!r}", hint="write --topic-map SRC=DST, e.g. payments=primary.payments")
+            pairs[src] = dst
+        return cls(pairs, policy, source_alias)
+
+
+@dataclass(frozen=True)
+class TranslatedPartition:
+    topic: str
+    partition: int
+    dr_topic: str
+    primary_offset: int  # where the snapshot resumes in the primary
+    dr_offset: int  # where it resumes in the DR cluster: right after the anchor record
+    dr_end: int  # the DR partition's end offset when translated
+
+    @property
+    def behind(self) -> int:
+        return max(0, self.dr_end - self.dr_offset)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"topic": self.topic, "partition": self.partition, "dr_topic": self.dr_topic,
+                "primary_offset": self.primary_offset, "dr_offset": self.dr_offset, "dr_end": self.dr_end}
+
+
+@dataclass(frozen=True)
+class Translation:
+    snapshot_id: str
+    batch_id: int
+    partitions: list[TranslatedPartition]
+    seconds: float
+
+    @property
+    def events_behind(self) -> int:
+        """Records in the DR cluster after the resume point (what the resumed stream reads first)."""
+        return sum(p.behind for p in self.partitions)
+
+    def dr_offsets(self) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for p in self.partitions:
+            out.setdefault(p.dr_topic, {})[str(p.partition)] = p.dr_offset
+        return out
+
+    def topic_names(self) -> dict[str, str]:
+        return {p.topic: p.dr_topic for p in self.partitions}
+
+
+def _dr_admin(bootstrap: str, config: dict[str, Any] | None, timeout_s: float) -> tuple[Any, dict[str, Any]]:
+    """A consumer on the DR cluster and its topics; TransientError when it does not answer."""
+    from confluent_kafka import KafkaException
+
+    consumer = kafka_consumer(bootstrap, config, timeout_s)
+    try:
+        md = consumer.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        consumer.close()
+        raise TransientError(f"cannot reach the DR Kafka cluster at {bootstrap}: {exc.args[0]}",
+                             hint="check --kafka-bootstrap and that the DR brokers are up") from None
+    return consumer, md.topics
+
+
+def translate(
+    manifest: Manifest, consumer: Any, topics: dict[str, Any], topic_map: TopicMap, *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> Translation:
+    """The DR offset of every partition the snapshot resumes, from its anchors.
+
+    Raises Untranslatable (an older snapshot may do) or PartitionCountMismatch (none will)."""
+    from confluent_kafka import TopicPartition
+
+    started = time.monotonic()
+    sid = manifest.snapshot_id
+    if manifest.kafka_anchors is None:
+        raise Untranslatable(f"snapshot {sid} has no Kafka anchors (taken without the primary's bootstrap)")
+    anchors = anchors_from_json(manifest.kafka_anchors)
+    out: list[TranslatedPartition] = []
+    for topic, parts in sorted(manifest.kafka_offsets.items()):
+        dr_topic = topic_map.dr_topic(topic)
+        md = topics.get(dr_topic)
+        if md is None or md.error is not None:
+            raise Untranslatable(f"topic {dr_topic} (the mirror of {topic}) does not exist in the DR cluster")
+        ta = anchors.get(topic)
+        if ta is None:
+            raise Untranslatable(f"snapshot {sid} has no anchors for topic {topic}")
+        if len(md.partitions) != ta.partition_count:
+            raise PartitionCountMismatch(
+                f"topic {topic} had {ta.partition_count} partitions in the primary, {dr_topic} has "
+                f"{len(md.partitions)} in DR",
+                hint="records would not map one to one; mirror into a topic with the same partition count",
+            )
+        for p, primary_offset in sorted(parts.items(), key=lambda x: int(x[0])):
+            part = int(p)
+            if p not in ta.partitions:
+                raise Untranslatable(f"snapshot {sid} has no anchor for {topic}[{p}]")
+            low, high = consumer.get_watermark_offsets(TopicPartition(dr_topic, part), timeout=timeout_s)
+            anchor = ta.partitions[p]
+            dr_offset: int | None
+            if anchor is None:
+                dr_offset = int(low)  # nothing consumed: everything the mirror holds is still to read
+            else:
+                dr_offset = _find(consumer, dr_topic, part, anchor.timestamp_ms, anchor.sha256, anchor.repeat,
+                                  int(high), timeout_s)
+                if dr_offset is None:
+                    raise Untranslatable(
+                        f"the last record batch {manifest.batch_id} read from {topic}[{p}] (primary offset "
+                        f"{anchor.offset}, timestamp {anchor.timestamp_ms}) has not reached {dr_topic} in DR"
+                    )
+            out.append(TranslatedPartition(topic, part, dr_topic, primary_offset, dr_offset, int(high)))
+    return Translation(sid, manifest.batch_id, out, time.monotonic() - started)
+
+
+def _find(consumer: Any, topic: str, partition: int, ts: int, digest: str, repeat: int, high: int,
+          timeout_s: float) -> int | None:
+    """The offset right after the (repeat+1)-th record at `ts` with `digest`; None: not there."""
+    first = offset_for_time(consumer, topic, partition, ts, timeout_s)
+    if first < 0:
+        return None
+    seen = 0
+    # Read in slices: the anchor is normally among the first records at its timestamp.
+    start = first
+    while start < high:
+        batch = scan(consumer, topic, partition, start, min(high, start + 2000), timeout_s)
+        if not batch:
+            return None
+        for m in batch:
+            if message_timestamp(m) == ts and message_digest(m) == digest:
+                if seen == repeat:
+                    return int(m.offset()) + 1
+                seen += 1
+        start = int(batch[-1].offset()) + 1
+    return None
+
+
+# --- rewriting the checkpoint --------------------------------------------------------------
+
+
+def hadoop_crc(data: bytes) -> bytes:
+    """The `.<name>.crc` sidecar Hadoop's local filesystem keeps (CRC32 per 512 bytes)."""
+    sums = b"".join(struct.pack(">I", zlib.crc32(data[i:i + HADOOP_CRC_CHUNK]))
+                    for i in range(0, len(data), HADOOP_CRC_CHUNK))
+    return b"crc\x00" + struct.pack(">i", HADOOP_CRC_CHUNK) + sums
+
+
+def _write(path: Path, data: bytes) -> None:
+    """Replace a checkpoint file and, when it has one, its Hadoop checksum sidecar."""
+    for p, content in ((path, data), (path.with_name(f".{path.name}.crc"), hadoop_crc(data))):
+        if p != path and not p.exists():
+            continue
+        tmp = p.with_name(f".{p.name}.failover-tmp")
+        with open(tmp, "wb") as f:
+            f.write(content)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+
+
+def _translated_source(value: Any, names: dict[str, str], dr: dict[str, dict[str, int]]) -> Any:
+    """A source's offsets entry for DR: a Kafka entry of translated topics becomes their DR
+    offsets; anything else stays as it is."""
+    if not isinstance(value, dict) or not value or not all(t in names for t in value):
+        return value
+    return {names[t]: dict(dr[names[t]]) for t in value}
+
+
+def rewrite_checkpoint(root: Path, translation: Translation) -> list[str]:
+    """Point a restored checkpoint at the DR cluster: in every `offsets/<batch>` and
+    `sources/<i>/0`, the Kafka topics get their DR names and the offsets the translated ones.
+
+    Batch N's offsets are where the query resumes. Older batches and the initial offsets are
+    history Spark does not replay; they get the same DR offsets (the DR cluster has no
+    truthful translation of them) so the checkpoint names no primary offset anywhere.
+    Returns the files rewritten."""
+    names = translation.topic_names()
+    dr = translation.dr_offsets()
+    changed: list[str] = []
+    offsets_dir = root / "offsets"
+    for name in sorted((n for n in os.listdir(offsets_dir) if n.isdigit()), key=int):
+        path = offsets_dir / name
+        lines = path.read_text(encoding="utf-8").split("\n")
+        if lines[0] != "v1" or len(lines) < 2:
+            raise UsageError(f"offsets/{name} has an unknown format", hint="fail over with a streamstate-supported Spark")
+        out = lines[:2]
+        for ln in lines[2:]:
+            if ln in ("", "-"):
+                out.append(ln)
+                continue
+            out.append(json.dumps(_translated_source(json.loads(ln), names, dr), separators=(",", ":")))
+        if out != lines:
+            _write(path, "\n".join(out).encode())
+            changed.append(f"offsets/{name}")
+    sources = root / "sources"
+    for src in sorted(sources.iterdir()) if sources.is_dir() else []:
+        path = src / "0"
+        if not path.is_file():
+            continue
+        raw = path.read_bytes()
+        prefix = b"\x00v1\n" if raw.startswith(b"\x00v1\n") else b"v1\n" if raw.startswith(b"v1\n") else None
+        if prefix is None:
+            continue
+        try:
+            value = json.loads(raw[len(prefix):])
+        except ValueError:
+            continue
+        new = _translated_source(value, names, dr)
+        if new != value:
+            _write(path, prefix + json.dumps(new, separators=(",", ":")).encode())
+            changed.append(f"sources/{src.name}/0")
+    return changed
+
+
+# --- the whole failover --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FailoverResult:
+    stream: str
+    snapshot_id: str
+    batch_id: int
+    target: str
+    translated: list[TranslatedPartition]
+    skipped_snapshots: list[tuple[str, str]]  # (snapshot id, why it could not be used)
+    rewritten: list[str]
+    seconds_choose: float  # finding a translatable snapshot (translation included)
+    seconds_restore: float
+    seconds_rewrite: float
+    seconds_translate: float = 0.0  # the chosen snapshot's translation alone (part of seconds_choose)
+
+    @property
+    def events_behind(self) -> int:
+        return sum(p.behind for p in self.translated)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "stream": self.stream, "snapshot_id": self.snapshot_id, "batch_id": self.batch_id, "target": self.target,
+            "translated": [p.to_json() for p in self.translated],
+            "skipped_snapshots": [{"snapshot_id": s, "reason": r} for s, r in self.skipped_snapshots],
+            "events_behind": self.events_behind, "rewritten": self.rewritten,
+            "seconds_choose": round(self.seconds_choose, 3), "seconds_restore": round(self.seconds_restore, 3),
+            "seconds_rewrite": round(self.seconds_rewrite, 3), "seconds_translate": round(self.seconds_translate, 3),
+        }
+
+
+def _candidates(store: SnapshotStore, stream: str, snapshot: str | None, suite: str | None) -> list[Manifest]:
+    """The snapshot asked for, or every snapshot of the current timeline, newest first (only
+    those that passed `suite` when given)."""
+
+    if snapshot is not None:
+        return [resolve_snapshot(store, stream, snapshot)]
+    listing = list_snapshots(store, stream)
+    out = [m for m in listing.manifests if listing.on_current_timeline(m)]
+    out.sort(key=lambda m: (m.batch_id, m.snapshot_id), reverse=True)
+    if suite is not None:
+
+        status = validation_status(store, stream, [m.snapshot_id for m in out])
+        out = [m for m in out if status.get(m.snapshot_id, {}).get(suite) is True]
+        if not out:
+            raise NotFoundError(f"no snapshot of {stream} has passed suite {suite}",
+                                hint="fail over without --suite, or validate a snapshot first")
+    return out
+
+
+def _check_target(target: Path) -> None:
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise UsageError(f"target {target} is not empty",
+                         hint="fail over into a new or empty directory (the stream's DR checkpoint location)")
+
+
+def failover(
+    store: SnapshotStore,
+    stream: str,
+    target: str | Path,
+    kafka_bootstrap: str,
+    *,
+    snapshot: str | None = None,
+    topic_map: TopicMap | None = None,
+    suite: str | None = None,
+    kafka_config: dict[str, Any] | None = None,
+    parallelism: int = 8,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    mirror_wait_s: float = 0.0,
+) -> FailoverResult:
+    """Restore `stream` from `store` into `target` (new or empty) for the DR cluster at
+    `kafka_bootstrap`: the given `snapshot`, else the newest translatable one (that passed
+    `suite` when given). Nothing is written unless it all succeeds.
+
+    `mirror_wait_s`: for a given `snapshot` (a failback's final one, taken just now), wait
+    up to this long for the mirror to bring its anchor records over instead of refusing."""
+
+    topic_map = topic_map or TopicMap()
+    target = Path(target).expanduser().resolve()
+    _check_target(target)
+    started = time.monotonic()
+    consumer, topics = _dr_admin(kafka_bootstrap, kafka_config, timeout_s)
+    try:
+        candidates = _candidates(store, stream, snapshot, suite)
+        topic_map.check({t for m in candidates for t in m.kafka_offsets})
+        skipped: list[tuple[str, str]] = []
+        chosen: tuple[Manifest, Translation] | None = None
+        wait_until = time.monotonic() + (mirror_wait_s if snapshot is not None else 0.0)
+        for m in candidates:
+            while True:
+                try:
+                    chosen = (m, translate(m, consumer, topics, topic_map, timeout_s=timeout_s))
+                    break
+                except Untranslatable as exc:
+                    if time.monotonic() < wait_until:
+                        log.info("failover of %s: waiting for the mirror: %s", stream, exc.message)
+                        token = current_token()
+                        if token is not None and token.wait(MIRROR_POLL_S):
+                            token.raise_if_cancelled()
+                        elif token is None:
+                            time.sleep(MIRROR_POLL_S)
+                        topics = consumer.list_topics(timeout=timeout_s).topics
+                        continue
+                    log.info("failover of %s: skipping %s: %s", stream, m.snapshot_id, exc.message)
+                    skipped.append((m.snapshot_id, exc.message))
+                    break
+            if chosen is not None:
+                break
+    finally:
+        consumer.close()
+    if chosen is None:
+        reasons = "; ".join(f"{s}: {r}" for s, r in skipped[:3])
+        raise NotFoundError(f"no snapshot of {stream} can resume exactly on the DR cluster ({reasons})",
+                            hint="wait for the mirror to catch up, or take a snapshot with --kafka-bootstrap")
+    manifest, translation = chosen
+    chose_s = time.monotonic() - started
+    staging = target.parent / f".{target.name}.failover-{uuid.uuid4().hex[:8]}"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        t0 = time.monotonic()
+        restore_snapshot(store, stream, manifest.snapshot_id, staging, parallelism=parallelism)
+        t1 = time.monotonic()
+        rewritten = rewrite_checkpoint(staging, translation)
+        _check_target(target)  # still new or empty: nobody wrote there meanwhile
+        if target.exists():
+            target.rmdir()
+        os.rename(staging, target)
+        t2 = time.monotonic()
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    log.info("failover of %s: %s restored into %s for %s, %d record(s) to catch up",
+             stream, manifest.snapshot_id, target, kafka_bootstrap, translation.events_behind)
+    return FailoverResult(stream, manifest.snapshot_id, manifest.batch_id, str(target), translation.partitions,
+                          skipped, rewritten, chose_s, t1 - t0, t2 - t1, translation.seconds)

@@ -1,0 +1,685 @@
+"""Replication: copy snapshots of a stream from one store to another (another region, another
+endpoint, another kind of store), the same snapshot under the same id.
+
+The guarantee is the one a snapshot gives: a snapshot is visible at the destination only
+when it is complete there, and it is byte-identical to the source's. For each snapshot:
+
+1. The source manifest is read and validated (it is untrusted input), and its timeline
+   records are read: the records its timeline relies on are copied first, write-once.
+2. Only blobs the destination lacks are copied, in parallel; every byte is hashed while
+   it streams from the source to the destination (`SnapshotStore.put_blob_stream`), and a
+   blob whose bytes do not match its name is refused, naming it and the files of the
+   manifest that use it. Nothing is published then.
+3. The manifest is published last, the source's very bytes (same id), atomically and
+   never over another one; then the validation records the source holds for it, and a
+   write-once provenance record (`streams/<stream>/replicas/<snapshot id>.json`: where
+   it came from, when, what was copied) that `snapshot list` shows.
+
+A replication killed at any moment leaves no listed snapshot at the destination (only
+orphan blobs, which a re-run reuses and garbage collection collects); a re-run copies
+only what is missing. Where both stores are S3 on the same endpoint with the same
+credentials, blobs are copied server-side (CopyObject) and then verified (see `_ServerSide`).
+
+The destination's blobs follow the blob protocol of docs/concepts.md ("Blobs, and what may
+delete them"): a blob present at the destination is relied on only when a destination
+manifest read in this operation references it (checked with a HEAD, rule 3) or this
+operation stored it; any other present blob is refreshed first (rule 4), so garbage
+collection's grace period covers the replication, and checked once more right before the
+manifest that needs it is published (a GC that read its age before the refresh may have
+deleted it after: it is copied again); and each manifest is published within
+`gc.MAX_SNAPSHOT_SECONDS` of the moment its blobs were first relied on (rule 1).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from airflow_provider_streamstate.engine.catalog.gc import max_snapshot_seconds
+from airflow_provider_streamstate.engine.catalog.snapshots import (
+    LATEST,
+    LATEST_GOOD_PREFIX,
+    no_snapshots_error,
+    resolve_snapshot,
+)
+from airflow_provider_streamstate.engine.catalog.timeline import load_timelines
+from airflow_provider_streamstate.engine.core.cancel import CancelToken, cancellation, check_cancelled
+from airflow_provider_streamstate.engine.core.digest import sha256_stream
+from airflow_provider_streamstate.engine.core.errors import (
+    CorruptionError,
+    MissingBlobError,
+    NotFoundError,
+    StreamstateError,
+    TransientError,
+    UsageError,
+)
+from airflow_provider_streamstate.engine.core.manifest import (
+    Manifest,
+    SnapshotRef,
+    validate_snapshot_id,
+    validate_stream_name,
+)
+from airflow_provider_streamstate.engine.core.parallel import run_parallel
+from airflow_provider_streamstate.engine.lifecycle.blob_refresh import RefreshedBlobs
+from airflow_provider_streamstate.engine.stores.base import (
+    ManifestExistsError,
+    SnapshotStore,
+    blob_key,
+    record_key,
+)
+from airflow_provider_streamstate.engine.stores.s3 import PART_SIZE, S3Store
+from airflow_provider_streamstate.engine.stores.s3 import same_s3_account as same_clients
+from airflow_provider_streamstate.engine.stores.s3_errors import code, status
+
+log = logging.getLogger("streamstate.replicate")
+
+REPLICA_KIND = "replicas"
+REPLICA_FORMAT = "streamstate.replica/v1"
+VALIDATIONS_KIND = "validations"
+TIMELINES_KIND = "timelines"
+ALL = "all"
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _iso(dt: datetime) -> str:
+    return dt.isoformat().replace("+00:00", "Z")
+
+
+def _parse_iso(text: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
+    except (ValueError, AttributeError):
+        return None
+
+
+@dataclass(frozen=True)
+class SnapshotReplication:
+    """What replicating one snapshot did.
+
+    `lag_seconds` is the replication lag: the destination's publish time minus the
+    snapshot's creation time (for a snapshot that was already there, as its provenance
+    record says; None when it has none, e.g. it was taken at the destination).
+    """
+
+    snapshot_id: str
+    batch_id: int
+    blobs_copied: int
+    blobs_skipped: int  # already at the destination (or copied for an earlier snapshot of this run)
+    bytes_copied: int
+    bytes_skipped: int
+    blobs_refreshed: int  # present at the destination but vouched for by nothing: refreshed (rule 4)
+    seconds: float
+    lag_seconds: float | None
+    already_present: bool  # the destination held the manifest before this run
+    records_copied: int  # timeline and validation records
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "snapshot_id": self.snapshot_id,
+            "batch_id": self.batch_id,
+            "blobs_copied": self.blobs_copied,
+            "blobs_skipped": self.blobs_skipped,
+            "bytes_copied": self.bytes_copied,
+            "bytes_skipped": self.bytes_skipped,
+            "blobs_refreshed": self.blobs_refreshed,
+            "seconds": round(self.seconds, 3),
+            "lag_seconds": None if self.lag_seconds is None else round(self.lag_seconds, 3),
+            "already_present": self.already_present,
+            "records_copied": self.records_copied,
+        }
+
+
+@dataclass(frozen=True)
+class ReplicationResult:
+    """Every snapshot one replication handled (oldest first), with totals."""
+
+    stream: str
+    source: str
+    destination: str
+    server_side_copy: bool
+    snapshots: tuple[SnapshotReplication, ...]
+    seconds: float
+
+    @property
+    def blobs_copied(self) -> int:
+        return sum(s.blobs_copied for s in self.snapshots)
+
+    @property
+    def bytes_copied(self) -> int:
+        return sum(s.bytes_copied for s in self.snapshots)
+
+    @property
+    def bytes_skipped(self) -> int:
+        return sum(s.bytes_skipped for s in self.snapshots)
+
+    @property
+    def blobs_skipped(self) -> int:
+        return sum(s.blobs_skipped for s in self.snapshots)
+
+    @property
+    def published(self) -> list[str]:
+        """Ids this run published at the destination (not those already there)."""
+        return [s.snapshot_id for s in self.snapshots if not s.already_present]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "stream": self.stream,
+            "source": self.source,
+            "destination": self.destination,
+            "server_side_copy": self.server_side_copy,
+            "snapshots": [s.to_json() for s in self.snapshots],
+            "snapshots_published": len(self.published),
+            "blobs_copied": self.blobs_copied,
+            "blobs_skipped": self.blobs_skipped,
+            "bytes_copied": self.bytes_copied,
+            "bytes_skipped": self.bytes_skipped,
+            "blobs_refreshed": sum(s.blobs_refreshed for s in self.snapshots),
+            "seconds": round(self.seconds, 3),
+        }
+
+
+# --- which snapshots ----------------------------------------------------------------------
+
+
+def select_snapshots(
+    source: SnapshotStore, destination: SnapshotStore, stream: str, *, snapshots: Sequence[str] = (),
+    since: str | None = None, all_missing: bool = False,
+) -> list[str]:
+    """Source snapshot ids to replicate, oldest first (by creation time).
+
+    Exactly one way of choosing: `snapshots` (ids or `latest`, the newest on the source's
+    current timeline; the default when nothing is given), `since` (that snapshot and every
+    one created after it, on any timeline), or `all_missing` (every snapshot the
+    destination does not hold and has not deleted: a snapshot retention deleted there,
+    whose tombstone remains, stays deleted rather than coming back on every run).
+    """
+    validate_stream_name(stream)
+    chosen = sum(1 for x in (bool(snapshots), since is not None, all_missing) if x)
+    if chosen > 1:
+        raise UsageError("choose the snapshots one way", hint="give snapshot ids, or --since ID, or --all")
+    ids = source.list_snapshot_ids(stream)
+    if not ids:
+        raise no_snapshots_error(source, stream)
+    refs = sorted(SnapshotRef.parse(i) for i in ids if _valid_id(i))
+    if all_missing:
+        present = set(destination.list_snapshot_ids(stream)) | set(destination.list_tombstones(stream))
+        return [r.snapshot_id for r in refs if r.snapshot_id not in present]
+    if since is not None:
+        try:
+            start = SnapshotRef.parse(since)
+        except UsageError as exc:
+            raise UsageError(exc.message, hint="--since takes a snapshot id; see `streamstate snapshot list`") from None
+        if since not in ids:
+            raise NotFoundError(
+                f"no snapshot {since} of stream {stream} in {source.url}",
+                hint=f"list them with `streamstate snapshot list --store {source.url} --stream {stream}`",
+            )
+        return [r.snapshot_id for r in refs if r.created >= start.created]
+    wanted: list[str] = []
+    for spec in snapshots or [LATEST]:
+        named = spec == LATEST or spec.startswith(LATEST_GOOD_PREFIX)  # `latest-good:<suite>` too
+        sid = resolve_snapshot(source, stream, spec).snapshot_id if named else _checked_id(spec)
+        if sid not in ids:
+            raise NotFoundError(
+                f"no snapshot {sid} of stream {stream} in {source.url}",
+                hint=f"list them with `streamstate snapshot list --store {source.url} --stream {stream}`",
+            )
+        if sid not in wanted:
+            wanted.append(sid)
+    return sorted(wanted, key=lambda s: SnapshotRef.parse(s))
+
+
+def _valid_id(sid: str) -> bool:
+    try:
+        validate_snapshot_id(sid)
+        return True
+    except UsageError:
+        log.warning("ignoring a manifest with an invalid id %r", sid)
+        return False
+
+
+def _checked_id(spec: str) -> str:
+    try:
+        return validate_snapshot_id(spec)
+    except UsageError as exc:
+        raise UsageError(exc.message, hint="give snapshot ids or `latest`; see `streamstate snapshot list`") from None
+
+
+# --- copying blobs ------------------------------------------------------------------------
+
+
+def same_s3_account(source: SnapshotStore, destination: SnapshotStore) -> bool:
+    """Both stores are S3 on the same endpoint with the same credentials: CopyObject works."""
+
+    return isinstance(source, S3Store) and isinstance(destination, S3Store) \
+        and same_clients(source.client, destination.client)
+
+
+class _ServerSide:
+    """Blob copies inside one S3 endpoint: CopyObject, no bytes through this host.
+
+    Verification policy: the copy asks for a SHA-256 checksum of the new object
+    (`ChecksumAlgorithm=SHA256`); when the endpoint returns a full-object checksum in the
+    response it must equal the blob's name. When it returns none (moto and s3proxy do not,
+    for copies), the new object is re-hashed by streaming it back from the destination
+    (a download, still no upload). A copy that does not match is deleted at once and the
+    replication stops as for any corrupt source blob; the object existed only between the
+    copy and the check, under a name no manifest had published. Copies are only made for
+    blobs the destination lacked (HEAD first); a concurrent writer of the same blob
+    writes the same bytes.
+    """
+
+    def __init__(self, source: Any, destination: Any) -> None:
+        self.src, self.dst = source, destination
+
+    def _key(self, store: Any, digest: str) -> str:
+        return f"{store.prefix}/{blob_key(digest)}" if store.prefix else blob_key(digest)
+
+    def copy(self, digest: str, size: int) -> int:
+        from botocore.exceptions import ClientError
+
+
+        check_cancelled()
+        dst_key = self._key(self.dst, digest)
+        with self.dst._errors(f"copy blob {digest[:12]}"):  # noqa: SLF001 - the store's error mapping
+            try:
+                r = self.dst.client.copy_object(
+                    Bucket=self.dst.bucket, Key=dst_key,
+                    CopySource={"Bucket": self.src.bucket, "Key": self._key(self.src, digest)},
+                    ChecksumAlgorithm="SHA256",
+                )
+            except ClientError as exc:
+                if code(exc) in ("NoSuchKey", "404") or status(exc) == 404:
+                    raise MissingBlobError(f"blob {digest} is missing from {self.src.url}") from None
+                raise
+        checksum = (r.get("CopyObjectResult") or {}).get("ChecksumSHA256")
+        expected = base64.b64encode(bytes.fromhex(digest)).decode()
+        if checksum and "-" not in checksum:
+            ok, detail = checksum == expected, f"S3 reports sha256 {base64.b64decode(checksum).hex()}"
+        else:
+            with self.dst.open_blob(digest) as f:
+                got, n = sha256_stream(f)
+            ok, detail = got == digest and n == size, f"the copy hashes to {got} ({n} bytes, expected {size})"
+        if not ok:
+            with self.dst._errors(f"delete bad copy of blob {digest[:12]}"):  # noqa: SLF001
+                self.dst.client.delete_object(Bucket=self.dst.bucket, Key=dst_key)
+            raise CorruptionError(detail)
+        return size
+
+
+class _Replicator:
+    """One replication: the destination blobs it may rely on, and when it started to."""
+
+    def __init__(
+        self, source: SnapshotStore, destination: SnapshotStore, stream: str, parallelism: int, server_side: bool,
+    ) -> None:
+        self.src, self.dst, self.stream = source, destination, stream
+        self.parallelism = parallelism
+        self.server_side = _ServerSide(source, destination) if server_side else None
+        # digest -> monotonic time since when it is safe at the destination for this run:
+        # stored or refreshed by it, or referenced by a destination manifest it read and
+        # checked present (rules 2-4).
+        self.ready: dict[str, float] = {}
+        self.refreshed = RefreshedBlobs()  # rule 4: checked again before publishing
+        self.lock = threading.Lock()
+
+    # rule 1: what a manifest relies on must be younger than D when it is published
+    def _forget_old(self) -> None:
+        limit = time.monotonic() - max_snapshot_seconds() / 2
+        with self.lock:
+            for d in [d for d, t in self.ready.items() if t < limit]:
+                del self.ready[d]  # checked (and refreshed) again before it is relied on
+
+    def _copy_blob(self, digest: str, size: int) -> int:
+        if self.server_side is not None:
+            return self.server_side.copy(digest, size)
+        with self.src.open_blob(digest) as body:
+            return self.dst.put_blob_stream(digest, body, size)
+
+    def _place(self, digest: str, size: int, vouched: bool) -> tuple[int, bool]:
+        """Make one blob safe at the destination: (bytes copied, refreshed).
+
+        Presence is asked first (a HEAD) only where a wrong guess costs more than the
+        question: blobs a destination manifest vouches for (rule 3; usually present), blobs
+        larger than a part (a multipart upload would go through before the conditional write
+        refuses it) and server-side copies (CopyObject is not conditional). Any other blob is
+        usually absent (new since the last replication), so it is read and written at once,
+        and the destination's write-once put finds the present ones (0 bytes written); those
+        were vouched for by nothing, so they are refreshed (rule 4).
+        """
+        started = time.monotonic()
+        ask = vouched or size > PART_SIZE or self.server_side is not None
+        present = self.dst.has_blob(digest) if ask else False
+        refreshed = False
+        written = 0
+        if present and not vouched:
+            refreshed = self.dst.refresh_blob(digest)  # rule 4; False: it vanished meanwhile
+            present = refreshed
+        if not present:
+            written = self._copy_blob(digest, size)
+            if not written:  # present after all: an orphan, another writer's, a concurrent copy
+                refreshed = self.dst.refresh_blob(digest)
+                if not refreshed:
+                    written = self._copy_blob(digest, size)
+        with self.lock:
+            self.ready[digest] = started
+        if refreshed:
+            self.refreshed.add(digest)
+        return written, refreshed
+
+    def recheck_refreshed(self, m: Manifest) -> int:
+        """Right before publishing `m`, copy again any blob refreshed for it that a concurrent
+        GC deleted since (`blob_refresh`). Returns the blobs copied again."""
+
+        def again(d: str) -> None:
+            log.warning("blob %s vanished after it was refreshed (a concurrent GC): copying it again", d[:12])
+            try:
+                self._copy_blob(d, m.blobs[d])  # absent a moment ago: stored now, or just now by another writer
+            except CorruptionError as exc:
+                raise self._damaged(m, d, exc) from None
+
+        gone = self.refreshed.vanished(self.dst, m.blobs, self.parallelism)
+        run_parallel(again, gone, self.parallelism)
+        return len(gone)
+
+    def place_blobs(self, m: Manifest, vouched: set[str]) -> tuple[int, int, int, int, int]:
+        """(blobs copied, bytes copied, blobs skipped, bytes skipped, blobs refreshed)."""
+        self._forget_old()
+        blobs = m.blobs
+        with self.lock:
+            todo = [(d, s) for d, s in blobs.items() if d not in self.ready]
+
+        def place(item: tuple[str, int]) -> tuple[str, int, bool]:
+            d, s = item
+            try:
+                written, refreshed = self._place(d, s, d in vouched)
+            except CorruptionError as exc:  # MissingBlobError too: the source lost it
+                raise self._damaged(m, d, exc) from None
+            return d, written, refreshed
+
+        done = run_parallel(place, todo, self.parallelism)
+        copied = {d: w for d, w, _ in done if w}
+        refreshed = sum(1 for _, _, r in done if r)
+        skipped = [d for d in blobs if d not in copied]
+        return len(copied), sum(copied.values()), len(skipped), sum(blobs[d] for d in skipped), refreshed
+
+    def _damaged(self, m: Manifest, digest: str, exc: StreamstateError) -> CorruptionError:
+        paths = sorted(f.path for f in m.files if f.sha256 == digest)
+        shown = ", ".join(paths[:5]) + (f" (+{len(paths) - 5} more)" if len(paths) > 5 else "")
+        missing = isinstance(exc, MissingBlobError)
+        what = "is missing from" if missing else "is corrupt in"
+        detail = "" if missing else f" ({exc.message})"
+        return CorruptionError(
+            f"blob {digest} {what} the source {self.src.url}{detail}; snapshot {m.snapshot_id} uses it for {shown}",
+            hint=f"nothing was published at {self.dst.url}; verify the source (`streamstate verify`), replicate "
+            "another snapshot, or repair this one from a healthy replica",
+        )
+
+    def relied_since(self, m: Manifest) -> float:
+        with self.lock:
+            return min((self.ready[d] for d in m.blobs), default=time.monotonic())
+
+    # --- records ------------------------------------------------------------------------
+
+    def _copy_record(self, key: str, *, must_match: bool) -> bool:
+        """Copy one write-once record unless the destination has it; True when copied."""
+        data = self.src.get_record(key)
+        if data is None:
+            return False
+        have = self.dst.get_record(key)
+        if have is None:
+            try:
+                self.dst.put_record(key, data)
+                return True
+            except ManifestExistsError:
+                have = self.dst.get_record(key)  # a concurrent replication wrote it
+        if have != data:
+            if must_match:
+                raise UsageError(
+                    f"{key} differs between {self.src.url} and {self.dst.url}: the two stores hold different "
+                    f"histories of stream {self.stream}",
+                    hint="replicate into a store (or prefix) that holds no other history of this stream",
+                )
+            log.warning("%s differs in %s; keeping the destination's", key, self.dst.url)
+        return False
+
+    def copy_timelines(self, m: Manifest) -> int:
+        """The timeline records `m`'s timeline relies on (it and its ancestors), before `m`."""
+        tls = load_timelines(self.src, self.stream)
+        copied = 0
+        seen: set[int] = set()
+        tl: int | None = m.timeline
+        while tl is not None and tl not in seen:
+            seen.add(tl)
+            rec = tls.records.get(tl)
+            if rec is None:
+                break  # a root timeline without a record (timeline 1)
+            copied += self._copy_record(record_key(self.stream, TIMELINES_KIND, f"{tl:09d}"), must_match=True)
+            tl = rec.parent_timeline
+        return copied
+
+    def copy_validations(self, snapshot_id: str) -> int:
+        """Validation records of the snapshot the source holds and the destination lacks."""
+        prefix = f"streams/{self.stream}/{VALIDATIONS_KIND}/{snapshot_id}/"
+        return sum(self._copy_record(key, must_match=False) for key in self.src.list_records(prefix))
+
+
+def store_endpoint(store: SnapshotStore) -> str | None:
+    """The S3 endpoint a store is reached at (None for a local store): an S3 URL alone does
+    not say which region or endpoint it is in."""
+    client = getattr(store, "client", None)
+    return str(client.meta.endpoint_url) if client is not None else None
+
+
+def replica_key(stream: str, snapshot_id: str) -> str:
+    return record_key(stream, REPLICA_KIND, snapshot_id)
+
+
+def _lag(created_at: str, published: datetime) -> float | None:
+    created = _parse_iso(created_at)
+    return (published - created).total_seconds() if created else None
+
+
+def _replicate_one(r: _Replicator, snapshot_id: str) -> SnapshotReplication:
+    started = time.monotonic()
+    check_cancelled()
+    data = r.src.get_manifest(r.stream, snapshot_id)
+    m = Manifest.from_json(data, expect_stream=r.stream, expect_id=snapshot_id)
+    try:
+        have = r.dst.get_manifest(r.stream, snapshot_id)
+    except NotFoundError:
+        have = None
+    if have is not None and have != data:
+        raise CorruptionError(
+            f"{r.dst.url} holds another manifest under snapshot id {snapshot_id} of {r.stream}",
+            hint="the two stores hold different histories of this stream; replicate into another store or prefix",
+        )
+    records = 0
+    if have is None:
+        records += r.copy_timelines(m)
+    # A manifest already there vouches for its own blobs (checked, and repaired when missing).
+    copied, nbytes, skipped, bskipped, refreshed = r.place_blobs(m, set(m.blobs) if have is not None else set())
+    lag = None
+    if have is None:
+        copied += r.recheck_refreshed(m)
+        bound = max_snapshot_seconds()  # D, read now: the same value GC checks its grace against
+        if time.monotonic() - r.relied_since(m) > bound:
+            raise TransientError(
+                f"replicating {snapshot_id} took over {bound:g} s; blobs it relies on may have been "
+                "collected since",
+                hint="nothing was published; run it again (with more --parallelism)",
+            )
+        check_cancelled()  # the last moment a cancellation can still stop the publish
+        try:
+            r.dst.put_manifest(r.stream, snapshot_id, data)
+            published = _now()
+        except ManifestExistsError:  # a concurrent replication published it first
+            if r.dst.get_manifest(r.stream, snapshot_id) != data:
+                raise
+            published = None
+        if published is not None:
+            lag = _lag(m.created_at, published)
+            record = {
+                "format": REPLICA_FORMAT, "stream": r.stream, "snapshot_id": snapshot_id, "source": r.src.url,
+                "source_endpoint": store_endpoint(r.src),
+                "created_at": m.created_at, "copied_at": _iso(published), "lag_seconds": lag,
+                "blobs_copied": copied, "bytes_copied": nbytes, "blobs_skipped": skipped, "bytes_skipped": bskipped,
+                "server_side_copy": r.server_side is not None,
+            }
+            try:
+                r.dst.put_record(replica_key(r.stream, snapshot_id), json.dumps(record, indent=1).encode())
+            except ManifestExistsError:
+                pass  # left by an earlier run that was killed right after its manifest
+            log.info(
+                "stream %s: replicated %s to %s: %d blobs (%d bytes) copied, %d skipped, lag %.1f s",
+                r.stream, snapshot_id, r.dst.url, copied, nbytes, skipped, lag or 0.0,
+            )
+    if lag is None:
+        lag = replica_origin(r.dst, r.stream, snapshot_id).get("lag_seconds")
+    records += r.copy_validations(snapshot_id)
+    return SnapshotReplication(
+        snapshot_id=snapshot_id, batch_id=m.batch_id, blobs_copied=copied, blobs_skipped=skipped,
+        bytes_copied=nbytes, bytes_skipped=bskipped, blobs_refreshed=refreshed, seconds=time.monotonic() - started,
+        lag_seconds=lag, already_present=have is not None, records_copied=records,
+    )
+
+
+def replicate(
+    source: SnapshotStore,
+    destination: SnapshotStore,
+    stream: str,
+    *,
+    snapshots: Sequence[str] = (),
+    since: str | None = None,
+    all_missing: bool = False,
+    parallelism: int = 8,
+    server_side: bool | None = None,
+    cancel: CancelToken | None = None,
+) -> ReplicationResult:
+    """Replicate snapshots of `stream` from `source` to `destination` (see the module doc).
+
+    Choose them with `snapshots` (ids or `latest`; the default), `since` or `all_missing`
+    (`select_snapshots`). `server_side` forces or forbids CopyObject between two S3 stores
+    (default: used when both are on the same endpoint with the same credentials). `cancel`
+    (or the enclosing `cancellation` block's token) stops it promptly: the snapshot being
+    copied is not published; those before it are complete.
+    """
+    with cancellation(cancel):
+        started = time.monotonic()
+        same = same_s3_account(source, destination)
+        if source.url == destination.url and (same or store_endpoint(source) is None):
+            raise UsageError(f"source and destination are the same store ({source.url})", hint="give another --to")
+        ids = select_snapshots(source, destination, stream, snapshots=snapshots, since=since, all_missing=all_missing)
+        if server_side and not same:
+            raise UsageError(
+                "server-side copy needs two S3 stores on the same endpoint with the same credentials",
+                hint="leave server_side unset to copy through this host",
+            )
+        use_server_side = same if server_side is None else server_side
+        r = _Replicator(source, destination, stream, max(1, parallelism), use_server_side)
+        log.info(
+            "stream %s: replicating %d snapshot(s) from %s to %s%s", stream, len(ids), source.url, destination.url,
+            " (server-side copy)" if use_server_side else "",
+        )
+        done = [_replicate_one(r, sid) for sid in ids]
+        return ReplicationResult(
+            stream=stream, source=source.url, destination=destination.url, server_side_copy=use_server_side,
+            snapshots=tuple(done), seconds=time.monotonic() - started,
+        )
+
+
+# --- provenance and presence ----------------------------------------------------------------
+
+
+def replica_origin(store: SnapshotStore, stream: str, snapshot_id: str) -> dict[str, Any]:
+    """The provenance record of a replicated snapshot ({} when it was taken in this store)."""
+    data = store.get_record(replica_key(stream, snapshot_id))
+    if data is None:
+        return {}
+    try:
+        d = json.loads(data)
+    except ValueError:
+        return {}
+    return d if isinstance(d, dict) and d.get("format") == REPLICA_FORMAT else {}
+
+
+def snapshot_origins(store: SnapshotStore, stream: str, *, parallelism: int = 8) -> dict[str, str]:
+    """snapshot id -> the store it was replicated from, for the stream's replicated snapshots."""
+    prefix = f"streams/{validate_stream_name(stream)}/{REPLICA_KIND}/"
+    ids = [k[len(prefix) : -len(".json")] for k in store.list_records(prefix)]
+    found = run_parallel(lambda sid: (sid, replica_origin(store, stream, sid).get("source")), ids, parallelism)
+    return {sid: str(src) for sid, src in found if src}
+
+
+@dataclass(frozen=True)
+class ReplicaCheck:
+    """Whether a snapshot is present and complete in a store (a sensor's poke)."""
+
+    outcome: str  # ready | waiting | failed
+    message: str
+    snapshot_id: str | None
+    store: str
+    blobs: int = 0
+    blobs_missing: int = 0
+    lag_seconds: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "outcome": self.outcome,
+            "snapshot_id": self.snapshot_id,
+            "store": self.store,
+            "blobs": self.blobs,
+            "blobs_missing": self.blobs_missing,
+            "lag_seconds": None if self.lag_seconds is None else round(self.lag_seconds, 3),
+        }
+
+
+def check_replica(
+    store: SnapshotStore, stream: str, snapshot: str = LATEST, *, source: SnapshotStore | None = None,
+    parallelism: int = 8,
+) -> ReplicaCheck:
+    """Is `snapshot` (an id, or `latest`: the newest on the current timeline of `source`, or
+    of `store` itself without a source) present in `store` with its manifest and every blob?
+
+    `waiting` while the manifest is absent (the replication publishes it last); `failed`
+    when a published manifest misses blobs (waiting cannot help: replicate it again to
+    repair it); `ready` otherwise.
+    """
+    validate_stream_name(stream)
+    if snapshot == LATEST:
+        where = source if source is not None else store
+        if not where.list_snapshot_ids(stream):
+            return ReplicaCheck("waiting", f"no snapshot of {stream} in {where.url} yet", None, store.url)
+        snapshot_id = resolve_snapshot(where, stream, LATEST).snapshot_id
+    else:
+        snapshot_id = _checked_id(snapshot)
+    try:
+        data = store.get_manifest(stream, snapshot_id)
+    except NotFoundError:
+        return ReplicaCheck("waiting", f"snapshot {snapshot_id} is not in {store.url} yet", snapshot_id, store.url)
+    m = Manifest.from_json(data, expect_stream=stream, expect_id=snapshot_id)
+    digests = sorted(m.blobs)
+    present = run_parallel(store.has_blob, digests, parallelism)
+    missing = [d for d, ok in zip(digests, present, strict=True) if not ok]
+    lag = replica_origin(store, stream, snapshot_id).get("lag_seconds")
+    if missing:
+        return ReplicaCheck(
+            "failed",
+            f"snapshot {snapshot_id} is in {store.url} but {len(missing)} of its {len(digests)} blobs are missing "
+            f"(e.g. {missing[0]}); replicate it again to repair it",
+            snapshot_id, store.url, len(digests), len(missing), lag,
+        )
+    return ReplicaCheck(
+        "ready", f"snapshot {snapshot_id} is complete in {store.url} ({len(digests)} blobs)",
+        snapshot_id, store.url, len(digests), 0, lag,
+    )

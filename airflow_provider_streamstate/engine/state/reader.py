@@ -1,0 +1,415 @@
+"""State as a table: one stateful operator's state of a snapshot (or of a live checkpoint
+at a batch) as a Spark DataFrame with plain columns, and the state metadata beside it.
+
+Spark's state data source (`format("statestore")`) gives `key` and `value` structs and
+`partition_id`. Suites and SQL are easier to write against flat columns, so each leaf of
+the key becomes `key_<field>` and each leaf of the value `value_<field>`, nested structs
+joined with `_` (a window key gives `key_window_start`, `key_window_end`); the value
+fields are the names Spark's state reader gives them (an aggregate's buffer names:
+`value_count`, `value_sum`, `value_max`). docs/state.md has the full naming.
+
+A snapshot is materialised once per `StateReader`: restored as a clone (fresh query id,
+no timeline recorded, nothing written to the store) without fsync into a temp directory
+that `close()` removes; the DataFrames stay valid until then. The reader keeps one
+SparkSession for all the snapshots it opens (a bisect must not start Spark per step).
+Before each read it applies the state store confs the checkpoint pinned and touches
+`spark.streams.active`: PySpark 4.1 cannot load a RocksDB store offline otherwise
+(`Cannot find endpoint StateStoreCoordinator`).
+
+pyspark is imported only inside the functions that use it.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_streamstate.engine.catalog.snapshots import resolve_snapshot
+from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
+from airflow_provider_streamstate.engine.core.errors import NotFoundError, UsageError
+from airflow_provider_streamstate.engine.core.manifest import Manifest
+from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
+from airflow_provider_streamstate.engine.state.spark import spark_session
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import DataType
+
+    from airflow_provider_streamstate.engine.stores.base import SnapshotStore
+
+log = logging.getLogger("streamstate.state")
+
+JOIN_SIDES = ("left", "right")
+CHANGELOG_CONF = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
+PARTITION_COLUMN = "partition_id"
+
+
+@dataclass(frozen=True)
+class StoreMetadata:
+    """One state store of one operator, as Spark's `state-metadata` source reports it."""
+
+    operator_id: int
+    operator_name: str
+    store_name: str
+    partitions: int
+    min_batch_id: int
+    max_batch_id: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "operator_id": self.operator_id, "operator_name": self.operator_name, "store_name": self.store_name,
+            "partitions": self.partitions, "min_batch_id": self.min_batch_id, "max_batch_id": self.max_batch_id,
+        }
+
+
+@dataclass(frozen=True)
+class StateMetadata:
+    """Every stateful operator's stores of a checkpoint, and the batches its state covers."""
+
+    batch_id: int  # the batch whose state the DataFrames show
+    stores: list[StoreMetadata]
+
+    @property
+    def operators(self) -> dict[int, str]:
+        return {s.operator_id: s.operator_name for s in self.stores}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"batch_id": self.batch_id, "stores": [s.to_json() for s in self.stores]}
+
+
+@dataclass(frozen=True)
+class StateSelector:
+    """Which state to read: an operator (id or name; default: operator 0), optionally one
+    named store of it, or one side of a stream-stream join."""
+
+    operator: int | str | None = None
+    store_name: str | None = None
+    join_side: str | None = None
+
+    def describe(self) -> str:
+        parts = [f"operator {self.operator if self.operator is not None else 0}"]
+        if self.store_name:
+            parts.append(f"store {self.store_name}")
+        if self.join_side:
+            parts.append(f"{self.join_side} side")
+        return ", ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"operator": self.operator, "store_name": self.store_name, "join_side": self.join_side}
+
+
+@dataclass(frozen=True)
+class _OperatorRef:
+    operator_id: int
+    name: str
+    stores: tuple[str, ...]
+
+
+def _resolve_operator(available: list[_OperatorRef], sel: StateSelector, where: str) -> _OperatorRef:
+    """The operator a selector names, or a NotFoundError listing what `where` holds."""
+    listing = ", ".join(f"{o.operator_id} ({o.name})" for o in available) or "none (a stateless query)"
+    if not available:
+        raise NotFoundError(f"{where} holds no state", hint="a stateless query's snapshot has only offsets to show")
+    wanted = sel.operator
+    if wanted is None or wanted == "":
+        wanted = 0
+    if isinstance(wanted, str) and wanted.strip().isdigit():
+        wanted = int(wanted.strip())
+    if isinstance(wanted, int) and not isinstance(wanted, bool):
+        found = [o for o in available if o.operator_id == wanted]
+    else:
+        found = [o for o in available if o.name == wanted]
+        if len(found) > 1:
+            raise UsageError(
+                f"{where} has {len(found)} operators named {wanted}",
+                hint=f"name one by id: {listing}",
+            )
+    if not found:
+        raise NotFoundError(f"{where} has no stateful operator {wanted!r}", hint=f"operators there: {listing}")
+    op = found[0]
+    if sel.store_name and sel.store_name not in op.stores:
+        raise NotFoundError(
+            f"operator {op.operator_id} ({op.name}) of {where} has no state store {sel.store_name!r}",
+            hint=f"its stores: {', '.join(op.stores)}",
+        )
+    if sel.join_side is not None:
+        if sel.join_side not in JOIN_SIDES:
+            raise UsageError(f"invalid join side {sel.join_side!r}", hint="give left or right")
+        if not any(s.startswith(f"{sel.join_side}-") for s in op.stores):
+            raise UsageError(
+                f"operator {op.operator_id} ({op.name}) of {where} is not a stream-stream join",
+                hint="--join-side only applies to a join's operator; leave it out",
+            )
+        if sel.store_name:
+            raise UsageError("give a store name or a join side, not both", hint="a join side reads both of its stores")
+    return op
+
+
+def canonical_selector(manifest: Manifest, sel: StateSelector) -> StateSelector:
+    """The selector with its operator as the id the snapshot gives it (`stateStoreSave` and
+    `0` name the same state), so stored results compare equal however it was named. A
+    stateless snapshot's selector is left as it is (reading it fails later, clearly)."""
+    if not manifest.operators:
+        return sel
+    ops = [_OperatorRef(o.operator_id, o.name, tuple(o.stores)) for o in manifest.operators]
+    op = _resolve_operator(ops, sel, f"snapshot {manifest.snapshot_id} of {manifest.stream}")
+    return StateSelector(op.operator_id, sel.store_name or None, sel.join_side or None)
+
+
+def _flat_columns(dtype: DataType, path: list[str]) -> list[tuple[list[str], str]]:
+    """(struct path, column name) of every leaf below `path`, nested names joined with `_`."""
+    from pyspark.sql.types import StructType
+
+    if isinstance(dtype, StructType):
+        out: list[tuple[list[str], str]] = []
+        for f in dtype.fields:
+            out.extend(_flat_columns(f.dataType, [*path, f.name]))
+        return out
+    return [(path, "_".join(path))]
+
+
+def flatten_state(df: DataFrame) -> DataFrame:
+    """`key`/`value` structs of the state data source as `key_<field>`/`value_<field>`
+    columns (nested structs joined with `_`), then `partition_id`.
+
+    Two leaves that would get one name (`a_b` and `a.b`) are refused: a suite could not
+    tell them apart.
+    """
+    from pyspark.sql import functions as F
+
+    cols = []
+    names: dict[str, str] = {}
+    for top in ("key", "value"):
+        if top not in df.columns:
+            continue
+        for path, name in _flat_columns(df.schema[top].dataType, [top]):
+            dotted = ".".join(path)
+            if name in names:
+                raise UsageError(
+                    f"state fields {names[name]} and {dotted} would both be column {name}",
+                    hint="rename one of them in the query, or read the raw state with Spark's state data source",
+                )
+            names[name] = dotted
+            col = F.col(path[0])
+            for part in path[1:]:
+                col = col.getField(part)
+            cols.append(col.alias(name))
+    if PARTITION_COLUMN in df.columns:
+        cols.append(F.col(PARTITION_COLUMN))
+    return df.select(*cols)
+
+
+def key_columns(df: DataFrame) -> list[str]:
+    return [c for c in df.columns if c == "key" or c.startswith("key_")]
+
+
+def value_columns(df: DataFrame) -> list[str]:
+    return [c for c in df.columns if c == "value" or c.startswith("value_")]
+
+
+def _apply_pinned_confs(spark: SparkSession, conf: dict[str, str], state_store: str | None) -> None:
+    """The state store confs the checkpoint pinned at batch 0 (provider, format versions,
+    codec), and changelog checkpointing, which is not pinned but decides how RocksDB
+    versions are read back."""
+    for key, value in conf.items():
+        if key.startswith("spark.sql.streaming."):
+            spark.conf.set(key, value)
+    if state_store in ("rocksdb", "rocksdb-changelog"):
+        spark.conf.set(CHANGELOG_CONF, "true" if state_store == "rocksdb-changelog" else "false")
+
+
+def _read(spark: SparkSession, checkpoint: str, batch_id: int, op: _OperatorRef, sel: StateSelector) -> DataFrame:
+    _ = spark.streams.active  # creates the StateStoreCoordinator (the PySpark 4.1 trap)
+    reader = spark.read.format("statestore").option("batchId", str(batch_id)).option("operatorId", str(op.operator_id))
+    if sel.store_name:
+        reader = reader.option("storeName", sel.store_name)
+    if sel.join_side:
+        reader = reader.option("joinSide", sel.join_side)
+    return flatten_state(reader.load(checkpoint))
+
+
+def read_metadata(spark: SparkSession, checkpoint: str, batch_id: int) -> StateMetadata:
+    """Spark's `state-metadata` source on a checkpoint: operators, stores, partitions, batches."""
+    _ = spark.streams.active
+    rows = spark.read.format("state-metadata").load(checkpoint).collect()
+    stores = sorted(
+        (
+            StoreMetadata(int(r.operatorId), str(r.operatorName), str(r.stateStoreName), int(r.numPartitions),
+                          int(r.minBatchId), int(r.maxBatchId))
+            for r in rows
+        ),
+        key=lambda s: (s.operator_id, s.store_name),
+    )
+    return StateMetadata(batch_id, stores)
+
+
+def _checkpoint_operators(meta: StateMetadata) -> list[_OperatorRef]:
+    ops: dict[int, _OperatorRef] = {}
+    for s in meta.stores:
+        prev = ops.get(s.operator_id)
+        stores = (*(prev.stores if prev else ()), s.store_name)
+        ops[s.operator_id] = _OperatorRef(s.operator_id, s.operator_name, stores)
+    return [ops[k] for k in sorted(ops)]
+
+
+def checkpoint_state(
+    spark: SparkSession, checkpoint: str, *, batch_id: int | None = None, selector: StateSelector | None = None
+) -> DataFrame:
+    """The flattened state of a live checkpoint at `batch_id` (default: newest committed).
+
+    Reads the checkpoint in place (Spark's reader only reads): for a running stream, name
+    a committed batch that its maintenance has not cleaned up yet.
+    """
+
+    reader = CheckpointReader(checkpoint)
+    batch = reader.resolve_batch(batch_id)
+    conf, _ = reader.offsets(batch)
+    meta = read_metadata(spark, str(reader.root), batch)
+    sel = selector or StateSelector()
+    op = _resolve_operator(_checkpoint_operators(meta), sel, f"checkpoint {checkpoint}")
+    _apply_pinned_confs(spark, conf.get("conf", {}) if isinstance(conf.get("conf"), dict) else {}, None)
+    return _read(spark, str(reader.root), batch, op, sel)
+
+
+@dataclass
+class Materialised:
+    """A snapshot restored for reading: its manifest and the checkpoint directory."""
+
+    manifest: Manifest
+    path: Path
+    metadata: StateMetadata | None = field(default=None)
+
+
+class StateReader:
+    """Snapshots' state as DataFrames in one SparkSession; a context manager.
+
+        with StateReader(store) as reader:
+            df = reader.state("orders", "latest", StateSelector(operator="stateStoreSave"))
+            df.where("value_sum < 0").show()
+
+    Each snapshot is materialised once (the first time it is read) and kept until
+    `close()`, which removes every temp directory; a session the reader started is stopped
+    then too, one passed in (or already active in this process) is left running.
+    """
+
+    def __init__(
+        self,
+        store: SnapshotStore | None = None,
+        *,
+        spark: SparkSession | None = None,
+        workdir: str | Path | None = None,
+        parallelism: int = 8,
+        shuffle_partitions: int = 2,
+    ) -> None:
+        """`store`: where the snapshots live (per call otherwise). `spark`: a session to reuse
+        (default: a local one started on first use). `workdir`: where temp copies go."""
+        self.store = store
+        self._spark = spark
+        self._own_spark = spark is None
+        self._workdir = Path(workdir) if workdir else None
+        self._root: Path | None = None
+        self.parallelism = parallelism
+        self.shuffle_partitions = shuffle_partitions
+        self._snapshots: dict[tuple[str, str, str], Materialised] = {}
+        self._lock = threading.Lock()
+        self.materialised = 0  # how many snapshots were restored (for reports and tests)
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    def __enter__(self) -> StateReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Remove every materialised snapshot; stop the session if this reader started it."""
+        with self._lock:
+            self._snapshots.clear()
+            if self._root is not None:
+                shutil.rmtree(self._root, ignore_errors=True)
+                self._root = None
+            if self._own_spark and self._spark is not None:
+                self._spark.stop()
+                self._spark = None
+
+    @property
+    def spark(self) -> SparkSession:
+        if self._spark is None:
+            from pyspark import SparkContext
+            from pyspark.sql import SparkSession
+
+
+            active = SparkSession.getActiveSession()
+            if active is None and SparkContext._active_spark_context is not None:  # noqa: SLF001 - no public API
+                active = SparkSession.builder.getOrCreate()  # the process's session, from another thread
+            if active is not None:  # someone else's session (a notebook, a test): use it, never stop it
+                self._spark, self._own_spark = active, False
+            else:
+                self._spark = spark_session("streamstate-state", shuffle_partitions=self.shuffle_partitions)
+        return self._spark
+
+    # --- snapshots -------------------------------------------------------------------
+
+    def _store(self, store: SnapshotStore | None) -> SnapshotStore:
+        chosen = store or self.store
+        if chosen is None:
+            raise UsageError("no snapshot store given", hint="pass store= to StateReader or to the call")
+        return chosen
+
+    def materialise(self, stream: str, snapshot: str, *, store: SnapshotStore | None = None) -> Materialised:
+        """Restore a snapshot (id, `latest` or `latest-good:<suite>`) once, without fsync,
+        into this reader's temp directory."""
+
+        st = self._store(store)
+        manifest = resolve_snapshot(st, stream, snapshot)
+        key = (st.url, stream, manifest.snapshot_id)
+        with self._lock:
+            if key in self._snapshots:
+                return self._snapshots[key]
+            if self._root is None:
+                if self._workdir is not None:
+                    self._workdir.mkdir(parents=True, exist_ok=True)
+                self._root = Path(tempfile.mkdtemp(prefix="streamstate-state-", dir=self._workdir))
+            target = self._root / f"{len(self._snapshots):04d}-{manifest.snapshot_id}"
+        # A clone: nothing is recorded in the store, no timeline starts; fsync buys nothing
+        # for a copy that is deleted when the reader closes.
+        restore_snapshot(st, stream, manifest.snapshot_id, target, new_query_id=True, fsync=False,
+                         parallelism=self.parallelism)
+        mat = Materialised(manifest, target)
+        with self._lock:
+            self.materialised += 1
+            self._snapshots[key] = mat
+        log.info("materialised %s of %s at %s", manifest.snapshot_id, stream, target)
+        return mat
+
+    def metadata(self, stream: str, snapshot: str, *, store: SnapshotStore | None = None) -> StateMetadata:
+        """Operators, stores, partitions and batch range of a snapshot's state."""
+        mat = self.materialise(stream, snapshot, store=store)
+        if mat.metadata is None:
+            if not mat.manifest.operators:
+                mat.metadata = StateMetadata(mat.manifest.batch_id, [])
+            else:
+                _apply_pinned_confs(self.spark, mat.manifest.spark_conf, mat.manifest.state_store)
+                mat.metadata = read_metadata(self.spark, str(mat.path), mat.manifest.batch_id)
+        return mat.metadata
+
+    def state(
+        self, stream: str, snapshot: str, selector: StateSelector | None = None, *, store: SnapshotStore | None = None
+    ) -> DataFrame:
+        """One operator's state of a snapshot, flattened (see the module docstring)."""
+        sel = selector or StateSelector()
+        mat = self.materialise(stream, snapshot, store=store)
+        m = mat.manifest
+        ops = [_OperatorRef(o.operator_id, o.name, tuple(o.stores)) for o in m.operators]
+        op = _resolve_operator(ops, sel, f"snapshot {m.snapshot_id} of {stream}")
+        _apply_pinned_confs(self.spark, m.spark_conf, m.state_store)
+        return _read(self.spark, str(mat.path), m.batch_id, op, sel)
+
+    def manifest(self, stream: str, snapshot: str, *, store: SnapshotStore | None = None) -> Manifest:
+        return self.materialise(stream, snapshot, store=store).manifest

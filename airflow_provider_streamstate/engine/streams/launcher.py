@@ -1,0 +1,776 @@
+"""Start, stop and watch a stream's driver without holding on to it.
+
+A stream never ends, so whoever starts it (an Airflow task, a person at a terminal)
+must be able to go away: `launch` runs the prepared spark-submit command as a detached
+driver (its own session and process group, output to a log file) and returns a small
+`StreamHandle`. Everything needed to find, watch and stop the driver later is written
+beside the checkpoint, which every worker can reach, never kept in the launching process
+(files beside a local checkpoint, objects beside an S3 one: engine/checkpoint/sidecar.py):
+
+    <checkpoint>/_streamstate/
+        heartbeat.json      the runtime's word on its query (engine/checkpoint/liveness.py)
+        launch.json         this launch: launch id, pid and process group, host, command, log
+        driver.json         written by the supervised driver (jobs/supervised.py): its pid,
+                            and its exit code once it exits
+        stop.json           a stop request; the driver polls for it (any host can ask); kept
+                            after the stop (the stream was stopped on purpose) until the next launch
+        logs/<launch>.log   the driver's stdout and stderr (on the launching host; for an S3
+                            checkpoint below $STREAMSTATE_HOME, see engine/checkpoint/sidecar.py)
+
+Two copies of a stream on one checkpoint corrupt it: `launch` refuses while the
+heartbeat says a query is running, or while an earlier launch on this host is still
+starting. `stop` is graceful first: it asks (stop request, and SIGTERM to the Python
+driver on this host), the supervised driver lets the current batch finish and stops its
+queries, and only after `timeout_s` is the process group killed. `status` tells
+starting / running / stopped / failed / dead from the heartbeat, the launch record and,
+on this host, whether the process lives; a dead driver's last error line comes from its
+log. Pure Python: no Airflow or pyspark import.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import importlib.util
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_streamstate.engine.catalog.timeline import SIDECAR_DIR
+from airflow_provider_streamstate.engine.checkpoint.liveness import (
+    Heartbeat,
+    is_running,
+    now_iso,
+    read_heartbeat,
+)
+from airflow_provider_streamstate.engine.checkpoint.sidecar import Sidecar, local_root, open_sidecar
+from airflow_provider_streamstate.engine.core.cancel import check_cancelled, current_token
+from airflow_provider_streamstate.engine.core.errors import (
+    StreamRunningError,
+    StreamstateError,
+    TransientError,
+    UsageError,
+)
+
+log = logging.getLogger("streamstate.launcher")
+
+LAUNCH_FORMAT = "streamstate.launch/v1"
+DRIVER_FORMAT = "streamstate.driver/v1"
+STOP_FORMAT = "streamstate.stop/v1"
+LAUNCH_FILE = f"{SIDECAR_DIR}/launch.json"
+DRIVER_FILE = f"{SIDECAR_DIR}/driver.json"
+STOP_FILE = f"{SIDECAR_DIR}/stop.json"
+LOG_DIR = f"{SIDECAR_DIR}/logs"
+LOCK_FILE = f"{SIDECAR_DIR}/launch.lock"
+CLONE_FILE = f"{SIDECAR_DIR}/clone.json"
+CLONE_FORMAT = "streamstate.clone/v1"
+KEEP_LOGS = 10  # per checkpoint; older launches' logs are deleted at launch
+
+# The environment the launcher gives the supervised driver (jobs/supervised.py).
+ENV_CHECKPOINT = "STREAMSTATE_CHECKPOINT"
+ENV_LAUNCH_ID = "STREAMSTATE_LAUNCH_ID"
+ENV_HEARTBEAT_INTERVAL = "STREAMSTATE_HEARTBEAT_INTERVAL"
+ENV_QUERY_NAME = "STREAMSTATE_QUERY_NAME"
+ENV_STREAM = "STREAMSTATE_STREAM"
+
+# A launch on another host that has not beaten yet is taken as starting for this long.
+STARTUP_GRACE_S = 600.0
+_ERROR_LINE = re.compile(r"\w*(?:Exception|Error)\b|\berror: ")  # the last for argparse
+_PY_EXCEPTION_LINE = re.compile(r"^[\w.]*(?:Exception|Error|Exit|Interrupt)\b(?::|$)")
+
+# Drivers this process started: polled so they never linger as zombies (a zombie still
+# answers `kill(pid, 0)`), and so their exit codes are known.
+_children: dict[int, subprocess.Popen[bytes]] = {}
+
+
+class StreamStartError(StreamstateError):
+    """The driver exited, or its query failed, before the stream ran."""
+
+
+def supervised_application() -> str:
+    """The path of the wrapper spark-submit runs (`jobs/supervised.py`), with the
+    user's application and its arguments after it."""
+    return str(Path(__file__).resolve().parent.parent / "jobs" / "supervised.py")
+
+
+def local_checkpoint(checkpoint: str | Path) -> Path:
+    """The checkpoint as a local path (a path, or a `file:` URI), for what only works on a
+    filesystem this host has: swapping a restored directory, deleting a clone's directory."""
+    text = str(checkpoint)
+    return local_root(text, refusal=(
+        f"this needs the checkpoint on a local or mounted path, not {text}",
+        "give the checkpoint as a path (a shared mount for drivers on other hosts); "
+        "docs/deployment.md says what works on an s3a:// checkpoint"))
+
+
+def resolve_spark_submit(command: Sequence[str], env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+    """`command` and `env` with a spark-submit that runs: the one on the PATH, else the one
+    pyspark ships (with its SPARK_HOME), so a plain `pip install` of the provider works."""
+    cmd, out = list(command), dict(env)
+    if not cmd or os.sep in cmd[0] or shutil.which(cmd[0], path=out.get("PATH", os.environ.get("PATH"))):
+        return cmd, out
+    found = importlib.util.find_spec("pyspark")
+    homes = list(found.submodule_search_locations or []) if found else []
+    for home in homes:
+        candidate = Path(home) / "bin" / cmd[0]
+        if candidate.is_file():
+            cmd[0] = str(candidate)
+            if "SPARK_HOME" not in os.environ:
+                out.setdefault("SPARK_HOME", home)
+            break
+    return cmd, out
+
+
+@dataclass(frozen=True)
+class StreamHandle:
+    """A launched driver, as XCom carries it: enough to watch it and stop it later."""
+
+    stream: str
+    checkpoint: str
+    launch_id: str
+    pid: int  # spark-submit's process, leader of the driver's process group
+    host: str
+    log: str
+    started_at: str  # UTC ISO 8601
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> StreamHandle:
+        try:
+            handle = cls(**{k: value[k] for k in cls.__dataclass_fields__})
+        except (KeyError, TypeError) as exc:
+            raise UsageError(
+                f"not a stream handle: missing {exc}", hint="pass what StartStreamOperator returned"
+            ) from None
+        if not isinstance(handle.pid, int) or handle.pid <= 0:
+            raise UsageError(f"not a stream handle: pid {handle.pid!r}", hint="pass what StartStreamOperator returned")
+        return handle
+
+
+@dataclass(frozen=True)
+class LaunchRecord:
+    """`launch.json`: the handle plus what only the launching host needs."""
+
+    handle: StreamHandle
+    command: list[str]
+    pgid: int
+    proc_start: int | None  # the process's start time (clock ticks since boot): guards pid reuse
+
+    def to_json(self) -> bytes:
+        return json.dumps(
+            {"format": LAUNCH_FORMAT, **self.handle.to_json(), "command": self.command, "pgid": self.pgid,
+             "proc_start": self.proc_start},
+            indent=1,
+        ).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> LaunchRecord:
+        d: Any = json.loads(data)
+        if not isinstance(d, dict) or d.get("format") != LAUNCH_FORMAT:
+            raise ValueError("not a launch record")
+        handle = StreamHandle.from_json(d)
+        if not isinstance(d.get("pgid"), int) or not isinstance(d.get("command"), list):
+            raise ValueError("launch record without pgid or command")
+        proc_start = d.get("proc_start")
+        return cls(handle, [str(a) for a in d["command"]], d["pgid"], proc_start if isinstance(proc_start, int) else None)
+
+
+@dataclass(frozen=True)
+class DriverRecord:
+    """`driver.json`: what the supervised driver says about itself."""
+
+    launch_id: str
+    host: str
+    pid: int  # the Python driver (spark-submit's child): where a graceful SIGTERM goes
+    started_at: str
+    exit_code: int | None = None
+    exited_at: str | None = None
+    stop_reason: str | None = None
+
+    def to_json(self) -> bytes:
+        return json.dumps({"format": DRIVER_FORMAT, **asdict(self)}, indent=1).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> DriverRecord:
+        d: Any = json.loads(data)
+        if not isinstance(d, dict) or d.get("format") != DRIVER_FORMAT:
+            raise ValueError("not a driver record")
+        values: dict[str, Any] = {k: d.get(k) for k in cls.__dataclass_fields__}
+        rec = cls(**values)
+        if not isinstance(rec.pid, int) or not isinstance(rec.launch_id, str):
+            raise ValueError("driver record without pid or launch id")
+        return rec
+
+
+@dataclass(frozen=True)
+class StreamStatus:
+    """What is known about the stream on a checkpoint, from here."""
+
+    checkpoint: str
+    state: str  # absent | starting | running | stopped | failed | dead
+    handle: StreamHandle | None  # the latest launch through this module, if any
+    heartbeat: Heartbeat | None  # the latest beat, when it belongs to that launch (or there was none)
+    process_alive: bool | None  # the driver's process, when it was launched on this host
+    exit_code: int | None
+    last_error: str | None  # the query's exception, or the log's last error line, once it died
+    log: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        beat = self.heartbeat
+        return {
+            "checkpoint": self.checkpoint,
+            "state": self.state,
+            "handle": self.handle.to_json() if self.handle else None,
+            "query_id": beat.query_id if beat else None,
+            "query_name": beat.query_name if beat else None,
+            "batch_id": beat.batch_id if beat else None,
+            "beat_age_s": round(beat.age_s(), 1) if beat else None,
+            "process_alive": self.process_alive,
+            "exit_code": self.exit_code,
+            "last_error": self.last_error,
+            "log": self.log,
+        }
+
+
+@dataclass(frozen=True)
+class StopResult:
+    """How a stop went: `stopped` (the driver stopped its query and exited when asked),
+    `killed` (it had not after the timeout: its process group was killed), or
+    `not-running` (nothing to stop)."""
+
+    checkpoint: str
+    outcome: str
+    seconds: float
+    state: str  # the stream's state afterwards (status().state)
+    exit_code: int | None
+    pid: int | None = None
+    detail: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "checkpoint": self.checkpoint,
+            "outcome": self.outcome,
+            "seconds": round(self.seconds, 3),
+            "state": self.state,
+            "exit_code": self.exit_code,
+            "pid": self.pid,
+        }
+
+
+# --- records ----------------------------------------------------------------------------
+
+
+def _read_record(checkpoint: str | Path | Sidecar, rel: str) -> bytes | None:
+    """A record beside the checkpoint; None when absent, or when the checkpoint cannot hold
+    records (a location no sidecar can be opened for)."""
+    try:
+        return open_sidecar(checkpoint).read(rel)
+    except (OSError, UsageError):
+        return None
+
+
+def read_launch(checkpoint: str | Path | Sidecar) -> LaunchRecord | None:
+    """The latest launch on `checkpoint`, or None (none, or unreadable)."""
+    try:
+        data = _read_record(checkpoint, LAUNCH_FILE)
+        return None if data is None else LaunchRecord.from_json(data)
+    except (ValueError, TypeError, UsageError):
+        return None
+
+
+def read_driver(checkpoint: str | Path | Sidecar, launch_id: str | None = None) -> DriverRecord | None:
+    """The supervised driver's record, when it belongs to `launch_id` (if given)."""
+    try:
+        data = _read_record(checkpoint, DRIVER_FILE)
+        rec = None if data is None else DriverRecord.from_json(data)
+    except (ValueError, TypeError, UsageError):
+        return None
+    return rec if rec is not None and (launch_id is None or rec.launch_id == launch_id) else None
+
+
+def write_driver(checkpoint: str | Path | Sidecar, record: DriverRecord) -> None:
+    """For the supervised driver: say who it is, and later how it ended."""
+    open_sidecar(checkpoint).write(DRIVER_FILE, record.to_json())
+
+
+def stop_requested(checkpoint: str | Path | Sidecar, *, since: datetime) -> str | None:
+    """For the supervised driver: the reason of a stop request made after `since`, or None."""
+    try:
+        data = _read_record(checkpoint, STOP_FILE)
+        if data is None:
+            return None
+        d: Any = json.loads(data)
+        if not isinstance(d, dict) or d.get("format") != STOP_FORMAT:
+            return None
+        if _parse_time(str(d["requested_at"])) < since:
+            return None  # an old request, for a driver that is gone
+        return f"stop requested by {d.get('by', 'someone')} at {d['requested_at']}"
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _parse_time(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+@contextlib.contextmanager
+def _launch_lock(side: Sidecar) -> Iterator[None]:
+    """One launch at a time per checkpoint on this host (two tasks starting one stream)."""
+    path = side.local_dir / LOCK_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+b") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+# --- processes --------------------------------------------------------------------------
+
+
+def _proc_start(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (Linux), None when unknown."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def _process_alive(pid: int, proc_start: int | None = None) -> bool:
+    """Alive and the same process (not a zombie, not a reused pid)."""
+    child = _children.get(pid)
+    if child is not None and child.poll() is not None:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc: kill(0) is all we know
+    fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] in ("Z", "X"):
+        return False
+    return proc_start is None or int(fields[19]) == proc_start
+
+
+def _group_alive(pgid: int) -> bool:
+    for child in _children.values():
+        child.poll()  # reap
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # Zombies still count for killpg; a group of zombies only is gone.
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            return True
+    return not Path("/proc").is_dir()
+
+
+def _exit_code(pid: int) -> int | None:
+    child = _children.get(pid)
+    return None if child is None else child.poll()
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> bool:
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+# --- status -----------------------------------------------------------------------------
+
+
+def last_error_line(log_path: str | Path | None, *, tail_bytes: int = 512 * 1024) -> str | None:
+    """The most telling error line at the end of a driver log: the last Python exception
+    line (`pyspark.errors....StreamingQueryException: ...`) if any, else the last line
+    naming an Exception or Error."""
+    if not log_path:
+        return None
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - tail_bytes))
+            lines = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+    for pattern in (_PY_EXCEPTION_LINE, _ERROR_LINE):
+        for line in reversed(lines):
+            if pattern.search(line):
+                return line.strip()[:1000]
+    return None
+
+
+def status(checkpoint: str | Path | Sidecar) -> StreamStatus:
+    """The state of the stream on `checkpoint`:
+
+    - `running` / `starting`: a fresh heartbeat says so (and on this host its driver lives),
+      or a launch whose driver lives has not beaten yet (JVM and query starting);
+    - `stopped` / `failed`: the query's last beat (failed carries its exception);
+    - `dead`: the driver is gone without saying so (killed, crashed, stale heartbeat),
+      or it exited before its query started;
+    - `absent`: nothing was ever launched or beaten on this checkpoint.
+    """
+    side = open_sidecar(checkpoint)
+    launch = read_launch(side)
+    beat = read_heartbeat(side)
+    here = socket.gethostname()
+    handle = launch.handle if launch else None
+    driver = read_driver(side, handle.launch_id) if handle else None
+    alive: bool | None = None
+    exit_code = driver.exit_code if driver else None
+    if launch and handle and handle.host == here:
+        alive = _process_alive(handle.pid, launch.proc_start)
+        if exit_code is None:
+            exit_code = _exit_code(handle.pid)
+    if beat is not None and handle is not None and _parse_time(beat.updated_at) < _parse_time(handle.started_at):
+        beat = None  # from an earlier run on this checkpoint
+    log_path = handle.log if handle else None
+
+    if beat is not None and beat.state in ("starting", "running"):
+        if is_running(side) and alive is not False:
+            state = beat.state
+        else:  # a driver that recorded a clean exit stopped its query; the last beat was lost
+            state = "stopped" if driver is not None and driver.exit_code == 0 else "dead"
+    elif beat is not None:
+        state = beat.state
+    elif handle is not None:
+        if alive is None:  # launched on another host: only the records tell
+            age = (datetime.now(UTC) - _parse_time(handle.started_at)).total_seconds()
+            if driver is not None and driver.exit_code is not None:
+                state = "stopped" if driver.exit_code == 0 else "dead"
+            else:
+                state = "starting" if age < STARTUP_GRACE_S else "dead"
+        elif alive:
+            state = "starting"
+        else:
+            state = "stopped" if exit_code == 0 else "dead"
+    else:
+        state = "absent"
+
+    last_error = None
+    if state == "failed":
+        last_error = (beat.exception if beat else None) or last_error_line(log_path)
+    elif state == "dead":
+        last_error = last_error_line(log_path)
+    return StreamStatus(side.location, state, handle, beat, alive, exit_code, last_error, log_path)
+
+
+# --- launch -----------------------------------------------------------------------------
+
+
+def launch(
+    command: Sequence[str],
+    *,
+    stream: str,
+    checkpoint: str | Path,
+    env: Mapping[str, str] | None = None,
+    cwd: str | Path | None = None,
+    log_dir: str | Path | None = None,
+    heartbeat_interval_s: float = 5.0,
+    query_name: str | None = None,
+) -> StreamHandle:
+    """Start `command` (spark-submit on `supervised_application()`) as a detached driver
+    for `stream` on `checkpoint`, and return at once.
+
+    The driver gets its own session and process group (it outlives the caller and is
+    not hit by signals meant for the caller's group), `env` on top of this process's
+    environment plus the STREAMSTATE_* variables the supervised wrapper reads, stdin
+    from /dev/null and stdout+stderr in a log file (`log_dir`, default beside the
+    checkpoint). Raises StreamRunningError when a stream runs or is starting on the
+    checkpoint: a second copy would corrupt it.
+    """
+    if not command:
+        raise UsageError("nothing to launch: the command is empty", hint="give the spark-submit command line")
+    side = open_sidecar(checkpoint)
+    side.local_dir.mkdir(parents=True, exist_ok=True)
+    with _launch_lock(side):
+        _refuse_second_copy(side, stream)
+        launch_id = f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-{uuid.uuid4().hex[:8]}"
+        logs = Path(log_dir).expanduser().absolute() if log_dir else side.local_dir / LOG_DIR
+        logs.mkdir(parents=True, exist_ok=True)
+        _prune_logs(logs)
+        log_path = logs / f"{stream}-{launch_id}.log"
+        side.delete(STOP_FILE)  # a request for an earlier run
+        child_env = {
+            **os.environ, **(env or {}),
+            ENV_CHECKPOINT: side.location, ENV_LAUNCH_ID: launch_id, ENV_STREAM: stream,
+            ENV_HEARTBEAT_INTERVAL: str(heartbeat_interval_s),
+        }
+        if query_name:
+            child_env[ENV_QUERY_NAME] = query_name
+        started_at = now_iso()
+        with open(log_path, "ab") as out:
+            out.write(f"streamstate: launching {stream} ({launch_id}) at {started_at}: {' '.join(command)}\n".encode())
+            out.flush()
+            try:
+                proc = subprocess.Popen(
+                    list(command), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                    start_new_session=True, close_fds=True, env=child_env, cwd=cwd,
+                )
+            except OSError as exc:
+                raise UsageError(
+                    f"cannot run {command[0]!r}: {exc.strerror or exc}",
+                    hint="install Spark (pyspark ships spark-submit) and put spark-submit on the PATH, "
+                    "or set the spark connection's spark-binary",
+                ) from None
+        _children[proc.pid] = proc
+        handle = StreamHandle(stream, side.location, launch_id, proc.pid, socket.gethostname(), str(log_path),
+                              started_at)
+        record = LaunchRecord(handle, list(command), proc.pid, _proc_start(proc.pid))
+        side.write(LAUNCH_FILE, record.to_json())
+    log.info("launched %s on %s: pid %d, log %s", stream, side.location, proc.pid, log_path)
+    return handle
+
+
+def _refuse_second_copy(side: Sidecar, stream: str) -> None:
+    st = status(side)
+    root = side.location
+    if st.state == "running" and st.heartbeat is not None:
+        beat = st.heartbeat
+        raise StreamRunningError(
+            f"cannot launch {stream}: query {beat.query_name or beat.query_id} is running on {root} "
+            f"(host {beat.host}, pid {beat.pid}, last beat {beat.age_s():.0f}s ago); a second copy would corrupt it",
+            hint="stop it first, or reconnect to it (StartStreamOperator returns its handle)",
+        )
+    if st.state in ("starting", "running"):
+        where = f"host {st.handle.host}, pid {st.handle.pid}, launched {st.handle.started_at}" if st.handle else "no launch record"
+        raise StreamRunningError(
+            f"cannot launch {stream}: a driver is {st.state} on {root} ({where}); a second copy would corrupt it",
+            hint="wait for it to run, or stop it first",
+        )
+
+
+def _prune_logs(logs: Path) -> None:
+    try:
+        old = sorted(logs.glob("*.log"), key=lambda p: p.stat().st_mtime)
+    except OSError:
+        return
+    for path in old[: max(0, len(old) - (KEEP_LOGS - 1))]:
+        path.unlink(missing_ok=True)
+
+
+def running_handle(checkpoint: str | Path) -> StreamHandle | None:
+    """The handle of the stream that is running or starting on `checkpoint`, if it was
+    launched through this module (a retried start reconnects to it)."""
+    st = status(checkpoint)
+    return st.handle if st.state in ("starting", "running") else None
+
+
+def wait_until_running(
+    handle: StreamHandle, *, timeout_s: float = 300.0, poll_s: float = 0.5
+) -> StreamStatus:
+    """Block until the stream's heartbeat says `running` (its first progress event).
+
+    Raises StreamStartError (with the log's last error line) when the driver dies, its
+    query fails or it stops before that, TransientError when `timeout_s` passes first,
+    and `Cancelled` when the enclosing cancellation token is cancelled (on_kill)."""
+    deadline = time.monotonic() + timeout_s
+    token = current_token()
+    while True:
+        check_cancelled()
+        st = status(handle.checkpoint)
+        if st.handle is not None and st.handle.launch_id != handle.launch_id:
+            raise StreamStartError(
+                f"stream {handle.stream} on {handle.checkpoint} was launched again ({st.handle.launch_id}) "
+                f"while launch {handle.launch_id} was starting",
+                hint="two tasks start this stream; let one of them do it",
+            )
+        if st.state == "running":
+            return st
+        if st.state not in ("starting", "absent"):
+            detail = f": {st.last_error}" if st.last_error else ""
+            raise StreamStartError(
+                f"stream {handle.stream} {st.state} before it ran (exit code {st.exit_code}){detail}",
+                hint=f"see the driver log {st.log}",
+            )
+        if time.monotonic() >= deadline:
+            raise TransientError(
+                f"stream {handle.stream} did not report a running query within {timeout_s:.0f}s "
+                f"(state {st.state})",
+                hint=f"see the driver log {handle.log}; a slow cluster may need a longer startup timeout",
+            )
+        if token is not None:
+            token.wait(poll_s)
+        else:
+            time.sleep(poll_s)
+
+
+# --- stop -------------------------------------------------------------------------------
+
+
+def stop(
+    target: StreamHandle | str | Path | Sidecar,
+    *,
+    timeout_s: float = 120.0,
+    poll_s: float = 0.25,
+    requested_by: str | None = None,
+) -> StopResult:
+    """Stop the stream on a checkpoint (a handle's, or the one given): graceful, then forced.
+
+    Writes a stop request beside the checkpoint (the supervised driver polls for it,
+    from any host) and, on this host, sends SIGTERM to the Python driver (to the whole
+    process group while it has not started Python yet). The supervised driver waits for
+    the batch in flight, stops its queries (the heartbeat says `stopped`) and exits.
+    When the driver has not exited after `timeout_s`, its process group gets SIGKILL
+    (a restart re-runs the unfinished batch from the checkpoint). Stopping a stream that
+    does not run succeeds (`not-running`). A driver on another host cannot be killed from
+    here: TransientError when it has not stopped in time.
+    """
+    started = time.monotonic()
+    side = open_sidecar(target.checkpoint if isinstance(target, StreamHandle) else target)
+    root = side.location
+    st = status(side)
+    launch = read_launch(side)
+    handle = launch.handle if launch else None
+    local = handle is not None and handle.host == socket.gethostname()
+    group_alive = local and launch is not None and _group_alive(launch.pgid)
+    if st.state not in ("starting", "running") and not group_alive:
+        return StopResult(root, "not-running", time.monotonic() - started, st.state, st.exit_code,
+                          handle.pid if handle else None)
+
+    by = requested_by or f"{socket.gethostname()}:{os.getpid()}"
+    side.write(STOP_FILE, json.dumps(
+        {"format": STOP_FORMAT, "requested_at": now_iso(), "by": by,
+         "launch_id": handle.launch_id if handle else None}).encode())
+    detail = [f"stop requested by {by}"]
+    beat = st.heartbeat
+    if local and launch is not None and handle is not None:
+        driver = read_driver(side, handle.launch_id)
+        if driver is not None and driver.exit_code is None and _process_alive(driver.pid):
+            _signal_pid(driver.pid, signal.SIGTERM)
+            detail.append(f"SIGTERM to driver {driver.pid}")
+        else:
+            _signal_group(launch.pgid, signal.SIGTERM)
+            detail.append(f"SIGTERM to process group {launch.pgid}")
+    elif beat is not None and beat.host == socket.gethostname() and _process_alive(beat.pid):
+        _signal_pid(beat.pid, signal.SIGTERM)  # a stream not launched by us, on this host
+        detail.append(f"SIGTERM to driver {beat.pid}")
+
+    deadline = started + timeout_s
+    while time.monotonic() < deadline:
+        if _stopped(side, launch, local):
+            break
+        time.sleep(poll_s)
+    else:
+        if not local or launch is None:
+            st = status(side)
+            raise TransientError(
+                f"stream on {root} has not stopped within {timeout_s:.0f}s of the stop request (state {st.state})",
+                hint=f"its driver runs on {handle.host if handle else 'another host'}: stop it there, or wait",
+            )
+        _signal_group(launch.pgid, signal.SIGKILL)
+        detail.append(f"SIGKILL to process group {launch.pgid} after {timeout_s:.0f}s")
+        kill_deadline = time.monotonic() + 30
+        while _group_alive(launch.pgid) and time.monotonic() < kill_deadline:
+            time.sleep(poll_s)
+        st = status(side)
+        return StopResult(root, "killed", time.monotonic() - started, st.state, st.exit_code,
+                          handle.pid if handle else None, detail)
+    st = status(side)  # stop.json stays: it tells a supervisor the stream was stopped on purpose
+    return StopResult(root, "stopped", time.monotonic() - started, st.state, st.exit_code,
+                      handle.pid if handle else None, detail)
+
+
+def _signal_pid(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
+
+
+def _stopped(side: Sidecar, launch: LaunchRecord | None, local: bool) -> bool:
+    """The query said it stopped (or never ran) and, on this host, the driver's processes are gone."""
+    st = status(side)
+    if st.state in ("starting", "running"):
+        return False
+    if local and launch is not None:
+        return not _group_alive(launch.pgid)
+    return True
+
+
+# --- clone labels -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CloneLabel:
+    """`_streamstate/clone.json` beside a clone's checkpoint: where it came from, where it
+    writes and when it expires (retention deletes expired clones)."""
+
+    clone: str
+    source_stream: str
+    source_checkpoint: str
+    snapshot_id: str
+    batch_id: int | None
+    query_id: str
+    sinks: dict[str, str]
+    created_at: str
+    expires_at: str
+
+    @classmethod
+    def new(cls, *, clone: str, source_stream: str, source_checkpoint: str, snapshot_id: str,
+            batch_id: int | None, query_id: str, sinks: Mapping[str, str], ttl_s: float) -> CloneLabel:
+        now = datetime.now(UTC)
+        return cls(clone, source_stream, source_checkpoint, snapshot_id, batch_id, query_id, dict(sinks),
+                   now.isoformat().replace("+00:00", "Z"),
+                   (now + timedelta(seconds=ttl_s)).isoformat().replace("+00:00", "Z"))
+
+    def expired(self, now: datetime | None = None) -> bool:
+        return (now or datetime.now(UTC)) >= _parse_time(self.expires_at)
+
+    def to_json(self) -> bytes:
+        return json.dumps({"format": CLONE_FORMAT, **asdict(self)}, indent=1).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> CloneLabel:
+        d: Any = json.loads(data)
+        if not isinstance(d, dict) or d.get("format") != CLONE_FORMAT:
+            raise ValueError("not a clone label")
+        values: dict[str, Any] = {k: d.get(k) for k in cls.__dataclass_fields__}
+        label = cls(**values)
+        for k in ("clone", "source_stream", "snapshot_id", "expires_at"):
+            if not isinstance(getattr(label, k), str):
+                raise ValueError(f"{k} is not a string")
+        _parse_time(label.expires_at)
+        return label
+
+
+def read_clone_label(checkpoint: str | Path | Sidecar) -> CloneLabel | None:
+    """The clone label of a checkpoint, or None (not a clone, or unreadable)."""
+    try:
+        data = _read_record(checkpoint, CLONE_FILE)
+        return None if data is None else CloneLabel.from_json(data)
+    except (ValueError, TypeError, UsageError):
+        return None
+
+
+def write_clone_label(checkpoint: str | Path | Sidecar, label: CloneLabel) -> None:
+    open_sidecar(checkpoint).write(CLONE_FILE, label.to_json())
