@@ -28,3 +28,11 @@ def test_no_test_imports_conftest_as_a_module() -> None:
                  if p.name != "test_code_quality.py" and re.search(r"^\s*(from tests\.conftest|import tests\.conftest)",
                                                                     p.read_text(), re.M)]
     assert offenders == []
+
+
+def test_the_layout_contract_holds() -> None:
+    """docs/architecture.md's arrows: the engine's layers, no import cycle (imports inside
+    functions count), no Airflow in the engine, CLI command groups independent."""
+    proc = subprocess.run([str(BIN / "lint-imports"), "--no-cache"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "0 broken" in proc.stdout, proc.stdout

@@ -9,18 +9,23 @@ Kafka offsets translated exactly for the mirrored cluster (engine/dr/failover.py
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 from typing import Any
 
-Handler = Callable[[argparse.Namespace], int]
+from airflow_provider_streamstate.cli.common import (
+    EXIT_OK,
+    Handlers,
+    add_parallelism,
+    add_store_options,
+    open_store_from_args,
+    print_result,
+)
 
 
-def register(commands: Any) -> dict[tuple[str, str | None], Handler]:
-    from airflow_provider_streamstate.cli import _common, _parallelism
+def register(commands: Any) -> Handlers:
 
     p = commands.add_parser(
         "failover", help="restore a snapshot for a mirrored Kafka cluster, offsets translated exactly")
-    _common(p)
+    add_store_options(p)
     p.add_argument("snapshot_id", nargs="?", default=None, metavar="SNAPSHOT",
                    help="a snapshot id or `latest` (default: the newest one that translates exactly)")
     p.add_argument("--target", required=True, help="new or empty directory: the stream's DR checkpoint")
@@ -35,16 +40,15 @@ def register(commands: Any) -> dict[tuple[str, str | None], Handler]:
     p.add_argument("--wait-mirror", type=float, default=0.0, metavar="SECONDS",
                    help="with SNAPSHOT: wait up to this long for the mirror to hold its last records "
                         "(a failback's final snapshot) instead of refusing")
-    _parallelism(p)
+    add_parallelism(p)
     return {("failover", None): cmd_failover}
 
 
 def cmd_failover(args: argparse.Namespace) -> int:
-    from airflow_provider_streamstate.cli import EXIT_OK, _out, _store
     from airflow_provider_streamstate.engine.dr.failover import TopicMap, failover
 
     topic_map = TopicMap.parse(args.topic_map, args.replication_policy, args.source_alias)
-    r = failover(_store(args), args.stream, args.target, args.kafka_bootstrap, snapshot=args.snapshot_id,
+    r = failover(open_store_from_args(args), args.stream, args.target, args.kafka_bootstrap, snapshot=args.snapshot_id,
                  topic_map=topic_map, suite=args.suite, parallelism=args.parallelism,
                  mirror_wait_s=max(0.0, args.wait_mirror))
     lines = [f"failed over {r.stream} to {r.target}: snapshot {r.snapshot_id} (batch {r.batch_id}); "
@@ -53,5 +57,5 @@ def cmd_failover(args: argparse.Namespace) -> int:
         lines.append(f"  {p.topic}[{p.partition}] {p.primary_offset} -> {p.dr_topic}[{p.partition}] {p.dr_offset}")
     for sid, reason in r.skipped_snapshots:
         lines.append(f"  skipped {sid}: {reason}")
-    _out(args, r.to_json(), "\n".join(lines))
+    print_result(args, r.to_json(), "\n".join(lines))
     return EXIT_OK

@@ -8,24 +8,30 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-Handler = Callable[[argparse.Namespace], int]
+from airflow_provider_streamstate.cli.common import (
+    EXIT_OK,
+    EXIT_USAGE,
+    Handlers,
+    Parser,
+    add_store_options,
+    open_store_from_args,
+    print_result,
+)
 
 
-def register(commands: Any) -> dict[tuple[str, str | None], Handler]:
-    from airflow_provider_streamstate.cli import _common, _Parser
+def register(commands: Any) -> Handlers:
 
     clone = commands.add_parser("clone", help="list clones recorded in a store, expire them")
     clone.set_defaults(help_parser=clone)
-    sub = clone.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", parser_class=_Parser)
+    sub = clone.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", parser_class=Parser)
     lst = sub.add_parser("list", help="clones recorded in the store, soonest expiry first")
-    _common(lst, stream=False)
+    add_store_options(lst, stream=False)
     lst.add_argument("--stream", default=None, help="only clones of this source stream")
     exp = sub.add_parser("expire", help="tear down expired clones: stop, delete checkpoint, snapshots, topics")
-    _common(exp, stream=False)
+    add_store_options(exp, stream=False)
     exp.add_argument("--stream", default=None, help="only clones of this source stream")
     exp.add_argument("--clone", action="append", default=[], metavar="NAME", help="only this clone (repeatable)")
     exp.add_argument("--force", action="store_true", help="with --clone: expire it now, whatever its expiry")
@@ -36,11 +42,10 @@ def register(commands: Any) -> dict[tuple[str, str | None], Handler]:
 
 
 def cmd_clone_list(args: argparse.Namespace) -> int:
-    from airflow_provider_streamstate.cli import EXIT_OK, _out, _store
     from airflow_provider_streamstate.engine.streams.clones import list_clones
 
     now = datetime.now(UTC).timestamp()
-    records = list_clones(_store(args), args.stream)
+    records = list_clones(open_store_from_args(args), args.stream)
     rows = [{**r.to_json(), "expired": r.expired(now)} for r in records]
     rows = [{k: v for k, v in row.items() if k != "format"} for row in rows]
     lines = [f"{'CLONE':28} {'SOURCE':20} {'EXPIRES':22} {'SNAPSHOT':39} CHECKPOINT"]
@@ -48,12 +53,11 @@ def cmd_clone_list(args: argparse.Namespace) -> int:
         mark = " (expired)" if r["expired"] else ""
         lines.append(f"{r['clone']:28} {r['source_stream']:20} {r['expires_at'][:19] + mark:22} "
                      f"{r['snapshot_id']:39} {r['checkpoint']}")
-    _out(args, rows, "\n".join(lines) if rows else "no clones recorded")
+    print_result(args, rows, "\n".join(lines) if rows else "no clones recorded")
     return EXIT_OK
 
 
 def cmd_clone_expire(args: argparse.Namespace) -> int:
-    from airflow_provider_streamstate.cli import EXIT_OK, EXIT_USAGE, _out, _store
     from airflow_provider_streamstate.engine.streams.clones import expire_clones
 
     if args.force and not args.clone:
@@ -62,7 +66,7 @@ def cmd_clone_expire(args: argparse.Namespace) -> int:
         print("streamstate: error: --force expires only the clones named with --clone", file=sys.stderr)
         return EXIT_USAGE
     config = (lambda _r: {"bootstrap.servers": args.kafka_bootstrap}) if args.kafka_bootstrap else None
-    r = expire_clones(_store(args), source_stream=args.stream, names=args.clone or None, force=args.force,
+    r = expire_clones(open_store_from_args(args), source_stream=args.stream, names=args.clone or None, force=args.force,
                       dry_run=args.dry_run, kafka_config=config)
     verb = "would expire" if r.dry_run else "expired"
     lines = [f"{verb} {len(r.expired)} clone(s); {r.not_expired} not expired yet"]
@@ -70,5 +74,5 @@ def cmd_clone_expire(args: argparse.Namespace) -> int:
         lines.append(f"  {e.clone} (of {e.source_stream}, expired {e.expires_at}): stream {e.stopped}, "
                      f"checkpoint {'deleted' if e.checkpoint_deleted else 'kept'}, {e.snapshots_deleted} snapshot(s), "
                      f"topics {', '.join(e.topics_deleted) or '-'}" + "".join(f"; {n}" for n in e.notes))
-    _out(args, r.to_json(), "\n".join(lines))
+    print_result(args, r.to_json(), "\n".join(lines))
     return EXIT_OK

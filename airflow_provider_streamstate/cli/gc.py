@@ -6,32 +6,37 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 from typing import Any
 
-Handler = Callable[[argparse.Namespace], int]
+from airflow_provider_streamstate.cli.common import (
+    EXIT_OK,
+    Handlers,
+    add_parallelism,
+    add_store_options,
+    duration,
+    human_bytes,
+    open_store_from_args,
+    print_result,
+)
 
 
-def register(commands: Any) -> dict[tuple[str, str | None], Handler]:
-    from airflow_provider_streamstate.cli import _common, _parallelism
-    from airflow_provider_streamstate.cli_retention import duration
+def register(commands: Any) -> Handlers:
 
     gc = commands.add_parser("gc", help="garbage-collect a store: blobs no snapshot references, after a grace period")
-    _common(gc, stream=False)
+    add_store_options(gc, stream=False)
     gc.add_argument("--grace", type=duration, default=None, metavar="DURATION",
                     help="only delete what was last written longer ago than this (default 24h; "
                     "must exceed the longest a snapshot may take, 6h)")
     gc.add_argument("--dry-run", action="store_true", help="say what would be deleted; delete nothing")
-    _parallelism(gc)
+    add_parallelism(gc)
     return {("gc", None): cmd_gc}
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
-    from airflow_provider_streamstate.cli import EXIT_OK, _out, _store, human_bytes
     from airflow_provider_streamstate.engine.catalog.gc import DEFAULT_GRACE_SECONDS, collect_garbage
 
     grace = args.grace if args.grace is not None else DEFAULT_GRACE_SECONDS
-    r = collect_garbage(_store(args), grace_seconds=grace, dry_run=args.dry_run, parallelism=args.parallelism)
+    r = collect_garbage(open_store_from_args(args), grace_seconds=grace, dry_run=args.dry_run, parallelism=args.parallelism)
     verb = "would delete" if r.dry_run else "deleted"
     lines = [
         f"{r.store}: {verb} {r.blobs_deleted} blobs ({human_bytes(r.bytes_deleted)}); kept {r.blobs_kept} "
@@ -45,5 +50,5 @@ def cmd_gc(args: argparse.Namespace) -> int:
     if r.blobs_missing:
         lines.append(f"  {r.blobs_missing} referenced blob(s) were not in the listing "
                      "(written meanwhile, or missing: run `streamstate verify`)")
-    _out(args, r.to_json(), "\n".join(lines))
+    print_result(args, r.to_json(), "\n".join(lines))
     return EXIT_OK

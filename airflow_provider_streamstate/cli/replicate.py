@@ -15,7 +15,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from airflow_provider_streamstate.cli import EXIT_OK, _out, _parallelism, _store, human_bytes
+from airflow_provider_streamstate.cli.common import (
+    EXIT_OK,
+    add_parallelism,
+    human_bytes,
+    open_store_from_args,
+    print_result,
+)
 
 
 def register(commands: Any) -> dict[tuple[str, str | None], Any]:
@@ -39,7 +45,7 @@ def register(commands: Any) -> dict[tuple[str, str | None], Any]:
         )
         p.add_argument(f"--{side}-region", metavar="REGION", default=None, help=f"the {what}'s S3 region")
         p.add_argument(f"--{side}-profile", metavar="PROFILE", default=None, help=f"the {what}'s AWS profile")
-    _parallelism(p)
+    add_parallelism(p)
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     return {("replicate", None): cmd_replicate}
 
@@ -63,7 +69,7 @@ def _side(args: argparse.Namespace, side: str, url: str) -> Any:
                 f"--{side}-aws-conn-id and {overrides[0]} both configure the same client",
                 hint="put the endpoint, region or profile in the Airflow connection, or drop the connection",
             )
-        return _store(argparse.Namespace(store=url, aws_conn_id=conn, parallelism=args.parallelism))
+        return open_store_from_args(argparse.Namespace(store=url, aws_conn_id=conn, parallelism=args.parallelism))
     if not overrides:
         return open_store(url, parallelism=args.parallelism)
     try:
@@ -138,5 +144,5 @@ def cmd_replicate(args: argparse.Namespace) -> int:
             f"{' (server-side)' if result.server_side_copy else ''}, skipped {human_bytes(result.bytes_skipped)}; "
             f"{result.seconds:.2f}s"
         )
-    _out(args, result.to_json(), "\n".join(lines))
+    print_result(args, result.to_json(), "\n".join(lines))
     return EXIT_OK

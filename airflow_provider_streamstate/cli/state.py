@@ -21,11 +21,19 @@ import os
 import shutil
 import sys
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-Handler = Callable[[argparse.Namespace], int]
+from airflow_provider_streamstate.cli.common import (
+    EXIT_OK,
+    EXIT_USAGE,
+    Handlers,
+    Parser,
+    add_store_options,
+    open_store_from_args,
+    print_result,
+)
+
 EXIT_VALIDATION_FAILED = 3
 EXPORT_FORMATS = ("parquet", "csv", "jsonl")
 
@@ -41,20 +49,19 @@ def _snapshot_arg(p: argparse.ArgumentParser, dest: str = "snapshot_id", metavar
     p.add_argument(dest, metavar=metavar, help="a snapshot id, `latest` or `latest-good:<suite>`")
 
 
-def register(commands: Any) -> dict[tuple[str, str | None], Handler]:
-    from airflow_provider_streamstate.cli import _common, _Parser
+def register(commands: Any) -> Handlers:
 
     state = commands.add_parser("state", help="a snapshot's state as a table: show it, export it")
     state.set_defaults(help_parser=state)
-    sub = state.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", parser_class=_Parser)
+    sub = state.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", parser_class=Parser)
     show = sub.add_parser("show", help="print rows of one operator's state, with the state's operators")
-    _common(show)
+    add_store_options(show)
     _snapshot_arg(show)
     _selector_args(show)
     show.add_argument("--where", default=None, metavar="SQL", help="a Spark SQL filter, e.g. \"value_sum < 0\"")
     show.add_argument("--limit", type=int, default=20, metavar="K", help="rows to print (default 20)")
     export = sub.add_parser("export", help="write one operator's state to files")
-    _common(export)
+    add_store_options(export)
     _snapshot_arg(export)
     _selector_args(export)
     export.add_argument("--where", default=None, metavar="SQL", help="a Spark SQL filter")
@@ -62,7 +69,7 @@ def register(commands: Any) -> dict[tuple[str, str | None], Handler]:
     export.add_argument("--output", required=True, metavar="PATH", help="a directory to create (must not exist)")
 
     diff = commands.add_parser("diff", help="compare two snapshots' state key by key")
-    _common(diff)
+    add_store_options(diff)
     _snapshot_arg(diff, "snapshot_a", "SNAPSHOT_A")
     _snapshot_arg(diff, "snapshot_b", "SNAPSHOT_B")
     diff.add_argument("--other-stream", default=None, metavar="Y",
@@ -71,7 +78,7 @@ def register(commands: Any) -> dict[tuple[str, str | None], Handler]:
     diff.add_argument("--sample", type=int, default=5, metavar="K", help="keys shown per kind (default 5)")
 
     validate = commands.add_parser("validate", help="run a Great Expectations suite on a snapshot's state")
-    _common(validate)
+    add_store_options(validate)
     _snapshot_arg(validate)
     validate.add_argument("--suite", required=True, metavar="FILE", help="a GX expectation suite (JSON)")
     _selector_args(validate)
@@ -79,7 +86,7 @@ def register(commands: Any) -> dict[tuple[str, str | None], Handler]:
     validate.add_argument("--no-record", action="store_true", help="run only: store no validation record")
 
     bisect = commands.add_parser("bisect", help="find the first snapshot whose state fails a suite")
-    _common(bisect)
+    add_store_options(bisect)
     bisect.add_argument("--suite", required=True, metavar="FILE", help="a GX expectation suite (JSON)")
     bisect.add_argument("--good", default=None, metavar="SNAPSHOT", help="known good (default: before the first)")
     bisect.add_argument("--bad", default=None, metavar="SNAPSHOT", help="known bad (default: check the newest)")
@@ -101,10 +108,9 @@ def _selector(args: argparse.Namespace) -> Any:
 
 def _reader(args: argparse.Namespace) -> Any:
     """A StateReader on the command's store; Spark's own console chatter goes to stderr."""
-    from airflow_provider_streamstate.cli import _store
     from airflow_provider_streamstate.engine.state.reader import StateReader
 
-    return StateReader(_store(args))
+    return StateReader(open_store_from_args(args))
 
 
 def _table(columns: list[str], rows: list[list[Any]]) -> list[str]:
@@ -138,7 +144,6 @@ def _filtered(df: Any, where: str | None) -> Any:
 
 
 def cmd_state_show(args: argparse.Namespace) -> int:
-    from airflow_provider_streamstate.cli import EXIT_OK, EXIT_USAGE, _out
 
     if args.limit < 0:
         print("streamstate: error: --limit must be at least 0", file=sys.stderr)
@@ -163,12 +168,11 @@ def cmd_state_show(args: argparse.Namespace) -> int:
     lines.append("operators: " + "; ".join(
         f"{s.operator_id} {s.operator_name} store {s.store_name}, {s.partitions} partitions, "
         f"batches {s.min_batch_id}..{s.max_batch_id}" for s in meta.stores))
-    _out(args, data, "\n".join(lines))
+    print_result(args, data, "\n".join(lines))
     return EXIT_OK
 
 
 def cmd_state_export(args: argparse.Namespace) -> int:
-    from airflow_provider_streamstate.cli import EXIT_OK, _out
     from airflow_provider_streamstate.engine.core.errors import UsageError
 
     output = Path(args.output).expanduser().resolve()
@@ -192,12 +196,11 @@ def cmd_state_export(args: argparse.Namespace) -> int:
         rows = df.count()
     data = {"snapshot_id": m.snapshot_id, "stream": m.stream, "batch_id": m.batch_id, "format": args.fmt,
             "output": str(output), "rows": rows, "columns": df.columns}
-    _out(args, data, f"exported {rows} rows of {m.snapshot_id} ({args.fmt}) to {output}")
+    print_result(args, data, f"exported {rows} rows of {m.snapshot_id} ({args.fmt}) to {output}")
     return EXIT_OK
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from airflow_provider_streamstate.cli import EXIT_OK, _out
     from airflow_provider_streamstate.engine.state.diff import diff_snapshots
 
     with _reader(args) as reader:
@@ -209,12 +212,11 @@ def cmd_diff(args: argparse.Namespace) -> int:
             lines.append(f"  {kind:8} {json.dumps(s['key'])} {json.dumps(s.get('before'))} -> {json.dumps(s.get('after'))}")
     if d.only_in_a or d.only_in_b:
         lines.append(f"  not compared: only in A {d.only_in_a}, only in B {d.only_in_b}")
-    _out(args, d.to_json(), "\n".join(lines))
+    print_result(args, d.to_json(), "\n".join(lines))
     return EXIT_OK
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from airflow_provider_streamstate.cli import EXIT_OK, _out
     from airflow_provider_streamstate.engine.state.validation import load_suite, validate_snapshot
 
     suite = load_suite(args.suite)  # a bad suite fails before Spark starts
@@ -227,12 +229,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
     lines += [f"  {o.describe()}" for o in result.record.failed]
     if result.data_docs:
         lines.append(f"data docs: {result.data_docs}")
-    _out(args, r, "\n".join(lines))
+    print_result(args, r, "\n".join(lines))
     return EXIT_OK if result.success else EXIT_VALIDATION_FAILED
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
-    from airflow_provider_streamstate.cli import EXIT_OK, _out
     from airflow_provider_streamstate.engine.state.bisect import bisect_snapshots
     from airflow_provider_streamstate.engine.state.validation import load_suite
 
@@ -247,5 +248,5 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         lines.append(f"first bad kafka offsets: {json.dumps(result.first_bad.kafka_offsets)}")
         if result.last_good is not None:
             lines.append(f"last good kafka offsets: {json.dumps(result.last_good.kafka_offsets)}")
-    _out(args, r, "\n".join(lines))
+    print_result(args, r, "\n".join(lines))
     return EXIT_OK

@@ -1,0 +1,149 @@
+"""What every `streamstate` command shares: exit codes, the parser class, the options every
+command takes (the store and its credentials, `--json`, `--parallelism`), opening the store,
+printing a result as text or JSON, and the progress bar.
+
+The engine is imported inside the functions that use it: `streamstate --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+
+# What a command module's `register(commands)` returns: {(command, subcommand or None): handler}.
+Handler = Callable[[argparse.Namespace], int]
+Handlers = dict[tuple[str, str | None], Handler]
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+class TerminalProgress:
+    """A one-line progress bar on stderr, redrawn at most 10 times a second."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.lock = threading.Lock()
+        self.phase, self.total, self.done, self.files, self.last = "", 0, 0, 0, 0.0
+
+    def start(self, phase: str, total_files: int, total_bytes: int) -> None:
+        with self.lock:
+            self.phase, self.total, self.done, self.files, self.last = phase, total_bytes, 0, total_files, 0.0
+
+    def advance(self, nbytes: int) -> None:
+        with self.lock:
+            self.done += nbytes
+            now = time.monotonic()
+            if now - self.last >= 0.1:
+                self.last = now
+                self._draw()
+
+    def _draw(self) -> None:
+        if not self.total:
+            return
+        frac = min(1.0, self.done / self.total)
+        bar = "#" * int(frac * 30)
+        self.stream.write(
+            f"\r{self.phase:8} [{bar:<30}] {frac * 100:5.1f}%  {human_bytes(self.done)} / {human_bytes(self.total)} ({self.files} files)"
+        )
+        self.stream.flush()
+
+    def finish(self) -> None:
+        with self.lock:
+            if self.total and self.last:
+                self.done = self.total
+                self._draw()
+                self.stream.write("\n")
+                self.stream.flush()
+
+
+class UsageFailure(Exception):
+    """Raised by the parser instead of exiting, so main() owns every exit path."""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageFailure(f"{self.prog}: {message}")
+
+
+def add_store_options(p: argparse.ArgumentParser, *, stream: bool = True) -> None:
+    p.add_argument("--store", required=True, help="file:///abs/path, /abs/path or s3://bucket/prefix")
+    p.add_argument(
+        "--aws-conn-id",
+        metavar="CONN",
+        default=None,
+        help="for s3:// stores: take endpoint and credentials from this Airflow AWS connection "
+        "(AIRFLOW_CONN_<CONN> or Airflow's secrets backend) instead of the AWS_* variables",
+    )
+    if stream:
+        p.add_argument("--stream", required=True, help="the stream's name in the store")
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+
+
+def add_parallelism(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--parallelism", type=int, default=8, metavar="N", help="concurrent file transfers (default 8)")
+
+
+def duration(text: str) -> float:
+    """An argparse type for `7d`, `12h`, `30m`: a bad one is a usage error (exit 2)."""
+    from airflow_provider_streamstate.engine.catalog.retention import parse_duration
+    from airflow_provider_streamstate.engine.core.errors import UsageError
+
+    try:
+        return parse_duration(text)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(exc.one_line()) from None
+
+
+def print_result(args: argparse.Namespace, data: Any, text: str) -> None:
+    if args.json:
+        print(json.dumps(data, indent=None, sort_keys=False))
+    else:
+        print(text)
+
+
+def progress_for(args: argparse.Namespace) -> Any:
+    return TerminalProgress(sys.stderr) if not args.json and sys.stderr.isatty() else None
+
+
+def open_store_from_args(args: argparse.Namespace) -> Any:
+    from airflow_provider_streamstate.engine.core.errors import UsageError
+    from airflow_provider_streamstate.engine.stores import open_store
+
+    parallelism = getattr(args, "parallelism", 8)
+    conn_id = getattr(args, "aws_conn_id", None)
+    if not conn_id:
+        return open_store(args.store, parallelism=parallelism)
+    # Airflow configures its logging at import, onto the stdout it finds then: send it to
+    # stderr, warnings only, so `--json` output stays one document.
+    os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
+    with contextlib.redirect_stdout(sys.stderr):
+        try:
+            from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
+        except ImportError as exc:
+            raise UsageError(
+                f"--aws-conn-id needs Airflow and its amazon provider: {exc}",
+                hint="install apache-airflow-providers-amazon, or configure S3 with the AWS_* environment variables",
+            ) from None
+        return StreamstateStoreHook(args.store, aws_conn_id=conn_id, parallelism=parallelism).store
+
+
+def format_ms(ms: int | None) -> str:
+    if ms is None or ms <= 0:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
