@@ -5,14 +5,13 @@ engine/state/diff.py). XCom gets the report's path and its counts, never the row
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from airflow.sdk import Context
 
+from airflow_provider_streamstate.engine.core.durability import write_atomically
 from airflow_provider_streamstate.operators.validate import StateTask
 
 
@@ -84,13 +83,6 @@ class StateReportOperator(StateTask):
                 self.log.info("%d rows of %s match %s", total, m.snapshot_id, self.where or "(no filter)")
         out = Path(self.report_path).expanduser()
         out.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(report, f, indent=1)
-            os.replace(tmp, out)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomically(out, json.dumps(report, indent=1).encode(), fsync=False)
         self.log.info("report: %s", out)
         return {"report": str(out), "kind": report["kind"], "snapshot_id": m.snapshot_id, **summary}

@@ -1,6 +1,6 @@
-"""What the streamstate sensors share: the stream as a templated spec, engine errors as
-Airflow's (retry only what a retry can fix), and the deferrable path: poke once, then
-hand the waiting to a trigger that runs the same engine check (`engine.health`)."""
+"""What the streamstate sensors share: engine errors as Airflow's (retry only what a retry
+can fix), the deferrable path (poke once, then hand the waiting to a trigger that runs the
+same engine check), and for sensors on one stream, the stream as a templated spec."""
 
 from __future__ import annotations
 
@@ -20,34 +20,18 @@ if TYPE_CHECKING:
     from airflow.triggers.base import BaseTrigger
 
 
-class StreamSensorBase(BaseSensorOperator):
-    """A sensor on one stream, usable in poke, reschedule and deferrable mode.
+class StreamstateSensor(BaseSensorOperator):
+    """A sensor over one engine check, usable in poke, reschedule and deferrable mode:
+    `check()` runs in the worker, `trigger()` runs the same check in the triggerer.
 
-    :param stream: the stream, a `StreamSpec` or its `to_dict()` (or that as JSON, e.g. from
-        XCom) (templated).
     :param deferrable: wait in the triggerer instead of a worker slot.
     """
 
-    template_fields: tuple[str, ...] = ("stream",)
-
     def __init__(
-        self, *, stream: StreamSpec | dict[str, Any] | str,
-        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False), **kwargs: Any,
+        self, *, deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False), **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if not isinstance(stream, str) or "{{" not in stream:
-            try:  # a mistake in a literal spec is a DAG import error, not a run-time failure
-                StreamSpec.from_value(stream)
-            except StreamstateError as exc:
-                raise ValueError(f"{self.task_id}: {exc.one_line()}") from None
-        self.stream = stream
         self.deferrable = deferrable
-
-    @property
-    def spec(self) -> StreamSpec:
-        """The rendered stream (not cached: templates render after construction)."""
-        with engine_errors():
-            return StreamSpec.from_value(self.stream)
 
     def check(self) -> Check:
         """One engine check (run in the worker; the trigger runs the same one)."""
@@ -57,15 +41,19 @@ class StreamSensorBase(BaseSensorOperator):
         """The trigger that goes on checking in deferrable mode."""
         raise NotImplementedError
 
+    def say(self, message: str) -> str:
+        """A check's message as the task log and its errors show it."""
+        return message
+
     def describe(self, result: Check) -> str:
-        return f"stream {self.spec.name}: {result.message}"
+        return self.say(result.message)
 
     def poke(self, context: Context) -> PokeReturnValue:
         with engine_errors():
             result = self.check()
         self.log.info("%s", self.describe(result))
         if result.outcome == "failed":
-            raise AirflowFailException(f"stream {self.spec.name}: {result.message}")
+            raise AirflowFailException(self.say(result.message))
         return PokeReturnValue(result.outcome == "ready", result.to_json() if result.outcome == "ready" else None)
 
     def execute(self, context: Context) -> Any:
@@ -82,10 +70,39 @@ class StreamSensorBase(BaseSensorOperator):
         """Resume after the trigger fired: its result on success, else the error it names."""
         if not isinstance(event, dict) or event.get("status") not in (SUCCESS, FAILED, ERROR):
             raise AirflowException(f"{self.task_id}: the trigger sent an unexpected event {event!r}")
-        message = f"stream {self.spec.name}: {event.get('message')}"
+        message = self.say(str(event.get("message")))
         if event["status"] == FAILED:
             raise AirflowFailException(message)
         if event["status"] == ERROR:
             raise AirflowException(message)
         self.log.info("%s", message)
         return event.get("result")
+
+
+class StreamSensorBase(StreamstateSensor):
+    """A sensor on one stream, usable in poke, reschedule and deferrable mode.
+
+    :param stream: the stream, a `StreamSpec` or its `to_dict()` (or that as JSON, e.g. from
+        XCom) (templated).
+    :param deferrable: wait in the triggerer instead of a worker slot.
+    """
+
+    template_fields: tuple[str, ...] = ("stream",)
+
+    def __init__(self, *, stream: StreamSpec | dict[str, Any] | str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if not isinstance(stream, str) or "{{" not in stream:
+            try:  # a mistake in a literal spec is a DAG import error, not a run-time failure
+                StreamSpec.from_value(stream)
+            except StreamstateError as exc:
+                raise ValueError(f"{self.task_id}: {exc.one_line()}") from None
+        self.stream = stream
+
+    @property
+    def spec(self) -> StreamSpec:
+        """The rendered stream (not cached: templates render after construction)."""
+        with engine_errors():
+            return StreamSpec.from_value(self.stream)
+
+    def say(self, message: str) -> str:
+        return f"stream {self.spec.name}: {message}"

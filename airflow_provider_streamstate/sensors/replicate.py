@@ -2,23 +2,16 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any
-
-from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from typing import Any
 
 from airflow_provider_streamstate.engine.lifecycle.replicate import ReplicaCheck
+from airflow_provider_streamstate.sensors.base import StreamstateSensor
 from airflow_provider_streamstate.spec import StreamSpec
 from airflow_provider_streamstate.task_errors import engine_errors
-from airflow_provider_streamstate.triggers.base import ERROR, FAILED, SUCCESS
 from airflow_provider_streamstate.triggers.replicate import SnapshotReplicaTrigger, replica_check
 
-if TYPE_CHECKING:
-    from airflow.sdk import Context
 
-
-class SnapshotReplicaSensor(BaseSensorOperator):
+class SnapshotReplicaSensor(StreamstateSensor):
     """Succeeds when a snapshot is in `store` with its manifest and every blob it references
     (a replication publishes the manifest last, so a listed snapshot that misses blobs was
     damaged afterwards: that fails the task at once). Returns `{"outcome", "snapshot_id",
@@ -41,7 +34,7 @@ class SnapshotReplicaSensor(BaseSensorOperator):
     def __init__(
         self, *, stream: StreamSpec | dict[str, Any] | str, store: str, aws_conn_id: str | None = None,
         snapshot: str = "latest", source_store: str | None = None, source_aws_conn_id: str | None = None,
-        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False), **kwargs: Any,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.stream = stream
@@ -50,7 +43,6 @@ class SnapshotReplicaSensor(BaseSensorOperator):
         self.snapshot = snapshot
         self.source_store = source_store
         self.source_aws_conn_id = source_aws_conn_id
-        self.deferrable = deferrable
 
     def target(self) -> dict[str, Any]:
         """The rendered arguments of one check (and of the trigger)."""
@@ -68,35 +60,7 @@ class SnapshotReplicaSensor(BaseSensorOperator):
         }
 
     def check(self) -> ReplicaCheck:
-        with engine_errors():
-            return replica_check(**self.target())
+        return replica_check(**self.target())
 
-    def poke(self, context: Context) -> PokeReturnValue:
-        result = self.check()
-        self.log.info("%s", result.message)
-        if result.outcome == "failed":
-            raise AirflowFailException(result.message)
-        return PokeReturnValue(result.outcome == "ready", result.to_json() if result.outcome == "ready" else None)
-
-    def execute(self, context: Context) -> Any:
-        if not self.deferrable:
-            return super().execute(context)
-        first = self.poke(context)
-        if first.is_done:
-            return first.xcom_value
-        self.defer(
-            timeout=timedelta(seconds=self.timeout),
-            trigger=SnapshotReplicaTrigger(**self.target(), poke_interval=self.poke_interval),
-            method_name="execute_complete",
-        )
-
-    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> Any:
-        """Resume after the trigger fired: its result on success, else the error it names."""
-        if not isinstance(event, dict) or event.get("status") not in (SUCCESS, FAILED, ERROR):
-            raise AirflowException(f"{self.task_id}: the trigger sent an unexpected event {event!r}")
-        if event["status"] == FAILED:
-            raise AirflowFailException(str(event.get("message")))
-        if event["status"] == ERROR:
-            raise AirflowException(str(event.get("message")))
-        self.log.info("%s", event.get("message"))
-        return event.get("result")
+    def trigger(self) -> SnapshotReplicaTrigger:
+        return SnapshotReplicaTrigger(**self.target(), poke_interval=self.poke_interval)

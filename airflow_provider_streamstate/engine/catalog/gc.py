@@ -44,6 +44,7 @@ from airflow_provider_streamstate.engine.core.errors import (
 )
 from airflow_provider_streamstate.engine.core.manifest import Manifest
 from airflow_provider_streamstate.engine.core.parallel import run_parallel
+from airflow_provider_streamstate.engine.core.records import load_record
 from airflow_provider_streamstate.engine.stores.base import (
     TOMBSTONE_FORMAT,
     BlobInfo,
@@ -80,9 +81,7 @@ class Tombstone:
     @classmethod
     def from_json(cls, data: bytes, *, stream: str, snapshot_id: str) -> Tombstone:
         try:
-            d = json.loads(data)
-            if not isinstance(d, dict) or d.get("format") != TOMBSTONE_FORMAT:
-                raise ValueError("not a tombstone")
+            d = load_record(data, TOMBSTONE_FORMAT, "tombstone")
             when = datetime.fromisoformat(str(d["deleted_at"]).replace("Z", "+00:00")).timestamp()
             return cls(stream, snapshot_id, when, str(d["manifest"]).encode())
         except (ValueError, KeyError, TypeError) as exc:

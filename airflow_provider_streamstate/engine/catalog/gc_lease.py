@@ -36,6 +36,7 @@ from datetime import UTC, datetime
 from types import TracebackType
 
 from airflow_provider_streamstate.engine.core.errors import TransientError
+from airflow_provider_streamstate.engine.core.records import load_record
 from airflow_provider_streamstate.engine.stores.base import RecordChanged, SnapshotStore
 
 log = logging.getLogger("streamstate.gc")
@@ -107,9 +108,7 @@ class GcLease:
         """(may be taken over, who holds it) from a lease record; an unreadable record may be
         taken over once it is older than the ttl, which the caller cannot tell: refuse it."""
         try:
-            d = json.loads(data)
-            if not isinstance(d, dict) or d.get("format") != LEASE_FORMAT:
-                raise ValueError("not a GC lease")
+            d = load_record(data, LEASE_FORMAT, "GC lease")
             expires = _epoch(d["expires_at"])
             free = bool(d.get("released")) or expires < time.time()
             return free, f"{d.get('owner', '?')} (until {d['expires_at']})"

@@ -23,15 +23,12 @@ directory; snapshots read it to know which timeline the checkpoint continues.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
-from airflow_provider_streamstate.engine.core.durability import fsync_path
+from airflow_provider_streamstate.engine.core.durability import fsync_path, write_atomically, write_file
 from airflow_provider_streamstate.engine.core.errors import StreamstateError, UnsafeManifestError
 from airflow_provider_streamstate.engine.core.manifest import (
     MAX_BATCH_ID,
@@ -40,6 +37,7 @@ from airflow_provider_streamstate.engine.core.manifest import (
     validate_snapshot_id,
     validate_stream_name,
 )
+from airflow_provider_streamstate.engine.core.records import dump_record, load_record
 from airflow_provider_streamstate.engine.stores.base import ManifestExistsError, SnapshotStore, record_key
 
 log = logging.getLogger("streamstate.timeline")
@@ -74,15 +72,13 @@ class TimelineRecord:
     restore_id: str = ""  # the restore that started it: lets a retry find its timeline
 
     def to_json(self) -> bytes:
-        return json.dumps({"format": TIMELINE_FORMAT, **asdict(self)}, indent=1).encode()
+        return dump_record(TIMELINE_FORMAT, asdict(self))
 
     @classmethod
     def from_json(cls, data: bytes, *, expect: int) -> TimelineRecord:
         """Validate an untrusted record (a store can be written by anyone with its keys)."""
         try:
-            d = json.loads(data)
-            if not isinstance(d, dict) or d.get("format") != TIMELINE_FORMAT:
-                raise ValueError("not a timeline record")
+            d = load_record(data, TIMELINE_FORMAT, "timeline record")
             rec = cls(
                 timeline=d["timeline"], parent_timeline=d.get("parent_timeline"),
                 branch_snapshot=d.get("branch_snapshot"), branch_batch=d.get("branch_batch"),
@@ -234,7 +230,7 @@ class Lineage:
         ).timeline
 
     def to_json(self) -> bytes:
-        return json.dumps({"format": LINEAGE_FORMAT, **asdict(self)}, indent=1).encode()
+        return dump_record(LINEAGE_FORMAT, asdict(self))
 
 
 def write_lineage(checkpoint_root: Path, lineage: Lineage, *, fsync: bool = True) -> Path:
@@ -242,14 +238,10 @@ def write_lineage(checkpoint_root: Path, lineage: Lineage, *, fsync: bool = True
     rename, so a reader never sees half of it."""
     path = checkpoint_root / LINEAGE_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp") if path.exists() else path
-    with open(tmp, "wb") as f:
-        f.write(lineage.to_json())
-        if fsync:
-            f.flush()
-            os.fsync(f.fileno())
-    if tmp != path:
-        os.replace(tmp, path)
+    if path.exists():
+        write_atomically(path, lineage.to_json(), fsync=fsync)
+        return path
+    write_file(path, lineage.to_json(), fsync=fsync)  # a new file (a restore's staging): no reader yet
     if fsync:
         fsync_path(path.parent)
     return path
@@ -259,9 +251,7 @@ def read_lineage(checkpoint_root: Path) -> Lineage | None:
     """The checkpoint's lineage, or None when it was never restored by streamstate (or the
     file is unreadable: it only ever narrows which timeline a snapshot joins)."""
     try:
-        d: Any = json.loads((checkpoint_root / LINEAGE_FILE).read_bytes())
-        if not isinstance(d, dict) or d.get("format") != LINEAGE_FORMAT:
-            raise ValueError("not a lineage record")
+        d = load_record((checkpoint_root / LINEAGE_FILE).read_bytes(), LINEAGE_FORMAT, "lineage record")
         stream = d.get("stream")
         if stream is not None:
             validate_stream_name(stream)

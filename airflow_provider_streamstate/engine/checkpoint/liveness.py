@@ -25,6 +25,7 @@ from typing import Any
 
 from airflow_provider_streamstate.engine.checkpoint.sidecar import Sidecar, open_sidecar
 from airflow_provider_streamstate.engine.core.errors import StreamRunningError
+from airflow_provider_streamstate.engine.core.records import load_record
 
 FORMAT = "streamstate.heartbeat/v1"
 HEARTBEAT_FILE = "_streamstate/heartbeat.json"
@@ -72,9 +73,7 @@ class Heartbeat:
     @classmethod
     def from_json(cls, data: bytes) -> Heartbeat:
         """Validate an untrusted record; ValueError on anything off."""
-        d: Any = json.loads(data)
-        if not isinstance(d, dict) or d.get("format") != FORMAT:
-            raise ValueError("not a heartbeat record")
+        d = load_record(data, FORMAT, "heartbeat record")
         fields: dict[str, Any] = {k: d.get(k) for k in cls.__dataclass_fields__}
         for k in ("query_id", "run_id", "query_name", "host", "state", "updated_at"):
             _check_line(k, fields[k], MAX_NAME_CHARS)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 import threading
 from abc import ABC, abstractmethod
 from pathlib import Path
@@ -33,6 +32,7 @@ from airflow_provider_streamstate.engine.checkpoint.filesystems import (
     open_checkpoint_fs,
     parse_s3_location,
 )
+from airflow_provider_streamstate.engine.core.durability import write_atomically
 from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.engine.stores import file_uri_path
 
@@ -83,14 +83,7 @@ class LocalSidecar(Sidecar):
     def write(self, rel: str, data: bytes) -> None:
         path = self.root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomically(path, data, fsync=False)
 
     def delete(self, rel: str) -> None:
         (self.root / rel).unlink(missing_ok=True)

@@ -39,6 +39,7 @@ from airflow_provider_streamstate.engine.catalog.snapshots import list_snapshots
 from airflow_provider_streamstate.engine.catalog.validation_records import validation_status
 from airflow_provider_streamstate.engine.core.anchor import anchors_from_json
 from airflow_provider_streamstate.engine.core.cancel import current_token
+from airflow_provider_streamstate.engine.core.durability import write_atomically
 from airflow_provider_streamstate.engine.core.errors import (
     NotFoundError,
     StreamstateError,
@@ -253,12 +254,7 @@ def _write(path: Path, data: bytes) -> None:
     for p, content in ((path, data), (path.with_name(f".{path.name}.crc"), hadoop_crc(data))):
         if p != path and not p.exists():
             continue
-        tmp = p.with_name(f".{p.name}.failover-tmp")
-        with open(tmp, "wb") as f:
-            f.write(content)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
+        write_atomically(p, content)
 
 
 def _translated_source(value: Any, names: dict[str, str], dr: dict[str, dict[str, int]]) -> Any:

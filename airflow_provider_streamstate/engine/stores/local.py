@@ -14,7 +14,7 @@ from typing import BinaryIO
 
 from airflow_provider_streamstate.engine.core.cancel import check_cancelled
 from airflow_provider_streamstate.engine.core.digest import copy_hashing
-from airflow_provider_streamstate.engine.core.durability import fsync_path
+from airflow_provider_streamstate.engine.core.durability import fsync_path, write_atomically, write_file
 from airflow_provider_streamstate.engine.core.errors import (
     CheckpointChanged,
     CorruptionError,
@@ -168,11 +168,7 @@ class LocalStore(SnapshotStore):
                 fsync_path(d)  # the path to the manifest is durable before the manifest is
         tmp = self._tmp_path()
         try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-                if self.fsync:
-                    f.flush()
-                    os.fsync(f.fileno())
+            write_file(tmp, data, fsync=self.fsync)
             try:
                 os.link(tmp, final)  # atomic and never overwrites
             except FileExistsError:
@@ -221,19 +217,10 @@ class LocalStore(SnapshotStore):
     def replace_record(self, key: str, data: bytes) -> None:
         final = self.root / key
         new_dirs = self._makedirs(final.parent)
-        tmp = self._tmp_path()
-        try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-                if self.fsync:
-                    f.flush()
-                    os.fsync(f.fileno())
-            os.replace(tmp, final)
-            if self.fsync:
-                for d in [*new_dirs, final.parent]:
-                    fsync_path(d)
-        finally:
-            tmp.unlink(missing_ok=True)
+        write_atomically(final, data, fsync=self.fsync, tmp=self._tmp_path())
+        if self.fsync:
+            for d in new_dirs:
+                fsync_path(d)
 
     def delete_record(self, key: str) -> None:
         path = self.root / key

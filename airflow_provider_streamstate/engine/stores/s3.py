@@ -243,33 +243,24 @@ class S3Store(SnapshotStore):
             return True
         return code(exc) == "ConditionalRequestConflict" and self.has_blob(digest)
 
-    def _put_multipart_stream(self, digest: str, src: BinaryIO, size: int, key: str) -> int:
+    def _upload_parts(self, key: str, parts: Iterator[bytes], verify: Callable[[], None]) -> int:
+        """One multipart upload of `parts`; `verify()` runs after the last part, before the
+        completion (`IfNoneMatch`) that makes the object appear. A failure or a cancellation
+        aborts the upload: no object, no parts left behind. Returns the bytes uploaded."""
         upload_id = self.client.create_multipart_upload(Bucket=self.bucket, Key=key)["UploadId"]
         try:
-            h = hashlib.sha256()
-            parts: list[dict[str, Any]] = []
+            done: list[dict[str, Any]] = []
             written = 0
-            part = bytearray()
-            eof = False
-            while not eof:
-                chunk = src.read(min(CHUNK, PART_SIZE - len(part)))
-                check_cancelled()
-                eof = not chunk
-                h.update(chunk)
-                part += chunk
-                if (len(part) >= PART_SIZE or (eof and part)) and written + len(part) <= size:
-                    r = self.client.upload_part(
-                        Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=len(parts) + 1, Body=part
-                    )
-                    parts.append({"PartNumber": len(parts) + 1, "ETag": r["ETag"]})
-                    written += len(part)
-                    part = bytearray()
-                elif written + len(part) > size:
-                    written += len(part)
-                    break  # longer than the manifest says: refused below
-            _check_stream(digest, size, h, written)
+            for body in parts:
+                check_cancelled()  # a cancelled upload is aborted below, within one part
+                r = self.client.upload_part(
+                    Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=len(done) + 1, Body=body
+                )
+                done.append({"PartNumber": len(done) + 1, "ETag": r["ETag"]})
+                written += len(body)
+            verify()
             self.client.complete_multipart_upload(
-                Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}, IfNoneMatch="*"
+                Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": done}, IfNoneMatch="*"
             )
             return written
         except BaseException:
@@ -279,34 +270,47 @@ class S3Store(SnapshotStore):
                 pass
             raise
 
+    def _put_multipart_stream(self, digest: str, src: BinaryIO, size: int, key: str) -> int:
+        """Upload a stream in parts, hashing as we go; the object appears only if its bytes
+        are the blob (a stream longer than `size` is refused before its excess is sent)."""
+        h = hashlib.sha256()
+        read = 0
+
+        def parts() -> Iterator[bytes]:
+            nonlocal read
+            part = bytearray()
+            while True:
+                chunk = src.read(min(CHUNK, PART_SIZE - len(part)))
+                check_cancelled()
+                h.update(chunk)
+                read += len(chunk)
+                if read > size:
+                    return  # longer than the manifest says: refused by the check
+                part += chunk
+                if len(part) >= PART_SIZE or (not chunk and part):
+                    yield bytes(part)
+                    part = bytearray()
+                if not chunk:
+                    return
+
+        return self._upload_parts(key, parts(), lambda: _check_stream(digest, size, h, read))
+
     def _put_multipart(self, digest: str, source: Path, key: str) -> int:
-        """Upload in parts, hashing as we go; the object appears only if the hash matches."""
-        upload_id = self.client.create_multipart_upload(Bucket=self.bucket, Key=key)["UploadId"]
-        try:
-            h = hashlib.sha256()
-            parts: list[dict[str, Any]] = []
-            written = 0
-            with open(source, "rb") as f:
-                while chunk := f.read(PART_SIZE):
-                    check_cancelled()  # a cancelled upload is aborted below, within one part
-                    h.update(chunk)
-                    written += len(chunk)
-                    r = self.client.upload_part(
-                        Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=len(parts) + 1, Body=chunk
-                    )
-                    parts.append({"PartNumber": len(parts) + 1, "ETag": r["ETag"]})
+        """Upload a file in parts, hashing as we go; the object appears only if the hash matches."""
+        h = hashlib.sha256()
+
+        def verify() -> None:
             if h.hexdigest() != digest:
                 raise CheckpointChanged(f"{source} changed while it was being stored")
-            self.client.complete_multipart_upload(
-                Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts}, IfNoneMatch="*"
-            )
-            return written
-        except BaseException:
-            try:
-                self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
-            except Exception:  # noqa: BLE001 - the original failure matters more
-                pass
-            raise
+
+        with open(source, "rb") as f:
+
+            def parts() -> Iterator[bytes]:
+                while chunk := f.read(PART_SIZE):
+                    h.update(chunk)
+                    yield chunk
+
+            return self._upload_parts(key, parts(), verify)
 
     def open_blob(self, digest: str) -> AbstractContextManager[BinaryIO]:
         from botocore.exceptions import ClientError

@@ -34,6 +34,7 @@ from airflow_provider_streamstate.engine.checkpoint.filesystems import is_s3_loc
 from airflow_provider_streamstate.engine.checkpoint.sidecar import S3Sidecar
 from airflow_provider_streamstate.engine.core.errors import StreamstateError, TransientError, UsageError
 from airflow_provider_streamstate.engine.core.manifest import validate_stream_name
+from airflow_provider_streamstate.engine.core.records import load_record
 from airflow_provider_streamstate.engine.stores.base import STREAMS_PREFIX, SnapshotStore, record_key
 from airflow_provider_streamstate.engine.streams import launcher
 
@@ -76,9 +77,7 @@ class CloneRecord:
 
     @classmethod
     def from_json(cls, data: bytes) -> CloneRecord:
-        d: Any = json.loads(data)
-        if not isinstance(d, dict) or d.get("format") != RECORD_FORMAT:
-            raise ValueError("not a clone record")
+        d = load_record(data, RECORD_FORMAT, "clone record")
         rec = cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
         validate_stream_name(rec.clone)
         validate_stream_name(rec.source_stream)

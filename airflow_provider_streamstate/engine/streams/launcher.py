@@ -63,6 +63,7 @@ from airflow_provider_streamstate.engine.core.errors import (
     TransientError,
     UsageError,
 )
+from airflow_provider_streamstate.engine.core.records import dump_record, load_record
 
 log = logging.getLogger("streamstate.launcher")
 
@@ -179,9 +180,7 @@ class LaunchRecord:
 
     @classmethod
     def from_json(cls, data: bytes) -> LaunchRecord:
-        d: Any = json.loads(data)
-        if not isinstance(d, dict) or d.get("format") != LAUNCH_FORMAT:
-            raise ValueError("not a launch record")
+        d = load_record(data, LAUNCH_FORMAT, "launch record")
         handle = StreamHandle.from_json(d)
         if not isinstance(d.get("pgid"), int) or not isinstance(d.get("command"), list):
             raise ValueError("launch record without pgid or command")
@@ -202,13 +201,11 @@ class DriverRecord:
     stop_reason: str | None = None
 
     def to_json(self) -> bytes:
-        return json.dumps({"format": DRIVER_FORMAT, **asdict(self)}, indent=1).encode()
+        return dump_record(DRIVER_FORMAT, asdict(self))
 
     @classmethod
     def from_json(cls, data: bytes) -> DriverRecord:
-        d: Any = json.loads(data)
-        if not isinstance(d, dict) or d.get("format") != DRIVER_FORMAT:
-            raise ValueError("not a driver record")
+        d = load_record(data, DRIVER_FORMAT, "driver record")
         values: dict[str, Any] = {k: d.get(k) for k in cls.__dataclass_fields__}
         rec = cls(**values)
         if not isinstance(rec.pid, int) or not isinstance(rec.launch_id, str):
@@ -747,13 +744,11 @@ class CloneLabel:
         return (now or datetime.now(UTC)) >= _parse_time(self.expires_at)
 
     def to_json(self) -> bytes:
-        return json.dumps({"format": CLONE_FORMAT, **asdict(self)}, indent=1).encode()
+        return dump_record(CLONE_FORMAT, asdict(self))
 
     @classmethod
     def from_json(cls, data: bytes) -> CloneLabel:
-        d: Any = json.loads(data)
-        if not isinstance(d, dict) or d.get("format") != CLONE_FORMAT:
-            raise ValueError("not a clone label")
+        d = load_record(data, CLONE_FORMAT, "clone label")
         values: dict[str, Any] = {k: d.get(k) for k in cls.__dataclass_fields__}
         label = cls(**values)
         for k in ("clone", "source_stream", "snapshot_id", "expires_at"):
