@@ -14,7 +14,7 @@ long-running stream finds). `--after` more events arrive after the snapshots; on
 mirror holds everything, the ways to get the stream going in DR are timed in the same
 Spark session, on the same machine, one after the other:
 
-* **failover**: `engine.failover` (choose the snapshot, translate its offsets, restore,
+* **failover**: `engine.dr.failover` (choose the snapshot, translate its offsets, restore,
   rewrite) into a new checkpoint, then the stream on it until it has read everything the
   mirror holds; from the newest snapshot, and again from the changelog-only one;
 * **replay**: what a team has without snapshots: the stream on an empty checkpoint from

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 def attach_heartbeat(
     spark: SparkSession, checkpoint: str, *, interval_s: float = 5.0, query_name: str | None = None
 ) -> object:
-    """Make the stream on `checkpoint` say it is alive (`engine.liveness`): a
+    """Make the stream on `checkpoint` say it is alive (`engine.checkpoint.liveness`): a
     StreamingQueryListener writes the heartbeat when the query starts, on every progress
     event (Spark emits one on idle too) and once more when it stops or fails, and a timer
     thread keeps beating during a long batch. Follows the first query started after it is

@@ -1,6 +1,6 @@
 """Operators of a disaster-recovery failover: fence the primary stream, then restore the
 stream in the DR region with its Kafka offsets translated for the mirrored cluster
-(`engine.failover`). Thin over the engine; each returns a small JSON summary for XCom."""
+(`engine.dr.failover`). Thin over the engine; each returns a small JSON summary for XCom."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ class FailoverStreamOperator(_StreamTask):
     """Restore a stream from its DR store into its DR checkpoint, with every Kafka topic and
     offset the checkpoint names translated for the mirrored DR cluster, so the same
     application started there resumes with the next batch: nothing read twice, nothing
-    skipped (engine.failover). The snapshot is the given one, else the newest on the
+    skipped (engine.dr.failover). The snapshot is the given one, else the newest on the
     current timeline that translates exactly (and passed `suite`, when given). Nothing is
     written to the target unless all of it succeeded. Returns `{"stream", "snapshot_id",
     "batch_id", "target", "translated", "skipped_snapshots", "events_behind", "rewritten",

@@ -1,5 +1,5 @@
 """Replicate a stream's snapshots to another store (the DR region): thin over the store hooks
-and `engine.replicate`; returns a small JSON summary for XCom."""
+and `engine.lifecycle.replicate`; returns a small JSON summary for XCom."""
 
 from __future__ import annotations
 

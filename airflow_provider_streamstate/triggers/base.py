@@ -22,7 +22,7 @@ SUCCESS, FAILED, ERROR = "success", "failed", "error"
 
 
 class Check(Protocol):
-    """An engine check's result (`engine.health.ProgressCheck`, `LagCheck`)."""
+    """An engine check's result (`engine.streams.health.ProgressCheck`, `LagCheck`)."""
 
     @property
     def outcome(self) -> str: ...

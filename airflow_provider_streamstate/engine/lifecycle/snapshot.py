@@ -2,18 +2,19 @@
 
 1. Find the timeline the checkpoint continues (`timeline`) and its newest snapshot there,
    the parent. A snapshot of the batch the parent already holds is the parent (idempotent).
-2. Plan the cut at batch N (default: newest committed) — see `checkpoint.CheckpointReader`.
+2. Plan the cut at batch N (default: newest committed) — see `checkpoint.reader.CheckpointReader`.
 3. Hash every file of the cut, reusing the parent's recorded hash when path, size and
    mtime are unchanged (checkpoint files are immutable by name) — only when the parent was
    taken from this checkpoint location and query. Each file is read once where that is
    enough to store it too: a local store hashes while it writes (`store_file`); an S3
    checkpoint object up to `READ_ONCE_BYTES` is read into memory while it is hashed and
-   stored from that buffer, unless the store copies it server side (engine/checkpoint/store_copy.py).
+   stored from that buffer, unless the store copies it server side
+   (engine/checkpoint/store_copy.py).
 4. Upload only blobs the store lacks, in parallel. Blobs the parent references are not
    trusted blindly: each is checked in the store, and a missing one is uploaded again.
-5. Publish the manifest last, atomically, and only within the writers' bound D (`gc.MAX_SNAPSHOT_SECONDS`) of when
-   the blobs it relies on were seen (the contract with garbage collection, see
-   docs/concepts.md). Until then nothing is visible.
+5. Publish the manifest last, atomically, and only within the writers' bound D
+   (`catalog.gc.MAX_SNAPSHOT_SECONDS`) of when the blobs it relies on were seen (the
+   contract with garbage collection, see docs/concepts.md). Until then nothing is visible.
 
 Spark keeps running throughout: when an essential file vanishes or changes under us
 (maintenance replaced it with a newer snapshot), the cut is planned again.

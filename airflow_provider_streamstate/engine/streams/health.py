@@ -11,7 +11,7 @@ topic cannot).
 * **Progress** is what the checkpoint says: the newest committed batch (`offsets/N` and
   `commits/N` both present) and when `commits/N` was written. A heartbeat beats on a
   timer even when no batch runs, so it tells liveness, not progress.
-* **Liveness** is `engine.launcher.status()`, the one place that reads the heartbeat, the
+* **Liveness** is `engine.streams.launcher.status()`, the one place that reads the heartbeat, the
   launch record and (on this host) the driver's process: a query that stopped or failed,
   a stale heartbeat, a driver gone, or a launch that never beat. A failure message names
   the query's exception and the last error line of the driver log the launch recorded.
@@ -20,7 +20,7 @@ topic cannot).
   checkpoint; the source never commits them to Kafka).
 
 Pure Python: no Airflow import. Broker offsets come from a callable (the Kafka hook's
-`broker_offsets`, or `engine.kafka.broker_offsets` with a bootstrap address).
+`broker_offsets`, or `engine.kafka.offsets.broker_offsets` with a bootstrap address).
 """
 
 from __future__ import annotations
@@ -238,7 +238,7 @@ def check_lag(checkpoint: str, *, max_lag: int, broker_offsets: BrokerOffsets) -
     batch, offsets = found
     try:
         measured = broker_offsets(offsets)
-    except NotFoundError as exc:  # engine.kafka speaks of snapshots; here it is the live stream's topic
+    except NotFoundError as exc:  # engine.kafka.offsets speaks of snapshots; here it is the live stream's topic
         raise NotFoundError(
             exc.message.replace(" of the snapshot", f" that the stream on {checkpoint} reads"),
             hint="check that the Kafka connection points at the stream's cluster; if the topic was deleted, "
