@@ -66,7 +66,7 @@ def test_a_stream_launched_by_a_process_that_exits_runs_refuses_a_second_copy_an
     command = submit_command(stack, topic, checkpoint)
     # The launcher is a process that exits at once, as an Airflow task does.
     script = (
-        "import json, sys; from airflow_provider_streamstate.engine import launcher; "
+        "import json, sys; from airflow_provider_streamstate.engine.streams import launcher; "
         "h = launcher.launch(json.loads(sys.argv[1]), stream='orders', checkpoint=sys.argv[2], "
         "env=json.loads(sys.argv[3]), heartbeat_interval_s=1.0); print(json.dumps(h.to_json()))"
     )

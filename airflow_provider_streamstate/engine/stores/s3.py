@@ -243,7 +243,7 @@ class S3Store(SnapshotStore):
             return True
         return code(exc) == "ConditionalRequestConflict" and self.has_blob(digest)
 
-    def _upload_parts(self, key: str, parts: Iterator[bytes], verify: Callable[[], None]) -> int:
+    def _upload_parts(self, key: str, parts: Iterator[bytes | bytearray], verify: Callable[[], None]) -> int:
         """One multipart upload of `parts`; `verify()` runs after the last part, before the
         completion (`IfNoneMatch`) that makes the object appear. A failure or a cancellation
         aborts the upload: no object, no parts left behind. Returns the bytes uploaded."""
@@ -258,6 +258,7 @@ class S3Store(SnapshotStore):
                 )
                 done.append({"PartNumber": len(done) + 1, "ETag": r["ETag"]})
                 written += len(body)
+                del body  # sent: let it go before the next part is read
             verify()
             self.client.complete_multipart_upload(
                 Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": done}, IfNoneMatch="*"
@@ -276,7 +277,7 @@ class S3Store(SnapshotStore):
         h = hashlib.sha256()
         read = 0
 
-        def parts() -> Iterator[bytes]:
+        def parts() -> Iterator[bytes | bytearray]:
             nonlocal read
             part = bytearray()
             while True:
@@ -288,8 +289,9 @@ class S3Store(SnapshotStore):
                     return  # longer than the manifest says: refused by the check
                 part += chunk
                 if len(part) >= PART_SIZE or (not chunk and part):
-                    yield bytes(part)
-                    part = bytearray()
+                    full, part = part, bytearray()
+                    yield full  # no copy: one part in memory at a time
+                    del full
                 if not chunk:
                     return
 

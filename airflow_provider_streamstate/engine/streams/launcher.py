@@ -103,7 +103,7 @@ class StreamStartError(StreamstateError):
 def supervised_application() -> str:
     """The path of the wrapper spark-submit runs (`jobs/supervised.py`), with the
     user's application and its arguments after it."""
-    return str(Path(__file__).resolve().parent.parent / "jobs" / "supervised.py")
+    return str(Path(__file__).resolve().parents[2] / "jobs" / "supervised.py")
 
 
 def local_checkpoint(checkpoint: str | Path) -> Path:
