@@ -32,6 +32,32 @@ from dev import stack as stack_mod  # noqa: E402
 logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
+DURATIONS = Path(__file__).resolve().parent / "durations.json"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Longest files first (seconds per file in tests/durations.json, from a whole run by
+    dev/test_durations.py): xdist hands whole files to whichever worker is free, so the two
+    workers end together instead of one idling while the other runs the last heavy file.
+    Files the record does not know run last, in collection order; tests within a file keep
+    theirs."""
+    if not DURATIONS.exists():
+        return
+    import json
+
+    seconds: dict[str, float] = json.loads(DURATIONS.read_text())
+    rootdir = Path(str(config.rootpath))
+
+    def weight(item: pytest.Item) -> float:
+        try:
+            rel = Path(str(item.path)).relative_to(rootdir).as_posix()
+        except ValueError:
+            return -1.0
+        return seconds.get(rel, -1.0)
+
+    items.sort(key=lambda item: -weight(item))
+
+
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[stack_mod.Stack]:
     state_dir = tmp_path_factory.mktemp("stack")

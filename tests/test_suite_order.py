@@ -1,0 +1,52 @@
+"""The suite's order: per-file seconds from a JUnit report (dev/test_durations.py), and the
+longest files first with each file's tests kept together (tests/conftest.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _durations_module():  # noqa: ANN202 - a dev script, loaded by path
+    spec = importlib.util.spec_from_file_location("test_durations", REPO / "dev" / "test_durations.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_junit_report_gives_seconds_per_file_classes_included(tmp_path: Path) -> None:
+    report = tmp_path / "junit.xml"
+    report.write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase classname="tests.integration.test_a" name="t1" time="10.5"/>'
+        '<testcase classname="tests.integration.test_a" name="t2" time="4.5"/>'
+        '<testcase classname="tests.integration.test_b.TestGroup" name="t3" time="30"/>'
+        '<testcase classname="tests.test_c" name="t4" time="2"/>'
+        '<testcase classname="conftest" name="collect" time="9"/>'
+        "</testsuite></testsuites>"
+    )
+    durations = _durations_module().file_durations(report)
+    assert durations == {"tests/integration/test_b.py": 30.0, "tests/integration/test_a.py": 15.0,
+                         "tests/test_c.py": 2.0}
+    assert list(durations) == ["tests/integration/test_b.py", "tests/integration/test_a.py", "tests/test_c.py"]
+
+
+def test_the_recorded_durations_name_files_that_exist() -> None:
+    recorded = json.loads((REPO / "tests" / "durations.json").read_text())
+    missing = [f for f in recorded if not (REPO / f).is_file()]
+    assert recorded and not missing, f"tests/durations.json names files that are gone: {missing}"
+
+
+def test_the_collected_suite_runs_the_longest_files_first_each_file_together(pytestconfig) -> None:  # noqa: ANN001
+    recorded = json.loads((REPO / "tests" / "durations.json").read_text())
+    session_items = pytestconfig.pluginmanager.getplugin("session").items  # type: ignore[union-attr]
+    files = [Path(str(i.path)).relative_to(REPO).as_posix() for i in session_items]
+    order = list(dict.fromkeys(files))
+    runs = [f for i, f in enumerate(files) if i == 0 or files[i - 1] != f]
+    assert runs == order, "a file's tests were split"
+    weights = [recorded.get(f, -1.0) for f in order]
+    assert weights == sorted(weights, reverse=True), order
