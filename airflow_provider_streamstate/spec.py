@@ -25,6 +25,12 @@ from typing import Any, ClassVar
 
 from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.engine.core.manifest import validate_stream_name
+from airflow_provider_streamstate.engine.core.redact import (
+    REDACTED,
+    redact_command,
+    redact_mapping,
+    sensitive_values,
+)
 
 _PLACEHOLDERS = {"checkpoint", "name", "sinks"}
 
@@ -88,6 +94,21 @@ class StreamSpec:
                     hint=f"its sinks are {sorted(self.sinks) or 'none'}; name one of them",
                 ) from None
         return out
+
+    def secret_values(self) -> list[str]:
+        """The values of its confs, environment and argument options with sensitive names
+        (engine/core/redact.py): what must never be written down or shown."""
+        return sensitive_values(conf=self.conf, env=self.env, args=self.application_args)
+
+    def redacted(self) -> StreamSpec:
+        """The same stream with its secrets as `***`: what XCom, trigger records and reports
+        may carry (a task completes it again from the configured streams: configured.py)."""
+        return replace(self, conf=redact_mapping(self.conf), env=redact_mapping(self.env),
+                       application_args=redact_command(self.application_args))
+
+    def is_redacted(self) -> bool:
+        """Whether some secret of it reads `***` (it came through XCom or a trigger)."""
+        return REDACTED in self.secret_values()
 
     def derive(self, **changes: Any) -> StreamSpec:
         """The same stream with some fields changed (a clone: name, checkpoint, sinks)."""

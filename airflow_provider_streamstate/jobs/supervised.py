@@ -17,13 +17,15 @@ application and its arguments after it. The wrapper then runs the application as
   driver exits 0 without a Py4J traceback. A second signal exits at once.
 
 Environment: STREAMSTATE_CHECKPOINT (required), STREAMSTATE_LAUNCH_ID,
-STREAMSTATE_HEARTBEAT_INTERVAL (seconds, default 5), STREAMSTATE_QUERY_NAME (which query
+STREAMSTATE_SECRETS_FILE (the launcher's properties file of secret confs, deleted at
+start: spark-submit has read it), STREAMSTATE_HEARTBEAT_INTERVAL (seconds, default 5), STREAMSTATE_QUERY_NAME (which query
 the heartbeat follows; default the first one started), STREAMSTATE_STOP_BATCH_WAIT
 (seconds a stop waits for the batch in flight, default 60).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import runpy
 import signal
@@ -45,6 +47,7 @@ from airflow_provider_streamstate.engine.streams.launcher import (
     stop_requested,
     write_driver,
 )
+from airflow_provider_streamstate.engine.streams.secret_confs import ENV_SECRETS_FILE
 
 ENV_STOP_BATCH_WAIT = "STREAMSTATE_STOP_BATCH_WAIT"
 USAGE = "usage: spark-submit [options] supervised.py APP.py [ARGS...] (with STREAMSTATE_CHECKPOINT set)"
@@ -213,6 +216,10 @@ def _exit_status(code: object) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    secrets_file = os.environ.pop(ENV_SECRETS_FILE, None)
+    if secrets_file:  # spark-submit has read it: the secrets stay in Spark's conf only
+        with contextlib.suppress(OSError):
+            os.unlink(secrets_file)
     checkpoint = os.environ.get(ENV_CHECKPOINT)
     if not args or not checkpoint:
         _say(USAGE)

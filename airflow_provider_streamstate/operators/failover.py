@@ -10,6 +10,7 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_provider_streamstate.configured import stream_spec
 from airflow_provider_streamstate.engine.core.errors import StreamstateError, UsageError
 from airflow_provider_streamstate.operators.snapshot import _StreamTask
 from airflow_provider_streamstate.spec import StreamSpec
@@ -57,7 +58,7 @@ class FencePrimaryStreamOperator(BaseOperator):
             self.log.warning("no primary stream given; going on (force)")
             return {"stream": None, "fenced": False, "outcome": "unknown", "detail": "no primary stream given"}
         with engine_errors():
-            spec = StreamSpec.from_value(self.stream)
+            spec = stream_spec(self.stream)
         try:
             from airflow_provider_streamstate.hooks.store import use_checkpoint_connection
 

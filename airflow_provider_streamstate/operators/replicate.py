@@ -9,6 +9,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
+from airflow_provider_streamstate.configured import stream_spec
 from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
 from airflow_provider_streamstate.spec import StreamSpec
@@ -32,7 +33,7 @@ def stream_and_store(
                 hint="pass the source store (source_store=...) or a whole StreamSpec",
             )
         return name, store, aws_conn_id
-    spec = StreamSpec.from_value(stream)
+    spec = stream_spec(stream)
     if store and store != spec.store:
         return spec.name, store, aws_conn_id
     return spec.name, spec.store, aws_conn_id if aws_conn_id is not None else spec.aws_conn_id

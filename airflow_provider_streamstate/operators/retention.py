@@ -14,6 +14,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
+from airflow_provider_streamstate.configured import stream_spec
 from airflow_provider_streamstate.spec import StreamSpec
 from airflow_provider_streamstate.task_errors import CancellableTask, engine_errors
 
@@ -86,7 +87,7 @@ class ApplyRetentionOperator(CancellableTask, BaseOperator):
     @cached_property
     def spec(self) -> StreamSpec:
         with engine_errors():
-            return StreamSpec.from_value(self.stream)
+            return stream_spec(self.stream)
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_streamstate.engine.catalog.retention import RetentionPolicy, apply_retention

@@ -10,6 +10,7 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_provider_streamstate.configured import stream_spec
 from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
 from airflow_provider_streamstate.spec import StreamSpec
 from airflow_provider_streamstate.task_errors import CancellableTask, engine_errors
@@ -26,7 +27,7 @@ class _StreamTask(CancellableTask, BaseOperator):
     @cached_property
     def spec(self) -> StreamSpec:
         with engine_errors():
-            return StreamSpec.from_value(self.stream)
+            return stream_spec(self.stream)
 
     @cached_property
     def hook(self) -> StreamstateStoreHook:

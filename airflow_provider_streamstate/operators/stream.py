@@ -21,6 +21,7 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_provider_streamstate.configured import stream_spec
 from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.spec import StreamSpec
 from airflow_provider_streamstate.task_errors import CancellableTask, engine_errors
@@ -146,7 +147,7 @@ class _StreamControl(CancellableTask, BaseOperator):
     @cached_property
     def spec(self) -> StreamSpec:
         with engine_errors():
-            return StreamSpec.from_value(self.stream)
+            return stream_spec(self.stream)
 
     def _start(self, spec: StreamSpec, startup_timeout_s: float) -> tuple[Any, Any, bool]:
         def remember(handle: Any) -> None:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from airflow_provider_streamstate.configured import stream_spec
 from airflow_provider_streamstate.engine.core.errors import StreamstateError
 from airflow_provider_streamstate.spec import StreamSpec
 from airflow_provider_streamstate.task_errors import engine_errors
@@ -102,7 +103,7 @@ class StreamSensorBase(StreamstateSensor):
     def spec(self) -> StreamSpec:
         """The rendered stream (not cached: templates render after construction)."""
         with engine_errors():
-            return StreamSpec.from_value(self.stream)
+            return stream_spec(self.stream)
 
     def say(self, message: str) -> str:
         return f"stream {self.spec.name}: {message}"

@@ -74,5 +74,5 @@ class KafkaLagSensor(StreamSensorBase):
         return super().describe(result) + (f"\n{table}" if table else "")
 
     def trigger(self) -> KafkaLagTrigger:
-        return KafkaLagTrigger(stream=self.spec.to_dict(), max_lag=self.lag_limit(),
+        return KafkaLagTrigger(stream=self.spec.redacted().to_dict(), max_lag=self.lag_limit(),
                                kafka_conn_id=self.conn_id(), poke_interval=self.poke_interval)

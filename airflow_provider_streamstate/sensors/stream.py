@@ -63,6 +63,6 @@ class StreamProgressSensor(StreamSensorBase):
 
     def trigger(self) -> StreamProgressTrigger:
         return StreamProgressTrigger(
-            stream=self.spec.to_dict(), after_batch=self.batch(), freshness_s=self.freshness_s,
+            stream=self.spec.redacted().to_dict(), after_batch=self.batch(), freshness_s=self.freshness_s,
             poke_interval=self.poke_interval,
         )

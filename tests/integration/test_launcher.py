@@ -7,6 +7,7 @@ its log's error line. Real spark-submit, real broker."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -14,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -141,3 +143,58 @@ def test_a_driver_that_dies_while_starting_fails_the_wait_with_its_error_line(st
         launcher.wait_until_running(handle, timeout_s=300)
     assert launcher.status(checkpoint).state == "dead"
     assert launcher.read_driver(checkpoint, handle.launch_id).exit_code == 1
+
+
+PROBE_APP = Path(__file__).resolve().parent.parent / "apps" / "conf_probe.py"
+
+
+def _cmdlines_of_group(pgid: int) -> list[str]:
+    lines = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[2]) == pgid:
+                lines.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except (OSError, ValueError, IndexError):
+            continue
+    return lines
+
+
+def test_secret_confs_reach_spark_but_no_command_line_record_or_log_the_launcher_wrote_holds_them(tmp_path) -> None:
+    secret_conf = f"conf-secret-{uuid.uuid4().hex}"
+    awkward = f"a=b: c\\d {uuid.uuid4().hex}"  # what a properties file must escape
+    secret_env = f"env-secret-{uuid.uuid4().hex}"
+    checkpoint = tmp_path / "ckpt"
+    probe = tmp_path / "probe.json"
+    keys = ["spark.hadoop.fs.s3a.secret.key", "spark.streamstate.test.password", "spark.ui.enabled"]
+    command = [
+        str(Path(sys.executable).parent / "spark-submit"), "--master", "local[1]",
+        "--conf", "spark.ui.enabled=false", "--conf", "spark.driver.host=127.0.0.1",
+        "--conf", "spark.driver.bindAddress=127.0.0.1",
+        "--conf", f"spark.hadoop.fs.s3a.secret.key={secret_conf}",
+        "--conf", f"spark.streamstate.test.password={awkward}",
+        launcher.supervised_application(), str(PROBE_APP), str(probe), *keys,
+    ]
+    handle = launcher.launch(command, stream="probe", checkpoint=checkpoint,
+                             env={**submit_env(), "AWS_SECRET_ACCESS_KEY": secret_env})
+    seen: list[str] = []
+    deadline = time.monotonic() + 240
+    while (driver := launcher.read_driver(checkpoint, handle.launch_id)) is None or driver.exit_code is None:
+        assert time.monotonic() < deadline, Path(handle.log).read_text()[-3000:]
+        seen.extend(_cmdlines_of_group(handle.pid))
+        time.sleep(0.2)
+    assert driver.exit_code == 0, Path(handle.log).read_text()[-3000:]
+
+    digests = json.loads(probe.read_text())
+    assert digests == {keys[0]: hashlib.sha256(secret_conf.encode()).hexdigest(),
+                       keys[1]: hashlib.sha256(awkward.encode()).hexdigest(), keys[2]: hashlib.sha256(b"false").hexdigest()}
+    assert any("spark-submit" in c or "SparkSubmit" in c for c in seen)  # the sampling saw the driver
+    for secret in (secret_conf, awkward, secret_env):
+        assert not [c for c in seen if secret in c], "a secret on a command line"
+        written = [p for p in tmp_path.rglob("*") if p.is_file() and p != probe and secret.encode() in p.read_bytes()]
+        assert written == [], f"a secret written to {written}"
+    record = launcher.read_launch(checkpoint)
+    assert "spark.hadoop.fs.s3a.secret.key=***" not in record.command  # moved out, not just masked
+    assert not list(Path(handle.log).parent.glob("*.properties")), "the secrets file outlived the start"
+    assert "2 secret conf(s) passed in a properties file" in Path(handle.log).read_text()

@@ -9,13 +9,18 @@ beside the checkpoint, which every worker can reach, never kept in the launching
 
     <checkpoint>/_streamstate/
         heartbeat.json      the runtime's word on its query (engine/checkpoint/liveness.py)
-        launch.json         this launch: launch id, pid and process group, host, command, log
+        launch.json         this launch: launch id, pid and process group, host, command (its
+                            secrets as ***: engine/core/redact.py), log
         driver.json         written by the supervised driver (jobs/supervised.py): its pid,
                             and its exit code once it exits
         stop.json           a stop request; the driver polls for it (any host can ask); kept
                             after the stop (the stream was stopped on purpose) until the next launch
         logs/<launch>.log   the driver's stdout and stderr (on the launching host; for an S3
                             checkpoint below $STREAMSTATE_HOME, see engine/checkpoint/sidecar.py)
+
+Secrets never reach a command line, a record or a log the launcher writes: Spark confs
+with sensitive names go to spark-submit in a properties file only this user can read,
+deleted once Spark has read it (engine/streams/secret_confs.py).
 
 Two copies of a stream on one checkpoint corrupt it: `launch` refuses while the
 heartbeat says a query is running, or while an earlier launch on this host is still
@@ -64,6 +69,8 @@ from airflow_provider_streamstate.engine.core.errors import (
     UsageError,
 )
 from airflow_provider_streamstate.engine.core.records import dump_record, load_record
+from airflow_provider_streamstate.engine.core.redact import redact_command, sensitive_values
+from airflow_provider_streamstate.engine.streams.secret_confs import ENV_SECRETS_FILE, move_secrets_to_file
 
 log = logging.getLogger("streamstate.launcher")
 
@@ -526,16 +533,26 @@ def launch(
         }
         if query_name:
             child_env[ENV_QUERY_NAME] = query_name
+        secrets_file = logs / f"{stream}-{launch_id}.properties"
+        argv, moved = move_secrets_to_file(command, secrets_file)
+        if moved:
+            child_env[ENV_SECRETS_FILE] = str(secrets_file)
+        hidden = sensitive_values(env=env or {}, args=command)
+        shown = redact_command(argv, secrets=hidden)
         started_at = now_iso()
         with open(log_path, "ab") as out:
-            out.write(f"streamstate: launching {stream} ({launch_id}) at {started_at}: {' '.join(command)}\n".encode())
+            out.write(f"streamstate: launching {stream} ({launch_id}) at {started_at}: {' '.join(shown)}\n".encode())
+            if moved:
+                out.write(f"streamstate: {len(moved)} secret conf(s) passed in a properties file: "
+                          f"{', '.join(moved)}\n".encode())
             out.flush()
             try:
                 proc = subprocess.Popen(
-                    list(command), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                    argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                     start_new_session=True, close_fds=True, env=child_env, cwd=cwd,
                 )
             except OSError as exc:
+                secrets_file.unlink(missing_ok=True)
                 raise UsageError(
                     f"cannot run {command[0]!r}: {exc.strerror or exc}",
                     hint="install Spark (pyspark ships spark-submit) and put spark-submit on the PATH, "
@@ -544,7 +561,7 @@ def launch(
         _children[proc.pid] = proc
         handle = StreamHandle(stream, side.location, launch_id, proc.pid, socket.gethostname(), str(log_path),
                               started_at)
-        record = LaunchRecord(handle, list(command), proc.pid, _proc_start(proc.pid))
+        record = LaunchRecord(handle, shown, proc.pid, _proc_start(proc.pid))
         side.write(LAUNCH_FILE, record.to_json())
     log.info("launched %s on %s: pid %d, log %s", stream, side.location, proc.pid, log_path)
     return handle
@@ -592,6 +609,21 @@ def wait_until_running(
     Raises StreamStartError (with the log's last error line) when the driver dies, its
     query fails or it stops before that, TransientError when `timeout_s` passes first,
     and `Cancelled` when the enclosing cancellation token is cancelled (on_kill)."""
+    try:
+        return _wait_until_running(handle, timeout_s=timeout_s, poll_s=poll_s)
+    finally:
+        forget_secrets(handle)
+
+
+def forget_secrets(handle: StreamHandle) -> None:
+    """Delete the launch's properties file of secret confs (engine/streams/secret_confs.py),
+    if it is on this host and still there: Spark has read it once the query runs or the
+    driver is gone (the supervised driver deletes it itself as it starts)."""
+    if handle.host == socket.gethostname() and handle.log.endswith(".log"):
+        Path(handle.log[: -len(".log")] + ".properties").unlink(missing_ok=True)
+
+
+def _wait_until_running(handle: StreamHandle, *, timeout_s: float, poll_s: float) -> StreamStatus:
     deadline = time.monotonic() + timeout_s
     token = current_token()
     while True:

@@ -1,0 +1,116 @@
+"""Keeping a stream's secrets off the spark-submit command line.
+
+A command line is public on its host (`ps`, /proc/<pid>/cmdline) and is what launchers log,
+so a Spark conf with a sensitive name (engine/core/redact.py: `spark.hadoop.fs.s3a.secret.key`,
+`spark.yarn.appMasterEnv.AWS_SECRET_ACCESS_KEY`, a Kafka JAAS config) is moved from its
+`--conf KEY=VALUE` into a properties file readable by this user only, which spark-submit
+reads with `--properties-file` (and `--load-spark-defaults`, so spark-defaults.conf still
+applies as it would without the file). A properties file the command already named is
+merged into ours. The file lives on the launching host beside the driver log and is
+deleted as soon as Spark has read it: by the supervised driver when it starts (client
+mode), or by the launcher once spark-submit returns (cluster mode).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from airflow_provider_streamstate.engine.core.redact import is_sensitive
+
+# The supervised driver deletes the file named here once it runs (Spark has read it by then).
+ENV_SECRETS_FILE = "STREAMSTATE_SECRETS_FILE"
+
+
+def split_secret_confs(command: Sequence[str]) -> tuple[list[str], dict[str, str], str | None]:
+    """`command` without its sensitive `--conf` pairs, those pairs, and the properties file
+    the command named (`--properties-file`), which the returned command no longer names."""
+    out: list[str] = []
+    secrets: dict[str, str] = {}
+    named: str | None = None
+    args = list(command)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--conf" and i + 1 < len(args):
+            key, eq, value = args[i + 1].partition("=")
+            if eq and is_sensitive(key):
+                secrets[key] = value
+                i += 2
+                continue
+        elif arg.startswith("--conf=") and is_sensitive(arg[len("--conf="):].partition("=")[0]):
+            key, _, value = arg[len("--conf="):].partition("=")
+            secrets[key] = value
+            i += 1
+            continue
+        elif arg == "--properties-file" and i + 1 < len(args):
+            named = args[i + 1]
+            i += 2
+            continue
+        elif arg.startswith("--properties-file="):
+            named = arg.partition("=")[2]
+            i += 1
+            continue
+        out.append(arg)
+        i += 1
+    return out, secrets, named
+
+
+def write_properties(path: Path, values: dict[str, str], *, merge_from: str | None = None) -> None:
+    """A Java properties file of `values` (after the lines of `merge_from`, so ours win),
+    created readable and writable by this user only."""
+    lines: list[str] = []
+    if merge_from:
+        lines.extend(Path(merge_from).expanduser().read_text().splitlines())
+    lines.extend(f"{_escape(k, key=True)}={_escape(v, key=False)}" for k, v in values.items())
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:  # how Spark reads it
+        f.write("\n".join(lines) + "\n")
+
+
+def with_properties_file(command: Sequence[str], path: Path, *, load_defaults: bool) -> list[str]:
+    """`command` (spark-submit first) reading `path` too; spark-defaults.conf is still loaded
+    when `load_defaults` (spark-submit skips it once a properties file is named)."""
+    extra = ["--properties-file", str(path)] + (["--load-spark-defaults"] if load_defaults else [])
+    return [command[0], *extra, *command[1:]]
+
+
+def move_secrets_to_file(command: Sequence[str], path: Path) -> tuple[list[str], list[str]]:
+    """`command` with its sensitive confs in the properties file `path` (written only when
+    there is one), and the names of the confs moved."""
+    rest, secrets, named = split_secret_confs(command)
+    if not secrets:
+        return list(command), []
+    write_properties(path, secrets, merge_from=named)
+    return with_properties_file(rest, path, load_defaults=named is None or "--load-spark-defaults" in rest), \
+        sorted(secrets)
+
+
+def _escape(text: str, *, key: bool) -> str:
+    """Java properties escaping: backslash, line breaks, `=`/`:`/`#`/`!` and leading (in
+    keys, all) spaces, anything beyond ASCII as \\uXXXX."""
+    out = []
+    for i, ch in enumerate(text):
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\r":
+            out.append("\\r")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ch in "=:#!":
+            out.append("\\" + ch)
+        elif ch == " " and (key or i == 0):
+            out.append("\\ ")
+        elif ord(ch) > 0x7E:
+            out.extend(f"\\u{unit:04x}" for unit in _utf16_units(ch))
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _utf16_units(ch: str) -> list[int]:
+    data = ch.encode("utf-16-be")
+    return [int.from_bytes(data[i:i + 2], "big") for i in range(0, len(data), 2)]

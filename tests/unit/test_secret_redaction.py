@@ -1,0 +1,105 @@
+"""A stream's secrets are recognised by name wherever a user can pass them (Spark conf,
+environment, application options), are hidden in what is written down, and are moved off
+the spark-submit command line into a properties file only this user can read."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_streamstate.engine.core.redact import (
+    REDACTED,
+    is_sensitive,
+    redact_command,
+    redact_mapping,
+    sensitive_values,
+)
+from airflow_provider_streamstate.engine.streams.secret_confs import move_secrets_to_file, split_secret_confs
+
+
+@pytest.mark.parametrize("name", [
+    "spark.hadoop.fs.s3a.secret.key",
+    "spark.hadoop.fs.s3a.access.key",
+    "spark.hadoop.fs.s3a.session.token",
+    "spark.yarn.appMasterEnv.AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "spark.kafka.sasl.jaas.config",
+    "kafka.ssl.key.password",
+    "spark.ssl.keyStorePassword",
+    "DB_PASSWD",
+    "--kafka-password",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "my_api_key",
+    "apikey",
+])
+def test_names_that_carry_secrets_are_sensitive(name: str) -> None:
+    assert is_sensitive(name)
+
+
+@pytest.mark.parametrize("name", [
+    "spark.sql.shuffle.partitions",
+    "spark.kerberos.keytab",
+    "spark.ssl.keyStoreType",
+    "spark.master",
+    "--checkpoint",
+    "PYSPARK_PYTHON",
+    "spark.sql.streaming.stateStore.providerClass",
+])
+def test_ordinary_names_are_not(name: str) -> None:
+    assert not is_sensitive(name)
+
+
+def test_sensitive_values_come_from_confs_env_and_options_of_both_spellings() -> None:
+    found = sensitive_values(
+        conf={"spark.hadoop.fs.s3a.secret.key": "S1", "spark.master": "yarn"},
+        env={"AWS_SECRET_ACCESS_KEY": "S2", "PATH": "/bin"},
+        args=["--kafka-password", "S3", "--token=S4", "--checkpoint", "/c", "--api-key"],
+    )
+    assert found == ["S1", "S2", "S3", "S4"]
+
+
+def test_a_redacted_command_hides_sensitive_pairs_options_and_known_values_anywhere() -> None:
+    command = ["spark-submit", "--conf", "spark.hadoop.fs.s3a.secret.key=S1", "--conf", "spark.master=yarn",
+               "app.py", "--password", "S2", "--note", "prefix-S3-suffix"]
+    assert redact_command(command, secrets=["S3"]) == [
+        "spark-submit", "--conf", f"spark.hadoop.fs.s3a.secret.key={REDACTED}", "--conf", "spark.master=yarn",
+        "app.py", "--password", REDACTED, "--note", f"prefix-{REDACTED}-suffix"]
+
+
+def test_a_redacted_mapping_keeps_ordinary_values() -> None:
+    assert redact_mapping({"AWS_SECRET_ACCESS_KEY": "x", "AWS_REGION": "eu-west-1"}) == {
+        "AWS_SECRET_ACCESS_KEY": REDACTED, "AWS_REGION": "eu-west-1"}
+
+
+def test_secret_confs_leave_the_command_for_a_file_only_this_user_reads(tmp_path: Path) -> None:
+    command = ["spark-submit", "--master", "local[1]", "--conf", "spark.hadoop.fs.s3a.secret.key=a=b: c\\d é",
+               "--conf=spark.yarn.appMasterEnv.AWS_SESSION_TOKEN=T", "--conf", "spark.ui.enabled=false", "app.py"]
+    path = tmp_path / "launch.properties"
+    argv, moved = move_secrets_to_file(command, path)
+    assert moved == ["spark.hadoop.fs.s3a.secret.key", "spark.yarn.appMasterEnv.AWS_SESSION_TOKEN"]
+    assert argv == ["spark-submit", "--properties-file", str(path), "--load-spark-defaults", "--master", "local[1]",
+                    "--conf", "spark.ui.enabled=false", "app.py"]
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert path.read_text() == ("spark.hadoop.fs.s3a.secret.key=a\\=b\\: c\\\\d \\u00e9\n"
+                                "spark.yarn.appMasterEnv.AWS_SESSION_TOKEN=T\n")
+
+
+def test_a_properties_file_the_command_named_is_merged_and_defaults_stay_as_the_user_chose(tmp_path: Path) -> None:
+    own = tmp_path / "own.properties"
+    own.write_text("spark.executor.memory=1g\n")
+    path = tmp_path / "launch.properties"
+    argv, moved = move_secrets_to_file(
+        ["spark-submit", "--properties-file", str(own), "--conf", "spark.ssl.keyPassword=K", "app.py"], path)
+    assert moved == ["spark.ssl.keyPassword"]
+    assert argv == ["spark-submit", "--properties-file", str(path), "app.py"]
+    assert path.read_text() == "spark.executor.memory=1g\nspark.ssl.keyPassword=K\n"
+
+
+def test_a_command_without_secrets_is_left_alone_and_no_file_is_written(tmp_path: Path) -> None:
+    command = ["spark-submit", "--conf", "spark.ui.enabled=false", "app.py", "--password", "not-a-conf"]
+    path = tmp_path / "launch.properties"
+    assert move_secrets_to_file(command, path) == (command, [])
+    assert not path.exists()
+    assert split_secret_confs(command)[1] == {}
