@@ -28,7 +28,7 @@ def register(commands: Any) -> Handlers:
     add_store_options(p)
     p.add_argument("snapshot_id", nargs="?", default=None, metavar="SNAPSHOT",
                    help="a snapshot id or `latest` (default: the newest one that translates exactly)")
-    p.add_argument("--target", required=True, help="new or empty directory: the stream's DR checkpoint")
+    p.add_argument("--target", required=True, help="the stream's DR checkpoint: a new or empty directory, or an empty s3a://bucket/path")
     p.add_argument("--kafka-bootstrap", required=True, metavar="HOST:PORT", help="the DR Kafka cluster")
     p.add_argument("--topic-map", action="append", default=[], metavar="SRC=DST",
                    help="the DR name of a primary topic (repeatable); overrides the replication policy")

@@ -127,6 +127,17 @@ class FailoverStreamOperator(_StreamTask):
             items = [f"{k}={v}" for k, v in items.items()]
         return TopicMap.parse(list(items), self.replication_policy or "default", self.source_alias or "")
 
+    def _checkpoint_client(self, spec: StreamSpec) -> Any:
+        """The client of an S3 checkpoint (`s3a://`): the spec's aws connection's, else the
+        store's (None: the store's own, or the AWS environment); None for a local one."""
+        from airflow_provider_streamstate.engine.checkpoint.filesystems import is_s3_location
+
+        if not is_s3_location(spec.checkpoint) or not spec.aws_conn_id:
+            return None
+        from airflow_provider_streamstate.hooks.store import s3_client_from_connection
+
+        return s3_client_from_connection(spec.aws_conn_id, max_connections=self.parallelism * 2)
+
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_streamstate.engine.dr.failover import failover
         from airflow_provider_streamstate.hooks.kafka import StreamKafkaHook
@@ -151,6 +162,7 @@ class FailoverStreamOperator(_StreamTask):
                 self.hook.store, spec.name, spec.checkpoint, bootstrap,
                 snapshot=self.snapshot or None, topic_map=topic_map, suite=self.suite or None,
                 kafka_config=config or None, parallelism=self.parallelism, mirror_wait_s=max(0.0, mirror_wait),
+                s3_client=self._checkpoint_client(spec),
             )
         out = result.to_json()
         for skipped in out["skipped_snapshots"]:

@@ -128,3 +128,55 @@ def test_a_dr_topic_with_another_partition_count_is_refused_and_nothing_is_writt
     assert f"{topic} had 3 partitions in the primary, {dr_topic} has 2 in DR" in out.stderr
     assert "same partition count" in out.stderr  # what to do
     assert not target.exists() and not any(p.name.startswith(".dr-ckpt") for p in tmp_path.iterdir())
+
+
+def test_a_failover_onto_an_s3_checkpoint_writes_it_there_with_dr_offsets_and_the_stream_resumes_from_it(
+    stack, spark, tmp_path: Path
+) -> None:
+    """`--target s3a://...` is an S3 checkpoint in the DR region, never a local directory
+    named after the URL: the translated offsets are published there, and the stream resumed
+    on it through S3A ends in the state of the whole history."""
+    import os
+
+    from tests.s3 import s3_client
+
+    use_state_store(spark, "hdfs")
+    topic, dr_topic = f"t-{uuid.uuid4().hex[:10]}", f"dr-{uuid.uuid4().hex[:10]}"
+    ensure_topic(stack.kafka_bootstrap, topic, partitions=2)
+    ensure_topic(stack.kafka_bootstrap, dr_topic, partitions=2)
+    first = GeneratorSpec(seed=83, accounts=8, events=160)
+    second = first.next_round(80)
+    produce_into(stack.kafka_bootstrap, topic, first, partitions=[0, 1])
+    checkpoint = str(tmp_path / "ckpt")
+    batch = run_to_end(spark, stack.kafka_bootstrap, topic, checkpoint, max_offsets=60)
+    create_snapshot(checkpoint, LocalStore(tmp_path / "store", fsync=False), "accounts",
+                    kafka_bootstrap=stack.kafka_bootstrap)
+    mirror(stack.kafka_bootstrap, topic, dr_topic, 2)
+    behind = produce_into(stack.kafka_bootstrap, dr_topic, second, partitions=[0, 1])
+
+    bucket = stack.s3["dr"]["bucket"]
+    prefix = f"failover/{uuid.uuid4().hex[:10]}/ckpt"
+    target = f"s3a://{bucket}/{prefix}"
+    env = {**os.environ, **stack.s3_env("dr")}
+    out = subprocess.run([sys.executable, "-m", "airflow_provider_streamstate.cli", "failover", "--store",
+                          str(tmp_path / "store"), "--stream", "accounts", "--target", target, "--kafka-bootstrap",
+                          stack.kafka_bootstrap, "--topic-map", f"{topic}={dr_topic}", "--json"],
+                         capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["target"] == target and result["events_behind"] == behind
+    assert f"offsets/{batch}" in result["rewritten"]
+    assert not (tmp_path / "s3a:").exists()  # no local directory named after the URL
+    client = s3_client(stack, "dr")
+    keys = {o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix=prefix + "/")["Contents"]}
+    assert f"{prefix}/metadata" in keys and f"{prefix}/_streamstate/restore-incomplete.json" not in keys
+    offsets = client.get_object(Bucket=bucket, Key=f"{prefix}/offsets/{batch}")["Body"].read().decode()
+    assert dr_topic in offsets and f'"{topic}"' not in offsets
+
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()  # noqa: SLF001
+    hadoop.set("fs.s3a.impl.disable.cache", "true")
+    for key, value in stack.s3a_conf("dr").items():
+        hadoop.set(key.removeprefix("spark.hadoop."), value)
+    last = run_to_end(spark, stack.kafka_bootstrap, dr_topic, target, max_offsets=60, heartbeat_s=None)
+    assert last > batch
+    assert account_state(spark, target) == expected_aggregates([first, second])

@@ -37,6 +37,8 @@ from typing import Any
 
 from airflow_provider_streamstate.engine.catalog.snapshots import list_snapshots, resolve_snapshot
 from airflow_provider_streamstate.engine.catalog.validation_records import validation_status
+from airflow_provider_streamstate.engine.checkpoint.filesystems import is_s3_location, unsupported_scheme
+from airflow_provider_streamstate.engine.checkpoint.sidecar import local_root
 from airflow_provider_streamstate.engine.core.anchor import anchors_from_json
 from airflow_provider_streamstate.engine.core.cancel import current_token
 from airflow_provider_streamstate.engine.core.durability import write_atomically
@@ -56,6 +58,7 @@ from airflow_provider_streamstate.engine.kafka.anchors import (
     scan,
 )
 from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
+from airflow_provider_streamstate.engine.lifecycle.restore_s3 import restore_to_s3
 from airflow_provider_streamstate.engine.stores.base import SnapshotStore
 
 log = logging.getLogger("streamstate.failover")
@@ -266,49 +269,88 @@ def _translated_source(value: Any, names: dict[str, str], dr: dict[str, dict[str
 
 
 def rewrite_checkpoint(root: Path, translation: Translation) -> list[str]:
-    """Point a restored checkpoint at the DR cluster: in every `offsets/<batch>` and
-    `sources/<i>/0`, the Kafka topics get their DR names and the offsets the translated ones.
+    """Point a restored local checkpoint at the DR cluster: every file `DrRewrite` changes
+    is replaced (with its Hadoop checksum sidecar, when it has one). Returns the files rewritten."""
+    rewrite = DrRewrite(translation)
+    changed: list[str] = []
+    offsets_dir = root / "offsets"
+    names = [f"offsets/{n}" for n in sorted((n for n in os.listdir(offsets_dir) if n.isdigit()), key=int)]
+    sources = root / "sources"
+    names += [f"sources/{src.name}/0" for src in (sorted(sources.iterdir()) if sources.is_dir() else [])
+              if (src / "0").is_file()]
+    for rel in names:
+        new = rewrite.rewrite(rel, (root / rel).read_bytes())
+        if new is not None:
+            _write(root / rel, new)
+            changed.append(rel)
+    return changed
+
+
+class DrRewrite:
+    """The DR version of the files that name Kafka offsets: in every `offsets/<batch>` and
+    `sources/<i>/0`, the Kafka topics get their DR names and the offsets the translated ones
+    (and their Hadoop `.crc` sidecars follow). A restore applies it to a local checkpoint or
+    while it stages an S3 one (engine/lifecycle/restore_s3.py), so the target is written once.
 
     Batch N's offsets are where the query resumes. Older batches and the initial offsets are
     history Spark does not replay; they get the same DR offsets (the DR cluster has no
-    truthful translation of them) so the checkpoint names no primary offset anywhere.
-    Returns the files rewritten."""
-    names = translation.topic_names()
-    dr = translation.dr_offsets()
-    changed: list[str] = []
-    offsets_dir = root / "offsets"
-    for name in sorted((n for n in os.listdir(offsets_dir) if n.isdigit()), key=int):
-        path = offsets_dir / name
-        lines = path.read_text(encoding="utf-8").split("\n")
-        if lines[0] != "v1" or len(lines) < 2:
-            raise UsageError(f"offsets/{name} has an unknown format", hint="fail over with a streamstate-supported Spark")
-        out = lines[:2]
-        for ln in lines[2:]:
-            if ln in ("", "-"):
-                out.append(ln)
-                continue
-            out.append(json.dumps(_translated_source(json.loads(ln), names, dr), separators=(",", ":")))
-        if out != lines:
-            _write(path, "\n".join(out).encode())
-            changed.append(f"offsets/{name}")
-    sources = root / "sources"
-    for src in sorted(sources.iterdir()) if sources.is_dir() else []:
-        path = src / "0"
-        if not path.is_file():
-            continue
-        raw = path.read_bytes()
-        prefix = b"\x00v1\n" if raw.startswith(b"\x00v1\n") else b"v1\n" if raw.startswith(b"v1\n") else None
-        if prefix is None:
-            continue
-        try:
-            value = json.loads(raw[len(prefix):])
-        except ValueError:
-            continue
-        new = _translated_source(value, names, dr)
-        if new != value:
-            _write(path, prefix + json.dumps(new, separators=(",", ":")).encode())
-            changed.append(f"sources/{src.name}/0")
-    return changed
+    truthful translation of them) so the checkpoint names no primary offset anywhere."""
+
+    def __init__(self, translation: Translation) -> None:
+        self.names = translation.topic_names()
+        self.dr = translation.dr_offsets()
+
+    def wants(self, rel: str) -> bool:
+        """Whether `rel` (or the file whose checksum sidecar it is) may need rewriting."""
+        return _target_of_crc(rel) is not None or self._kind(rel) is not None
+
+    def rewrite(self, rel: str, data: bytes, rewritten: dict[str, bytes] | None = None) -> bytes | None:
+        """The new content of `rel`, or None when it stays as it is. A `.crc` sidecar is
+        rewritten from its file's new content, given in `rewritten`."""
+        base = _target_of_crc(rel)
+        if base is not None:
+            return hadoop_crc(rewritten[base]) if rewritten and base in rewritten else None
+        kind = self._kind(rel)
+        if kind == "offsets":
+            lines = data.decode("utf-8").split("\n")
+            if lines[0] != "v1" or len(lines) < 2:
+                raise UsageError(f"{rel} has an unknown format", hint="fail over with a streamstate-supported Spark")
+            out = lines[:2]
+            for ln in lines[2:]:
+                if ln in ("", "-"):
+                    out.append(ln)
+                    continue
+                out.append(json.dumps(_translated_source(json.loads(ln), self.names, self.dr), separators=(",", ":")))
+            return "\n".join(out).encode() if out != lines else None
+        if kind == "sources":
+            prefix = b"\x00v1\n" if data.startswith(b"\x00v1\n") else b"v1\n" if data.startswith(b"v1\n") else None
+            if prefix is None:
+                return None
+            try:
+                value = json.loads(data[len(prefix):])
+            except ValueError:
+                return None
+            new = _translated_source(value, self.names, self.dr)
+            return prefix + json.dumps(new, separators=(",", ":")).encode() if new != value else None
+        return None
+
+    @staticmethod
+    def _kind(rel: str) -> str | None:
+        parts = rel.split("/")
+        if len(parts) == 2 and parts[0] == "offsets" and parts[1].isdigit():
+            return "offsets"
+        if len(parts) == 3 and parts[0] == "sources" and parts[2] == "0":
+            return "sources"
+        return None
+
+
+def _target_of_crc(rel: str) -> str | None:
+    """`offsets/4` for `offsets/.4.crc` (a file failover rewrites), else None."""
+    head, _, name = rel.rpartition("/")
+    if not (name.startswith(".") and name.endswith(".crc")):
+        return None
+    base = f"{head}/{name[1:-4]}" if head else name[1:-4]
+    return base if DrRewrite._kind(base) is not None else None
 
 
 # --- the whole failover --------------------------------------------------------------------
@@ -381,17 +423,29 @@ def failover(
     parallelism: int = 8,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     mirror_wait_s: float = 0.0,
+    s3_client: Any = None,
 ) -> FailoverResult:
     """Restore `stream` from `store` into `target` (new or empty) for the DR cluster at
     `kafka_bootstrap`: the given `snapshot`, else the newest translatable one (that passed
     `suite` when given). Nothing is written unless it all succeeds.
 
     `mirror_wait_s`: for a given `snapshot` (a failback's final one, taken just now), wait
-    up to this long for the mirror to bring its anchor records over instead of refusing."""
+    up to this long for the mirror to bring its anchor records over instead of refusing.
+
+    An `s3a://`/`s3://` target (an S3 checkpoint, written through `s3_client`, else the S3
+    store's client or the AWS environment's) is restored with the offsets already rewritten
+    and published once (engine/lifecycle/restore_s3.py: staged, then published behind a
+    marker); a local one is restored beside the target, rewritten, and renamed into place."""
 
     topic_map = topic_map or TopicMap()
-    target = Path(target).expanduser().resolve()
-    _check_target(target)
+    s3_target = is_s3_location(str(target))
+    if not s3_target:
+        refusal = unsupported_scheme(str(target))
+        if refusal is not None:
+            raise refusal
+        target = local_root(target, refusal=(
+            f"cannot fail over into {target}", "give a local path, a file:// URI or an s3a://bucket/path")).resolve()
+        _check_target(target)
     started = time.monotonic()
     consumer, topics = _dr_admin(kafka_bootstrap, kafka_config, timeout_s)
     try:
@@ -428,6 +482,17 @@ def failover(
                             hint="wait for the mirror to catch up, or take a snapshot with --kafka-bootstrap")
     manifest, translation = chosen
     chose_s = time.monotonic() - started
+    if s3_target:
+        t0 = time.monotonic()
+        restored = restore_to_s3(store, stream, manifest.snapshot_id, str(target), s3_client=s3_client, force=False,
+                                 new_query_id=False, parallelism=parallelism, progress=None,
+                                 rewrite=DrRewrite(translation))
+        log.info("failover of %s: %s restored into %s for %s, %d record(s) to catch up",
+                 stream, manifest.snapshot_id, restored.target, kafka_bootstrap, translation.events_behind)
+        return FailoverResult(stream, manifest.snapshot_id, manifest.batch_id, restored.target, translation.partitions,
+                              skipped, [r for r in restored.rewritten if not r.endswith(".crc")], chose_s,
+                              time.monotonic() - t0, 0.0, translation.seconds)
+    assert isinstance(target, Path)
     staging = target.parent / f".{target.name}.failover-{uuid.uuid4().hex[:8]}"
     target.parent.mkdir(parents=True, exist_ok=True)
     try:

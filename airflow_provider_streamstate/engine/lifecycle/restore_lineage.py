@@ -28,6 +28,7 @@ class RestoreResult:
     seconds: float
     timeline: int | None  # the timeline the restored checkpoint continues (None for a clone)
     branched: bool  # True when this restore started that timeline (a rollback)
+    rewritten: tuple[str, ...] = ()  # files written with other content than the snapshot's (failover)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -33,7 +33,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 from airflow_provider_streamstate.engine.catalog.snapshots import resolve_snapshot
 from airflow_provider_streamstate.engine.checkpoint.filesystems import S3CheckpointFS
@@ -166,12 +166,25 @@ class _Writer:
                 self.fs.client.delete_objects(Bucket=self.fs.bucket, Delete={"Objects": batch, "Quiet": True})
 
 
+class FileRewrite(Protocol):
+    """Files a restore writes with other content than the snapshot's (failover points the
+    offsets at another Kafka cluster: engine/dr/failover.py). Sidecars (`.crc`) come last and
+    see what was rewritten."""
+
+    def wants(self, rel: str) -> bool: ...
+
+    def rewrite(self, rel: str, data: bytes, rewritten: dict[str, bytes] | None = None) -> bytes | None: ...
+
+
 def restore_to_s3(
     store: SnapshotStore, stream: str, snapshot_id: str, target: str, *, s3_client: Any = None,
     force: bool, new_query_id: bool, parallelism: int, progress: Progress | None,
+    rewrite: FileRewrite | None = None,
 ) -> Any:
     """Restore onto `s3a://bucket/path` with the guarantee in the module docstring.
-    `s3_client` defaults to the store's own (an S3 store) or the AWS environment's."""
+    `s3_client` defaults to the store's own (an S3 store) or the AWS environment's.
+    `rewrite` changes some files on the way (read from the store and verified first), so
+    the target is published once, already rewritten."""
     started = time.monotonic()
     manifest: Manifest = resolve_snapshot(store, stream, snapshot_id)
     if s3_client is None and getattr(store, "bucket", None) is not None:
@@ -199,9 +212,11 @@ def restore_to_s3(
     log.info("restoring %s of %s (batch %d, %d files) to %s", manifest.snapshot_id, stream, manifest.batch_id,
              len(manifest.files), fs.location)
     files = [e for e in manifest.files if not (new_query_id and e.path == ".metadata.crc")]
+    rewritten = _rewritten(store, files, rewrite) if rewrite is not None else {}
     by_blob: dict[str, list[FileEntry]] = {}
     for e in files:
-        by_blob.setdefault(e.sha256, []).append(e)
+        if e.path not in rewritten:
+            by_blob.setdefault(e.sha256, []).append(e)
     try:
         progress.start("restore", len(files), sum(e.size for e in files))
 
@@ -215,7 +230,7 @@ def restore_to_s3(
         run_parallel(stage, list(by_blob.values()), parallelism)
         progress.finish()
         query_id = manifest.query_id
-        extra: dict[str, bytes] = {}
+        extra: dict[str, bytes] = dict(rewritten)
         if new_query_id:
             query_id = str(uuid.uuid4())
             extra["metadata"] = json.dumps({"id": query_id}).encode()
@@ -252,7 +267,25 @@ def restore_to_s3(
     return RestoreResult(
         manifest, fs.location, query_id, time.monotonic() - started,
         timeline=None if lineage.stream is None else lineage.timeline, branched=branched,
+        rewritten=tuple(sorted(rewritten)),
     )
+
+
+def _rewritten(store: SnapshotStore, files: Sequence[FileEntry], rewrite: FileRewrite) -> dict[str, bytes]:
+    """The new content of the files `rewrite` changes, from their blobs read and verified."""
+    out: dict[str, bytes] = {}
+    wanted = sorted((e for e in files if rewrite.wants(e.path)), key=lambda e: e.path.endswith(".crc"))
+    for e in wanted:
+        check_cancelled()
+        with store.open_blob(e.sha256) as src:
+            data = src.read()
+        if hashlib.sha256(data).hexdigest() != e.sha256 or len(data) != e.size:
+            raise CorruptionError(f"{e.path}: stored blob {e.sha256} is corrupt",
+                                  hint="restore another snapshot, or re-replicate this one from a healthy store")
+        new = rewrite.rewrite(e.path, data, out)
+        if new is not None:
+            out[e.path] = new
+    return out
 
 
 def _compare(listed: dict[str, int], base: str, want: dict[str, FileEntry], extra: dict[str, bytes], what: str) -> None:
