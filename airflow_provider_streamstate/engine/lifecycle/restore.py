@@ -34,6 +34,7 @@ from airflow_provider_streamstate.engine.catalog.snapshots import resolve_snapsh
 from airflow_provider_streamstate.engine.catalog.timeline import write_lineage
 from airflow_provider_streamstate.engine.checkpoint.filesystems import is_s3_location, unsupported_scheme
 from airflow_provider_streamstate.engine.checkpoint.liveness import assert_not_running, pid_alive
+from airflow_provider_streamstate.engine.checkpoint.sidecar import local_root
 from airflow_provider_streamstate.engine.core.cancel import CancelToken, cancellation, check_cancelled
 from airflow_provider_streamstate.engine.core.digest import copy_hashing
 from airflow_provider_streamstate.engine.core.durability import fsync_path, fsync_tree
@@ -103,7 +104,9 @@ def restore_snapshot(
         if refusal is not None:
             raise refusal
         return _restore(
-            store, stream, snapshot_id, Path(target), force=force, new_query_id=new_query_id,
+            store, stream, snapshot_id, local_root(target, refusal=(
+                f"cannot restore into {target}", "give a local path, a file:// URI or an s3a://bucket/path")),
+            force=force, new_query_id=new_query_id,
             parallelism=parallelism, progress=progress, fsync=fsync,
         )
 
