@@ -16,7 +16,12 @@ application and its arguments after it. The wrapper then runs the application as
   heartbeat says `stopped`), and the application's `awaitTermination()` returns, so the
   driver exits 0 without a Py4J traceback. A second signal exits at once.
 
-Environment: STREAMSTATE_CHECKPOINT (required), STREAMSTATE_LAUNCH_ID,
+A driver is fenced: it runs only while its launch (STREAMSTATE_LAUNCH_GENERATION) is the
+newest recorded beside the checkpoint; it refuses to start, or stops as it would on a stop
+request, once a launch of a higher generation owns the checkpoint (one driver per
+checkpoint, whichever hosts started them).
+
+Environment: STREAMSTATE_CHECKPOINT (required), STREAMSTATE_LAUNCH_ID, STREAMSTATE_LAUNCH_GENERATION,
 STREAMSTATE_SECRETS_FILE (the launcher's properties file of secret confs, deleted at
 start: spark-submit has read it), STREAMSTATE_HEARTBEAT_INTERVAL (seconds, default 5), STREAMSTATE_QUERY_NAME (which query
 the heartbeat follows; default the first one started), STREAMSTATE_STOP_BATCH_WAIT
@@ -41,15 +46,18 @@ from airflow_provider_streamstate.engine.core.errors import StreamstateError
 from airflow_provider_streamstate.engine.streams.launcher import (
     ENV_CHECKPOINT,
     ENV_HEARTBEAT_INTERVAL,
+    ENV_LAUNCH_GENERATION,
     ENV_LAUNCH_ID,
     ENV_QUERY_NAME,
     DriverRecord,
     stop_requested,
+    superseded_by,
     write_driver,
 )
 from airflow_provider_streamstate.engine.streams.secret_confs import ENV_SECRETS_FILE
 
 ENV_STOP_BATCH_WAIT = "STREAMSTATE_STOP_BATCH_WAIT"
+FENCE_CHECK_S = 10.0  # how often a running driver checks that no newer launch owns its checkpoint
 USAGE = "usage: spark-submit [options] supervised.py APP.py [ARGS...] (with STREAMSTATE_CHECKPOINT set)"
 
 
@@ -76,9 +84,11 @@ class Supervisor:
     """Heartbeats, graceful stop and the driver record around one application run."""
 
     def __init__(self, checkpoint: str, *, launch_id: str, interval_s: float, query_name: str | None,
-                 stop_batch_wait_s: float) -> None:
+                 stop_batch_wait_s: float, generation: int = 0) -> None:
         self.checkpoint = checkpoint
         self.launch_id = launch_id
+        self.generation = generation
+        self.superseded = False
         self.interval_s = interval_s
         self.query_name = query_name
         self.stop_batch_wait_s = stop_batch_wait_s
@@ -141,17 +151,31 @@ class Supervisor:
         self.request_stop(f"signal {name}")
 
     def _watch_requests(self) -> None:
-        # A stop request is a GET beside an S3 checkpoint: ask every 2 s there, 0.5 s locally.
+        # A stop request is a GET beside an S3 checkpoint: ask every 2 s there, 0.5 s locally;
+        # whether a newer launch owns the checkpoint (the fence), every FENCE_CHECK_S.
         poll = 2.0 if "://" in self.checkpoint else 0.5
+        last_fence = time.monotonic()
         while not self.done.wait(poll):
             try:
                 reason = stop_requested(self.checkpoint, since=self.started)
+                if reason is None and time.monotonic() - last_fence >= FENCE_CHECK_S:
+                    last_fence = time.monotonic()
+                    reason = self.superseded_reason()
             except StreamstateError as exc:  # S3 unreachable for a moment: ask again
                 _say(f"cannot read stop requests beside the checkpoint: {exc.one_line()}")
                 continue
             if reason:
                 self.request_stop(reason)
                 return
+
+    def superseded_reason(self) -> str | None:
+        """Why this driver must not run on: a launch of a higher generation owns the checkpoint."""
+        newer = superseded_by(self.checkpoint, self.generation)
+        if newer is None:
+            return None
+        self.superseded = True
+        h = newer.handle
+        return f"superseded by launch {h.launch_id} (generation {h.generation}, host {h.host})"
 
     def request_stop(self, reason: str) -> None:
         """Stop gracefully, from any thread (a signal handler must not call into the JVM:
@@ -195,6 +219,8 @@ class Supervisor:
         """Wait briefly for each query's last beat (listener events are asynchronous),
         then record how the driver ended."""
         self.done.set()
+        if self.superseded:  # the driver record is the newer launch's now
+            return
         for listener in list(self.listeners):
             beat = getattr(listener, "beat", None)
             if beat is not None and beat.state in ("starting", "running"):
@@ -228,13 +254,22 @@ def main(argv: list[str] | None = None) -> int:
     if not os.path.isfile(app):
         _say(f"application {args[0]!r} is not a file; give the path of the stream's PySpark application")
         return 2
+    try:
+        generation = int(os.environ.get(ENV_LAUNCH_GENERATION) or 0)
+    except ValueError:
+        generation = 0
     supervisor = Supervisor(
         checkpoint,
         launch_id=os.environ.get(ENV_LAUNCH_ID, ""),
+        generation=generation,
         interval_s=_float_env(ENV_HEARTBEAT_INTERVAL, 5.0),
         query_name=os.environ.get(ENV_QUERY_NAME) or None,
         stop_batch_wait_s=_float_env(ENV_STOP_BATCH_WAIT, 60.0),
     )
+    refusal = supervisor.superseded_reason()  # before the driver writes anything
+    if refusal:
+        _say(f"not starting: {refusal}")
+        return 3
     supervisor.install()
     # What `python APP.py ARGS` gives the app: its argv and its directory first on sys.path.
     sys.argv = [app, *args[1:]]

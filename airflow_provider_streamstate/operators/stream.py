@@ -120,9 +120,18 @@ def start_stream(
         log.info("stream %s is already %s on %s (pid %d on %s): reconnecting", spec.name,
                  launcher.status(spec.checkpoint).state, spec.checkpoint, handle.pid, handle.host)
     else:
+        from airflow_provider_streamstate.engine.core.errors import StreamRunningError
+
         command, env = spark_submit_command(spec)
-        handle = launcher.launch(command, stream=spec.name, checkpoint=spec.checkpoint, env=env,
-                                 heartbeat_interval_s=spec.heartbeat_interval_s)
+        try:
+            handle = launcher.launch(command, stream=spec.name, checkpoint=spec.checkpoint, env=env,
+                                     heartbeat_interval_s=spec.heartbeat_interval_s)
+        except StreamRunningError as exc:  # another task, on any host, started it first
+            handle = launcher.running_handle(spec.checkpoint)
+            if handle is None or handle.stream != spec.name:
+                raise
+            reconnected = True
+            log.info("%s: reconnecting to launch %s", exc.message, handle.launch_id)
     on_launch(handle)
     try:
         status = launcher.wait_until_running(handle, timeout_s=startup_timeout_s)

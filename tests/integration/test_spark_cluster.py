@@ -88,7 +88,7 @@ def test_a_stream_on_a_standalone_cluster_checkpointing_to_s3_is_launched_watche
         handle, status, _ = start_stream(spec, startup_timeout_s=300, log=log)
         assert status.state == "running" and handle.checkpoint == spec.checkpoint
         side = open_sidecar(spec.checkpoint)
-        assert side.read(launcher.LAUNCH_FILE) is not None and side.read("_streamstate/heartbeat.json") is not None
+        assert launcher.read_launch(side) is not None and side.read("_streamstate/heartbeat.json") is not None
         wait_for(lambda: consumed_records(spec.checkpoint) == 200, timeout=240, what="200 records on the cluster")
         ui = master_ui(state_dir)
         apps = ui["activeapps"]  # the driver runs here; the cluster runs its executors

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+import uuid
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from airflow_provider_streamstate.engine.checkpoint.filesystems import (
     open_checkpoint_fs,
     parse_s3_location,
 )
-from airflow_provider_streamstate.engine.core.durability import write_atomically
+from airflow_provider_streamstate.engine.core.durability import write_atomically, write_file
 from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.engine.stores import file_uri_path
 
@@ -57,6 +58,16 @@ class Sidecar(ABC):
     @abstractmethod
     def write(self, rel: str, data: bytes) -> None:
         """Create or replace the record atomically."""
+
+    @abstractmethod
+    def create(self, rel: str, data: bytes) -> bool:
+        """Create the record only if there is none (S3 `If-None-Match: *`, a hard link of a
+        complete temp file locally): True when this call created it, False when it was there.
+        Of writers racing from any hosts, exactly one wins."""
+
+    @abstractmethod
+    def names(self, rel_dir: str) -> list[str]:
+        """The names of the records directly in `rel_dir` (none when it does not exist)."""
 
     @abstractmethod
     def delete(self, rel: str) -> None:
@@ -84,6 +95,25 @@ class LocalSidecar(Sidecar):
         path = self.root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomically(path, data, fsync=False)
+
+    def create(self, rel: str, data: bytes) -> bool:
+        path = self.root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+        try:
+            write_file(tmp, data, fsync=True)
+            os.link(tmp, path)  # atomic and create-only, on NFS too (unlike O_EXCL on old clients)
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def names(self, rel_dir: str) -> list[str]:
+        try:
+            return sorted(p.name for p in (self.root / rel_dir).iterdir() if not p.name.startswith("."))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
 
     def delete(self, rel: str) -> None:
         (self.root / rel).unlink(missing_ok=True)
@@ -115,6 +145,30 @@ class S3Sidecar(Sidecar):
         with self.fs.errors(f"write {rel}"):
             self.fs.client.put_object(Bucket=self.fs.bucket, Key=self.fs.key(rel), Body=data,
                                       ContentType="application/json")
+
+    def create(self, rel: str, data: bytes) -> bool:
+        from botocore.exceptions import ClientError
+
+        with self.fs.errors(f"create {rel}"):
+            try:
+                self.fs.client.put_object(Bucket=self.fs.bucket, Key=self.fs.key(rel), Body=data,
+                                          ContentType="application/json", IfNoneMatch="*")
+            except ClientError as exc:
+                err = exc.response.get("Error", {})
+                http = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+                if err.get("Code") in ("PreconditionFailed", "ConditionalRequestConflict") or http in (409, 412):
+                    return False  # another writer created it first (409: while we raced it)
+                raise
+        return True
+
+    def names(self, rel_dir: str) -> list[str]:
+        prefix = self.fs.key(rel_dir).rstrip("/") + "/"
+        out: list[str] = []
+        with self.fs.errors(f"list {rel_dir}"):
+            for page in self.fs.client.get_paginator("list_objects_v2").paginate(
+                    Bucket=self.fs.bucket, Prefix=prefix, Delimiter="/"):
+                out.extend(o["Key"][len(prefix):] for o in page.get("Contents", []))
+        return sorted(out)
 
     def delete(self, rel: str) -> None:
         with self.fs.errors(f"delete {rel}"):

@@ -9,8 +9,12 @@ beside the checkpoint, which every worker can reach, never kept in the launching
 
     <checkpoint>/_streamstate/
         heartbeat.json      the runtime's word on its query (engine/checkpoint/liveness.py)
-        launch.json         this launch: launch id, pid and process group, host, command (its
-                            secrets as ***: engine/core/redact.py), log
+        launches/<N>.json   launch generation N (the newest is the stream's launch): launch
+                            id, pid and process group, host, command (its secrets as ***:
+                            engine/core/redact.py), log. Created create-only (S3
+                            If-None-Match, a hard link locally): of two starts racing from
+                            any hosts exactly one wins; N is the fencing token its driver
+                            checks (jobs/supervised.py). The last 10 are kept.
         driver.json         written by the supervised driver (jobs/supervised.py): its pid,
                             and its exit code once it exits
         stop.json           a stop request; the driver polls for it (any host can ask); kept
@@ -77,7 +81,9 @@ log = logging.getLogger("streamstate.launcher")
 LAUNCH_FORMAT = "streamstate.launch/v1"
 DRIVER_FORMAT = "streamstate.driver/v1"
 STOP_FORMAT = "streamstate.stop/v1"
-LAUNCH_FILE = f"{SIDECAR_DIR}/launch.json"
+LAUNCH_FILE = f"{SIDECAR_DIR}/launch.json"  # the single record of releases before launch generations
+LAUNCHES_DIR = f"{SIDECAR_DIR}/launches"
+KEEP_LAUNCHES = 10  # generations kept per checkpoint; older ones are deleted by the next launch
 DRIVER_FILE = f"{SIDECAR_DIR}/driver.json"
 STOP_FILE = f"{SIDECAR_DIR}/stop.json"
 LOG_DIR = f"{SIDECAR_DIR}/logs"
@@ -89,6 +95,7 @@ KEEP_LOGS = 10  # per checkpoint; older launches' logs are deleted at launch
 # The environment the launcher gives the supervised driver (jobs/supervised.py).
 ENV_CHECKPOINT = "STREAMSTATE_CHECKPOINT"
 ENV_LAUNCH_ID = "STREAMSTATE_LAUNCH_ID"
+ENV_LAUNCH_GENERATION = "STREAMSTATE_LAUNCH_GENERATION"
 ENV_HEARTBEAT_INTERVAL = "STREAMSTATE_HEARTBEAT_INTERVAL"
 ENV_QUERY_NAME = "STREAMSTATE_QUERY_NAME"
 ENV_STREAM = "STREAMSTATE_STREAM"
@@ -152,6 +159,7 @@ class StreamHandle:
     host: str
     log: str
     started_at: str  # UTC ISO 8601
+    generation: int = 0  # the launch's fencing token: its number among the checkpoint's launches
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -159,7 +167,8 @@ class StreamHandle:
     @classmethod
     def from_json(cls, value: Mapping[str, Any]) -> StreamHandle:
         try:
-            handle = cls(**{k: value[k] for k in cls.__dataclass_fields__})
+            handle = cls(**{k: value[k] for k in cls.__dataclass_fields__ if k != "generation"},
+                         generation=int(value.get("generation") or 0))
         except (KeyError, TypeError) as exc:
             raise UsageError(
                 f"not a stream handle: missing {exc}", hint="pass what StartStreamOperator returned"
@@ -287,10 +296,22 @@ def _read_record(checkpoint: str | Path | Sidecar, rel: str) -> bytes | None:
         return None
 
 
+def launch_generations(checkpoint: str | Path | Sidecar) -> list[int]:
+    """The generations of the launches recorded on `checkpoint`, oldest first."""
+    names = open_sidecar(checkpoint).names(LAUNCHES_DIR)
+    return sorted(int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit())
+
+
+def _launch_path(generation: int) -> str:
+    return f"{LAUNCHES_DIR}/{generation:08d}.json"
+
+
 def read_launch(checkpoint: str | Path | Sidecar) -> LaunchRecord | None:
-    """The latest launch on `checkpoint`, or None (none, or unreadable)."""
+    """The latest launch on `checkpoint` (its highest generation), or None (none, or unreadable)."""
     try:
-        data = _read_record(checkpoint, LAUNCH_FILE)
+        side = open_sidecar(checkpoint)
+        generations = launch_generations(side)
+        data = _read_record(side, _launch_path(generations[-1]) if generations else LAUNCH_FILE)
         return None if data is None else LaunchRecord.from_json(data)
     except (ValueError, TypeError, UsageError):
         return None
@@ -519,16 +540,20 @@ def launch(
     side = open_sidecar(checkpoint)
     side.local_dir.mkdir(parents=True, exist_ok=True)
     with _launch_lock(side):
+        # The generation to claim comes from a listing made before the check: a launch that
+        # claimed one since is refused by the create-only write, one before it by the check.
+        generations = launch_generations(side)
+        generation = (generations[-1] if generations else 0) + 1
         _refuse_second_copy(side, stream)
         launch_id = f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-{uuid.uuid4().hex[:8]}"
         logs = Path(log_dir).expanduser().absolute() if log_dir else side.local_dir / LOG_DIR
         logs.mkdir(parents=True, exist_ok=True)
         _prune_logs(logs)
         log_path = logs / f"{stream}-{launch_id}.log"
-        side.delete(STOP_FILE)  # a request for an earlier run
         child_env = {
             **os.environ, **(env or {}),
             ENV_CHECKPOINT: side.location, ENV_LAUNCH_ID: launch_id, ENV_STREAM: stream,
+            ENV_LAUNCH_GENERATION: str(generation),
             ENV_HEARTBEAT_INTERVAL: str(heartbeat_interval_s),
         }
         if query_name:
@@ -560,11 +585,58 @@ def launch(
                 ) from None
         _children[proc.pid] = proc
         handle = StreamHandle(stream, side.location, launch_id, proc.pid, socket.gethostname(), str(log_path),
-                              started_at)
+                              started_at, generation)
         record = LaunchRecord(handle, shown, proc.pid, _proc_start(proc.pid))
-        side.write(LAUNCH_FILE, record.to_json())
-    log.info("launched %s on %s: pid %d, log %s", stream, side.location, proc.pid, log_path)
+        _claim(side, record, proc)
+        side.delete(STOP_FILE)  # a request for an earlier run
+        _prune_launches(side, generation)
+    log.info("launched %s on %s: pid %d, generation %d, log %s", stream, side.location, proc.pid, generation,
+             log_path)
     return handle
+
+
+def _claim(side: Sidecar, record: LaunchRecord, proc: subprocess.Popen[bytes]) -> None:
+    """Record the launch as generation N with a create-only write: of launches racing from
+    any hosts, exactly one creates it. A launch that lost kills the driver it started (it is
+    still a JVM starting, long before it can touch the checkpoint; the driver also checks its
+    generation is the newest before it runs anything: jobs/supervised.py) and is refused."""
+    handle = record.handle
+    try:
+        won = side.create(_launch_path(handle.generation), record.to_json())
+    except BaseException:
+        _signal_group(proc.pid, signal.SIGKILL)
+        raise
+    if won:
+        return
+    _signal_group(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
+    forget_secrets(handle)
+    other = read_launch(side)
+    where = (f"launch {other.handle.launch_id} from host {other.handle.host} at {other.handle.started_at}"
+             if other else "another launch")
+    raise StreamRunningError(
+        f"cannot launch {handle.stream}: {where} claimed {side.location} first (generation "
+        f"{handle.generation}); a second copy would corrupt it",
+        hint="reconnect to the stream that runs (StartStreamOperator does), or stop it first",
+    )
+
+
+def _prune_launches(side: Sidecar, newest: int) -> None:
+    """Delete launch records older than the last KEEP_LAUNCHES generations."""
+    for generation in launch_generations(side):
+        if generation <= newest - KEEP_LAUNCHES:
+            side.delete(_launch_path(generation))
+
+
+def superseded_by(checkpoint: str | Path | Sidecar, generation: int) -> LaunchRecord | None:
+    """For a driver of launch `generation`: a launch of a higher generation recorded on its
+    checkpoint (it must not run: that launch owns the checkpoint), else None. Its own record
+    may not be there yet (the launcher writes it right after starting the driver)."""
+    latest = read_launch(checkpoint)
+    if latest is None or generation <= 0 or latest.handle.generation <= generation:
+        return None
+    return latest
 
 
 def _refuse_second_copy(side: Sidecar, stream: str) -> None:
