@@ -128,3 +128,42 @@ def test_a_running_beat_whose_driver_recorded_its_exit_reads_as_that_exit(
         assert time.monotonic() < deadline, "the stand-in driver did not exit"
         time.sleep(0.05)
     assert launcher.status(checkpoint).state == state
+
+
+def _record(ckpt: Path, generation: int, launch_id: str) -> None:
+    handle = launcher.StreamHandle("orders", str(ckpt), launch_id, 4242, "elsewhere", "", now_iso(), generation)
+    open_sidecar(ckpt).create(f"{launcher.LAUNCHES_DIR}/{generation:08d}.json",
+                              launcher.LaunchRecord(handle, ["spark-submit"], 4242, None).to_json())
+
+
+def test_the_newest_generation_is_the_launch_and_old_records_still_read(tmp_path: Path) -> None:
+    from tests.unit.fake_checkpoint import write
+
+    legacy = launcher.LaunchRecord(launcher.StreamHandle("orders", str(tmp_path), "L-0", 4242, "h", "", now_iso()),
+                                   ["spark-submit"], 4242, None)
+    write(tmp_path / launcher.LAUNCH_FILE, legacy.to_json())
+    assert launcher.read_launch(tmp_path).handle.launch_id == "L-0"  # a release before generations
+    _record(tmp_path, 1, "L-1")
+    _record(tmp_path, 2, "L-2")
+    assert launcher.launch_generations(tmp_path) == [1, 2]
+    got = launcher.read_launch(tmp_path).handle
+    assert (got.launch_id, got.generation) == ("L-2", 2)
+    assert launcher.superseded_by(tmp_path, 1).handle.launch_id == "L-2"
+    assert launcher.superseded_by(tmp_path, 2) is None
+    assert launcher.superseded_by(tmp_path, 3) is None  # its own record is not written yet
+
+
+def test_a_driver_whose_launch_was_superseded_refuses_to_start_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow_provider_streamstate.jobs import supervised
+
+    _record(tmp_path, 1, "L-1")
+    _record(tmp_path, 2, "L-2")
+    app = tmp_path / "app.py"
+    app.write_text("raise SystemExit('the application must not run')\n")
+    monkeypatch.setenv(launcher.ENV_CHECKPOINT, str(tmp_path))
+    monkeypatch.setenv(launcher.ENV_LAUNCH_ID, "L-1")
+    monkeypatch.setenv(launcher.ENV_LAUNCH_GENERATION, "1")
+    assert supervised.main([str(app)]) == 3
+    assert launcher.read_driver(tmp_path) is None
