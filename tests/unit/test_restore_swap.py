@@ -158,3 +158,17 @@ def test_a_stream_that_is_not_running_any_more_does_not_block_a_restore(tmp_path
     _beat(target, **beat)
     restore_snapshot(store, "s", sid, target, force=True, fsync=False)
     assert (target / "metadata").read_text() != '{"id": "old"}'
+
+
+def test_a_restore_over_a_checkpoint_keeps_its_launch_generations_counting_up(tmp_path) -> None:
+    """The launch records are the drivers' fence: a restore must not reset generation N to 1,
+    or a driver of an old generation would no longer see that it was superseded."""
+    from airflow_provider_streamstate.engine.checkpoint.sidecar import LAUNCHES_DIR
+
+    store, sid = _store_with_snapshot(tmp_path)
+    target = _old_checkpoint(tmp_path / "ckpt")
+    for generation in (1, 2):
+        write(target / LAUNCHES_DIR / f"{generation:08d}.json", f"launch {generation}")
+    restore_snapshot(store, "s", sid, target, force=True, fsync=False)
+    assert sorted(p.name for p in (target / LAUNCHES_DIR).iterdir()) == ["00000001.json", "00000002.json"]
+    assert (target / "offsets" / "0").read_text() != "old offsets"

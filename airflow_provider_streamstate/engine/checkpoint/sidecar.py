@@ -38,6 +38,10 @@ from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.engine.stores import file_uri_path
 
 MAX_RECORD_BYTES = 1 << 20  # records are small; a bigger one is refused as unreadable
+# The launches of the streams that ran on the checkpoint (engine/streams/launcher.py): kept by
+# a restore that replaces the checkpoint, so launch generations (the drivers' fencing tokens)
+# keep counting up across it.
+LAUNCHES_DIR = "_streamstate/launches"
 ENV_HOME = "STREAMSTATE_HOME"
 
 

@@ -34,7 +34,7 @@ from airflow_provider_streamstate.engine.catalog.snapshots import resolve_snapsh
 from airflow_provider_streamstate.engine.catalog.timeline import write_lineage
 from airflow_provider_streamstate.engine.checkpoint.filesystems import is_s3_location, unsupported_scheme
 from airflow_provider_streamstate.engine.checkpoint.liveness import assert_not_running, pid_alive
-from airflow_provider_streamstate.engine.checkpoint.sidecar import local_root
+from airflow_provider_streamstate.engine.checkpoint.sidecar import LAUNCHES_DIR, local_root
 from airflow_provider_streamstate.engine.core.cancel import CancelToken, cancellation, check_cancelled
 from airflow_provider_streamstate.engine.core.digest import copy_hashing
 from airflow_provider_streamstate.engine.core.durability import fsync_path, fsync_tree
@@ -176,6 +176,8 @@ def _restore(
         check_cancelled()
         if target.exists():
             assert_not_running(target, "replace its checkpoint")  # again: it may have started meanwhile
+            if (target / LAUNCHES_DIR).is_dir():  # launch generations keep counting up (the drivers' fence)
+                shutil.copytree(target / LAUNCHES_DIR, root / LAUNCHES_DIR, dirs_exist_ok=True)
         _swap_into_place(staging, target)
         if fsync:
             fsync_path(target.parent)

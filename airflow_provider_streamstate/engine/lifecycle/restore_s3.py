@@ -38,7 +38,7 @@ from typing import Any, Protocol
 from airflow_provider_streamstate.engine.catalog.snapshots import resolve_snapshot
 from airflow_provider_streamstate.engine.checkpoint.filesystems import S3CheckpointFS
 from airflow_provider_streamstate.engine.checkpoint.liveness import assert_not_running
-from airflow_provider_streamstate.engine.checkpoint.sidecar import S3Sidecar
+from airflow_provider_streamstate.engine.checkpoint.sidecar import LAUNCHES_DIR, S3Sidecar
 from airflow_provider_streamstate.engine.checkpoint.store_copy import server_side_possible
 from airflow_provider_streamstate.engine.core.cancel import check_cancelled
 from airflow_provider_streamstate.engine.core.digest import CHUNK, sha256_stream
@@ -195,7 +195,8 @@ def restore_to_s3(
     fs = S3CheckpointFS(target, s3_client)
     w = _Writer(fs, store)
     base = fs.prefix + "/"
-    existing = w.listing(base)
+    # Launch records stay (launch generations, the drivers' fence, keep counting up).
+    existing = {k: n for k, n in w.listing(base).items() if not k.startswith(base + LAUNCHES_DIR + "/")}
     if existing:
         if not force:
             raise UsageError(
@@ -253,7 +254,7 @@ def restore_to_s3(
             for rel, data in extra.items():
                 if _publish_order(rel) == order:
                     w.put(base + rel, data)
-        published = w.listing(base)
+        published = {k: n for k, n in w.listing(base).items() if not k.startswith(base + LAUNCHES_DIR + "/")}
         published.pop(base + INCOMPLETE_FILE, None)
         _compare(published, base, want, extra, "target")
         w.delete([base + INCOMPLETE_FILE])

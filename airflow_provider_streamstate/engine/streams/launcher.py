@@ -64,7 +64,12 @@ from airflow_provider_streamstate.engine.checkpoint.liveness import (
     now_iso,
     read_heartbeat,
 )
-from airflow_provider_streamstate.engine.checkpoint.sidecar import Sidecar, local_root, open_sidecar
+from airflow_provider_streamstate.engine.checkpoint.sidecar import (
+    LAUNCHES_DIR,
+    Sidecar,
+    local_root,
+    open_sidecar,
+)
 from airflow_provider_streamstate.engine.core.cancel import check_cancelled, current_token
 from airflow_provider_streamstate.engine.core.errors import (
     StreamRunningError,
@@ -82,7 +87,6 @@ LAUNCH_FORMAT = "streamstate.launch/v1"
 DRIVER_FORMAT = "streamstate.driver/v1"
 STOP_FORMAT = "streamstate.stop/v1"
 LAUNCH_FILE = f"{SIDECAR_DIR}/launch.json"  # the single record of releases before launch generations
-LAUNCHES_DIR = f"{SIDECAR_DIR}/launches"
 KEEP_LAUNCHES = 10  # generations kept per checkpoint; older ones are deleted by the next launch
 DRIVER_FILE = f"{SIDECAR_DIR}/driver.json"
 STOP_FILE = f"{SIDECAR_DIR}/stop.json"

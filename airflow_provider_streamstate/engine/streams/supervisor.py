@@ -43,6 +43,7 @@ from typing import Any, Literal
 from airflow_provider_streamstate.engine.catalog.snapshots import list_snapshots, resolve_snapshot
 from airflow_provider_streamstate.engine.catalog.verify import verify_snapshots
 from airflow_provider_streamstate.engine.checkpoint.filesystems import is_s3_location
+from airflow_provider_streamstate.engine.checkpoint.sidecar import s3_client_for
 from airflow_provider_streamstate.engine.core.cancel import check_cancelled
 from airflow_provider_streamstate.engine.core.errors import StreamstateError, UsageError
 from airflow_provider_streamstate.engine.kafka.offsets import PartitionOffsets
@@ -175,14 +176,9 @@ def supervise(
     `store` opens the snapshot store (needed only to restore); `snapshot` names what to
     restore: `latest` (the newest on the current timeline that verifies) or an id."""
 
-    if is_s3_location(str(checkpoint)):
-        raise UsageError(
-            f"cannot supervise {stream} on {checkpoint}: the supervisor restores unusable checkpoints by "
-            "swapping a local directory",
-            hint="supervise streams on local or mounted checkpoints; watch S3 ones with StreamProgressSensor "
-            "and KafkaLagSensor (docs/deployment.md)",
-        )
-    root = launcher.local_checkpoint(checkpoint)
+    # A local (or mounted) checkpoint as its absolute path, an S3 one as its URL: every step
+    # below reads the records and the checkpoint through its storage, from any host.
+    root: str | Path = str(checkpoint) if is_s3_location(str(checkpoint)) else launcher.local_checkpoint(checkpoint)
     st = launcher.status(root)
     decided_at = datetime.now(UTC).isoformat().replace("+00:00", "Z")
     batch = _newest_batch(root)
@@ -231,7 +227,8 @@ def supervise(
              manifest.snapshot_id, manifest.batch_id)
 
     with _logs_kept(root):  # the failed runs' logs are the post-mortem: a restore replaces the whole directory
-        restore_snapshot(store(), stream, manifest.snapshot_id, root, force=True, parallelism=parallelism)
+        restore_snapshot(store(), stream, manifest.snapshot_id, root, force=True, parallelism=parallelism,
+                         s3_client=s3_client_for(root))
     ok, why_after = _start_and_settle(stream, root, start, policy.settle_s, timings, broker_offsets)
     if not ok:
         raise SupervisionFailed(
@@ -248,7 +245,7 @@ def supervise(
     )
 
 
-def _check_running(stream: str, root: Path, state: str, policy: SupervisionPolicy,
+def _check_running(stream: str, root: str | Path, state: str, policy: SupervisionPolicy,
                    broker_offsets: BrokerOffsets | None, report: Callable[..., SupervisionReport]) -> SupervisionReport:
     if state == "starting":
         return report("none", f"stream {stream} is starting")
@@ -275,7 +272,7 @@ def _check_running(stream: str, root: Path, state: str, policy: SupervisionPolic
                   total_lag=total)
 
 
-def _start_and_settle(stream: str, root: Path, start: StartFn, settle_s: float,
+def _start_and_settle(stream: str, root: str | Path, start: StartFn, settle_s: float,
                       timings: list[RecoveryTimings], broker_offsets: BrokerOffsets | None) -> tuple[bool, str]:
     """Start the stream and watch it: (True, how) once it commits a batch newer than the
     checkpoint's, has nothing left to read (with `broker_offsets`), or stays running for
@@ -312,7 +309,7 @@ def _start_and_settle(stream: str, root: Path, start: StartFn, settle_s: float,
         time.sleep(1.0)
 
 
-def _caught_up(root: Path, broker_offsets: BrokerOffsets | None) -> bool:
+def _caught_up(root: str | Path, broker_offsets: BrokerOffsets | None) -> bool:
     """The running stream has read everything its topics hold (so no batch is coming)."""
     if broker_offsets is None:
         return False
@@ -358,8 +355,12 @@ def _newest_verified(store: SnapshotStore, stream: str, snapshot: str, paralleli
 
 
 @contextlib.contextmanager
-def _logs_kept(root: Path) -> Iterator[None]:
-    """Move the driver logs out of `root` for the duration, then back in."""
+def _logs_kept(root: str | Path) -> Iterator[None]:
+    """Move the driver logs out of a local `root` for the duration, then back in (an S3
+    checkpoint's logs live on the launching hosts, not in the checkpoint)."""
+    if not isinstance(root, Path):
+        yield
+        return
     logs = root / launcher.LOG_DIR
     if not logs.is_dir():
         yield
@@ -376,7 +377,7 @@ def _logs_kept(root: Path) -> Iterator[None]:
         shutil.rmtree(aside, ignore_errors=True)
 
 
-def _newest_batch(root: Path) -> int | None:
+def _newest_batch(root: str | Path) -> int | None:
     return newest_commit(root)[0]
 
 
