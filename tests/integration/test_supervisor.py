@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import signal
+import sys
 from pathlib import Path
 
 import pytest
@@ -143,3 +144,72 @@ def test_a_stream_stopped_on_request_is_left_alone_and_one_never_started_is_an_a
     assert (task.state, task.try_number) == ("failed", 1)
     assert f"stream orders-new was never started on {tmp_path / 'never'}" in result.log
     assert not (tmp_path / "never" / launcher.LAUNCH_FILE).exists()
+
+
+def test_a_stream_on_an_s3_checkpoint_is_supervised_from_its_storage_and_restored_there_with_no_secret_shown(
+    run_dag, stack, spark, topic, tmp_path, monkeypatch
+) -> None:
+    """The same recovery on an `s3a://` checkpoint (the production case): the round reads the
+    stream's records and commits from S3, restarts it, and when its state cannot be loaded
+    restores the newest verified snapshot onto the S3 checkpoint (staged, then published)
+    and restarts it; the state ends exact. The stream's secrets (an S3A secret key conf, an
+    AWS secret in its environment) appear in no task log and no XCom of the run."""
+    import uuid
+
+    from airflow_provider_streamstate.engine.checkpoint.sidecar import LAUNCHES_DIR, open_sidecar
+    from dev.stack import S3_SECRET_KEY
+    from tests.s3 import s3_client
+
+    for key, value in stack.s3_env("primary").items():  # the tasks read the records with boto3
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", json.dumps({"conn_type": "spark", "host": "local[1]"}))
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_LOCAL", json.dumps(
+        {"conn_type": "kafka", "extra": {"bootstrap.servers": stack.kafka_bootstrap}}))
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()  # noqa: SLF001 - the test reads the S3 state too
+    hadoop.set("fs.s3a.impl.disable.cache", "true")
+    for key, value in stack.s3a_conf("primary").items():
+        hadoop.set(key.removeprefix("spark.hadoop."), value)
+    bucket = stack.s3["primary"]["bucket"]
+    prefix = f"tests/{uuid.uuid4().hex[:10]}/orders"
+    base = example_stream_spec(stack, topic, tmp_path, extra_args=["--shuffle-partitions", "2"])
+    spec = base.derive(checkpoint=f"s3a://{bucket}/{prefix}", kafka_conn_id="kafka_local",
+                       env={"PYSPARK_PYTHON": sys.executable, **stack.s3_env("primary")},
+                       conf={**base.conf, **stack.s3a_conf("primary")})
+    first = GeneratorSpec(seed=64, accounts=12, events=300)
+    produce(stack.kafka_bootstrap, topic, first)
+    try:
+        start(spec)
+        wait_for(lambda: consumed_records(spec.checkpoint) == 300, timeout=240, what="the first 300 records")
+        store = open_store(spec.store)
+        snap = create_snapshot(spec.checkpoint, store, spec.name).manifest
+        second = first.next_round(200)
+        produce(stack.kafka_bootstrap, topic, second)
+        wait_for(lambda: consumed_records(spec.checkpoint) == 500, timeout=240, what="all 500 records")
+        kill_driver(spec)
+
+        # The newest version's state objects vanish, as a wrong lifecycle rule would delete them.
+        client = s3_client(stack)
+        keys = [o["Key"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+                for o in page.get("Contents", [])]
+        committed = max(int(k.rsplit("/", 1)[1]) for k in keys if f"{prefix}/commits/" in k and k[-1].isdigit())
+        doomed = [k for k in keys if "/state/0/" in k and k.rsplit("/", 1)[1] in (f"{committed + 1}.delta",
+                                                                                 f"{committed + 1}.snapshot")]
+        assert doomed, f"no state objects of version {committed + 1}"
+        client.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in doomed]})
+        third = second.next_round(150)
+        produce(stack.kafka_bootstrap, topic, third)
+
+        result = run_dag("streamstate_supervisor", {"streams": [spec.to_dict()], "settle_seconds": 240})
+        assert result.state == "success", result.log[-5000:]
+        report = result.tasks["supervise"].xcom
+        assert (report["state_before"], report["action"]) == ("dead", "restored"), report
+        assert report["restored_snapshot"] == snap.snapshot_id and checkpoint_unusable(report["failure"])
+        assert S3_SECRET_KEY not in result.log
+        assert S3_SECRET_KEY not in json.dumps({k: t.xcom for k, t in result.tasks.items()}, default=str)
+        assert launcher.read_launch(spec.checkpoint).handle.generation == 3  # the restore kept the count
+        assert len(open_sidecar(spec.checkpoint).names(LAUNCHES_DIR)) == 3
+        wait_for(lambda: consumed_records(spec.checkpoint) == 650, timeout=240, what="all 650 records")
+    finally:
+        stopped = launcher.stop(spec.checkpoint, timeout_s=60)
+    assert stopped.outcome == "stopped", stopped
+    assert account_state(spark, spec.checkpoint) == expected_aggregates([first, second, third])
