@@ -18,7 +18,7 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 	$(VENV)/bin/uv pip install -q --python $(PY) --no-deps -e .
 	@touch $@
 
-.jvm/.fetched: pom.xml jvm/kafka-broker/pom.xml jvm/spark-kafka/pom.xml jvm/s3proxy/pom.xml jvm/mirror-maker/pom.xml jvm/spark-s3a/pom.xml jvm/settings.xml
+.jvm/.fetched: pom.xml jvm/kafka-broker/pom.xml jvm/spark-kafka/pom.xml jvm/s3proxy/pom.xml jvm/mirror-maker/pom.xml jvm/spark-s3a/pom.xml jvm/yarn-cluster/pom.xml $(wildcard jvm/yarn-cluster/src/main/*/*/*/*/*) jvm/settings.xml
 	@bash dev/require.sh java
 	@bash dev/require.sh mvn
 	rm -rf .jvm

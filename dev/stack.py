@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import json
 import os
 import shutil
@@ -39,7 +40,7 @@ import sys
 import time
 import urllib.request
 import uuid
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -419,10 +420,82 @@ def stop_spark_cluster(state_dir: Path | str) -> None:
         stop_part(state_dir, name)
 
 
+YARN_PART = "yarn"
+
+
+@dataclass(frozen=True)
+class YarnCluster:
+    """The stack's YARN cluster (`start_yarn_cluster`): where spark-submit finds it
+    (`conf_dir` for HADOOP_CONF_DIR/YARN_CONF_DIR) and its ResourceManager's REST API."""
+
+    conf_dir: str
+    rm_web: str  # http://127.0.0.1:<port>: the ResourceManager's web app and REST API
+    rm_address: str
+    nm_web: str
+    work_dir: str  # the NodeManager's dirs: container logs below <work_dir>/*-logDir-nm-*
+
+    def to_json(self) -> dict[str, str]:
+        return asdict(self)
+
+    def env(self) -> dict[str, str]:
+        """What spark-submit needs to submit to it."""
+        return {"HADOOP_CONF_DIR": self.conf_dir, "YARN_CONF_DIR": self.conf_dir}
+
+
+def start_yarn_cluster(state_dir: Path | str, *, memory_mb: int = 8192, vcores: int = 4) -> YarnCluster:
+    """A YARN cluster on loopback: Hadoop's ResourceManager and one NodeManager in one JVM
+    (MiniYARNCluster, from the jars `make setup` fetched into `.jvm/yarn-cluster`), ready when
+    its REST API answers. Stop it with `stop_yarn_cluster(dir)`. Sized for this machine: the
+    NodeManager offers `memory_mb` and `vcores` (YARN does not enforce them here)."""
+    state_dir = Path(state_dir).resolve()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    jars = JARS / "yarn-cluster"
+    if not (jars / "streamstate-yarn-cluster.jar").exists():
+        raise StackError(f"no YARN jars in {jars}; run `make setup`")
+    conf_dir = state_dir / "yarn-conf"
+    (conf_dir / "yarn-cluster.json").unlink(missing_ok=True)
+    opens = [f"--add-opens=java.base/{p}=ALL-UNNAMED" for p in ("java.lang", "java.util", "java.net", "sun.nio.ch")]
+    web_port = free_port()
+    _spawn(YARN_PART, [_check_java(), "-Xms64m", "-Xmx512m", "-XX:+UseSerialGC", *opens,
+                       f"-Dtest.build.data={state_dir / 'yarn-work'}", "-cp", f"{jars}/*",
+                       "io.streamstate.dev.YarnCluster", str(conf_dir), str(web_port), str(memory_mb), str(vcores)],
+           state_dir)
+
+    def ready() -> bool:
+        if not (conf_dir / "yarn-cluster.json").exists():
+            return False
+        with urllib.request.urlopen(urllib.request.Request(
+                f"http://127.0.0.1:{web_port}/ws/v1/cluster/info", headers={"Accept": "application/json"}),
+                timeout=2) as r:
+            return bool(json.loads(r.read())["clusterInfo"]["state"] == "STARTED")
+
+    _wait(YARN_PART, state_dir, ready, timeout=max(READY_TIMEOUT_S, 120))
+    info = json.loads((conf_dir / "yarn-cluster.json").read_text())
+    return YarnCluster(str(conf_dir), info["rm_web"], info["rm_address"], info["nm_web"], info["work_dir"])
+
+
+def stop_yarn_cluster(state_dir: Path | str) -> None:
+    """Stop the cluster (SIGTERM: it stops its containers), then kill whatever of its
+    containers is left (their processes have sessions of their own)."""
+    state_dir = Path(state_dir).resolve()
+    stop_part(state_dir, YARN_PART, timeout=40.0)
+    work = str(state_dir / "yarn-work")
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cwd = os.readlink(entry / "cwd")
+        except OSError:
+            continue
+        if cwd.startswith(work):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry.name), signal.SIGKILL)
+
+
 def _parts(state_dir: Path) -> list[str]:
     """The stack's parts: the broker, the moto regions, and s3proxy and the DR Kafka side
     when they were started."""
-    optional = [p for p in (S3PROXY_PART, DR_KAFKA_PART, MM2_PART, *SPARK_WORKER_PARTS, SPARK_MASTER_PART)
+    optional = [p for p in (S3PROXY_PART, DR_KAFKA_PART, MM2_PART, *SPARK_WORKER_PARTS, SPARK_MASTER_PART, YARN_PART)
                 if (state_dir / f"{p}.pid").exists()]
     return ["kafka", *(f"s3-{r}" for r in S3_REGIONS), *optional]
 
@@ -685,7 +758,10 @@ def down(state_dir: Path | str = DEFAULT_STATE_DIR) -> None:
     """Stop only the processes this stack started (by pid file); safe to call twice."""
     state_dir = Path(state_dir).resolve()
     for name in _parts(state_dir):
-        stop_part(state_dir, name)
+        if name == YARN_PART:
+            stop_yarn_cluster(state_dir)
+        else:
+            stop_part(state_dir, name)
     (state_dir / "stack.json").unlink(missing_ok=True)
     # Broker data goes with the stack: a new `up` starts from an empty cluster.
     shutil.rmtree(state_dir / "kafka-data", ignore_errors=True)
@@ -705,6 +781,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--s3proxy", action="store_true", help="up: also start s3proxy as the S3 region `s3proxy`")
     parser.add_argument("--spark-cluster", action="store_true",
                         help="up: also start a Spark standalone master and two workers on loopback")
+    parser.add_argument("--yarn", action="store_true",
+                        help="up: also start a YARN cluster (ResourceManager + NodeManager) on loopback")
     parser.add_argument("--dr", choices=sorted(MM2_POLICIES), default=None, metavar="POLICY",
                         help="up: also start the DR Kafka cluster and MirrorMaker 2 mirroring into it with this "
                              "replication policy (default: `primary.<topic>`; identity: same names)")
@@ -723,6 +801,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "up":
             stack = up(args.state_dir, s3proxy=args.s3proxy)
             master = start_spark_cluster(args.state_dir) if args.spark_cluster else None
+            yarn = None
+            if args.yarn:
+                stop_yarn_cluster(args.state_dir)
+                yarn = start_yarn_cluster(args.state_dir)
             dr_file = args.state_dir.resolve() / "dr.json"
             dr = None
             if args.dr:
@@ -737,6 +819,7 @@ def main(argv: list[str] | None = None) -> int:
                     dr = start_dr_kafka(args.state_dir, stack.kafka_bootstrap, policy=args.dr).to_json()
             if args.json:
                 print(json.dumps({**stack.to_json(), **({"spark_master": master} if master else {}),
+                                  **({"yarn": yarn.to_json()} if yarn else {}),
                                   **({"dr": dr} if dr else {})}))
             else:
                 print(f"kafka  {stack.kafka_bootstrap}")
@@ -745,6 +828,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"state  {stack.state_dir}")
                 if master:
                     print(f"spark  {master}")
+                if yarn:
+                    print(f"yarn   {yarn.rm_web}  HADOOP_CONF_DIR={yarn.conf_dir}")
                 if dr:
                     print(f"dr     kafka {dr['bootstrap']}  mirrored by MM2 ({dr['policy']} policy)")
         elif args.command == "down":

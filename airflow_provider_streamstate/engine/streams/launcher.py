@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import getpass
 import importlib.util
 import json
 import logging
@@ -52,7 +53,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,12 @@ from airflow_provider_streamstate.engine.core.errors import (
 from airflow_provider_streamstate.engine.core.records import dump_record, load_record
 from airflow_provider_streamstate.engine.core.redact import redact_command, sensitive_values
 from airflow_provider_streamstate.engine.streams.secret_confs import ENV_SECRETS_FILE, move_secrets_to_file
+from airflow_provider_streamstate.engine.streams.yarn import (
+    ResourceManager,
+    YarnApp,
+    resource_manager_urls,
+    submitted_app_id,
+)
 
 log = logging.getLogger("streamstate.launcher")
 
@@ -184,17 +191,19 @@ class StreamHandle:
 
 @dataclass(frozen=True)
 class LaunchRecord:
-    """`launch.json`: the handle plus what only the launching host needs."""
+    """`launches/<N>.json`: the handle plus what only the launching host needs, and for a
+    driver on a cluster (deploy mode cluster) where the cluster manager knows it."""
 
     handle: StreamHandle
     command: list[str]
     pgid: int
     proc_start: int | None  # the process's start time (clock ticks since boot): guards pid reuse
+    cluster: ClusterApp | None = None
 
     def to_json(self) -> bytes:
         return json.dumps(
             {"format": LAUNCH_FORMAT, **self.handle.to_json(), "command": self.command, "pgid": self.pgid,
-             "proc_start": self.proc_start},
+             "proc_start": self.proc_start, "cluster": self.cluster.to_json() if self.cluster else None},
             indent=1,
         ).encode()
 
@@ -205,7 +214,45 @@ class LaunchRecord:
         if not isinstance(d.get("pgid"), int) or not isinstance(d.get("command"), list):
             raise ValueError("launch record without pgid or command")
         proc_start = d.get("proc_start")
-        return cls(handle, [str(a) for a in d["command"]], d["pgid"], proc_start if isinstance(proc_start, int) else None)
+        cluster = ClusterApp.from_json(d["cluster"]) if isinstance(d.get("cluster"), dict) else None
+        return cls(handle, [str(a) for a in d["command"]], d["pgid"], proc_start if isinstance(proc_start, int) else None,
+                   cluster)
+
+
+@dataclass(frozen=True)
+class ClusterApp:
+    """A driver the cluster manager runs (YARN cluster mode): its application and where to
+    ask about it. Any host that reaches the manager can watch and kill it."""
+
+    manager: str  # yarn
+    app_id: str | None  # None until spark-submit said which (or when it failed to submit)
+    rm_urls: list[str]
+    user: str  # who submitted it: the REST API acts as this user
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ClusterApp:
+        if d.get("manager") != "yarn" or not isinstance(d.get("rm_urls"), list):
+            raise ValueError("unknown cluster record")
+        app_id = d.get("app_id")
+        return cls("yarn", app_id if isinstance(app_id, str) else None, [str(u) for u in d["rm_urls"]],
+                   str(d.get("user") or ""))
+
+    def app(self) -> YarnApp | None:
+        """What the ResourceManager says of it now; None when it cannot say (no id, none answered)."""
+        if not self.app_id or not self.rm_urls:
+            return None
+        try:
+            return ResourceManager(self.rm_urls, user=self.user or None, timeout_s=5).app(self.app_id)
+        except StreamstateError as exc:
+            log.warning("cannot ask YARN about %s: %s", self.app_id, exc.one_line())
+            return None
+
+    def kill(self) -> None:
+        if self.app_id:
+            ResourceManager(self.rm_urls, user=self.user or None).kill(self.app_id)
 
 
 @dataclass(frozen=True)
@@ -244,7 +291,8 @@ class StreamStatus:
     process_alive: bool | None  # the driver's process, when it was launched on this host
     exit_code: int | None
     last_error: str | None  # the query's exception, or the log's last error line, once it died
-    log: str | None
+    log: str | None  # the driver's log: a file on the launching host, or the cluster's container logs
+    app: YarnApp | None = None  # the cluster manager's view, for a driver on a cluster
 
     def to_json(self) -> dict[str, Any]:
         beat = self.heartbeat
@@ -260,6 +308,7 @@ class StreamStatus:
             "exit_code": self.exit_code,
             "last_error": self.last_error,
             "log": self.log,
+            "cluster_app": self.app.to_json() if self.app else None,
         }
 
 
@@ -478,13 +527,15 @@ def status(checkpoint: str | Path | Sidecar) -> StreamStatus:
     driver = read_driver(side, handle.launch_id) if handle else None
     alive: bool | None = None
     exit_code = driver.exit_code if driver else None
+    if beat is not None and handle is not None and _parse_time(beat.updated_at) < _parse_time(handle.started_at):
+        beat = None  # from an earlier run on this checkpoint
+    log_path = handle.log if handle else None
+    if launch is not None and launch.cluster is not None:
+        return _cluster_status(side, launch, beat, driver)
     if launch and handle and handle.host == here:
         alive = _process_alive(handle.pid, launch.proc_start)
         if exit_code is None:
             exit_code = _exit_code(handle.pid)
-    if beat is not None and handle is not None and _parse_time(beat.updated_at) < _parse_time(handle.started_at):
-        beat = None  # from an earlier run on this checkpoint
-    log_path = handle.log if handle else None
 
     if beat is not None and beat.state in ("starting", "running"):
         if is_running(side) and alive is not False:
@@ -515,6 +566,46 @@ def status(checkpoint: str | Path | Sidecar) -> StreamStatus:
     return StreamStatus(side.location, state, handle, beat, alive, exit_code, last_error, log_path)
 
 
+def _cluster_status(side: Sidecar, launch: LaunchRecord, beat: Heartbeat | None,
+                    driver: DriverRecord | None) -> StreamStatus:
+    """A driver on the cluster: the cluster manager says whether its application lives
+    (and why it ended), the heartbeat how its query does. While the manager cannot be asked,
+    the records alone decide, as for a driver on another host."""
+    assert launch.cluster is not None
+    handle = launch.handle
+    app = launch.cluster.app()
+    exit_code = driver.exit_code if driver else None
+    last_error: str | None = None
+    if app is None:
+        if launch.cluster.app_id is None:  # spark-submit has not said, or could not submit
+            age = (datetime.now(UTC) - _parse_time(handle.started_at)).total_seconds()
+            state = "starting" if age < STARTUP_GRACE_S else "dead"
+            last_error = None if state == "starting" else last_error_line(handle.log)
+        elif beat is not None:
+            state = beat.state if beat.state not in ("starting", "running") or is_running(side) else "dead"
+        else:
+            state = "starting"
+    elif not app.ended:
+        if beat is None or app.state != "RUNNING":
+            state = "starting"  # JVM, SparkContext, executors: the query has not said anything yet
+        elif beat.state in ("stopped", "failed"):
+            state = beat.state  # the query ended; the application is finishing
+        else:
+            # The application holds the checkpoint whatever its beat says (a stale beat is a
+            # stuck or silent driver: the supervisor's freshness check tells, not this).
+            state = "running" if beat.state == "running" or not is_running(side) else beat.state
+    else:
+        state = app.stream_state()
+        if beat is not None and beat.state == "failed":
+            state, last_error = "failed", beat.exception
+        last_error = last_error or app.diagnostics or None
+    if state == "failed" and last_error is None and beat is not None:
+        last_error = beat.exception
+    return StreamStatus(side.location, state, handle, beat, None, exit_code, last_error,
+                        app.am_container_logs if app is not None and app.am_container_logs else handle.log,
+                        app)
+
+
 # --- launch -----------------------------------------------------------------------------
 
 
@@ -528,9 +619,15 @@ def launch(
     log_dir: str | Path | None = None,
     heartbeat_interval_s: float = 5.0,
     query_name: str | None = None,
+    submit_timeout_s: float = 600.0,
 ) -> StreamHandle:
     """Start `command` (spark-submit on `supervised_application()`) as a detached driver
     for `stream` on `checkpoint`, and return at once.
+
+    With `--master yarn --deploy-mode cluster` the driver runs on the cluster: spark-submit
+    only submits it (`spark.yarn.submit.waitAppCompletion=false`), this waits up to
+    `submit_timeout_s` for that, and the application id is recorded beside the checkpoint,
+    where any host finds it (status and the kill go through the ResourceManager).
 
     The driver gets its own session and process group (it outlives the caller and is
     not hit by signals meant for the caller's group), `env` on top of this process's
@@ -562,6 +659,20 @@ def launch(
         }
         if query_name:
             child_env[ENV_QUERY_NAME] = query_name
+        cluster = None
+        if yarn_cluster_mode(command):
+            # The driver runs in the application master's container: it gets the same
+            # STREAMSTATE_* variables through Spark, and spark-submit returns once submitted.
+            rm_urls = resource_manager_urls(child_env)
+            if not rm_urls:
+                raise UsageError("cluster deploy mode on YARN needs the cluster's configuration",
+                                 hint="set YARN_CONF_DIR or HADOOP_CONF_DIR (the spec's env) to the directory of "
+                                 "its yarn-site.xml")
+            cluster = ClusterApp("yarn", None, rm_urls, getpass.getuser())
+            ours = {k: v for k, v in child_env.items() if k.startswith("STREAMSTATE_") and k != ENV_SECRETS_FILE}
+            command = [command[0], "--conf", "spark.yarn.submit.waitAppCompletion=false",
+                       *(a for k, v in sorted(ours.items()) for a in ("--conf", f"spark.yarn.appMasterEnv.{k}={v}")),
+                       *command[1:]]
         secrets_file = logs / f"{stream}-{launch_id}.properties"
         argv, moved = move_secrets_to_file(command, secrets_file)
         if moved:
@@ -590,13 +701,62 @@ def launch(
         _children[proc.pid] = proc
         handle = StreamHandle(stream, side.location, launch_id, proc.pid, socket.gethostname(), str(log_path),
                               started_at, generation)
-        record = LaunchRecord(handle, shown, proc.pid, _proc_start(proc.pid))
+        record = LaunchRecord(handle, shown, proc.pid, _proc_start(proc.pid), cluster)
         _claim(side, record, proc)
         side.delete(STOP_FILE)  # a request for an earlier run
         _prune_launches(side, generation)
+        if cluster is not None:
+            _submitted(side, record, proc, submit_timeout_s)
     log.info("launched %s on %s: pid %d, generation %d, log %s", stream, side.location, proc.pid, generation,
              log_path)
     return handle
+
+
+def yarn_cluster_mode(command: Sequence[str]) -> bool:
+    """Whether spark-submit `command` runs its driver on YARN (`--master yarn --deploy-mode cluster`)."""
+    def option(name: str) -> str | None:
+        for i, arg in enumerate(command):
+            if arg == name and i + 1 < len(command):
+                return command[i + 1]
+            if arg.startswith(name + "="):
+                return arg.partition("=")[2]
+        return None
+
+    return option("--master") == "yarn" and option("--deploy-mode") == "cluster"
+
+
+def _submitted(side: Sidecar, record: LaunchRecord, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """Wait for spark-submit to hand the driver to YARN (it returns once the application is
+    accepted), and record the application id beside the checkpoint. Fails, killing what was
+    submitted, when spark-submit fails or says no id."""
+    handle = record.handle
+    try:
+        code = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _signal_group(proc.pid, signal.SIGKILL)
+        code = None
+    finally:
+        forget_secrets(handle)
+    try:
+        with open(handle.log, encoding="utf-8", errors="replace") as f:
+            app_id = submitted_app_id(f.read())
+    except OSError:
+        app_id = None
+    assert record.cluster is not None
+    cluster = replace(record.cluster, app_id=app_id)
+    if app_id is not None:
+        side.write(_launch_path(handle.generation), replace(record, cluster=cluster).to_json())
+    if code != 0 or app_id is None:
+        if app_id is not None:
+            with contextlib.suppress(StreamstateError):
+                cluster.kill()
+        why = f"did not return within {timeout_s:.0f}s" if code is None else f"exited {code}"
+        raise StreamStartError(
+            f"spark-submit of {handle.stream} to YARN {why} without submitting it"
+            + (f": {err}" if (err := last_error_line(handle.log)) else ""),
+            hint=f"see its log {handle.log}",
+        )
+    log.info("submitted %s to YARN: %s", handle.stream, app_id)
 
 
 def _claim(side: Sidecar, record: LaunchRecord, proc: subprocess.Popen[bytes]) -> None:
@@ -758,7 +918,8 @@ def stop(
     st = status(side)
     launch = read_launch(side)
     handle = launch.handle if launch else None
-    local = handle is not None and handle.host == socket.gethostname()
+    cluster = launch.cluster if launch else None
+    local = handle is not None and handle.host == socket.gethostname() and cluster is None
     group_alive = local and launch is not None and _group_alive(launch.pgid)
     if st.state not in ("starting", "running") and not group_alive:
         return StopResult(root, "not-running", time.monotonic() - started, st.state, st.exit_code,
@@ -788,6 +949,15 @@ def stop(
             break
         time.sleep(poll_s)
     else:
+        if cluster is not None and cluster.app_id:
+            cluster.kill()  # through the ResourceManager, from whichever host this runs on
+            detail.append(f"killed {cluster.app_id} through the ResourceManager after {timeout_s:.0f}s")
+            kill_deadline = time.monotonic() + 60
+            while time.monotonic() < kill_deadline and not ((app := cluster.app()) is not None and app.ended):
+                time.sleep(max(poll_s, 0.5))
+            st = status(side)
+            return StopResult(root, "killed", time.monotonic() - started, st.state, st.exit_code,
+                              handle.pid if handle else None, detail)
         if not local or launch is None:
             st = status(side)
             raise TransientError(
@@ -813,10 +983,13 @@ def _signal_pid(pid: int, sig: signal.Signals) -> None:
 
 
 def _stopped(side: Sidecar, launch: LaunchRecord | None, local: bool) -> bool:
-    """The query said it stopped (or never ran) and, on this host, the driver's processes are gone."""
+    """The query said it stopped (or never ran) and, on this host, the driver's processes are
+    gone (on a cluster: its application ended)."""
     st = status(side)
     if st.state in ("starting", "running"):
         return False
+    if st.app is not None:
+        return st.app.ended
     if local and launch is not None:
         return not _group_alive(launch.pgid)
     return True

@@ -1,0 +1,143 @@
+"""Streams where production streams run: the example stream submitted in cluster deploy mode
+to a real YARN cluster (the stack's ResourceManager and NodeManager, Hadoop 3.4.2), its
+checkpoint in S3, controlled from Airflow workers that are other hosts (own PID, UTS and
+mount namespaces: tests/hosts.py).
+
+The worker that started it ends with its task; the driver runs on in its YARN container and
+keeps committing. Another worker sees it through the ResourceManager and the records beside
+the checkpoint, and stops it gracefully (the application ends SUCCEEDED). A driver whose
+application is killed reads as dead with YARN's diagnostics, and a supervision round
+restarts it through YARN from its checkpoint; the state ends exact."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_streamstate.engine.streams import launcher
+from airflow_provider_streamstate.engine.streams.supervisor import SupervisionPolicy, supervise
+from airflow_provider_streamstate.engine.streams.yarn import ResourceManager
+from airflow_provider_streamstate.jobs.generator import GeneratorSpec, expected_aggregates, produce
+from dev import stack as stack_mod
+from tests.hosts import python_on_host, require_namespaces
+from tests.streams import account_state, consumed_records, example_stream_spec, wait_for
+
+pytestmark = pytest.mark.integration
+log = logging.getLogger(__name__)
+APPS = Path(__file__).resolve().parent.parent / "apps"
+
+
+@pytest.fixture(scope="module")
+def yarn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[stack_mod.YarnCluster]:
+    state_dir = tmp_path_factory.mktemp("yarn")
+    try:
+        yield stack_mod.start_yarn_cluster(state_dir)
+    finally:
+        stack_mod.stop_yarn_cluster(state_dir)
+
+
+def _yarn_spec(stack, topic, tmp_path, yarn, checkpoint):  # noqa: ANN001, ANN202
+    """The example stream in cluster deploy mode on YARN (the `spark_yarn` connection: master
+    yarn, deploy-mode cluster), checkpointing to S3; the driver in its container writes the
+    records beside the checkpoint with the AWS environment the spec gives it."""
+    import pyspark
+
+    spec = example_stream_spec(stack, topic, tmp_path, extra_args=["--shuffle-partitions", "2"])
+    jars = Path(pyspark.__file__).resolve().parent / "jars"
+    return spec.derive(
+        spark_conn_id="spark_yarn", checkpoint=checkpoint,
+        env={**yarn.env(), **stack.s3_env("primary")},
+        conf={**spec.conf, **stack.s3a_conf("primary"),
+              "spark.pyspark.python": sys.executable, "spark.yarn.appMasterEnv.PYSPARK_PYTHON": sys.executable,
+              "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
+              "spark.driver.memory": "512m", "spark.executor.memory": "512m", "spark.yarn.am.memory": "512m",
+              "spark.executor.instances": "1", "spark.executor.cores": "1",
+              # Spark's own jars are on every node already: no 460 MB upload per submit.
+              "spark.yarn.jars": f"local:{jars}/*", "spark.yarn.stagingDir": f"file://{tmp_path / 'staging'}"},
+    )
+
+
+def _on_host(host: str, script: str, *args: str, env: dict[str, str]) -> dict:
+    proc = python_on_host(host, APPS / script, *args, env=env, stdout=-1, stderr=-1)
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-4000:]
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_a_stream_in_cluster_mode_on_yarn_outlives_its_launcher_and_is_watched_stopped_and_restarted_from_other_hosts(
+    stack, spark, topic, tmp_path, yarn, monkeypatch
+) -> None:
+    require_namespaces()
+    conn = json.dumps({"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster"}})
+    worker_env = {"AIRFLOW_CONN_SPARK_YARN": conn, **stack.s3_env("primary"), **yarn.env()}
+    for key, value in worker_env.items():  # this process is a worker too (the supervision round)
+        monkeypatch.setenv(key, value)
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()  # noqa: SLF001 - the test reads the S3 state too
+    hadoop.set("fs.s3a.impl.disable.cache", "true")
+    for key, value in stack.s3a_conf("primary").items():
+        hadoop.set(key.removeprefix("spark.hadoop."), value)
+    checkpoint = f"s3a://{stack.s3['primary']['bucket']}/yarn/{uuid.uuid4().hex[:10]}/orders"
+    spec = _yarn_spec(stack, topic, tmp_path, yarn, checkpoint)
+    rounds = [GeneratorSpec(seed=71, accounts=10, events=200)]
+    rounds.append(rounds[0].next_round(150))
+    rounds.append(rounds[1].next_round(100))
+    produce(stack.kafka_bootstrap, topic, rounds[0])
+    rm = ResourceManager(yarn.rm_web)
+    try:
+        # Worker A starts it and its task ends: nothing of worker A is left.
+        started = _on_host("worker-a", "start_agent.py", json.dumps(spec.to_dict()), env=worker_env)
+        handle = launcher.StreamHandle.from_json(started["handle"])
+        assert started["status"]["state"] == "running" and handle.host == "worker-a"
+        record = launcher.read_launch(checkpoint)
+        assert record.cluster is not None and record.cluster.app_id, record
+        app_id = record.cluster.app_id
+        assert rm.app(app_id).state == "RUNNING"
+        wait_for(lambda: consumed_records(checkpoint) == 200, timeout=300, what="200 records on YARN")
+
+        # Worker B sees it running, through YARN and the records beside the checkpoint.
+        seen = _on_host("worker-b", "status_agent.py", "status", checkpoint, env=worker_env)
+        assert seen["host"] == "worker-b" and seen["state"] == "running", seen
+        assert seen["cluster_app"]["app_id"] == app_id and seen["cluster_app"]["state"] == "RUNNING"
+
+        # Its application is killed (a lost container, an operator's `yarn application -kill`).
+        rm.kill(app_id)
+        wait_for(lambda: launcher.status(checkpoint).state == "dead", timeout=120, what="the stream to read dead")
+        dead = launcher.status(checkpoint)
+        assert "killed" in (dead.last_error or "").lower(), dead
+        produce(stack.kafka_bootstrap, topic, rounds[1])
+
+        # A supervision round on this worker restarts it through YARN from its checkpoint.
+        killed_at = time.monotonic()
+
+        def start_on_yarn() -> object:
+            from airflow_provider_streamstate.operators.stream import start_stream
+
+            return start_stream(spec, startup_timeout_s=480, log=log)[0]
+
+        report = supervise(spec.name, checkpoint, start=start_on_yarn,
+                           policy=SupervisionPolicy(settle_s=300), store=None)
+        assert (report.state_before, report.action) == ("dead", "restarted"), report.to_json()
+        recovery_s = time.monotonic() - killed_at
+        restarted = launcher.read_launch(checkpoint)
+        assert restarted.handle.generation == 2 and restarted.cluster.app_id not in (None, app_id)
+        print(f"\nYARN recovery: killed app -> restarted app's first new batch in {recovery_s:.1f}s "
+              f"(timings {report.timings[0].to_json()})")
+        wait_for(lambda: consumed_records(checkpoint) == 350, timeout=300, what="350 records after the restart")
+        produce(stack.kafka_bootstrap, topic, rounds[2])
+        wait_for(lambda: consumed_records(checkpoint) == 450, timeout=300, what="all 450 records")
+
+        # Worker B stops it: the request beside the checkpoint, honoured after the batch.
+        stopped = _on_host("worker-b", "status_agent.py", "stop", checkpoint, "180", env=worker_env)
+        assert stopped["outcome"] == "stopped" and stopped["state"] == "stopped", stopped
+        final = rm.app(restarted.cluster.app_id)
+        assert (final.state, final.final_status) == ("FINISHED", "SUCCEEDED"), final
+    finally:
+        launcher.stop(checkpoint, timeout_s=60)
+    assert account_state(spark, checkpoint) == expected_aggregates(rounds)
