@@ -75,7 +75,7 @@ def test_a_cluster_launch_records_its_application_and_reads_and_stops_it_through
                         checkpoint=checkpoint, env=env)
 
     result = launcher.stop(checkpoint, timeout_s=1, poll_s=0.1)  # the stand-in driver never honours it
-    assert result.outcome == "killed" and f"killed {APP} through the ResourceManager" in result.detail[-1]
+    assert result.outcome == "killed" and f"killed {APP} through the cluster manager" in result.detail[-1]
     assert any(line.startswith(f"PUT /ws/v1/cluster/apps/{APP}/state?user.name=") for line in FakeRM.seen)
     dead = launcher.status(checkpoint)
     assert dead.state == "dead" and "was killed by user" in (dead.last_error or "")

@@ -80,6 +80,14 @@ from airflow_provider_streamstate.engine.core.errors import (
 )
 from airflow_provider_streamstate.engine.core.records import dump_record, load_record
 from airflow_provider_streamstate.engine.core.redact import redact_command, sensitive_values
+from airflow_provider_streamstate.engine.streams.kubernetes import (
+    DriverPod,
+    KubernetesApi,
+    driver_pod_name,
+    kubernetes_cluster_mode,
+    namespace_of,
+    submission_confs,
+)
 from airflow_provider_streamstate.engine.streams.secret_confs import ENV_SECRETS_FILE, move_secrets_to_file
 from airflow_provider_streamstate.engine.streams.yarn import (
     ResourceManager,
@@ -221,37 +229,60 @@ class LaunchRecord:
 
 @dataclass(frozen=True)
 class ClusterApp:
-    """A driver the cluster manager runs (YARN cluster mode): its application and where to
-    ask about it. Any host that reaches the manager can watch and kill it."""
+    """A driver the cluster manager runs (cluster deploy mode): where to ask about it. Any
+    host that reaches the manager can watch and kill it. YARN: its application id and the
+    ResourceManager; Kubernetes: its driver pod (named by the launcher)."""
 
-    manager: str  # yarn
-    app_id: str | None  # None until spark-submit said which (or when it failed to submit)
+    manager: str  # yarn | kubernetes
+    app_id: str | None  # YARN: None until spark-submit said which (or when it failed to submit)
     rm_urls: list[str]
-    user: str  # who submitted it: the REST API acts as this user
+    user: str  # who submitted it: YARN's REST API acts as this user
+    namespace: str | None = None  # Kubernetes
+    pod: str | None = None  # Kubernetes
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> ClusterApp:
-        if d.get("manager") != "yarn" or not isinstance(d.get("rm_urls"), list):
+        if d.get("manager") not in ("yarn", "kubernetes") or not isinstance(d.get("rm_urls", []), list):
             raise ValueError("unknown cluster record")
-        app_id = d.get("app_id")
-        return cls("yarn", app_id if isinstance(app_id, str) else None, [str(u) for u in d["rm_urls"]],
-                   str(d.get("user") or ""))
 
-    def app(self) -> YarnApp | None:
-        """What the ResourceManager says of it now; None when it cannot say (no id, none answered)."""
-        if not self.app_id or not self.rm_urls:
+        def text(key: str) -> str | None:
+            return d[key] if isinstance(d.get(key), str) else None
+
+        return cls(str(d["manager"]), text("app_id"), [str(u) for u in d.get("rm_urls", [])], str(d.get("user") or ""),
+                   text("namespace"), text("pod"))
+
+    @property
+    def known(self) -> bool:
+        """Whether the manager can be asked about it (YARN: once spark-submit said its id)."""
+        return bool(self.pod if self.manager == "kubernetes" else self.app_id and self.rm_urls)
+
+    @property
+    def name(self) -> str:
+        return f"pod {self.namespace}/{self.pod}" if self.manager == "kubernetes" else str(self.app_id)
+
+    def app(self) -> YarnApp | DriverPod | None:
+        """What the cluster manager says of it now; None when it cannot say (no id yet, not reachable)."""
+        if not self.known:
             return None
         try:
+            if self.manager == "kubernetes":
+                assert self.namespace is not None and self.pod is not None
+                return KubernetesApi().pod(self.namespace, self.pod)
+            assert self.app_id is not None
             return ResourceManager(self.rm_urls, user=self.user or None, timeout_s=5).app(self.app_id)
         except StreamstateError as exc:
-            log.warning("cannot ask YARN about %s: %s", self.app_id, exc.one_line())
+            log.warning("cannot ask the cluster manager about %s: %s", self.name, exc.one_line())
             return None
 
     def kill(self) -> None:
-        if self.app_id:
+        """Kill the driver through the cluster manager: YARN kills the application, Kubernetes
+        deletes the pod."""
+        if self.manager == "kubernetes" and self.namespace and self.pod:
+            KubernetesApi().delete(self.namespace, self.pod)
+        elif self.app_id:
             ResourceManager(self.rm_urls, user=self.user or None).kill(self.app_id)
 
 
@@ -292,7 +323,7 @@ class StreamStatus:
     exit_code: int | None
     last_error: str | None  # the query's exception, or the log's last error line, once it died
     log: str | None  # the driver's log: a file on the launching host, or the cluster's container logs
-    app: YarnApp | None = None  # the cluster manager's view, for a driver on a cluster
+    app: YarnApp | DriverPod | None = None  # the cluster manager's view, for a driver on a cluster
 
     def to_json(self) -> dict[str, Any]:
         beat = self.heartbeat
@@ -577,7 +608,7 @@ def _cluster_status(side: Sidecar, launch: LaunchRecord, beat: Heartbeat | None,
     exit_code = driver.exit_code if driver else None
     last_error: str | None = None
     if app is None:
-        if launch.cluster.app_id is None:  # spark-submit has not said, or could not submit
+        if not launch.cluster.known:  # spark-submit has not said which application, or could not submit
             age = (datetime.now(UTC) - _parse_time(handle.started_at)).total_seconds()
             state = "starting" if age < STARTUP_GRACE_S else "dead"
             last_error = None if state == "starting" else last_error_line(handle.log)
@@ -586,7 +617,7 @@ def _cluster_status(side: Sidecar, launch: LaunchRecord, beat: Heartbeat | None,
         else:
             state = "starting"
     elif not app.ended:
-        if beat is None or app.state != "RUNNING":
+        if beat is None or app.stream_state() != "running":
             state = "starting"  # JVM, SparkContext, executors: the query has not said anything yet
         elif beat.state in ("stopped", "failed"):
             state = beat.state  # the query ended; the application is finishing
@@ -660,7 +691,13 @@ def launch(
         if query_name:
             child_env[ENV_QUERY_NAME] = query_name
         cluster = None
-        if yarn_cluster_mode(command):
+        ours = {k: v for k, v in child_env.items() if k.startswith("STREAMSTATE_") and k != ENV_SECRETS_FILE}
+        if kubernetes_cluster_mode(command):
+            # The driver runs in a pod the launcher names: known before spark-submit says anything.
+            pod = driver_pod_name(stream, launch_id)
+            cluster = ClusterApp("kubernetes", None, [], getpass.getuser(), namespace_of(command), pod)
+            command = [command[0], *submission_confs(pod, ours), *command[1:]]
+        elif yarn_cluster_mode(command):
             # The driver runs in the application master's container: it gets the same
             # STREAMSTATE_* variables through Spark, and spark-submit returns once submitted.
             rm_urls = resource_manager_urls(child_env)
@@ -669,7 +706,6 @@ def launch(
                                  hint="set YARN_CONF_DIR or HADOOP_CONF_DIR (the spec's env) to the directory of "
                                  "its yarn-site.xml")
             cluster = ClusterApp("yarn", None, rm_urls, getpass.getuser())
-            ours = {k: v for k, v in child_env.items() if k.startswith("STREAMSTATE_") and k != ENV_SECRETS_FILE}
             command = [command[0], "--conf", "spark.yarn.submit.waitAppCompletion=false",
                        *(a for k, v in sorted(ours.items()) for a in ("--conf", f"spark.yarn.appMasterEnv.{k}={v}")),
                        *command[1:]]
@@ -726,10 +762,27 @@ def yarn_cluster_mode(command: Sequence[str]) -> bool:
 
 
 def _submitted(side: Sidecar, record: LaunchRecord, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
-    """Wait for spark-submit to hand the driver to YARN (it returns once the application is
-    accepted), and record the application id beside the checkpoint. Fails, killing what was
-    submitted, when spark-submit fails or says no id."""
+    """Wait for spark-submit to hand the driver to the cluster manager (it returns once the
+    application is accepted) and, for YARN, record the application id beside the
+    checkpoint. Fails, killing what was submitted, when spark-submit fails or says no id."""
     handle = record.handle
+    assert record.cluster is not None
+    if record.cluster.manager == "kubernetes":
+        try:
+            code = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _signal_group(proc.pid, signal.SIGKILL)
+            code = None
+        finally:
+            forget_secrets(handle)
+        if code != 0:
+            with contextlib.suppress(StreamstateError):
+                record.cluster.kill()
+            raise StreamStartError(f"spark-submit of {handle.stream} to Kubernetes "
+                                   f"{'timed out' if code is None else f'exited {code}'}"
+                                   + (f": {err}" if (err := last_error_line(handle.log)) else ""),
+                                   hint=f"see its log {handle.log}")
+        return
     try:
         code = proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -949,9 +1002,9 @@ def stop(
             break
         time.sleep(poll_s)
     else:
-        if cluster is not None and cluster.app_id:
-            cluster.kill()  # through the ResourceManager, from whichever host this runs on
-            detail.append(f"killed {cluster.app_id} through the ResourceManager after {timeout_s:.0f}s")
+        if cluster is not None and cluster.known:
+            cluster.kill()  # through the cluster manager, from whichever host this runs on
+            detail.append(f"killed {cluster.name} through the cluster manager after {timeout_s:.0f}s")
             kill_deadline = time.monotonic() + 60
             while time.monotonic() < kill_deadline and not ((app := cluster.app()) is not None and app.ended):
                 time.sleep(max(poll_s, 0.5))
