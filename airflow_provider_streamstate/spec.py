@@ -48,6 +48,7 @@ class StreamSpec:
     kafka_conn_id: str | None = None  # the stream's Kafka cluster, an Airflow `kafka` connection
     spark_conn_id: str = "spark_default"  # SparkSubmitHook's `spark` connection
     master: str | None = None  # overrides the spark connection's master (e.g. local[2])
+    deploy_mode: str | None = None  # overrides the spark connection's deploy mode (client | cluster)
     conf: dict[str, str] = field(default_factory=dict)
     jars: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
@@ -57,7 +58,7 @@ class StreamSpec:
 
     # Airflow renders these when a spec is an operator's templated argument.
     template_fields: ClassVar[tuple[str, ...]] = (
-        "checkpoint", "store", "application", "application_args", "master", "conf", "sinks", "env",
+        "checkpoint", "store", "application", "application_args", "master", "deploy_mode", "conf", "sinks", "env",
     )
 
     def __post_init__(self) -> None:
@@ -72,6 +73,8 @@ class StreamSpec:
             value = getattr(self, attr)
             if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
                 raise UsageError(f"stream {self.name}: {attr} must map strings to strings")
+        if self.deploy_mode not in (None, "client", "cluster"):
+            raise UsageError(f"stream {self.name}: deploy_mode must be client or cluster, not {self.deploy_mode!r}")
         if not isinstance(self.heartbeat_interval_s, int | float) or not 0 < self.heartbeat_interval_s <= 600:
             raise UsageError(f"stream {self.name}: heartbeat_interval_s must be in (0, 600] seconds")
         for arg in self.application_args:

@@ -12,8 +12,7 @@ the truth, whichever task, DAG run or host started it).
 from __future__ import annotations
 
 import os
-import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import timedelta
 from functools import cached_property
 from typing import Any
@@ -24,7 +23,11 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_provider_streamstate.configured import stream_spec
 from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.spec import StreamSpec
+from airflow_provider_streamstate.stream_start import spark_submit_command, start_stream
 from airflow_provider_streamstate.task_errors import CancellableTask, engine_errors
+
+__all__ = ["CloneStreamOperator", "StartStreamOperator", "StopStreamOperator", "clone_conflicts",
+           "spark_submit_command", "start_stream"]
 
 
 def _seconds(value: timedelta | float | int | str, what: str) -> float:
@@ -41,107 +44,6 @@ def _seconds(value: timedelta | float | int | str, what: str) -> float:
     if not seconds > 0:
         raise UsageError(f"{what} must be a positive duration, not {value!r}", hint="give a timedelta or seconds")
     return seconds
-
-
-def spark_submit_command(spec: StreamSpec) -> tuple[list[str], dict[str, str]]:
-    """The spark-submit command line that runs `spec.application` under the supervised
-    wrapper, built by the apache-spark provider's SparkSubmitHook (the `spark` connection's
-    master, deploy mode, binary, queue and principal; `spec.master` overrides the master),
-    and the environment the driver gets on top of the worker's."""
-    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-    from airflow.sdk import BaseHook
-    from airflow.sdk.exceptions import AirflowNotFoundException
-
-    from airflow_provider_streamstate.engine.streams.launcher import (
-        resolve_spark_submit,
-        supervised_application,
-    )
-
-    if not spec.application:
-        raise UsageError(f"stream {spec.name} has no application", hint="set the spec's application (its .py file)")
-    if spec.master is None:
-        try:
-            BaseHook.get_connection(spec.spark_conn_id)
-        except AirflowNotFoundException:
-            raise UsageError(
-                f"Airflow connection {spec.spark_conn_id!r} does not exist (it gives spark-submit its master)",
-                hint=f"define it (e.g. AIRFLOW_CONN_{spec.spark_conn_id.upper()}='{{\"conn_type\": \"spark\", "
-                "\"host\": \"local[2]\"}'), or set the stream's master",
-            ) from None
-    master = spec.master
-
-    class _Hook(SparkSubmitHook):
-        def _resolve_connection(self) -> dict[str, Any]:
-            data = super()._resolve_connection()
-            if master:
-                data["master"] = master
-            return data
-
-    application = spec.application
-    if "://" not in application and os.path.exists(application):
-        application = os.path.abspath(application)
-    hook = _Hook(
-        conf=dict(spec.conf), conn_id=spec.spark_conn_id, jars=",".join(spec.jars) or None, name=spec.name,
-        application_args=[application, *spec.resolved_args()], env_vars=dict(spec.env) or None,
-    )
-    command = hook._build_spark_submit_command(supervised_application())
-    env = dict(spec.env)
-    inherited = {**os.environ, **env}
-    # The wrapper imports this package: the driver's Python is the worker's, unless told.
-    if "PYSPARK_DRIVER_PYTHON" not in inherited:
-        env["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    if hook._connection["master"].startswith("local") and "PYSPARK_PYTHON" not in inherited:
-        env["PYSPARK_PYTHON"] = sys.executable
-    return resolve_spark_submit(command, env)
-
-
-def start_stream(
-    spec: StreamSpec, *, startup_timeout_s: float, log: Any, on_launch: Callable[[Any], None] = lambda h: None
-) -> tuple[Any, Any, bool]:
-    """Launch `spec` (or reconnect to the copy running or starting on its checkpoint) and
-    wait until its query runs. Returns (handle, status, reconnected). A driver that dies
-    before its query runs fails with its log's last error line; one that does not run in
-    `startup_timeout_s` is killed (a retry starts afresh)."""
-    from airflow_provider_streamstate.engine.core.errors import TransientError
-    from airflow_provider_streamstate.engine.streams import launcher
-    from airflow_provider_streamstate.hooks.store import use_checkpoint_connection
-
-    # The records beside an S3 checkpoint are read and written with the spec's connection
-    # here; the driver writes its own with the credentials of its environment.
-    use_checkpoint_connection(spec.checkpoint, spec.aws_conn_id)
-    handle = launcher.running_handle(spec.checkpoint)
-    reconnected = handle is not None
-    if handle is not None:
-        if handle.stream != spec.name:
-            raise UsageError(
-                f"checkpoint {spec.checkpoint} belongs to stream {handle.stream}, not {spec.name}",
-                hint="give each stream its own checkpoint",
-            )
-        log.info("stream %s is already %s on %s (pid %d on %s): reconnecting", spec.name,
-                 launcher.status(spec.checkpoint).state, spec.checkpoint, handle.pid, handle.host)
-    else:
-        from airflow_provider_streamstate.engine.core.errors import StreamRunningError
-
-        command, env = spark_submit_command(spec)
-        try:
-            handle = launcher.launch(command, stream=spec.name, checkpoint=spec.checkpoint, env=env,
-                                     heartbeat_interval_s=spec.heartbeat_interval_s)
-        except StreamRunningError as exc:  # another task, on any host, started it first
-            handle = launcher.running_handle(spec.checkpoint)
-            if handle is None or handle.stream != spec.name:
-                raise
-            reconnected = True
-            log.info("%s: reconnecting to launch %s", exc.message, handle.launch_id)
-    on_launch(handle)
-    try:
-        status = launcher.wait_until_running(handle, timeout_s=startup_timeout_s)
-    except TransientError:
-        launcher.stop(handle, timeout_s=0)
-        raise
-    except launcher.StreamStartError:
-        launcher.stop(handle, timeout_s=0)  # whatever of it is left
-        raise
-    return handle, status, reconnected
 
 
 class _StreamControl(CancellableTask, BaseOperator):

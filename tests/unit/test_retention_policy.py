@@ -154,3 +154,12 @@ def test_malformed_durations_are_refused_with_a_hint(text) -> None:
 def test_a_negative_keep_last_is_refused() -> None:
     with pytest.raises(UsageError, match="keep_last"):
         RetentionPolicy(keep_last=-1)
+
+
+def test_durations_print_in_their_exact_unit_only_while_short() -> None:
+    """An age that happens to be a whole number of minutes (a run at a minute boundary) is
+    still printed in days, as any other age of that size."""
+    from airflow_provider_streamstate.engine.catalog.retention import format_duration
+
+    assert [format_duration(s) for s in (22221 * 60, 90 * 60, 36 * 3600, 7 * 86400, 5)] == [
+        "15.4d", "90m", "36h", "1w", "5s"]

@@ -68,9 +68,10 @@ def parse_duration(text: str | float | int, what: str = "duration") -> float:
 
 
 def format_duration(seconds: float) -> str:
-    """`7d`, `12h`, `30m` when exact, else one decimal of the largest unit (`4.8h`)."""
+    """`7d`, `12h`, `30m` when exact (and short: an age of 15 days to the minute is `15.4d`,
+    not `22221m`), else one decimal of the largest unit (`4.8h`)."""
     for unit, size in (("w", 604800), ("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size and seconds % size == 0:
+        if seconds >= size and seconds % size == 0 and seconds // size < 1000:
             return f"{int(seconds // size)}{unit}"
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:

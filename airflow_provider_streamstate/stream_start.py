@@ -1,0 +1,117 @@
+"""Starting a stream's driver from a `StreamSpec`: the spark-submit command the apache-spark
+provider's SparkSubmitHook builds from the spec and its `spark` connection, launched (or
+reconnected to) through the engine's launcher. What StartStreamOperator, the supervisor's
+restarts, the deploy gate and `streamstate stream start` share."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from airflow_provider_streamstate.engine.core.errors import UsageError
+from airflow_provider_streamstate.spec import StreamSpec
+
+
+def spark_submit_command(spec: StreamSpec) -> tuple[list[str], dict[str, str]]:
+    """The spark-submit command line that runs `spec.application` under the supervised
+    wrapper, built by the apache-spark provider's SparkSubmitHook (the `spark` connection's
+    master, deploy mode, binary, queue and principal; `spec.master` and `spec.deploy_mode`
+    override them),
+    and the environment the driver gets on top of the worker's."""
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    from airflow_provider_streamstate.engine.streams.launcher import (
+        resolve_spark_submit,
+        supervised_application,
+    )
+
+    if not spec.application:
+        raise UsageError(f"stream {spec.name} has no application", hint="set the spec's application (its .py file)")
+    if spec.master is None:
+        try:
+            BaseHook.get_connection(spec.spark_conn_id)
+        except AirflowNotFoundException:
+            raise UsageError(
+                f"Airflow connection {spec.spark_conn_id!r} does not exist (it gives spark-submit its master)",
+                hint=f"define it (e.g. AIRFLOW_CONN_{spec.spark_conn_id.upper()}='{{\"conn_type\": \"spark\", "
+                "\"host\": \"local[2]\"}'), or set the stream's master",
+            ) from None
+    master = spec.master
+
+    class _Hook(SparkSubmitHook):
+        def _resolve_connection(self) -> dict[str, Any]:
+            data = super()._resolve_connection()
+            if master:
+                data["master"] = master
+            return data
+
+    application = spec.application
+    if "://" not in application and os.path.exists(application):
+        application = os.path.abspath(application)
+    hook = _Hook(
+        conf=dict(spec.conf), conn_id=spec.spark_conn_id, jars=",".join(spec.jars) or None, name=spec.name,
+        application_args=[application, *spec.resolved_args()], env_vars=dict(spec.env) or None,
+        deploy_mode=spec.deploy_mode,
+    )
+    command = hook._build_spark_submit_command(supervised_application())
+    env = dict(spec.env)
+    inherited = {**os.environ, **env}
+    # The wrapper imports this package: the driver's Python is the worker's, unless told.
+    if "PYSPARK_DRIVER_PYTHON" not in inherited:
+        env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    if hook._connection["master"].startswith("local") and "PYSPARK_PYTHON" not in inherited:
+        env["PYSPARK_PYTHON"] = sys.executable
+    return resolve_spark_submit(command, env)
+
+
+def start_stream(
+    spec: StreamSpec, *, startup_timeout_s: float, log: Any, on_launch: Callable[[Any], None] = lambda h: None
+) -> tuple[Any, Any, bool]:
+    """Launch `spec` (or reconnect to the copy running or starting on its checkpoint) and
+    wait until its query runs. Returns (handle, status, reconnected). A driver that dies
+    before its query runs fails with its log's last error line; one that does not run in
+    `startup_timeout_s` is killed (a retry starts afresh)."""
+    from airflow_provider_streamstate.engine.core.errors import TransientError
+    from airflow_provider_streamstate.engine.streams import launcher
+    from airflow_provider_streamstate.hooks.store import use_checkpoint_connection
+
+    # The records beside an S3 checkpoint are read and written with the spec's connection
+    # here; the driver writes its own with the credentials of its environment.
+    use_checkpoint_connection(spec.checkpoint, spec.aws_conn_id)
+    handle = launcher.running_handle(spec.checkpoint)
+    reconnected = handle is not None
+    if handle is not None:
+        if handle.stream != spec.name:
+            raise UsageError(
+                f"checkpoint {spec.checkpoint} belongs to stream {handle.stream}, not {spec.name}",
+                hint="give each stream its own checkpoint",
+            )
+        log.info("stream %s is already %s on %s (pid %d on %s): reconnecting", spec.name,
+                 launcher.status(spec.checkpoint).state, spec.checkpoint, handle.pid, handle.host)
+    else:
+        from airflow_provider_streamstate.engine.core.errors import StreamRunningError
+
+        command, env = spark_submit_command(spec)
+        try:
+            handle = launcher.launch(command, stream=spec.name, checkpoint=spec.checkpoint, env=env,
+                                     heartbeat_interval_s=spec.heartbeat_interval_s)
+        except StreamRunningError as exc:  # another task, on any host, started it first
+            handle = launcher.running_handle(spec.checkpoint)
+            if handle is None or handle.stream != spec.name:
+                raise
+            reconnected = True
+            log.info("%s: reconnecting to launch %s", exc.message, handle.launch_id)
+    on_launch(handle)
+    try:
+        status = launcher.wait_until_running(handle, timeout_s=startup_timeout_s)
+    except TransientError:
+        launcher.stop(handle, timeout_s=0)
+        raise
+    except launcher.StreamStartError:
+        launcher.stop(handle, timeout_s=0)  # whatever of it is left
+        raise
+    return handle, status, reconnected
