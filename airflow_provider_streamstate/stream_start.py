@@ -96,6 +96,7 @@ def start_stream(
         from airflow_provider_streamstate.engine.core.errors import StreamRunningError
 
         command, env = spark_submit_command(spec)
+        _warn_if_the_driver_stays_here(spec, command, log)
         try:
             handle = launcher.launch(command, stream=spec.name, checkpoint=spec.checkpoint, env=env,
                                      heartbeat_interval_s=spec.heartbeat_interval_s)
@@ -115,3 +116,18 @@ def start_stream(
         launcher.stop(handle, timeout_s=0)  # whatever of it is left
         raise
     return handle, status, reconnected
+
+
+def _warn_if_the_driver_stays_here(spec: StreamSpec, command: list[str], log: Any) -> None:
+    """Client mode on a cluster: the driver lives on this worker, as long as this host (and,
+    under the Kubernetes executor, this task's pod) does. Said once per launch."""
+    from airflow_provider_streamstate.engine.streams.kubernetes import kubernetes_cluster_mode
+    from airflow_provider_streamstate.engine.streams.launcher import yarn_cluster_mode
+
+    master = next((command[i + 1] for i, a in enumerate(command[:-1]) if a == "--master"), "")
+    if master.startswith("local") or yarn_cluster_mode(command) or kubernetes_cluster_mode(command):
+        return
+    log.warning("stream %s: its driver runs on this worker (client mode on %s): it dies with this host, or with "
+                "this task's pod under the Kubernetes executor; to outlive the worker, run it in cluster deploy "
+                "mode (YARN, Kubernetes: deploy_mode='cluster')", spec.name, master)
+

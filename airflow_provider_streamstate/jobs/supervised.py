@@ -215,9 +215,9 @@ class Supervisor:
         _say(f"stopping query {query.name or query.id}")
         query.stop()
 
-    def finish(self, exit_code: int) -> None:
+    def finish(self, exit_code: int, error: str | None = None) -> None:
         """Wait briefly for each query's last beat (listener events are asynchronous),
-        then record how the driver ended."""
+        then record how the driver ended (and the error it died of)."""
         self.done.set()
         if self.superseded:  # the driver record is the newer launch's now
             return
@@ -228,7 +228,7 @@ class Supervisor:
         try:
             write_driver(self.checkpoint, DriverRecord(
                 self.launch_id, socket.gethostname(), os.getpid(), self.started_at,
-                exit_code=exit_code, exited_at=now_iso(), stop_reason=self.stop_reason,
+                exit_code=exit_code, exited_at=now_iso(), stop_reason=self.stop_reason, error=error,
             ))
         except (OSError, StreamstateError) as exc:
             _say(f"cannot record the exit beside the checkpoint: {exc}")
@@ -275,15 +275,26 @@ def main(argv: list[str] | None = None) -> int:
     sys.argv = [app, *args[1:]]
     sys.path[0] = os.path.dirname(app)
     code = 1
+    error: str | None = None
     try:
         runpy.run_path(app, run_name="__main__")
         code = 0
     except SystemExit as exc:
         code = _exit_status(exc.code)
+        if code and exc.code is not None and not isinstance(exc.code, int):
+            error = str(exc.code)
+        raise
+    except BaseException as exc:
+        error = _one_line(exc)  # beside the checkpoint: every host can say what the driver died of
         raise
     finally:
-        supervisor.finish(code)
+        supervisor.finish(code, error)
     return 0
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__module__}.{type(exc).__qualname__}: {text[0] if text else ''}"[:1000]
 
 
 if __name__ == "__main__":

@@ -167,3 +167,24 @@ def test_a_driver_whose_launch_was_superseded_refuses_to_start_and_writes_nothin
     monkeypatch.setenv(launcher.ENV_LAUNCH_GENERATION, "1")
     assert supervised.main([str(app)]) == 3
     assert launcher.read_driver(tmp_path) is None
+
+
+def test_what_a_driver_died_of_is_recorded_beside_the_checkpoint_for_every_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its log is on the host that launched it; the driver record is where everyone looks."""
+    from airflow_provider_streamstate.jobs import supervised
+
+    _record(tmp_path, 1, "L-1")  # launched from another host
+    app = tmp_path / "app.py"
+    app.write_text("raise ValueError('no such topic: orders\\nsecond line')\n")
+    monkeypatch.setenv(launcher.ENV_CHECKPOINT, str(tmp_path))
+    monkeypatch.setenv(launcher.ENV_LAUNCH_ID, "L-1")
+    monkeypatch.setenv(launcher.ENV_LAUNCH_GENERATION, "1")
+    with pytest.raises(ValueError, match="no such topic"):
+        supervised.main([str(app)])
+    driver = launcher.read_driver(tmp_path, "L-1")
+    assert driver is not None and driver.exit_code == 1
+    assert driver.error == "builtins.ValueError: no such topic: orders"
+    st = launcher.status(tmp_path)
+    assert st.state == "dead" and st.last_error == "builtins.ValueError: no such topic: orders"

@@ -297,6 +297,7 @@ class DriverRecord:
     exit_code: int | None = None
     exited_at: str | None = None
     stop_reason: str | None = None
+    error: str | None = None  # the exception the application died of, one line
 
     def to_json(self) -> bytes:
         return dump_record(DRIVER_FORMAT, asdict(self))
@@ -590,10 +591,9 @@ def status(checkpoint: str | Path | Sidecar) -> StreamStatus:
         state = "absent"
 
     last_error = None
-    if state == "failed":
-        last_error = (beat.exception if beat else None) or last_error_line(log_path)
-    elif state == "dead":
-        last_error = last_error_line(log_path)
+    if state in ("failed", "dead"):  # the log is on the launching host; the driver record is everywhere
+        last_error = ((beat.exception if beat and state == "failed" else None) or last_error_line(log_path)
+                      or (driver.error if driver else None))
     return StreamStatus(side.location, state, handle, beat, alive, exit_code, last_error, log_path)
 
 
@@ -606,7 +606,7 @@ def _cluster_status(side: Sidecar, launch: LaunchRecord, beat: Heartbeat | None,
     handle = launch.handle
     app = launch.cluster.app()
     exit_code = driver.exit_code if driver else None
-    last_error: str | None = None
+    last_error: str | None = driver.error if driver else None
     if app is None:
         if not launch.cluster.known:  # spark-submit has not said which application, or could not submit
             age = (datetime.now(UTC) - _parse_time(handle.started_at)).total_seconds()
