@@ -37,10 +37,18 @@ def attach_heartbeat(
             self.query_id: str | None = None
             self.beat: Heartbeat | None = None
             self.stopped = threading.Event()
+            self.muted = False
             threading.Thread(target=self._timer, name="streamstate-heartbeat", daemon=True).start()
+
+        def mute(self) -> None:
+            """Beat no more: a newer launch owns the checkpoint, and the record is its driver's."""
+            with self.lock:
+                self.muted = True
 
         def _write(self, **changes: object) -> None:
             with self.lock:
+                if self.muted:
+                    return
                 assert self.beat is not None
                 fields = {**self.beat.__dict__, **changes, "updated_at": now_iso()}
                 self.beat = Heartbeat(**fields)  # type: ignore[arg-type]
@@ -68,6 +76,7 @@ def attach_heartbeat(
                     query_id=qid, run_id=str(event.runId), query_name=name or "",  # type: ignore[attr-defined]
                     host=socket.gethostname(), pid=os.getpid(), state="starting", batch_id=None,
                     input_rows=None, updated_at=now_iso(), interval_s=interval_s,
+                    launch_id=os.environ.get("STREAMSTATE_LAUNCH_ID") or None,
                 )
             self._write()
 

@@ -42,6 +42,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airflow_provider_streamstate.engine.checkpoint.liveness import now_iso
+from airflow_provider_streamstate.engine.checkpoint.sidecar import open_sidecar
 from airflow_provider_streamstate.engine.core.errors import StreamstateError
 from airflow_provider_streamstate.engine.streams.launcher import (
     ENV_CHECKPOINT,
@@ -50,6 +51,7 @@ from airflow_provider_streamstate.engine.streams.launcher import (
     ENV_LAUNCH_ID,
     ENV_QUERY_NAME,
     DriverRecord,
+    refuse_unfinished_restore,
     stop_requested,
     superseded_by,
     write_driver,
@@ -157,7 +159,7 @@ class Supervisor:
         last_fence = time.monotonic()
         while not self.done.wait(poll):
             try:
-                reason = stop_requested(self.checkpoint, since=self.started)
+                reason = stop_requested(self.checkpoint, since=self.started, launch_id=self.launch_id)
                 if reason is None and time.monotonic() - last_fence >= FENCE_CHECK_S:
                     last_fence = time.monotonic()
                     reason = self.superseded_reason()
@@ -165,12 +167,16 @@ class Supervisor:
                 _say(f"cannot read stop requests beside the checkpoint: {exc.one_line()}")
                 continue
             if reason:
+                if self.superseded:  # not ours to write any more, nor to finish a batch on
+                    for listener in list(self.listeners):
+                        getattr(listener, "mute", lambda: None)()
+                    self.stop_batch_wait_s = 0.0
                 self.request_stop(reason)
                 return
 
     def superseded_reason(self) -> str | None:
         """Why this driver must not run on: a launch of a higher generation owns the checkpoint."""
-        newer = superseded_by(self.checkpoint, self.generation)
+        newer = superseded_by(self.checkpoint, self.generation, self.launch_id)
         if newer is None:
             return None
         self.superseded = True
@@ -267,6 +273,10 @@ def main(argv: list[str] | None = None) -> int:
         stop_batch_wait_s=_float_env(ENV_STOP_BATCH_WAIT, 60.0),
     )
     refusal = supervisor.superseded_reason()  # before the driver writes anything
+    try:
+        refuse_unfinished_restore(open_sidecar(checkpoint))
+    except StreamstateError as exc:
+        refusal = exc.one_line()
     if refusal:
         _say(f"not starting: {refusal}")
         return 3

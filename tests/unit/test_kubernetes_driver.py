@@ -71,7 +71,7 @@ def pod(phase: str, *, waiting: str | None = None, terminated: dict[str, Any] | 
     (pod("Failed", terminated={"exit_code": 1, "reason": "Error", "message": "StreamingQueryException: boom"}),
      "failed", "StreamingQueryException: boom"),
     (pod("Failed", terminated={"exit_code": 137, "reason": "OOMKilled"}), "dead", "exit code 137"),
-    (pod("Running", deleting=True), "dead", ""),
+    (pod("Running", deleting=True), "running", ""),  # terminating: holds the checkpoint until it is gone
     (None, "dead", "the driver pod does not exist (deleted, or never created)"),
 ])
 def test_pod_states_map_onto_the_launchers(doc: dict[str, Any] | None, expected: str, error: str) -> None:
@@ -89,7 +89,7 @@ class _FakeApi:
 
     def delete(self, namespace: str, name: str) -> None:
         self.deleted.append(f"{namespace}/{name}")
-        self.pods[f"{namespace}/{name}"] = driver_pod_from_api(name, pod("Running", deleting=True))
+        self.pods.pop(f"{namespace}/{name}", None)  # gone at once (no grace period here)
 
 
 def test_a_cluster_launch_on_kubernetes_records_its_pod_reads_it_and_deletes_it_when_the_stop_is_not_honoured(
@@ -112,10 +112,14 @@ def test_a_cluster_launch_on_kubernetes_records_its_pod_reads_it_and_deletes_it_
     assert f"spark.kubernetes.driver.pod.name={pod_name}" in argv
     assert f"spark.kubernetes.driverEnv.STREAMSTATE_CHECKPOINT={checkpoint}" in argv
 
-    _FakeApi.pods = {f"streams/{pod_name}": driver_pod_from_api(pod_name, pod("Running"))}
+    _FakeApi.pods = {}
     _FakeApi.deleted = []
+    assert launcher.status(checkpoint).state == "starting"  # spark-submit has not made the pod yet
+    _FakeApi.pods = {f"streams/{pod_name}": driver_pod_from_api(pod_name, pod("Running"))}
     assert launcher.status(checkpoint).state == "starting"  # running pod, no beat yet
     result = launcher.stop(checkpoint, timeout_s=1, poll_s=0.1)
     assert result.outcome == "killed" and _FakeApi.deleted == [f"streams/{pod_name}"]
+    # Gone, and the driver never said it ran: dead only once the start grace has passed.
+    launcher.write_driver(checkpoint, launcher.DriverRecord(handle.launch_id, "pod", 1, handle.started_at))
     assert launcher.status(checkpoint).state == "dead"
     assert kubernetes.KubernetesApi is not _FakeApi  # only the launcher's name was replaced

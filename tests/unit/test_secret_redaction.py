@@ -79,14 +79,14 @@ def test_secret_confs_leave_the_command_for_a_file_only_this_user_reads(tmp_path
     path = tmp_path / "launch.properties"
     argv, moved = move_secrets_to_file(command, path)
     assert moved == ["spark.hadoop.fs.s3a.secret.key", "spark.yarn.appMasterEnv.AWS_SESSION_TOKEN"]
-    assert argv == ["spark-submit", "--properties-file", str(path), "--load-spark-defaults", "--master", "local[1]",
+    assert argv == ["spark-submit", "--properties-file", str(path), "--master", "local[1]",
                     "--conf", "spark.ui.enabled=false", "app.py"]
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert path.read_text() == ("spark.hadoop.fs.s3a.secret.key=a\\=b\\: c\\\\d \\u00e9\n"
                                 "spark.yarn.appMasterEnv.AWS_SESSION_TOKEN=T\n")
 
 
-def test_a_properties_file_the_command_named_is_merged_and_defaults_stay_as_the_user_chose(tmp_path: Path) -> None:
+def test_a_properties_file_the_command_named_is_merged(tmp_path: Path) -> None:
     own = tmp_path / "own.properties"
     own.write_text("spark.executor.memory=1g\n")
     path = tmp_path / "launch.properties"
@@ -103,3 +103,25 @@ def test_a_command_without_secrets_is_left_alone_and_no_file_is_written(tmp_path
     assert move_secrets_to_file(command, path) == (command, [])
     assert not path.exists()
     assert split_secret_confs(command)[1] == {}
+
+
+def test_name_value_arguments_without_a_dash_and_the_short_conf_option_are_secrets_too(tmp_path: Path) -> None:
+    assert sensitive_values(args=["app.py", "kafka.sasl.password=abc", "--conf", "spark.ssl.keyPassword=K"]) == [
+        "abc", "K"]
+    argv, moved = move_secrets_to_file(["spark-submit", "-c", "spark.ssl.keyPassword=K", "app.py"],
+                                       tmp_path / "p.properties")
+    assert moved == ["spark.ssl.keyPassword"] and "spark.ssl.keyPassword=K" not in argv
+
+
+def test_spark_defaults_still_apply_when_secrets_go_to_a_properties_file(tmp_path: Path) -> None:
+    """spark-submit reads no spark-defaults.conf once a properties file is named: its
+    confs are copied in first (ours win), on any Spark version."""
+    conf_dir = tmp_path / "conf"
+    conf_dir.mkdir()
+    (conf_dir / "spark-defaults.conf").write_text("spark.eventLog.enabled true\n")
+    path = tmp_path / "launch.properties"
+    argv, _ = move_secrets_to_file(["spark-submit", "--conf", "spark.ssl.keyPassword=K", "app.py"], path,
+                                   env={"SPARK_CONF_DIR": str(conf_dir)})
+    assert argv == ["spark-submit", "--properties-file", str(path), "app.py"]
+    assert path.read_text() == "spark.eventLog.enabled true\nspark.ssl.keyPassword=K\n"
+

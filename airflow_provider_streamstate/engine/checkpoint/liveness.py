@@ -52,6 +52,7 @@ class Heartbeat:
     updated_at: str  # UTC ISO 8601
     interval_s: float = DEFAULT_INTERVAL_S
     exception: str | None = None
+    launch_id: str | None = None  # the launch whose driver beats (engine/streams/launcher.py), if any
     format: str = FORMAT
 
     def age_s(self, now: datetime | None = None) -> float:
@@ -90,6 +91,8 @@ class Heartbeat:
             raise ValueError("interval_s is not a positive number of seconds")
         if fields["exception"] is not None:
             _check_line("exception", fields["exception"], MAX_EXCEPTION_CHARS)
+        if fields["launch_id"] is not None:
+            _check_line("launch_id", fields["launch_id"], MAX_NAME_CHARS)
         _parse_time(fields["updated_at"])
         fields["interval_s"] = float(interval)
         return cls(**fields)

@@ -19,6 +19,7 @@ directory named after its location below `$STREAMSTATE_HOME` (default `~/.stream
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import threading
@@ -106,10 +107,25 @@ class LocalSidecar(Sidecar):
         tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
         try:
             write_file(tmp, data, fsync=True)
-            os.link(tmp, path)  # atomic and create-only, on NFS too (unlike O_EXCL on old clients)
+            try:
+                os.link(tmp, path)  # atomic and create-only, on NFS too (unlike O_EXCL on old clients)
+                return True
+            except FileExistsError:
+                # NFS may answer a retransmitted LINK that did succeed with EEXIST: then ours is the link.
+                return tmp.stat().st_nlink == 2
+            except OSError as exc:
+                if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
+                    raise
+            # A mount without hard links (FUSE object stores, some SMB): O_EXCL is create-only there.
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                return False
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
             return True
-        except FileExistsError:
-            return False
         finally:
             tmp.unlink(missing_ok=True)
 

@@ -47,10 +47,11 @@ def redact_mapping(values: Mapping[str, str]) -> dict[str, str]:
 def sensitive_values(*, conf: Mapping[str, str] = {}, env: Mapping[str, str] = {},
                      args: Sequence[str] = ()) -> list[str]:
     """The secret values among a stream's confs, environment and arguments (an argument is
-    secret when it follows, or is joined by `=` to, an option with a sensitive name)."""
+    secret when it follows an option with a sensitive name, or is a `NAME=VALUE` pair with
+    one: `--password=x`, `kafka.sasl.password=x`, a `--conf` pair)."""
     found = [v for k, v in (*conf.items(), *env.items()) if is_sensitive(k) and v]
     for i, arg in enumerate(args):
-        if arg.startswith("-") and "=" in arg:
+        if "=" in arg:
             name, _, value = arg.partition("=")
             if is_sensitive(name) and value:
                 found.append(value)

@@ -90,9 +90,10 @@ class DriverPod:
     def stream_state(self) -> str:
         """The launcher's word: starting, running, stopped, failed or dead (killed, evicted,
         out of memory, deleted)."""
-        finished = self.state in ("Succeeded", "Failed")
-        if self.state == "Gone" or self.reason in ("OOMKilled", "Evicted") or (self.deleting and not finished):
+        if self.state == "Gone" or self.reason in ("OOMKilled", "Evicted"):
             return "dead"
+        if self.deleting and self.state not in ("Succeeded", "Failed"):
+            return "running"  # terminating: its driver may still run (grace period) until the pod is gone
         if self.state == "Pending" and self.reason in _NEVER_STARTS:
             return "failed"  # a pod that cannot start waits forever: say so instead of "starting"
         return {"Pending": "starting", "Running": "running", "Succeeded": "stopped", "Failed": "failed"}.get(
@@ -144,7 +145,12 @@ class KubernetesApi:
         try:
             config.load_incluster_config()
         except config.ConfigException:
-            config.load_kube_config()
+            try:
+                config.load_kube_config()
+            except (config.ConfigException, OSError) as exc:
+                raise UsageError(f"no Kubernetes configuration to watch driver pods with: {exc}",
+                                 hint="run on the cluster (a service account) or give this worker a kubeconfig"
+                                 ) from None
         self.core = client.CoreV1Api()
 
     def pod(self, namespace: str, name: str) -> DriverPod:

@@ -73,13 +73,16 @@ from airflow_provider_streamstate.engine.checkpoint.sidecar import (
 )
 from airflow_provider_streamstate.engine.core.cancel import check_cancelled, current_token
 from airflow_provider_streamstate.engine.core.errors import (
+    NotFoundError,
     StreamRunningError,
     StreamstateError,
     TransientError,
+    UnsupportedCheckpointError,
     UsageError,
 )
 from airflow_provider_streamstate.engine.core.records import dump_record, load_record
 from airflow_provider_streamstate.engine.core.redact import redact_command, sensitive_values
+from airflow_provider_streamstate.engine.lifecycle.restore_s3 import INCOMPLETE_FILE
 from airflow_provider_streamstate.engine.streams.kubernetes import (
     DriverPod,
     KubernetesApi,
@@ -273,8 +276,9 @@ class ClusterApp:
                 return KubernetesApi().pod(self.namespace, self.pod)
             assert self.app_id is not None
             return ResourceManager(self.rm_urls, user=self.user or None, timeout_s=5).app(self.app_id)
-        except StreamstateError as exc:
-            log.warning("cannot ask the cluster manager about %s: %s", self.name, exc.one_line())
+        except Exception as exc:  # noqa: BLE001 - unreachable or unconfigured: the records decide
+            why = exc.one_line() if isinstance(exc, StreamstateError) else f"{type(exc).__name__}: {exc}"
+            log.warning("cannot ask the cluster manager about %s: %s", self.name, why)
             return None
 
     def kill(self) -> None:
@@ -417,8 +421,9 @@ def write_driver(checkpoint: str | Path | Sidecar, record: DriverRecord) -> None
     open_sidecar(checkpoint).write(DRIVER_FILE, record.to_json())
 
 
-def stop_requested(checkpoint: str | Path | Sidecar, *, since: datetime) -> str | None:
-    """For the supervised driver: the reason of a stop request made after `since`, or None."""
+def stop_requested(checkpoint: str | Path | Sidecar, *, since: datetime, launch_id: str | None = None) -> str | None:
+    """For the supervised driver: the reason of a stop request made after `since` (for its
+    launch `launch_id`, when the request names one), or None."""
     try:
         data = _read_record(checkpoint, STOP_FILE)
         if data is None:
@@ -428,6 +433,8 @@ def stop_requested(checkpoint: str | Path | Sidecar, *, since: datetime) -> str 
             return None
         if _parse_time(str(d["requested_at"])) < since:
             return None  # an old request, for a driver that is gone
+        if launch_id and d.get("launch_id") and d["launch_id"] != launch_id:
+            return None  # a request for another launch of this stream
         return f"stop requested by {d.get('by', 'someone')} at {d['requested_at']}"
     except (ValueError, KeyError, TypeError):
         return None
@@ -559,8 +566,10 @@ def status(checkpoint: str | Path | Sidecar) -> StreamStatus:
     driver = read_driver(side, handle.launch_id) if handle else None
     alive: bool | None = None
     exit_code = driver.exit_code if driver else None
-    if beat is not None and handle is not None and _parse_time(beat.updated_at) < _parse_time(handle.started_at):
-        beat = None  # from an earlier run on this checkpoint
+    if beat is not None and handle is not None and (
+            _parse_time(beat.updated_at) < _parse_time(handle.started_at)
+            or (beat.launch_id is not None and beat.launch_id != handle.launch_id)):
+        beat = None  # from an earlier run on this checkpoint (or a superseded driver's last words)
     log_path = handle.log if handle else None
     if launch is not None and launch.cluster is not None:
         return _cluster_status(side, launch, beat, driver)
@@ -607,20 +616,24 @@ def _cluster_status(side: Sidecar, launch: LaunchRecord, beat: Heartbeat | None,
     app = launch.cluster.app()
     exit_code = driver.exit_code if driver else None
     last_error: str | None = driver.error if driver else None
-    if app is None:
-        if not launch.cluster.known:  # spark-submit has not said which application, or could not submit
-            age = (datetime.now(UTC) - _parse_time(handle.started_at)).total_seconds()
-            state = "starting" if age < STARTUP_GRACE_S else "dead"
-            last_error = None if state == "starting" else last_error_line(handle.log)
+    if app is None:  # no id yet, the manager forgot it or cannot be reached: the records decide
+        age = (datetime.now(UTC) - _parse_time(handle.started_at)).total_seconds()
+        if driver is not None and driver.exit_code is not None:
+            state = "stopped" if driver.exit_code == 0 else "dead"
         elif beat is not None:
             state = beat.state if beat.state not in ("starting", "running") or is_running(side) else "dead"
         else:
-            state = "starting"
+            state = "starting" if age < STARTUP_GRACE_S else "dead"
+        if state == "dead":
+            last_error = last_error or last_error_line(handle.log)
+    elif isinstance(app, DriverPod) and app.state == "Gone" and driver is None and (
+            datetime.now(UTC) - _parse_time(handle.started_at)).total_seconds() < STARTUP_GRACE_S:
+        state = "starting"  # spark-submit has not created the pod yet
     elif not app.ended:
         if beat is None or app.stream_state() != "running":
             state = "starting"  # JVM, SparkContext, executors: the query has not said anything yet
         elif beat.state in ("stopped", "failed"):
-            state = beat.state  # the query ended; the application is finishing
+            state = "running"  # its query ended, but the application still holds the checkpoint
         else:
             # The application holds the checkpoint whatever its beat says (a stale beat is a
             # stuck or silent driver: the supervisor's freshness check tells, not this).
@@ -677,6 +690,7 @@ def launch(
         generations = launch_generations(side)
         generation = (generations[-1] if generations else 0) + 1
         _refuse_second_copy(side, stream)
+        refuse_unfinished_restore(side)
         launch_id = f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-{uuid.uuid4().hex[:8]}"
         logs = Path(log_dir).expanduser().absolute() if log_dir else side.local_dir / LOG_DIR
         logs.mkdir(parents=True, exist_ok=True)
@@ -706,11 +720,14 @@ def launch(
                                  hint="set YARN_CONF_DIR or HADOOP_CONF_DIR (the spec's env) to the directory of "
                                  "its yarn-site.xml")
             cluster = ClusterApp("yarn", None, rm_urls, getpass.getuser())
+            # One attempt: a second attempt of the application master would run the same
+            # launch (the same fencing token) beside a first one YARN lost touch with.
             command = [command[0], "--conf", "spark.yarn.submit.waitAppCompletion=false",
+                       "--conf", "spark.yarn.maxAppAttempts=1",
                        *(a for k, v in sorted(ours.items()) for a in ("--conf", f"spark.yarn.appMasterEnv.{k}={v}")),
                        *command[1:]]
         secrets_file = logs / f"{stream}-{launch_id}.properties"
-        argv, moved = move_secrets_to_file(command, secrets_file)
+        argv, moved = move_secrets_to_file(command, secrets_file, env=child_env)
         if moved:
             child_env[ENV_SECRETS_FILE] = str(secrets_file)
         hidden = sensitive_values(env=env or {}, args=command)
@@ -741,8 +758,8 @@ def launch(
         _claim(side, record, proc)
         side.delete(STOP_FILE)  # a request for an earlier run
         _prune_launches(side, generation)
-        if cluster is not None:
-            _submitted(side, record, proc, submit_timeout_s)
+    if cluster is not None:  # claimed: others see it starting; no need to hold this host's lock
+        _submitted(side, record, proc, submit_timeout_s)
     log.info("launched %s on %s: pid %d, generation %d, log %s", stream, side.location, proc.pid, generation,
              log_path)
     return handle
@@ -801,9 +818,13 @@ def _submitted(side: Sidecar, record: LaunchRecord, proc: subprocess.Popen[bytes
         side.write(_launch_path(handle.generation), replace(record, cluster=cluster).to_json())
     if code != 0 or app_id is None:
         if app_id is not None:
-            with contextlib.suppress(StreamstateError):
+            with contextlib.suppress(Exception):
                 cluster.kill()
         why = f"did not return within {timeout_s:.0f}s" if code is None else f"exited {code}"
+        # Said beside the checkpoint, so no host waits for a driver that will never start.
+        side.write(DRIVER_FILE, DriverRecord(handle.launch_id, handle.host, handle.pid, handle.started_at,
+                                             exit_code=code if code else 1, exited_at=now_iso(),
+                                             error=f"spark-submit {why}").to_json())
         raise StreamStartError(
             f"spark-submit of {handle.stream} to YARN {why} without submitting it"
             + (f": {err}" if (err := last_error_line(handle.log)) else ""),
@@ -846,14 +867,28 @@ def _prune_launches(side: Sidecar, newest: int) -> None:
             side.delete(_launch_path(generation))
 
 
-def superseded_by(checkpoint: str | Path | Sidecar, generation: int) -> LaunchRecord | None:
-    """For a driver of launch `generation`: a launch of a higher generation recorded on its
-    checkpoint (it must not run: that launch owns the checkpoint), else None. Its own record
-    may not be there yet (the launcher writes it right after starting the driver)."""
+def superseded_by(checkpoint: str | Path | Sidecar, generation: int, launch_id: str | None = None
+                  ) -> LaunchRecord | None:
+    """For the driver of launch `launch_id`, generation `generation`: the launch that owns
+    its checkpoint instead (one of a higher generation, or another launch recorded under its
+    own generation: its launcher lost the claim), else None. Its own record may not be there
+    yet (the launcher writes it right after starting the driver)."""
     latest = read_launch(checkpoint)
-    if latest is None or generation <= 0 or latest.handle.generation <= generation:
+    if latest is None or generation <= 0 or latest.handle.generation < generation:
+        return None
+    if latest.handle.generation == generation and (not launch_id or latest.handle.launch_id == launch_id):
         return None
     return latest
+
+
+def refuse_unfinished_restore(side: Sidecar) -> None:
+    """A checkpoint a restore left half-published (engine/lifecycle/restore_s3.py) is never
+    run: Spark would start over on what is there and the state would be lost."""
+    if side.read(INCOMPLETE_FILE) is not None:
+        raise UnsupportedCheckpointError(
+            f"checkpoint {side.location} is the target of a restore that did not finish",
+            hint="run the restore into it again (with --force) to finish it, then start the stream",
+        )
 
 
 def _refuse_second_copy(side: Sidecar, stream: str) -> None:
@@ -877,9 +912,12 @@ def _refuse_second_copy(side: Sidecar, stream: str) -> None:
 def _prune_logs(logs: Path) -> None:
     try:
         old = sorted(logs.glob("*.log"), key=lambda p: p.stat().st_mtime)
+        # A launch's secrets file that nobody deleted (its driver died before Python started,
+        # and nobody waited for it): Spark has long read it.
+        stale = [p for p in logs.glob("*.properties") if time.time() - p.stat().st_mtime > 3600]
     except OSError:
         return
-    for path in old[: max(0, len(old) - (KEEP_LOGS - 1))]:
+    for path in [*old[: max(0, len(old) - (KEEP_LOGS - 1))], *stale]:
         path.unlink(missing_ok=True)
 
 
@@ -970,6 +1008,10 @@ def stop(
     root = side.location
     st = status(side)
     launch = read_launch(side)
+    if isinstance(target, StreamHandle) and launch is not None and launch.handle.launch_id != target.launch_id:
+        # That launch is not the stream's any more: never stop a newer one in its place.
+        return StopResult(root, "not-running", time.monotonic() - started, "superseded", None, target.pid,
+                          [f"launch {target.launch_id} was superseded by {launch.handle.launch_id}"])
     handle = launch.handle if launch else None
     cluster = launch.cluster if launch else None
     local = handle is not None and handle.host == socket.gethostname() and cluster is None
@@ -1003,7 +1045,8 @@ def stop(
         time.sleep(poll_s)
     else:
         if cluster is not None and cluster.known:
-            cluster.kill()  # through the cluster manager, from whichever host this runs on
+            with contextlib.suppress(NotFoundError):  # gone already
+                cluster.kill()  # through the cluster manager, from whichever host this runs on
             detail.append(f"killed {cluster.name} through the cluster manager after {timeout_s:.0f}s")
             kill_deadline = time.monotonic() + 60
             while time.monotonic() < kill_deadline and not ((app := cluster.app()) is not None and app.ended):

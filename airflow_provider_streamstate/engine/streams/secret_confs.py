@@ -4,9 +4,9 @@ A command line is public on its host (`ps`, /proc/<pid>/cmdline) and is what lau
 so a Spark conf with a sensitive name (engine/core/redact.py: `spark.hadoop.fs.s3a.secret.key`,
 `spark.yarn.appMasterEnv.AWS_SECRET_ACCESS_KEY`, a Kafka JAAS config) is moved from its
 `--conf KEY=VALUE` into a properties file readable by this user only, which spark-submit
-reads with `--properties-file` (and `--load-spark-defaults`, so spark-defaults.conf still
-applies as it would without the file). A properties file the command already named is
-merged into ours. The file lives on the launching host beside the driver log and is
+reads with `--properties-file`. spark-defaults.conf (which spark-submit then skips) and a
+properties file the command already named are copied into ours first, so the same confs
+apply as without it. The file lives on the launching host beside the driver log and is
 deleted as soon as Spark has read it: by the supervised driver when it starts (client
 mode), or by the launcher once spark-submit returns (cluster mode).
 """
@@ -14,7 +14,7 @@ mode), or by the launcher once spark-submit returns (cluster mode).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from airflow_provider_streamstate.engine.core.redact import is_sensitive
@@ -33,7 +33,7 @@ def split_secret_confs(command: Sequence[str]) -> tuple[list[str], dict[str, str
     i = 0
     while i < len(args):
         arg = args[i]
-        if arg == "--conf" and i + 1 < len(args):
+        if arg in ("--conf", "-c") and i + 1 < len(args):
             key, eq, value = args[i + 1].partition("=")
             if eq and is_sensitive(key):
                 secrets[key] = value
@@ -69,22 +69,26 @@ def write_properties(path: Path, values: dict[str, str], *, merge_from: str | No
         f.write("\n".join(lines) + "\n")
 
 
-def with_properties_file(command: Sequence[str], path: Path, *, load_defaults: bool) -> list[str]:
-    """`command` (spark-submit first) reading `path` too; spark-defaults.conf is still loaded
-    when `load_defaults` (spark-submit skips it once a properties file is named)."""
-    extra = ["--properties-file", str(path)] + (["--load-spark-defaults"] if load_defaults else [])
-    return [command[0], *extra, *command[1:]]
+def spark_defaults(env: Mapping[str, str]) -> str | None:
+    """The spark-defaults.conf spark-submit would read with `env` (SPARK_CONF_DIR, else
+    SPARK_HOME/conf), if there is one."""
+    for d in (env.get("SPARK_CONF_DIR"), f"{env['SPARK_HOME']}/conf" if env.get("SPARK_HOME") else None):
+        if d and (Path(d) / "spark-defaults.conf").is_file():
+            return str(Path(d) / "spark-defaults.conf")
+    return None
 
 
-def move_secrets_to_file(command: Sequence[str], path: Path) -> tuple[list[str], list[str]]:
+def move_secrets_to_file(command: Sequence[str], path: Path, *, env: Mapping[str, str] | None = None
+                         ) -> tuple[list[str], list[str]]:
     """`command` with its sensitive confs in the properties file `path` (written only when
-    there is one), and the names of the confs moved."""
+    there is one), and the names of the confs moved. Naming a properties file makes
+    spark-submit skip spark-defaults.conf, so the one `env` points at (or the file the
+    command named) is copied into ours first: the same confs apply, on any Spark version."""
     rest, secrets, named = split_secret_confs(command)
     if not secrets:
         return list(command), []
-    write_properties(path, secrets, merge_from=named)
-    return with_properties_file(rest, path, load_defaults=named is None or "--load-spark-defaults" in rest), \
-        sorted(secrets)
+    write_properties(path, secrets, merge_from=named or spark_defaults(env or {}))
+    return [rest[0], "--properties-file", str(path), *rest[1:]], sorted(secrets)
 
 
 def _escape(text: str, *, key: bool) -> str:

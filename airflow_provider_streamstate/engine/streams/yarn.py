@@ -18,6 +18,7 @@ ResourceManager (SPNEGO) is not supported here: docs/deployment.md. Pure Python 
 from __future__ import annotations
 
 import getpass
+import http.client
 import json
 import os
 import re
@@ -129,7 +130,7 @@ class ResourceManager:
                     last = exc
                     continue
                 raise TransientError(f"the ResourceManager at {base} answered {exc.code} to {method} {path}") from None
-            except (urllib.error.URLError, OSError, ValueError) as exc:
+            except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
                 last = exc
         raise TransientError(f"no YARN ResourceManager answered ({', '.join(self.urls)}): {last}",
                              hint="check that the cluster is up and reachable from this worker")
@@ -164,7 +165,12 @@ def resource_manager_urls(env: dict[str, str] | None = None) -> list[str]:
 
 def _urls_from_site(site: Path) -> list[str]:
     props: dict[str, str] = {}
-    for prop in ET.parse(site).getroot().iter("property"):
+    try:
+        root = ET.parse(site).getroot()
+    except (ET.ParseError, OSError) as exc:
+        raise UsageError(f"cannot read the YARN configuration {site}: {exc}",
+                         hint="point YARN_CONF_DIR or HADOOP_CONF_DIR at the cluster's configuration") from None
+    for prop in root.iter("property"):
         name, value = prop.findtext("name"), prop.findtext("value")
         if name and value is not None:
             props[name.strip()] = value.strip()
