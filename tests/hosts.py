@@ -33,8 +33,12 @@ def on_host(name: str, argv: Sequence[str], *, env: Mapping[str, str] | None = N
     ours = Path(os.environ.get("HOME", "/root")) / ".streamstate"
     home.mkdir(parents=True, exist_ok=True)
     ours.mkdir(parents=True, exist_ok=True)
+    # Its name resolves (Hadoop's and Spark's clients look their own host up), in its own /etc/hosts.
+    hosts = Path("/run/streamstate-hosts") / f"{name}.hosts"
+    hosts.write_text(Path("/etc/hosts").read_text() + f"\n127.0.0.1 {name}\n")
     script = (f"hostname {shlex.quote(name)} && mount -t tmpfs tmpfs {shlex.quote(str(home))} && "
-              f"mount -t tmpfs tmpfs {shlex.quote(str(ours))} && cd / && exec {shlex.join(list(argv))}")
+              f"mount -t tmpfs tmpfs {shlex.quote(str(ours))} && mount --bind {shlex.quote(str(hosts))} /etc/hosts && "
+              f"cd / && exec {shlex.join(list(argv))}")
     full_env = {**os.environ, **(env or {}), "HOME": str(home)}
     full_env.pop("STREAMSTATE_HOME", None)
     return subprocess.Popen(["unshare", "--pid", "--uts", "--mount", "--fork", "--mount-proc", "sh", "-c", script],

@@ -51,10 +51,14 @@ def _yarn_spec(stack, topic, tmp_path, yarn, checkpoint):  # noqa: ANN001, ANN20
 
     spec = example_stream_spec(stack, topic, tmp_path, extra_args=["--shuffle-partitions", "2"])
     jars = Path(pyspark.__file__).resolve().parent / "jars"
+    # The application master picks the driver's address itself: keep it, and the executors', on loopback.
+    local = {f"spark.{side}.SPARK_LOCAL_{what}": "127.0.0.1" for side in ("yarn.appMasterEnv", "executorEnv")
+             for what in ("IP", "HOSTNAME")}
+    conf = {k: v for k, v in spec.conf.items() if k not in ("spark.driver.host", "spark.driver.bindAddress")}
     return spec.derive(
         spark_conn_id="spark_yarn", checkpoint=checkpoint,
         env={**yarn.env(), **stack.s3_env("primary")},
-        conf={**spec.conf, **stack.s3a_conf("primary"),
+        conf={**conf, **local, **stack.s3a_conf("primary"),
               "spark.pyspark.python": sys.executable, "spark.yarn.appMasterEnv.PYSPARK_PYTHON": sys.executable,
               "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
               "spark.driver.memory": "512m", "spark.executor.memory": "512m", "spark.yarn.am.memory": "512m",
