@@ -50,6 +50,7 @@ bench: setup
 	$(PY) benchmarks/gc_bench.py
 	$(PY) benchmarks/dr_bench.py
 	$(PY) benchmarks/s3_rocksdb_checkpoint_bench.py
+	$(PY) benchmarks/yarn_recovery_bench.py
 
 # Re-resolve the lock after changing dependencies in pyproject.toml.
 lock:

@@ -7,7 +7,9 @@ The worker that started it ends with its task; the driver runs on in its YARN co
 keeps committing. Another worker sees it through the ResourceManager and the records beside
 the checkpoint, and stops it gracefully (the application ends SUCCEEDED). A driver whose
 application is killed reads as dead with YARN's diagnostics, and a supervision round
-restarts it through YARN from its checkpoint; the state ends exact."""
+restarts it through YARN from its checkpoint, or, when its state objects are damaged,
+restores the newest verified snapshot onto the S3 checkpoint and starts it on YARN again;
+a failover onto an S3 checkpoint in the DR region runs on YARN too. The state ends exact."""
 
 from __future__ import annotations
 
@@ -21,8 +23,14 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.stores import open_store
 from airflow_provider_streamstate.engine.streams import launcher
-from airflow_provider_streamstate.engine.streams.supervisor import SupervisionPolicy, supervise
+from airflow_provider_streamstate.engine.streams.supervisor import (
+    SupervisionPolicy,
+    checkpoint_unusable,
+    supervise,
+)
 from airflow_provider_streamstate.engine.streams.yarn import ResourceManager
 from airflow_provider_streamstate.jobs.generator import GeneratorSpec, expected_aggregates, produce
 from dev import stack as stack_mod
@@ -137,11 +145,105 @@ def test_a_stream_in_cluster_mode_on_yarn_outlives_its_launcher_and_is_watched_s
         produce(stack.kafka_bootstrap, topic, rounds[2])
         wait_for(lambda: consumed_records(checkpoint) == 450, timeout=300, what="all 450 records")
 
+        # Its state objects are damaged and its application dies: the round finds the restart
+        # failing on the unusable checkpoint, restores the newest verified snapshot onto S3 and
+        # starts it on YARN again.
+        store = open_store(spec.store)
+        snap = create_snapshot(checkpoint, store, spec.name).manifest
+        rounds.append(rounds[2].next_round(120))
+        produce(stack.kafka_bootstrap, topic, rounds[3])
+        wait_for(lambda: consumed_records(checkpoint) == 570, timeout=300, what="570 records")
+        rm.kill(launcher.read_launch(checkpoint).cluster.app_id)
+        wait_for(lambda: launcher.status(checkpoint).state == "dead", timeout=120, what="the stream to read dead")
+        _delete_newest_state(stack, checkpoint)
+        restored = supervise(spec.name, checkpoint, start=start_on_yarn,
+                             policy=SupervisionPolicy(settle_s=300), store=lambda: store)
+        assert (restored.action, restored.restored_snapshot) == ("restored", snap.snapshot_id), restored.to_json()
+        assert checkpoint_unusable(restored.failure), restored.failure
+        assert launcher.read_launch(checkpoint).handle.generation == 4  # restart failed (3), restored (4)
+        wait_for(lambda: consumed_records(checkpoint) == 570, timeout=300, what="570 records after the restore")
+
         # Worker B stops it: the request beside the checkpoint, honoured after the batch.
         stopped = _on_host("worker-b", "status_agent.py", "stop", checkpoint, "180", env=worker_env)
         assert stopped["outcome"] == "stopped" and stopped["state"] == "stopped", stopped
-        final = rm.app(restarted.cluster.app_id)
+        final = rm.app(launcher.read_launch(checkpoint).cluster.app_id)
         assert (final.state, final.final_status) == ("FINISHED", "SUCCEEDED"), final
     finally:
         launcher.stop(checkpoint, timeout_s=60)
     assert account_state(spark, checkpoint) == expected_aggregates(rounds)
+
+
+def _delete_newest_state(stack, checkpoint: str) -> None:  # noqa: ANN001
+    """Delete the state objects of the newest committed version, as a wrong lifecycle rule would."""
+    from tests.s3 import s3_client
+
+    bucket, _, prefix = checkpoint.removeprefix("s3a://").partition("/")
+    client = s3_client(stack)
+    keys = [o["Key"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+            for o in page.get("Contents", [])]
+    committed = max(int(k.rsplit("/", 1)[1]) for k in keys if f"{prefix}/commits/" in k and k[-1].isdigit())
+    doomed = [k for k in keys if "/state/0/" in k and k.rsplit("/", 1)[1] in (f"{committed + 1}.delta",
+                                                                             f"{committed + 1}.snapshot")]
+    assert doomed, f"no state objects of version {committed + 1}"
+    client.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in doomed]})
+
+
+def test_a_failover_onto_an_s3_checkpoint_in_the_dr_region_runs_on_yarn_and_ends_exact(
+    stack, spark, tmp_path, yarn, monkeypatch
+) -> None:
+    """DR on a cluster: the primary stream's snapshot (with its Kafka anchors) fails over onto
+    an `s3a://` checkpoint in the DR region for the mirrored topic, and the stream started
+    there in cluster mode on YARN resumes with the next batch and ends in the exact state
+    of all the input."""
+    import os
+    import subprocess
+
+    from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot as snapshot
+    from airflow_provider_streamstate.engine.stores.local import LocalStore
+    from airflow_provider_streamstate.jobs.generator import ensure_topic
+    from airflow_provider_streamstate.stream_start import start_stream
+    from tests.integration.test_failover_translation import mirror, produce_into
+    from tests.streams import run_to_end, use_state_store
+
+    use_state_store(spark, "hdfs")
+    topic, dr_topic = f"t-{uuid.uuid4().hex[:10]}", f"dr-{uuid.uuid4().hex[:10]}"
+    ensure_topic(stack.kafka_bootstrap, topic, partitions=2)
+    ensure_topic(stack.kafka_bootstrap, dr_topic, partitions=2)
+    first = GeneratorSpec(seed=73, accounts=8, events=160)
+    second = first.next_round(80)
+    produce_into(stack.kafka_bootstrap, topic, first, partitions=[0, 1])
+    run_to_end(spark, stack.kafka_bootstrap, topic, str(tmp_path / "primary"), max_offsets=60)
+    snapshot(str(tmp_path / "primary"), LocalStore(tmp_path / "store", fsync=False), "orders",
+             kafka_bootstrap=stack.kafka_bootstrap)
+    mirror(stack.kafka_bootstrap, topic, dr_topic, 2)
+    produce_into(stack.kafka_bootstrap, dr_topic, second, partitions=[0, 1])
+
+    checkpoint = f"s3a://{stack.s3['dr']['bucket']}/yarn-dr/{uuid.uuid4().hex[:10]}/orders"
+    out = subprocess.run([sys.executable, "-m", "airflow_provider_streamstate.cli", "failover", "--store",
+                          str(tmp_path / "store"), "--stream", "orders", "--target", checkpoint, "--kafka-bootstrap",
+                          stack.kafka_bootstrap, "--topic-map", f"{topic}={dr_topic}", "--json"],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, **stack.s3_env("dr")})
+    assert out.returncode == 0, out.stderr
+    batch = json.loads(out.stdout)["batch_id"]
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_YARN", json.dumps(
+        {"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster"}}))
+    for key, value in {**stack.s3_env("dr"), **yarn.env()}.items():
+        monkeypatch.setenv(key, value)
+    base = _yarn_spec(stack, dr_topic, tmp_path, yarn, checkpoint)
+    spec = base.derive(env={**yarn.env(), **stack.s3_env("dr")}, conf={**base.conf, **stack.s3a_conf("dr")})
+    try:
+        start_stream(spec, startup_timeout_s=480, log=log)
+        wait_for(lambda: consumed_records(checkpoint) == 240, timeout=300, what="all 240 records in DR")
+    finally:
+        stopped = launcher.stop(checkpoint, timeout_s=120)
+    assert stopped.outcome == "stopped", stopped
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()  # noqa: SLF001
+    hadoop.set("fs.s3a.impl.disable.cache", "true")
+    for key, value in stack.s3a_conf("dr").items():
+        hadoop.set(key.removeprefix("spark.hadoop."), value)
+    from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
+
+    assert min(n for n in CheckpointReader(checkpoint).committed_batches() if n > batch) == batch + 1
+    assert account_state(spark, checkpoint) == expected_aggregates([first, second])
+
