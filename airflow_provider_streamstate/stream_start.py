@@ -121,10 +121,10 @@ def start_stream(
 def _warn_if_the_driver_stays_here(spec: StreamSpec, command: list[str], log: Any) -> None:
     """Client mode on a cluster: the driver lives on this worker, as long as this host (and,
     under the Kubernetes executor, this task's pod) does. Said once per launch."""
-    from airflow_provider_streamstate.engine.streams.kubernetes import kubernetes_cluster_mode
+    from airflow_provider_streamstate.engine.streams.kubernetes import kubernetes_cluster_mode, option_value
     from airflow_provider_streamstate.engine.streams.launcher import yarn_cluster_mode
 
-    master = next((command[i + 1] for i, a in enumerate(command[:-1]) if a == "--master"), "")
+    master = option_value(command, "--master") or ""
     if master.startswith("local") or yarn_cluster_mode(command) or kubernetes_cluster_mode(command):
         return
     log.warning("stream %s: its driver runs on this worker (client mode on %s): it dies with this host, or with "

@@ -158,7 +158,7 @@ def test_a_stream_on_an_s3_checkpoint_is_supervised_from_its_storage_and_restore
 
     from airflow_provider_streamstate.engine.checkpoint.sidecar import LAUNCHES_DIR, open_sidecar
     from dev.stack import S3_SECRET_KEY
-    from tests.s3 import s3_client
+    from tests.s3 import delete_newest_state
 
     for key, value in stack.s3_env("primary").items():  # the tasks read the records with boto3
         monkeypatch.setenv(key, value)
@@ -188,14 +188,7 @@ def test_a_stream_on_an_s3_checkpoint_is_supervised_from_its_storage_and_restore
         kill_driver(spec)
 
         # The newest version's state objects vanish, as a wrong lifecycle rule would delete them.
-        client = s3_client(stack)
-        keys = [o["Key"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
-                for o in page.get("Contents", [])]
-        committed = max(int(k.rsplit("/", 1)[1]) for k in keys if f"{prefix}/commits/" in k and k[-1].isdigit())
-        doomed = [k for k in keys if "/state/0/" in k and k.rsplit("/", 1)[1] in (f"{committed + 1}.delta",
-                                                                                 f"{committed + 1}.snapshot")]
-        assert doomed, f"no state objects of version {committed + 1}"
-        client.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in doomed]})
+        delete_newest_state(stack, spec.checkpoint)
         third = second.next_round(150)
         produce(stack.kafka_bootstrap, topic, third)
 

@@ -35,6 +35,7 @@ from airflow_provider_streamstate.engine.streams.yarn import ResourceManager
 from airflow_provider_streamstate.jobs.generator import GeneratorSpec, expected_aggregates, produce
 from dev import stack as stack_mod
 from tests.hosts import python_on_host, require_namespaces
+from tests.s3 import delete_newest_state
 from tests.streams import account_state, consumed_records, example_stream_spec, wait_for
 
 pytestmark = pytest.mark.integration
@@ -155,7 +156,7 @@ def test_a_stream_in_cluster_mode_on_yarn_outlives_its_launcher_and_is_watched_s
         wait_for(lambda: consumed_records(checkpoint) == 570, timeout=300, what="570 records")
         rm.kill(launcher.read_launch(checkpoint).cluster.app_id)
         wait_for(lambda: launcher.status(checkpoint).state == "dead", timeout=120, what="the stream to read dead")
-        _delete_newest_state(stack, checkpoint)
+        delete_newest_state(stack, checkpoint)
         restored = supervise(spec.name, checkpoint, start=start_on_yarn,
                              policy=SupervisionPolicy(settle_s=300), store=lambda: store)
         assert (restored.action, restored.restored_snapshot) == ("restored", snap.snapshot_id), restored.to_json()
@@ -171,21 +172,6 @@ def test_a_stream_in_cluster_mode_on_yarn_outlives_its_launcher_and_is_watched_s
     finally:
         launcher.stop(checkpoint, timeout_s=60)
     assert account_state(spark, checkpoint) == expected_aggregates(rounds)
-
-
-def _delete_newest_state(stack, checkpoint: str) -> None:  # noqa: ANN001
-    """Delete the state objects of the newest committed version, as a wrong lifecycle rule would."""
-    from tests.s3 import s3_client
-
-    bucket, _, prefix = checkpoint.removeprefix("s3a://").partition("/")
-    client = s3_client(stack)
-    keys = [o["Key"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
-            for o in page.get("Contents", [])]
-    committed = max(int(k.rsplit("/", 1)[1]) for k in keys if f"{prefix}/commits/" in k and k[-1].isdigit())
-    doomed = [k for k in keys if "/state/0/" in k and k.rsplit("/", 1)[1] in (f"{committed + 1}.delta",
-                                                                             f"{committed + 1}.snapshot")]
-    assert doomed, f"no state objects of version {committed + 1}"
-    client.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in doomed]})
 
 
 def test_a_failover_onto_an_s3_checkpoint_in_the_dr_region_runs_on_yarn_and_ends_exact(

@@ -30,11 +30,12 @@ _NEVER_STARTS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "Create
 
 def kubernetes_cluster_mode(command: Sequence[str]) -> bool:
     """Whether spark-submit `command` runs its driver in a pod (`--master k8s://... --deploy-mode cluster`)."""
-    master = _option(command, "--master") or ""
-    return master.startswith("k8s://") and _option(command, "--deploy-mode") == "cluster"
+    master = option_value(command, "--master") or ""
+    return master.startswith("k8s://") and option_value(command, "--deploy-mode") == "cluster"
 
 
-def _option(command: Sequence[str], name: str) -> str | None:
+def option_value(command: Sequence[str], name: str) -> str | None:
+    """The value of spark-submit option `name` in `command` (`--name V` or `--name=V`), or None."""
     for i, arg in enumerate(command):
         if arg == name and i + 1 < len(command):
             return command[i + 1]

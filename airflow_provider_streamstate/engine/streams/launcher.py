@@ -89,6 +89,7 @@ from airflow_provider_streamstate.engine.streams.kubernetes import (
     driver_pod_name,
     kubernetes_cluster_mode,
     namespace_of,
+    option_value,
     submission_confs,
 )
 from airflow_provider_streamstate.engine.streams.secret_confs import ENV_SECRETS_FILE, move_secrets_to_file
@@ -767,39 +768,16 @@ def launch(
 
 def yarn_cluster_mode(command: Sequence[str]) -> bool:
     """Whether spark-submit `command` runs its driver on YARN (`--master yarn --deploy-mode cluster`)."""
-    def option(name: str) -> str | None:
-        for i, arg in enumerate(command):
-            if arg == name and i + 1 < len(command):
-                return command[i + 1]
-            if arg.startswith(name + "="):
-                return arg.partition("=")[2]
-        return None
-
-    return option("--master") == "yarn" and option("--deploy-mode") == "cluster"
+    return option_value(command, "--master") == "yarn" and option_value(command, "--deploy-mode") == "cluster"
 
 
 def _submitted(side: Sidecar, record: LaunchRecord, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
     """Wait for spark-submit to hand the driver to the cluster manager (it returns once the
-    application is accepted) and, for YARN, record the application id beside the
-    checkpoint. Fails, killing what was submitted, when spark-submit fails or says no id."""
+    application is accepted) and, for YARN, record the application id it printed beside the
+    checkpoint (a Kubernetes pod was named before). Fails, killing what was submitted and
+    recording the failure as the driver's exit, when spark-submit fails or names no application."""
     handle = record.handle
     assert record.cluster is not None
-    if record.cluster.manager == "kubernetes":
-        try:
-            code = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _signal_group(proc.pid, signal.SIGKILL)
-            code = None
-        finally:
-            forget_secrets(handle)
-        if code != 0:
-            with contextlib.suppress(StreamstateError):
-                record.cluster.kill()
-            raise StreamStartError(f"spark-submit of {handle.stream} to Kubernetes "
-                                   f"{'timed out' if code is None else f'exited {code}'}"
-                                   + (f": {err}" if (err := last_error_line(handle.log)) else ""),
-                                   hint=f"see its log {handle.log}")
-        return
     try:
         code = proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -807,17 +785,17 @@ def _submitted(side: Sidecar, record: LaunchRecord, proc: subprocess.Popen[bytes
         code = None
     finally:
         forget_secrets(handle)
-    try:
-        with open(handle.log, encoding="utf-8", errors="replace") as f:
-            app_id = submitted_app_id(f.read())
-    except OSError:
-        app_id = None
-    assert record.cluster is not None
-    cluster = replace(record.cluster, app_id=app_id)
-    if app_id is not None:
-        side.write(_launch_path(handle.generation), replace(record, cluster=cluster).to_json())
-    if code != 0 or app_id is None:
-        if app_id is not None:
+    cluster = record.cluster
+    if cluster.manager == "yarn":
+        try:
+            with open(handle.log, encoding="utf-8", errors="replace") as f:
+                cluster = replace(cluster, app_id=submitted_app_id(f.read()))
+        except OSError:
+            pass
+        if cluster.app_id is not None:
+            side.write(_launch_path(handle.generation), replace(record, cluster=cluster).to_json())
+    if code != 0 or not cluster.known:
+        if cluster.known:
             with contextlib.suppress(Exception):
                 cluster.kill()
         why = f"did not return within {timeout_s:.0f}s" if code is None else f"exited {code}"
@@ -826,11 +804,11 @@ def _submitted(side: Sidecar, record: LaunchRecord, proc: subprocess.Popen[bytes
                                              exit_code=code if code else 1, exited_at=now_iso(),
                                              error=f"spark-submit {why}").to_json())
         raise StreamStartError(
-            f"spark-submit of {handle.stream} to YARN {why} without submitting it"
-            + (f": {err}" if (err := last_error_line(handle.log)) else ""),
+            f"spark-submit of {handle.stream} to {'YARN' if cluster.manager == 'yarn' else 'Kubernetes'} {why} "
+            "without submitting it" + (f": {err}" if (err := last_error_line(handle.log)) else ""),
             hint=f"see its log {handle.log}",
         )
-    log.info("submitted %s to YARN: %s", handle.stream, app_id)
+    log.info("submitted %s to %s: %s", handle.stream, cluster.manager, cluster.name)
 
 
 def _claim(side: Sidecar, record: LaunchRecord, proc: subprocess.Popen[bytes]) -> None:
