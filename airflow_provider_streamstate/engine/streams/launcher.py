@@ -67,6 +67,7 @@ from airflow_provider_streamstate.engine.checkpoint.liveness import (
 )
 from airflow_provider_streamstate.engine.checkpoint.sidecar import (
     LAUNCHES_DIR,
+    S3Sidecar,
     Sidecar,
     local_root,
     open_sidecar,
@@ -77,19 +78,19 @@ from airflow_provider_streamstate.engine.core.errors import (
     StreamRunningError,
     StreamstateError,
     TransientError,
-    UnsupportedCheckpointError,
     UsageError,
 )
 from airflow_provider_streamstate.engine.core.records import dump_record, load_record
 from airflow_provider_streamstate.engine.core.redact import redact_command, sensitive_values
-from airflow_provider_streamstate.engine.lifecycle.restore_s3 import INCOMPLETE_FILE
+from airflow_provider_streamstate.engine.lifecycle.restore_s3 import (
+    refuse_unfinished_restore as refuse_s3_unfinished_restore,
+)
 from airflow_provider_streamstate.engine.streams.kubernetes import (
     DriverPod,
     KubernetesApi,
     driver_pod_name,
     kubernetes_cluster_mode,
     namespace_of,
-    option_value,
     submission_confs,
 )
 from airflow_provider_streamstate.engine.streams.secret_confs import ENV_SECRETS_FILE, move_secrets_to_file
@@ -98,6 +99,7 @@ from airflow_provider_streamstate.engine.streams.yarn import (
     YarnApp,
     resource_manager_urls,
     submitted_app_id,
+    yarn_cluster_mode,
 )
 
 log = logging.getLogger("streamstate.launcher")
@@ -766,11 +768,6 @@ def launch(
     return handle
 
 
-def yarn_cluster_mode(command: Sequence[str]) -> bool:
-    """Whether spark-submit `command` runs its driver on YARN (`--master yarn --deploy-mode cluster`)."""
-    return option_value(command, "--master") == "yarn" and option_value(command, "--deploy-mode") == "cluster"
-
-
 def _submitted(side: Sidecar, record: LaunchRecord, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
     """Wait for spark-submit to hand the driver to the cluster manager (it returns once the
     application is accepted) and, for YARN, record the application id it printed beside the
@@ -860,13 +857,11 @@ def superseded_by(checkpoint: str | Path | Sidecar, generation: int, launch_id: 
 
 
 def refuse_unfinished_restore(side: Sidecar) -> None:
-    """A checkpoint a restore left half-published (engine/lifecycle/restore_s3.py) is never
-    run: Spark would start over on what is there and the state would be lost."""
-    if side.read(INCOMPLETE_FILE) is not None:
-        raise UnsupportedCheckpointError(
-            f"checkpoint {side.location} is the target of a restore that did not finish",
-            hint="run the restore into it again (with --force) to finish it, then start the stream",
-        )
+    """A checkpoint a restore left half-published is never run: Spark would start over on what
+    is there and the state would be lost (the restore's own check: only S3 restores publish
+    in steps; a local one swaps a whole directory)."""
+    if isinstance(side, S3Sidecar):
+        refuse_s3_unfinished_restore(side.fs)
 
 
 def _refuse_second_copy(side: Sidecar, stream: str) -> None:

@@ -26,11 +26,13 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import xml.etree.ElementTree as ET
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from airflow_provider_streamstate.engine.core.errors import NotFoundError, TransientError, UsageError
+from airflow_provider_streamstate.engine.streams.kubernetes import option_value
 
 APP_ID = re.compile(r"\bapplication_\d+_\d+\b")
 STARTING = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED")
@@ -140,6 +142,11 @@ def _checked(app_id: str) -> str:
     if not APP_ID.fullmatch(app_id):
         raise UsageError(f"{app_id!r} is not a YARN application id", hint="it looks like application_<ts>_<n>")
     return app_id
+
+
+def yarn_cluster_mode(command: Sequence[str]) -> bool:
+    """Whether spark-submit `command` runs its driver on YARN (`--master yarn --deploy-mode cluster`)."""
+    return option_value(command, "--master") == "yarn" and option_value(command, "--deploy-mode") == "cluster"
 
 
 def submitted_app_id(spark_submit_output: str) -> str | None:
