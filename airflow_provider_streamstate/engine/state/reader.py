@@ -8,12 +8,16 @@ joined with `_` (a window key gives `key_window_start`, `key_window_end`); the v
 fields are the names Spark's state reader gives them (an aggregate's buffer names:
 `value_count`, `value_sum`, `value_max`). docs/state.md has the full naming.
 
-A snapshot is materialised once per `StateReader`: restored as a clone (fresh query id,
-no timeline recorded, nothing written to the store) without fsync into a temp directory
-that `close()` removes; the DataFrames stay valid until then. The reader keeps one
-SparkSession for all the snapshots it opens (a bisect must not start Spark per step).
-Before each read it applies the state store confs the checkpoint pinned and touches
-`spark.streams.active`: PySpark 4.1 cannot load a RocksDB store offline otherwise
+A snapshot is materialised once per `StateReader`: on this machine (restored as a clone, fresh
+query id, no timeline, without fsync, into a temp directory `close()` removes), or, for a
+state job on a cluster, as a scratch checkpoint inside the snapshot store itself
+(engine/state/scratch.py: server-side copies, read by the executors where it is). The
+DataFrames stay valid until `close()`. The reader keeps one SparkSession for all the
+snapshots it opens (a bisect must not start Spark per step) and reads each snapshot in a
+child session of it (`newSession()`: same SparkContext, own SQL confs) that carries the
+state store confs that snapshot's checkpoint pinned: two snapshots read side by side (a
+diff) never share one conf, and the caller's session is never changed. Before each read it
+touches `spark.streams.active`: PySpark 4.1 cannot load a RocksDB store offline otherwise
 (`Cannot find endpoint StateStoreCoordinator`).
 
 pyspark is imported only inside the functions that use it.
@@ -223,6 +227,17 @@ def _apply_pinned_confs(spark: SparkSession, conf: dict[str, str], state_store: 
         spark.conf.set(CHANGELOG_CONF, "true" if state_store == "rocksdb-changelog" else "false")
 
 
+def _copy_sql_confs(parent: SparkSession, child: SparkSession) -> None:
+    """The caller's SQL settings (shuffle partitions, time zone...) in a child session, all
+    but the state store's, which each snapshot's checkpoint decides."""
+    for key, value in parent.conf.getAll.items():
+        if key.startswith("spark.sql.") and not key.startswith("spark.sql.streaming."):
+            try:
+                child.conf.set(key, value)
+            except Exception:  # noqa: BLE001, S112 - a static conf: the child has it already
+                continue
+
+
 def _read(spark: SparkSession, checkpoint: str, batch_id: int, op: _OperatorRef, sel: StateSelector) -> DataFrame:
     _ = spark.streams.active  # creates the StateStoreCoordinator (the PySpark 4.1 trap)
     reader = spark.read.format("statestore").option("batchId", str(batch_id)).option("operatorId", str(op.operator_id))
@@ -269,20 +284,24 @@ def checkpoint_state(
     reader = CheckpointReader(checkpoint)
     batch = reader.resolve_batch(batch_id)
     conf, _ = reader.offsets(batch)
-    meta = read_metadata(spark, str(reader.root), batch)
+    session = spark.newSession()  # the pinned confs go to a child session, never the caller's
+    _copy_sql_confs(spark, session)
+    _apply_pinned_confs(session, conf.get("conf", {}) if isinstance(conf.get("conf"), dict) else {}, None)
+    meta = read_metadata(session, str(reader.root), batch)
     sel = selector or StateSelector()
     op = _resolve_operator(_checkpoint_operators(meta), sel, f"checkpoint {checkpoint}")
-    _apply_pinned_confs(spark, conf.get("conf", {}) if isinstance(conf.get("conf"), dict) else {}, None)
-    return _read(spark, str(reader.root), batch, op, sel)
+    return _read(session, str(reader.root), batch, op, sel)
 
 
 @dataclass
 class Materialised:
-    """A snapshot restored for reading: its manifest and the checkpoint directory."""
+    """A snapshot laid out for reading: its manifest, the checkpoint's location (a local
+    directory or a scratch `s3a://` prefix) and the session that reads it."""
 
     manifest: Manifest
-    path: Path
+    location: str
     metadata: StateMetadata | None = field(default=None)
+    session: Any = field(default=None)  # the child SparkSession with this snapshot's pinned confs
 
 
 class StateReader:
@@ -293,8 +312,8 @@ class StateReader:
             df.where("value_sum < 0").show()
 
     Each snapshot is materialised once (the first time it is read) and kept until
-    `close()`, which removes every temp directory; a session the reader started is stopped
-    then too, one passed in (or already active in this process) is left running.
+    `close()`, which removes every copy; a session the reader started is stopped then too,
+    one passed in (or already active in this process) is left running, its confs untouched.
     """
 
     def __init__(
@@ -305,9 +324,12 @@ class StateReader:
         workdir: str | Path | None = None,
         parallelism: int = 8,
         shuffle_partitions: int = 2,
+        scratch_in_store: str | None = None,
     ) -> None:
         """`store`: where the snapshots live (per call otherwise). `spark`: a session to reuse
-        (default: a local one started on first use). `workdir`: where temp copies go."""
+        (default: a local one started on first use). `workdir`: where local copies go.
+        `scratch_in_store`: a state job's id: materialise into the store's scratch area for
+        that job (engine/state/scratch.py) instead of a local temp directory."""
         self.store = store
         self._spark = spark
         self._own_spark = spark is None
@@ -315,6 +337,8 @@ class StateReader:
         self._root: Path | None = None
         self.parallelism = parallelism
         self.shuffle_partitions = shuffle_partitions
+        self.scratch_in_store = scratch_in_store
+        self._scratch_stores: dict[str, SnapshotStore] = {}
         self._snapshots: dict[tuple[str, str, str], Materialised] = {}
         self._lock = threading.Lock()
         self.materialised = 0  # how many snapshots were restored (for reports and tests)
@@ -329,14 +353,23 @@ class StateReader:
 
     def close(self) -> None:
         """Remove every materialised snapshot; stop the session if this reader started it."""
+        from airflow_provider_streamstate.engine.state.scratch import remove_scratch
+
         with self._lock:
             self._snapshots.clear()
             if self._root is not None:
                 shutil.rmtree(self._root, ignore_errors=True)
                 self._root = None
+            scratch, self._scratch_stores = self._scratch_stores, {}
             if self._own_spark and self._spark is not None:
                 self._spark.stop()
                 self._spark = None
+        for st in scratch.values():
+            assert self.scratch_in_store is not None
+            try:
+                remove_scratch(st, self.scratch_in_store)
+            except Exception as exc:  # noqa: BLE001 - the submitter removes it again after the job
+                log.warning("could not remove scratch of %s in %s: %s", self.scratch_in_store, st.url, exc)
 
     @property
     def spark(self) -> SparkSession:
@@ -363,8 +396,9 @@ class StateReader:
         return chosen
 
     def materialise(self, stream: str, snapshot: str, *, store: SnapshotStore | None = None) -> Materialised:
-        """Restore a snapshot (id, `latest` or `latest-good:<suite>`) once, without fsync,
-        into this reader's temp directory."""
+        """Lay a snapshot (id, `latest` or `latest-good:<suite>`) out once as a checkpoint:
+        in this reader's temp directory, or in the store's scratch area."""
+        from airflow_provider_streamstate.engine.state.scratch import materialise_in_store
 
         st = self._store(store)
         manifest = resolve_snapshot(st, stream, snapshot)
@@ -372,21 +406,38 @@ class StateReader:
         with self._lock:
             if key in self._snapshots:
                 return self._snapshots[key]
-            if self._root is None:
+            index = len(self._snapshots)
+            if self.scratch_in_store is None and self._root is None:
                 if self._workdir is not None:
                     self._workdir.mkdir(parents=True, exist_ok=True)
                 self._root = Path(tempfile.mkdtemp(prefix="streamstate-state-", dir=self._workdir))
-            target = self._root / f"{len(self._snapshots):04d}-{manifest.snapshot_id}"
-        # A clone: nothing is recorded in the store, no timeline starts; fsync buys nothing
-        # for a copy that is deleted when the reader closes.
-        restore_snapshot(st, stream, manifest.snapshot_id, target, new_query_id=True, fsync=False,
-                         parallelism=self.parallelism)
-        mat = Materialised(manifest, target)
+            if self.scratch_in_store is not None:
+                self._scratch_stores[st.url] = st
+        if self.scratch_in_store is not None:
+            location = materialise_in_store(st, manifest, self.scratch_in_store, index, parallelism=self.parallelism)
+        else:
+            assert self._root is not None
+            target = self._root / f"{index:04d}-{manifest.snapshot_id}"
+            # A clone: nothing is recorded in the store, no timeline starts; fsync buys nothing
+            # for a copy that is deleted when the reader closes.
+            restore_snapshot(st, stream, manifest.snapshot_id, target, new_query_id=True, fsync=False,
+                             parallelism=self.parallelism)
+            location = str(target)
+        mat = Materialised(manifest, location)
         with self._lock:
             self.materialised += 1
             self._snapshots[key] = mat
-        log.info("materialised %s of %s at %s", manifest.snapshot_id, stream, target)
+        log.info("materialised %s of %s at %s", manifest.snapshot_id, stream, location)
         return mat
+
+    def _session(self, mat: Materialised) -> SparkSession:
+        """The child session that reads `mat`, with the confs its checkpoint pinned."""
+        if mat.session is None:
+            session = self.spark.newSession()
+            _copy_sql_confs(self.spark, session)
+            _apply_pinned_confs(session, mat.manifest.spark_conf, mat.manifest.state_store)
+            mat.session = session
+        return mat.session  # type: ignore[no-any-return]
 
     def metadata(self, stream: str, snapshot: str, *, store: SnapshotStore | None = None) -> StateMetadata:
         """Operators, stores, partitions and batch range of a snapshot's state."""
@@ -395,8 +446,7 @@ class StateReader:
             if not mat.manifest.operators:
                 mat.metadata = StateMetadata(mat.manifest.batch_id, [])
             else:
-                _apply_pinned_confs(self.spark, mat.manifest.spark_conf, mat.manifest.state_store)
-                mat.metadata = read_metadata(self.spark, str(mat.path), mat.manifest.batch_id)
+                mat.metadata = read_metadata(self._session(mat), mat.location, mat.manifest.batch_id)
         return mat.metadata
 
     def state(
@@ -408,8 +458,7 @@ class StateReader:
         m = mat.manifest
         ops = [_OperatorRef(o.operator_id, o.name, tuple(o.stores)) for o in m.operators]
         op = _resolve_operator(ops, sel, f"snapshot {m.snapshot_id} of {stream}")
-        _apply_pinned_confs(self.spark, m.spark_conf, m.state_store)
-        return _read(self.spark, str(mat.path), m.batch_id, op, sel)
+        return _read(self._session(mat), mat.location, m.batch_id, op, sel)
 
     def manifest(self, stream: str, snapshot: str, *, store: SnapshotStore | None = None) -> Manifest:
-        return self.materialise(stream, snapshot, store=store).manifest
+        return resolve_snapshot(self._store(store), stream, snapshot)

@@ -110,19 +110,21 @@ def _normalise(d: dict[str, Any], source: str) -> dict[str, Any]:
     return {"name": name, "expectations": out, "meta": meta}
 
 
-def load_suite(source: str | Path | dict[str, Any] | Callable[[], Any] | Any) -> Suite:
+def load_suite(source: str | Path | dict[str, Any] | Callable[[], Any] | Any, *, check: bool = True) -> Suite:
     """A suite from a GX JSON suite file, a dict of that form, a GX `ExpectationSuite`, or a
     callable returning either. Every expectation is checked against GX's registry and its
-    own argument model here, so a typo fails before any Spark work."""
+    own argument model here, so a typo fails before any Spark work; `check=False` checks the
+    JSON's shape only (a caller that submits the suite to a cluster need not import GX, the
+    job checks it there before it reads any state)."""
     if callable(source) and not isinstance(source, (str, Path)) and not _is_gx_suite(source):
         label = f"{getattr(source, '__module__', '?')}.{getattr(source, '__qualname__', repr(source))}"
         try:
             value = source()
         except Exception as exc:  # noqa: BLE001 - the user's code: say which callable failed
             raise UsageError(f"suite callable {label} failed: {type(exc).__name__}: {exc}") from None
-        return load_suite_value(value, label)
+        return load_suite_value(value, label, check=check)
     if isinstance(source, dict) or _is_gx_suite(source):
-        return load_suite_value(source, "<dict>" if isinstance(source, dict) else "<ExpectationSuite>")
+        return load_suite_value(source, "<dict>" if isinstance(source, dict) else "<ExpectationSuite>", check=check)
     path = Path(str(source)).expanduser()
     if not path.is_file():
         raise UsageError(f"suite file {path} does not exist", hint="give the path of a GX suite JSON file")
@@ -134,21 +136,22 @@ def load_suite(source: str | Path | dict[str, Any] | Callable[[], Any] | Any) ->
         raise UsageError(f"suite file {path} is not valid JSON: {exc}", hint="fix the file (GX's suite JSON)") from None
     if not isinstance(data, dict):
         raise UsageError(f"suite file {path} is not a JSON object", hint='write {"name": ..., "expectations": [...]}')
-    return load_suite_value(data, str(path))
+    return load_suite_value(data, str(path), check=check)
 
 
 def _is_gx_suite(value: Any) -> bool:
     return type(value).__name__ == "ExpectationSuite" and hasattr(value, "to_json_dict")
 
 
-def load_suite_value(value: Any, source: str) -> Suite:
+def load_suite_value(value: Any, source: str, *, check: bool = True) -> Suite:
     if _is_gx_suite(value):
         value = value.to_json_dict()
     if not isinstance(value, dict):
         raise UsageError(f"suite from {source} is a {type(value).__name__}, not a suite",
                          hint="return a great_expectations ExpectationSuite or its JSON dict")
     definition = _normalise(value, source)
-    _check_with_gx(definition)
+    if check:
+        _check_with_gx(definition)
     return Suite(definition["name"], definition, source)
 
 
@@ -190,6 +193,11 @@ def _check_with_gx(definition: dict[str, Any]) -> None:
 
 
 def _gx_suite(definition: dict[str, Any]) -> Any:
+    """GX's suite object from a copy of `definition`: GX writes into the dicts it is given
+    (its version into `meta`), and the suite's sha256 must stay the definition's."""
+    import copy
+
+    definition = copy.deepcopy(definition)
     gx = _gx()
     exps = []
     for e in definition["expectations"]:
