@@ -8,8 +8,13 @@ table, two states compared, a Great Expectations suite run on it, history bisect
     streamstate validate     --store S --stream X SNAPSHOT --suite FILE [--operator ...] [--data-docs DIR] [--json]
     streamstate bisect       --store S --stream X --suite FILE [--good SNAPSHOT] [--bad SNAPSHOT] [--operator ...] [--json]
 
-SNAPSHOT is an id, `latest` or `latest-good:<suite>`. Each command starts one local Spark
-session (a few seconds) and removes the snapshots it materialised when it ends.
+Every command takes [--master URL [--deploy-mode client|cluster] [--conf K=V ...] [--jars J,...]].
+
+SNAPSHOT is an id, `latest` or `latest-good:<suite>`. Without --master each command starts
+one local Spark session here (a few seconds) on a copy of the snapshot in a temp directory,
+removed when it ends. With --master it runs as a Spark application there (spark-submit:
+YARN, standalone, local), reading the snapshot from a scratch copy inside the store
+(docs/state.md); this machine holds no state, only the small result.
 `validate` exits 0 when the suite passes and 3 when it fails; errors exit 1 (2 for usage).
 """
 
@@ -18,9 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +36,9 @@ from airflow_provider_streamstate.cli.common import (
     open_store_from_args,
     print_result,
 )
+from airflow_provider_streamstate.engine.state.jobs import EXPORT_FORMATS
 
 EXIT_VALIDATION_FAILED = 3
-EXPORT_FORMATS = ("parquet", "csv", "jsonl")
 
 
 def _selector_args(p: argparse.ArgumentParser) -> None:
@@ -60,13 +63,16 @@ def register(commands: Any) -> Handlers:
     _selector_args(show)
     show.add_argument("--where", default=None, metavar="SQL", help="a Spark SQL filter, e.g. \"value_sum < 0\"")
     show.add_argument("--limit", type=int, default=20, metavar="K", help="rows to print (default 20)")
+    _job_args(show)
     export = sub.add_parser("export", help="write one operator's state to files")
     add_store_options(export)
     _snapshot_arg(export)
     _selector_args(export)
     export.add_argument("--where", default=None, metavar="SQL", help="a Spark SQL filter")
     export.add_argument("--format", required=True, choices=EXPORT_FORMATS, dest="fmt")
-    export.add_argument("--output", required=True, metavar="PATH", help="a directory to create (must not exist)")
+    export.add_argument("--output", required=True, metavar="PATH",
+                        help="a directory to create (must not exist), or an s3a://bucket/path")
+    _job_args(export)
 
     diff = commands.add_parser("diff", help="compare two snapshots' state key by key")
     add_store_options(diff)
@@ -76,6 +82,7 @@ def register(commands: Any) -> Handlers:
                       help="SNAPSHOT_B is a snapshot of this stream (a clone) in the same store")
     _selector_args(diff)
     diff.add_argument("--sample", type=int, default=5, metavar="K", help="keys shown per kind (default 5)")
+    _job_args(diff)
 
     validate = commands.add_parser("validate", help="run a Great Expectations suite on a snapshot's state")
     add_store_options(validate)
@@ -84,6 +91,7 @@ def register(commands: Any) -> Handlers:
     _selector_args(validate)
     validate.add_argument("--data-docs", default=None, metavar="DIR", help="also write GX Data Docs HTML here")
     validate.add_argument("--no-record", action="store_true", help="run only: store no validation record")
+    _job_args(validate)
 
     bisect = commands.add_parser("bisect", help="find the first snapshot whose state fails a suite")
     add_store_options(bisect)
@@ -91,6 +99,7 @@ def register(commands: Any) -> Handlers:
     bisect.add_argument("--good", default=None, metavar="SNAPSHOT", help="known good (default: before the first)")
     bisect.add_argument("--bad", default=None, metavar="SNAPSHOT", help="known bad (default: check the newest)")
     _selector_args(bisect)
+    _job_args(bisect)
     return {
         ("state", "show"): cmd_state_show,
         ("state", "export"): cmd_state_export,
@@ -106,11 +115,72 @@ def _selector(args: argparse.Namespace) -> Any:
     return StateSelector(args.operator, args.store_name, args.join_side)
 
 
-def _reader(args: argparse.Namespace) -> Any:
-    """A StateReader on the command's store; Spark's own console chatter goes to stderr."""
+def _job_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--master", default=None, metavar="URL",
+                   help="run as a Spark application on this master (yarn, spark://..., local[*]); default: here")
+    p.add_argument("--deploy-mode", choices=("client", "cluster"), default=None,
+                   help="where the application's driver runs (with --master; default client)")
+    p.add_argument("--conf", action="append", default=[], metavar="K=V", dest="spark_conf",
+                   help="a Spark conf of the application (repeat it)")
+    p.add_argument("--jars", default=None, metavar="J,...", help="jars the application needs (S3A for an S3 store)")
+
+
+def _run(args: argparse.Namespace, request: Any) -> dict[str, Any]:
+    """Answer `request` here, or as a Spark application on --master."""
+    from airflow_provider_streamstate.engine.core.errors import UsageError
+    from airflow_provider_streamstate.engine.state.jobs import run_state_job
     from airflow_provider_streamstate.engine.state.reader import StateReader
 
-    return StateReader(open_store_from_args(args))
+    store = open_store_from_args(args)
+    if not args.master:
+        if args.deploy_mode or args.spark_conf or args.jars:
+            raise UsageError("--deploy-mode, --conf and --jars apply to a Spark application",
+                             hint="add --master (e.g. yarn), or leave them out to run here")
+        with StateReader(store) as reader:
+            return run_state_job(request, reader)  # type: ignore[no-any-return]
+    from airflow_provider_streamstate.engine.state.scratch import is_s3_store
+    from airflow_provider_streamstate.engine.state.submit import StoreAccess, submit_state_job
+
+    request = request.with_job_id()
+    command, env = _spark_submit(args, request)
+    access = None
+    if is_s3_store(store):
+        if args.aws_conn_id:
+            from airflow_provider_streamstate.state_jobs import store_access
+
+            access = store_access(args.aws_conn_id)
+        else:
+            access = StoreAccess.from_environment()
+    return submit_state_job(request, store, command, env=env, access=access)  # type: ignore[no-any-return]
+
+
+def _spark_submit(args: argparse.Namespace, request: Any) -> tuple[list[str], dict[str, str]]:
+    from airflow_provider_streamstate.engine.core.errors import UsageError
+    from airflow_provider_streamstate.engine.state.submit import state_job_application, state_job_arguments
+    from airflow_provider_streamstate.engine.streams.launcher import resolve_spark_submit
+
+    cmd = ["spark-submit", "--master", args.master, "--name", f"streamstate-{request.kind}-{request.stream}"]
+    if args.deploy_mode:
+        cmd += ["--deploy-mode", args.deploy_mode]
+    for pair in args.spark_conf:
+        if "=" not in pair:
+            raise UsageError(f"--conf {pair!r} is not KEY=VALUE", hint="write --conf spark.executor.memory=2g")
+        cmd += ["--conf", pair]
+    if args.jars:
+        cmd += ["--jars", args.jars]
+    env: dict[str, str] = {}
+    if "PYSPARK_DRIVER_PYTHON" not in os.environ:
+        env["PYSPARK_DRIVER_PYTHON"] = sys.executable  # the application imports this package
+    if args.master.startswith("local") and "PYSPARK_PYTHON" not in os.environ:
+        env["PYSPARK_PYTHON"] = sys.executable
+    return resolve_spark_submit([*cmd, state_job_application(), *state_job_arguments(request)], env)
+
+
+def _request(args: argparse.Namespace, kind: str, **fields: Any) -> Any:
+    from airflow_provider_streamstate.engine.state.jobs import StateJobRequest
+
+    return StateJobRequest(kind=kind, store=args.store, stream=args.stream, selector=_selector(args).to_json(),
+                           **fields)
 
 
 def _table(columns: list[str], rows: list[list[Any]]) -> list[str]:
@@ -121,53 +191,20 @@ def _table(columns: list[str], rows: list[list[Any]]) -> list[str]:
     return out
 
 
-def _filtered(df: Any, where: str | None) -> Any:
-    from airflow_provider_streamstate.engine.core.errors import UsageError
-
-    if not where:
-        return df
-    import logging
-
-    spark_log = logging.getLogger("SQLQueryContextLogger")  # PySpark logs the failure as an ERROR too
-    level = spark_log.level
-    spark_log.setLevel(logging.CRITICAL)
-    try:
-        out = df.where(where)
-        out.schema  # noqa: B018 - analysis happens here: a bad filter fails now, in one line
-        return out
-    except Exception as exc:  # noqa: BLE001 - Spark's AnalysisException/ParseException
-        first = " ".join(str(exc).split(" SQLSTATE")[0].split())[:300]
-        raise UsageError(f"--where {where!r} is not a valid filter on the state: {first}",
-                         hint=f"columns: {', '.join(df.columns)}") from None
-    finally:
-        spark_log.setLevel(level)
-
-
 def cmd_state_show(args: argparse.Namespace) -> int:
-
     if args.limit < 0:
         print("streamstate: error: --limit must be at least 0", file=sys.stderr)
         return EXIT_USAGE
-    with _reader(args) as reader:
-        sel = _selector(args)
-        df = reader.state(args.stream, args.snapshot_id, sel)
-        m = reader.manifest(args.stream, args.snapshot_id)
-        meta = reader.metadata(args.stream, m.snapshot_id)
-        df = _filtered(df, args.where)
-        rows = df.limit(args.limit).collect()
-        total = df.count()
-        data = {
-            "snapshot_id": m.snapshot_id, "stream": m.stream, "batch_id": m.batch_id, "selector": sel.to_json(),
-            "columns": df.columns, "rows": [json.loads(json.dumps(r.asDict(), default=str)) for r in rows],
-            "total_rows": total, "metadata": meta.to_json(),
-        }
-    lines = [f"snapshot {m.snapshot_id} of {m.stream}, batch {m.batch_id}, {sel.describe()}"
+    r = _run(args, _request(args, "show", snapshot=args.snapshot_id, where=args.where, limit=args.limit))
+    data = {k: v for k, v in r.items() if k not in ("kind", "job_id", "where")}
+    sel = _selector(args)
+    lines = [f"snapshot {r['snapshot_id']} of {r['stream']}, batch {r['batch_id']}, {sel.describe()}"
              + (f", where {args.where}" if args.where else "")]
-    lines += _table(df.columns, [[r[c] for c in df.columns] for r in rows])
-    lines.append(f"({len(rows)} of {total} rows)")
+    lines += _table(r["columns"], [[row.get(c) for c in r["columns"]] for row in r["rows"]])
+    lines.append(f"({len(r['rows'])} of {r['total_rows']} rows)")
     lines.append("operators: " + "; ".join(
-        f"{s.operator_id} {s.operator_name} store {s.store_name}, {s.partitions} partitions, "
-        f"batches {s.min_batch_id}..{s.max_batch_id}" for s in meta.stores))
+        f"{s['operator_id']} {s['operator_name']} store {s['store_name']}, {s['partitions']} partitions, "
+        f"batches {s['min_batch_id']}..{s['max_batch_id']}" for s in r["metadata"]["stores"]))
     print_result(args, data, "\n".join(lines))
     return EXIT_OK
 
@@ -175,78 +212,61 @@ def cmd_state_show(args: argparse.Namespace) -> int:
 def cmd_state_export(args: argparse.Namespace) -> int:
     from airflow_provider_streamstate.engine.core.errors import UsageError
 
-    output = Path(args.output).expanduser().resolve()
-    if output.exists():
-        raise UsageError(f"export output {output} already exists", hint="give a path that does not exist yet")
-    staging = output.parent / f".{output.name}.streamstate-export-{uuid.uuid4().hex[:8]}"
-    with _reader(args) as reader:
-        m = reader.manifest(args.stream, args.snapshot_id)
-        df = _filtered(reader.state(args.stream, m.snapshot_id, _selector(args)), args.where)
-        try:
-            writer = df.write.mode("errorifexists")
-            if args.fmt == "parquet":
-                writer.parquet(str(staging))
-            elif args.fmt == "csv":
-                writer.option("header", "true").csv(str(staging))
-            else:
-                writer.json(str(staging))
-            os.rename(staging, output)  # all files or none under the name asked for
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-        rows = df.count()
-    data = {"snapshot_id": m.snapshot_id, "stream": m.stream, "batch_id": m.batch_id, "format": args.fmt,
-            "output": str(output), "rows": rows, "columns": df.columns}
-    print_result(args, data, f"exported {rows} rows of {m.snapshot_id} ({args.fmt}) to {output}")
+    output = args.output
+    if "://" not in output or output.startswith("file://"):
+        path = Path(output.removeprefix("file://")).expanduser().resolve()
+        if path.exists():  # before any Spark work
+            raise UsageError(f"export output {path} already exists", hint="give a path that does not exist yet")
+        if args.master and not args.master.startswith("local"):
+            print(f"streamstate: note: {path} is a path on the application's driver host", file=sys.stderr)
+        output = str(path)
+    r = _run(args, _request(args, "export", snapshot=args.snapshot_id, where=args.where, fmt=args.fmt,
+                            output=output))
+    data = {k: v for k, v in r.items() if k not in ("kind", "job_id")}
+    print_result(args, data, f"exported {r['rows']} rows of {r['snapshot_id']} ({args.fmt}) to {r['output']}")
     return EXIT_OK
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from airflow_provider_streamstate.engine.state.diff import diff_snapshots
-
-    with _reader(args) as reader:
-        d = diff_snapshots(reader, args.stream, args.snapshot_a, args.snapshot_b, _selector(args),
-                           b_stream=args.other_stream, sample=args.sample)
-    lines = [d.summary()]
+    d = _run(args, _request(args, "diff", snapshot=args.snapshot_a, other_snapshot=args.snapshot_b,
+                            other_stream=args.other_stream, sample=args.sample))
+    lines = [d["summary"]]
     for kind in ("added", "removed", "changed"):
-        for s in d.samples[kind]:
+        for s in d["samples"][kind]:
             lines.append(f"  {kind:8} {json.dumps(s['key'])} {json.dumps(s.get('before'))} -> {json.dumps(s.get('after'))}")
-    if d.only_in_a or d.only_in_b:
-        lines.append(f"  not compared: only in A {d.only_in_a}, only in B {d.only_in_b}")
-    print_result(args, d.to_json(), "\n".join(lines))
+    if d["only_in_a"] or d["only_in_b"]:
+        lines.append(f"  not compared: only in A {d['only_in_a']}, only in B {d['only_in_b']}")
+    print_result(args, {k: v for k, v in d.items() if k not in ("kind", "job_id", "summary")}, "\n".join(lines))
     return EXIT_OK
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from airflow_provider_streamstate.engine.state.validation import load_suite, validate_snapshot
+    from airflow_provider_streamstate.engine.state.validation import load_suite
 
     suite = load_suite(args.suite)  # a bad suite fails before Spark starts
-    with _reader(args) as reader:
-        result = validate_snapshot(reader, args.stream, args.snapshot_id, suite, selector=_selector(args),
-                                   record=not args.no_record, data_docs=args.data_docs)
-    r = result.to_json()
-    lines = [("PASS " if result.success else "FAIL ") + result.summary().split(": ", 1)[0]
-             + (" (stored result)" if result.reused else "")]
-    lines += [f"  {o.describe()}" for o in result.record.failed]
-    if result.data_docs:
-        lines.append(f"data docs: {result.data_docs}")
-    print_result(args, r, "\n".join(lines))
-    return EXIT_OK if result.success else EXIT_VALIDATION_FAILED
+    r = _run(args, _request(args, "validate", snapshot=args.snapshot_id, suite=suite.definition,
+                            record=not args.no_record, data_docs=args.data_docs))
+    lines = [("PASS " if r["success"] else "FAIL ") + r["summary"].split(": ", 1)[0]
+             + (" (stored result)" if r["reused"] else "")]
+    lines += [f"  {f}" for f in r["failures"]]
+    if r.get("data_docs"):
+        lines.append(f"data docs: {r['data_docs']}")
+    print_result(args, {k: v for k, v in r.items() if k not in ("kind", "job_id", "summary", "failures")},
+                 "\n".join(lines))
+    return EXIT_OK if r["success"] else EXIT_VALIDATION_FAILED
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
-    from airflow_provider_streamstate.engine.state.bisect import bisect_snapshots
     from airflow_provider_streamstate.engine.state.validation import load_suite
 
     suite = load_suite(args.suite)
-    with _reader(args) as reader:
-        result = bisect_snapshots(reader, args.stream, suite, selector=_selector(args), good=args.good, bad=args.bad)
-    r = result.to_json()
-    lines = [result.summary()]
-    for s in result.steps:
-        lines.append(f"  {s.snapshot_id} batch {s.batch_id}: {'good' if s.good else 'bad'} ({s.source})")
-    if result.first_bad is not None:
-        lines.append(f"first bad kafka offsets: {json.dumps(result.first_bad.kafka_offsets)}")
-        if result.last_good is not None:
-            lines.append(f"last good kafka offsets: {json.dumps(result.last_good.kafka_offsets)}")
-    print_result(args, r, "\n".join(lines))
+    r = _run(args, _request(args, "bisect", suite=suite.definition, good=args.good, bad=args.bad))
+    lines = [r["summary"]]
+    for s in r["steps"]:
+        lines.append(f"  {s['snapshot_id']} batch {s['batch_id']}: {'good' if s['good'] else 'bad'} ({s['source']})")
+    if r["first_bad"] is not None:
+        lines.append(f"first bad kafka offsets: {json.dumps(r['kafka_offsets'])}")
+        if r["last_good"] is not None:
+            lines.append(f"last good kafka offsets: {json.dumps(r['last_good_kafka_offsets'])}")
+    print_result(args, {k: v for k, v in r.items() if k not in ("kind", "job_id", "summary")}, "\n".join(lines))
     return EXIT_OK

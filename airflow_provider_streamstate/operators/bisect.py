@@ -27,9 +27,12 @@ class BisectSnapshotsOperator(StateTask):
     :param store_name: one named state store of the operator. (templated)
     :param join_side: `left` or `right` of a stream-stream join. (templated)
     :param parallelism: concurrent blob reads while snapshots are materialised.
+    :param spark_conn_id: run the bisect as one Spark application there (see `StateTask`).
     """
 
-    template_fields: Sequence[str] = ("stream", "suite", "good", "bad", "operator", "store_name", "join_side")
+    template_fields: Sequence[str] = ("stream", "suite", "good", "bad", "operator", "store_name", "join_side",
+                                      "spark_conn_id", "deploy_mode",
+                                      "spark_conf", "spark_jars", "spark_env")
 
     def __init__(self, *, suite: str | dict[str, Any], good: str | None = None, bad: str | None = None,
                  **kwargs: Any) -> None:
@@ -39,17 +42,14 @@ class BisectSnapshotsOperator(StateTask):
         self.bad = bad
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_streamstate.engine.state.bisect import bisect_snapshots
         from airflow_provider_streamstate.engine.state.validation import load_suite
 
-        spec = self.spec
         with self.cancellable():
-            suite = load_suite(self.suite)
-            with self.reader() as reader:
-                result = bisect_snapshots(reader, spec.name, suite, selector=self.selector(),
-                                          good=self.good or None, bad=self.bad or None)
-        self.log.info("%s", result.summary())
-        for step in result.steps:
-            self.log.info("  %s batch %d: %s (%s)", step.snapshot_id, step.batch_id, "good" if step.good else "bad",
-                          step.source)
-        return result.to_json()
+            suite = load_suite(self.suite, check=not self.on_cluster)
+            result = self.run_job(kind="bisect", suite=suite.definition, good=self.good or None,
+                                  bad=self.bad or None)
+        self.log.info("%s", result["summary"])
+        for step in result["steps"]:
+            self.log.info("  %s batch %d: %s (%s)", step["snapshot_id"], step["batch_id"],
+                          "good" if step["good"] else "bad", step["source"])
+        return {k: v for k, v in result.items() if k not in ("summary", "kind", "job_id")}

@@ -25,7 +25,8 @@ class StateReportOperator(StateTask):
 
     :param stream: the stream, a `StreamSpec` or its `to_dict()`. (templated)
     :param snapshot: a snapshot id, `latest` or `latest-good:<suite>`. (templated)
-    :param report_path: the report file to write. (templated)
+    :param report_path: the report file to write: a path on the worker, or an `s3://` URL
+        (written with the stream's aws connection). (templated)
     :param compare_to: another snapshot to diff against (`snapshot` is A, this is B). (templated)
     :param compare_stream: the stream `compare_to` belongs to (a clone); default the same. (templated)
     :param where: a Spark SQL filter on the state's columns (state reports). (templated)
@@ -33,10 +34,12 @@ class StateReportOperator(StateTask):
     :param operator: the stateful operator's id or name (default 0). (templated)
     :param store_name: one named state store of the operator. (templated)
     :param join_side: `left` or `right` of a stream-stream join. (templated)
+    :param spark_conn_id: compute the report as a Spark application there (see `StateTask`). (templated)
     """
 
     template_fields: Sequence[str] = ("stream", "snapshot", "report_path", "compare_to", "compare_stream", "where",
-                                      "operator", "store_name", "join_side")
+                                      "operator", "store_name", "join_side", "spark_conn_id", "deploy_mode",
+                                      "spark_conf", "spark_jars", "spark_env")
 
     def __init__(
         self, *, report_path: str, snapshot: str = "latest", compare_to: str | None = None,
@@ -51,38 +54,37 @@ class StateReportOperator(StateTask):
         self.limit = limit
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_streamstate.engine.core.errors import UsageError
-        from airflow_provider_streamstate.engine.state.diff import diff_snapshots
-
         spec = self.spec
-        with self.cancellable(), self.reader() as reader:
-            m = reader.manifest(spec.name, self.snapshot)
+        with self.cancellable():
             if self.compare_to:
-                d = diff_snapshots(reader, spec.name, m.snapshot_id, self.compare_to, self.selector(),
-                                   b_stream=self.compare_stream or None, sample=self.limit)
-                report: dict[str, Any] = {"kind": "diff", "stream": spec.name, **d.to_json()}
+                d = self.run_job(kind="diff", snapshot=self.snapshot, other_snapshot=self.compare_to,
+                                 other_stream=self.compare_stream or None, sample=self.limit)
+                report: dict[str, Any] = {"kind": "diff", "stream": spec.name,
+                                          **{k: v for k, v in d.items() if k not in ("kind", "job_id", "summary",
+                                                                                    "ran_on")}}
                 summary = {k: report[k] for k in ("added", "removed", "changed", "unchanged", "identical", "b")}
-                self.log.info("%s", d.summary())
+                snapshot_id = d["a"]
+                self.log.info("%s", d["summary"])
             else:
-                df = reader.state(spec.name, m.snapshot_id, self.selector())
-                if self.where:
-                    try:
-                        df = df.where(self.where)
-                        df.schema  # noqa: B018 - analysis: a bad filter fails here
-                    except Exception as exc:  # noqa: BLE001 - Spark's AnalysisException
-                        first = " ".join(str(exc).split(" SQLSTATE")[0].split())[:300]
-                        raise UsageError(f"where {self.where!r} is not a valid filter on the state: {first}",
-                                         hint=f"columns: {', '.join(df.columns)}") from None
-                rows = [json.loads(json.dumps(r.asDict(), default=str)) for r in df.limit(self.limit).collect()]
-                total = df.count()
-                report = {"kind": "state", "stream": spec.name, "snapshot_id": m.snapshot_id, "batch_id": m.batch_id,
-                          "selector": self.selector().to_json(), "where": self.where, "columns": df.columns,
-                          "total_rows": total, "rows": rows,
-                          "metadata": reader.metadata(spec.name, m.snapshot_id).to_json()}
-                summary = {"total_rows": total, "rows": len(rows)}
-                self.log.info("%d rows of %s match %s", total, m.snapshot_id, self.where or "(no filter)")
+                r = self.run_job(kind="show", snapshot=self.snapshot, where=self.where or None, limit=self.limit)
+                report = {"kind": "state", **{k: v for k, v in r.items() if k not in ("kind", "job_id", "ran_on")}}
+                summary = {"total_rows": r["total_rows"], "rows": len(r["rows"])}
+                snapshot_id = r["snapshot_id"]
+                self.log.info("%d rows of %s match %s", r["total_rows"], snapshot_id, self.where or "(no filter)")
+            where = self._write(json.dumps(report, indent=1).encode())
+        self.log.info("report: %s", where)
+        return {"report": where, "kind": report["kind"], "snapshot_id": snapshot_id, **summary}
+
+    def _write(self, data: bytes) -> str:
+        """The report, whole or not at all: a temp file renamed into place, or one S3 PUT."""
+        if self.report_path.startswith(("s3://", "s3a://")):
+            from airflow.providers.amazon.aws.hooks.s3 import S3Hook
+
+            url = "s3://" + self.report_path.split("://", 1)[1]
+            bucket, key = S3Hook.parse_s3_url(url)
+            S3Hook(aws_conn_id=self.spec.aws_conn_id).load_bytes(data, key, bucket, replace=True)
+            return url
         out = Path(self.report_path).expanduser()
         out.parent.mkdir(parents=True, exist_ok=True)
-        write_atomically(out, json.dumps(report, indent=1).encode(), fsync=False)
-        self.log.info("report: %s", out)
-        return {"report": str(out), "kind": report["kind"], "snapshot_id": m.snapshot_id, **summary}
+        write_atomically(out, data, fsync=False)
+        return str(out)

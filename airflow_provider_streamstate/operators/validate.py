@@ -17,23 +17,44 @@ from airflow_provider_streamstate.operators.snapshot import _StreamTask
 
 class StateTask(_StreamTask):
     """What the state operators share: the stream, its store (from the snapshot operators'
-    base), and which state to read.
+    base), which state to read, and where the job runs.
+
+    Without `spark_conn_id` the job runs in the task, on a local Spark session, with the
+    snapshot copied to the worker's disk (the embedded default, fine for small state). With
+    it, the job is a Spark application submitted through SparkSubmitHook to that connection's
+    master (YARN, standalone, local; client or cluster deploy mode): the snapshot is copied
+    server-side into the store's scratch area and read by the executors, and the task only
+    waits for the small result (engine/state/submit.py).
 
     :param stream: the stream, a `StreamSpec` or its `to_dict()`.
     :param operator: the stateful operator's id or name (default 0).
     :param store_name: one named state store of the operator.
     :param join_side: `left` or `right` of a stream-stream join.
-    :param parallelism: concurrent blob reads while the snapshot is materialised.
+    :param parallelism: concurrent blob copies while a snapshot is materialised.
+    :param spark_conn_id: a Spark connection: run the job as a Spark application there.
+    :param deploy_mode: `client` or `cluster` (default: the connection's).
+    :param spark_conf: Spark confs of the job's application (executors, memory, S3A...).
+    :param spark_jars: jars the job needs (the S3A connector for an S3 store).
+    :param spark_env: environment of spark-submit and the job's driver (HADOOP_CONF_DIR...).
+    :param job_timeout: seconds the application may run before it is killed (None: no limit).
     """
 
     def __init__(
         self, *, operator: int | str | None = None, store_name: str | None = None, join_side: str | None = None,
-        **kwargs: Any,
+        spark_conn_id: str | None = None, deploy_mode: str | None = None, spark_conf: dict[str, str] | None = None,
+        spark_jars: list[str] | str | None = None, spark_env: dict[str, str] | None = None,
+        job_timeout: float | None = None, **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.operator = operator
         self.store_name = store_name
         self.join_side = join_side
+        self.spark_conn_id = spark_conn_id
+        self.deploy_mode = deploy_mode
+        self.spark_conf = spark_conf
+        self.spark_jars = spark_jars
+        self.spark_env = spark_env
+        self.job_timeout = job_timeout
 
     def selector(self) -> Any:
         from airflow_provider_streamstate.engine.state.reader import StateSelector
@@ -45,6 +66,32 @@ class StateTask(_StreamTask):
         from airflow_provider_streamstate.engine.state.reader import StateReader
 
         return StateReader(self.hook.store, parallelism=self.parallelism)
+
+    @property
+    def on_cluster(self) -> bool:
+        return bool(self.spark_conn_id)
+
+    def run_job(self, **fields: Any) -> dict[str, Any]:
+        """Answer one state job (engine/state/jobs.py) here or on the cluster; its result."""
+        from airflow_provider_streamstate.engine.state.jobs import StateJobRequest, run_state_job
+
+        spec = self.spec
+        request = StateJobRequest(store=self.hook.store.url, stream=spec.name, selector=self.selector().to_json(),
+                                  **fields)
+        if not self.on_cluster:
+            with self.reader() as reader:
+                return run_state_job(request, reader)
+        from airflow_provider_streamstate.state_jobs import run_state_job_on_cluster
+
+        assert self.spark_conn_id is not None
+        result = run_state_job_on_cluster(
+            request, self.hook.store, aws_conn_id=spec.aws_conn_id, spark_conn_id=self.spark_conn_id,
+            conf=self.spark_conf, jars=self.spark_jars, env=self.spark_env, deploy_mode=self.deploy_mode or None,
+            timeout_s=self.job_timeout, log=self.log)
+        ran_on = result.get("ran_on") or {}
+        self.log.info("state job ran on %s (%s mode, application %s)", ran_on.get("master"),
+                      ran_on.get("deploy_mode"), ran_on.get("app_id"))
+        return result
 
 
 class ValidateSnapshotOperator(StateTask):
@@ -65,9 +112,12 @@ class ValidateSnapshotOperator(StateTask):
     :param data_docs: a directory for GX Data Docs HTML; its index is logged. (templated)
     :param fail_on_failure: fail the task when the suite fails (False: only record).
     :param parallelism: concurrent blob reads while the snapshot is materialised.
+    :param spark_conn_id: run the validation as a Spark application there (see `StateTask`).
     """
 
-    template_fields: Sequence[str] = ("stream", "suite", "snapshot", "operator", "store_name", "join_side", "data_docs")
+    template_fields: Sequence[str] = ("stream", "suite", "snapshot", "operator", "store_name", "join_side", "data_docs",
+                                      "spark_conn_id", "deploy_mode",
+                                      "spark_conf", "spark_jars", "spark_env")
 
     def __init__(
         self, *, suite: str | dict[str, Any], snapshot: str = "latest", data_docs: str | None = None,
@@ -80,18 +130,18 @@ class ValidateSnapshotOperator(StateTask):
         self.fail_on_failure = fail_on_failure
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_streamstate.engine.state.validation import load_suite, validate_snapshot
+        from airflow_provider_streamstate.engine.state.validation import load_suite
 
         spec = self.spec
         with self.cancellable():
-            suite = load_suite(self.suite)
+            suite = load_suite(self.suite, check=not self.on_cluster)  # the cluster's job checks it with GX
             self.log.info("validating %s of %s with suite %s", self.snapshot, spec.name, suite.name)
-            with self.reader() as reader:
-                result = validate_snapshot(reader, spec.name, self.snapshot, suite, selector=self.selector(),
-                                           data_docs=self.data_docs or None)
-        if result.data_docs:
-            self.log.info("Data Docs: file://%s", result.data_docs)
-        self.log.info("%s%s", result.summary(), " (stored result)" if result.reused else "")
-        if not result.success and self.fail_on_failure:
-            raise AirflowFailException(result.summary())
-        return result.to_json()
+            result = self.run_job(kind="validate", snapshot=self.snapshot, suite=suite.definition,
+                                  data_docs=self.data_docs or None)
+        if result.get("data_docs"):
+            docs = result["data_docs"]
+            self.log.info("Data Docs: %s", docs if "://" in docs else f"file://{docs}")
+        self.log.info("%s%s", result["summary"], " (stored result)" if result["reused"] else "")
+        if not result["success"] and self.fail_on_failure:
+            raise AirflowFailException(result["summary"])
+        return {k: v for k, v in result.items() if k not in ("summary", "failures", "kind", "job_id")}

@@ -497,8 +497,8 @@ def test_a_restore_onto_s3_that_fails_while_staging_leaves_the_target_untouched_
         return {o["Key"]: s3.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read() for o in objs}
 
     before = keys("failing/")
-    real_copy = restore_s3._Writer.copy_within
-    real_write = restore_s3._Writer.write_blob
+    real_copy = restore_s3.VerifiedWriter.copy_within
+    real_write = restore_s3.VerifiedWriter.write_blob
     calls: list[str] = []
 
     def failing_write(self: Any, entry: Any, key: str) -> None:
@@ -507,11 +507,11 @@ def test_a_restore_onto_s3_that_fails_while_staging_leaves_the_target_untouched_
             raise OSError("connection reset while staging")
         real_write(self, entry, key)
 
-    monkeypatch.setattr(restore_s3._Writer, "write_blob", failing_write)
+    monkeypatch.setattr(restore_s3.VerifiedWriter, "write_blob", failing_write)
     with pytest.raises(OSError):
         restore_snapshot(store, "orders", m.snapshot_id, target, force=True)
     assert keys("failing/") == before  # target as it was, staging removed
-    monkeypatch.setattr(restore_s3._Writer, "write_blob", real_write)
+    monkeypatch.setattr(restore_s3.VerifiedWriter, "write_blob", real_write)
 
     published: list[str] = []
 
@@ -522,13 +522,13 @@ def test_a_restore_onto_s3_that_fails_while_staging_leaves_the_target_untouched_
                 raise OSError("connection reset while publishing")
         real_copy(self, src_key, key, entry)
 
-    monkeypatch.setattr(restore_s3._Writer, "copy_within", failing_publish)
+    monkeypatch.setattr(restore_s3.VerifiedWriter, "copy_within", failing_publish)
     with pytest.raises(OSError):
         restore_snapshot(store, "orders", m.snapshot_id, target, force=True)
     assert f"failing/orders/{INCOMPLETE_FILE}" in keys("failing/")
     with pytest.raises(UnsupportedCheckpointError, match="restore that did not finish"):
         create_snapshot(target, store, "orders-copy")
-    monkeypatch.setattr(restore_s3._Writer, "copy_within", real_copy)
+    monkeypatch.setattr(restore_s3.VerifiedWriter, "copy_within", real_copy)
     restore_snapshot(store, "orders", m.snapshot_id, target, force=True)  # the same restore again finishes it
     after = keys("failing/")
     assert f"failing/orders/{INCOMPLETE_FILE}" not in after

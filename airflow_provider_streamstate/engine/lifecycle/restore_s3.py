@@ -84,7 +84,7 @@ def _assert_not_running(fs: S3CheckpointFS) -> None:
     assert_not_running(S3Sidecar(fs), "replace its checkpoint")
 
 
-class _Writer:
+class VerifiedWriter:
     """Writes verified objects below one prefix of the target's bucket."""
 
     def __init__(self, fs: S3CheckpointFS, store: SnapshotStore) -> None:
@@ -193,7 +193,7 @@ def restore_to_s3(
 
         s3_client = s3_client_from_env(parallelism * 2)
     fs = S3CheckpointFS(target, s3_client)
-    w = _Writer(fs, store)
+    w = VerifiedWriter(fs, store)
     base = fs.prefix + "/"
     # Launch records stay (launch generations, the drivers' fence, keep counting up).
     existing = {k: n for k, n in w.listing(base).items() if not k.startswith(base + LAUNCHES_DIR + "/")}

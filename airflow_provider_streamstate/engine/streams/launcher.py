@@ -697,7 +697,7 @@ def launch(
         launch_id = f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}-{uuid.uuid4().hex[:8]}"
         logs = Path(log_dir).expanduser().absolute() if log_dir else side.local_dir / LOG_DIR
         logs.mkdir(parents=True, exist_ok=True)
-        _prune_logs(logs)
+        prune_logs(logs)
         log_path = logs / f"{stream}-{launch_id}.log"
         child_env = {
             **os.environ, **(env or {}),
@@ -882,7 +882,9 @@ def _refuse_second_copy(side: Sidecar, stream: str) -> None:
         )
 
 
-def _prune_logs(logs: Path) -> None:
+def prune_logs(logs: Path) -> None:
+    """Keep the newest KEEP_LOGS - 1 logs in `logs` (room for the next one), and drop
+    properties files of secrets older than an hour."""
     try:
         old = sorted(logs.glob("*.log"), key=lambda p: p.stat().st_mtime)
         # A launch's secrets file that nobody deleted (its driver died before Python started,

@@ -1,0 +1,321 @@
+"""State jobs: the questions asked of a snapshot's state (validate, show, export, diff, bisect),
+each one request in, one small result out.
+
+The same `run_state_job` answers a request in two places: in the calling process, on a local
+Spark session (the embedded default), or inside a Spark application of this package
+(jobs/state_job.py) that engine/state/submit.py runs on the user's cluster, where the
+snapshot is read from the store's scratch area by the executors. Either way the caller
+gets the same JSON result: a validation's record (also stored write-once beside the
+snapshot), a diff's counts and samples, an export's location and row count, a state's first
+rows: never the state itself.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import mimetypes
+import os
+import re
+import shutil
+import tempfile
+import uuid
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_streamstate.engine.core.errors import UsageError
+from airflow_provider_streamstate.engine.state.reader import StateSelector
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from airflow_provider_streamstate.engine.state.reader import StateReader
+    from airflow_provider_streamstate.engine.stores.base import SnapshotStore
+
+log = logging.getLogger("streamstate.state")
+
+JOB_KINDS = ("validate", "show", "export", "diff", "bisect")
+EXPORT_FORMATS = ("parquet", "csv", "jsonl")
+REQUEST_FORMAT = "streamstate.state-job/v1"
+JOBS_KIND = "state-jobs"  # records below streams/<stream>/state-jobs/<job id>/
+
+
+def new_job_id(kind: str) -> str:
+    return f"{kind}-{uuid.uuid4().hex[:16]}"
+
+
+@dataclass(frozen=True)
+class StateJobRequest:
+    """One state job: what to read (store, stream, snapshots, which operator) and what to do.
+
+    `suite` is a suite's normalised definition (engine/state/validation.py `Suite.definition`),
+    loaded and checked by the caller: a bad suite fails before any application is submitted.
+    `data_docs` and `output` are paths the user names: local to where the job runs, or
+    `s3://`/`s3a://` URLs.
+    """
+
+    kind: str
+    store: str
+    stream: str
+    job_id: str = ""
+    snapshot: str = "latest"
+    selector: dict[str, Any] = field(default_factory=dict)
+    suite: dict[str, Any] | None = None
+    record: bool = True
+    data_docs: str | None = None
+    where: str | None = None
+    limit: int = 20
+    sample: int = 5
+    fmt: str | None = None
+    output: str | None = None
+    other_snapshot: str | None = None
+    other_stream: str | None = None
+    good: str | None = None
+    bad: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in JOB_KINDS:
+            raise UsageError(f"unknown state job {self.kind!r}", hint=f"one of {', '.join(JOB_KINDS)}")
+        if self.kind in ("validate", "bisect") and not self.suite:
+            raise UsageError(f"a {self.kind} job needs a suite", hint="give the suite (a GX suite JSON file)")
+        if self.kind == "diff" and not self.other_snapshot:
+            raise UsageError("a diff job needs the snapshot to compare with", hint="give SNAPSHOT_B")
+        if self.kind == "export":
+            if self.fmt not in EXPORT_FORMATS:
+                raise UsageError(f"unknown export format {self.fmt!r}", hint=f"one of {', '.join(EXPORT_FORMATS)}")
+            if not self.output:
+                raise UsageError("an export needs an output location", hint="give --output (a path or s3a:// URL)")
+        if self.limit < 0 or self.sample < 0:
+            raise UsageError("limit and sample must be at least 0")
+
+    @property
+    def state_selector(self) -> StateSelector:
+        s = self.selector or {}
+        return StateSelector(s.get("operator"), s.get("store_name") or None, s.get("join_side") or None)
+
+    def with_job_id(self) -> StateJobRequest:
+        from dataclasses import replace
+
+        return self if self.job_id else replace(self, job_id=new_job_id(self.kind))
+
+    def to_json(self) -> bytes:
+        return json.dumps({"format": REQUEST_FORMAT, **asdict(self)}, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> StateJobRequest:
+        d = json.loads(data)
+        if d.pop("format", None) != REQUEST_FORMAT:
+            raise UsageError("not a state job request", hint=f"expected format {REQUEST_FORMAT}")
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def request_key(stream: str, job_id: str) -> str:
+    from airflow_provider_streamstate.engine.stores.base import record_key
+
+    return record_key(stream, JOBS_KIND, f"{job_id}/request.json")
+
+
+def result_key(stream: str, job_id: str) -> str:
+    from airflow_provider_streamstate.engine.stores.base import record_key
+
+    return record_key(stream, JOBS_KIND, f"{job_id}/result.json")
+
+
+# --- running one ----------------------------------------------------------------------------
+
+
+def run_state_job(request: StateJobRequest, reader: StateReader) -> dict[str, Any]:
+    """Answer `request` with `reader` (its store, its Spark session); the JSON result."""
+    handler = {"validate": _validate, "show": _show, "export": _export, "diff": _diff, "bisect": _bisect}
+    result = handler[request.kind](request, reader)
+    return {"kind": request.kind, "job_id": request.job_id, **result}
+
+
+def _suite(request: StateJobRequest) -> Any:
+    from airflow_provider_streamstate.engine.state.validation import load_suite_value
+
+    return load_suite_value(request.suite, f"the request of {request.job_id or request.kind}")
+
+
+def _validate(request: StateJobRequest, reader: StateReader) -> dict[str, Any]:
+    from airflow_provider_streamstate.engine.state.validation import validate_snapshot
+
+    suite = _suite(request)
+    with _docs_dir(request.data_docs, reader.store) as docs:
+        result = validate_snapshot(reader, request.stream, request.snapshot, suite, selector=request.state_selector,
+                                   record=request.record, data_docs=docs)
+    out = result.to_json()
+    if result.data_docs and request.data_docs and _is_s3(request.data_docs):
+        out["data_docs"] = request.data_docs.rstrip("/") + "/index.html"
+    out["summary"] = result.summary()
+    out["failures"] = [o.describe() for o in result.record.failed]
+    return out
+
+
+def _show(request: StateJobRequest, reader: StateReader) -> dict[str, Any]:
+    m = reader.manifest(request.stream, request.snapshot)
+    sel = request.state_selector
+    df = filtered(reader.state(request.stream, m.snapshot_id, sel), request.where)
+    rows = [json.loads(json.dumps(r.asDict(), default=str)) for r in df.limit(request.limit).collect()]
+    total = df.count()
+    meta = reader.metadata(request.stream, m.snapshot_id)
+    return {"snapshot_id": m.snapshot_id, "stream": m.stream, "batch_id": m.batch_id, "selector": sel.to_json(),
+            "where": request.where, "columns": df.columns, "rows": rows, "total_rows": total,
+            "metadata": meta.to_json()}
+
+
+def _export(request: StateJobRequest, reader: StateReader) -> dict[str, Any]:
+    assert request.output is not None and request.fmt is not None
+    m = reader.manifest(request.stream, request.snapshot)
+    df = filtered(reader.state(request.stream, m.snapshot_id, request.state_selector), request.where)
+    output = export_state(df, request.fmt, request.output, store=reader.store)
+    rows = df.count()
+    return {"snapshot_id": m.snapshot_id, "stream": m.stream, "batch_id": m.batch_id, "format": request.fmt,
+            "output": output, "rows": rows, "columns": df.columns}
+
+
+def _diff(request: StateJobRequest, reader: StateReader) -> dict[str, Any]:
+    from airflow_provider_streamstate.engine.state.diff import diff_snapshots
+
+    assert request.other_snapshot is not None
+    d = diff_snapshots(reader, request.stream, request.snapshot, request.other_snapshot, request.state_selector,
+                       b_stream=request.other_stream or None, sample=request.sample)
+    return {**d.to_json(), "summary": d.summary()}
+
+
+def _bisect(request: StateJobRequest, reader: StateReader) -> dict[str, Any]:
+    from airflow_provider_streamstate.engine.state.bisect import bisect_snapshots
+
+    result = bisect_snapshots(reader, request.stream, _suite(request), selector=request.state_selector,
+                              good=request.good or None, bad=request.bad or None)
+    return {**result.to_json(), "summary": result.summary()}
+
+
+# --- helpers the kinds share ------------------------------------------------------------------
+
+
+def filtered(df: DataFrame, where: str | None) -> DataFrame:
+    """`df` filtered by a Spark SQL condition, checked now: a bad filter fails in one line."""
+    if not where:
+        return df
+    spark_log = logging.getLogger("SQLQueryContextLogger")  # PySpark logs the failure as an ERROR too
+    level = spark_log.level
+    spark_log.setLevel(logging.CRITICAL)
+    try:
+        out = df.where(where)
+        out.schema  # noqa: B018 - analysis happens here
+        return out
+    except Exception as exc:  # noqa: BLE001 - Spark's AnalysisException/ParseException
+        first = " ".join(str(exc).split(" SQLSTATE")[0].split())[:300]
+        raise UsageError(f"where {where!r} is not a valid filter on the state: {first}",
+                         hint=f"columns: {', '.join(df.columns)}") from None
+    finally:
+        spark_log.setLevel(level)
+
+
+_S3_RE = re.compile(r"^s3a?://")
+
+
+def _is_s3(location: str) -> bool:
+    return bool(_S3_RE.match(location))
+
+
+def _s3_client_for(store: SnapshotStore | None) -> Any:
+    if store is not None and getattr(store, "client", None) is not None:
+        return store.client  # type: ignore[attr-defined]
+    from airflow_provider_streamstate.engine.stores import s3_client_from_env
+
+    return s3_client_from_env()
+
+
+def _split_s3(location: str) -> tuple[str, str]:
+    bucket, _, key = _S3_RE.sub("", location).partition("/")
+    if not bucket:
+        raise UsageError(f"{location!r} names no bucket", hint="write s3a://bucket/path")
+    return bucket, key.strip("/")
+
+
+def _s3_prefix_objects(client: Any, bucket: str, prefix: str) -> list[str]:
+    keys: list[str] = []
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/"):
+        keys += [o["Key"] for o in page.get("Contents", [])]
+    return keys
+
+
+def export_state(df: DataFrame, fmt: str, output: str, *, store: SnapshotStore | None = None) -> str:
+    """Write `df` to `output`, which must not exist yet: all files or none under that name.
+
+    Locally the files are written beside it and renamed into place. S3 has no rename, so an
+    `s3a://` export is Spark's own commit (its `_SUCCESS` marker is written last) and a
+    failed one has its objects deleted before the error is raised.
+    """
+    if _is_s3(output):
+        location = "s3a://" + _S3_RE.sub("", output)
+        bucket, prefix = _split_s3(location)
+        client = _s3_client_for(store)
+        if not prefix:
+            raise UsageError(f"export output {output} is a whole bucket", hint="name a path below the bucket")
+        if _s3_prefix_objects(client, bucket, prefix):
+            raise UsageError(f"export output {output} already exists", hint="give a path that does not exist yet")
+        try:
+            _write(df, fmt, location)
+        except BaseException:
+            keys = _s3_prefix_objects(client, bucket, prefix)
+            for i in range(0, len(keys), 1000):
+                client.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in keys[i:i + 1000]],
+                                                             "Quiet": True})
+            raise
+        return location
+    path = Path(output.removeprefix("file://")).expanduser().resolve()
+    if path.exists():
+        raise UsageError(f"export output {path} already exists", hint="give a path that does not exist yet")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.parent / f".{path.name}.streamstate-export-{uuid.uuid4().hex[:8]}"
+    try:
+        _write(df, fmt, str(staging))
+        os.rename(staging, path)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return str(path)
+
+
+def _write(df: DataFrame, fmt: str, location: str) -> None:
+    writer = df.write.mode("errorifexists")
+    if fmt == "parquet":
+        writer.parquet(location)
+    elif fmt == "csv":
+        writer.option("header", "true").csv(location)
+    else:
+        writer.json(location)
+
+
+class _docs_dir:  # noqa: N801 - a context manager used like a function
+    """Where GX writes Data Docs: the named directory, or, for an `s3://` location, a temp
+    directory uploaded there when the suite has run."""
+
+    def __init__(self, location: str | None, store: SnapshotStore | None) -> None:
+        self.location, self.store = location, store
+        self._tmp: str | None = None
+
+    def __enter__(self) -> str | None:
+        if self.location is None or not _is_s3(self.location):
+            return self.location
+        self._tmp = tempfile.mkdtemp(prefix="streamstate-docs-")
+        return self._tmp
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if self._tmp is None:
+            return
+        try:
+            if exc_type is None and self.location is not None:
+                bucket, prefix = _split_s3(self.location)
+                client = _s3_client_for(self.store)
+                root = Path(self._tmp)
+                for f in sorted(p for p in root.rglob("*") if p.is_file()):
+                    key = f"{prefix}/{f.relative_to(root)}" if prefix else str(f.relative_to(root))
+                    kind = mimetypes.guess_type(f.name)[0] or "application/octet-stream"
+                    client.upload_file(str(f), bucket, key, ExtraArgs={"ContentType": kind})
+        finally:
+            shutil.rmtree(self._tmp, ignore_errors=True)

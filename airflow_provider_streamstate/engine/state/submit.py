@@ -1,0 +1,346 @@
+"""Running a state job as a Spark application of this package (jobs/state_job.py) on the
+user's cluster, and bringing back its small result.
+
+The caller builds the spark-submit command (the Airflow layer with the apache-spark
+provider's SparkSubmitHook and a Spark connection, the CLI from `--master`/`--deploy-mode`);
+this module completes it and runs it:
+
+1. The request is written to the store (`streams/<stream>/state-jobs/<job>/request.json`):
+   the application's arguments are the store, the stream and the job id, nothing secret.
+2. The store's endpoint and credentials reach the application off the command line: the
+   driver's as AWS_* variables (its environment in client mode, `spark.yarn.appMasterEnv.*`
+   in YARN cluster mode), the executors' as S3A per-bucket confs for the store's bucket; the
+   sensitive confs go into a properties file only this user can read (engine/streams/secret_confs.py).
+3. spark-submit runs. In YARN cluster mode it returns once YARN accepted the application,
+   whose state is then polled from the ResourceManager's REST API: the calling process
+   holds no Spark driver and no state. Otherwise (local master, client mode) spark-submit
+   is the driver, on this machine.
+4. The result record the application wrote is read; a failed application's record (or its
+   log's last error line) becomes the error. The scratch copies and the job's records are
+   deleted whatever happened: after success, failure, or cancellation (Ctrl-C, a task's
+   `on_kill`), which first kills the application (the ResourceManager, or the local
+   process group).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_streamstate.engine.core.cancel import check_cancelled
+from airflow_provider_streamstate.engine.core.errors import StreamstateError, TransientError, UsageError
+from airflow_provider_streamstate.engine.core.redact import redact_command, sensitive_values
+from airflow_provider_streamstate.engine.state.jobs import StateJobRequest, request_key, result_key
+from airflow_provider_streamstate.engine.state.scratch import is_s3_store, remove_scratch
+from airflow_provider_streamstate.engine.stores.base import SnapshotStore
+from airflow_provider_streamstate.engine.streams.kubernetes import kubernetes_cluster_mode, option_value
+from airflow_provider_streamstate.engine.streams.secret_confs import move_secrets_to_file
+from airflow_provider_streamstate.engine.streams.yarn import (
+    ResourceManager,
+    resource_manager_urls,
+    submitted_app_id,
+    yarn_cluster_mode,
+)
+
+log = logging.getLogger("streamstate.state")
+
+RESULT_FORMAT = "streamstate.state-job-result/v1"
+
+
+class StateJobError(StreamstateError):
+    """The state job's application failed; the message is its own error line."""
+
+
+def state_job_application() -> str:
+    """The path of the application spark-submit runs for a state job."""
+    return str(Path(__file__).resolve().parents[2] / "jobs" / "state_job.py")
+
+
+def state_job_arguments(request: StateJobRequest) -> list[str]:
+    return [request.store, request.stream, request.job_id]
+
+
+@dataclass(frozen=True)
+class StoreAccess:
+    """How a state job reaches an S3 store: the endpoint and the credentials it runs with.
+    All None: the cluster's own (an instance role, its core-site.xml)."""
+
+    endpoint_url: str | None = None
+    region: str | None = None
+    access_key: str | None = None
+    secret_key: str | None = None
+    session_token: str | None = None
+
+    @classmethod
+    def from_environment(cls) -> StoreAccess:
+        """This process's AWS environment, as boto3 resolves it."""
+        import boto3
+
+        session = boto3.session.Session()
+        creds = session.get_credentials()
+        frozen = creds.get_frozen_credentials() if creds is not None else None
+        return cls(
+            endpoint_url=os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None,
+            region=session.region_name,
+            access_key=frozen.access_key if frozen else None,
+            secret_key=frozen.secret_key if frozen else None,
+            session_token=frozen.token if frozen else None,
+        )
+
+    def driver_env(self) -> dict[str, str]:
+        """The AWS_* variables the application's driver opens the store with."""
+        pairs = {"AWS_ENDPOINT_URL": self.endpoint_url, "AWS_DEFAULT_REGION": self.region,
+                 "AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key,
+                 "AWS_SESSION_TOKEN": self.session_token}
+        return {k: v for k, v in pairs.items() if v}
+
+    def s3a_confs(self, bucket: str) -> dict[str, str]:
+        """S3A per-bucket options for `bucket` only: the executors read the scratch copies
+        there, and whatever the user configured for other buckets stays as it is."""
+        p = f"spark.hadoop.fs.s3a.bucket.{bucket}."
+        out: dict[str, str] = {}
+        if self.endpoint_url:
+            out[p + "endpoint"] = self.endpoint_url
+            out[p + "path.style.access"] = "true"
+            out[p + "connection.ssl.enabled"] = "true" if self.endpoint_url.startswith("https") else "false"
+        if self.region:
+            out[p + "endpoint.region"] = self.region
+        if self.access_key and self.secret_key:
+            out[p + "access.key"] = self.access_key
+            out[p + "secret.key"] = self.secret_key
+            if self.session_token:
+                out[p + "session.token"] = self.session_token
+                out[p + "aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
+            else:
+                out[p + "aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
+        return out
+
+
+def job_log_dir() -> Path:
+    from airflow_provider_streamstate.engine.checkpoint.sidecar import ENV_HOME
+
+    home = Path(os.environ.get(ENV_HOME) or Path.home() / ".streamstate").expanduser()
+    return home / "state-jobs"
+
+
+@dataclass
+class SubmittedJob:
+    """A state job's application while it runs: what `kill` needs."""
+
+    request: StateJobRequest
+    proc: subprocess.Popen[bytes] | None = None
+    app_id: str | None = None
+    rm: ResourceManager | None = None
+    log_path: str = ""
+
+    def kill(self, *, wait_s: float = 60.0) -> None:
+        """End the application wherever it runs, and wait (up to `wait_s`) until it has
+        ended, so nothing it still writes outlives the clean-up; safe to call twice."""
+        if self.rm is not None and self.app_id is not None:
+            try:
+                self.rm.kill(self.app_id)
+                log.info("killed YARN application %s (state job %s)", self.app_id, self.request.job_id)
+            except StreamstateError as exc:
+                log.warning("could not kill %s: %s", self.app_id, exc.one_line())
+            deadline = time.monotonic() + wait_s
+            while time.monotonic() < deadline:
+                try:
+                    if self.rm.app(self.app_id).ended:
+                        break
+                except StreamstateError:
+                    pass
+                time.sleep(0.5)
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(timeout=30)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+
+def complete_command(command: Sequence[str], request: StateJobRequest, store: SnapshotStore,
+                     access: StoreAccess | None, env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+    """The caller's spark-submit command with what the job needs to reach its store, and the
+    environment spark-submit runs with."""
+    cmd = list(command)
+    if kubernetes_cluster_mode(cmd):
+        raise UsageError("state jobs do not run in Kubernetes cluster deploy mode yet",
+                         hint="run them in client mode (the driver in the calling pod) or on YARN")
+    master = option_value(cmd, "--master") or ""
+    if master.startswith("spark://") and option_value(cmd, "--deploy-mode") == "cluster":
+        raise UsageError("Spark standalone has no cluster deploy mode for Python applications",
+                         hint="use client deploy mode on a standalone master (or cluster mode on YARN)")
+    child_env = {**env}
+    extra: list[str] = []
+    if not any(a.startswith("spark.sql.session.timeZone=") for a in cmd):
+        extra += ["--conf", "spark.sql.session.timeZone=UTC"]  # rows read back as the local path shows them
+    driver_env = access.driver_env() if access is not None and is_s3_store(store) else {}
+    if access is not None and is_s3_store(store):
+        extra += [a for k, v in sorted(access.s3a_confs(store.bucket).items())  # type: ignore[attr-defined]
+                  for a in ("--conf", f"{k}={v}")]
+    if yarn_cluster_mode(cmd):
+        extra += ["--conf", "spark.yarn.submit.waitAppCompletion=false", "--conf", "spark.yarn.maxAppAttempts=1"]
+        extra += [a for k, v in sorted(driver_env.items()) for a in ("--conf", f"spark.yarn.appMasterEnv.{k}={v}")]
+    else:
+        child_env.update(driver_env)
+    return [cmd[0], *extra, *cmd[1:]], child_env
+
+
+def submit_state_job(
+    request: StateJobRequest,
+    store: SnapshotStore,
+    command: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    access: StoreAccess | None = None,
+    poll_s: float = 1.0,
+    timeout_s: float | None = None,
+    on_submit: Any = None,
+) -> dict[str, Any]:
+    """Run `request` as the Spark application `command` (spark-submit ... state_job.py with
+    `state_job_arguments(request)`) and return its result; see the module docstring.
+    `on_submit(job)` is called as soon as there is something to kill."""
+    if not request.job_id:
+        raise UsageError("a submitted state job needs a job id", hint="use request.with_job_id()")
+    argv, child_env = complete_command(command, request, store, access, {**os.environ, **(env or {})})
+    from airflow_provider_streamstate.engine.streams.launcher import prune_logs
+
+    logs = job_log_dir()
+    logs.mkdir(parents=True, exist_ok=True)
+    prune_logs(logs)
+    log_path = logs / f"{request.job_id}.log"
+    props = Path(tempfile.mkdtemp(prefix="streamstate-job-", dir=logs)) / "secrets.properties"
+    argv, moved = move_secrets_to_file(argv, props, env=child_env)
+    shown = redact_command(argv, secrets=sensitive_values(env=dict(env or {}), args=list(command)))
+    job = SubmittedJob(request, log_path=str(log_path))
+    store.put_record(request_key(request.stream, request.job_id), request.to_json())
+    started = time.monotonic()
+    try:
+        with open(log_path, "ab") as out:
+            out.write(f"streamstate: state job {request.job_id}: {' '.join(shown)}\n".encode())
+            if moved:
+                out.write(f"streamstate: {len(moved)} secret conf(s) passed in a properties file\n".encode())
+            out.flush()
+            try:
+                job.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                            start_new_session=True, close_fds=True, env=child_env)
+            except OSError as exc:
+                raise UsageError(f"cannot run {argv[0]!r}: {exc.strerror or exc}",
+                                 hint="install Spark (pyspark ships spark-submit) or set the connection's "
+                                 "spark-binary") from None
+        if on_submit is not None:
+            on_submit(job)
+        if yarn_cluster_mode(argv):
+            _wait_for_submission(job, props, child_env, started, timeout_s, poll_s)
+            if on_submit is not None:
+                on_submit(job)
+            _wait_for_yarn(job, started, timeout_s, poll_s)
+        else:
+            _wait_for_process(job, started, timeout_s, poll_s)
+        return _result(job, store)
+    except BaseException:
+        job.kill()
+        raise
+    finally:
+        props.unlink(missing_ok=True)
+        props.parent.rmdir()
+        _clean_up(store, request)
+
+
+def _deadline_passed(started: float, timeout_s: float | None) -> bool:
+    return timeout_s is not None and time.monotonic() - started > timeout_s
+
+
+def _wait_for_process(job: SubmittedJob, started: float, timeout_s: float | None, poll_s: float) -> None:
+    assert job.proc is not None
+    while job.proc.poll() is None:
+        check_cancelled()
+        if _deadline_passed(started, timeout_s):
+            raise TransientError(f"state job {job.request.job_id} did not end within {timeout_s:.0f} s",
+                                 hint=f"its log: {job.log_path}")
+        time.sleep(min(poll_s, 0.2))
+
+
+def _wait_for_submission(job: SubmittedJob, props: Path, env: Mapping[str, str], started: float,
+                         timeout_s: float | None, poll_s: float) -> None:
+    """spark-submit in YARN cluster mode returns once YARN accepted the application."""
+    _wait_for_process(job, started, timeout_s, poll_s)
+    props.unlink(missing_ok=True)
+    assert job.proc is not None
+    text = Path(job.log_path).read_text(errors="replace")
+    job.app_id = submitted_app_id(text)
+    urls = resource_manager_urls(dict(env))
+    if job.proc.returncode != 0 or job.app_id is None:
+        raise StateJobError(f"spark-submit of state job {job.request.job_id} failed (exit {job.proc.returncode}): "
+                            f"{_last_error(job.log_path)}", hint=f"its log: {job.log_path}")
+    if not urls:
+        raise UsageError("cluster deploy mode on YARN needs the cluster's configuration",
+                         hint="set YARN_CONF_DIR or HADOOP_CONF_DIR to the directory of its yarn-site.xml")
+    job.rm = ResourceManager(urls)
+    log.info("state job %s runs as YARN application %s", job.request.job_id, job.app_id)
+
+
+def _wait_for_yarn(job: SubmittedJob, started: float, timeout_s: float | None, poll_s: float) -> None:
+    assert job.rm is not None and job.app_id is not None
+    while True:
+        check_cancelled()
+        try:
+            app = job.rm.app(job.app_id)
+        except TransientError as exc:
+            log.warning("ResourceManager: %s", exc.one_line())
+        else:
+            if app.ended:
+                log.info("YARN application %s ended: %s/%s", job.app_id, app.state, app.final_status)
+                return
+        if _deadline_passed(started, timeout_s):
+            raise TransientError(f"state job {job.request.job_id} ({job.app_id}) did not end within "
+                                 f"{timeout_s:.0f} s", hint="the application was killed")
+        time.sleep(poll_s)
+
+
+def _last_error(log_path: str) -> str:
+    from airflow_provider_streamstate.engine.streams.launcher import last_error_line
+
+    return last_error_line(log_path) or "no error line in its log"
+
+
+def _result(job: SubmittedJob, store: SnapshotStore) -> dict[str, Any]:
+    data = store.get_record(result_key(job.request.stream, job.request.job_id))
+    where = f"application {job.app_id}" if job.app_id else f"log {job.log_path}"
+    if data is None:
+        code = job.proc.returncode if job.proc is not None else None
+        raise StateJobError(f"state job {job.request.job_id} ended without a result (exit {code}): "
+                            f"{_last_error(job.log_path) if not job.app_id else 'see the application log'}",
+                            hint=f"see its {where}")
+    record = json.loads(data)
+    if record.get("format") != RESULT_FORMAT:
+        raise StateJobError(f"state job {job.request.job_id} wrote a result of unknown format {record.get('format')}")
+    if record.get("error"):
+        err = record["error"]
+        cls = UsageError if err.get("usage") else StateJobError
+        raise cls(err.get("message") or "the state job failed", hint=err.get("hint") or f"see its {where}")
+    result: dict[str, Any] = record["result"]
+    result["ran_on"] = record.get("ran_on")
+    return result
+
+
+def _clean_up(store: SnapshotStore, request: StateJobRequest) -> None:
+    """The job's scratch copies and records: gone however the job ended."""
+    try:
+        remove_scratch(store, request.job_id)
+        store.delete_record(result_key(request.stream, request.job_id))
+        store.delete_record(request_key(request.stream, request.job_id))
+    except StreamstateError as exc:
+        log.warning("state job %s: could not clean up in %s: %s", request.job_id, store.url, exc.one_line())

@@ -1,0 +1,188 @@
+"""What a state job costs the Airflow task that runs it: ValidateSnapshotOperator on a snapshot
+of >= 10 M keys (RocksDB state in an S3 store on the stack's moto endpoint), run as its own
+task process, once on today's local path (Spark in the task, the snapshot copied to the
+task's disk) as the baseline, and once as a Spark application in YARN cluster mode
+(`spark_conn_id`) on the stack's YARN cluster, in the same run on the same snapshot.
+
+Per mode: the task's peak RSS (the task process and all its children, summed, sampled every
+50 ms), the bytes its process tree wrote to local storage (`getrusage(RUSAGE_CHILDREN)`
+block outputs of the waited-for tree), and wall time from the task's start to its result.
+
+    .venv/bin/python benchmarks/state_jobs_bench.py [--keys 10000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from bench_common import WORK, MiB, rate_rows
+
+from dev import stack as stack_mod
+
+SUITE = {"expectations": [
+    {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "key_k"}},
+    {"type": "expect_column_values_to_be_between", "kwargs": {"column": "value_count", "min_value": 1,
+                                                              "max_value": 1}},
+]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--keys", type=int, default=10_000_000)
+    p.add_argument("--task", default=None, help=argparse.SUPPRESS)  # internal: run one task
+    args = p.parse_args(argv)
+    if args.task:
+        return _task(json.loads(args.task))
+    WORK.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="state-jobs-", dir=WORK))
+    stack = stack_mod.up()
+    yarn = stack_mod.start_yarn_cluster(work / "yarn")
+    try:
+        return _run(args, stack, yarn, work)
+    finally:
+        stack_mod.stop_yarn_cluster(work / "yarn")
+        stack_mod.down()
+
+
+def _snapshot(stack: stack_mod.Stack, work: Path, keys: int) -> tuple[str, str, int]:
+    """`keys` distinct keys counted once each, RocksDB state; snapshotted into an S3 store."""
+    from pyspark.sql import functions as F
+
+    from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
+    from airflow_provider_streamstate.engine.state.spark import spark_session
+    from airflow_provider_streamstate.engine.stores import S3Store, s3_client
+
+    spark = spark_session("state-jobs-bench", state_store="rocksdb", shuffle_partitions=4)
+    checkpoint = str(work / "ckpt")
+    counts = rate_rows(spark, keys).select(F.col("value").alias("k")).groupBy("k").count()
+    query = (counts.writeStream.format("noop").outputMode("update").option("checkpointLocation", checkpoint)
+             .trigger(processingTime="1 hour").start())
+    try:
+        while not query.lastProgress:
+            assert query.exception() is None, query.exception()
+            time.sleep(1)
+    finally:
+        query.stop()
+    spark.stop()
+    for key, value in stack.s3_env("primary").items():
+        os.environ[key] = value
+    bucket = stack.s3["primary"]["bucket"]
+    prefix = f"bench/state-jobs-{uuid.uuid4().hex[:8]}"
+    store = S3Store(s3_client(), bucket, prefix)
+    result = create_snapshot(checkpoint, store, "keys", parallelism=8)
+    return f"s3://{bucket}/{prefix}", result.manifest.snapshot_id, result.manifest.bytes_total
+
+
+def _yarn_conf(yarn: stack_mod.YarnCluster, work: Path) -> dict[str, str]:
+    import pyspark
+
+    jars = Path(pyspark.__file__).resolve().parent / "jars"
+    local = {f"spark.{side}.SPARK_LOCAL_{what}": "127.0.0.1" for side in ("yarn.appMasterEnv", "executorEnv")
+             for what in ("IP", "HOSTNAME")}
+    return {**local, "spark.pyspark.python": sys.executable, "spark.yarn.appMasterEnv.PYSPARK_PYTHON": sys.executable,
+            "spark.executorEnv.PYSPARK_PYTHON": sys.executable, "spark.driver.memory": "1g",
+            "spark.executor.memory": "2g", "spark.executor.instances": "2", "spark.executor.cores": "1",
+            "spark.sql.shuffle.partitions": "4", "spark.yarn.jars": f"local:{jars}/*",
+            "spark.yarn.stagingDir": f"file://{work / 'staging'}"}
+
+
+def _task(task: dict[str, Any]) -> int:
+    """One task process: the operator's execute, as a worker runs it."""
+    from airflow_provider_streamstate.operators.validate import ValidateSnapshotOperator
+
+    op = ValidateSnapshotOperator(task_id="validate", stream=task["stream"], suite=task["suite"],
+                                  snapshot=task["snapshot"], **task["cluster"])
+    started = time.monotonic()
+    result = op.execute({})  # type: ignore[arg-type]
+    print(json.dumps({"seconds": time.monotonic() - started, "success": result["success"],
+                      "ran_on": result.get("ran_on")}))
+    return 0
+
+
+def _tree_rss(pid: int) -> int:
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0
+    total = 0
+    for proc in procs:
+        try:
+            total += proc.memory_info().rss
+        except psutil.NoSuchProcess:
+            continue
+    return total
+
+
+def _measure(task: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_oublock
+    started = time.monotonic()
+    proc = subprocess.Popen([sys.executable, __file__, "--task", json.dumps(task)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peak = 0
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, _tree_rss(proc.pid))
+            time.sleep(0.05)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    out, err = proc.communicate()
+    done.set()
+    sampler.join()
+    wall = time.monotonic() - started
+    if proc.returncode != 0:
+        raise SystemExit(f"task failed ({proc.returncode}):\n{err[-4000:]}")
+    written = (resource.getrusage(resource.RUSAGE_CHILDREN).ru_oublock - before) * 512
+    result = json.loads(out.strip().splitlines()[-1])
+    return {"peak_rss_mib": round(peak / MiB, 1), "local_writes_mib": round(written / MiB, 1),
+            "wall_s": round(wall, 1), "execute_s": round(result["seconds"], 1), "success": result["success"],
+            "ran_on": result["ran_on"]}
+
+
+def _run(args: argparse.Namespace, stack: stack_mod.Stack, yarn: stack_mod.YarnCluster, work: Path) -> int:
+    t = time.monotonic()
+    store, snapshot_id, size = _snapshot(stack, work, args.keys)
+    print(f"snapshot {snapshot_id}: {args.keys:,} keys, {size / MiB:.1f} MiB of state "
+          f"({time.monotonic() - t:.0f} s to build)", flush=True)
+    env = {**os.environ, **stack.s3_env("primary"), "STREAMSTATE_HOME": str(work / "home"),
+           "AIRFLOW_CONN_SPARK_YARN": json.dumps({"conn_type": "spark", "host": "yarn",
+                                                  "extra": {"deploy-mode": "cluster"}}),
+           "TMPDIR": str(work / "tmp")}
+    (work / "tmp").mkdir()
+    stream = {"name": "keys", "checkpoint": str(work / "ckpt"), "store": store}
+    results = {}
+    for mode in ("local", "yarn-cluster"):
+        suite = {"name": f"bench-{mode}", **SUITE}
+        cluster: dict[str, Any] = {}
+        if mode != "local":
+            cluster = {"spark_conn_id": "spark_yarn", "spark_conf": _yarn_conf(yarn, work),
+                       "spark_jars": list(stack.spark_jars), "spark_env": yarn.env()}
+        results[mode] = _measure({"stream": stream, "suite": suite, "snapshot": snapshot_id, "cluster": cluster},
+                                 env)
+        print(f"{mode:13} {json.dumps(results[mode])}", flush=True)
+    local, remote = results["local"], results["yarn-cluster"]
+    print(json.dumps({"keys": args.keys, "state_mib": round(size / MiB, 1), **{
+        "peak_rss_ratio": round(remote["peak_rss_mib"] / local["peak_rss_mib"], 3),
+        "wall_ratio": round(remote["wall_s"] / local["wall_s"], 3)}, "local": local, "yarn_cluster": remote}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,292 @@
+"""State jobs as Spark applications where the data is: the snapshots of a real stream that
+checkpointed to S3 (s3a on the stack's moto endpoint), in an S3 store, questioned through the
+CLI on a Spark standalone cluster (client mode) and through the operators in a DAG run on
+YARN (cluster mode). Each job reads the snapshot from a scratch copy inside the store,
+answers exactly as the local path does on the same snapshots (validate pass and fail,
+show, export, diff, bisect), leaves no scratch copy and no job record behind, and a killed
+job's application is killed on the cluster too."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_provider_streamstate.cli import main
+from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
+from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.state.bisect import bisect_snapshots
+from airflow_provider_streamstate.engine.state.diff import diff_snapshots
+from airflow_provider_streamstate.engine.state.reader import StateReader, StateSelector
+from airflow_provider_streamstate.engine.state.validation import load_suite, validate_snapshot
+from airflow_provider_streamstate.engine.stores import S3Store
+from airflow_provider_streamstate.jobs.generator import GeneratorSpec, ensure_topic, produce
+from dev import stack as stack_mod
+from tests.integration.test_state_history import SUITE, produce_poison
+from tests.s3 import s3_client
+from tests.streams import run_to_end, use_state_store
+
+pytestmark = pytest.mark.integration
+
+OPERATOR = StateSelector("stateStoreSave")
+
+
+class S3History:
+    """Every committed batch of an s3a checkpoint, snapshotted into an S3 store."""
+
+    def __init__(self, store: S3Store, url: str, ids: list[str], first_bad: str) -> None:
+        self.store, self.url, self.ids, self.first_bad = store, url, ids, first_bad
+
+    def leftovers(self) -> list[str]:
+        """Objects a state job must not leave: scratch copies and job records."""
+        c, out = self.store.client, []
+        for prefix in (f"{self.store.prefix}/scratch/", f"{self.store.prefix}/streams/accounts/state-jobs/"):
+            for page in c.get_paginator("list_objects_v2").paginate(Bucket=self.store.bucket, Prefix=prefix):
+                out += [o["Key"] for o in page.get("Contents", [])]
+        return out
+
+
+@pytest.fixture(scope="module")
+def s3_history(stack, spark) -> S3History:
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()  # noqa: SLF001 - the stream writes through S3A
+    hadoop.set("fs.s3a.impl.disable.cache", "true")
+    for key, value in stack.s3a_conf("primary").items():
+        hadoop.set(key.removeprefix("spark.hadoop."), value)
+    bucket = stack.s3["primary"]["bucket"]
+    run = f"tests/state-jobs-{uuid.uuid4().hex[:8]}"
+    checkpoint = f"s3a://{bucket}/{run}/ckpt"
+    topic = f"poison-{uuid.uuid4().hex[:8]}"
+    ensure_topic(stack.kafka_bootstrap, topic, partitions=2)
+    use_state_store(spark, "rocksdb-changelog", **{"spark.sql.shuffle.partitions": "2"})
+    first = GeneratorSpec(seed=82, accounts=8, events=90)
+    produce(stack.kafka_bootstrap, topic, first)
+    poison = produce_poison(stack.kafka_bootstrap, topic, 90)
+    produce(stack.kafka_bootstrap, topic, first.next_round(90))
+    run_to_end(spark, stack.kafka_bootstrap, topic, checkpoint, max_offsets=30)
+    store = S3Store(s3_client(stack), bucket, f"{run}/store")
+    batches = CheckpointReader(checkpoint, s3_client=store.client).committed_batches()
+    manifests = [create_snapshot(checkpoint, store, "accounts", batch_id=b).manifest for b in batches]
+    first_bad = next(m.snapshot_id for m in manifests if m.kafka_offsets[topic]["0"] > poison)
+    assert first_bad not in (manifests[0].snapshot_id, manifests[-1].snapshot_id)
+    return S3History(store, f"s3://{bucket}/{run}/store", [m.snapshot_id for m in manifests], first_bad)
+
+
+@pytest.fixture(scope="module")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    state_dir = tmp_path_factory.mktemp("spark-cluster")
+    try:
+        yield stack_mod.start_spark_cluster(state_dir)
+    finally:
+        stack_mod.stop_spark_cluster(state_dir)
+
+
+@pytest.fixture(scope="module")
+def yarn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[stack_mod.YarnCluster]:
+    state_dir = tmp_path_factory.mktemp("yarn")
+    try:
+        yield stack_mod.start_yarn_cluster(state_dir)
+    finally:
+        stack_mod.stop_yarn_cluster(state_dir)
+
+
+def _local(s3_history: S3History, spark) -> StateReader:  # noqa: ANN001
+    return StateReader(s3_history.store, spark=spark)
+
+
+def _cli(capsys, *argv: str) -> tuple[int, dict[str, Any]]:  # noqa: ANN001
+    code = main(list(argv))
+    out = capsys.readouterr().out.strip().splitlines()
+    return code, json.loads(out[-1]) if out else {}
+
+
+def _rows(rows: list[dict[str, Any]]) -> list[str]:
+    return sorted(json.dumps({k: v for k, v in r.items() if k != "partition_id"}, sort_keys=True, default=str)
+                  for r in rows)
+
+
+def test_state_jobs_on_a_standalone_cluster_answer_as_the_local_path_does_and_leave_nothing_behind(
+    stack, spark, s3_history, spark_cluster, capsys, monkeypatch, tmp_path
+) -> None:
+    """`--master spark://...`: validate (pass, fail), show, export to s3a, diff and bisect run
+    as applications on the standalone cluster (client mode: the driver here, the executors on
+    the workers, reading the scratch copy from S3) and give the local path's answers."""
+    for key, value in stack.s3_env("primary").items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
+    monkeypatch.setenv("STREAMSTATE_HOME", str(tmp_path / "home"))
+    suite_file = tmp_path / "suite.json"
+    suite_file.write_text(json.dumps(SUITE))
+    h = s3_history
+    job = ["--store", h.url, "--stream", "accounts", "--json", "--master", spark_cluster,
+           "--jars", ",".join(stack.spark_jars), "--conf", "spark.driver.host=127.0.0.1",
+           "--conf", "spark.driver.bindAddress=127.0.0.1", "--conf", "spark.executor.memory=512m",
+           "--conf", "spark.cores.max=2", "--conf", "spark.sql.shuffle.partitions=2"]
+    first, last = h.ids[0], h.ids[-1]
+
+    code, good = _cli(capsys, "validate", first, "--suite", str(suite_file), *job)
+    assert code == 0 and good["success"] is True and good["reused"] is False
+    assert good["ran_on"]["master"] == spark_cluster and good["ran_on"]["app_id"].startswith("app-")
+    code, bad = _cli(capsys, "validate", last, "--suite", str(suite_file), *job)
+    assert code == 3 and bad["success"] is False
+    code, shown = _cli(capsys, "state", "show", last, "--operator", "stateStoreSave", "--limit", "100", *job)
+    assert code == 0
+    export = f"s3a://{h.store.bucket}/{h.store.prefix.rsplit('/', 1)[0]}/export-{uuid.uuid4().hex[:6]}"
+    code, exported = _cli(capsys, "state", "export", last, "--operator", "stateStoreSave", "--format", "parquet",
+                          "--output", export, *job)
+    assert code == 0 and exported["output"] == export
+    code, diffed = _cli(capsys, "diff", first, last, "--operator", "stateStoreSave", *job)
+    assert code == 0
+    bisect_suite = tmp_path / "bisect-suite.json"
+    bisect_suite.write_text(json.dumps({**SUITE, "name": "accounts-sane-cluster"}))
+    code, bisected = _cli(capsys, "bisect", "--suite", str(bisect_suite), *job)
+    assert code == 0 and bisected["first_bad"] == h.first_bad
+    assert h.leftovers() == []
+
+    # The same questions on the same snapshots, answered here.
+    suite = load_suite(SUITE)
+    with _local(h, spark) as reader:
+        for sid, remote in ((first, good), (last, bad)):
+            local = validate_snapshot(reader, "accounts", sid, suite, record=False).to_json()
+            assert local["success"] == remote["success"] and local["failed"] == remote["failed"]
+        state = reader.state("accounts", last, OPERATOR)
+        assert shown["total_rows"] == state.count() and _rows(shown["rows"]) == _rows(
+            [r.asDict() for r in state.collect()])
+        assert exported["rows"] == state.count()
+        assert _rows([r.asDict() for r in spark.read.parquet(export).collect()]) == _rows(
+            [r.asDict() for r in state.collect()])
+        local_diff = diff_snapshots(reader, "accounts", first, last, OPERATOR).to_json()
+        assert {k: v for k, v in diffed.items() if k != "ran_on"} == local_diff
+        local_bisect = bisect_snapshots(reader, "accounts", load_suite({**SUITE, "name": "accounts-sane-local"}))
+    assert local_bisect.first_bad is not None and local_bisect.first_bad.snapshot_id == bisected["first_bad"]
+    assert [(s["snapshot_id"], s["good"]) for s in bisected["steps"]] == [
+        (s.snapshot_id, s.good) for s in local_bisect.steps]
+
+
+def _yarn_job_conf(yarn: stack_mod.YarnCluster, tmp_path: Path) -> dict[str, str]:
+    import pyspark
+
+    jars = Path(pyspark.__file__).resolve().parent / "jars"
+    local = {f"spark.{side}.SPARK_LOCAL_{what}": "127.0.0.1" for side in ("yarn.appMasterEnv", "executorEnv")
+             for what in ("IP", "HOSTNAME")}
+    return {**local, "spark.pyspark.python": sys.executable, "spark.yarn.appMasterEnv.PYSPARK_PYTHON": sys.executable,
+            "spark.executorEnv.PYSPARK_PYTHON": sys.executable, "spark.driver.memory": "512m",
+            "spark.executor.memory": "512m", "spark.executor.instances": "1", "spark.executor.cores": "1",
+            "spark.sql.shuffle.partitions": "2", "spark.yarn.jars": f"local:{jars}/*",
+            "spark.yarn.stagingDir": f"file://{tmp_path / 'staging'}"}
+
+
+def test_state_operators_run_their_jobs_in_cluster_mode_on_yarn_and_match_the_local_path(
+    stack, spark, s3_history, yarn, run_dag, monkeypatch, tmp_path
+) -> None:
+    """The validate, bisect and report operators with a `spark` connection to YARN in cluster
+    mode: each submits its job through SparkSubmitHook and waits on the ResourceManager; the
+    task holds no state; the records, reports and Data Docs land in S3 and say what the
+    local path says."""
+    from airflow_provider_streamstate.engine.catalog.validation_records import get_validation
+    from airflow_provider_streamstate.spec import StreamSpec
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_YARN", json.dumps(
+        {"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster"}}))
+    monkeypatch.setenv("AIRFLOW_CONN_STORE_S3", json.dumps(
+        {"conn_type": "aws", "login": stack.s3_env("primary")["AWS_ACCESS_KEY_ID"],
+         "password": stack.s3_env("primary")["AWS_SECRET_ACCESS_KEY"],
+         "extra": {"endpoint_url": stack.s3["primary"]["endpoint_url"], "region_name": stack.s3["primary"]["region"]}}))
+    monkeypatch.setenv("STREAMSTATE_HOME", str(tmp_path / "home"))
+    h = s3_history
+    suite_name = f"accounts-yarn-{uuid.uuid4().hex[:6]}"
+    suite_file = tmp_path / "suite.json"
+    suite_file.write_text(json.dumps({**SUITE, "name": suite_name}))
+    spec = StreamSpec(name="accounts", checkpoint="s3a://unused/ckpt", store=h.url, aws_conn_id="store_s3")
+    reports = f"s3://{h.store.bucket}/{h.store.prefix.rsplit('/', 1)[0]}/reports-{uuid.uuid4().hex[:6]}"
+    result = run_dag("streamstate_test_state_jobs", {
+        "stream": spec.to_dict(), "suite": str(suite_file), "first": h.ids[0], "reports": reports,
+        "spark_conn_id": "spark_yarn", "spark_conf": _yarn_job_conf(yarn, tmp_path),
+        "spark_jars": list(stack.spark_jars), "spark_env": yarn.env(),
+    })
+    assert result.state == "success", result.log[-8000:]
+    first, latest = result.tasks["validate_first"].xcom, result.tasks["validate_latest"].xcom
+    assert first["success"] is True and latest["success"] is False
+    assert first["ran_on"]["master"] == "yarn" and first["ran_on"]["deploy_mode"] == "cluster"
+    assert first["ran_on"]["app_id"].startswith("application_")
+    assert first["data_docs"] == f"{reports}/docs/index.html"
+    assert get_validation(h.store, "accounts", h.ids[-1], suite_name).success is False
+    assert result.tasks["bisect"].xcom["first_bad"] == h.first_bad
+    diff = result.tasks["diff_report"].xcom
+    assert diff["report"] == f"{reports}/diff.json"
+    bucket, key = reports.removeprefix("s3://").split("/", 1)
+    client = h.store.client
+    report = json.loads(client.get_object(Bucket=bucket, Key=f"{key}/diff.json")["Body"].read())
+    assert client.head_object(Bucket=bucket, Key=f"{key}/docs/index.html")["ContentLength"] > 0
+    assert h.leftovers() == []
+    with _local(h, spark) as reader:
+        local = diff_snapshots(reader, "accounts", h.ids[0], "latest", sample=10).to_json()
+        for sid, remote in ((h.ids[0], first), (h.ids[-1], latest)):
+            here = validate_snapshot(reader, "accounts", sid, load_suite(SUITE), record=False).to_json()
+            assert here["success"] == remote["success"] and here["failed"] == remote["failed"]
+    assert {k: v for k, v in report.items() if k not in ("kind", "stream")} == local
+
+
+def test_a_cancelled_state_job_kills_its_yarn_application_and_removes_its_scratch_copy(
+    stack, s3_history, yarn, monkeypatch, tmp_path
+) -> None:
+    """Cancelling the caller (what `on_kill` does) while the application runs kills it through
+    the ResourceManager, and the scratch copy it made in the store is deleted."""
+    from airflow_provider_streamstate.engine.core.cancel import CancelToken, cancellation
+    from airflow_provider_streamstate.engine.core.errors import Cancelled
+    from airflow_provider_streamstate.engine.state.jobs import StateJobRequest
+    from airflow_provider_streamstate.engine.state.submit import (
+        StoreAccess,
+        state_job_application,
+        state_job_arguments,
+        submit_state_job,
+    )
+    from airflow_provider_streamstate.engine.streams.launcher import resolve_spark_submit
+    from airflow_provider_streamstate.engine.streams.yarn import ResourceManager
+
+    monkeypatch.setenv("STREAMSTATE_HOME", str(tmp_path / "home"))
+    h = s3_history
+    request = StateJobRequest(kind="show", store=h.url, stream="accounts", snapshot=h.ids[-1],
+                              selector=OPERATOR.to_json()).with_job_id()
+    conf = _yarn_job_conf(yarn, tmp_path)
+    command = ["spark-submit", "--master", "yarn", "--deploy-mode", "cluster", "--jars", ",".join(stack.spark_jars),
+               *(a for k, v in conf.items() for a in ("--conf", f"{k}={v}")), state_job_application(),
+               *state_job_arguments(request)]
+    command, env = resolve_spark_submit(command, yarn.env())
+    access = StoreAccess(stack.s3["primary"]["endpoint_url"], stack.s3["primary"]["region"],
+                         stack.s3_env("primary")["AWS_ACCESS_KEY_ID"], stack.s3_env("primary")["AWS_SECRET_ACCESS_KEY"])
+    token = CancelToken()
+    seen: dict[str, Any] = {}
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            with cancellation(token):
+                submit_state_job(request, h.store, command, env=env, access=access,
+                                 on_submit=lambda job: seen.update(app_id=job.app_id))
+        except BaseException as exc:  # noqa: BLE001 - asserted below
+            errors.append(exc)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    rm = ResourceManager([yarn.rm_web])
+    deadline = time.monotonic() + 300
+    while not (seen.get("app_id") and rm.app(seen["app_id"]).state == "RUNNING"):
+        assert time.monotonic() < deadline and worker.is_alive(), errors
+        time.sleep(0.5)
+    # Let it reach its scratch copy, then cancel as on_kill would.
+    while not h.leftovers() and time.monotonic() < deadline and worker.is_alive():
+        time.sleep(0.5)
+    token.cancel("the task was killed")
+    worker.join(120)
+    assert not worker.is_alive()
+    assert len(errors) == 1 and isinstance(errors[0], Cancelled), errors
+    assert rm.app(seen["app_id"]).state in ("KILLED", "FINISHED", "FAILED")
+    # The application may still be writing when it is killed: its leftovers go with it.
+    assert h.leftovers() == []
