@@ -43,6 +43,7 @@ def state_job_command(
     from airflow.sdk.exceptions import AirflowNotFoundException
 
     from airflow_provider_streamstate.engine.streams.launcher import resolve_spark_submit
+    from airflow_provider_streamstate.engine.streams.yarn import yarn_cluster_mode
 
     try:
         BaseHook.get_connection(spark_conn_id)
@@ -61,8 +62,10 @@ def state_job_command(
     command = hook._build_spark_submit_command(state_job_application())
     out_env = dict(env or {})
     inherited = {**os.environ, **out_env}
-    # The application imports this package: its driver's Python is the worker's, unless told.
-    if "PYSPARK_DRIVER_PYTHON" not in inherited:
+    # The application imports this package: a driver that runs here uses the worker's Python,
+    # unless told. (In YARN cluster mode YARN would hand this variable to the application
+    # master, on another host: its Python is the spark_conf's to say.)
+    if "PYSPARK_DRIVER_PYTHON" not in inherited and not yarn_cluster_mode(command):
         out_env["PYSPARK_DRIVER_PYTHON"] = sys.executable
     if hook._connection["master"].startswith("local") and "PYSPARK_PYTHON" not in inherited:
         out_env["PYSPARK_PYTHON"] = sys.executable

@@ -28,6 +28,7 @@ def spark_submit_command(spec: StreamSpec) -> tuple[list[str], dict[str, str]]:
         resolve_spark_submit,
         supervised_application,
     )
+    from airflow_provider_streamstate.engine.streams.yarn import yarn_cluster_mode
 
     if not spec.application:
         raise UsageError(f"stream {spec.name} has no application", hint="set the spec's application (its .py file)")
@@ -60,8 +61,10 @@ def spark_submit_command(spec: StreamSpec) -> tuple[list[str], dict[str, str]]:
     command = hook._build_spark_submit_command(supervised_application())
     env = dict(spec.env)
     inherited = {**os.environ, **env}
-    # The wrapper imports this package: the driver's Python is the worker's, unless told.
-    if "PYSPARK_DRIVER_PYTHON" not in inherited:
+    # The wrapper imports this package: a driver that runs here uses the worker's Python,
+    # unless told. (In YARN cluster mode YARN would hand this variable to the application
+    # master, on another host: its Python is the spec's conf to say.)
+    if "PYSPARK_DRIVER_PYTHON" not in inherited and not yarn_cluster_mode(command):
         env["PYSPARK_DRIVER_PYTHON"] = sys.executable
     if hook._connection["master"].startswith("local") and "PYSPARK_PYTHON" not in inherited:
         env["PYSPARK_PYTHON"] = sys.executable

@@ -21,6 +21,7 @@ YARN, standalone, local), reading the snapshot from a scratch copy inside the st
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -116,13 +117,21 @@ def _selector(args: argparse.Namespace) -> Any:
 
 
 def _job_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--master", default=None, metavar="URL",
-                   help="run as a Spark application on this master (yarn, spark://..., local[*]); default: here")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--master", default=None, metavar="URL",
+                       help="run as a Spark application on this master (yarn, spark://..., local[*]); default: here")
+    where.add_argument("--spark-conn-id", default=None, metavar="CONN",
+                       help="run as a Spark application through this Airflow Spark connection (its master, deploy "
+                       "mode, spark-binary)")
     p.add_argument("--deploy-mode", choices=("client", "cluster"), default=None,
                    help="where the application's driver runs (with --master; default client)")
     p.add_argument("--conf", action="append", default=[], metavar="K=V", dest="spark_conf",
                    help="a Spark conf of the application (repeat it)")
     p.add_argument("--jars", default=None, metavar="J,...", help="jars the application needs (S3A for an S3 store)")
+
+
+def _submitted(args: argparse.Namespace) -> bool:
+    return bool(args.master or args.spark_conn_id)
 
 
 def _run(args: argparse.Namespace, request: Any) -> dict[str, Any]:
@@ -132,17 +141,20 @@ def _run(args: argparse.Namespace, request: Any) -> dict[str, Any]:
     from airflow_provider_streamstate.engine.state.reader import StateReader
 
     store = open_store_from_args(args)
-    if not args.master:
+    if not (args.master or args.spark_conn_id):
         if args.deploy_mode or args.spark_conf or args.jars:
             raise UsageError("--deploy-mode, --conf and --jars apply to a Spark application",
-                             hint="add --master (e.g. yarn), or leave them out to run here")
+                             hint="add --master (e.g. yarn) or --spark-conn-id, or leave them out to run here")
         with StateReader(store) as reader:
             return run_state_job(request, reader)  # type: ignore[no-any-return]
     from airflow_provider_streamstate.engine.state.scratch import is_s3_store
     from airflow_provider_streamstate.engine.state.submit import StoreAccess, submit_state_job
 
     request = request.with_job_id()
-    command, env = _spark_submit(args, request)
+    if args.spark_conn_id:
+        command, env = _through_connection(args, request)
+    else:
+        command, env = _spark_submit(args, request)
     access = None
     if is_s3_store(store):
         if args.aws_conn_id:
@@ -155,7 +167,6 @@ def _run(args: argparse.Namespace, request: Any) -> dict[str, Any]:
 
 
 def _spark_submit(args: argparse.Namespace, request: Any) -> tuple[list[str], dict[str, str]]:
-    from airflow_provider_streamstate.engine.core.errors import UsageError
     from airflow_provider_streamstate.engine.state.submit import state_job_application, state_job_arguments
     from airflow_provider_streamstate.engine.streams.launcher import resolve_spark_submit
 
@@ -163,17 +174,40 @@ def _spark_submit(args: argparse.Namespace, request: Any) -> tuple[list[str], di
     if args.deploy_mode:
         cmd += ["--deploy-mode", args.deploy_mode]
     for pair in args.spark_conf:
-        if "=" not in pair:
-            raise UsageError(f"--conf {pair!r} is not KEY=VALUE", hint="write --conf spark.executor.memory=2g")
-        cmd += ["--conf", pair]
+        cmd += ["--conf", "=".join(_conf_pair(pair))]
     if args.jars:
         cmd += ["--jars", args.jars]
     env: dict[str, str] = {}
-    if "PYSPARK_DRIVER_PYTHON" not in os.environ:
-        env["PYSPARK_DRIVER_PYTHON"] = sys.executable  # the application imports this package
+    if "PYSPARK_DRIVER_PYTHON" not in os.environ and args.deploy_mode != "cluster":
+        env["PYSPARK_DRIVER_PYTHON"] = sys.executable  # a driver here imports this package from here
     if args.master.startswith("local") and "PYSPARK_PYTHON" not in os.environ:
         env["PYSPARK_PYTHON"] = sys.executable
     return resolve_spark_submit([*cmd, state_job_application(), *state_job_arguments(request)], env)
+
+
+def _conf_pair(pair: str) -> tuple[str, str]:
+    from airflow_provider_streamstate.engine.core.errors import UsageError
+
+    key, eq, value = pair.partition("=")
+    if not eq or not key:
+        raise UsageError(f"--conf {pair!r} is not KEY=VALUE", hint="write --conf spark.executor.memory=2g")
+    return key, value
+
+
+def _through_connection(args: argparse.Namespace, request: Any) -> tuple[list[str], dict[str, str]]:
+    """spark-submit as the Airflow Spark connection `--spark-conn-id` builds it (SparkSubmitHook)."""
+    from airflow_provider_streamstate.engine.core.errors import UsageError
+
+    os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
+    with contextlib.redirect_stdout(sys.stderr):
+        try:
+            from airflow_provider_streamstate.state_jobs import state_job_command
+        except ImportError as exc:
+            raise UsageError(f"--spark-conn-id needs Airflow and its apache-spark provider: {exc}",
+                             hint="install apache-airflow-providers-apache-spark, or give --master") from None
+        confs = dict(_conf_pair(pair) for pair in args.spark_conf)
+        return state_job_command(request, spark_conn_id=args.spark_conn_id, conf=confs,
+                                 jars=args.jars.split(",") if args.jars else None, deploy_mode=args.deploy_mode)
 
 
 def _request(args: argparse.Namespace, kind: str, **fields: Any) -> Any:
@@ -213,13 +247,22 @@ def cmd_state_export(args: argparse.Namespace) -> int:
     from airflow_provider_streamstate.engine.core.errors import UsageError
 
     output = args.output
-    if "://" not in output or output.startswith("file://"):
+    on_cluster = bool(args.spark_conn_id) or bool(args.master and not args.master.startswith("local"))
+    if output.startswith(("s3a://", "s3://")):
+        if not (args.master or args.spark_conn_id):
+            raise UsageError(f"an export to {output} needs the S3A connector, which the local session lacks",
+                             hint="run it as an application: --master 'local[*]' --jars <hadoop-aws and the AWS "
+                             "SDK bundle>, or a cluster")
+    elif "://" not in output or output.startswith("file://"):
+        if on_cluster:  # the executors would write their files on their own hosts
+            raise UsageError(f"export output {output} is a local path, but the export runs on a cluster",
+                             hint="give an s3a://bucket/path the executors can write, or run it here")
         path = Path(output.removeprefix("file://")).expanduser().resolve()
         if path.exists():  # before any Spark work
             raise UsageError(f"export output {path} already exists", hint="give a path that does not exist yet")
-        if args.master and not args.master.startswith("local"):
-            print(f"streamstate: note: {path} is a path on the application's driver host", file=sys.stderr)
         output = str(path)
+    else:
+        raise UsageError(f"unsupported export output {output!r}", hint="give a local path or an s3a://bucket/path")
     r = _run(args, _request(args, "export", snapshot=args.snapshot_id, where=args.where, fmt=args.fmt,
                             output=output))
     data = {k: v for k, v in r.items() if k not in ("kind", "job_id")}
@@ -243,7 +286,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     from airflow_provider_streamstate.engine.state.validation import load_suite
 
-    suite = load_suite(args.suite)  # a bad suite fails before Spark starts
+    suite = load_suite(args.suite, check=not _submitted(args))  # a bad suite fails before Spark starts
     r = _run(args, _request(args, "validate", snapshot=args.snapshot_id, suite=suite.definition,
                             record=not args.no_record, data_docs=args.data_docs))
     lines = [("PASS " if r["success"] else "FAIL ") + r["summary"].split(": ", 1)[0]
@@ -259,7 +302,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_bisect(args: argparse.Namespace) -> int:
     from airflow_provider_streamstate.engine.state.validation import load_suite
 
-    suite = load_suite(args.suite)
+    suite = load_suite(args.suite, check=not _submitted(args))  # submitted: the job checks it with GX
     r = _run(args, _request(args, "bisect", suite=suite.definition, good=args.good, bad=args.bad))
     lines = [r["summary"]]
     for s in r["steps"]:

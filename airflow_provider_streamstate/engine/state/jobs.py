@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.engine.state.reader import StateSelector
+from airflow_provider_streamstate.engine.state.scratch import new_job_id
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -38,11 +39,7 @@ log = logging.getLogger("streamstate.state")
 JOB_KINDS = ("validate", "show", "export", "diff", "bisect")
 EXPORT_FORMATS = ("parquet", "csv", "jsonl")
 REQUEST_FORMAT = "streamstate.state-job/v1"
-JOBS_KIND = "state-jobs"  # records below streams/<stream>/state-jobs/<job id>/
-
-
-def new_job_id(kind: str) -> str:
-    return f"{kind}-{uuid.uuid4().hex[:16]}"
+JOBS_KIND = "state-jobs"  # records streams/<stream>/state-jobs/<job id>-{request,result}.json
 
 
 @dataclass(frozen=True)
@@ -112,15 +109,23 @@ class StateJobRequest:
 
 
 def request_key(stream: str, job_id: str) -> str:
+    """`streams/<stream>/state-jobs/<job>-request.json`"""
     from airflow_provider_streamstate.engine.stores.base import record_key
 
-    return record_key(stream, JOBS_KIND, f"{job_id}/request.json")
+    return record_key(stream, JOBS_KIND, f"{job_id}-request")
 
 
 def result_key(stream: str, job_id: str) -> str:
+    """`streams/<stream>/state-jobs/<job>-result.json`"""
     from airflow_provider_streamstate.engine.stores.base import record_key
 
-    return record_key(stream, JOBS_KIND, f"{job_id}/result.json")
+    return record_key(stream, JOBS_KIND, f"{job_id}-result")
+
+
+def job_records_prefix(stream: str) -> str:
+    from airflow_provider_streamstate.engine.stores.base import STREAMS_PREFIX
+
+    return f"{STREAMS_PREFIX}/{stream}/{JOBS_KIND}"
 
 
 # --- running one ----------------------------------------------------------------------------
@@ -261,7 +266,10 @@ def export_state(df: DataFrame, fmt: str, output: str, *, store: SnapshotStore |
             raise UsageError(f"export output {output} already exists", hint="give a path that does not exist yet")
         try:
             _write(df, fmt, location)
-        except BaseException:
+        except BaseException as exc:
+            if "PATH_ALREADY_EXISTS" in str(exc):  # another export got there first: its files, not ours
+                raise UsageError(f"export output {output} already exists",
+                                 hint="give a path that does not exist yet") from None
             keys = _s3_prefix_objects(client, bucket, prefix)
             for i in range(0, len(keys), 1000):
                 client.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in keys[i:i + 1000]],

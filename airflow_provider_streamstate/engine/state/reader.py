@@ -16,9 +16,10 @@ DataFrames stay valid until `close()`. The reader keeps one SparkSession for all
 snapshots it opens (a bisect must not start Spark per step) and reads each snapshot in a
 child session of it (`newSession()`: same SparkContext, own SQL confs) that carries the
 state store confs that snapshot's checkpoint pinned: two snapshots read side by side (a
-diff) never share one conf, and the caller's session is never changed. Before each read it
-touches `spark.streams.active`: PySpark 4.1 cannot load a RocksDB store offline otherwise
-(`Cannot find endpoint StateStoreCoordinator`).
+diff) never share one conf, and the caller's session is never changed. Before the first read
+it touches the parent session's `spark.streams.active` (once per SparkContext is enough; a
+child session that did would add a listener bus to the context for good): PySpark 4.1
+cannot load a RocksDB store offline otherwise (`Cannot find endpoint StateStoreCoordinator`).
 
 pyspark is imported only inside the functions that use it.
 """
@@ -239,7 +240,7 @@ def _copy_sql_confs(parent: SparkSession, child: SparkSession) -> None:
 
 
 def _read(spark: SparkSession, checkpoint: str, batch_id: int, op: _OperatorRef, sel: StateSelector) -> DataFrame:
-    _ = spark.streams.active  # creates the StateStoreCoordinator (the PySpark 4.1 trap)
+    """`spark`'s context must have its StateStoreCoordinator (`touch_streams`)."""
     reader = spark.read.format("statestore").option("batchId", str(batch_id)).option("operatorId", str(op.operator_id))
     if sel.store_name:
         reader = reader.option("storeName", sel.store_name)
@@ -248,9 +249,16 @@ def _read(spark: SparkSession, checkpoint: str, batch_id: int, op: _OperatorRef,
     return flatten_state(reader.load(checkpoint))
 
 
-def read_metadata(spark: SparkSession, checkpoint: str, batch_id: int) -> StateMetadata:
-    """Spark's `state-metadata` source on a checkpoint: operators, stores, partitions, batches."""
+def touch_streams(spark: SparkSession) -> None:
+    """Create the context's StateStoreCoordinator (the PySpark 4.1 trap) through `spark`: once
+    per SparkContext is enough, and a child session must not do it (each session that
+    touches `streams` adds a listener bus to the context for good)."""
     _ = spark.streams.active
+
+
+def read_metadata(spark: SparkSession, checkpoint: str, batch_id: int) -> StateMetadata:
+    """Spark's `state-metadata` source on a checkpoint: operators, stores, partitions, batches.
+    `spark`'s context must have its StateStoreCoordinator (`touch_streams`)."""
     rows = spark.read.format("state-metadata").load(checkpoint).collect()
     stores = sorted(
         (
@@ -284,6 +292,7 @@ def checkpoint_state(
     reader = CheckpointReader(checkpoint)
     batch = reader.resolve_batch(batch_id)
     conf, _ = reader.offsets(batch)
+    touch_streams(spark)
     session = spark.newSession()  # the pinned confs go to a child session, never the caller's
     _copy_sql_confs(spark, session)
     _apply_pinned_confs(session, conf.get("conf", {}) if isinstance(conf.get("conf"), dict) else {}, None)
@@ -433,6 +442,7 @@ class StateReader:
     def _session(self, mat: Materialised) -> SparkSession:
         """The child session that reads `mat`, with the confs its checkpoint pinned."""
         if mat.session is None:
+            touch_streams(self.spark)
             session = self.spark.newSession()
             _copy_sql_confs(self.spark, session)
             _apply_pinned_confs(session, mat.manifest.spark_conf, mat.manifest.state_store)

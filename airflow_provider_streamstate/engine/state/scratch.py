@@ -5,8 +5,9 @@ An S3 store's scratch copy is made by server-side CopyObject from the store's bl
 byte crosses the machine that asks; each copy verified against its sha256 as a restore's is);
 a local store's lies below its root, where a cluster with a shared filesystem can read it.
 Scratch copies live below `<store>/scratch/<job id>/`, outside `streams/` and `blobs/`, so no
-catalog, retention or GC walk sees them; the job removes its own when it ends, and the
-submitter again after the application ended however it ended (failed, killed).
+catalog, retention or GC walk sees them; the job removes its own when it ends, the
+submitter again after the application ended however it ended (failed, killed), and the
+next job on the store those of jobs started long ago (`remove_stale_scratch`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from __future__ import annotations
 import logging
 import re
 import shutil
+import time
+import uuid
 from typing import Any
 
 from airflow_provider_streamstate.engine.core.errors import UsageError
@@ -25,6 +28,24 @@ log = logging.getLogger("streamstate.state")
 
 SCRATCH_PREFIX = "scratch"
 _JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+_JOB_TIME_RE = re.compile(r"-(\d{8}T\d{6})Z-")
+
+
+def new_job_id(kind: str) -> str:
+    """`<kind>-<UTC start, to the second>Z-<random>`: unique, and old leftovers are found by name."""
+    return f"{kind}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}Z-{uuid.uuid4().hex[:12]}"
+
+
+def job_started(job_id: str) -> float | None:
+    """When job `job_id` started (epoch seconds), from its name; None for another name."""
+    import calendar
+
+    found = _JOB_TIME_RE.search(job_id)
+    if found is None:
+        return None
+    return float(calendar.timegm(time.strptime(found.group(1), "%Y%m%dT%H%M%S")))
 
 
 def _checked_job_id(job_id: str) -> str:
@@ -97,3 +118,30 @@ def remove_scratch(store: SnapshotStore, job_id: str) -> int:
     if deleted:
         log.info("removed %d scratch objects below %s", deleted, root)
     return deleted
+
+
+def remove_stale_scratch(store: SnapshotStore, older_than_s: float) -> int:
+    """Delete the scratch copies of every job that started more than `older_than_s` ago (by
+    its id): what a job killed without a chance to clean up left. How many objects went."""
+    cutoff = time.time() - older_than_s
+    deleted = 0
+    for job_id in _scratch_jobs(store):
+        started = job_started(job_id)
+        if started is not None and started < cutoff:
+            deleted += remove_scratch(store, job_id)
+    return deleted
+
+
+def _scratch_jobs(store: SnapshotStore) -> list[str]:
+    if not is_s3_store(store):
+        from pathlib import Path
+
+        root = Path(getattr(store, "root", "/nonexistent")) / SCRATCH_PREFIX
+        return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    s: Any = store
+    prefix = f"{s.prefix}/{SCRATCH_PREFIX}/" if s.prefix else f"{SCRATCH_PREFIX}/"
+    jobs: list[str] = []
+    with s._errors(f"list scratch of {store.url}"):  # noqa: SLF001 - the store's own error mapping
+        for page in s.client.get_paginator("list_objects_v2").paginate(Bucket=s.bucket, Prefix=prefix, Delimiter="/"):
+            jobs += [c["Prefix"][len(prefix):].rstrip("/") for c in page.get("CommonPrefixes", [])]
+    return [j for j in jobs if _JOB_ID_RE.match(j)]

@@ -1,0 +1,249 @@
+"""Submitting a state job, without a cluster: a stand-in for spark-submit (a Python script
+that plays the driver) against a local store shows what the submitter does with the
+command, the credentials, the result and the leftovers, on every way a job can end."""
+
+from __future__ import annotations
+
+import json
+import stat
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_streamstate.engine.core.cancel import CancelToken, cancellation
+from airflow_provider_streamstate.engine.core.errors import Cancelled, TransientError, UsageError
+from airflow_provider_streamstate.engine.state.jobs import (
+    StateJobRequest,
+    request_key,
+    result_key,
+)
+from airflow_provider_streamstate.engine.state.scratch import job_started, new_job_id, scratch_root
+from airflow_provider_streamstate.engine.state.submit import (
+    RESULT_FORMAT,
+    StateJobError,
+    StoreAccess,
+    complete_command,
+    submit_state_job,
+    sweep_stale,
+)
+from airflow_provider_streamstate.engine.stores import LocalStore
+
+FAKE_DRIVER = '''#!{python}
+"""Plays spark-submit and the state job's driver: behaviour from FAKE_BEHAVIOUR."""
+import json, os, sys, time
+sys.path.insert(0, {repo!r})
+from airflow_provider_streamstate.engine.stores import LocalStore
+from airflow_provider_streamstate.engine.state.jobs import request_key, result_key
+from airflow_provider_streamstate.engine.state.scratch import job_started, new_job_id, scratch_root
+store_url, stream, job_id = sys.argv[-3:]
+store = LocalStore(store_url.removeprefix("file://"))
+secrets = os.environ.get("STREAMSTATE_SECRETS_FILE")
+with open(os.environ["FAKE_SEEN"], "w") as f:
+    json.dump({{"argv": sys.argv[1:], "secrets_file": secrets,
+               "secrets": open(secrets).read() if secrets else None,
+               "aws_key": os.environ.get("AWS_SECRET_ACCESS_KEY")}}, f)
+assert store.get_record(request_key(stream, job_id)) is not None
+os.makedirs(scratch_root(store, job_id) + "/0000-x", exist_ok=True)
+open(scratch_root(store, job_id) + "/0000-x/state.bin", "w").write("scratch")
+behaviour = os.environ["FAKE_BEHAVIOUR"]
+if behaviour == "hang":
+    time.sleep(600)
+if behaviour == "no-result":
+    sys.exit(137)
+record = {{"format": "{fmt}", "job_id": job_id, "ran_on": {{"master": "fake"}}}}
+if behaviour == "ok":
+    record["result"] = {{"kind": "show", "total_rows": 3}}
+elif behaviour == "usage":
+    record["error"] = {{"message": "suite x names column y", "hint": "fix it", "usage": True, "retryable": False}}
+elif behaviour == "transient":
+    record["error"] = {{"message": "cannot reach S3", "hint": "retry", "usage": False, "retryable": True}}
+elif behaviour == "corrupt":
+    record["error"] = {{"message": "blob is corrupt", "hint": "restore another", "usage": False, "retryable": False}}
+store.put_record(result_key(stream, job_id), json.dumps(record).encode())
+'''
+
+def _yarn_conf_dir(tmp_path: Path) -> Path:
+    """A YARN configuration directory naming a ResourceManager (never reached here)."""
+    conf_dir = tmp_path / "yarn"
+    conf_dir.mkdir()
+    (conf_dir / "yarn-site.xml").write_text(
+        "<configuration><property><name>yarn.resourcemanager.webapp.address</name>"
+        "<value>127.0.0.1:8088</value></property></configuration>")
+    return conf_dir
+
+
+ACCESS = StoreAccess("http://127.0.0.1:9", "eu-west-1", "AKIAEXAMPLE", "s3cr3t-value", None)
+
+
+@pytest.fixture
+def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+    script = tmp_path / "fake-spark-submit"
+    script.write_text(FAKE_DRIVER.format(python=sys.executable, repo=str(Path(__file__).resolve().parents[2]),
+                                         fmt=RESULT_FORMAT))
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("STREAMSTATE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("FAKE_SEEN", str(tmp_path / "seen.json"))
+    store = LocalStore(tmp_path / "store")
+
+    def run(behaviour: str, *, conf: tuple[str, ...] = (), **kw: object) -> dict:
+        monkeypatch.setenv("FAKE_BEHAVIOUR", behaviour)
+        request = StateJobRequest(kind="show", store=store.url, stream="orders").with_job_id()
+        command = [str(script), "--master", "local[1]", *conf, "state_job.py", store.url, "orders", request.job_id]
+        try:
+            return submit_state_job(request, store, command, poll_s=0.05, **kw)  # type: ignore[arg-type]
+        finally:
+            run.request = request  # type: ignore[attr-defined]
+
+    run.store = store  # type: ignore[attr-defined]
+    run.seen = lambda: json.loads((tmp_path / "seen.json").read_text())  # type: ignore[attr-defined]
+    return run
+
+
+def _leftovers(store: LocalStore, request: StateJobRequest) -> list[str]:
+    left = [k for k in (request_key("orders", request.job_id), result_key("orders", request.job_id))
+            if store.get_record(k) is not None]
+    if Path(scratch_root(store, request.job_id)).exists():
+        left.append("scratch")
+    return left
+
+
+def test_a_job_s_result_comes_back_and_its_records_scratch_and_secrets_are_gone(fake, tmp_path) -> None:
+    result = fake("ok", conf=("--conf", "spark.hadoop.fs.s3a.bucket.b.secret.key=s3cr3t-value"))
+    assert result == {"kind": "show", "total_rows": 3, "ran_on": {"master": "fake"}}
+    seen = fake.seen()
+    assert "s3cr3t-value" not in " ".join(seen["argv"])  # off the command line...
+    assert "s3cr3t-value" in seen["secrets"] and "--properties-file" in seen["argv"]  # ...in a file...
+    assert not Path(seen["secrets_file"]).exists()  # ...gone once the job ended
+    assert _leftovers(fake.store, fake.request) == []
+    logged = (tmp_path / "home" / "state-jobs" / f"{fake.request.job_id}.log").read_text()
+    assert "s3cr3t-value" not in logged
+
+
+@pytest.mark.parametrize(("behaviour", "error", "words"), [
+    ("usage", UsageError, "suite x names column y"),
+    ("transient", TransientError, "cannot reach S3"),
+    ("corrupt", StateJobError, "blob is corrupt"),
+    ("no-result", TransientError, "ended without a result (exit 137)"),
+])
+def test_a_failed_job_is_its_own_error_line_retryable_when_a_retry_can_help(fake, behaviour, error, words) -> None:
+    with pytest.raises(error) as exc:
+        fake(behaviour)
+    assert words in exc.value.one_line() and "\n" not in exc.value.one_line()
+    assert type(exc.value) is error  # StateJobError is not retryable, TransientError is
+    assert _leftovers(fake.store, fake.request) == []
+
+
+def test_cancelling_the_caller_kills_the_driver_and_cleans_up_within_seconds(fake) -> None:
+    token = CancelToken()
+    errors: list[BaseException] = []
+    procs: list = []
+
+    def run() -> None:
+        try:
+            with cancellation(token):
+                fake("hang", on_submit=lambda job: procs.append(job.proc))
+        except BaseException as exc:  # noqa: BLE001 - asserted below
+            errors.append(exc)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    deadline = time.monotonic() + 60
+    # The driver runs: it has made its scratch copy and now hangs.
+    while not (procs and fake.store.list_records("streams/orders/state-jobs")
+               and Path(scratch_root(fake.store, fake_request_id(fake))).exists()):
+        assert time.monotonic() < deadline and worker.is_alive(), errors
+        time.sleep(0.05)
+    started = time.monotonic()
+    token.cancel("the task was killed")
+    worker.join(10)
+    assert not worker.is_alive() and time.monotonic() - started < 5  # before Airflow's SIGKILL
+    assert len(errors) == 1 and isinstance(errors[0], Cancelled)
+    assert procs[0].poll() is not None
+    assert _leftovers(fake.store, fake.request) == []
+
+
+def fake_request_id(fake) -> str:  # noqa: ANN001
+    """The job id of the run in progress, from the request record it wrote."""
+    keys = fake.store.list_records("streams/orders/state-jobs")
+    return keys[0].rsplit("/", 1)[-1].removesuffix("-request.json")
+
+
+def test_leftovers_of_jobs_started_long_ago_are_swept_and_recent_ones_kept(tmp_path) -> None:
+    store = LocalStore(tmp_path / "store")
+    old = "show-20260101T000000Z-aaaaaaaaaaaa"
+    recent = new_job_id("show")
+    assert job_started(old) == 1767225600.0 and abs(job_started(recent) - time.time()) < 5
+    for job in (old, recent):
+        store.put_record(request_key("orders", job), b"{}")
+        Path(scratch_root(store, job), "0000-x").mkdir(parents=True)
+    assert sweep_stale(store, "orders") == 1 + 0 + 0  # the old request record (its scratch dir was empty)
+    assert store.get_record(request_key("orders", old)) is None and not Path(scratch_root(store, old)).exists()
+    assert store.get_record(request_key("orders", recent)) is not None and Path(scratch_root(store, recent)).exists()
+
+
+def test_credentials_go_to_s3a_per_bucket_confs_and_never_into_a_yarn_container_environment(tmp_path) -> None:
+    class S3Like(LocalStore):
+        bucket = "state"
+        prefix = "prod"
+
+    store = S3Like(tmp_path / "store")
+    request = StateJobRequest(kind="show", store="s3://state/prod", stream="orders").with_job_id()
+    conf_dir = _yarn_conf_dir(tmp_path)
+    cmd, env = complete_command(["spark-submit", "--master", "yarn", "--deploy-mode", "cluster", "app.py"], request,
+                                store, ACCESS, {"HADOOP_CONF_DIR": str(conf_dir)})
+    confs = dict(cmd[i + 1].split("=", 1) for i, a in enumerate(cmd) if a == "--conf")
+    assert confs["spark.hadoop.fs.s3a.bucket.state.secret.key"] == "s3cr3t-value"
+    assert confs["spark.hadoop.fs.s3a.bucket.state.endpoint"] == "http://127.0.0.1:9"
+    assert confs["spark.yarn.submit.waitAppCompletion"] == "false"
+    assert not [k for k in confs if k.startswith("spark.yarn.appMasterEnv.")]
+    assert "AWS_SECRET_ACCESS_KEY" not in env and "-Xmx256m" in env["SPARK_SUBMIT_OPTS"]
+    assert StoreAccess.from_spark_conf(confs.get, "state") == ACCESS
+    client, client_env = complete_command(["spark-submit", "--master", "spark://h:7077", "app.py"], request, store,
+                                          ACCESS, {})
+    assert client_env["AWS_SECRET_ACCESS_KEY"] == "s3cr3t-value"  # a driver here: its own environment
+
+
+@pytest.mark.parametrize(("command", "words"), [
+    (["--master", "k8s://https://k:443", "--deploy-mode", "cluster"], "Kubernetes cluster deploy mode"),
+    (["--master", "spark://h:7077", "--deploy-mode", "cluster"], "no cluster deploy mode for Python"),
+    (["--master", "yarn", "--deploy-mode", "cluster"], "needs the cluster's configuration"),
+])
+def test_a_submission_that_cannot_work_is_refused_before_anything_is_submitted(tmp_path, command, words) -> None:
+    store = LocalStore(tmp_path / "store")
+    request = StateJobRequest(kind="show", store=store.url, stream="orders").with_job_id()
+    with pytest.raises(UsageError, match=words):
+        complete_command(["spark-submit", *command, "app.py"], request, store, None,
+                         {"HADOOP_CONF_DIR": "", "YARN_CONF_DIR": ""})
+    assert store.list_records("streams/orders/state-jobs") == []
+
+
+@pytest.mark.parametrize(("fields", "words"), [
+    ({"kind": "drop"}, "unknown state job 'drop'"),
+    ({"kind": "validate"}, "a validate job needs a suite"),
+    ({"kind": "diff"}, "needs the snapshot to compare with"),
+    ({"kind": "export", "fmt": "xml", "output": "/x"}, "unknown export format 'xml'"),
+    ({"kind": "export", "fmt": "csv"}, "an export needs an output location"),
+])
+def test_a_request_that_cannot_run_is_refused_in_one_line(fields, words) -> None:
+    with pytest.raises(UsageError, match=words):
+        StateJobRequest(store="file:///s", stream="orders", **fields)
+
+
+def test_a_local_output_of_a_job_whose_driver_runs_on_the_cluster_is_refused(tmp_path) -> None:
+    """In YARN cluster mode the driver runs on some NodeManager: a local path there is lost."""
+    store = LocalStore(tmp_path / "store")
+    conf_dir = _yarn_conf_dir(tmp_path)
+    cluster = ["spark-submit", "--master", "yarn", "--deploy-mode", "cluster", "app.py"]
+    docs = StateJobRequest(kind="validate", store=store.url, stream="orders", suite={"name": "s"},
+                           data_docs="/srv/docs").with_job_id()
+    with pytest.raises(UsageError, match="Data Docs of a job in cluster deploy mode cannot go to the local path"):
+        complete_command(cluster, docs, store, None, {"HADOOP_CONF_DIR": str(conf_dir)})
+    export = StateJobRequest(kind="export", store=store.url, stream="orders", fmt="csv", output="file:///srv/out")
+    with pytest.raises(UsageError, match="the export of a job in cluster deploy mode"):
+        complete_command(cluster, export.with_job_id(), store, None, {"HADOOP_CONF_DIR": str(conf_dir)})
+    to_s3 = StateJobRequest(kind="validate", store=store.url, stream="orders", suite={"name": "s"},
+                            data_docs="s3://docs/x").with_job_id()
+    assert complete_command(cluster, to_s3, store, None, {"HADOOP_CONF_DIR": str(conf_dir)})[0][0] == "spark-submit"
