@@ -51,6 +51,7 @@ bench: setup
 	$(PY) benchmarks/dr_bench.py
 	$(PY) benchmarks/s3_rocksdb_checkpoint_bench.py
 	$(PY) benchmarks/yarn_recovery_bench.py
+	$(PY) benchmarks/state_jobs_bench.py
 
 # Re-resolve the lock after changing dependencies in pyproject.toml.
 lock:

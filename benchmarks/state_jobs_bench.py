@@ -4,8 +4,9 @@ task process, once on today's local path (Spark in the task, the snapshot copied
 task's disk) as the baseline, and once as a Spark application in YARN cluster mode
 (`spark_conn_id`) on the stack's YARN cluster, in the same run on the same snapshot.
 
-Per mode: the task's peak RSS (the task process and all its children, summed, sampled every
-50 ms), the bytes its process tree wrote to local storage (`getrusage(RUSAGE_CHILDREN)`
+Per mode: the task's peak memory (the task process and all its children, sampled every 50 ms:
+PSS summed, the honest total of a process tree, and RSS summed, which counts pages a forked
+child still shares with its parent twice), the bytes its process tree wrote to local storage (`getrusage(RUSAGE_CHILDREN)`
 block outputs of the waited-for tree), and wall time from the task's start to its result.
 
     .venv/bin/python benchmarks/state_jobs_bench.py [--keys 10000000]
@@ -30,6 +31,7 @@ from bench_common import WORK, MiB, rate_rows
 
 from dev import stack as stack_mod
 
+RESULT = "state-jobs-bench result: "
 SUITE = {"expectations": [
     {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "key_k"}},
     {"type": "expect_column_values_to_be_between", "kwargs": {"column": "value_count", "min_value": 1,
@@ -105,26 +107,33 @@ def _task(task: dict[str, Any]) -> int:
                                   snapshot=task["snapshot"], **task["cluster"])
     started = time.monotonic()
     result = op.execute({})  # type: ignore[arg-type]
-    print(json.dumps({"seconds": time.monotonic() - started, "success": result["success"],
-                      "ran_on": result.get("ran_on")}))
+    print(RESULT + json.dumps({"seconds": time.monotonic() - started, "success": result["success"],
+                               "ran_on": result.get("ran_on")}), flush=True)
     return 0
 
 
-def _tree_rss(pid: int) -> int:
+def _tree_memory(pid: int) -> tuple[int, int, int]:
+    """(RSS of the process `pid`, RSS summed over it and its descendants, PSS summed over
+    them). A forked child shares its parent's pages until it execs (the JVM forks to run
+    `chmod` on a file:// staging directory): the RSS sum counts those twice, PSS once."""
     import psutil
 
     try:
         root = psutil.Process(pid)
         procs = [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
-        return 0
-    total = 0
+        return 0, 0, 0
+    own = rss = pss = 0
     for proc in procs:
         try:
-            total += proc.memory_info().rss
-        except psutil.NoSuchProcess:
+            info = proc.memory_full_info()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-    return total
+        rss += info.rss
+        pss += info.pss
+        if proc.pid == pid:
+            own = info.rss
+    return own, rss, pss
 
 
 def _measure(task: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
@@ -132,13 +141,14 @@ def _measure(task: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
     started = time.monotonic()
     proc = subprocess.Popen([sys.executable, __file__, "--task", json.dumps(task)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    peak = 0
+    peak_rss = peak_pss = peak_task = 0
     done = threading.Event()
 
     def sample() -> None:
-        nonlocal peak
+        nonlocal peak_rss, peak_pss, peak_task
         while not done.is_set():
-            peak = max(peak, _tree_rss(proc.pid))
+            own, rss, pss = _tree_memory(proc.pid)
+            peak_rss, peak_pss, peak_task = max(peak_rss, rss), max(peak_pss, pss), max(peak_task, own)
             time.sleep(0.05)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -150,8 +160,9 @@ def _measure(task: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
     if proc.returncode != 0:
         raise SystemExit(f"task failed ({proc.returncode}):\n{err[-4000:]}")
     written = (resource.getrusage(resource.RUSAGE_CHILDREN).ru_oublock - before) * 512
-    result = json.loads(out.strip().splitlines()[-1])
-    return {"peak_rss_mib": round(peak / MiB, 1), "local_writes_mib": round(written / MiB, 1),
+    result = json.loads(next(line for line in out.splitlines() if line.startswith(RESULT))[len(RESULT):])
+    return {"peak_pss_mib": round(peak_pss / MiB, 1), "peak_rss_sum_mib": round(peak_rss / MiB, 1),
+            "peak_task_process_rss_mib": round(peak_task / MiB, 1), "local_writes_mib": round(written / MiB, 1),
             "wall_s": round(wall, 1), "execute_s": round(result["seconds"], 1), "success": result["success"],
             "ran_on": result["ran_on"]}
 
@@ -178,9 +189,11 @@ def _run(args: argparse.Namespace, stack: stack_mod.Stack, yarn: stack_mod.YarnC
                                  env)
         print(f"{mode:13} {json.dumps(results[mode])}", flush=True)
     local, remote = results["local"], results["yarn-cluster"]
-    print(json.dumps({"keys": args.keys, "state_mib": round(size / MiB, 1), **{
-        "peak_rss_ratio": round(remote["peak_rss_mib"] / local["peak_rss_mib"], 3),
-        "wall_ratio": round(remote["wall_s"] / local["wall_s"], 3)}, "local": local, "yarn_cluster": remote}))
+    summary = {"keys": args.keys, "state_mib": round(size / MiB, 1),
+               "peak_pss_ratio": round(remote["peak_pss_mib"] / local["peak_pss_mib"], 3),
+               "wall_ratio": round(remote["wall_s"] / local["wall_s"], 3), "local": local, "yarn_cluster": remote}
+    (WORK / "state_jobs_results.json").write_text(json.dumps(summary, indent=1))
+    print(json.dumps(summary))
     return 0
 
 

@@ -15,6 +15,12 @@ production's.
 6. `gate` succeeds only when the suite passed and the diff stayed within tolerance: a failed
    `validate` or `check_diff` fails the DAG run (the deploy is blocked), and the failure
    names the expectations that failed and what they observed.
+
+On a cluster: the candidate is submitted like production (the stream spec's Spark
+connection, master and deploy mode), and its clone lives beside production's checkpoint
+(an `s3a://` checkpoint gives an `s3a://` clone). `state_jobs` runs `validate` and `diff`
+as Spark applications too: `{"spark_conn_id": "spark_yarn", "spark_conf": {...},
+"spark_jars": [...], "spark_env": {...}}` (empty: in the task).
 """
 
 from __future__ import annotations
@@ -52,6 +58,8 @@ with DAG(
         "clone_root": Param("", type="string", description="directory for the clone's checkpoint"),
         "reports": Param("", type="string", description="directory for the diff report and Data Docs"),
         "run_timeout_s": Param(1800, type="integer", minimum=1),
+        "state_jobs": Param({}, type="object", description="where validate and diff run: spark_conn_id, "
+                            "spark_conf, spark_jars, spark_env (empty: in the task)"),
     },
     tags=["streamstate"],
 ) as dag:
@@ -116,16 +124,18 @@ with DAG(
         return {"state": st.state, "batch_id": st.heartbeat.batch_id if st.heartbeat else None, "log": handle.log}
 
     ran = run_candidate(planned)
+    on_cluster = {field: "{{ params.state_jobs.get('" + field + "') }}"
+                  for field in ("spark_conn_id", "spark_conf", "spark_jars", "spark_env")}
     snapshot_clone = SnapshotStreamOperator(task_id="snapshot_clone", stream=planned_("clone"))
     validate = ValidateSnapshotOperator(
         task_id="validate", stream=planned_("clone"), suite="{{ params.suite }}",
         snapshot="{{ ti.xcom_pull(task_ids='snapshot_clone')['snapshot_id'] }}",
-        data_docs=planned_("reports", "/docs"),
+        data_docs=planned_("reports", "/docs"), **on_cluster,
     )
     diff = StateReportOperator(
         task_id="diff", stream="{{ params.stream }}", snapshot="{{ params.compare_snapshot }}",
         compare_to="{{ ti.xcom_pull(task_ids='snapshot_clone')['snapshot_id'] }}",
-        compare_stream=planned_("name"), report_path=planned_("reports", "/diff.json"), limit=10,
+        compare_stream=planned_("name"), report_path=planned_("reports", "/diff.json"), limit=10, **on_cluster,
     )
 
     @task

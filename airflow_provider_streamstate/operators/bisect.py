@@ -27,7 +27,12 @@ class BisectSnapshotsOperator(StateTask):
     :param store_name: one named state store of the operator. (templated)
     :param join_side: `left` or `right` of a stream-stream join. (templated)
     :param parallelism: concurrent blob reads while snapshots are materialised.
-    :param spark_conn_id: run the bisect as one Spark application there (see `StateTask`).
+    :param spark_conn_id: run the bisect as one Spark application there (see `StateTask`). (templated)
+    :param deploy_mode: `client` or `cluster` (default: the connection's). (templated)
+    :param spark_conf: Spark confs of the job's application. (templated)
+    :param spark_jars: jars the application needs (the S3A connector for an S3 store). (templated)
+    :param spark_env: environment of spark-submit and the application's driver. (templated)
+    :param job_timeout: seconds the application may run before it is killed.
     """
 
     template_fields: Sequence[str] = ("stream", "suite", "good", "bad", "operator", "store_name", "join_side",

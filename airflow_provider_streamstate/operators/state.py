@@ -35,6 +35,11 @@ class StateReportOperator(StateTask):
     :param store_name: one named state store of the operator. (templated)
     :param join_side: `left` or `right` of a stream-stream join. (templated)
     :param spark_conn_id: compute the report as a Spark application there (see `StateTask`). (templated)
+    :param deploy_mode: `client` or `cluster` (default: the connection's). (templated)
+    :param spark_conf: Spark confs of the job's application. (templated)
+    :param spark_jars: jars the application needs (the S3A connector for an S3 store). (templated)
+    :param spark_env: environment of spark-submit and the application's driver. (templated)
+    :param job_timeout: seconds the application may run before it is killed.
     """
 
     template_fields: Sequence[str] = ("stream", "snapshot", "report_path", "compare_to", "compare_stream", "where",

@@ -112,7 +112,12 @@ class ValidateSnapshotOperator(StateTask):
     :param data_docs: a directory for GX Data Docs HTML; its index is logged. (templated)
     :param fail_on_failure: fail the task when the suite fails (False: only record).
     :param parallelism: concurrent blob reads while the snapshot is materialised.
-    :param spark_conn_id: run the validation as a Spark application there (see `StateTask`).
+    :param spark_conn_id: run the validation as a Spark application there (see `StateTask`). (templated)
+    :param deploy_mode: `client` or `cluster` (default: the connection's). (templated)
+    :param spark_conf: Spark confs of the job's application. (templated)
+    :param spark_jars: jars the application needs (the S3A connector for an S3 store). (templated)
+    :param spark_env: environment of spark-submit and the application's driver. (templated)
+    :param job_timeout: seconds the application may run before it is killed.
     """
 
     template_fields: Sequence[str] = ("stream", "suite", "snapshot", "operator", "store_name", "join_side", "data_docs",

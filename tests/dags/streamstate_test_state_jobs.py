@@ -1,7 +1,7 @@
-"""Test DAG: validate, bisect and report as Spark applications on a cluster; the stream,
-suite, Spark connection and the application's confs, jars and environment come in the
-run's conf (`{"stream", "suite", "first", "reports", "spark_conn_id", "spark_conf",
-"spark_jars", "spark_env"}`)."""
+"""Test DAG: validate (record only) and bisect as Spark applications on a cluster; the
+stream, suite, Spark connection and the application's confs, jars and environment come in
+the run's conf (`{"stream", "suite", "spark_conn_id", "spark_conf", "spark_jars",
+"spark_env"}`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import pendulum
 from airflow.sdk import DAG, Param
 
 from airflow_provider_streamstate.operators.bisect import BisectSnapshotsOperator
-from airflow_provider_streamstate.operators.state import StateReportOperator
 from airflow_provider_streamstate.operators.validate import ValidateSnapshotOperator
 
 with DAG(
@@ -19,7 +18,6 @@ with DAG(
     catchup=False,
     render_template_as_native_obj=True,
     params={"stream": Param({}, type="object"), "suite": Param("", type="string"),
-            "first": Param("", type="string"), "reports": Param("", type="string"),
             "spark_conn_id": Param("", type="string"), "spark_conf": Param({}, type="object"),
             "spark_jars": Param([], type="array"), "spark_env": Param({}, type="object")},
     default_args={"retries": 0},
@@ -27,18 +25,10 @@ with DAG(
 ) as dag:
     cluster = {"spark_conn_id": "{{ params.spark_conn_id }}", "spark_conf": "{{ params.spark_conf }}",
                "spark_jars": "{{ params.spark_jars }}", "spark_env": "{{ params.spark_env }}", "job_timeout": 900}
-    first = ValidateSnapshotOperator(
-        task_id="validate_first", stream="{{ params.stream }}", suite="{{ params.suite }}",
-        snapshot="{{ params.first }}", data_docs="{{ params.reports }}/docs", **cluster,
-    )
     latest = ValidateSnapshotOperator(
         task_id="validate_latest", stream="{{ params.stream }}", suite="{{ params.suite }}", snapshot="latest",
         fail_on_failure=False, **cluster,
     )
     bisect = BisectSnapshotsOperator(task_id="bisect", stream="{{ params.stream }}", suite="{{ params.suite }}",
                                      **cluster)
-    diff = StateReportOperator(
-        task_id="diff_report", stream="{{ params.stream }}", snapshot="{{ params.first }}", compare_to="latest",
-        report_path="{{ params.reports }}/diff.json", limit=10, **cluster,
-    )
-    first >> latest >> bisect >> diff
+    latest >> bisect

@@ -3,7 +3,7 @@ checkpointed to S3 (s3a on the stack's moto endpoint), in an S3 store, questione
 CLI on a Spark standalone cluster (client mode) and through the operators in a DAG run on
 YARN (cluster mode). Each job reads the snapshot from a scratch copy inside the store,
 answers exactly as the local path does on the same snapshots (validate pass and fail,
-show, export, diff, bisect), leaves no scratch copy and no job record behind, and a killed
+export, diff, bisect), leaves no scratch copy and no job record behind, and a killed
 job's application is killed on the cluster too."""
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def _rows(rows: list[dict[str, Any]]) -> list[str]:
 def test_state_jobs_on_a_standalone_cluster_answer_as_the_local_path_does_and_leave_nothing_behind(
     stack, spark, s3_history, spark_cluster, capsys, monkeypatch, tmp_path
 ) -> None:
-    """`--master spark://...`: validate (pass, fail), show, export to s3a, diff and bisect run
+    """`--master spark://...`: validate (pass, fail), export to s3a, diff and bisect run
     as applications on the standalone cluster (client mode: the driver here, the executors on
     the workers, reading the scratch copy from S3) and give the local path's answers."""
     for key, value in stack.s3_env("primary").items():
@@ -135,8 +135,6 @@ def test_state_jobs_on_a_standalone_cluster_answer_as_the_local_path_does_and_le
     assert good["ran_on"]["master"] == spark_cluster and good["ran_on"]["app_id"].startswith("app-")
     code, bad = _cli(capsys, "validate", last, "--suite", str(suite_file), *job)
     assert code == 3 and bad["success"] is False
-    code, shown = _cli(capsys, "state", "show", last, "--operator", "stateStoreSave", "--limit", "100", *job)
-    assert code == 0
     export = f"s3a://{h.store.bucket}/{h.store.prefix.rsplit('/', 1)[0]}/export-{uuid.uuid4().hex[:6]}"
     code, exported = _cli(capsys, "state", "export", last, "--operator", "stateStoreSave", "--format", "parquet",
                           "--output", export, *job)
@@ -145,8 +143,22 @@ def test_state_jobs_on_a_standalone_cluster_answer_as_the_local_path_does_and_le
     assert code == 0
     bisect_suite = tmp_path / "bisect-suite.json"
     bisect_suite.write_text(json.dumps({**SUITE, "name": "accounts-sane-cluster"}))
-    code, bisected = _cli(capsys, "bisect", "--suite", str(bisect_suite), *job)
+    # Through an Airflow Spark connection instead of --master: the same application.
+    host, port = spark_cluster.rsplit(":", 1)
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_STANDALONE", json.dumps({"conn_type": "spark", "host": host,
+                                                                    "port": int(port)}))
+    through_conn = [a if a != spark_cluster else "spark_standalone" for a in job]
+    through_conn[through_conn.index("--master")] = "--spark-conn-id"
+    code, bisected = _cli(capsys, "bisect", "--suite", str(bisect_suite), *through_conn)
     assert code == 0 and bisected["first_bad"] == h.first_bad
+    assert bisected["ran_on"]["master"] == spark_cluster
+    # A job that fails in the application: one line here, exit 2, nothing left behind.
+    wrong = tmp_path / "wrong-suite.json"
+    wrong.write_text(json.dumps({"name": "wrong", "meta": SUITE["meta"], "expectations": [
+        {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "no_such_column"}}]}))
+    assert main(["validate", last, "--suite", str(wrong), *job]) == 2
+    err = capsys.readouterr().err
+    assert "names column 'no_such_column', which the state of" in err and "key_account" in err
     assert h.leftovers() == []
 
     # The same questions on the same snapshots, answered here.
@@ -156,8 +168,6 @@ def test_state_jobs_on_a_standalone_cluster_answer_as_the_local_path_does_and_le
             local = validate_snapshot(reader, "accounts", sid, suite, record=False).to_json()
             assert local["success"] == remote["success"] and local["failed"] == remote["failed"]
         state = reader.state("accounts", last, OPERATOR)
-        assert shown["total_rows"] == state.count() and _rows(shown["rows"]) == _rows(
-            [r.asDict() for r in state.collect()])
         assert exported["rows"] == state.count()
         assert _rows([r.asDict() for r in spark.read.parquet(export).collect()]) == _rows(
             [r.asDict() for r in state.collect()])
@@ -185,10 +195,11 @@ def _yarn_job_conf(yarn: stack_mod.YarnCluster, tmp_path: Path) -> dict[str, str
 def test_state_operators_run_their_jobs_in_cluster_mode_on_yarn_and_match_the_local_path(
     stack, spark, s3_history, yarn, run_dag, monkeypatch, tmp_path
 ) -> None:
-    """The validate, bisect and report operators with a `spark` connection to YARN in cluster
-    mode: each submits its job through SparkSubmitHook and waits on the ResourceManager; the
-    task holds no state; the records, reports and Data Docs land in S3 and say what the
-    local path says."""
+    """The validate and bisect operators with a `spark` connection to YARN in cluster mode:
+    each submits its job through SparkSubmitHook and waits on the ResourceManager; the task
+    holds no state; a failing suite is recorded in S3 and bisect names the first bad
+    snapshot, as the local path does. (The deploy gate test below runs validate and diff on
+    YARN too, with their reports and Data Docs in S3.)"""
     from airflow_provider_streamstate.engine.catalog.validation_records import get_validation
     from airflow_provider_streamstate.spec import StreamSpec
 
@@ -204,33 +215,22 @@ def test_state_operators_run_their_jobs_in_cluster_mode_on_yarn_and_match_the_lo
     suite_file = tmp_path / "suite.json"
     suite_file.write_text(json.dumps({**SUITE, "name": suite_name}))
     spec = StreamSpec(name="accounts", checkpoint="s3a://unused/ckpt", store=h.url, aws_conn_id="store_s3")
-    reports = f"s3://{h.store.bucket}/{h.store.prefix.rsplit('/', 1)[0]}/reports-{uuid.uuid4().hex[:6]}"
     result = run_dag("streamstate_test_state_jobs", {
-        "stream": spec.to_dict(), "suite": str(suite_file), "first": h.ids[0], "reports": reports,
-        "spark_conn_id": "spark_yarn", "spark_conf": _yarn_job_conf(yarn, tmp_path),
-        "spark_jars": list(stack.spark_jars), "spark_env": yarn.env(),
+        "stream": spec.to_dict(), "suite": str(suite_file), "spark_conn_id": "spark_yarn",
+        "spark_conf": _yarn_job_conf(yarn, tmp_path), "spark_jars": list(stack.spark_jars), "spark_env": yarn.env(),
     })
     assert result.state == "success", result.log[-8000:]
-    first, latest = result.tasks["validate_first"].xcom, result.tasks["validate_latest"].xcom
-    assert first["success"] is True and latest["success"] is False
-    assert first["ran_on"]["master"] == "yarn" and first["ran_on"]["deploy_mode"] == "cluster"
-    assert first["ran_on"]["app_id"].startswith("application_")
-    assert first["data_docs"] == f"{reports}/docs/index.html"
+    latest = result.tasks["validate_latest"].xcom
+    assert latest["success"] is False and latest["reused"] is False
+    assert latest["ran_on"]["master"] == "yarn" and latest["ran_on"]["deploy_mode"] == "cluster"
+    assert latest["ran_on"]["app_id"].startswith("application_")
     assert get_validation(h.store, "accounts", h.ids[-1], suite_name).success is False
-    assert result.tasks["bisect"].xcom["first_bad"] == h.first_bad
-    diff = result.tasks["diff_report"].xcom
-    assert diff["report"] == f"{reports}/diff.json"
-    bucket, key = reports.removeprefix("s3://").split("/", 1)
-    client = h.store.client
-    report = json.loads(client.get_object(Bucket=bucket, Key=f"{key}/diff.json")["Body"].read())
-    assert client.head_object(Bucket=bucket, Key=f"{key}/docs/index.html")["ContentLength"] > 0
+    bisected = result.tasks["bisect"].xcom
+    assert bisected["first_bad"] == h.first_bad
     assert h.leftovers() == []
     with _local(h, spark) as reader:
-        local = diff_snapshots(reader, "accounts", h.ids[0], "latest", sample=10).to_json()
-        for sid, remote in ((h.ids[0], first), (h.ids[-1], latest)):
-            here = validate_snapshot(reader, "accounts", sid, load_suite(SUITE), record=False).to_json()
-            assert here["success"] == remote["success"] and here["failed"] == remote["failed"]
-    assert {k: v for k, v in report.items() if k not in ("kind", "stream")} == local
+        here = validate_snapshot(reader, "accounts", h.ids[-1], load_suite(SUITE), record=False).to_json()
+    assert here["success"] == latest["success"] and here["failed"] == latest["failed"]
 
 
 def test_a_cancelled_state_job_kills_its_yarn_application_and_removes_its_scratch_copy(
@@ -290,3 +290,64 @@ def test_a_cancelled_state_job_kills_its_yarn_application_and_removes_its_scratc
     assert rm.app(seen["app_id"]).state in ("KILLED", "FINISHED", "FAILED")
     # The application may still be writing when it is killed: its leftovers go with it.
     assert h.leftovers() == []
+
+
+def test_the_deploy_gate_runs_the_candidate_and_its_state_jobs_on_yarn_with_the_clone_in_object_storage(
+    stack, spark, topic, s3_history, yarn, run_dag, monkeypatch, tmp_path
+) -> None:
+    """Production checkpoints to S3 and runs on YARN in cluster mode: the gate clones its
+    known-good snapshot onto S3 beside it, submits the candidate to YARN like production,
+    validates and diffs the clone's state in YARN applications, passes a correct candidate
+    (no key changed, the suite passed) and tears the clone down (its S3 checkpoint and its
+    snapshots gone); no scratch copy or job record is left."""
+    import airflow_provider_streamstate.jobs.example_stream as job
+    from airflow_provider_streamstate.engine.state.validation import load_suite, validate_snapshot
+    from tests.integration.test_validate_deploy_gate import SUITE as GATE_SUITE
+    from tests.integration.test_yarn_cluster import _yarn_spec
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_YARN", json.dumps(
+        {"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster"}}))
+    for key, value in {**stack.s3_env("primary"), **yarn.env()}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("STREAMSTATE_HOME", str(tmp_path / "home"))
+    h = s3_history  # the session's S3A settings and the store's bucket
+    root = f"s3a://{h.store.bucket}/{h.store.prefix.rsplit('/', 1)[0]}/gate-{uuid.uuid4().hex[:6]}"
+    spec = _yarn_spec(stack, topic, tmp_path, yarn, f"{root}/orders").derive(
+        store=f"s3://{h.store.bucket}/{h.store.prefix.rsplit('/', 1)[0]}/gate-store-{uuid.uuid4().hex[:6]}")
+    store = S3Store(h.store.client, *spec.store.removeprefix("s3://").split("/", 1))
+    use_state_store(spark, "hdfs", **{"spark.sql.shuffle.partitions": "2"})
+    produce(stack.kafka_bootstrap, topic, GeneratorSpec(seed=93, accounts=10, events=120))
+    run_to_end(spark, stack.kafka_bootstrap, topic, spec.checkpoint)
+    good = create_snapshot(spec.checkpoint, store, "orders").manifest
+    suite_file = tmp_path / "suite.json"
+    suite_file.write_text(json.dumps(GATE_SUITE))
+    with StateReader(store, spark=spark) as reader:  # production's known-good mark, set here
+        assert validate_snapshot(reader, "orders", good.snapshot_id, load_suite(suite_file)).success
+
+    args = [("available-now" if a.startswith("processing:") else a) for a in spec.application_args]
+    conf = _yarn_job_conf(yarn, tmp_path)
+    result = run_dag("streamstate_deploy_gate", {
+        "stream": spec.to_dict(), "candidate_application": job.__file__, "candidate_args": args,
+        "suite": str(suite_file), "snapshot": "latest-good:accounts-sane", "compare_snapshot": good.snapshot_id,
+        "clone_root": f"{root}/gate", "reports": f"{root}/reports", "run_timeout_s": 600,
+        "state_jobs": {"spark_conn_id": "spark_yarn", "spark_conf": conf, "spark_jars": list(stack.spark_jars),
+                       "spark_env": yarn.env()},
+    })
+    assert result.state == "success", result.log[-8000:]
+    verdict = result.tasks["gate"].xcom
+    assert verdict["deploy"] is True and verdict["changed_keys"] == 0
+    assert verdict["data_docs"] == f"{root}/reports/docs/index.html"
+    assert result.tasks["validate"].xcom["ran_on"]["master"] == "yarn"
+    assert result.tasks["tear_down"].xcom["clones_expired"] == 1
+    plan = result.tasks["plan"].xcom
+    assert plan["checkpoint"].startswith(f"{root}/gate/")
+    import urllib.request
+
+    with urllib.request.urlopen(f"{yarn.rm_web}/ws/v1/cluster/apps", timeout=10) as r:
+        apps = {a["name"]: a for a in json.loads(r.read())["apps"]["app"]}
+    assert apps[plan["name"]]["finalStatus"] == "SUCCEEDED"  # the candidate ran on YARN, to its end
+    bucket, key = plan["checkpoint"].removeprefix("s3a://").split("/", 1)
+    assert h.store.client.list_objects_v2(Bucket=bucket, Prefix=key + "/").get("KeyCount", 0) == 0
+    assert store.list_snapshot_ids(plan["name"]) == []
+    leftovers = h.store.client.list_objects_v2(Bucket=store.bucket, Prefix=f"{store.prefix}/scratch/")
+    assert leftovers.get("KeyCount", 0) == 0
