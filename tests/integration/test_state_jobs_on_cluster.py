@@ -1,7 +1,7 @@
 """State jobs as Spark applications where the data is: the snapshots of a real stream that
 checkpointed to S3 (s3a on the stack's moto endpoint), in an S3 store, questioned through the
-CLI on a Spark standalone cluster (client mode) and through the operators in a DAG run on
-YARN (cluster mode). Each job reads the snapshot from a scratch copy inside the store,
+CLI on a Spark standalone cluster (client mode), and through the operators of the deploy
+gate in a DAG run on YARN (cluster mode). Each job reads the snapshot from a scratch copy inside the store,
 answers exactly as the local path does on the same snapshots (validate pass and fail,
 export, diff, bisect), leaves no scratch copy and no job record behind, and a killed
 job's application is killed on the cluster too."""
@@ -69,7 +69,7 @@ def s3_history(stack, spark) -> S3History:
     produce(stack.kafka_bootstrap, topic, first)
     poison = produce_poison(stack.kafka_bootstrap, topic, 90)
     produce(stack.kafka_bootstrap, topic, first.next_round(90))
-    run_to_end(spark, stack.kafka_bootstrap, topic, checkpoint, max_offsets=30)
+    run_to_end(spark, stack.kafka_bootstrap, topic, checkpoint, max_offsets=45)
     store = S3Store(s3_client(stack), bucket, f"{run}/store")
     batches = CheckpointReader(checkpoint, s3_client=store.client).committed_batches()
     manifests = [create_snapshot(checkpoint, store, "accounts", batch_id=b).manifest for b in batches]
@@ -114,8 +114,9 @@ def _rows(rows: list[dict[str, Any]]) -> list[str]:
 def test_state_jobs_on_a_standalone_cluster_answer_as_the_local_path_does_and_leave_nothing_behind(
     stack, spark, s3_history, spark_cluster, capsys, monkeypatch, tmp_path
 ) -> None:
-    """`--master spark://...`: validate (pass, fail), export to s3a, diff and bisect run
-    as applications on the standalone cluster (client mode: the driver here, the executors on
+    """`--master spark://...` (and `--spark-conn-id`): bisect (validating good and bad
+    snapshots), export to s3a, diff and a failing validation run as applications on the
+    standalone cluster (client mode: the driver here, the executors on
     the workers, reading the scratch copy from S3) and give the local path's answers."""
     for key, value in stack.s3_env("primary").items():
         monkeypatch.setenv(key, value)
@@ -127,53 +128,53 @@ def test_state_jobs_on_a_standalone_cluster_answer_as_the_local_path_does_and_le
     job = ["--store", h.url, "--stream", "accounts", "--json", "--master", spark_cluster,
            "--jars", ",".join(stack.spark_jars), "--conf", "spark.driver.host=127.0.0.1",
            "--conf", "spark.driver.bindAddress=127.0.0.1", "--conf", "spark.executor.memory=512m",
-           "--conf", "spark.cores.max=2", "--conf", "spark.sql.shuffle.partitions=2"]
+           "--conf", "spark.cores.max=1", "--conf", "spark.sql.shuffle.partitions=2"]
     first, last = h.ids[0], h.ids[-1]
 
-    code, good = _cli(capsys, "validate", first, "--suite", str(suite_file), *job)
-    assert code == 0 and good["success"] is True and good["reused"] is False
-    assert good["ran_on"]["master"] == spark_cluster and good["ran_on"]["app_id"].startswith("app-")
-    code, bad = _cli(capsys, "validate", last, "--suite", str(suite_file), *job)
-    assert code == 3 and bad["success"] is False
+    # Bisect validates (and records) good and bad snapshots in one application.
+    code, bisected = _cli(capsys, "bisect", "--suite", str(suite_file), *job)
+    assert code == 0 and bisected["first_bad"] == h.first_bad
+    assert bisected["ran_on"]["master"] == spark_cluster and bisected["ran_on"]["app_id"].startswith("app-")
+    assert {s["good"] for s in bisected["steps"]} == {True, False}
     export = f"s3a://{h.store.bucket}/{h.store.prefix.rsplit('/', 1)[0]}/export-{uuid.uuid4().hex[:6]}"
     code, exported = _cli(capsys, "state", "export", last, "--operator", "stateStoreSave", "--format", "parquet",
                           "--output", export, *job)
     assert code == 0 and exported["output"] == export
     code, diffed = _cli(capsys, "diff", first, last, "--operator", "stateStoreSave", *job)
     assert code == 0
-    bisect_suite = tmp_path / "bisect-suite.json"
-    bisect_suite.write_text(json.dumps({**SUITE, "name": "accounts-sane-cluster"}))
-    # Through an Airflow Spark connection instead of --master: the same application.
+    # Through an Airflow Spark connection instead of --master, a job that fails in the
+    # application (a column the state lacks): one line here, exit 2, nothing left behind.
     host, port = spark_cluster.rsplit(":", 1)
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_STANDALONE", json.dumps({"conn_type": "spark", "host": host,
                                                                     "port": int(port)}))
     through_conn = [a if a != spark_cluster else "spark_standalone" for a in job]
     through_conn[through_conn.index("--master")] = "--spark-conn-id"
-    code, bisected = _cli(capsys, "bisect", "--suite", str(bisect_suite), *through_conn)
-    assert code == 0 and bisected["first_bad"] == h.first_bad
-    assert bisected["ran_on"]["master"] == spark_cluster
-    # A job that fails in the application: one line here, exit 2, nothing left behind.
     wrong = tmp_path / "wrong-suite.json"
     wrong.write_text(json.dumps({"name": "wrong", "meta": SUITE["meta"], "expectations": [
         {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "no_such_column"}}]}))
-    assert main(["validate", last, "--suite", str(wrong), *job]) == 2
+    assert main(["validate", last, "--suite", str(wrong), *through_conn]) == 2
     err = capsys.readouterr().err
     assert "names column 'no_such_column', which the state of" in err and "key_account" in err
     assert h.leftovers() == []
 
     # The same questions on the same snapshots, answered here.
-    suite = load_suite(SUITE)
+    from airflow_provider_streamstate.engine.catalog.validation_records import get_validation
+
+    suite = load_suite({**SUITE, "name": "accounts-sane-local"})
     with _local(h, spark) as reader:
-        for sid, remote in ((first, good), (last, bad)):
-            local = validate_snapshot(reader, "accounts", sid, suite, record=False).to_json()
-            assert local["success"] == remote["success"] and local["failed"] == remote["failed"]
+        for step in bisected["steps"]:
+            stored = get_validation(h.store, "accounts", step["snapshot_id"], SUITE["name"])
+            here = validate_snapshot(reader, "accounts", step["snapshot_id"], suite, record=False).record
+            assert stored is not None and stored.success == here.success == step["good"]
+            assert [(o.type, o.success, o.observed) for o in stored.results] == [
+                (o.type, o.success, o.observed) for o in here.results]
         state = reader.state("accounts", last, OPERATOR)
         assert exported["rows"] == state.count()
         assert _rows([r.asDict() for r in spark.read.parquet(export).collect()]) == _rows(
             [r.asDict() for r in state.collect()])
         local_diff = diff_snapshots(reader, "accounts", first, last, OPERATOR).to_json()
         assert {k: v for k, v in diffed.items() if k != "ran_on"} == local_diff
-        local_bisect = bisect_snapshots(reader, "accounts", load_suite({**SUITE, "name": "accounts-sane-local"}))
+        local_bisect = bisect_snapshots(reader, "accounts", suite)
     assert local_bisect.first_bad is not None and local_bisect.first_bad.snapshot_id == bisected["first_bad"]
     assert [(s["snapshot_id"], s["good"]) for s in bisected["steps"]] == [
         (s.snapshot_id, s.good) for s in local_bisect.steps]
@@ -190,47 +191,6 @@ def _yarn_job_conf(yarn: stack_mod.YarnCluster, tmp_path: Path) -> dict[str, str
             "spark.executor.memory": "512m", "spark.executor.instances": "1", "spark.executor.cores": "1",
             "spark.sql.shuffle.partitions": "2", "spark.yarn.jars": f"local:{jars}/*",
             "spark.yarn.stagingDir": f"file://{tmp_path / 'staging'}"}
-
-
-def test_state_operators_run_their_jobs_in_cluster_mode_on_yarn_and_match_the_local_path(
-    stack, spark, s3_history, yarn, run_dag, monkeypatch, tmp_path
-) -> None:
-    """The validate and bisect operators with a `spark` connection to YARN in cluster mode:
-    each submits its job through SparkSubmitHook and waits on the ResourceManager; the task
-    holds no state; a failing suite is recorded in S3 and bisect names the first bad
-    snapshot, as the local path does. (The deploy gate test below runs validate and diff on
-    YARN too, with their reports and Data Docs in S3.)"""
-    from airflow_provider_streamstate.engine.catalog.validation_records import get_validation
-    from airflow_provider_streamstate.spec import StreamSpec
-
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_YARN", json.dumps(
-        {"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster"}}))
-    monkeypatch.setenv("AIRFLOW_CONN_STORE_S3", json.dumps(
-        {"conn_type": "aws", "login": stack.s3_env("primary")["AWS_ACCESS_KEY_ID"],
-         "password": stack.s3_env("primary")["AWS_SECRET_ACCESS_KEY"],
-         "extra": {"endpoint_url": stack.s3["primary"]["endpoint_url"], "region_name": stack.s3["primary"]["region"]}}))
-    monkeypatch.setenv("STREAMSTATE_HOME", str(tmp_path / "home"))
-    h = s3_history
-    suite_name = f"accounts-yarn-{uuid.uuid4().hex[:6]}"
-    suite_file = tmp_path / "suite.json"
-    suite_file.write_text(json.dumps({**SUITE, "name": suite_name}))
-    spec = StreamSpec(name="accounts", checkpoint="s3a://unused/ckpt", store=h.url, aws_conn_id="store_s3")
-    result = run_dag("streamstate_test_state_jobs", {
-        "stream": spec.to_dict(), "suite": str(suite_file), "spark_conn_id": "spark_yarn",
-        "spark_conf": _yarn_job_conf(yarn, tmp_path), "spark_jars": list(stack.spark_jars), "spark_env": yarn.env(),
-    })
-    assert result.state == "success", result.log[-8000:]
-    latest = result.tasks["validate_latest"].xcom
-    assert latest["success"] is False and latest["reused"] is False
-    assert latest["ran_on"]["master"] == "yarn" and latest["ran_on"]["deploy_mode"] == "cluster"
-    assert latest["ran_on"]["app_id"].startswith("application_")
-    assert get_validation(h.store, "accounts", h.ids[-1], suite_name).success is False
-    bisected = result.tasks["bisect"].xcom
-    assert bisected["first_bad"] == h.first_bad
-    assert h.leftovers() == []
-    with _local(h, spark) as reader:
-        here = validate_snapshot(reader, "accounts", h.ids[-1], load_suite(SUITE), record=False).to_json()
-    assert here["success"] == latest["success"] and here["failed"] == latest["failed"]
 
 
 def test_a_cancelled_state_job_kills_its_yarn_application_and_removes_its_scratch_copy(
@@ -292,16 +252,20 @@ def test_a_cancelled_state_job_kills_its_yarn_application_and_removes_its_scratc
     assert h.leftovers() == []
 
 
-def test_the_deploy_gate_runs_the_candidate_and_its_state_jobs_on_yarn_with_the_clone_in_object_storage(
+def test_the_deploy_gate_blocks_a_bad_candidate_run_on_yarn_with_its_clone_and_checks_in_object_storage(
     stack, spark, topic, s3_history, yarn, run_dag, monkeypatch, tmp_path
 ) -> None:
-    """Production checkpoints to S3 and runs on YARN in cluster mode: the gate clones its
-    known-good snapshot onto S3 beside it, submits the candidate to YARN like production,
-    validates and diffs the clone's state in YARN applications, passes a correct candidate
-    (no key changed, the suite passed) and tears the clone down (its S3 checkpoint and its
-    snapshots gone); no scratch copy or job record is left."""
-    import airflow_provider_streamstate.jobs.example_stream as job
+    """Production checkpoints to S3 and runs on YARN in cluster mode. The gate clones its
+    known-good snapshot onto S3 beside it, submits the candidate (a planted bug: every
+    amount counted twice) to YARN like production, validates and diffs the clone's state in
+    YARN applications (their Data Docs and report in S3), blocks the deploy naming the
+    expectation that failed and the keys that differ, and tears the clone down: its S3
+    checkpoint and snapshots are gone, and no scratch copy or job record is left. (The
+    passing gate runs in tests/integration/test_validate_deploy_gate.py.)"""
+    import urllib.request
+
     from airflow_provider_streamstate.engine.state.validation import load_suite, validate_snapshot
+    from tests.integration.test_validate_deploy_gate import REPO
     from tests.integration.test_validate_deploy_gate import SUITE as GATE_SUITE
     from tests.integration.test_yarn_cluster import _yarn_spec
 
@@ -311,43 +275,49 @@ def test_the_deploy_gate_runs_the_candidate_and_its_state_jobs_on_yarn_with_the_
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("STREAMSTATE_HOME", str(tmp_path / "home"))
     h = s3_history  # the session's S3A settings and the store's bucket
-    root = f"s3a://{h.store.bucket}/{h.store.prefix.rsplit('/', 1)[0]}/gate-{uuid.uuid4().hex[:6]}"
-    spec = _yarn_spec(stack, topic, tmp_path, yarn, f"{root}/orders").derive(
-        store=f"s3://{h.store.bucket}/{h.store.prefix.rsplit('/', 1)[0]}/gate-store-{uuid.uuid4().hex[:6]}")
-    store = S3Store(h.store.client, *spec.store.removeprefix("s3://").split("/", 1))
+    run = f"{h.store.prefix.rsplit('/', 1)[0]}/gate-{uuid.uuid4().hex[:6]}"
+    root = f"s3a://{h.store.bucket}/{run}"
+    spec = _yarn_spec(stack, topic, tmp_path, yarn, f"{root}/orders").derive(store=f"s3://{h.store.bucket}/{run}/store")
+    store = S3Store(h.store.client, h.store.bucket, f"{run}/store")
     use_state_store(spark, "hdfs", **{"spark.sql.shuffle.partitions": "2"})
-    produce(stack.kafka_bootstrap, topic, GeneratorSpec(seed=93, accounts=10, events=120))
+    first = GeneratorSpec(seed=91, accounts=10, events=120)
+    produce(stack.kafka_bootstrap, topic, first)
     run_to_end(spark, stack.kafka_bootstrap, topic, spec.checkpoint)
     good = create_snapshot(spec.checkpoint, store, "orders").manifest
     suite_file = tmp_path / "suite.json"
     suite_file.write_text(json.dumps(GATE_SUITE))
     with StateReader(store, spark=spark) as reader:  # production's known-good mark, set here
         assert validate_snapshot(reader, "orders", good.snapshot_id, load_suite(suite_file)).success
+    # More input: production's newest snapshot has it; the candidate reads it from the clone's offsets on.
+    produce(stack.kafka_bootstrap, topic, first.next_round())
+    run_to_end(spark, stack.kafka_bootstrap, topic, spec.checkpoint)
+    newest = create_snapshot(spec.checkpoint, store, "orders").manifest
 
     args = [("available-now" if a.startswith("processing:") else a) for a in spec.application_args]
-    conf = _yarn_job_conf(yarn, tmp_path)
     result = run_dag("streamstate_deploy_gate", {
-        "stream": spec.to_dict(), "candidate_application": job.__file__, "candidate_args": args,
-        "suite": str(suite_file), "snapshot": "latest-good:accounts-sane", "compare_snapshot": good.snapshot_id,
-        "clone_root": f"{root}/gate", "reports": f"{root}/reports", "run_timeout_s": 600,
-        "state_jobs": {"spark_conn_id": "spark_yarn", "spark_conf": conf, "spark_jars": list(stack.spark_jars),
-                       "spark_env": yarn.env()},
+        "stream": spec.to_dict(), "candidate_application": str(REPO / "tests/apps/doubled_stream.py"),
+        "candidate_args": args, "suite": str(suite_file), "snapshot": "latest-good:accounts-sane",
+        "compare_snapshot": newest.snapshot_id, "clone_root": f"{root}/gate", "reports": f"{root}/reports",
+        "run_timeout_s": 600,
+        "state_jobs": {"spark_conn_id": "spark_yarn", "spark_conf": _yarn_job_conf(yarn, tmp_path),
+                       "spark_jars": list(stack.spark_jars), "spark_env": yarn.env()},
     })
-    assert result.state == "success", result.log[-8000:]
-    verdict = result.tasks["gate"].xcom
-    assert verdict["deploy"] is True and verdict["changed_keys"] == 0
-    assert verdict["data_docs"] == f"{root}/reports/docs/index.html"
-    assert result.tasks["validate"].xcom["ran_on"]["master"] == "yarn"
-    assert result.tasks["tear_down"].xcom["clones_expired"] == 1
+    assert result.state == "failed"
+    assert result.failed_tasks() == ["check_diff", "validate"], result.log[-8000:]
+    assert "expect_column_values_to_be_between(value_max) observed" in result.log
+    assert "the candidate's state differs from production's on" in result.log
+    assert result.tasks["tear_down"].state == "success" and result.tasks["gate"].state == "upstream_failed"
     plan = result.tasks["plan"].xcom
     assert plan["checkpoint"].startswith(f"{root}/gate/")
-    import urllib.request
-
     with urllib.request.urlopen(f"{yarn.rm_web}/ws/v1/cluster/apps", timeout=10) as r:
         apps = {a["name"]: a for a in json.loads(r.read())["apps"]["app"]}
-    assert apps[plan["name"]]["finalStatus"] == "SUCCEEDED"  # the candidate ran on YARN, to its end
+    # The candidate ran on YARN to its end; so did the validation and the diff (their verdicts failed the gate).
+    for name in (plan["name"], f"streamstate-validate-{plan['name']}", "streamstate-diff-orders"):
+        assert apps[name]["finalStatus"] == "SUCCEEDED", (name, sorted(apps))
+    report = json.loads(h.store.client.get_object(Bucket=h.store.bucket, Key=f"{run}/reports/diff.json")["Body"].read())
+    assert report["kind"] == "diff" and report["changed"] > 0
+    assert h.store.client.head_object(Bucket=h.store.bucket, Key=f"{run}/reports/docs/index.html")["ContentLength"] > 0
     bucket, key = plan["checkpoint"].removeprefix("s3a://").split("/", 1)
     assert h.store.client.list_objects_v2(Bucket=bucket, Prefix=key + "/").get("KeyCount", 0) == 0
     assert store.list_snapshot_ids(plan["name"]) == []
-    leftovers = h.store.client.list_objects_v2(Bucket=store.bucket, Prefix=f"{store.prefix}/scratch/")
-    assert leftovers.get("KeyCount", 0) == 0
+    assert h.store.client.list_objects_v2(Bucket=store.bucket, Prefix=f"{run}/store/scratch/").get("KeyCount", 0) == 0
