@@ -77,6 +77,19 @@ def _yarn_spec(stack, topic, tmp_path, yarn, checkpoint):  # noqa: ANN001, ANN20
     )
 
 
+def _containers_gone(yarn: stack_mod.YarnCluster, app_id: str) -> bool:
+    """Whether the NodeManager runs no container of `app_id` any more."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{yarn.nm_web}/ws/v1/node/apps/{app_id}", timeout=10) as r:
+            app = json.loads(r.read())["app"]
+    except urllib.error.HTTPError as exc:
+        return exc.code == 404  # the NodeManager has forgotten it: nothing of it runs
+    return app.get("state") == "FINISHED" or not (app.get("containerids") or [])
+
+
 def _on_host(host: str, script: str, *args: str, env: dict[str, str]) -> dict:
     proc = python_on_host(host, APPS / script, *args, env=env, stdout=-1, stderr=-1)
     out, err = proc.communicate(timeout=600)
@@ -154,8 +167,12 @@ def test_a_stream_in_cluster_mode_on_yarn_outlives_its_launcher_and_is_watched_s
         rounds.append(rounds[2].next_round(120))
         produce(stack.kafka_bootstrap, topic, rounds[3])
         wait_for(lambda: consumed_records(checkpoint) == 570, timeout=300, what="570 records")
-        rm.kill(launcher.read_launch(checkpoint).cluster.app_id)
+        killed = launcher.read_launch(checkpoint).cluster.app_id
+        rm.kill(killed)
         wait_for(lambda: launcher.status(checkpoint).state == "dead", timeout=120, what="the stream to read dead")
+        # The ResourceManager says KILLED before the NodeManager has stopped the driver's
+        # container, which may still commit a batch: damage the state only once it is gone.
+        wait_for(lambda: _containers_gone(yarn, killed), timeout=120, what="the killed driver's container to end")
         delete_newest_state(stack, checkpoint)
         restored = supervise(spec.name, checkpoint, start=start_on_yarn,
                              policy=SupervisionPolicy(settle_s=300), store=lambda: store)
