@@ -5,12 +5,9 @@ What the state operators share when they run their job on a cluster (engine/stat
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.engine.state.jobs import StateJobRequest
 from airflow_provider_streamstate.engine.state.submit import (
     StoreAccess,
@@ -39,37 +36,20 @@ def state_job_command(
 ) -> tuple[list[str], dict[str, str]]:
     """spark-submit of jobs/state_job.py for `request`, and the environment it runs with."""
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-    from airflow.sdk import BaseHook
-    from airflow.sdk.exceptions import AirflowNotFoundException
 
-    from airflow_provider_streamstate.engine.streams.launcher import resolve_spark_submit
-    from airflow_provider_streamstate.engine.streams.yarn import yarn_cluster_mode
+    from airflow_provider_streamstate.engine.streams.launcher import package_python_env, resolve_spark_submit
+    from airflow_provider_streamstate.stream_start import require_spark_connection
 
-    try:
-        BaseHook.get_connection(spark_conn_id)
-    except AirflowNotFoundException:
-        raise UsageError(
-            f"Airflow connection {spark_conn_id!r} does not exist (it gives the state job its master)",
-            hint=f"define it (e.g. AIRFLOW_CONN_{spark_conn_id.upper()}='{{\"conn_type\": \"spark\", "
-            "\"host\": \"yarn\", \"extra\": {\"deploy-mode\": \"cluster\"}}'), or leave spark_conn_id out to run "
-            "the job in the task",
-        ) from None
+    require_spark_connection(spark_conn_id, what="the state job",
+                             example='{"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster"}}',
+                             otherwise="leave spark_conn_id out to run the job in the task")
     jar_list = jars.split(",") if isinstance(jars, str) else list(jars or [])
     hook = SparkSubmitHook(conf=dict(conf or {}), conn_id=spark_conn_id, jars=",".join(jar_list) or None,
                            name=f"streamstate-{request.kind}-{request.stream}",
                            application_args=state_job_arguments(request), env_vars=dict(env or {}) or None,
                            deploy_mode=deploy_mode)
     command = hook._build_spark_submit_command(state_job_application())
-    out_env = dict(env or {})
-    inherited = {**os.environ, **out_env}
-    # The application imports this package: a driver that runs here uses the worker's Python,
-    # unless told. (In YARN cluster mode YARN would hand this variable to the application
-    # master, on another host: its Python is the spark_conf's to say.)
-    if "PYSPARK_DRIVER_PYTHON" not in inherited and not yarn_cluster_mode(command):
-        out_env["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    if hook._connection["master"].startswith("local") and "PYSPARK_PYTHON" not in inherited:
-        out_env["PYSPARK_PYTHON"] = sys.executable
-    return resolve_spark_submit(command, out_env)
+    return resolve_spark_submit(command, package_python_env(command, env or {}))
 
 
 def run_state_job_on_cluster(

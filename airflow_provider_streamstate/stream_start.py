@@ -6,7 +6,6 @@ restarts, the deploy gate and `streamstate stream start` share."""
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -21,26 +20,19 @@ def spark_submit_command(spec: StreamSpec) -> tuple[list[str], dict[str, str]]:
     override them),
     and the environment the driver gets on top of the worker's."""
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-    from airflow.sdk import BaseHook
-    from airflow.sdk.exceptions import AirflowNotFoundException
 
     from airflow_provider_streamstate.engine.streams.launcher import (
+        package_python_env,
         resolve_spark_submit,
         supervised_application,
     )
-    from airflow_provider_streamstate.engine.streams.yarn import yarn_cluster_mode
 
     if not spec.application:
         raise UsageError(f"stream {spec.name} has no application", hint="set the spec's application (its .py file)")
     if spec.master is None:
-        try:
-            BaseHook.get_connection(spec.spark_conn_id)
-        except AirflowNotFoundException:
-            raise UsageError(
-                f"Airflow connection {spec.spark_conn_id!r} does not exist (it gives spark-submit its master)",
-                hint=f"define it (e.g. AIRFLOW_CONN_{spec.spark_conn_id.upper()}='{{\"conn_type\": \"spark\", "
-                "\"host\": \"local[2]\"}'), or set the stream's master",
-            ) from None
+        require_spark_connection(spec.spark_conn_id, what="spark-submit",
+                                 example='{"conn_type": "spark", "host": "local[2]"}',
+                                 otherwise="set the stream's master")
     master = spec.master
 
     class _Hook(SparkSubmitHook):
@@ -59,16 +51,21 @@ def spark_submit_command(spec: StreamSpec) -> tuple[list[str], dict[str, str]]:
         deploy_mode=spec.deploy_mode,
     )
     command = hook._build_spark_submit_command(supervised_application())
-    env = dict(spec.env)
-    inherited = {**os.environ, **env}
-    # The wrapper imports this package: a driver that runs here uses the worker's Python,
-    # unless told. (In YARN cluster mode YARN would hand this variable to the application
-    # master, on another host: its Python is the spec's conf to say.)
-    if "PYSPARK_DRIVER_PYTHON" not in inherited and not yarn_cluster_mode(command):
-        env["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    if hook._connection["master"].startswith("local") and "PYSPARK_PYTHON" not in inherited:
-        env["PYSPARK_PYTHON"] = sys.executable
-    return resolve_spark_submit(command, env)
+    return resolve_spark_submit(command, package_python_env(command, spec.env))
+
+
+def require_spark_connection(conn_id: str, *, what: str, example: str, otherwise: str) -> None:
+    """A UsageError naming how to define the Spark connection `conn_id` when it does not exist."""
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        raise UsageError(
+            f"Airflow connection {conn_id!r} does not exist (it gives {what} its master)",
+            hint=f"define it (e.g. AIRFLOW_CONN_{conn_id.upper()}='{example}'), or {otherwise}",
+        ) from None
 
 
 def start_stream(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,3 +25,24 @@ def rate_rows(spark: Any, rows_per_batch: int) -> Any:
         .option("numPartitions", 4)
         .load()
     )
+
+
+@contextmanager
+def stack_with_yarn(prefix: str) -> Iterator[tuple[Any, Any, Path]]:
+    """The stack and a YARN cluster, up for one benchmark: (stack, yarn, its work directory
+    below WORK); both stopped after it, however it ends."""
+    import tempfile
+
+    from dev import stack as stack_mod
+
+    WORK.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=prefix, dir=WORK))
+    stack = stack_mod.up()
+    try:
+        yarn = stack_mod.start_yarn_cluster(work / "yarn")
+        try:
+            yield stack, yarn, work
+        finally:
+            stack_mod.stop_yarn_cluster(work / "yarn")
+    finally:
+        stack_mod.down()

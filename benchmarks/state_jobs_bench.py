@@ -20,14 +20,13 @@ import os
 import resource
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-from bench_common import WORK, MiB, rate_rows
+from bench_common import WORK, MiB, rate_rows, stack_with_yarn
 
 from dev import stack as stack_mod
 
@@ -46,15 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.task:
         return _task(json.loads(args.task))
-    WORK.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="state-jobs-", dir=WORK))
-    stack = stack_mod.up()
-    yarn = stack_mod.start_yarn_cluster(work / "yarn")
-    try:
+    with stack_with_yarn("state-jobs-") as (stack, yarn, work):
         return _run(args, stack, yarn, work)
-    finally:
-        stack_mod.stop_yarn_cluster(work / "yarn")
-        stack_mod.down()
 
 
 def _snapshot(stack: stack_mod.Stack, work: Path, keys: int) -> tuple[str, str, int]:
@@ -87,16 +79,8 @@ def _snapshot(stack: stack_mod.Stack, work: Path, keys: int) -> tuple[str, str, 
 
 
 def _yarn_conf(yarn: stack_mod.YarnCluster, work: Path) -> dict[str, str]:
-    import pyspark
-
-    jars = Path(pyspark.__file__).resolve().parent / "jars"
-    local = {f"spark.{side}.SPARK_LOCAL_{what}": "127.0.0.1" for side in ("yarn.appMasterEnv", "executorEnv")
-             for what in ("IP", "HOSTNAME")}
-    return {**local, "spark.pyspark.python": sys.executable, "spark.yarn.appMasterEnv.PYSPARK_PYTHON": sys.executable,
-            "spark.executorEnv.PYSPARK_PYTHON": sys.executable, "spark.driver.memory": "1g",
-            "spark.executor.memory": "2g", "spark.executor.instances": "2", "spark.executor.cores": "1",
-            "spark.sql.shuffle.partitions": "4", "spark.yarn.jars": f"local:{jars}/*",
-            "spark.yarn.stagingDir": f"file://{work / 'staging'}"}
+    return {**yarn.pyspark_conf(work / "staging", executors=2, executor_memory="2g", driver_memory="1g"),
+            "spark.sql.shuffle.partitions": "4"}
 
 
 def _task(task: dict[str, Any]) -> int:

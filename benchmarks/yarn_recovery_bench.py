@@ -24,12 +24,11 @@ import os
 import signal
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from bench_common import WORK
+from bench_common import stack_with_yarn
 
 from dev import stack as stack_mod
 
@@ -38,19 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--cycles", type=int, default=2)
     args = p.parse_args(argv)
-    WORK.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="yarn-recovery-", dir=WORK))
-    stack = stack_mod.up()
-    yarn = stack_mod.start_yarn_cluster(work / "yarn")
-    try:
+    with stack_with_yarn("yarn-recovery-") as (stack, yarn, work):
         return _run(args, stack, yarn, work)
-    finally:
-        stack_mod.stop_yarn_cluster(work / "yarn")
-        stack_mod.down()
 
 
 def _spec(stack: stack_mod.Stack, yarn: stack_mod.YarnCluster, work: Path, topic: str, *, on_yarn: bool) -> Any:
-    import pyspark
 
     import airflow_provider_streamstate.jobs.example_stream as job
     from airflow_provider_streamstate.spec import StreamSpec
@@ -58,14 +49,7 @@ def _spec(stack: stack_mod.Stack, yarn: stack_mod.YarnCluster, work: Path, topic
     name = "bench-yarn" if on_yarn else "bench-local"
     conf = {"spark.ui.enabled": "false", **stack.s3a_conf("primary")}
     if on_yarn:
-        jars = Path(pyspark.__file__).resolve().parent / "jars"
-        conf |= {f"spark.{side}.SPARK_LOCAL_{what}": "127.0.0.1" for side in ("yarn.appMasterEnv", "executorEnv")
-                 for what in ("IP", "HOSTNAME")}
-        conf |= {"spark.pyspark.python": sys.executable, "spark.yarn.appMasterEnv.PYSPARK_PYTHON": sys.executable,
-                 "spark.executorEnv.PYSPARK_PYTHON": sys.executable, "spark.driver.memory": "512m",
-                 "spark.executor.memory": "512m", "spark.yarn.am.memory": "512m", "spark.executor.instances": "1",
-                 "spark.executor.cores": "1", "spark.yarn.jars": f"local:{jars}/*",
-                 "spark.yarn.stagingDir": f"file://{work / 'staging'}"}
+        conf |= yarn.pyspark_conf(work / "staging")
     else:
         conf |= {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
     return StreamSpec(

@@ -141,7 +141,7 @@ def _run(args: argparse.Namespace, request: Any) -> dict[str, Any]:
     from airflow_provider_streamstate.engine.state.reader import StateReader
 
     store = open_store_from_args(args)
-    if not (args.master or args.spark_conn_id):
+    if not _submitted(args):
         if args.deploy_mode or args.spark_conf or args.jars:
             raise UsageError("--deploy-mode, --conf and --jars apply to a Spark application",
                              hint="add --master (e.g. yarn) or --spark-conn-id, or leave them out to run here")
@@ -168,7 +168,7 @@ def _run(args: argparse.Namespace, request: Any) -> dict[str, Any]:
 
 def _spark_submit(args: argparse.Namespace, request: Any) -> tuple[list[str], dict[str, str]]:
     from airflow_provider_streamstate.engine.state.submit import state_job_application, state_job_arguments
-    from airflow_provider_streamstate.engine.streams.launcher import resolve_spark_submit
+    from airflow_provider_streamstate.engine.streams.launcher import package_python_env, resolve_spark_submit
 
     cmd = ["spark-submit", "--master", args.master, "--name", f"streamstate-{request.kind}-{request.stream}"]
     if args.deploy_mode:
@@ -177,12 +177,8 @@ def _spark_submit(args: argparse.Namespace, request: Any) -> tuple[list[str], di
         cmd += ["--conf", "=".join(_conf_pair(pair))]
     if args.jars:
         cmd += ["--jars", args.jars]
-    env: dict[str, str] = {}
-    if "PYSPARK_DRIVER_PYTHON" not in os.environ and args.deploy_mode != "cluster":
-        env["PYSPARK_DRIVER_PYTHON"] = sys.executable  # a driver here imports this package from here
-    if args.master.startswith("local") and "PYSPARK_PYTHON" not in os.environ:
-        env["PYSPARK_PYTHON"] = sys.executable
-    return resolve_spark_submit([*cmd, state_job_application(), *state_job_arguments(request)], env)
+    cmd += [state_job_application(), *state_job_arguments(request)]
+    return resolve_spark_submit(cmd, package_python_env(cmd, {}))
 
 
 def _conf_pair(pair: str) -> tuple[str, str]:
@@ -249,7 +245,7 @@ def cmd_state_export(args: argparse.Namespace) -> int:
     output = args.output
     on_cluster = bool(args.spark_conn_id) or bool(args.master and not args.master.startswith("local"))
     if output.startswith(("s3a://", "s3://")):
-        if not (args.master or args.spark_conn_id):
+        if not _submitted(args):
             raise UsageError(f"an export to {output} needs the S3A connector, which the local session lacks",
                              hint="run it as an application: --master 'local[*]' --jars <hadoop-aws and the AWS "
                              "SDK bundle>, or a cluster")

@@ -22,3 +22,13 @@ def regions(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
         stack_mod.down(state_dir)
 
 
+
+
+@pytest.fixture(scope="module")
+def yarn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[stack_mod.YarnCluster]:
+    """The stack's YARN cluster, for the tests of one module."""
+    state_dir = tmp_path_factory.mktemp("yarn")
+    try:
+        yield stack_mod.start_yarn_cluster(state_dir)
+    finally:
+        stack_mod.stop_yarn_cluster(state_dir)

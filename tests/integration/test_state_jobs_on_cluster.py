@@ -87,15 +87,6 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         stack_mod.stop_spark_cluster(state_dir)
 
 
-@pytest.fixture(scope="module")
-def yarn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[stack_mod.YarnCluster]:
-    state_dir = tmp_path_factory.mktemp("yarn")
-    try:
-        yield stack_mod.start_yarn_cluster(state_dir)
-    finally:
-        stack_mod.stop_yarn_cluster(state_dir)
-
-
 def _local(s3_history: S3History, spark) -> StateReader:  # noqa: ANN001
     return StateReader(s3_history.store, spark=spark)
 
@@ -181,16 +172,7 @@ def test_state_jobs_on_a_standalone_cluster_answer_as_the_local_path_does_and_le
 
 
 def _yarn_job_conf(yarn: stack_mod.YarnCluster, tmp_path: Path) -> dict[str, str]:
-    import pyspark
-
-    jars = Path(pyspark.__file__).resolve().parent / "jars"
-    local = {f"spark.{side}.SPARK_LOCAL_{what}": "127.0.0.1" for side in ("yarn.appMasterEnv", "executorEnv")
-             for what in ("IP", "HOSTNAME")}
-    return {**local, "spark.pyspark.python": sys.executable, "spark.yarn.appMasterEnv.PYSPARK_PYTHON": sys.executable,
-            "spark.executorEnv.PYSPARK_PYTHON": sys.executable, "spark.driver.memory": "512m",
-            "spark.executor.memory": "512m", "spark.executor.instances": "1", "spark.executor.cores": "1",
-            "spark.sql.shuffle.partitions": "2", "spark.yarn.jars": f"local:{jars}/*",
-            "spark.yarn.stagingDir": f"file://{tmp_path / 'staging'}"}
+    return {**yarn.pyspark_conf(tmp_path / "staging"), "spark.sql.shuffle.partitions": "2"}
 
 
 def test_a_cancelled_state_job_kills_its_yarn_application_and_removes_its_scratch_copy(

@@ -18,7 +18,6 @@ import logging
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -43,37 +42,16 @@ log = logging.getLogger(__name__)
 APPS = Path(__file__).resolve().parent.parent / "apps"
 
 
-@pytest.fixture(scope="module")
-def yarn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[stack_mod.YarnCluster]:
-    state_dir = tmp_path_factory.mktemp("yarn")
-    try:
-        yield stack_mod.start_yarn_cluster(state_dir)
-    finally:
-        stack_mod.stop_yarn_cluster(state_dir)
-
-
 def _yarn_spec(stack, topic, tmp_path, yarn, checkpoint):  # noqa: ANN001, ANN202
     """The example stream in cluster deploy mode on YARN (the `spark_yarn` connection: master
     yarn, deploy-mode cluster), checkpointing to S3; the driver in its container writes the
     records beside the checkpoint with the AWS environment the spec gives it."""
-    import pyspark
-
     spec = example_stream_spec(stack, topic, tmp_path, extra_args=["--shuffle-partitions", "2"])
-    jars = Path(pyspark.__file__).resolve().parent / "jars"
-    # The application master picks the driver's address itself: keep it, and the executors', on loopback.
-    local = {f"spark.{side}.SPARK_LOCAL_{what}": "127.0.0.1" for side in ("yarn.appMasterEnv", "executorEnv")
-             for what in ("IP", "HOSTNAME")}
     conf = {k: v for k, v in spec.conf.items() if k not in ("spark.driver.host", "spark.driver.bindAddress")}
     return spec.derive(
         spark_conn_id="spark_yarn", checkpoint=checkpoint,
         env={**yarn.env(), **stack.s3_env("primary")},
-        conf={**conf, **local, **stack.s3a_conf("primary"),
-              "spark.pyspark.python": sys.executable, "spark.yarn.appMasterEnv.PYSPARK_PYTHON": sys.executable,
-              "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
-              "spark.driver.memory": "512m", "spark.executor.memory": "512m", "spark.yarn.am.memory": "512m",
-              "spark.executor.instances": "1", "spark.executor.cores": "1",
-              # Spark's own jars are on every node already: no 460 MB upload per submit.
-              "spark.yarn.jars": f"local:{jars}/*", "spark.yarn.stagingDir": f"file://{tmp_path / 'staging'}"},
+        conf={**conf, **yarn.pyspark_conf(tmp_path / "staging"), **stack.s3a_conf("primary")},
     )
 
 

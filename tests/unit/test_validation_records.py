@@ -220,19 +220,16 @@ def test_a_stored_result_answers_however_the_operator_is_named_and_a_changed_sui
         assert reader.materialised == 0  # nothing was read: the record answered
 
 
-def test_a_suite_keeps_its_hash_after_it_ran_so_a_later_process_reuses_its_stored_result() -> None:
+def test_a_suite_keeps_its_hash_after_it_ran_so_a_later_process_reuses_its_stored_result(spark) -> None:
     """GX writes its version into the `meta` it is given: the suite must hand it a copy, or
     the record's sha256 (taken after the run) is not the suite's, and the next run of the same
     suite (another process, a cluster job) is refused as "a different definition"."""
-    from pyspark.sql import SparkSession
-
     from airflow_provider_streamstate.engine.state.validation import run_suite
 
     body = {"name": "keys-present", "meta": {"streamstate": {"operator": 0}},
             "expectations": [{"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "key_account"}}]}
     suite = load_suite(json.loads(json.dumps(body)))
     before = suite.sha256
-    spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
     run = run_suite(spark.createDataFrame([("a",), ("b",)], "key_account string"), suite)
     assert run.success
     assert suite.sha256 == before == load_suite(json.loads(json.dumps(body))).sha256

@@ -244,6 +244,20 @@ class S3CheckpointFS(CheckpointFS):
     def exists(self) -> bool:
         return bool(self._listing())
 
+    def delete_all(self) -> int:
+        """Delete every object below the prefix (what is there now, not the cached listing);
+        how many were deleted."""
+        n = 0
+        with self.errors(f"delete the objects below {self.location}"):
+            pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self.prefix + "/")
+            for page in pages:
+                keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+                if keys:
+                    self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": keys, "Quiet": True})
+                    n += len(keys)
+        self._files = None
+        return n
+
     def is_dir(self, rel: str) -> bool:
         self._listing()
         return rel in self._dirs and (rel != "" or bool(self._dirs[""]))  # "": the checkpoint has objects

@@ -46,6 +46,11 @@ LAUNCHES_DIR = "_streamstate/launches"
 ENV_HOME = "STREAMSTATE_HOME"
 
 
+def streamstate_home() -> Path:
+    """This host's working directory of the engine: $STREAMSTATE_HOME, default ~/.streamstate."""
+    return Path(os.environ.get(ENV_HOME) or Path.home() / ".streamstate").expanduser()
+
+
 class Sidecar(ABC):
     """Small records at paths like `_streamstate/heartbeat.json` beside one checkpoint."""
 
@@ -146,7 +151,7 @@ class S3Sidecar(Sidecar):
     def __init__(self, fs: S3CheckpointFS) -> None:
         self.fs = fs
         self.location = fs.location
-        home = Path(os.environ.get(ENV_HOME) or Path.home() / ".streamstate").expanduser()
+        home = streamstate_home()
         tag = hashlib.sha256(fs.location.encode()).hexdigest()[:12]
         self.local_dir = home / "s3" / fs.bucket / f"{fs.prefix.replace('/', '_')[:100]}-{tag}"
 

@@ -16,14 +16,16 @@ import json
 import logging
 import mimetypes
 import os
-import re
 import shutil
 import tempfile
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_streamstate.engine.checkpoint.filesystems import is_s3_location
 from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.engine.state.reader import StateSelector
 from airflow_provider_streamstate.engine.state.scratch import new_job_id
@@ -152,7 +154,7 @@ def _validate(request: StateJobRequest, reader: StateReader) -> dict[str, Any]:
         result = validate_snapshot(reader, request.stream, request.snapshot, suite, selector=request.state_selector,
                                    record=request.record, data_docs=docs)
     out = result.to_json()
-    if result.data_docs and request.data_docs and _is_s3(request.data_docs):
+    if result.data_docs and request.data_docs and is_s3_location(request.data_docs):
         out["data_docs"] = request.data_docs.rstrip("/") + "/index.html"
     out["summary"] = result.summary()
     out["failures"] = [o.describe() for o in result.record.failed]
@@ -220,13 +222,6 @@ def filtered(df: DataFrame, where: str | None) -> DataFrame:
         spark_log.setLevel(level)
 
 
-_S3_RE = re.compile(r"^s3a?://")
-
-
-def _is_s3(location: str) -> bool:
-    return bool(_S3_RE.match(location))
-
-
 def _s3_client_for(store: SnapshotStore | None) -> Any:
     if store is not None and getattr(store, "client", None) is not None:
         return store.client  # type: ignore[attr-defined]
@@ -235,18 +230,11 @@ def _s3_client_for(store: SnapshotStore | None) -> Any:
     return s3_client_from_env()
 
 
-def _split_s3(location: str) -> tuple[str, str]:
-    bucket, _, key = _S3_RE.sub("", location).partition("/")
-    if not bucket:
-        raise UsageError(f"{location!r} names no bucket", hint="write s3a://bucket/path")
-    return bucket, key.strip("/")
+def _bucket_and_key(location: str) -> tuple[str, str]:
+    """(bucket, key prefix) of an `s3://` or `s3a://` location the user named."""
+    from airflow_provider_streamstate.engine.stores import parse_s3_url
 
-
-def _s3_prefix_objects(client: Any, bucket: str, prefix: str) -> list[str]:
-    keys: list[str] = []
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/"):
-        keys += [o["Key"] for o in page.get("Contents", [])]
-    return keys
+    return parse_s3_url("s3://" + location.split("://", 1)[1])
 
 
 def export_state(df: DataFrame, fmt: str, output: str, *, store: SnapshotStore | None = None) -> str:
@@ -256,13 +244,15 @@ def export_state(df: DataFrame, fmt: str, output: str, *, store: SnapshotStore |
     `s3a://` export is Spark's own commit (its `_SUCCESS` marker is written last) and a
     failed one has its objects deleted before the error is raised.
     """
-    if _is_s3(output):
-        location = "s3a://" + _S3_RE.sub("", output)
-        bucket, prefix = _split_s3(location)
-        client = _s3_client_for(store)
+    if is_s3_location(output):
+        from airflow_provider_streamstate.engine.checkpoint.filesystems import S3CheckpointFS
+
+        bucket, prefix = _bucket_and_key(output)
         if not prefix:
             raise UsageError(f"export output {output} is a whole bucket", hint="name a path below the bucket")
-        if _s3_prefix_objects(client, bucket, prefix):
+        location = f"s3a://{bucket}/{prefix}"
+        target = S3CheckpointFS(location, _s3_client_for(store))
+        if target.exists():
             raise UsageError(f"export output {output} already exists", hint="give a path that does not exist yet")
         try:
             _write(df, fmt, location)
@@ -270,10 +260,7 @@ def export_state(df: DataFrame, fmt: str, output: str, *, store: SnapshotStore |
             if "PATH_ALREADY_EXISTS" in str(exc):  # another export got there first: its files, not ours
                 raise UsageError(f"export output {output} already exists",
                                  hint="give a path that does not exist yet") from None
-            keys = _s3_prefix_objects(client, bucket, prefix)
-            for i in range(0, len(keys), 1000):
-                client.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in keys[i:i + 1000]],
-                                                             "Quiet": True})
+            target.delete_all()
             raise
         return location
     path = Path(output.removeprefix("file://")).expanduser().resolve()
@@ -299,31 +286,21 @@ def _write(df: DataFrame, fmt: str, location: str) -> None:
         writer.json(location)
 
 
-class _docs_dir:  # noqa: N801 - a context manager used like a function
+@contextmanager
+def _docs_dir(location: str | None, store: SnapshotStore | None) -> Iterator[str | None]:
     """Where GX writes Data Docs: the named directory, or, for an `s3://` location, a temp
-    directory uploaded there when the suite has run."""
-
-    def __init__(self, location: str | None, store: SnapshotStore | None) -> None:
-        self.location, self.store = location, store
-        self._tmp: str | None = None
-
-    def __enter__(self) -> str | None:
-        if self.location is None or not _is_s3(self.location):
-            return self.location
-        self._tmp = tempfile.mkdtemp(prefix="streamstate-docs-")
-        return self._tmp
-
-    def __exit__(self, exc_type: object, *exc: object) -> None:
-        if self._tmp is None:
-            return
-        try:
-            if exc_type is None and self.location is not None:
-                bucket, prefix = _split_s3(self.location)
-                client = _s3_client_for(self.store)
-                root = Path(self._tmp)
-                for f in sorted(p for p in root.rglob("*") if p.is_file()):
-                    key = f"{prefix}/{f.relative_to(root)}" if prefix else str(f.relative_to(root))
-                    kind = mimetypes.guess_type(f.name)[0] or "application/octet-stream"
-                    client.upload_file(str(f), bucket, key, ExtraArgs={"ContentType": kind})
-        finally:
-            shutil.rmtree(self._tmp, ignore_errors=True)
+    directory uploaded there once the suite has run."""
+    if location is None or not is_s3_location(location):
+        yield location
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="streamstate-docs-"))
+    try:
+        yield str(tmp)
+        bucket, prefix = _bucket_and_key(location)
+        client = _s3_client_for(store)
+        for f in sorted(p for p in tmp.rglob("*") if p.is_file()):
+            key = f"{prefix}/{f.relative_to(tmp)}" if prefix else str(f.relative_to(tmp))
+            kind = mimetypes.guess_type(f.name)[0] or "application/octet-stream"
+            client.upload_file(str(f), bucket, key, ExtraArgs={"ContentType": kind})
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -106,15 +106,10 @@ def remove_scratch(store: SnapshotStore, job_id: str) -> int:
         n = sum(1 for p in path.rglob("*") if p.is_file()) if path.exists() else 0
         shutil.rmtree(path, ignore_errors=True)
         return n
-    s: Any = store
-    prefix = root.removeprefix(f"s3a://{s.bucket}/") + "/"
-    deleted = 0
-    with s._errors(f"remove scratch {root}"):  # noqa: SLF001 - the store's own error mapping
-        for page in s.client.get_paginator("list_objects_v2").paginate(Bucket=s.bucket, Prefix=prefix):
-            keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
-            if keys:
-                s.client.delete_objects(Bucket=s.bucket, Delete={"Objects": keys, "Quiet": True})
-                deleted += len(keys)
+    from airflow_provider_streamstate.engine.checkpoint.filesystems import S3CheckpointFS
+
+    s3: Any = store
+    deleted = S3CheckpointFS(root, s3.client).delete_all()
     if deleted:
         log.info("removed %d scratch objects below %s", deleted, root)
     return deleted

@@ -161,10 +161,9 @@ class StoreAccess:
 
 
 def job_log_dir() -> Path:
-    from airflow_provider_streamstate.engine.checkpoint.sidecar import ENV_HOME
+    from airflow_provider_streamstate.engine.checkpoint.sidecar import streamstate_home
 
-    home = Path(os.environ.get(ENV_HOME) or Path.home() / ".streamstate").expanduser()
-    return home / "state-jobs"
+    return streamstate_home() / "state-jobs"
 
 
 @dataclass

@@ -283,19 +283,6 @@ def read_lineage_s3(fs: Any) -> Any:
         return read_lineage(Path(tmp))
 
 
-def delete_s3_checkpoint(fs: Any) -> int:
-    """Delete every object below the checkpoint's prefix; how many were deleted."""
-    n = 0
-    with fs.errors("delete the checkpoint"):
-        pages = fs.client.get_paginator("list_objects_v2").paginate(Bucket=fs.bucket, Prefix=fs.prefix + "/")
-        for page in pages:
-            keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
-            if keys:
-                fs.client.delete_objects(Bucket=fs.bucket, Delete={"Objects": keys, "Quiet": True})
-                n += len(keys)
-    return n
-
-
 def _expire_s3_clone(store: SnapshotStore, rec: CloneRecord, fs: Any, *, kafka_config: Mapping[str, Any] | None,
                      dry_run: bool, stop_timeout_s: float) -> CloneExpiry:
     """As for a local clone: stop it (through the records beside its S3 checkpoint), then
@@ -315,7 +302,7 @@ def _expire_s3_clone(store: SnapshotStore, rec: CloneRecord, fs: Any, *, kafka_c
     stopped = "-"
     if ours and present:
         stopped = launcher.stop(side, timeout_s=stop_timeout_s, requested_by=f"clone expiry of {rec.clone}").outcome
-    deleted = bool(ours and present and delete_s3_checkpoint(fs))
+    deleted = bool(ours and present and fs.delete_all())
     topics = _release(store, rec, ids, kafka_config)
     log.info("clone %s of %s expired (%s): stopped %s, checkpoint %s deleted %s, %d snapshots, topics %s",
              rec.clone, rec.source_stream, rec.expires_at, stopped, fs.location, deleted, len(ids), topics)

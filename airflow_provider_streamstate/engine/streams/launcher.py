@@ -50,6 +50,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -171,6 +172,23 @@ def resolve_spark_submit(command: Sequence[str], env: Mapping[str, str]) -> tupl
                 out.setdefault("SPARK_HOME", home)
             break
     return cmd, out
+
+
+def package_python_env(command: Sequence[str], env: Mapping[str, str]) -> dict[str, str]:
+    """`env` plus the Python that runs this package's wrapper or job: a driver that runs here
+    uses this process's Python unless told (never in YARN cluster mode: YARN would hand the
+    variable to the application master, on another host, whose Python the confs say), and
+    a local master's executors too."""
+    from airflow_provider_streamstate.engine.streams.kubernetes import option_value
+    from airflow_provider_streamstate.engine.streams.yarn import yarn_cluster_mode
+
+    out = dict(env)
+    inherited = {**os.environ, **out}
+    if "PYSPARK_DRIVER_PYTHON" not in inherited and not yarn_cluster_mode(command):
+        out["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    if (option_value(command, "--master") or "").startswith("local") and "PYSPARK_PYTHON" not in inherited:
+        out["PYSPARK_PYTHON"] = sys.executable
+    return out
 
 
 @dataclass(frozen=True)
