@@ -48,7 +48,8 @@ def cmd_gc(args: argparse.Namespace) -> int:
         lines.append(f"  kept {v['blobs']} unreferenced-looking blob(s), {human_bytes(v['bytes'])}: {reason} "
                      f"(e.g. {', '.join(e[:24] for e in v['examples'][:3])})")
     if r.blobs_missing:
-        lines.append(f"  {r.blobs_missing} referenced blob(s) were not in the listing "
-                     "(written meanwhile, or missing: run `streamstate verify`)")
+        lines.append(f"  {r.blobs_missing} blob(s) referenced by live snapshots are missing from the store "
+                     f"(e.g. {', '.join(e[:24] for e in r.missing_examples[:3])}): the next snapshot of their "
+                     "streams stores them again; `streamstate verify` names the snapshots affected")
     print_result(args, r.to_json(), "\n".join(lines))
     return EXIT_OK

@@ -54,6 +54,11 @@ def register(commands: Any) -> Handlers:
         help="the cluster the stream reads: record the last record each partition's batch consumed "
         "(Kafka anchors), which `streamstate failover` needs to resume exactly on a mirrored cluster",
     )
+    create.add_argument(
+        "--check-blobs", action="store_true",
+        help="ask the store for every blob the parent snapshot references, not only those its last "
+        "garbage collection found lost (for a store damaged by hand since then)",
+    )
     add_parallelism(create)
     lst = snap_cmds.add_parser("list", help="list a stream's snapshots, oldest first, with their timelines")
     add_store_options(lst)
@@ -100,6 +105,7 @@ def cmd_snapshot_create(args: argparse.Namespace) -> int:
         args.checkpoint, open_store_from_args(args), args.stream, batch_id=args.batch, labels=labels,
         parallelism=args.parallelism, progress=progress_for(args), always=args.always,
         new_timeline=args.new_timeline, spark_version=args.spark_version, kafka_bootstrap=args.kafka_bootstrap,
+        check_blobs=args.check_blobs,
     )
     r = result.to_json()
     if result.reused:
@@ -113,6 +119,8 @@ def cmd_snapshot_create(args: argparse.Namespace) -> int:
             f"{r['files']} files, {human_bytes(r['bytes_total'])}; uploaded {human_bytes(r['bytes_uploaded'])} "
             f"in {r['blobs_uploaded']} blobs, {r['seconds']:.2f}s"
         )
+        if r["blobs_missing"]:
+            text += f"; stored again {r['blobs_missing']} blob(s) the store had lost"
     print_result(args, r, text)
     return EXIT_OK
 

@@ -21,7 +21,7 @@ class GarbageCollectOperator(CancellableTask, BaseOperator):
     Returns `{"store", "dry_run", "grace_seconds", "manifests", "tombstones_live",
     "blobs_kept", "bytes_kept", "blobs_deleted", "bytes_deleted", "blobs_young",
     "bytes_young", "blobs_missing", "temp_deleted", "tombstones_deleted",
-    "kept_unreferenced", "seconds"}`.
+    "kept_unreferenced", "missing_examples", "seconds"}`.
 
     :param store: the store URL (`s3://bucket/prefix`, `file:///abs/path`). (templated)
     :param aws_conn_id: the Airflow AWS connection of an S3 store. (templated)

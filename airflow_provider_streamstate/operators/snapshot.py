@@ -54,7 +54,7 @@ class SnapshotStreamOperator(_StreamTask):
     "stream", "batch_id", "timeline", "reused", "store", "files", "bytes_total",
     "bytes_uploaded", "blobs_uploaded", "files_hashed", "bytes_hashed", "parent",
     "kafka_offsets", "watermark_ms", "state_store", "attempts", "blobs_missing",
-    "anchored_partitions", "anchor_problems", "seconds"}`.
+    "blobs_inherited", "blobs_checked", "anchored_partitions", "anchor_problems", "seconds"}`.
 
     When the stream spec names its Kafka connection (`kafka_conn_id`), the snapshot records
     per partition the last record its batch consumed (Kafka anchors), which failover to a

@@ -7,8 +7,10 @@ and replication into the S3 store, so writers keep finding blobs another writer 
 retention in a loop keeping almost nothing, and two garbage collectors in loops (each run
 either holds the store's GC lease or is refused), all in threads. The grace period and the writers' bound D are shrunk to seconds (the protocol is
 the same at 35 s as at 24 h), so GC really deletes what retention released while writers
-rely on blobs. Afterwards every listed snapshot verifies, and those of the stream restore
-to exactly the state an oracle recomputes from Kafka."""
+rely on blobs. Snapshots rely on their parent's blobs without asking the store about each
+(writer rule 3), and every collection's census finds no referenced blob missing. Afterwards
+every listed snapshot verifies, and those of the stream restore to exactly the state an
+oracle recomputes from Kafka."""
 
 from __future__ import annotations
 
@@ -39,7 +41,7 @@ pytestmark = pytest.mark.integration
 MIN_STORM_SECONDS = 60
 MAX_STORM_SECONDS = 360
 GOALS = {"snapshots published": 10, "snapshots replicated": 5, "snapshots deleted by retention": 10,
-         "blobs deleted by gc": 1}
+         "blobs deleted by gc": 1, "parent blobs relied on without a request": 1}
 # The longest a writer may take in this test (MAX_SNAPSHOT_SECONDS): long enough for a
 # replication that re-copies what GC deleted on a loaded 2-core CI machine (at 15 s, 14 of
 # 16 replications in one full-suite run gave up, publishing nothing, as the bound says).
@@ -91,6 +93,8 @@ def test_snapshots_replication_retention_and_two_gcs_at_once_never_lose_a_publis
         r = create_snapshot(checkpoint, store, "storm", parallelism=4)
         with lock:
             counts["snapshots published"] += 0 if r.reused else 1
+            # Writer rule 3: the parent's blobs are not asked about (GC's census names none lost).
+            counts["parent blobs relied on without a request"] += r.blobs_inherited - r.blobs_checked
             published.add("storm")
 
     def mirror() -> None:
@@ -120,6 +124,7 @@ def test_snapshots_replication_retention_and_two_gcs_at_once_never_lose_a_publis
             return
         with lock:
             counts["blobs deleted by gc"] += r.blobs_deleted
+            counts["referenced blobs missing at a gc"] += r.blobs_missing
 
     try:
         while not query.lastProgress:
@@ -151,6 +156,8 @@ def test_snapshots_replication_retention_and_two_gcs_at_once_never_lose_a_publis
     assert not failures, "\n".join(failures)
     for key, least in GOALS.items():
         assert counts[key] >= least, counts
+    # Every collection's census: no blob a live manifest referenced was ever missing.
+    assert counts["referenced blobs missing at a gc"] == 0, counts
 
     # Once everything is older than the grace period, one more GC: still nothing referenced goes.
     time.sleep(GRACE_SECONDS + 1)

@@ -163,3 +163,42 @@ def test_a_stream_checkpointing_to_s3proxy_through_s3a_snapshots_and_restores_ex
     restore_snapshot(store, "accounts", snap.snapshot_id, target)
     assert account_state(spark, str(target), last) == account_state(spark, checkpoint, last)
     assert account_state(spark, str(target), last) == oracle_state(stack.kafka_bootstrap, snap.kafka_offsets)
+
+
+def test_checkpoint_objects_s3a_wrote_with_sha256_checksums_are_snapshotted_without_being_read(
+    stack, spark, topic, tmp_path, make_store, s3a
+) -> None:
+    """With `fs.s3a.create.checksum.algorithm=SHA256` every checkpoint object carries the
+    SHA-256 S3 checked when it was written: a snapshot into a store on the same endpoint
+    names the new files by it and copies them server side, reading none of their bytes here,
+    and the snapshot still restores to exactly Spark's state at its batch."""
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()  # noqa: SLF001
+    hadoop.set("fs.s3a.create.checksum.algorithm", "SHA256")
+    try:
+        use_state_store(spark, "hdfs")
+        store, _, _ = make_store("s3")
+        checkpoint = f"{s3a}/ckpt"
+        produce(stack.kafka_bootstrap, topic, GeneratorSpec(seed=23, accounts=20, events=160))
+        args = StreamArgs(stack.kafka_bootstrap, checkpoint, source_topic=topic, alerts_topic=f"{topic}-alerts",
+                          trigger="processing:1 second", max_offsets_per_trigger=60)
+        query = start_query(spark, args)
+        try:
+            deadline = time.monotonic() + 120
+            while (query.lastProgress or {}).get("batchId", -1) < 1 and time.monotonic() < deadline:
+                time.sleep(0.5)
+            snap = create_snapshot(checkpoint, store, "summed", parallelism=4)
+            query.processAllAvailable()
+            assert query.exception() is None
+        finally:
+            query.stop()
+    finally:
+        hadoop.unset("fs.s3a.create.checksum.algorithm")
+    files = len(snap.manifest.files)
+    print({"files": files, "from_checksum": snap.files_from_checksum, "hashed": snap.files_hashed,
+           "bytes_hashed": snap.bytes_hashed, "bytes_total": snap.manifest.bytes_total})
+    assert snap.files_from_checksum + snap.files_hashed == files
+    assert snap.files_from_checksum >= files // 2, "most objects S3A wrote carry their SHA-256"
+    m = snap.manifest
+    target = tmp_path / "restored"
+    restore_snapshot(store, "summed", m.snapshot_id, target)  # hashes every blob it writes
+    assert account_state(spark, str(target), m.batch_id) == oracle_state(stack.kafka_bootstrap, m.kafka_offsets)

@@ -5,6 +5,7 @@ published whole or visibly unfinished. Against moto's S3 server on loopback."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections import Counter
@@ -17,6 +18,7 @@ from airflow_provider_streamstate.engine.checkpoint.reader import ROCKSDB_PROVID
 from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
 from airflow_provider_streamstate.engine.core.errors import (
     CheckpointChanged,
+    CorruptionError,
     NotFoundError,
     StreamstateError,
     UnsupportedCheckpointError,
@@ -132,6 +134,91 @@ def test_a_snapshot_of_an_s3_checkpoint_copies_server_side_restores_byte_for_byt
 
     third = create_snapshot(url, store, "orders", always=True)
     assert third.files_hashed == 0  # nothing changed: every hash reused from (size, LastModified+ETag)
+
+
+def upload_with_sha256(c: Any, root: Path, prefix: str) -> str:
+    """As S3A writes with `fs.s3a.create.checksum.algorithm=SHA256`: S3 checks and keeps each object's SHA-256."""
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            c.put_object(Bucket=BUCKET, Key=f"{prefix}/{p.relative_to(root).as_posix()}", Body=p.read_bytes(),
+                         ChecksumAlgorithm="SHA256")
+    return f"s3a://{BUCKET}/{prefix}"
+
+
+def test_objects_carrying_their_sha256_are_named_by_it_and_copied_without_a_byte_read_here(tmp_path, s3) -> None:
+    root = hdfs_checkpoint(tmp_path / "c")
+    url = upload_with_sha256(s3, root, "summed")
+    store = S3Store(s3, BUCKET, "store-summed")
+    taken = create_snapshot(url, store, "orders")
+    m = taken.manifest
+    assert (taken.files_from_checksum, taken.files_hashed, taken.bytes_hashed) == (len(m.files), 0, 0)
+    for e in m.files:
+        assert e.sha256 == hashlib.sha256((root / e.path).read_bytes()).hexdigest(), e.path
+    target = tmp_path / "restored"
+    restore_snapshot(store, "orders", m.snapshot_id, target)  # hashes every blob it writes
+    for e in m.files:
+        assert (target / e.path).read_bytes() == (root / e.path).read_bytes(), e.path
+
+
+def test_a_checkpoint_without_checksums_is_read_and_hashed_after_a_few_objects_without_one(tmp_path, s3) -> None:
+    root = hdfs_checkpoint(tmp_path / "c", batches=6)
+    url = upload(s3, root, "unsummed")
+    taken = create_snapshot(url, S3Store(s3, BUCKET, "store-unsummed"), "orders", parallelism=1)
+    assert (taken.files_from_checksum, taken.files_hashed) == (0, len(taken.manifest.files))
+
+
+@pytest.mark.parametrize("copy_reports_checksum", [True, False], ids=["copy-checksum", "read-back"])
+def test_a_stored_checksum_that_is_not_the_sha256_of_the_bytes_fails_the_snapshot_and_deletes_the_copy(
+    tmp_path, s3, monkeypatch, copy_reports_checksum
+) -> None:
+    """The blob's name must be the sha256 of its bytes even when nothing here read them: the
+    copy's own checksum, or (an endpoint whose copies report none) a read of the copy, decides."""
+    from airflow_provider_streamstate.engine.checkpoint.filesystems import S3CheckpointFS
+
+    root = hdfs_checkpoint(tmp_path / "c")
+    url = upload_with_sha256(s3, root, f"lying-{copy_reports_checksum}")
+    store = S3Store(s3, BUCKET, f"store-lying-{copy_reports_checksum}")
+    victim = "offsets/3"
+    lie = hashlib.sha256(b"not these bytes").hexdigest()
+    real = S3CheckpointFS.stored_sha256
+    monkeypatch.setattr(S3CheckpointFS, "stored_sha256",
+                        lambda fs, rel, expected: lie if rel == victim else real(fs, rel, expected))
+    if not copy_reports_checksum:
+        copy = s3.copy_object
+
+        def without_checksum(**kwargs: Any) -> Any:
+            r = copy(**kwargs)
+            r.get("CopyObjectResult", {}).pop("ChecksumSHA256", None)
+            return r
+        monkeypatch.setattr(s3, "copy_object", without_checksum)
+    with pytest.raises(CorruptionError, match=f"{victim}: the server-side copy has sha256 .* not {lie}"):
+        create_snapshot(url, store, "orders")
+    assert not store.has_blob(lie) and store.list_snapshot_ids("orders") == []
+
+
+def test_a_copy_reporting_no_checksum_is_read_back_to_confirm_a_digest_nothing_here_computed(
+    tmp_path, s3, monkeypatch
+) -> None:
+    root = hdfs_checkpoint(tmp_path / "c")
+    url = upload_with_sha256(s3, root, "readback")
+    store = S3Store(s3, BUCKET, "store-readback")
+    copy, reads = s3.copy_object, []
+
+    def without_checksum(**kwargs: Any) -> Any:
+        r = copy(**kwargs)
+        r.get("CopyObjectResult", {}).pop("ChecksumSHA256", None)
+        return r
+    get = s3.get_object
+
+    def counted_get(**kwargs: Any) -> Any:
+        reads.append(kwargs["Key"])
+        return get(**kwargs)
+    monkeypatch.setattr(s3, "copy_object", without_checksum)
+    monkeypatch.setattr(s3, "get_object", counted_get)
+    taken = create_snapshot(url, store, "orders")
+    blob_reads = [k for k in reads if "/blobs/" in k]
+    assert taken.files_from_checksum == len(taken.manifest.files)
+    assert len(blob_reads) == taken.blobs_uploaded > 0  # each copy read back once, nothing else
 
 
 def test_an_object_rewritten_with_other_bytes_of_the_same_size_is_hashed_again(tmp_path, s3) -> None:

@@ -1,14 +1,20 @@
-"""A snapshot trusts nothing it did not check: blobs its parent references are confirmed
-in the store (a missing one is uploaded again), hashes are reused only from a parent of
-the same checkpoint and query, and a snapshot of a batch already held is not taken twice.
-Stateless queries (no state/) snapshot and restore like any other."""
+"""A snapshot trusts only what the protocol vouches for: blobs its parent references are
+relied on without a request each (GC cannot delete them), and those the store lost outside
+the protocol are stored again once garbage collection's census names them; hashes are reused
+only from a parent of the same checkpoint and query, and a snapshot of a batch already held
+is not taken twice. Stateless queries (no state/) snapshot and restore like any other."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
 
+import pytest
+
+from airflow_provider_streamstate.engine.catalog.blob_census import CENSUS_FORMAT, CENSUS_KEY, read_census
+from airflow_provider_streamstate.engine.catalog.gc import collect_garbage
 from airflow_provider_streamstate.engine.catalog.snapshots import list_snapshots
 from airflow_provider_streamstate.engine.catalog.verify import verify_snapshots
 from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
@@ -27,21 +33,96 @@ def _checkpoint(root: Path, batches: int = 3) -> Path:
     return root
 
 
-def test_a_blob_the_parent_references_but_the_store_lost_is_uploaded_again(tmp_path) -> None:
+class CountingStore(LocalStore):
+    """A local store that counts the blobs it is asked about."""
+
+    asked = 0
+
+    def has_blob(self, digest: str) -> bool:
+        self.asked += 1
+        return super().has_blob(digest)
+
+
+def _next_batch(ckpt: Path, batch: int) -> None:
+    """Commit one more batch, so the next snapshot is not a no-op."""
+    write(ckpt / f"commits/{batch}", "v1\n{}")
+    write(ckpt / f"offsets/{batch}", (ckpt / f"offsets/{batch - 1}").read_text())
+    for d in store_dirs(ckpt):
+        write(d / f"{batch + 1}.delta", f"delta {batch + 1}")
+
+
+def test_a_snapshot_asks_the_store_about_none_of_the_blobs_its_parent_references(tmp_path) -> None:
+    """Writer rule 3: GC cannot delete a live parent's blobs, so the cost of a snapshot of
+    unchanged state is its manifest, not one request per blob it inherits."""
     ckpt = _checkpoint(tmp_path / "ckpt")
-    store = LocalStore(tmp_path / "store", fsync=False)
+    store = CountingStore(tmp_path / "store", fsync=False)
+    first = create_snapshot(str(ckpt), store, "s")
+    store.asked = 0
+    unchanged = create_snapshot(str(ckpt), store, "s", always=True)
+    assert (store.asked, unchanged.blobs_checked, unchanged.blobs_uploaded) == (0, 0, 0)
+    assert unchanged.manifest.blobs == first.manifest.blobs
+    _next_batch(ckpt, 3)
+    store.asked = 0
+    after_batch = create_snapshot(str(ckpt), store, "s")
+    new_blobs = after_batch.manifest.blobs.keys() - first.manifest.blobs.keys()
+    assert after_batch.blobs_checked == 0 and after_batch.blobs_uploaded == len(new_blobs)
+
+
+def test_a_blob_lost_outside_the_protocol_is_found_by_gc_and_stored_again_by_the_next_snapshot(tmp_path) -> None:
+    ckpt = _checkpoint(tmp_path / "ckpt")
+    store = CountingStore(tmp_path / "store", fsync=False)
     first = create_snapshot(str(ckpt), store, "s").manifest
     lost = next(f for f in first.files if f.path.endswith("1.delta"))
     (store.root / blob_key(lost.sha256)).unlink()  # deleted by hand, or a partial copy
 
-    write(ckpt / "commits/3", "v1\n{}")  # a new batch: the next snapshot is not a no-op
-    write(ckpt / "offsets/3", (ckpt / "offsets/2").read_text())
-    for d in store_dirs(ckpt):
-        write(d / "4.delta", "delta 4")
-    second = create_snapshot(str(ckpt), store, "s")
-    assert second.blobs_missing >= 1
-    assert lost.sha256 in second.manifest.blobs
-    assert verify_snapshots(store, "s", second.manifest.snapshot_id).ok
+    # Until a collection has listed the store, nothing says the blob is gone: the next
+    # snapshot inherits the reference, and verify names both snapshots.
+    _next_batch(ckpt, 3)
+    blind = create_snapshot(str(ckpt), store, "s")
+    assert (blind.blobs_checked, blind.blobs_missing) == (0, 0)
+    assert not verify_snapshots(store, "s", blind.manifest.snapshot_id).ok
+
+    collected = collect_garbage(store)
+    assert (collected.blobs_missing, collected.missing_examples) == (1, (lost.sha256,))
+    census = read_census(store)
+    assert census is not None and census.missing == {lost.sha256} and census.complete
+
+    _next_batch(ckpt, 4)
+    store.asked = 0
+    healed = create_snapshot(str(ckpt), store, "s")
+    assert (healed.blobs_checked, healed.blobs_missing) == (1, 1)
+    assert store.asked <= 1 + healed.blobs_uploaded  # the check, and at most one per blob stored
+    assert lost.sha256 in healed.manifest.blobs
+    assert verify_snapshots(store, "s").ok  # the older snapshots share the blob stored again
+
+
+def test_check_blobs_asks_about_every_parent_blob_and_stores_a_lost_one_again(tmp_path) -> None:
+    ckpt = _checkpoint(tmp_path / "ckpt")
+    store = CountingStore(tmp_path / "store", fsync=False)
+    first = create_snapshot(str(ckpt), store, "s").manifest
+    lost = next(f for f in first.files if f.path.endswith("1.delta"))
+    (store.root / blob_key(lost.sha256)).unlink()
+    _next_batch(ckpt, 3)
+    checked = create_snapshot(str(ckpt), store, "s", check_blobs=True)
+    shared = checked.manifest.blobs.keys() & first.blobs.keys()
+    assert (checked.blobs_checked, checked.blobs_missing) == (len(shared), 1)
+    assert verify_snapshots(store, "s", checked.manifest.snapshot_id).ok
+
+
+@pytest.mark.parametrize("census", [
+    b"not json",
+    json.dumps({"format": "something/else", "missing": []}).encode(),
+    # found more lost blobs than it could name
+    json.dumps({"format": CENSUS_FORMAT, "taken_at": "2026-01-01T00:00:00Z", "manifests": 1, "missing": [],
+                "missing_total": 20000}).encode(),
+], ids=["not-json", "other-format", "incomplete"])
+def test_a_census_that_cannot_name_every_lost_blob_makes_the_snapshot_check_them_all(tmp_path, census) -> None:
+    ckpt = _checkpoint(tmp_path / "ckpt")
+    store = CountingStore(tmp_path / "store", fsync=False)
+    first = create_snapshot(str(ckpt), store, "s").manifest
+    store.replace_record(CENSUS_KEY, census)
+    again = create_snapshot(str(ckpt), store, "s", always=True)
+    assert again.blobs_checked == len(first.blobs) and again.blobs_missing == 0
 
 
 def test_hashes_are_reused_only_from_a_parent_of_the_same_checkpoint(tmp_path) -> None:

@@ -11,6 +11,9 @@ docs/concepts.md ("Blobs, and what may delete them"):
    is deleted, its age re-read right before (a writer may have refreshed it since the
    listing). Temp files and incomplete multipart uploads older than `G`, and tombstones
    older than `G` (they protect nothing any more), go too.
+3. Census: the blobs live manifests reference that the listing did not have (deleted
+   outside the protocol) are recorded in the store (`blob_census`), so the next snapshot
+   stores them again without checking every blob it inherits from its parent.
 
 Why it is safe while snapshots, replication and retention run: a writer relies only on
 blobs a manifest it read references (marked, or tombstoned for `G > D` after retention
@@ -30,9 +33,10 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from airflow_provider_streamstate.engine.catalog.blob_census import census_of, write_census
 from airflow_provider_streamstate.engine.catalog.gc_lease import DEFAULT_TTL_SECONDS, GcLease
 from airflow_provider_streamstate.engine.core.cancel import CancelToken, cancellation, check_cancelled
 from airflow_provider_streamstate.engine.core.digest import SHA256_RE
@@ -101,12 +105,13 @@ class GcResult:
     bytes_deleted: int
     blobs_young: int  # unreferenced, but written less than the grace period ago
     bytes_young: int
-    blobs_missing: int  # referenced but not in the listing (missing, or written meanwhile)
+    blobs_missing: int  # referenced by a live manifest but not in the listing: lost outside the protocol
     temp_deleted: int  # stale temp files and aborted multipart uploads
     tombstones_deleted: int  # tombstones older than the grace period, removed
     seconds: float
     # Why blobs that looked unreferenced were kept: reason -> {"blobs", "bytes", "examples"}.
     kept_unreferenced: dict[str, dict[str, Any]] = field(default_factory=dict)
+    missing_examples: tuple[str, ...] = ()  # a few of the missing blobs (all are in gc/census.json)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -125,6 +130,7 @@ class GcResult:
             "temp_deleted": self.temp_deleted,
             "tombstones_deleted": self.tombstones_deleted,
             "kept_unreferenced": self.kept_unreferenced,
+            "missing_examples": list(self.missing_examples),
             "seconds": round(self.seconds, 3),
         }
 
@@ -261,6 +267,7 @@ def _collect(store: SnapshotStore, grace: float, dry_run: bool, parallelism: int
                 reasons.add("refreshed or deleted by another writer since the listing", b)
         return n, nbytes
 
+    listing_began = datetime.now(UTC)
     for blob in _blobs(store):
         key = bytes.fromhex(blob.digest) if SHA256_RE.match(blob.digest) else None
         if key is not None and key in live:
@@ -292,11 +299,22 @@ def _collect(store: SnapshotStore, grace: float, dry_run: bool, parallelism: int
     if not dry_run:
         run_parallel(lambda t: held(lambda: store.delete_temp(t)), temps, parallelism)
         run_parallel(lambda st: held(lambda: store.delete_record(tombstone_key(*st))), expired, parallelism)
+    # What is left of `live` was referenced by a manifest marked before the listing began,
+    # so its blob was stored before then: not listed means lost (this sweep keeps marked blobs).
+    missing = sorted(x.hex() for x in live)
+    if missing:
+        log.warning("gc %s: %d blob(s) referenced by live manifests are missing (e.g. %s); "
+                    "the next snapshot of their streams stores them again, `verify` names the snapshots",
+                    store.url, len(missing), missing[0])
+    if not dry_run:
+        census = census_of(missing, manifests=manifests, taken_at=listing_began)
+        held(lambda: write_census(store, census))
     result = GcResult(
         store=store.url, dry_run=dry_run, grace_seconds=grace, manifests=manifests, tombstones_live=tombstones_live,
         blobs_kept=kept, bytes_kept=kept_bytes, blobs_deleted=deleted, bytes_deleted=deleted_bytes,
         blobs_young=young, bytes_young=young_bytes, blobs_missing=len(live), temp_deleted=len(temps),
         tombstones_deleted=len(expired), seconds=time.monotonic() - started, kept_unreferenced=reasons.by,
+        missing_examples=tuple(missing[:EXAMPLES]),
     )
     log.info("gc %s%s: deleted %d blobs (%d bytes), kept %d, young %d, %d temp, %d tombstones in %.1fs",
              store.url, " (dry run)" if dry_run else "", deleted, deleted_bytes, kept, young, len(temps),

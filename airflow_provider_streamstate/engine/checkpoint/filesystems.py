@@ -20,6 +20,7 @@ record and hash reuse compares — changes whenever the object's content does. R
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import os
@@ -299,6 +300,25 @@ class S3CheckpointFS(CheckpointFS):
             yield io.BufferedReader(_Reader(body, self, rel), buffer_size=1 << 20)  # type: ignore[arg-type]
         finally:
             body.close()
+
+    def stored_sha256(self, rel: str, expected: FileStat) -> str | None:
+        """The SHA-256 of the whole object as S3 recorded it when the object was written
+        (hex), read by a HEAD of the planned version: S3 checks a checksum the writer sends
+        against the bytes it receives (S3A: `fs.s3a.create.checksum.algorithm=SHA256`).
+        None when the object carries none, or only a composite one of its parts (multipart)."""
+        args: dict[str, Any] = {"Bucket": self.bucket, "Key": self.key(rel), "ChecksumMode": "ENABLED"}
+        if expected.etag:
+            args["IfMatch"] = f'"{expected.etag}"'  # a HEAD compares the quoted entity tag
+        with self.errors(f"read the checksum of checkpoint file {rel}"):
+            r = self.client.head_object(**args)
+        value = r.get("ChecksumSHA256")
+        if not value or "-" in value or r.get("ChecksumType", "FULL_OBJECT") != "FULL_OBJECT":
+            return None
+        try:
+            raw = base64.b64decode(value, validate=True)
+        except ValueError:
+            return None
+        return raw.hex() if len(raw) == 32 else None
 
     def get_text(self, rel: str) -> bytes | None:
         """A small object outside the plan (lineage, heartbeat), or None when absent."""

@@ -141,7 +141,7 @@ class VerifiedWriter:
                 )
             spool.seek(0)
             with self.fs.errors(what):
-                self.fs.client.upload_fileobj(spool, self.fs.bucket, key)
+                self.fs.client.upload_fileobj(spool, self.fs.bucket, key, ExtraArgs={"ChecksumAlgorithm": "SHA256"})
 
     def copy_within(self, src_key: str, key: str, entry: FileEntry) -> None:
         self._checked_copy(key, {"Bucket": self.fs.bucket, "Key": src_key}, entry.sha256, entry.size,
@@ -149,7 +149,8 @@ class VerifiedWriter:
 
     def put(self, key: str, data: bytes) -> None:
         with self.fs.errors(f"write {key}"):
-            self.fs.client.put_object(Bucket=self.fs.bucket, Key=key, Body=data)
+            # With its SHA-256 attached, the next snapshot names it without reading it back.
+            self.fs.client.put_object(Bucket=self.fs.bucket, Key=key, Body=data, ChecksumAlgorithm="SHA256")
 
     def listing(self, prefix: str) -> dict[str, int]:
         out: dict[str, int] = {}

@@ -9,9 +9,13 @@
    enough to store it too: a local store hashes while it writes (`store_file`); an S3
    checkpoint object up to `READ_ONCE_BYTES` is read into memory while it is hashed and
    stored from that buffer, unless the store copies it server side
-   (engine/checkpoint/store_copy.py).
-4. Upload only blobs the store lacks, in parallel. Blobs the parent references are not
-   trusted blindly: each is checked in the store, and a missing one is uploaded again.
+   (engine/checkpoint/store_copy.py); then an object that carries the SHA-256 S3 checked
+   when it was written is not read at all.
+4. Upload only blobs the store lacks, in parallel. Blobs the parent references are relied
+   on without a request each: garbage collection cannot delete them (writer rule 3 in
+   docs/concepts.md). Those the store's blob census (`catalog.blob_census`) names as lost
+   are checked and stored again; `check_blobs` checks every one (a store damaged since
+   its last garbage collection).
 5. Publish the manifest last, atomically, and only within the writers' bound D
    (`catalog.gc.MAX_SNAPSHOT_SECONDS`) of when the blobs it relies on were seen (the
    contract with garbage collection, see docs/concepts.md). Until then nothing is visible.
@@ -31,6 +35,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from airflow_provider_streamstate.engine.catalog.blob_census import UnreadableCensus, read_census
 from airflow_provider_streamstate.engine.catalog.gc import max_snapshot_seconds
 from airflow_provider_streamstate.engine.catalog.snapshots import latest_snapshot
 from airflow_provider_streamstate.engine.catalog.timeline import (
@@ -87,6 +92,9 @@ MAX_PLAN_ATTEMPTS = 6
 # them, once streamed into the store (a multipart upload), as buffering them would not be
 # bounded by a part.
 READ_ONCE_BYTES = PART_SIZE
+# Copying server side, a snapshot asks for each new object's stored SHA-256 until this many
+# objects in a row had none (a checkpoint written without checksums: read and hash them).
+CHECKSUM_MISSES = 16
 
 
 @dataclass(frozen=True)
@@ -101,6 +109,9 @@ class SnapshotResult:
     store: str
     reused: bool = False  # the newest snapshot of this timeline already held this batch
     blobs_missing: int = 0  # blobs the parent referenced that were gone from the store
+    files_from_checksum: int = 0  # new files named by the SHA-256 S3 stored with them, not read here
+    blobs_inherited: int = 0  # blobs the parent referenced too, relied on without storing them again
+    blobs_checked: int = 0  # of those, asked of the store (census-named, or all with check_blobs)
     anchor_problems: tuple[str, ...] = ()  # partitions whose anchor could not be read (kafka_bootstrap given)
 
     def to_json(self) -> dict[str, Any]:
@@ -118,12 +129,15 @@ class SnapshotResult:
             "blobs_uploaded": self.blobs_uploaded,
             "files_hashed": self.files_hashed,
             "bytes_hashed": self.bytes_hashed,
+            "files_from_checksum": self.files_from_checksum,
             "parent": m.parent,
             "kafka_offsets": m.kafka_offsets,
             "watermark_ms": m.watermark_ms,
             "state_store": m.state_store,
             "attempts": self.attempts,
             "blobs_missing": self.blobs_missing,
+            "blobs_inherited": self.blobs_inherited,
+            "blobs_checked": self.blobs_checked,
             "anchored_partitions": sum(len(t["partitions"]) for t in (m.kafka_anchors or {}).values()),
             "anchor_problems": list(self.anchor_problems),
             "seconds": round(self.seconds, 3),
@@ -139,17 +153,20 @@ def _creator() -> str:
 class _Snapshotter:
     def __init__(
         self, reader: CheckpointReader, store: SnapshotStore, known: dict[str, tuple[int, int, str]],
-        known_blobs: set[str], parallelism: int, progress: Progress,
+        known_blobs: set[str], parallelism: int, progress: Progress, suspect: frozenset[str] | None = None,
     ) -> None:
         self.reader = reader
         self.store = store
         self.known = known  # path -> (size, mtime_ns, sha256), from the parent and earlier attempts
         self.known_blobs = known_blobs  # blobs a live manifest already references, or we stored
-        self.parent_blobs = set(known_blobs)  # not yet checked against the store
+        # Parent blobs to ask the store about: those the census names as lost, or (None) all.
+        self.parent_blobs = set(known_blobs) if suspect is None else set(known_blobs) & suspect
         self.parallelism = parallelism
         self.progress = progress
         self.bytes_uploaded = self.blobs_uploaded = self.files_hashed = self.bytes_hashed = 0
         self.blobs_missing = 0
+        self.blobs_checked = 0
+        self.files_from_checksum = 0  # digests read from S3's stored checksums, no byte read here
         self.blobs_refreshed = 0
         self.vouched = set(known_blobs)  # referenced by the parent manifest this snapshot read
         self.stored: set[str] = set()  # stored (or refreshed) by this snapshot
@@ -158,6 +175,8 @@ class _Snapshotter:
         self.etags: dict[str, str | None] = {}  # S3 checkpoints: path -> object version planned
         self.server_side = server_side_possible(reader.fs, store)
         self.blobs_copied_server_side = 0
+        self.from_checksum: set[str] = set()  # paths whose digest is the object's stored S3 checksum
+        self.checksum_misses = 0  # objects in a row without a stored checksum
         self.read_once = reader.root is None and not self.server_side  # see READ_ONCE_BYTES
         self.storing: set[str] = set()  # blobs a worker is storing from what it read (read_once)
 
@@ -169,7 +188,9 @@ class _Snapshotter:
         assert isinstance(fs, S3CheckpointFS)
         etag = self.etags.get(e.path)
         if self.server_side and e.size <= MAX_COPY_OBJECT_BYTES:
-            written = copy_into_store(fs, self.store, e.path, etag, e.sha256, e.size)
+            written = copy_into_store(
+                fs, self.store, e.path, etag, e.sha256, e.size, from_checksum=e.path in self.from_checksum,
+            )
             if written:
                 with self.lock:
                     self.blobs_copied_server_side += 1
@@ -234,6 +255,10 @@ class _Snapshotter:
         and stored later by `_put` (a server-side copy, or a second read streamed)."""
         data: bytearray | None = None
         try:
+            if self.server_side and self.checksum_misses < CHECKSUM_MISSES and pf.size <= MAX_COPY_OBJECT_BYTES:
+                entry = self._entry_from_checksum(pf)
+                if entry is not None:
+                    return entry
             with self.reader.fs.open_checked(pf.path, pf.identity) as f:
                 if self.read_once and pf.size <= READ_ONCE_BYTES:
                     digest, data = sha256_read(f, pf.size)
@@ -250,6 +275,24 @@ class _Snapshotter:
             self._store_read(digest, data)
         self.progress.advance(size)
         return FileEntry(pf.path, size, digest, pf.mtime_ns)
+
+    def _entry_from_checksum(self, pf: PlannedFile) -> FileEntry | None:
+        """The entry of an object whose stored S3 checksum names its content (to be copied
+        server side and confirmed there); None when it has none: hash it by reading."""
+        fs = self.reader.fs
+        assert isinstance(fs, S3CheckpointFS)
+        digest = fs.stored_sha256(pf.path, pf.identity)  # FileNotFoundError: see _read_object
+        if digest is None:
+            with self.lock:
+                self.checksum_misses += 1
+                self.from_checksum.discard(pf.path)  # named by a checksum in an earlier plan
+            return None
+        with self.lock:
+            self.checksum_misses = 0
+            self.from_checksum.add(pf.path)
+            self.files_from_checksum += 1
+        self.progress.advance(pf.size)
+        return FileEntry(pf.path, pf.size, digest, pf.mtime_ns)
 
     def _store_read(self, digest: str, data: bytearray) -> None:
         """Store the bytes just read and hashed to `digest` (the very buffer: the blob's name
@@ -296,15 +339,17 @@ class _Snapshotter:
         self.progress.finish()
         for e in hashed:
             self.known[e.path] = (e.size, e.mtime_ns, e.sha256)
-        self.files_hashed += len(hashed)
-        self.bytes_hashed += sum(e.size for e in hashed)
+        read = [e for e in hashed if e.path not in self.from_checksum]
+        self.files_hashed += len(read)
+        self.bytes_hashed += sum(e.size for e in read)
         return sorted(out + hashed, key=lambda e: e.path)
 
     def check_parent_blobs(self, entries: list[FileEntry]) -> int:
-        """Drop from `known_blobs` every blob this cut shares with the parent that is no
-        longer in the store (deleted by hand, a partial copy); it is uploaded again."""
+        """Drop from `known_blobs` every suspect blob this cut shares with the parent that
+        is no longer in the store (deleted by hand, a partial copy); it is uploaded again."""
         shared = sorted({e.sha256 for e in entries} & self.parent_blobs)
         self.parent_blobs.difference_update(shared)  # checked once per snapshot
+        self.blobs_checked += len(shared)
         present = run_parallel(self.store.has_blob, shared, self.parallelism)
         missing = [d for d, ok in zip(shared, present, strict=True) if not ok]
         if missing:
@@ -421,6 +466,7 @@ def create_snapshot(
     kafka_bootstrap: str | None = None,
     kafka_config: dict[str, Any] | None = None,
     checkpoint_s3_client: Any = None,
+    check_blobs: bool = False,
 ) -> SnapshotResult:
     """Snapshot `checkpoint` at `batch_id` (newest committed by default) into `store`.
 
@@ -435,13 +481,16 @@ def create_snapshot(
     which failover to a mirrored cluster needs (anchors.py); an unreachable cluster only
     leaves them out. An `s3a://`/`s3://` checkpoint is read with `checkpoint_s3_client`, else
     the S3 store's own client (one connection for both, and server-side copies), else the
-    AWS environment.
+    AWS environment. `check_blobs` asks the store for every blob the parent references
+    instead of only those its blob census names as lost (a store damaged by hand since its
+    last garbage collection).
     """
     with cancellation(cancel):
         return _create_snapshot(
             checkpoint, store, stream, batch_id=batch_id, labels=labels, parallelism=parallelism,
             progress=progress, spark_version=spark_version, always=always, new_timeline=new_timeline,
             kafka_bootstrap=kafka_bootstrap, kafka_config=kafka_config, checkpoint_s3_client=checkpoint_s3_client,
+            check_blobs=check_blobs,
         )
 
 
@@ -449,7 +498,7 @@ def _create_snapshot(
     checkpoint: str, store: SnapshotStore, stream: str, *, batch_id: int | None, labels: dict[str, str] | None,
     parallelism: int, progress: Progress | None, spark_version: str | None, always: bool, new_timeline: bool,
     kafka_bootstrap: str | None = None, kafka_config: dict[str, Any] | None = None,
-    checkpoint_s3_client: Any = None,
+    checkpoint_s3_client: Any = None, check_blobs: bool = False,
 ) -> SnapshotResult:
     started = time.monotonic()
     validate_stream_name(stream)
@@ -488,7 +537,8 @@ def _create_snapshot(
     known = {f.path: (f.size, f.mtime_ns, f.sha256) for f in parent.files} if parent and same_source else {}
     protected_since = time.monotonic()  # blobs of a live manifest, seen now: GC keeps them a grace period
     worker = _Snapshotter(
-        reader, store, known, set(parent.blobs) if parent else set(), parallelism, progress or NoProgress()
+        reader, store, known, set(parent.blobs) if parent else set(), parallelism, progress or NoProgress(),
+        None if check_blobs or parent is None else _suspect_blobs(store),
     )
     last_change: CheckpointChanged | None = None
     for attempt in range(1, MAX_PLAN_ATTEMPTS + 1):
@@ -572,8 +622,27 @@ def _create_snapshot(
         seconds=time.monotonic() - started,
         store=store.url,
         blobs_missing=worker.blobs_missing,
+        files_from_checksum=worker.files_from_checksum,
+        blobs_inherited=len(manifest.blobs.keys() & parent.blobs.keys()) if parent else 0,
+        blobs_checked=worker.blobs_checked,
         anchor_problems=tuple(anchor_problems),
     )
+
+
+def _suspect_blobs(store: SnapshotStore) -> frozenset[str] | None:
+    """The blobs the store's census names as lost, or None (check all) when it cannot say."""
+    try:
+        census = read_census(store)
+    except UnreadableCensus as exc:
+        log.warning("%s: checking every blob the parent snapshot references", exc.one_line())
+        return None
+    if census is None:
+        return frozenset()
+    if not census.complete:
+        log.warning("the blob census of %s (%s) found %d lost blobs and names %d: checking every parent blob",
+                    store.url, census.taken_at, census.missing_total, len(census.missing))
+        return None
+    return census.missing
 
 
 def _anchors(
