@@ -12,7 +12,11 @@ operator metadata, one snapshot + deltas + Hadoop .crc sidecars per partition st
 * snapshot: `create_snapshot` into an S3 store in the same bucket (every file streamed once
   to hash it, then CopyObject), vs `copy_object` of the same planned objects with the same
   concurrency and no hashing (the floor for "no bytes through this host");
-* an unchanged second snapshot (every hash reused from object identity).
+* an unchanged second snapshot (every hash reused from object identity; the parent's blobs
+  relied on without a request each);
+* the same objects written with their SHA-256 attached (as S3A writes them with
+  `fs.s3a.create.checksum.algorithm=SHA256`): a first snapshot names each by a HEAD and
+  copies it server side, reading no byte here, against the same plain copy.
 
 Prints a Markdown table and writes .bench/s3_checkpoint_results.json.
 """
@@ -82,12 +86,20 @@ def main() -> None:
             objects[f"state/0/{p}/.{v}.delta.crc"] = b"crc" + body[:8]
     t = time.monotonic()
     # Built straight into moto's backend (same process): the benchmark measures reading them.
+    import base64
+    import hashlib
+
     from moto.core import DEFAULT_ACCOUNT_ID
     from moto.s3.models import s3_backends
 
     backend = s3_backends[DEFAULT_ACCOUNT_ID]["aws"]
     for key, body in objects.items():
-        backend.put_object(BUCKET, f"{prefix}/{key}", body if isinstance(body, bytes) else body.encode())
+        data = body if isinstance(body, bytes) else body.encode()
+        backend.put_object(BUCKET, f"{prefix}/{key}", data)
+        # The same object as S3 keeps it when the writer attached its SHA-256.
+        summed = backend.put_object(BUCKET, f"summed/{key}", data,
+                                    checksum_value=base64.b64encode(hashlib.sha256(data).digest()).decode())
+        summed.checksum_algorithm = "SHA256"
     print(f"built {len(objects)} objects in {time.monotonic() - t:.1f}s", file=sys.stderr)
 
     requests: Counter[str] = Counter()
@@ -117,6 +129,13 @@ def main() -> None:
     again = create_snapshot(url, store, "bench", parallelism=PARALLELISM, always=True)
     again_s = time.monotonic() - t
     again_requests = dict(requests)
+
+    requests.clear()
+    t = time.monotonic()
+    summed = create_snapshot(f"s3a://{BUCKET}/summed", S3Store(c, BUCKET, "store-summed"), "bench",
+                             parallelism=PARALLELISM)
+    summed_s = time.monotonic() - t
+    summed_requests = dict(requests)
     server.stop()
 
     results = {
@@ -127,6 +146,13 @@ def main() -> None:
         "plain_copy_object_seconds": round(plain_s, 3),
         "unchanged_snapshot_seconds": round(again_s, 3), "unchanged_snapshot_files_hashed": again.files_hashed,
         "unchanged_snapshot_requests": again_requests,
+        "unchanged_snapshot_blobs_inherited": again.blobs_inherited,
+        "unchanged_snapshot_blobs_checked": again.blobs_checked,
+        "snapshot_over_plain_copy": round(snap_s / plain_s, 2),
+        "checksummed_snapshot_seconds": round(summed_s, 3), "checksummed_snapshot_requests": summed_requests,
+        "checksummed_files_from_checksum": summed.files_from_checksum,
+        "checksummed_bytes_hashed": summed.bytes_hashed,
+        "checksummed_snapshot_over_plain_copy": round(summed_s / plain_s, 2),
     }
     out = Path(__file__).resolve().parent.parent / ".bench"
     out.mkdir(exist_ok=True)

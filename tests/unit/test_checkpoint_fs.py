@@ -160,11 +160,21 @@ def test_objects_carrying_their_sha256_are_named_by_it_and_copied_without_a_byte
         assert (target / e.path).read_bytes() == (root / e.path).read_bytes(), e.path
 
 
-def test_a_checkpoint_without_checksums_is_read_and_hashed_after_a_few_objects_without_one(tmp_path, s3) -> None:
+def test_objects_listed_without_a_sha256_are_read_and_hashed_with_no_request_for_a_checksum(tmp_path, s3) -> None:
     root = hdfs_checkpoint(tmp_path / "c", batches=6)
     url = upload(s3, root, "unsummed")
-    taken = create_snapshot(url, S3Store(s3, BUCKET, "store-unsummed"), "orders", parallelism=1)
+    heads: list[str] = []
+
+    def seen(params: dict[str, Any], model: Any, **_: Any) -> None:
+        if model.name == "HeadObject" and params["Key"].startswith("unsummed/"):
+            heads.append(params["Key"])
+    s3.meta.events.register("before-parameter-build.s3.HeadObject", seen)
+    try:
+        taken = create_snapshot(url, S3Store(s3, BUCKET, "store-unsummed"), "orders", parallelism=1)
+    finally:
+        s3.meta.events.unregister("before-parameter-build.s3.HeadObject", seen)
     assert (taken.files_from_checksum, taken.files_hashed) == (0, len(taken.manifest.files))
+    assert heads == []
 
 
 @pytest.mark.parametrize("copy_reports_checksum", [True, False], ids=["copy-checksum", "read-back"])

@@ -181,6 +181,7 @@ class S3CheckpointFS(CheckpointFS):
         self._files: dict[str, FileStat] | None = None
         self._planned = False
         self._dirs: dict[str, set[str]] = {}
+        self._sha256: set[str] = set()  # files the listing says carry a SHA-256 checksum
 
     def key(self, rel: str) -> str:
         return f"{self.prefix}/{rel}" if rel else self.prefix
@@ -222,6 +223,7 @@ class S3CheckpointFS(CheckpointFS):
     def _listing(self) -> dict[str, FileStat]:
         if self._files is None:
             files: dict[str, FileStat] = {}
+            summed: set[str] = set()
             dirs: dict[str, set[str]] = {"": set()}
             base = self.prefix + "/"
             with self.errors("list checkpoint"):
@@ -236,10 +238,12 @@ class S3CheckpointFS(CheckpointFS):
                             continue
                         etag = str(obj.get("ETag", "")).strip('"')
                         files[rel] = FileStat(int(obj["Size"]), _fingerprint_ns(obj["LastModified"], etag), etag)
+                        if "SHA256" in (obj.get("ChecksumAlgorithm") or ()):
+                            summed.add(rel)
                         parts = rel.split("/")
                         for i in range(len(parts)):
                             dirs.setdefault("/".join(parts[:i]), set()).add(parts[i])
-            self._files, self._dirs = files, dirs
+            self._files, self._dirs, self._sha256 = files, dirs, summed
         return self._files
 
     def exists(self) -> bool:
@@ -305,7 +309,10 @@ class S3CheckpointFS(CheckpointFS):
         """The SHA-256 of the whole object as S3 recorded it when the object was written
         (hex), read by a HEAD of the planned version: S3 checks a checksum the writer sends
         against the bytes it receives (S3A: `fs.s3a.create.checksum.algorithm=SHA256`).
-        None when the object carries none, or only a composite one of its parts (multipart)."""
+        None when the object carries none, or only a composite one of its parts (multipart);
+        no request is sent for an object whose listing named no SHA-256."""
+        if rel not in self._sha256:
+            return None
         args: dict[str, Any] = {"Bucket": self.bucket, "Key": self.key(rel), "ChecksumMode": "ENABLED"}
         if expected.etag:
             args["IfMatch"] = f'"{expected.etag}"'  # a HEAD compares the quoted entity tag

@@ -92,9 +92,6 @@ MAX_PLAN_ATTEMPTS = 6
 # them, once streamed into the store (a multipart upload), as buffering them would not be
 # bounded by a part.
 READ_ONCE_BYTES = PART_SIZE
-# Copying server side, a snapshot asks for each new object's stored SHA-256 until this many
-# objects in a row had none (a checkpoint written without checksums: read and hash them).
-CHECKSUM_MISSES = 16
 
 
 @dataclass(frozen=True)
@@ -176,7 +173,6 @@ class _Snapshotter:
         self.server_side = server_side_possible(reader.fs, store)
         self.blobs_copied_server_side = 0
         self.from_checksum: set[str] = set()  # paths whose digest is the object's stored S3 checksum
-        self.checksum_misses = 0  # objects in a row without a stored checksum
         self.read_once = reader.root is None and not self.server_side  # see READ_ONCE_BYTES
         self.storing: set[str] = set()  # blobs a worker is storing from what it read (read_once)
 
@@ -255,7 +251,7 @@ class _Snapshotter:
         and stored later by `_put` (a server-side copy, or a second read streamed)."""
         data: bytearray | None = None
         try:
-            if self.server_side and self.checksum_misses < CHECKSUM_MISSES and pf.size <= MAX_COPY_OBJECT_BYTES:
+            if self.server_side and pf.size <= MAX_COPY_OBJECT_BYTES:
                 entry = self._entry_from_checksum(pf)
                 if entry is not None:
                     return entry
@@ -284,11 +280,9 @@ class _Snapshotter:
         digest = fs.stored_sha256(pf.path, pf.identity)  # FileNotFoundError: see _read_object
         if digest is None:
             with self.lock:
-                self.checksum_misses += 1
                 self.from_checksum.discard(pf.path)  # named by a checksum in an earlier plan
             return None
         with self.lock:
-            self.checksum_misses = 0
             self.from_checksum.add(pf.path)
             self.files_from_checksum += 1
         self.progress.advance(pf.size)
