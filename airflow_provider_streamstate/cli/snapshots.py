@@ -134,7 +134,7 @@ def _summary(m: Any, on_current: bool) -> dict[str, Any]:
         "on_current_timeline": on_current,
         "parent": m.parent,
         "created_at": m.created_at,
-        "files": len(m.files),
+        "files": m.files,
         "bytes_total": m.bytes_total,
         "state_store": m.state_store,
         "kafka_offsets": m.kafka_offsets,
@@ -144,16 +144,14 @@ def _summary(m: Any, on_current: bool) -> dict[str, Any]:
 
 
 def cmd_snapshot_list(args: argparse.Namespace) -> int:
-    from airflow_provider_streamstate.engine.catalog.snapshots import list_snapshots
-    from airflow_provider_streamstate.engine.catalog.validation_records import validation_status
+    from airflow_provider_streamstate.engine.catalog.index import list_summaries
     from airflow_provider_streamstate.engine.lifecycle.replicate import snapshot_origins
 
     store = open_store_from_args(args)
-    listing = list_snapshots(store, args.stream)
+    listing = list_summaries(store, args.stream)  # through the catalog index: no manifest read twice
     origins = snapshot_origins(store, args.stream)  # where replicated snapshots came from
-    status = validation_status(store, args.stream, [m.snapshot_id for m in listing.manifests])  # {snapshot: {suite: passed; None: unreadable}}
     rows = [{**_summary(m, listing.on_current_timeline(m)), "origin": origins.get(m.snapshot_id),
-             "validations": status.get(m.snapshot_id, {})} for m in listing.manifests]
+             "validations": listing.validations.get(m.snapshot_id, {})} for m in listing.snapshots]
     lines = [f"  {'SNAPSHOT_ID':39} {'TL':>3} {'BATCH':>7} {'CREATED':20} {'FILES':>6} {'SIZE':>10}  {'STATE':17} {'ORIGIN':24} LABELS  VALIDATIONS"]
     for r in rows:
         labels = ",".join(f"{k}={v}" for k, v in r["labels"].items())

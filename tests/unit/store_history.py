@@ -4,7 +4,6 @@ chosen ids, creation times, timelines, labels and blobs, without a checkpoint.""
 from __future__ import annotations
 
 import hashlib
-import json
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,7 +45,15 @@ def put_snapshot(
 
 
 def put_validation(store: SnapshotStore, stream: str, snapshot_id: str, suite: str, success: bool) -> str:
-    key = f"streams/{stream}/validations/{snapshot_id}/{suite}.json"
-    store.put_record(key, json.dumps({"snapshot_id": snapshot_id, "suite": suite, "success": success,
-                                      "validated_at": "2026-11-20T00:00:00Z"}).encode())
-    return key
+    """Store a validation record of `suite` on the snapshot, as the validation task writes it."""
+    from airflow_provider_streamstate.engine.catalog import validation_records as vr
+    from airflow_provider_streamstate.engine.core.manifest import SnapshotRef
+
+    record = vr.ValidationRecord(
+        stream=stream, snapshot_id=snapshot_id, batch_id=SnapshotRef.parse(snapshot_id).batch_id, suite=suite,
+        suite_sha256="0" * 64, success=success, validated_at="2026-11-20T00:00:00Z", gx_version="test",
+        duration_s=0.0, selector={},
+        results=[vr.ExpectationOutcome("expect_column_values_to_not_be_null", {"column": "key"}, success, None)],
+    )
+    vr.put_validation(store, record)
+    return vr.validation_key(stream, snapshot_id, suite)

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from airflow_provider_streamstate.engine.catalog.snapshots import SnapshotListing, list_snapshots
-from airflow_provider_streamstate.engine.core.errors import NotFoundError, UsageError
+from airflow_provider_streamstate.engine.catalog.index import SnapshotSummary, SummaryListing, list_summaries
+from airflow_provider_streamstate.engine.catalog.snapshots import get_snapshot
+from airflow_provider_streamstate.engine.core.errors import NotFoundError, UnsafeManifestError, UsageError
 from airflow_provider_streamstate.engine.core.manifest import (
-    Manifest,
     SnapshotRef,
     validate_snapshot_id,
     validate_stream_name,
@@ -171,22 +171,6 @@ def validations_prefix(stream: str, snapshot_id: str) -> str:
     return f"{STREAMS_PREFIX}/{stream}/validations/{snapshot_id}/"
 
 
-def read_validations(store: SnapshotStore, stream: str, snapshot_id: str) -> list[Validation]:
-    """The validation records of a snapshot (written by the validation task); unreadable
-    ones are skipped with a warning: they can only make retention keep less, never more."""
-    out = []
-    for key in store.list_records(validations_prefix(stream, snapshot_id)):
-        data = store.get_record(key)
-        try:
-            d = json.loads(data or b"")
-            if d.get("snapshot_id") != snapshot_id or not isinstance(d.get("suite"), str):
-                raise ValueError("not a validation record of this snapshot")
-            out.append(Validation(snapshot_id, d["suite"], d.get("success") is True, str(d.get("validated_at", ""))))
-        except (ValueError, AttributeError) as exc:
-            log.warning("ignoring unreadable validation record %s: %s", key, exc)
-    return out
-
-
 def pin_key(stream: str, snapshot_id: str) -> str:
     return record_key(stream, "pins", snapshot_id)
 
@@ -227,7 +211,7 @@ def _epoch(created_at: str) -> float:
 
 
 def evaluate(
-    listing: SnapshotListing,
+    listing: SummaryListing,
     policy: RetentionPolicy,
     *,
     now: float,
@@ -235,13 +219,13 @@ def evaluate(
     validations: dict[str, list[Validation]],
 ) -> list[SnapshotVerdict]:
     """Each snapshot of `listing` with the rules that keep it (pure: no store access)."""
-    ms = listing.manifests
+    ms = listing.snapshots
     reasons: dict[str, list[str]] = {m.snapshot_id: [] for m in ms}
     current = [m for m in ms if listing.on_current_timeline(m)]
     current_ids = {m.snapshot_id for m in current}
     by_time = sorted(current, key=lambda m: (_epoch(m.created_at), m.snapshot_id), reverse=True)
 
-    def keep(m: Manifest, why: str) -> None:
+    def keep(m: SnapshotSummary, why: str) -> None:
         reasons[m.snapshot_id].append(why)
 
     for m in ms:
@@ -278,7 +262,7 @@ def evaluate(
         if now - _epoch(m.created_at) < abandoned_age:
             keep(m, f"abandoned timeline {m.timeline}, younger than {format_duration(abandoned_age)}")
     # The newest known-good snapshot per suite: on the current history if there is one.
-    suites: dict[str, list[Manifest]] = {}
+    suites: dict[str, list[SnapshotSummary]] = {}
     for m in ms:
         for v in validations.get(m.snapshot_id, []):
             if v.success:
@@ -300,6 +284,28 @@ def evaluate(
         out.append(SnapshotVerdict(m.snapshot_id, m.created_at, m.timeline, m.batch_id, on,
                                    bool(reasons[m.snapshot_id]), tuple(dict.fromkeys(why))))
     return out
+
+
+def _confirm_from_manifests(
+    store: SnapshotStore, stream: str, listing: SummaryListing, ids: list[str], parallelism: int
+) -> None:
+    """Before deleting, the manifest of each doomed snapshot must say what the catalog index
+    said of it (the index is a cache; a deletion is decided on the manifests themselves)."""
+    by_id = {s.snapshot_id: s for s in listing.snapshots}
+
+    def check(sid: str) -> str | None:
+        try:
+            actual = SnapshotSummary.of(get_snapshot(store, stream, sid))
+        except NotFoundError:
+            return None  # deleted meanwhile (another retention run): nothing to do
+        return None if actual == by_id[sid] else sid
+    wrong = [sid for sid in run_parallel(check, ids, parallelism) if sid is not None]
+    if wrong:
+        raise UnsafeManifestError(
+            f"the catalog index of {stream} in {store.url} disagrees with the manifest of {wrong[0]}"
+            f"{f' (and {len(wrong) - 1} more)' if len(wrong) > 1 else ''}; nothing was deleted",
+            hint=f"delete the index (streams/{stream}/index/ in the store: it is rebuilt from the manifests) and retry",
+        )
 
 
 def delete_snapshots(store: SnapshotStore, stream: str, snapshot_ids: list[str], *, parallelism: int = 8) -> int:
@@ -332,18 +338,19 @@ def apply_retention(
     started = time.monotonic()
     validate_stream_name(stream)
     try:
-        listing = list_snapshots(store, stream, parallelism=parallelism)
+        listing = list_summaries(store, stream, parallelism=parallelism, update_index=not dry_run)
     except NotFoundError:
         if store.list_snapshot_ids(stream):
             raise
         return RetentionResult(stream, store.url, dry_run, policy, (), (), 0, time.monotonic() - started)
-    ids = [m.snapshot_id for m in listing.manifests]
-    validations = dict(zip(ids, run_parallel(lambda s: read_validations(store, stream, s), ids, parallelism), strict=True))
+    validations = {sid: [Validation(sid, suite, ok is True, "") for suite, ok in sorted(v.items())]
+                   for sid, v in listing.validations.items()}
     verdicts = evaluate(listing, policy, now=time.time() if now is None else now,
                         pinned=pinned_ids(store, stream), validations=validations)
     doomed = [v for v in verdicts if not v.keep]
     records = 0
     if not dry_run and doomed:
+        _confirm_from_manifests(store, stream, listing, [v.snapshot_id for v in doomed], parallelism)
         records = delete_snapshots(store, stream, [v.snapshot_id for v in doomed], parallelism=parallelism)
     result = RetentionResult(stream, store.url, dry_run, policy, tuple(v for v in verdicts if v.keep), tuple(doomed),
                              records, time.monotonic() - started)

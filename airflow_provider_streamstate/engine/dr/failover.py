@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_streamstate.engine.catalog.snapshots import list_snapshots, resolve_snapshot
-from airflow_provider_streamstate.engine.catalog.validation_records import validation_status
+from airflow_provider_streamstate.engine.catalog.index import SnapshotSummary, list_summaries
+from airflow_provider_streamstate.engine.catalog.snapshots import get_snapshot, resolve_snapshot
 from airflow_provider_streamstate.engine.checkpoint.filesystems import is_s3_location, unsupported_scheme
 from airflow_provider_streamstate.engine.checkpoint.sidecar import local_root
 from airflow_provider_streamstate.engine.core.anchor import anchors_from_json
@@ -385,19 +385,19 @@ class FailoverResult:
         }
 
 
-def _candidates(store: SnapshotStore, stream: str, snapshot: str | None, suite: str | None) -> list[Manifest]:
+def _candidates(
+    store: SnapshotStore, stream: str, snapshot: str | None, suite: str | None
+) -> list[Manifest | SnapshotSummary]:
     """The snapshot asked for, or every snapshot of the current timeline, newest first (only
-    those that passed `suite` when given)."""
+    those that passed `suite` when given); summaries, whose manifests are read when tried."""
 
     if snapshot is not None:
         return [resolve_snapshot(store, stream, snapshot)]
-    listing = list_snapshots(store, stream)
-    out = [m for m in listing.manifests if listing.on_current_timeline(m)]
+    listing = list_summaries(store, stream)
+    out: list[Manifest | SnapshotSummary] = [s for s in listing.snapshots if listing.on_current_timeline(s)]
     out.sort(key=lambda m: (m.batch_id, m.snapshot_id), reverse=True)
     if suite is not None:
-
-        status = validation_status(store, stream, [m.snapshot_id for m in out])
-        out = [m for m in out if status.get(m.snapshot_id, {}).get(suite) is True]
+        out = [m for m in out if listing.validations.get(m.snapshot_id, {}).get(suite) is True]
         if not out:
             raise NotFoundError(f"no snapshot of {stream} has passed suite {suite}",
                                 hint="fail over without --suite, or validate a snapshot first")
@@ -454,7 +454,8 @@ def failover(
         skipped: list[tuple[str, str]] = []
         chosen: tuple[Manifest, Translation] | None = None
         wait_until = time.monotonic() + (mirror_wait_s if snapshot is not None else 0.0)
-        for m in candidates:
+        for c in candidates:
+            m = c if isinstance(c, Manifest) else get_snapshot(store, stream, c.snapshot_id)
             while True:
                 try:
                     chosen = (m, translate(m, consumer, topics, topic_map, timeout_s=timeout_s))

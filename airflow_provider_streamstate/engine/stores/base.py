@@ -181,6 +181,11 @@ class SnapshotStore(ABC):
     def list_records(self, prefix: str) -> list[str]:
         """Keys of the records below `prefix` (e.g. `streams/orders/timelines/`), sorted."""
 
+    def list_record_tree(self, prefix: str) -> list[str]:
+        """Keys of the records at any depth below `prefix`, sorted: one listing of a
+        stream's validation records, whatever their number of snapshots."""
+        raise NotImplementedError
+
     # --- deletion: retention and garbage collection (docs/concepts.md, "Blobs") -------------
     # Not abstract, so stores written before deletion existed still load; both backends
     # implement them.

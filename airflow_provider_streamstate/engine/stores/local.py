@@ -212,6 +212,14 @@ class LocalStore(SnapshotStore):
             return []
         return sorted(f"{prefix.rstrip('/')}/{n}" for n in os.listdir(d) if n.endswith(MANIFEST_SUFFIX))
 
+    def list_record_tree(self, prefix: str) -> list[str]:
+        top = self.root / prefix
+        out: list[str] = []
+        for dirpath, _, names in os.walk(top):
+            rel = Path(dirpath).relative_to(self.root).as_posix()
+            out.extend(f"{rel}/{n}" for n in names if n.endswith(MANIFEST_SUFFIX))
+        return sorted(out)
+
     # --- deletion (retention and GC) ------------------------------------------------------
 
     def replace_record(self, key: str, data: bytes) -> None:

@@ -414,6 +414,9 @@ class S3Store(SnapshotStore):
         ]
         return sorted(keys)
 
+    def list_record_tree(self, prefix: str) -> list[str]:
+        return self.list_records(prefix)  # an S3 listing of a prefix is already every depth
+
     # --- deletion (retention and GC) ------------------------------------------------------
 
     def replace_record(self, key: str, data: bytes) -> None:

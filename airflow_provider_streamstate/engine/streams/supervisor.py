@@ -40,7 +40,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from airflow_provider_streamstate.engine.catalog.snapshots import list_snapshots, resolve_snapshot
+from airflow_provider_streamstate.engine.catalog.index import list_summaries
+from airflow_provider_streamstate.engine.catalog.snapshots import get_snapshot, resolve_snapshot
 from airflow_provider_streamstate.engine.catalog.verify import verify_snapshots
 from airflow_provider_streamstate.engine.checkpoint.filesystems import is_s3_location
 from airflow_provider_streamstate.engine.checkpoint.sidecar import s3_client_for
@@ -335,18 +336,17 @@ def _newest_verified(store: SnapshotStore, stream: str, snapshot: str, paralleli
     newest of the current timeline whose every blob verifies (a damaged one is skipped)."""
 
     if snapshot != "latest":
-        manifest = resolve_snapshot(store, stream, snapshot)
-        candidates = [manifest]
+        candidates = [resolve_snapshot(store, stream, snapshot).snapshot_id]
     else:
-        listing = list_snapshots(store, stream, parallelism=parallelism)
-        candidates = [m for m in reversed(listing.manifests) if listing.on_current_timeline(m)]
+        listing = list_summaries(store, stream, parallelism=parallelism)
+        candidates = [s.snapshot_id for s in reversed(listing.snapshots) if listing.on_current_timeline(s)]
     damaged = []
-    for manifest in candidates:
-        result = verify_snapshots(store, stream, manifest.snapshot_id, parallelism=parallelism)
+    for snapshot_id in candidates:
+        result = verify_snapshots(store, stream, snapshot_id, parallelism=parallelism)
         if result.ok:
-            return manifest
-        damaged.append(manifest.snapshot_id)
-        log.warning("stream %s: snapshot %s does not verify; trying an older one", stream, manifest.snapshot_id)
+            return get_snapshot(store, stream, snapshot_id)
+        damaged.append(snapshot_id)
+        log.warning("stream %s: snapshot %s does not verify; trying an older one", stream, snapshot_id)
     raise SupervisionFailed(
         f"stream {stream}'s checkpoint is unusable and no snapshot verifies"
         + (f" (damaged: {', '.join(damaged)})" if damaged else " (there is none on its current timeline)"),
