@@ -144,3 +144,22 @@ def test_retention_refuses_to_delete_on_an_index_that_disagrees_with_the_manifes
     for key in store.list_records(INDEX):  # what the hint says to do
         store.delete_record(key)
     assert apply_retention(store, "orders", policy, now=now).deleted == ()
+
+
+def test_retention_on_a_warm_index_deletes_what_it_would_decide_from_the_manifests(tmp_path) -> None:
+    """The summaries read back from a segment equal those of the manifests, so the check
+    before deleting passes and the decisions are the ones the manifests give."""
+    now = at("2026-11-22T00:00").timestamp()
+    policy = RetentionPolicy(keep_last=3)
+    cold_store = LocalStore(tmp_path / "cold", fsync=False)
+    ids = _history(cold_store)
+    put_validation(cold_store, "orders", ids[1], "shape", True)
+    from_manifests = apply_retention(cold_store, "orders", policy, now=now, dry_run=True)  # no index: manifests
+    warm_store = LocalStore(tmp_path / "warm", fsync=False)
+    assert _history(warm_store) == ids
+    put_validation(warm_store, "orders", ids[1], "shape", True)
+    list_summaries(warm_store, "orders")
+    applied = apply_retention(warm_store, "orders", policy, now=now)
+    assert [v.snapshot_id for v in applied.deleted] == [v.snapshot_id for v in from_manifests.deleted]
+    assert len(applied.deleted) == len(ids) - 4  # the 3 newest and the newest known-good stay
+    assert warm_store.list_snapshot_ids("orders") == [v.snapshot_id for v in applied.kept]

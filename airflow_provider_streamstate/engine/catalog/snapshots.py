@@ -86,11 +86,13 @@ def latest_ref(
 
 
 def latest_snapshot(
-    store: SnapshotStore, stream: str, *, timeline: int | None = None, timelines: Timelines | None = None
+    store: SnapshotStore, stream: str, *, timeline: int | None = None, timelines: Timelines | None = None,
+    refs: list[SnapshotRef] | None = None,
 ) -> Manifest | None:
     """The newest readable snapshot on the history of `timeline` (default: the current
-    timeline); an unreadable newest one is skipped with a warning."""
-    refs = snapshot_refs(store, stream)
+    timeline); an unreadable newest one is skipped with a warning. `refs`: the stream's
+    snapshot ids, when the caller listed them already."""
+    refs = snapshot_refs(store, stream) if refs is None else refs
     tls = timelines or load_timelines(store, stream, refs)
     for ref in sorted((r for r in refs if tls.contains(r, timeline)), key=lambda r: (r.batch_id, r.created), reverse=True):
         try:

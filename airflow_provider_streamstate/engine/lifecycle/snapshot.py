@@ -514,7 +514,7 @@ def _create_snapshot(
     timeline = _timeline_for(reader, store, stream, query_id, tls, has_snapshots=bool(refs), new_line=new_timeline)
     if timeline > tls.current or timeline not in tls.records:
         tls = load_timelines(store, stream)  # a timeline this call (or a restore) just started
-    parent = latest_snapshot(store, stream, timeline=timeline, timelines=tls)
+    parent = latest_snapshot(store, stream, timeline=timeline, timelines=tls, refs=refs)
     labels = dict(labels or {})
     wanted = reader.resolve_batch(batch_id)
     if (
