@@ -152,12 +152,16 @@ def test_a_stream_in_cluster_mode_on_yarn_outlives_its_launcher_and_is_watched_s
         # container, which may still commit a batch: damage the state only once it is gone.
         wait_for(lambda: _containers_gone(yarn, killed), timeout=120, what="the killed driver's container to end")
         delete_newest_state(stack, checkpoint)
+        # New input, so the restarted driver must run a batch, which is when Spark loads the
+        # damaged state: a restart with nothing to read would run, caught up, and load nothing.
+        rounds.append(rounds[3].next_round(60))
+        produce(stack.kafka_bootstrap, topic, rounds[4])
         restored = supervise(spec.name, checkpoint, start=start_on_yarn,
                              policy=SupervisionPolicy(settle_s=300), store=lambda: store)
         assert (restored.action, restored.restored_snapshot) == ("restored", snap.snapshot_id), restored.to_json()
         assert checkpoint_unusable(restored.failure), restored.failure
         assert launcher.read_launch(checkpoint).handle.generation == 4  # restart failed (3), restored (4)
-        wait_for(lambda: consumed_records(checkpoint) == 570, timeout=300, what="570 records after the restore")
+        wait_for(lambda: consumed_records(checkpoint) == 630, timeout=300, what="630 records after the restore")
 
         # Worker B stops it: the request beside the checkpoint, honoured after the batch.
         stopped = _on_host("worker-b", "status_agent.py", "stop", checkpoint, "180", env=worker_env)
