@@ -1,0 +1,122 @@
+"""GX validation benchmark: where a Great Expectations suite spends its time on Spark, and
+what it costs against the same rules written as one Spark SQL aggregate.
+
+    .venv/bin/python benchmarks/gx_bench.py [--rows 1000000] [--runs 5]
+
+A cached DataFrame shaped like a per-key aggregation's state (`key_k`, `value_count`,
+`value_max`), `--rows` rows, local[2]; the suite of `state_bench.py` (4 expectations: not
+null, two betweens, a row count). For each way of running it, the median of `--runs` warm
+runs (after one warm-up) and the Spark jobs one run starts (counted by job group):
+
+* `sql`: the baseline, one `df.agg(...)` computing all four rules;
+* `run_suite`: what `validate` does (engine/state/validation.py);
+* `gx_summary`: GX with its default result format (SUMMARY), a fresh ephemeral context per run;
+* `gx_basic`: the same with result format BASIC (no unexpected-value counts: one Spark job
+  fewer per column expectation);
+* `gx_context_only`: creating the ephemeral context, datasource, suite and validation
+  definition without running it (GX's fixed cost per run).
+
+Writes .bench/gx_results.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.bench_common import WORK  # noqa: E402
+
+SUITE = {"name": "bench", "expectations": [
+    {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "key_k"}},
+    {"type": "expect_column_values_to_be_between", "kwargs": {"column": "value_count", "min_value": 1}},
+    {"type": "expect_column_values_to_be_between", "kwargs": {"column": "value_max", "min_value": 0}},
+    {"type": "expect_table_row_count_to_be_between", "kwargs": {"min_value": 1}},
+]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--runs", type=int, default=5)
+    a = ap.parse_args()
+
+    from pyspark.sql import functions as F
+
+    from airflow_provider_streamstate.engine.state import validation
+    from airflow_provider_streamstate.engine.state.spark import spark_session
+
+    spark = spark_session("gx-bench", shuffle_partitions=4)
+    sc = spark.sparkContext
+    df = (spark.range(a.rows).select(F.col("id").alias("key_k"), (F.col("id") % 7 + 1).alias("value_count"),
+                                     (F.col("id") * 3).alias("value_max")).repartition(4).cache())
+    df.count()
+    suite = validation.load_suite(SUITE)
+    gx = validation._gx()  # noqa: SLF001 - the benchmark drives GX the way the engine does
+
+    def sql() -> bool:
+        r = df.agg(
+            F.sum(F.col("key_k").isNull().cast("int")).alias("null_keys"),
+            F.sum((F.col("value_count") < 1).cast("int")).alias("bad_counts"),
+            F.sum((F.col("value_max") < 0).cast("int")).alias("bad_max"),
+            F.count("*").alias("rows"),
+        ).collect()[0]
+        return bool(r.null_keys == 0 and r.bad_counts == 0 and r.bad_max == 0 and r.rows >= 1)
+
+    def gx_run(result_format: str | None, run: bool = True) -> bool:
+        from great_expectations.data_context.types.base import ProgressBarsConfig
+
+        ctx = gx.get_context(mode="ephemeral")
+        ctx.variables.progress_bars = ProgressBarsConfig(globally=False)
+        bd = ctx.data_sources.add_spark("s").add_dataframe_asset("state").add_batch_definition_whole_dataframe("w")
+        gsuite = ctx.suites.add(validation._gx_suite(suite.definition))  # noqa: SLF001
+        vd = ctx.validation_definitions.add(gx.ValidationDefinition(name="run", data=bd, suite=gsuite))
+        if not run:
+            return True
+        kwargs: dict[str, Any] = {"batch_parameters": {"dataframe": df}}
+        if result_format is not None:
+            kwargs["result_format"] = result_format
+        return bool(vd.run(**kwargs).success)
+
+    ways: dict[str, Callable[[], bool]] = {
+        "sql": sql,
+        "run_suite": lambda: validation.run_suite(df, suite).success,
+        "gx_summary": lambda: gx_run(None),
+        "gx_basic": lambda: gx_run("BASIC"),
+        "gx_context_only": lambda: gx_run(None, run=False),
+    }
+    results: dict[str, Any] = {"rows": a.rows, "runs": a.runs}
+    try:
+        for name, fn in ways.items():
+            assert fn(), name  # warm-up, and every way must pass
+            times, jobs = [], []
+            for i in range(a.runs):
+                group = f"{name}-{i}"
+                sc.setJobGroup(group, group)
+                t0 = time.perf_counter()
+                assert fn(), name
+                times.append(time.perf_counter() - t0)
+                jobs.append(len(sc.statusTracker().getJobIdsForGroup(group)))
+            results[f"{name}_s"] = round(statistics.median(times), 3)
+            results[f"{name}_jobs"] = max(jobs)
+            print(f"{name}: {results[f'{name}_s']}s, {results[f'{name}_jobs']} Spark jobs", file=sys.stderr)
+    finally:
+        spark.stop()
+    for name in ("run_suite", "gx_summary", "gx_basic"):
+        results[f"{name}_over_sql"] = round(results[f"{name}_s"] / results["sql_s"], 2)
+    WORK.mkdir(exist_ok=True)
+    (WORK / "gx_results.json").write_text(json.dumps(results, indent=1))
+    print("| measure | value |\n|---|---|")
+    for k, v in results.items():
+        print(f"| {k} | {v} |")
+
+
+if __name__ == "__main__":
+    main()
