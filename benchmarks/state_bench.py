@@ -95,6 +95,23 @@ def main() -> int:
                 {"type": "expect_column_values_to_be_between", "kwargs": {"column": "value_max", "min_value": 0}},
                 {"type": "expect_table_row_count_to_be_between", "kwargs": {"min_value": 1}},
             ]})
+            def sql_checks_on(frame: Any) -> bool:
+                r = frame.agg(
+                    F.sum(F.col("key_k").isNull().cast("int")).alias("null_keys"),
+                    F.sum((F.col("value_count") < 1).cast("int")).alias("bad_counts"),
+                    F.sum((F.col("value_max") < 0).cast("int")).alias("bad_max"),
+                    F.count("*").alias("rows"),
+                ).collect()[0]
+                return bool(r.null_keys == 0 and r.bad_counts == 0 and r.bad_max == 0 and r.rows >= 1)
+
+            # On the state as the reader gives it (not cached): the plain aggregate reads it
+            # once; GX reads it once per metric level unless run_suite caches it for the run.
+            from airflow_provider_streamstate.engine.state import validation
+
+            results["sql_on_state_s"], _ = timed(lambda: sql_checks_on(reader.state("big", a_id)))
+            results["gx_on_state_uncached_s"], _ = timed(
+                lambda: validation._run_suite(reader.state("big", a_id), suite, None))  # noqa: SLF001
+            results["run_suite_on_state_s"], _ = timed(lambda: run_suite(reader.state("big", a_id), suite))
             df = df.cache()
             df.count()
 

@@ -273,7 +273,20 @@ WITH_SAMPLES = "SUMMARY"
 def run_suite(df: DataFrame, suite: Suite, *, data_docs: str | Path | None = None) -> SuiteRun:
     """Run `suite` on `df` in a fresh ephemeral GX context; Data Docs HTML to `data_docs`.
     A passing suite costs GX's counting jobs only; a failing one is run again for samples
-    of the unexpected values (see COUNTS_ONLY)."""
+    of the unexpected values (see COUNTS_ONLY). GX resolves its metrics level by level, one
+    Spark job each, so `df` is cached for the run: the state is read once, not once a level."""
+    if df.is_cached:
+        return _run_suite(df, suite, data_docs)
+    from pyspark import StorageLevel
+
+    df = df.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        return _run_suite(df, suite, data_docs)
+    finally:
+        df.unpersist()
+
+
+def _run_suite(df: DataFrame, suite: Suite, data_docs: str | Path | None) -> SuiteRun:
     gx = _gx()
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
