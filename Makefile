@@ -52,6 +52,9 @@ bench: setup
 	$(PY) benchmarks/s3_rocksdb_checkpoint_bench.py
 	$(PY) benchmarks/yarn_recovery_bench.py
 	$(PY) benchmarks/state_jobs_bench.py
+	$(PY) benchmarks/catalog_bench.py
+	$(PY) benchmarks/gx_bench.py
+	$(PY) benchmarks/diff_bench.py
 
 # Re-resolve the lock after changing dependencies in pyproject.toml.
 lock:

@@ -16,6 +16,31 @@ WORK = REPO / ".bench"
 MiB = 1 << 20
 
 
+def write_results(name: str, results: dict[str, Any]) -> None:
+    """Keep a benchmark's figures in .bench/<name>_results.json and print them as a Markdown table."""
+    import json
+
+    WORK.mkdir(parents=True, exist_ok=True)
+    (WORK / f"{name}_results.json").write_text(json.dumps(results, indent=1))
+    print("| measure | value |\n|---|---|")
+    for k, v in results.items():
+        print(f"| {k} | {v} |")
+
+
+def state_rules_sql(frame: Any) -> bool:
+    """The four rules of the benchmarks' GX suite as one Spark SQL aggregate (the baseline):
+    no null key, counts >= 1, maxima >= 0, at least one row."""
+    from pyspark.sql import functions as F
+
+    r = frame.agg(
+        F.sum(F.col("key_k").isNull().cast("int")).alias("null_keys"),
+        F.sum((F.col("value_count") < 1).cast("int")).alias("bad_counts"),
+        F.sum((F.col("value_max") < 0).cast("int")).alias("bad_max"),
+        F.count("*").alias("rows"),
+    ).collect()[0]
+    return bool(r.null_keys == 0 and r.bad_counts == 0 and r.bad_max == 0 and r.rows >= 1)
+
+
 def rate_rows(spark: Any, rows_per_batch: int) -> Any:
     """A streaming DataFrame of `rows_per_batch` rows (`timestamp`, `value`) per micro-batch:
     deterministic batch sizes, unlike the wall-clock `rate` source."""

@@ -20,7 +20,6 @@ with the S3 requests each sent, by operation. Writes .bench/catalog_results.json
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections import Counter
@@ -29,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.bench_common import WORK  # noqa: E402
+from benchmarks.bench_common import write_results  # noqa: E402
 
 BUCKET = "catalog"
 
@@ -128,11 +127,7 @@ def main() -> None:
         float(results["list_warm_index_seconds"]) / float(results["baseline_read_every_manifest_seconds"]), 4)  # type: ignore[arg-type]
     server.stop()
 
-    WORK.mkdir(exist_ok=True)
-    (WORK / "catalog_results.json").write_text(json.dumps(results, indent=1))
-    print("| measure | value |\n|---|---|")
-    for k, v in results.items():
-        print(f"| {k} | {v} |")
+    write_results("catalog", results)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ Writes .bench/gx_results.json.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -35,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.bench_common import WORK  # noqa: E402
+from benchmarks.bench_common import state_rules_sql, write_results  # noqa: E402
 
 SUITE = {"name": "bench", "expectations": [
     {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "key_k"}},
@@ -65,13 +64,7 @@ def main() -> None:
     gx = validation._gx()  # noqa: SLF001 - the benchmark drives GX the way the engine does
 
     def sql() -> bool:
-        r = df.agg(
-            F.sum(F.col("key_k").isNull().cast("int")).alias("null_keys"),
-            F.sum((F.col("value_count") < 1).cast("int")).alias("bad_counts"),
-            F.sum((F.col("value_max") < 0).cast("int")).alias("bad_max"),
-            F.count("*").alias("rows"),
-        ).collect()[0]
-        return bool(r.null_keys == 0 and r.bad_counts == 0 and r.bad_max == 0 and r.rows >= 1)
+        return state_rules_sql(df)
 
     def gx_run(result_format: str | None, run: bool = True) -> bool:
         from great_expectations.data_context.types.base import ProgressBarsConfig
@@ -94,10 +87,7 @@ def main() -> None:
            .groupBy("key_k").agg(F.count("*").alias("value_count"), F.max("v").alias("value_max")))
 
     def sql_uncached() -> bool:
-        r = raw.agg(F.sum(F.col("key_k").isNull().cast("int")).alias("n"), F.count("*").alias("rows"),
-                    F.sum((F.col("value_count") < 1).cast("int")).alias("c"),
-                    F.sum((F.col("value_max") < 0).cast("int")).alias("m")).collect()[0]
-        return bool(r.n == 0 and r.c == 0 and r.m == 0 and r.rows >= 1)
+        return state_rules_sql(raw)
 
     def gx_uncached() -> bool:  # what GX does on the state when nothing caches it
         ctx_df = raw
@@ -141,11 +131,7 @@ def main() -> None:
         results[f"{name}_over_sql"] = round(results[f"{name}_s"] / results["sql_s"], 2)
     for name in ("gx_uncached", "run_suite_uncached"):
         results[f"{name}_over_sql"] = round(results[f"{name}_s"] / results["sql_uncached_s"], 2)
-    WORK.mkdir(exist_ok=True)
-    (WORK / "gx_results.json").write_text(json.dumps(results, indent=1))
-    print("| measure | value |\n|---|---|")
-    for k, v in results.items():
-        print(f"| {k} | {v} |")
+    write_results("gx", results)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.bench_common import write_results  # noqa: E402
+
 BUCKET = "bench"
 PARALLELISM = 8
 
@@ -154,12 +156,7 @@ def main() -> None:
         "checksummed_bytes_hashed": summed.bytes_hashed,
         "checksummed_snapshot_over_plain_copy": round(summed_s / plain_s, 2),
     }
-    out = Path(__file__).resolve().parent.parent / ".bench"
-    out.mkdir(exist_ok=True)
-    (out / "s3_checkpoint_results.json").write_text(json.dumps(results, indent=1))
-    print("| measure | value |\n|---|---|")
-    for k, v in results.items():
-        print(f"| {k} | {v} |")
+    write_results("s3_checkpoint", results)
 
 
 if __name__ == "__main__":

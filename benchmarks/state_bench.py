@@ -29,7 +29,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_common import WORK, rate_rows  # this folder is on sys.path; it puts the repo there too
+from bench_common import (  # this folder is on sys.path; it puts the repo there too
+    WORK,
+    rate_rows,
+    state_rules_sql,
+)
 
 
 def run_batches(spark: Any, df: Any, checkpoint: str, batches: int) -> None:
@@ -95,20 +99,11 @@ def main() -> int:
                 {"type": "expect_column_values_to_be_between", "kwargs": {"column": "value_max", "min_value": 0}},
                 {"type": "expect_table_row_count_to_be_between", "kwargs": {"min_value": 1}},
             ]})
-            def sql_checks_on(frame: Any) -> bool:
-                r = frame.agg(
-                    F.sum(F.col("key_k").isNull().cast("int")).alias("null_keys"),
-                    F.sum((F.col("value_count") < 1).cast("int")).alias("bad_counts"),
-                    F.sum((F.col("value_max") < 0).cast("int")).alias("bad_max"),
-                    F.count("*").alias("rows"),
-                ).collect()[0]
-                return bool(r.null_keys == 0 and r.bad_counts == 0 and r.bad_max == 0 and r.rows >= 1)
-
             # On the state as the reader gives it (not cached): the plain aggregate reads it
             # once; GX reads it once per metric level unless run_suite caches it for the run.
             from airflow_provider_streamstate.engine.state import validation
 
-            results["sql_on_state_s"], _ = timed(lambda: sql_checks_on(reader.state("big", a_id)))
+            results["sql_on_state_s"], _ = timed(lambda: state_rules_sql(reader.state("big", a_id)))
             results["gx_on_state_uncached_s"], _ = timed(
                 lambda: validation._run_suite(reader.state("big", a_id), suite, None))  # noqa: SLF001
             results["run_suite_on_state_s"], _ = timed(lambda: run_suite(reader.state("big", a_id), suite))
@@ -116,13 +111,7 @@ def main() -> int:
             df.count()
 
             def sql_checks() -> bool:
-                r = df.agg(
-                    F.sum(F.col("key_k").isNull().cast("int")).alias("null_keys"),
-                    F.sum((F.col("value_count") < 1).cast("int")).alias("bad_counts"),
-                    F.sum((F.col("value_max") < 0).cast("int")).alias("bad_max"),
-                    F.count("*").alias("rows"),
-                ).collect()[0]
-                return r.null_keys == 0 and r.bad_counts == 0 and r.bad_max == 0 and r.rows >= 1
+                return state_rules_sql(df)
 
             results["gx_first_s"], first = timed(lambda: run_suite(df, suite))
             results["gx_s"], second = timed(lambda: run_suite(df, suite))

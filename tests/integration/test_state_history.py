@@ -150,6 +150,30 @@ def test_diff_of_two_snapshots_agrees_with_the_states_compared_in_python(history
     assert diff_snapshots(reader, "accounts", b.snapshot_id, b.snapshot_id).identical
 
 
+def test_a_diff_with_one_sample_per_kind_counts_the_same_in_one_pass(history, reader) -> None:
+    """sample=1 comes from the counting aggregate (no cached join): the same counts, and for
+    each kind found the smallest key, as the cached diff's first sample."""
+    a, b = history.manifests[0], history.manifests[-1]
+    full = diff_snapshots(reader, "accounts", a.snapshot_id, b.snapshot_id, sample=5)
+    one = diff_snapshots(reader, "accounts", a.snapshot_id, b.snapshot_id, sample=1)
+    assert one.counts == full.counts and full.counts["changed"] > 0
+    assert one.samples == {kind: full.samples[kind][:1] for kind in full.samples}
+
+
+def test_a_one_pass_diff_samples_the_smallest_key_of_every_kind(spark) -> None:
+    """Added keys have no A side (its key columns are null in the join): their sample is
+    still the smallest of B's keys, and the other kinds' the smallest of A's."""
+    from airflow_provider_streamstate.engine.state.diff import diff_states
+
+    a = spark.createDataFrame([(k, k * 10) for k in (5, 3, 9, 7, 1)], "key_k long, value_v long")
+    b = spark.createDataFrame([(k, k * 10 + (k > 5)) for k in (5, 9, 7, 1, 12, 11)], "key_k long, value_v long")
+    full, one = diff_states(a, b, sample=5), diff_states(a, b, sample=1)
+    assert full.counts == one.counts == {"added": 2, "removed": 1, "changed": 2, "unchanged": 2}
+    assert {kind: [s["key"]["key_k"] for s in one.samples[kind]] for kind in one.samples} == {
+        "added": [11], "removed": [3], "changed": [7], "unchanged": [1]}
+    assert one.samples == {kind: full.samples[kind][:1] for kind in full.samples}
+
+
 def test_bisect_names_the_first_snapshot_holding_the_poison_and_reuses_its_results(history, reader, tmp_path) -> None:
     suite_file = tmp_path / "suite.json"
     suite_file.write_text(json.dumps(SUITE))

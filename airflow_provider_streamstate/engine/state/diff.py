@@ -4,6 +4,9 @@ Both sides are flattened state DataFrames (engine/state/reader.py). A full outer
 columns (null-safe) sorts every key into added (only in B), removed (only in A), changed
 (value columns differ, null-safe) or unchanged. Spark does the join and the counting; the
 driver receives four counts and a small sample of each kind, never the state itself.
+Samples of up to `sample` keys per kind need the classified join kept (cached) for a second
+pass; one sample per kind comes out of the counting aggregate itself (the smallest key of
+each kind), one pass and no cache: what a diff of a large state should ask for.
 `partition_id` is not compared: a clone may run with another number of partitions.
 """
 
@@ -92,6 +95,9 @@ def diff_states(a: DataFrame, b: DataFrame, *, sample: int = 5, a_name: str = "A
         .when(same, F.lit("unchanged"))
         .otherwise(F.lit("changed"))
     )
+    if sample == 1:
+        return _diff_one_pass(joined.withColumn(_STATUS, status), keys_a, common, a_name, b_name,
+                              [c for c in vals_a if c not in vals_b], [c for c in vals_b if c not in vals_a])
     classified = joined.withColumn(_STATUS, status).persist()
     try:
         counts = {k: 0 for k in KINDS}
@@ -104,17 +110,39 @@ def diff_states(a: DataFrame, b: DataFrame, *, sample: int = 5, a_name: str = "A
             side = "b" if kind == "added" else "a"
             order = [F.col(f"{side}_{k}") for k in keys_a]
             for r in classified.where(F.col(_STATUS) == kind).orderBy(*order).limit(sample).collect():
-                d = r.asDict()
-                item: dict[str, Any] = {"key": {k: _plain(d[f"{side}_{k}"]) for k in keys_a}}
-                if kind != "added":
-                    item["before"] = {v: _plain(d[f"a_{v}"]) for v in common}
-                if kind != "removed":
-                    item["after"] = {v: _plain(d[f"b_{v}"]) for v in common}
-                samples[kind].append(item)
+                samples[kind].append(_item(kind, r.asDict(), keys_a, common))
     finally:
         classified.unpersist()
     return StateDiff(a_name, b_name, keys_a, common, counts, samples,
                      [c for c in vals_a if c not in vals_b], [c for c in vals_b if c not in vals_a])
+
+
+def _item(kind: str, d: dict[str, Any], keys: list[str], common: list[str]) -> dict[str, Any]:
+    side = "b" if kind == "added" else "a"
+    item: dict[str, Any] = {"key": {k: _plain(d[f"{side}_{k}"]) for k in keys}}
+    if kind != "added":
+        item["before"] = {v: _plain(d[f"a_{v}"]) for v in common}
+    if kind != "removed":
+        item["after"] = {v: _plain(d[f"b_{v}"]) for v in common}
+    return item
+
+
+def _diff_one_pass(classified: DataFrame, keys: list[str], common: list[str], a_name: str, b_name: str,
+                   only_a: list[str], only_b: list[str]) -> StateDiff:
+    """Counts and the smallest key of each kind from one aggregate: a struct's minimum
+    orders by its first fields, A's keys (null for every added key) then B's."""
+    from pyspark.sql import functions as F
+
+    fields = [f"a_{k}" for k in keys] + [f"b_{k}" for k in keys] + [f"a_{v}" for v in common] + \
+        [f"b_{v}" for v in common]
+    counts = {k: 0 for k in KINDS}
+    samples: dict[str, list[dict[str, Any]]] = {k: [] for k in KINDS}
+    rows = classified.groupBy(_STATUS).agg(F.count("*").alias("n"), F.min(F.struct(*fields)).alias("first")).collect()
+    for row in rows:
+        kind = row[_STATUS]
+        counts[kind] = int(row["n"])
+        samples[kind].append(_item(kind, row["first"].asDict(), keys, common))
+    return StateDiff(a_name, b_name, keys, common, counts, samples, only_a, only_b)
 
 
 def diff_snapshots(
