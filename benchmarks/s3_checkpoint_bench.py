@@ -12,8 +12,8 @@ operator metadata, one snapshot + deltas + Hadoop .crc sidecars per partition st
 * snapshot: `create_snapshot` into an S3 store in the same bucket (every file streamed once
   to hash it, then CopyObject), vs `copy_object` of the same planned objects with the same
   concurrency and no hashing (the floor for "no bytes through this host");
-* an unchanged second snapshot (every hash reused from object identity; the parent's blobs
-  relied on without a request each);
+* an unchanged second snapshot after one garbage collection (every hash reused from object
+  identity; the parent's blobs relied on without a request each, on the GC's census);
 * the same objects written with their SHA-256 attached (as S3A writes them with
   `fs.s3a.create.checksum.algorithm=SHA256`): a first snapshot names each by a HEAD and
   copies it server side, reading no byte here, against the same plain copy.
@@ -126,6 +126,9 @@ def main() -> None:
                                               CopySource={"Bucket": BUCKET, "Key": f"{prefix}/{f.path}"}), plan.files))
     plain_s = time.monotonic() - t
 
+    from airflow_provider_streamstate.engine.catalog.gc import collect_garbage
+
+    collect_garbage(store)  # its census lets the next snapshot rely on the parent's blobs
     requests.clear()
     t = time.monotonic()
     again = create_snapshot(url, store, "bench", parallelism=PARALLELISM, always=True)

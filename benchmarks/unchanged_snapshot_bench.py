@@ -35,6 +35,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     a = ap.parse_args()
 
+    from airflow_provider_streamstate.engine.catalog.gc import collect_garbage
     from airflow_provider_streamstate.engine.checkpoint.reader import (
         HDFS_PROVIDER,
         PROVIDER_CONF,
@@ -65,6 +66,7 @@ def main() -> None:
             (ckpt / rel).write_bytes(body)
         store = LocalStore(root / "store", fsync=False)
         first = create_snapshot(str(ckpt), store, "bench")
+        collect_garbage(store)  # its census lets a snapshot rely on the parent's blobs
         cut = [ckpt / f.path for f in CheckpointReader(str(ckpt)).plan().files]
 
         snaps, stats = [], []

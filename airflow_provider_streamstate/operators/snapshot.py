@@ -52,7 +52,7 @@ class SnapshotStreamOperator(_StreamTask):
     A retry after the snapshot was published finds it and returns it (a snapshot of a
     batch the newest snapshot already holds is that snapshot). Returns `{"snapshot_id",
     "stream", "batch_id", "timeline", "reused", "store", "files", "bytes_total",
-    "bytes_uploaded", "blobs_uploaded", "files_hashed", "bytes_hashed", "parent",
+    "bytes_uploaded", "blobs_uploaded", "files_hashed", "bytes_hashed", "files_from_checksum", "parent",
     "kafka_offsets", "watermark_ms", "state_store", "attempts", "blobs_missing",
     "blobs_inherited", "blobs_checked", "anchored_partitions", "anchor_problems", "seconds"}`.
 

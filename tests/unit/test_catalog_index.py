@@ -124,26 +124,56 @@ def test_listing_with_update_index_off_writes_nothing(tmp_path) -> None:
     assert store.list_records(INDEX) == []
 
 
-def test_retention_refuses_to_delete_on_an_index_that_disagrees_with_the_manifest(tmp_path) -> None:
-    """A forged or damaged index that makes the newest snapshot look old and unlabelled:
-    retention re-reads the manifest of everything it would delete and stops, deleting nothing."""
+def _forge(store: LocalStore, change) -> None:  # noqa: ANN001 - edits the one segment's JSON in place
+    (segment,) = store.list_records(INDEX)
+    body = json.loads(store.get_record(segment) or b"")
+    change(body)
+    store.replace_record(segment, json.dumps(body).encode())
+
+
+def test_a_segment_whose_times_are_not_their_ids_is_ignored_so_retention_decides_on_the_manifests(
+    tmp_path, caplog
+) -> None:
+    """Retention keeps by time; the time of a summary must be its id's, so a segment cannot
+    reorder the history (one that tries is skipped and the manifests are read)."""
     store = LocalStore(tmp_path / "store", fsync=False)
     ids = _history(store, 4)
     list_summaries(store, "orders")
-    (segment,) = store.list_records(INDEX)
-    body = json.loads(store.get_record(segment) or b"")
-    for s in body["snapshots"]:
-        if s["snapshot_id"] == ids[1]:
-            s["created_at"] = "2020-01-01T00:00:00Z"  # 'older than max age' by the index's word
-    store.replace_record(segment, json.dumps(body).encode())
+
+    def older(body: dict) -> None:
+        body["snapshots"][1]["created_at"] = "2020-01-01T00:00:00Z"
+    _forge(store, older)
     policy = RetentionPolicy(keep_last=1, max_age_s=3 * 86400.0)  # by the manifests: every snapshot is kept
-    now = at("2026-11-22T00:00").timestamp()
-    with pytest.raises(UnsafeManifestError, match=f"disagrees with the manifest of {ids[1]}"):
-        apply_retention(store, "orders", policy, now=now)
+    result = apply_retention(store, "orders", policy, now=at("2026-11-22T00:00").timestamp())
+    assert result.deleted == () and store.list_snapshot_ids("orders") == ids
+    assert "is not the id's time" in caplog.text
+
+
+@pytest.mark.parametrize("forgery", ["outcome", "label"])
+def test_retention_refuses_to_delete_on_an_index_that_disagrees_with_the_records(tmp_path, forgery) -> None:
+    """A segment that hides the newest known-good result, or a pin label: the snapshot it
+    would doom is re-read before deleting, and nothing is deleted."""
+    store = LocalStore(tmp_path / "store", fsync=False)
+    good = _history(store, 4)[1]
+    put_validation(store, "orders", good, "shape", True)
+    pinned = put_snapshot(store, "orders", 1, at("2026-11-19T01:00"), labels={"pin": "true"}).snapshot_id
+    ids = store.list_snapshot_ids("orders")
+    list_summaries(store, "orders")
+
+    def forge(body: dict) -> None:
+        if forgery == "outcome":
+            body["validations"][good]["shape"] = False
+        else:
+            next(s for s in body["snapshots"] if s["snapshot_id"] == pinned)["labels"] = {}
+    _forge(store, forge)
+    doomed = good if forgery == "outcome" else pinned
+    with pytest.raises(UnsafeManifestError, match=f"disagrees with the manifest of {doomed}"):
+        apply_retention(store, "orders", RetentionPolicy(keep_last=1), now=at("2026-11-22T00:00").timestamp())
     assert store.list_snapshot_ids("orders") == ids
     for key in store.list_records(INDEX):  # what the hint says to do
         store.delete_record(key)
-    assert apply_retention(store, "orders", policy, now=now).deleted == ()
+    kept = apply_retention(store, "orders", RetentionPolicy(keep_last=1), now=at("2026-11-22T00:00").timestamp()).kept
+    assert doomed in {v.snapshot_id for v in kept}
 
 
 def test_retention_on_a_warm_index_deletes_what_it_would_decide_from_the_manifests(tmp_path) -> None:

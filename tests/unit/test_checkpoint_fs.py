@@ -149,9 +149,21 @@ def test_objects_carrying_their_sha256_are_named_by_it_and_copied_without_a_byte
     root = hdfs_checkpoint(tmp_path / "c")
     url = upload_with_sha256(s3, root, "summed")
     store = S3Store(s3, BUCKET, "store-summed")
-    taken = create_snapshot(url, store, "orders")
+    reads: list[str] = []
+
+    def seen(params: dict[str, Any], **_: Any) -> None:
+        if params["Key"].startswith("summed/"):
+            reads.append(params["Key"])
+    s3.meta.events.register("before-parameter-build.s3.GetObject", seen)
+    try:
+        taken = create_snapshot(url, store, "orders")
+    finally:
+        s3.meta.events.unregister("before-parameter-build.s3.GetObject", seen)
     m = taken.manifest
     assert (taken.files_from_checksum, taken.files_hashed, taken.bytes_hashed) == (len(m.files), 0, 0)
+    # Only what the plan parses (metadata logs, the newest offsets and commits) is read here, no state file.
+    state_files = {f"summed/{e.path}" for e in m.files if e.path.startswith("state/") and "_metadata" not in e.path}
+    assert reads and not state_files & set(reads), reads
     for e in m.files:
         assert e.sha256 == hashlib.sha256((root / e.path).read_bytes()).hexdigest(), e.path
     target = tmp_path / "restored"

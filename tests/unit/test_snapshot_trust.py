@@ -57,6 +57,7 @@ def test_a_snapshot_asks_the_store_about_none_of_the_blobs_its_parent_references
     ckpt = _checkpoint(tmp_path / "ckpt")
     store = CountingStore(tmp_path / "store", fsync=False)
     first = create_snapshot(str(ckpt), store, "s")
+    assert collect_garbage(store).blobs_missing == 0  # a census that names no lost blob
     store.asked = 0
     unchanged = create_snapshot(str(ckpt), store, "s", always=True)
     assert (store.asked, unchanged.blobs_checked, unchanged.blobs_uploaded) == (0, 0, 0)
@@ -72,11 +73,12 @@ def test_a_blob_lost_outside_the_protocol_is_found_by_gc_and_stored_again_by_the
     ckpt = _checkpoint(tmp_path / "ckpt")
     store = CountingStore(tmp_path / "store", fsync=False)
     first = create_snapshot(str(ckpt), store, "s").manifest
+    collect_garbage(store)  # a census: nothing lost
     lost = next(f for f in first.files if f.path.endswith("1.delta"))
-    (store.root / blob_key(lost.sha256)).unlink()  # deleted by hand, or a partial copy
+    (store.root / blob_key(lost.sha256)).unlink()  # deleted by hand, after the census
 
-    # Until a collection has listed the store, nothing says the blob is gone: the next
-    # snapshot inherits the reference, and verify names both snapshots.
+    # Until a collection has listed the store again, nothing says the blob is gone: the
+    # next snapshot inherits the reference, and verify names both snapshots.
     _next_batch(ckpt, 3)
     blind = create_snapshot(str(ckpt), store, "s")
     assert (blind.blobs_checked, blind.blobs_missing) == (0, 0)
@@ -100,6 +102,7 @@ def test_check_blobs_asks_about_every_parent_blob_and_stores_a_lost_one_again(tm
     ckpt = _checkpoint(tmp_path / "ckpt")
     store = CountingStore(tmp_path / "store", fsync=False)
     first = create_snapshot(str(ckpt), store, "s").manifest
+    collect_garbage(store)  # a census that would let the snapshot trust the parent
     lost = next(f for f in first.files if f.path.endswith("1.delta"))
     (store.root / blob_key(lost.sha256)).unlink()
     _next_batch(ckpt, 3)
@@ -107,6 +110,34 @@ def test_check_blobs_asks_about_every_parent_blob_and_stores_a_lost_one_again(tm
     shared = checked.manifest.blobs.keys() & first.blobs.keys()
     assert (checked.blobs_checked, checked.blobs_missing) == (len(shared), 1)
     assert verify_snapshots(store, "s", checked.manifest.snapshot_id).ok
+
+
+def test_without_a_census_a_snapshot_asks_about_every_parent_blob_and_stores_a_lost_one_again(tmp_path) -> None:
+    """No collection has listed the store: nothing vouches that its blobs are all there."""
+    ckpt = _checkpoint(tmp_path / "ckpt")
+    store = CountingStore(tmp_path / "store", fsync=False)
+    first = create_snapshot(str(ckpt), store, "s").manifest
+    lost = next(f for f in first.files if f.path.endswith("1.delta"))
+    (store.root / blob_key(lost.sha256)).unlink()
+    again = create_snapshot(str(ckpt), store, "s", always=True)
+    assert (again.blobs_checked, again.blobs_missing) == (len(first.blobs), 1)
+    assert verify_snapshots(store, "s").ok
+
+
+def test_a_census_older_than_a_week_makes_the_snapshot_check_every_parent_blob(tmp_path) -> None:
+    """Collections that stopped running vouch for nothing lost since."""
+    from datetime import UTC, datetime, timedelta
+
+    from airflow_provider_streamstate.engine.catalog.blob_census import census_of, write_census
+
+    ckpt = _checkpoint(tmp_path / "ckpt")
+    store = CountingStore(tmp_path / "store", fsync=False)
+    first = create_snapshot(str(ckpt), store, "s").manifest
+    write_census(store, census_of([], manifests=1, taken_at=datetime.now(UTC) - timedelta(days=8)))
+    stale = create_snapshot(str(ckpt), store, "s", always=True)
+    assert stale.blobs_checked == len(first.blobs)
+    write_census(store, census_of([], manifests=1, taken_at=datetime.now(UTC) - timedelta(days=6)))
+    assert create_snapshot(str(ckpt), store, "s", always=True).blobs_checked == 0
 
 
 @pytest.mark.parametrize("census", [

@@ -12,8 +12,10 @@ references that is not there, and records them here:
 
 written by the collection holding the store's GC lease, replaced by each later one. A
 snapshot reads it once (one GET) and checks, and stores again, only the parent blobs it
-names. A census that names fewer blobs than it found (`missing_total` above the cap), or
-that cannot be read, makes the snapshot check every parent blob, as it did before.
+names. Trust needs recent evidence: with no census (no collection has listed the store),
+one older than `MAX_CENSUS_AGE_SECONDS` (collections stopped running), one that names fewer
+blobs than it found (`missing_total` above the cap), or one that cannot be read, the
+snapshot checks every parent blob, as it did before the census existed.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ log = logging.getLogger("streamstate.gc")
 CENSUS_KEY = "gc/census.json"
 CENSUS_FORMAT = "streamstate.blob-census/v1"
 MAX_LISTED_MISSING = 10_000  # more than this and writers fall back to checking every parent blob
+MAX_CENSUS_AGE_SECONDS = 7 * 86400  # older than this and writers check every parent blob
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,10 @@ class BlobCensus:
     manifests: int  # live manifests whose references were counted
     missing: frozenset[str]  # sha256 digests, at most MAX_LISTED_MISSING of them
     missing_total: int  # how many were missing in all
+
+    def age_seconds(self, now: datetime | None = None) -> float:
+        taken = datetime.fromisoformat(self.taken_at.replace("Z", "+00:00"))
+        return ((now or datetime.now(UTC)) - taken).total_seconds()
 
     @property
     def complete(self) -> bool:
@@ -91,6 +98,7 @@ def read_census(store: SnapshotStore) -> BlobCensus | None:
         census = BlobCensus(str(d["taken_at"]), int(d["manifests"]), frozenset(missing), int(d["missing_total"]))
         if census.missing_total < len(census.missing):
             raise ValueError("missing_total is below the blobs it names")
+        census.age_seconds()  # taken_at must be an aware ISO time
         return census
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise UnreadableCensus(f"{CENSUS_KEY} in {store.url} is unreadable ({exc})") from None

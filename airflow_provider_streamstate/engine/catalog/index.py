@@ -59,11 +59,15 @@ log = logging.getLogger("streamstate.catalog")
 INDEX_KIND = "index"
 INDEX_FORMAT = "streamstate.catalog-index/v1"
 MAX_SEGMENTS = 8  # more than this and a reader merges them into one
+# A summary's creation time must be its id's (the id is written from the same clock moments
+# before): the order retention keeps by cannot be forged by a segment.
+MAX_CREATED_SKEW_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
 class SnapshotSummary:
-    """What listing, retention and the UI need of a manifest: everything but its file list."""
+    """What listing, retention and the UI need of a manifest (not its files, operators,
+    sources, Spark conf or Kafka anchors)."""
 
     snapshot_id: str
     stream: str
@@ -126,6 +130,10 @@ class SnapshotSummary:
         )
         if (s.batch_id, s.timeline) != (ref.batch_id, ref.timeline):
             raise ValueError(f"{sid}: batch or timeline disagrees with the id")
+        id_time = datetime.strptime(ref.created, "%Y%m%dT%H%M%S%fZ").replace(tzinfo=UTC)
+        created = datetime.fromisoformat(s.created_at.replace("Z", "+00:00"))
+        if abs((created - id_time).total_seconds()) > MAX_CREATED_SKEW_SECONDS:
+            raise ValueError(f"{sid}: created_at {s.created_at} is not the id's time")
         return s
 
 
@@ -266,5 +274,6 @@ def _update_index(
         _write_segment(store, stream, list(by_id.values()), {k: v for k, v in merged.items() if v})
         for key in segments:
             store.delete_record(key)
-    except StreamstateError as exc:  # a cache: failing to write it costs the next reader time only
-        log.warning("could not update the catalog index of %s in %s: %s", stream, store.url, exc.one_line())
+    except (StreamstateError, OSError) as exc:  # a cache: failing to write it costs the next reader time only
+        why = exc.one_line() if isinstance(exc, StreamstateError) else str(exc)
+        log.warning("could not update the catalog index of %s in %s: %s", stream, store.url, why)

@@ -31,6 +31,7 @@ from typing import Any
 
 from airflow_provider_streamstate.engine.catalog.index import SnapshotSummary, SummaryListing, list_summaries
 from airflow_provider_streamstate.engine.catalog.snapshots import get_snapshot
+from airflow_provider_streamstate.engine.catalog.validation_records import get_validation
 from airflow_provider_streamstate.engine.core.errors import NotFoundError, UnsafeManifestError, UsageError
 from airflow_provider_streamstate.engine.core.manifest import (
     SnapshotRef,
@@ -289,8 +290,11 @@ def evaluate(
 def _confirm_from_manifests(
     store: SnapshotStore, stream: str, listing: SummaryListing, ids: list[str], parallelism: int
 ) -> None:
-    """Before deleting, the manifest of each doomed snapshot must say what the catalog index
-    said of it (the index is a cache; a deletion is decided on the manifests themselves)."""
+    """Before deleting, the manifest and validation records of each doomed snapshot must say
+    what the catalog index said of them (the index is a cache; a deletion is decided on the
+    records themselves). What the index says of the snapshots kept can only keep more: their
+    order is their ids' (a summary whose time is not its id's is refused), their labels and
+    outcomes keep themselves, and a known-good one the index hid would be doomed, so checked."""
     by_id = {s.snapshot_id: s for s in listing.snapshots}
 
     def check(sid: str) -> str | None:
@@ -298,7 +302,16 @@ def _confirm_from_manifests(
             actual = SnapshotSummary.of(get_snapshot(store, stream, sid))
         except NotFoundError:
             return None  # deleted meanwhile (another retention run): nothing to do
-        return None if actual == by_id[sid] else sid
+        if actual != by_id[sid]:
+            return sid
+        for suite, said in listing.validations.get(sid, {}).items():
+            try:
+                rec = get_validation(store, stream, sid, suite)
+            except (UnsafeManifestError, UsageError):
+                rec = None
+            if (None if rec is None else rec.success) != said:
+                return sid
+        return None
     wrong = [sid for sid in run_parallel(check, ids, parallelism) if sid is not None]
     if wrong:
         raise UnsafeManifestError(

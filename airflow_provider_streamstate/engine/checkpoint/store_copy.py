@@ -11,7 +11,9 @@ a server-side `CopyObject` of the very object version that was hashed
 planned again). The copy asks S3 for a SHA-256 checksum; when the endpoint returns one it
 must equal the blob's name, or the copy is deleted and the snapshot fails; a digest taken
 from the object's own checksum that the copy does not confirm this way is confirmed by
-reading the copy back. On another
+reading the copy back. Such a name rests on S3 having checked, when the object was written,
+the checksum its writer sent (S3 does); a blob already in the store under that name is
+not copied, so not confirmed again. On another
 endpoint (or into a local store) there is no copy: an object up to the S3 store's part size
 is kept in memory from that one read and stored from it (`snapshot.READ_ONCE_BYTES`); a
 larger one is streamed a second time into the store, which checks the bytes against the

@@ -46,6 +46,7 @@ from airflow_provider_streamstate.engine.core.errors import (
     NotFoundError,
     StreamstateError,
     TransientError,
+    UnsafeManifestError,
     UsageError,
 )
 from airflow_provider_streamstate.engine.core.manifest import Manifest
@@ -393,7 +394,7 @@ def _candidates(
 
     if snapshot is not None:
         return [resolve_snapshot(store, stream, snapshot)]
-    listing = list_summaries(store, stream)
+    listing = list_summaries(store, stream, update_index=False)  # a failover writes only its target
     out: list[Manifest | SnapshotSummary] = [s for s in listing.snapshots if listing.on_current_timeline(s)]
     out.sort(key=lambda m: (m.batch_id, m.snapshot_id), reverse=True)
     if suite is not None:
@@ -455,7 +456,12 @@ def failover(
         chosen: tuple[Manifest, Translation] | None = None
         wait_until = time.monotonic() + (mirror_wait_s if snapshot is not None else 0.0)
         for c in candidates:
-            m = c if isinstance(c, Manifest) else get_snapshot(store, stream, c.snapshot_id)
+            try:
+                m = c if isinstance(c, Manifest) else get_snapshot(store, stream, c.snapshot_id)
+            except (NotFoundError, UnsafeManifestError) as exc:  # deleted since the listing, or damaged
+                log.info("failover of %s: skipping %s: %s", stream, c.snapshot_id, exc.message)
+                skipped.append((c.snapshot_id, exc.message))
+                continue
             while True:
                 try:
                     chosen = (m, translate(m, consumer, topics, topic_map, timeout_s=timeout_s))

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from airflow_provider_streamstate.engine.catalog.blob_census import UnreadableCensus, read_census
+from airflow_provider_streamstate.engine.catalog.blob_census import MAX_CENSUS_AGE_SECONDS, read_census
 from airflow_provider_streamstate.engine.catalog.gc import max_snapshot_seconds
 from airflow_provider_streamstate.engine.catalog.snapshots import latest_snapshot
 from airflow_provider_streamstate.engine.catalog.timeline import (
@@ -627,11 +627,17 @@ def _suspect_blobs(store: SnapshotStore) -> frozenset[str] | None:
     """The blobs the store's census names as lost, or None (check all) when it cannot say."""
     try:
         census = read_census(store)
-    except UnreadableCensus as exc:
+    except StreamstateError as exc:  # unreadable, or the store did not answer: check instead
         log.warning("%s: checking every blob the parent snapshot references", exc.one_line())
         return None
     if census is None:
-        return frozenset()
+        log.info("%s has no blob census (no garbage collection has listed it): checking every blob the parent "
+                 "snapshot references; `streamstate gc` writes one", store.url)
+        return None
+    if census.age_seconds() > MAX_CENSUS_AGE_SECONDS:
+        log.warning("the blob census of %s is from %s, older than %d days (is garbage collection running?): "
+                    "checking every parent blob", store.url, census.taken_at, MAX_CENSUS_AGE_SECONDS // 86400)
+        return None
     if not census.complete:
         log.warning("the blob census of %s (%s) found %d lost blobs and names %d: checking every parent blob",
                     store.url, census.taken_at, census.missing_total, len(census.missing))
