@@ -16,6 +16,28 @@ WORK = REPO / ".bench"
 MiB = 1 << 20
 
 
+def moto_s3(bucket: str) -> tuple[Any, Any, Any]:
+    """A moto S3 server on loopback in this process, with `bucket` made: (server, a boto3
+    client of it, moto's backend, for building objects without requests). Stop the server."""
+    import logging
+
+    import boto3
+    from botocore.config import Config
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.s3.models import s3_backends
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    client = boto3.client("s3", endpoint_url=f"http://{host}:{port}", region_name="us-east-1",
+                          aws_access_key_id="k", aws_secret_access_key="s",
+                          config=Config(max_pool_connections=32, s3={"addressing_style": "path"}))
+    client.create_bucket(Bucket=bucket)
+    return server, client, s3_backends[DEFAULT_ACCOUNT_ID]["aws"]
+
+
 def write_results(name: str, results: dict[str, Any]) -> None:
     """Keep a benchmark's figures in .bench/<name>_results.json and print them as a Markdown table."""
     import json

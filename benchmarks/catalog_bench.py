@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.bench_common import write_results  # noqa: E402
+from benchmarks.bench_common import moto_s3, write_results  # noqa: E402
 
 BUCKET = "catalog"
 
@@ -40,13 +40,7 @@ def main() -> None:
     ap.add_argument("--validated", type=float, default=0.1, help="fraction of snapshots with a validation record")
     a = ap.parse_args()
 
-    import logging
 
-    import boto3
-    from botocore.config import Config
-    from moto.core import DEFAULT_ACCOUNT_ID
-    from moto.s3.models import s3_backends
-    from moto.server import ThreadedMotoServer
 
     from airflow_provider_streamstate.engine.catalog import validation_records as vr
     from airflow_provider_streamstate.engine.catalog.index import list_summaries
@@ -56,15 +50,7 @@ def main() -> None:
     from airflow_provider_streamstate.engine.stores import S3Store
     from airflow_provider_streamstate.engine.stores.base import manifest_key
 
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    c = boto3.client("s3", endpoint_url=f"http://{host}:{port}", region_name="us-east-1",
-                     aws_access_key_id="k", aws_secret_access_key="s",
-                     config=Config(max_pool_connections=32, s3={"addressing_style": "path"}))
-    c.create_bucket(Bucket=BUCKET)
-    backend = s3_backends[DEFAULT_ACCOUNT_ID]["aws"]
+    server, c, backend = moto_s3(BUCKET)
     store = S3Store(c, BUCKET, "store")
 
     t = time.monotonic()

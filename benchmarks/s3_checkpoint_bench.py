@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.bench_common import write_results  # noqa: E402
+from benchmarks.bench_common import moto_s3, write_results  # noqa: E402
 
 BUCKET = "bench"
 PARALLELISM = 8
@@ -46,11 +46,7 @@ def main() -> None:
     ap.add_argument("--file-kib", type=int, default=16)
     a = ap.parse_args()
 
-    import logging
 
-    import boto3
-    from botocore.config import Config
-    from moto.server import ThreadedMotoServer
 
     from airflow_provider_streamstate.engine.checkpoint.reader import (
         HDFS_PROVIDER,
@@ -60,14 +56,7 @@ def main() -> None:
     from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
     from airflow_provider_streamstate.engine.stores import S3Store
 
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    c = boto3.client("s3", endpoint_url=f"http://{host}:{port}", region_name="us-east-1",
-                     aws_access_key_id="k", aws_secret_access_key="s",
-                     config=Config(max_pool_connections=32, s3={"addressing_style": "path"}))
-    c.create_bucket(Bucket=BUCKET)
+    server, c, backend = moto_s3(BUCKET)
     prefix = "ckpt"
     n_deltas = a.files_per_store
     objects: dict[str, bytes] = {
@@ -91,10 +80,7 @@ def main() -> None:
     import base64
     import hashlib
 
-    from moto.core import DEFAULT_ACCOUNT_ID
-    from moto.s3.models import s3_backends
 
-    backend = s3_backends[DEFAULT_ACCOUNT_ID]["aws"]
     for key, body in objects.items():
         data = body if isinstance(body, bytes) else body.encode()
         backend.put_object(BUCKET, f"{prefix}/{key}", data)
