@@ -223,13 +223,10 @@ def list_summaries(
     missing = [r.snapshot_id for r in refs if r.snapshot_id not in indexed]
 
     def summarise(sid: str) -> SnapshotSummary | None:
-        try:
+        try:  # a damaged manifest stops the listing, naming it, as reading every manifest did
             return SnapshotSummary.of(get_snapshot(store, stream, sid))
         except NotFoundError:
             return None  # deleted since the listing
-        except UnsafeManifestError as exc:
-            log.warning("skipped an unreadable manifest: %s", exc.message)
-            return None
     new = [s for s in run_parallel(summarise, missing, parallelism) if s is not None]
     by_id = {**{sid: s for sid, s in indexed.items() if sid in listed}, **{s.snapshot_id: s for s in new}}
 
