@@ -127,7 +127,8 @@ def test_a_stream_in_cluster_mode_on_yarn_outlives_its_launcher_and_is_watched_s
 
         report = supervise(spec.name, checkpoint, start=start_on_yarn,
                            policy=SupervisionPolicy(settle_s=300), store=None)
-        assert (report.state_before, report.action) == ("dead", "restarted"), report.to_json()
+        # Dead, or failed when the driver recorded the exception the kill raised in it first.
+        assert report.state_before in ("dead", "failed") and report.action == "restarted", report.to_json()
         recovery_s = time.monotonic() - killed_at
         restarted = launcher.read_launch(checkpoint)
         assert restarted.handle.generation == 2 and restarted.cluster.app_id not in (None, app_id)
