@@ -6,9 +6,9 @@ SQL, on the same two DataFrames.
 Two states shaped like a per-key aggregation's (`key_k`, `value_count`, `value_max`, 4
 partitions, cached so both sides read the same bytes from memory), B changing every key's
 values. The baseline is the classification alone: a null-safe full outer join on the key
-and one `groupBy(status).count()`. `diff_states` adds samples of each kind found (the five
-smallest keys, from the classified join kept cached); `diff_states_sample_1` asks for one
-per kind, which the counting aggregate gives itself. Median of `--runs` after one warm-up each. Writes .bench/diff_results.json.
+and one `groupBy(status).count()`. `diff_states` adds five samples of each kind found
+(from the same aggregate, grouped by hash bucket too); `diff_states_sample_1` asks for one
+per kind. Median of `--runs` after one warm-up each. Writes .bench/diff_results.json.
 """
 
 from __future__ import annotations

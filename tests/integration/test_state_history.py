@@ -151,8 +151,8 @@ def test_diff_of_two_snapshots_agrees_with_the_states_compared_in_python(history
 
 
 def test_a_diff_with_one_sample_per_kind_counts_the_same_in_one_pass(history, reader) -> None:
-    """sample=1 comes from the counting aggregate (no cached join): the same counts, and for
-    each kind found the smallest key, as the cached diff's first sample."""
+    """sample=1 is one bucket per kind: the same counts, and for each kind found the smallest
+    key, which is also the first of five samples."""
     a, b = history.manifests[0], history.manifests[-1]
     full = diff_snapshots(reader, "accounts", a.snapshot_id, b.snapshot_id, sample=5)
     one = diff_snapshots(reader, "accounts", a.snapshot_id, b.snapshot_id, sample=1)
@@ -172,6 +172,30 @@ def test_a_one_pass_diff_samples_the_smallest_key_of_every_kind(spark) -> None:
     assert {kind: [s["key"]["key_k"] for s in one.samples[kind]] for kind in one.samples} == {
         "added": [11], "removed": [3], "changed": [7], "unchanged": [1]}
     assert one.samples == {kind: full.samples[kind][:1] for kind in full.samples}
+
+
+def test_a_diff_samples_the_smallest_keys_of_distinct_buckets_and_shows_a_small_kind_whole(spark) -> None:
+    """Samples come from the counting aggregate (the smallest key of each hash bucket): a
+    large kind gives `sample` of its keys, sorted, its smallest first; a kind with no more
+    keys than `sample` is shown whole even when two of its keys fell in one bucket."""
+    from pyspark.sql import functions as F
+
+    from airflow_provider_streamstate.engine.state.diff import diff_states
+
+    sample = 2
+    buckets = {r.k: r.b for r in spark.range(400).select(
+        F.col("id").alias("k"), F.pmod(F.xxhash64(F.col("id")), F.lit(64 * sample)).alias("b")).collect()}
+    k1 = next(k for k in range(100, 400) if buckets[k] == buckets[99])  # 99 and k1 share a bucket
+    a = spark.createDataFrame([(k, k) for k in range(400)], "key_k long, value_v long")
+    # Removed: 0-49 (a large kind); changed: exactly 99 and k1 (a small kind, one bucket).
+    b = spark.createDataFrame([(k, k + (k in (99, k1))) for k in range(50, 400)], "key_k long, value_v long")
+    d = diff_states(a, b, sample=sample)
+    assert d.counts == {"added": 0, "removed": 50, "changed": 2, "unchanged": 348}
+    assert [s["key"]["key_k"] for s in d.samples["changed"]] == [99, k1]
+    removed = [s["key"]["key_k"] for s in d.samples["removed"]]
+    assert len(removed) == sample and removed == sorted(removed) and removed[0] == 0 and set(removed) <= set(range(50))
+    assert [s["before"]["value_v"] for s in d.samples["changed"]] == [99, k1]
+    assert diff_states(a, b, sample=0).samples == {"added": [], "removed": [], "changed": [], "unchanged": []}
 
 
 def test_bisect_names_the_first_snapshot_holding_the_poison_and_reuses_its_results(history, reader, tmp_path) -> None:

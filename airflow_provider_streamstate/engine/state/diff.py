@@ -4,9 +4,11 @@ Both sides are flattened state DataFrames (engine/state/reader.py). A full outer
 columns (null-safe) sorts every key into added (only in B), removed (only in A), changed
 (value columns differ, null-safe) or unchanged. Spark does the join and the counting; the
 driver receives four counts and a small sample of each kind, never the state itself.
-Samples of up to `sample` keys per kind need the classified join kept (cached) for a second
-pass; one sample per kind comes out of the counting aggregate itself (the smallest key of
-each kind), one pass and no cache: what a diff of a large state should ask for.
+The samples come out of the counting aggregate itself, one pass and no cache: it groups each
+kind's keys into hash buckets and keeps the smallest key of each bucket, and the driver takes
+the smallest `sample` of those. They are the kind's smallest keys except where two of them
+share a bucket (1 in 64 x `sample` buckets); a kind with no more keys than `sample` is shown
+whole (a second pass fetches it when two of its keys shared a bucket).
 `partition_id` is not compared: a clone may run with another number of partitions.
 """
 
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
 
 KINDS = ("added", "removed", "changed", "unchanged")
 _STATUS = "__streamstate_status"
+_MAX_BUCKETS = 4096  # rows the driver receives per kind, at most
 
 
 @dataclass(frozen=True)
@@ -95,26 +98,8 @@ def diff_states(a: DataFrame, b: DataFrame, *, sample: int = 5, a_name: str = "A
         .when(same, F.lit("unchanged"))
         .otherwise(F.lit("changed"))
     )
-    if sample == 1:
-        return _diff_one_pass(joined.withColumn(_STATUS, status), keys_a, common, a_name, b_name,
-                              [c for c in vals_a if c not in vals_b], [c for c in vals_b if c not in vals_a])
-    classified = joined.withColumn(_STATUS, status).persist()
-    try:
-        counts = {k: 0 for k in KINDS}
-        for row in classified.groupBy(_STATUS).count().collect():
-            counts[row[0]] = int(row[1])
-        samples: dict[str, list[dict[str, Any]]] = {k: [] for k in KINDS}
-        for kind in KINDS:
-            if not counts[kind] or sample <= 0:
-                continue
-            side = "b" if kind == "added" else "a"
-            order = [F.col(f"{side}_{k}") for k in keys_a]
-            for r in classified.where(F.col(_STATUS) == kind).orderBy(*order).limit(sample).collect():
-                samples[kind].append(_item(kind, r.asDict(), keys_a, common))
-    finally:
-        classified.unpersist()
-    return StateDiff(a_name, b_name, keys_a, common, counts, samples,
-                     [c for c in vals_a if c not in vals_b], [c for c in vals_b if c not in vals_a])
+    return _diff_one_pass(joined.withColumn(_STATUS, status), keys_a, common, a_name, b_name,
+                          [c for c in vals_a if c not in vals_b], [c for c in vals_b if c not in vals_a], sample)
 
 
 def _item(kind: str, d: dict[str, Any], keys: list[str], common: list[str]) -> dict[str, Any]:
@@ -128,20 +113,31 @@ def _item(kind: str, d: dict[str, Any], keys: list[str], common: list[str]) -> d
 
 
 def _diff_one_pass(classified: DataFrame, keys: list[str], common: list[str], a_name: str, b_name: str,
-                   only_a: list[str], only_b: list[str]) -> StateDiff:
-    """Counts and the smallest key of each kind from one aggregate: a struct's minimum
-    orders by its first fields, A's keys (null for every added key) then B's."""
+                   only_a: list[str], only_b: list[str], sample: int) -> StateDiff:
+    """Counts and up to `sample` keys of each kind from one aggregate. A struct's minimum
+    orders by its first fields, A's keys (null for every added key) then B's, so each
+    bucket's minimum is its smallest key; one bucket (`sample` 1) gives the smallest key."""
     from pyspark.sql import functions as F
 
     fields = [f"a_{k}" for k in keys] + [f"b_{k}" for k in keys] + [f"a_{v}" for v in common] + \
         [f"b_{v}" for v in common]
     counts = {k: 0 for k in KINDS}
+    firsts: dict[str, list[dict[str, Any]]] = {k: [] for k in KINDS}
+    buckets = 1 if sample <= 1 else min(64 * sample, _MAX_BUCKETS)
+    bucket = F.pmod(F.xxhash64(*[F.coalesce(F.col(f"a_{k}"), F.col(f"b_{k}")) for k in keys]), F.lit(buckets))
+    aggregates = [F.count("*").alias("n")] + ([F.min(F.struct(*fields)).alias("first")] if sample > 0 else [])
+    for row in classified.groupBy(F.col(_STATUS), bucket.alias("bucket")).agg(*aggregates).collect():
+        counts[row[_STATUS]] += int(row["n"])
+        if sample > 0:
+            firsts[row[_STATUS]].append(row["first"].asDict())
     samples: dict[str, list[dict[str, Any]]] = {k: [] for k in KINDS}
-    rows = classified.groupBy(_STATUS).agg(F.count("*").alias("n"), F.min(F.struct(*fields)).alias("first")).collect()
-    for row in rows:
-        kind = row[_STATUS]
-        counts[kind] = int(row["n"])
-        samples[kind].append(_item(kind, row["first"].asDict(), keys, common))
+    for kind in KINDS:
+        side = "b" if kind == "added" else "a"
+        rows = sorted(firsts[kind], key=lambda d: tuple((d[f"{side}_{k}"] is not None, d[f"{side}_{k}"]) for k in keys))
+        if len(rows) < min(sample, counts[kind]):  # two of a small kind's keys shared a bucket
+            order = [F.col(f"{side}_{k}") for k in keys]
+            rows = [r.asDict() for r in classified.where(F.col(_STATUS) == kind).orderBy(*order).limit(sample).collect()]
+        samples[kind] = [_item(kind, d, keys, common) for d in rows[:max(sample, 0)]]
     return StateDiff(a_name, b_name, keys, common, counts, samples, only_a, only_b)
 
 
