@@ -171,6 +171,20 @@ class CheckpointReader:
         sources = [None if ln == "-" else json.loads(ln) for ln in lines[1:]]
         return meta, sources
 
+    def kafka_offsets(self, batch_id: int) -> dict[str, dict[str, int]]:
+        """Per Kafka topic and partition, the offset batch `batch_id` read up to (exclusive):
+        where the next batch starts."""
+        kafka: dict[str, dict[str, int]] = {}
+        for value in self.offsets(batch_id)[1]:
+            for topic, parts in (_kafka_offsets(value) or {}).items():
+                kafka.setdefault(topic, {}).update(parts)
+        return kafka
+
+    def started_batches(self) -> list[int]:
+        """Batch ids with an offsets file (planned, perhaps not committed), ascending: a
+        batch's offsets are written before it runs, so the newest is the one running or last run."""
+        return self._log_ids("offsets")
+
     def commit(self, batch_id: int) -> dict[str, Any]:
         lines = [ln for ln in _read_log(self.fs, f"commits/{batch_id}", self._path(f"commits/{batch_id}")) if ln != ""]
         return json.loads(lines[0]) if lines else {}

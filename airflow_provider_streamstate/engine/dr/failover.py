@@ -23,14 +23,11 @@ resumes with batch N+1: no record re-read, none skipped, whenever the mirror has
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
-import struct
 import time
 import uuid
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,10 +35,14 @@ from typing import Any
 from airflow_provider_streamstate.engine.catalog.index import SnapshotSummary, list_summaries
 from airflow_provider_streamstate.engine.catalog.snapshots import get_snapshot, resolve_snapshot
 from airflow_provider_streamstate.engine.checkpoint.filesystems import is_s3_location, unsupported_scheme
+from airflow_provider_streamstate.engine.checkpoint.offset_rewrite import (  # noqa: F401 - hadoop_crc: re-exported
+    OffsetRewrite,
+    hadoop_crc,
+    rewrite_local_checkpoint,
+)
 from airflow_provider_streamstate.engine.checkpoint.sidecar import local_root
 from airflow_provider_streamstate.engine.core.anchor import anchors_from_json
 from airflow_provider_streamstate.engine.core.cancel import current_token
-from airflow_provider_streamstate.engine.core.durability import write_atomically
 from airflow_provider_streamstate.engine.core.errors import (
     NotFoundError,
     StreamstateError,
@@ -66,7 +67,6 @@ log = logging.getLogger("streamstate.failover")
 MIRROR_POLL_S = 2.0  # how often a failover waiting for the mirror looks again
 
 POLICIES = ("default", "identity")
-HADOOP_CRC_CHUNK = 512
 
 
 class Untranslatable(StreamstateError):
@@ -246,112 +246,21 @@ def _find(consumer: Any, topic: str, partition: int, ts: int, digest: str, repea
 # --- rewriting the checkpoint --------------------------------------------------------------
 
 
-def hadoop_crc(data: bytes) -> bytes:
-    """The `.<name>.crc` sidecar Hadoop's local filesystem keeps (CRC32 per 512 bytes)."""
-    sums = b"".join(struct.pack(">I", zlib.crc32(data[i:i + HADOOP_CRC_CHUNK]))
-                    for i in range(0, len(data), HADOOP_CRC_CHUNK))
-    return b"crc\x00" + struct.pack(">i", HADOOP_CRC_CHUNK) + sums
+class DrRewrite(OffsetRewrite):
+    """The DR version of the files that name Kafka offsets: the topics get their DR names and
+    the offsets the translated ones (engine/checkpoint/offset_rewrite.py). A restore applies
+    it to a local checkpoint or while it stages an S3 one (engine/lifecycle/restore_s3.py),
+    so the target is written once. Batch N's offsets are where the query resumes; older
+    batches get the same DR offsets (the DR cluster has no truthful translation of them) so
+    the checkpoint names no primary offset anywhere."""
 
-
-def _write(path: Path, data: bytes) -> None:
-    """Replace a checkpoint file and, when it has one, its Hadoop checksum sidecar."""
-    for p, content in ((path, data), (path.with_name(f".{path.name}.crc"), hadoop_crc(data))):
-        if p != path and not p.exists():
-            continue
-        write_atomically(p, content)
-
-
-def _translated_source(value: Any, names: dict[str, str], dr: dict[str, dict[str, int]]) -> Any:
-    """A source's offsets entry for DR: a Kafka entry of translated topics becomes their DR
-    offsets; anything else stays as it is."""
-    if not isinstance(value, dict) or not value or not all(t in names for t in value):
-        return value
-    return {names[t]: dict(dr[names[t]]) for t in value}
+    def __init__(self, translation: Translation) -> None:
+        super().__init__(translation.topic_names(), translation.dr_offsets())
 
 
 def rewrite_checkpoint(root: Path, translation: Translation) -> list[str]:
-    """Point a restored local checkpoint at the DR cluster: every file `DrRewrite` changes
-    is replaced (with its Hadoop checksum sidecar, when it has one). Returns the files rewritten."""
-    rewrite = DrRewrite(translation)
-    changed: list[str] = []
-    offsets_dir = root / "offsets"
-    names = [f"offsets/{n}" for n in sorted((n for n in os.listdir(offsets_dir) if n.isdigit()), key=int)]
-    sources = root / "sources"
-    names += [f"sources/{src.name}/0" for src in (sorted(sources.iterdir()) if sources.is_dir() else [])
-              if (src / "0").is_file()]
-    for rel in names:
-        new = rewrite.rewrite(rel, (root / rel).read_bytes())
-        if new is not None:
-            _write(root / rel, new)
-            changed.append(rel)
-    return changed
-
-
-class DrRewrite:
-    """The DR version of the files that name Kafka offsets: in every `offsets/<batch>` and
-    `sources/<i>/0`, the Kafka topics get their DR names and the offsets the translated ones
-    (and their Hadoop `.crc` sidecars follow). A restore applies it to a local checkpoint or
-    while it stages an S3 one (engine/lifecycle/restore_s3.py), so the target is written once.
-
-    Batch N's offsets are where the query resumes. Older batches and the initial offsets are
-    history Spark does not replay; they get the same DR offsets (the DR cluster has no
-    truthful translation of them) so the checkpoint names no primary offset anywhere."""
-
-    def __init__(self, translation: Translation) -> None:
-        self.names = translation.topic_names()
-        self.dr = translation.dr_offsets()
-
-    def wants(self, rel: str) -> bool:
-        """Whether `rel` (or the file whose checksum sidecar it is) may need rewriting."""
-        return _target_of_crc(rel) is not None or self._kind(rel) is not None
-
-    def rewrite(self, rel: str, data: bytes, rewritten: dict[str, bytes] | None = None) -> bytes | None:
-        """The new content of `rel`, or None when it stays as it is. A `.crc` sidecar is
-        rewritten from its file's new content, given in `rewritten`."""
-        base = _target_of_crc(rel)
-        if base is not None:
-            return hadoop_crc(rewritten[base]) if rewritten and base in rewritten else None
-        kind = self._kind(rel)
-        if kind == "offsets":
-            lines = data.decode("utf-8").split("\n")
-            if lines[0] != "v1" or len(lines) < 2:
-                raise UsageError(f"{rel} has an unknown format", hint="fail over with a streamstate-supported Spark")
-            out = lines[:2]
-            for ln in lines[2:]:
-                if ln in ("", "-"):
-                    out.append(ln)
-                    continue
-                out.append(json.dumps(_translated_source(json.loads(ln), self.names, self.dr), separators=(",", ":")))
-            return "\n".join(out).encode() if out != lines else None
-        if kind == "sources":
-            prefix = b"\x00v1\n" if data.startswith(b"\x00v1\n") else b"v1\n" if data.startswith(b"v1\n") else None
-            if prefix is None:
-                return None
-            try:
-                value = json.loads(data[len(prefix):])
-            except ValueError:
-                return None
-            new = _translated_source(value, self.names, self.dr)
-            return prefix + json.dumps(new, separators=(",", ":")).encode() if new != value else None
-        return None
-
-    @staticmethod
-    def _kind(rel: str) -> str | None:
-        parts = rel.split("/")
-        if len(parts) == 2 and parts[0] == "offsets" and parts[1].isdigit():
-            return "offsets"
-        if len(parts) == 3 and parts[0] == "sources" and parts[2] == "0":
-            return "sources"
-        return None
-
-
-def _target_of_crc(rel: str) -> str | None:
-    """`offsets/4` for `offsets/.4.crc` (a file failover rewrites), else None."""
-    head, _, name = rel.rpartition("/")
-    if not (name.startswith(".") and name.endswith(".crc")):
-        return None
-    base = f"{head}/{name[1:-4]}" if head else name[1:-4]
-    return base if DrRewrite._kind(base) is not None else None
+    """Point a restored local checkpoint at the DR cluster. Returns the files rewritten."""
+    return rewrite_local_checkpoint(root, DrRewrite(translation))
 
 
 # --- the whole failover --------------------------------------------------------------------

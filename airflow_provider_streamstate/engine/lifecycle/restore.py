@@ -34,6 +34,10 @@ from airflow_provider_streamstate.engine.catalog.snapshots import resolve_snapsh
 from airflow_provider_streamstate.engine.catalog.timeline import write_lineage
 from airflow_provider_streamstate.engine.checkpoint.filesystems import is_s3_location, unsupported_scheme
 from airflow_provider_streamstate.engine.checkpoint.liveness import assert_not_running, pid_alive
+from airflow_provider_streamstate.engine.checkpoint.offset_rewrite import (
+    OffsetRewrite,
+    rewrite_local_checkpoint,
+)
 from airflow_provider_streamstate.engine.checkpoint.sidecar import LAUNCHES_DIR, local_root
 from airflow_provider_streamstate.engine.core.cancel import CancelToken, cancellation, check_cancelled
 from airflow_provider_streamstate.engine.core.digest import copy_hashing
@@ -83,6 +87,7 @@ def restore_snapshot(
     progress: Progress | None = None,
     fsync: bool = True,
     cancel: CancelToken | None = None,
+    rewrite: OffsetRewrite | None = None,
 ) -> RestoreResult:
     """Write snapshot `snapshot_id` (an id or `latest`) of `stream` as a checkpoint at `target`.
 
@@ -93,12 +98,14 @@ def restore_snapshot(
     enclosing `cancellation` block's token) stops it promptly, leaving the target as it was.
     An `s3a://bucket/path` (or `s3://`) target is written through `s3_client` (default: the
     S3 store's client, else the AWS environment) with the guarantee of `restore_s3`.
+    `rewrite` changes where the copy resumes in Kafka before it is published (a pipeline
+    restore: engine/pipeline/restore.py).
     """
     with cancellation(cancel):
         if isinstance(target, str) and is_s3_location(target):
             return restore_to_s3(
                 store, stream, snapshot_id, target, s3_client=s3_client, force=force, new_query_id=new_query_id,
-                parallelism=parallelism, progress=progress,
+                parallelism=parallelism, progress=progress, rewrite=rewrite,
             )
         refusal = unsupported_scheme(str(target))
         if refusal is not None:
@@ -107,13 +114,13 @@ def restore_snapshot(
             store, stream, snapshot_id, local_root(target, refusal=(
                 f"cannot restore into {target}", "give a local path, a file:// URI or an s3a://bucket/path")),
             force=force, new_query_id=new_query_id,
-            parallelism=parallelism, progress=progress, fsync=fsync,
+            parallelism=parallelism, progress=progress, fsync=fsync, rewrite=rewrite,
         )
 
 
 def _restore(
     store: SnapshotStore, stream: str, snapshot_id: str, target: Path, *, force: bool, new_query_id: bool,
-    parallelism: int, progress: Progress | None, fsync: bool,
+    parallelism: int, progress: Progress | None, fsync: bool, rewrite: OffsetRewrite | None = None,
 ) -> RestoreResult:
     started = time.monotonic()
     manifest = resolve_snapshot(store, stream, snapshot_id)
@@ -169,6 +176,8 @@ def _restore(
             (root / ".metadata.crc").unlink(missing_ok=True)
             if fsync:
                 fsync_path(root / "metadata")
+        if rewrite is not None:
+            rewrite_local_checkpoint(root, rewrite)
         lineage = replace(lineage, query_id=query_id)
         write_lineage(root, lineage, fsync=fsync)
         if fsync:

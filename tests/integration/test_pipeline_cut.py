@@ -1,0 +1,169 @@
+"""A pipeline of two stateful queries linked by a Kafka topic (jobs/example_pipeline.py),
+snapshotted as one while both run and a producer writes: every cut restores in place, and
+clones onto new link topics, to exactly the totals the uninterrupted pipeline reaches (no
+link record lost or counted twice); the same two queries snapshotted independently at the
+same moments and restored do not."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.pipeline.restore import PipelineClone, restore_pipeline
+from airflow_provider_streamstate.engine.pipeline.snapshots import (
+    create_pipeline_snapshot,
+    get_pipeline_snapshot,
+    list_pipeline_snapshots,
+)
+from airflow_provider_streamstate.engine.pipeline.spec import Link, PipelineSpec
+from airflow_provider_streamstate.engine.state.spark import read_state
+from airflow_provider_streamstate.jobs.example_pipeline import PipelineArgs, start_member
+from airflow_provider_streamstate.jobs.generator import (
+    GeneratorSpec,
+    ensure_topic,
+    expected_aggregates,
+    produce,
+)
+from tests.streams import consume_until, use_state_store, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def totals(spark: Any, checkpoint: str, batch_id: int | None = None) -> dict[str, dict[str, int]]:
+    """The `totals` member's state: per account count, sum and max."""
+    rows = read_state(spark, checkpoint, operatorId=0, batchId=batch_id).collect()
+    return {r.key.account: r.value.asDict() for r in rows}
+
+
+def drain(spark: Any, bootstrap: str, src: str, link: str, checkpoints: dict[str, str], tag: str) -> None:
+    """Run `enrich` then `totals` with available-now: each reads its input to the end."""
+    for member in ("enrich", "totals"):
+        q = start_member(spark, PipelineArgs(bootstrap, checkpoints[member], member, source_topic=src, link_topic=link,
+                                             totals_topic=f"{link}-totals", trigger="available-now",
+                                             query_name=f"{member}-{tag}"))
+        q.awaitTermination(300)
+        assert q.exception() is None, q.exception()
+
+
+def test_cuts_of_a_running_pipeline_restore_and_clone_without_loss_or_double_count(
+    stack, spark, topic, tmp_path, make_store
+) -> None:
+    bootstrap = stack.kafka_bootstrap
+    use_state_store(spark, "rocksdb-changelog", **{"spark.sql.shuffle.partitions": "2"})
+    link = f"link-{uuid.uuid4().hex[:8]}"
+    ensure_topic(bootstrap, link, partitions=3)
+    store, _, _ = make_store("local")
+    independent_store, _, _ = make_store("local")
+    ck = {"enrich": str(tmp_path / "enrich"), "totals": str(tmp_path / "totals")}
+    spec = PipelineSpec("orders", dict(ck), (Link("enrich", link, "totals"),))
+    rounds = [GeneratorSpec(seed=23, accounts=40, events=200, duplicate_rate=0.05)]
+    while len(rounds) < 5:
+        rounds.append(rounds[-1].next_round())
+    expected = expected_aggregates(rounds)
+    produce(bootstrap, topic, rounds[0])
+    queries = [start_member(spark, PipelineArgs(bootstrap, ck[m], m, source_topic=topic, link_topic=link,
+                                                totals_topic=f"{link}-totals", trigger="processing:400 milliseconds",
+                                                max_offsets_per_trigger=60, query_name=f"{m}-{link}"))
+               for m in ("enrich", "totals")]
+    seed = random.randrange(10**6)
+    rnd = random.Random(seed)
+    cuts, independent = [], []
+    wait_for(lambda: all(q.lastProgress for q in queries), 120, "both members' first batches")
+    producer = threading.Thread(target=lambda: [produce(bootstrap, topic, r, rate=40) for r in rounds[1:]])
+    producer.start()
+    deadline = time.monotonic() + 120
+    while len(cuts) < 3 and time.monotonic() < deadline:
+        time.sleep(rnd.uniform(0.2, 2.0))  # a random moment
+        cuts.append(create_pipeline_snapshot(spec, store, bootstrap, wait_s=60).snapshot)
+        # The same two members on their own, as two independent schedules take them: the
+        # upstream, then the downstream a moment later (once the upstream has run two more
+        # batches and the downstream one more).
+        upstream = create_snapshot(ck["enrich"], independent_store, "enrich").manifest
+        wait_for(lambda: queries[0].lastProgress["batchId"] >= upstream.batch_id + 2, 30,  # noqa: B023
+                 "two more batches of enrich")
+        seen = queries[1].lastProgress["batchId"]
+        wait_for(lambda: queries[1].lastProgress["batchId"] > seen, 30, "another batch of totals")  # noqa: B023
+        independent.append((upstream, create_snapshot(ck["totals"], independent_store, "totals").manifest))
+    producer.join()
+    assert len(cuts) == 3, f"seed {seed}"
+    wait_for(lambda: totals(spark, ck["totals"]) == expected, 180, "the pipeline to reach the expected totals")
+    for q in queries:
+        q.stop()
+    assert list_pipeline_snapshots(store, "orders") == sorted(c.snapshot_id for c in cuts)
+
+    def ahead(upstream_reads: dict[str, dict[str, int]], downstream_reads: dict[str, int]) -> int:
+        """Link records the downstream had counted whose transaction the upstream had not read yet."""
+        read_up = {t["txn_id"] for t in consume_until(bootstrap, upstream_reads)}
+        return sum(t["txn_id"] not in read_up for t in consume_until(bootstrap, {link: downstream_reads}))
+
+    snaps = [get_pipeline_snapshot(store, "orders", c.snapshot_id) for c in cuts]
+    for snap in snaps:
+        (channel,) = snap.channels
+        reads = snap.members["totals"].reads[link]
+        produced = snap.members["enrich"].produced[link]
+        # The cut: the downstream read no further than the upstream had produced, and the
+        # channel is exactly the records in between, kept in the store.
+        assert all(reads[p] <= produced[p] for p in produced), (seed, reads, produced)
+        assert channel.range.start == reads and channel.range.end == produced
+        assert channel.records == sum(produced[p] - reads[p] for p in produced)
+        kept = snap.channel_records(store, channel)
+        assert [(r.partition, r.offset) for r in kept] == [
+            (int(p), o) for p in sorted(produced, key=int) for o in range(reads[p], produced[p])]
+        # The downstream's state at its batch is exactly the link records below its offsets,
+        # none of them from a transaction the upstream's cut had not read.
+        at_cut: dict[str, dict[str, int]] = {}
+        for t in consume_until(bootstrap, {link: reads}):
+            agg = at_cut.setdefault(t["account"], {"count": 0, "sum": 0, "max": 0})
+            agg["count"] += 1
+            agg["sum"] += t["amount_cents"]
+            agg["max"] = max(agg["max"], t["amount_cents"])
+        assert totals(spark, ck["totals"], snap.members["totals"].batch_id) == at_cut
+        assert ahead({topic: snap.members["enrich"].reads[topic]}, reads) == 0, seed
+    # Independent snapshots: the downstream has counted records its upstream's snapshot has
+    # not produced yet (after a restore they would be produced, and counted, again).
+    independent_ahead = [ahead({topic: up.kafka_offsets[topic]}, down.kafka_offsets[link]) for up, down in independent]
+    assert any(n > 0 for n in independent_ahead), (seed, independent_ahead)
+
+    for i, snap in enumerate(snaps):
+        # Restored in place, then run to the end of the same input: the same totals.
+        result = restore_pipeline(store, snap, bootstrap)
+        assert result.channel_records == {link: snap.channels[0].records}
+        drain(spark, bootstrap, topic, link, ck, f"in-place-{i}")
+        assert totals(spark, ck["totals"]) == expected, (seed, i, "in place")
+
+        # Cloned onto a new link topic: the same totals.
+        clone_topic = f"{link}-clone-{i}"
+        clone_ck = {m: str(tmp_path / f"clone-{i}-{m}") for m in ck}
+        result = restore_pipeline(store, snap, bootstrap, clone=PipelineClone(
+            names={m: f"{m}-clone-{i}" for m in ck}, checkpoints=clone_ck, topics={link: clone_topic}))
+        assert result.topics == {link: clone_topic}
+        assert result.resume == {clone_topic: {p: 0 for p in snap.channels[0].range.end}}
+        drain(spark, bootstrap, topic, clone_topic, clone_ck, f"clone-{i}")
+        assert totals(spark, clone_ck["totals"]) == expected, (seed, i, "clone")
+
+
+def test_a_pipeline_spec_refuses_what_no_cut_can_serve(tmp_path: Path) -> None:
+    from airflow_provider_streamstate.engine.core.errors import UsageError
+
+    members = {"a": "/ck/a", "b": "/ck/b"}
+    for links, said in (
+        ((), "declares no link"),
+        ((Link("a", "t", "c"),), "names c, which is not a member"),
+        ((Link("a", "t", "a"),), "links a to itself"),
+        ((Link("a", "t", "b"), Link("b", "u", "a")), "form a cycle"),
+        ((Link("a", "t", "b"), Link("b", "t", "a")), "has two upstreams"),
+    ):
+        with pytest.raises(UsageError, match=said):
+            PipelineSpec("p", members, links)
+    with pytest.raises(UsageError, match="c of pipeline p is linked to no other member"):
+        PipelineSpec("p", {**members, "c": "/ck/c"}, (Link("a", "t", "b"),))
+    spec = PipelineSpec("p", {**members, "c": "/ck/c"}, (Link("b", "u", "c"), Link("a", "t", "b")))
+    assert spec.order() == ["a", "b", "c"]
+    assert PipelineSpec.from_json(spec.to_json()) == spec
