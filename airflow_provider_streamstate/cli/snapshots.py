@@ -2,6 +2,7 @@
 and reading them back.
 
     streamstate snapshot create --checkpoint PATH --store STORE --stream NAME [--batch N] [--label K=V]... [--json]
+    streamstate snapshot create --pipeline SPEC --store STORE --kafka-bootstrap HOST:PORT [--wait S] [--json]
     streamstate snapshot list   --store STORE --stream NAME [--json]
     streamstate snapshot show   --store STORE --stream NAME SNAPSHOT [--kafka-bootstrap HOST:PORT] [--json]
     streamstate restore         --store STORE --stream NAME SNAPSHOT --target DIR [--new-query-id] [--force] [--json]
@@ -35,9 +36,17 @@ def register(commands: Any) -> Handlers:
     snapshot = commands.add_parser("snapshot", help="create, list and show snapshots")
     snapshot.set_defaults(help_parser=snapshot)
     snap_cmds = snapshot.add_subparsers(dest="snapshot_command", metavar="SUBCOMMAND", parser_class=Parser)
-    create = snap_cmds.add_parser("create", help="snapshot a checkpoint at a committed batch")
-    create.add_argument("--checkpoint", required=True, help="the stream's checkpoint location: a local path, file:// URI or s3a://bucket/path")
-    add_store_options(create)
+    create = snap_cmds.add_parser("create", help="snapshot a checkpoint at a committed batch, or a pipeline at a cut")
+    create.add_argument("--checkpoint", help="the stream's checkpoint location: a local path, file:// URI or s3a://bucket/path")
+    add_store_options(create, stream=False)
+    create.add_argument("--stream", help="the stream's name in the store")
+    create.add_argument(
+        "--pipeline", metavar="SPEC",
+        help="a pipeline spec (JSON: name, members, links): snapshot every member at one consistent cut, "
+        "with the link topics' channel records (needs --kafka-bootstrap; no --checkpoint or --stream)",
+    )
+    create.add_argument("--wait", type=float, default=120.0, metavar="SECONDS",
+                        help="with --pipeline: how long to wait for each upstream to be between two batches")
     create.add_argument("--batch", type=int, default=None, metavar="N", help="committed batch (default: newest)")
     create.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="repeatable")
     create.add_argument(
@@ -97,10 +106,16 @@ def register(commands: Any) -> Handlers:
 
 
 def cmd_snapshot_create(args: argparse.Namespace) -> int:
+    from airflow_provider_streamstate.engine.core.errors import UsageError
     from airflow_provider_streamstate.engine.core.manifest import parse_labels
     from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 
     labels = parse_labels(args.label)
+    if args.pipeline:
+        return _create_pipeline_snapshot(args, labels)
+    if not args.checkpoint or not args.stream:
+        raise UsageError("snapshot create needs --checkpoint and --stream (or --pipeline SPEC)",
+                         hint="name the stream's checkpoint and its name in the store")
     result = create_snapshot(
         args.checkpoint, open_store_from_args(args), args.stream, batch_id=args.batch, labels=labels,
         parallelism=args.parallelism, progress=progress_for(args), always=args.always,
@@ -122,6 +137,27 @@ def cmd_snapshot_create(args: argparse.Namespace) -> int:
         if r["blobs_missing"]:
             text += f"; stored again {r['blobs_missing']} blob(s) the store had lost"
     print_result(args, r, text)
+    return EXIT_OK
+
+
+def _create_pipeline_snapshot(args: argparse.Namespace, labels: dict[str, str]) -> int:
+    from airflow_provider_streamstate.engine.core.errors import UsageError
+    from airflow_provider_streamstate.engine.pipeline.snapshots import create_pipeline_snapshot
+    from airflow_provider_streamstate.engine.pipeline.spec import PipelineSpec
+
+    given = [f"--{n}" for n in ("checkpoint", "stream", "batch") if getattr(args, n) is not None]
+    if given:
+        raise UsageError(f"--pipeline takes its members' checkpoints and names from the spec, not {', '.join(given)}",
+                         hint="drop them, or snapshot one stream without --pipeline")
+    if not args.kafka_bootstrap:
+        raise UsageError("--pipeline needs --kafka-bootstrap", hint="give the cluster of the pipeline's link topics")
+    result = create_pipeline_snapshot(PipelineSpec.load(args.pipeline), open_store_from_args(args), args.kafka_bootstrap,
+                                      wait_s=args.wait, parallelism=args.parallelism, labels=labels)
+    r = result.to_json()
+    members = ", ".join(f"{s} batch {m['batch_id']} ({m['snapshot_id']})" for s, m in r["members"].items())
+    channels = ", ".join(f"{c['topic']} {c['records']} record(s)" for c in r["channels"])
+    print_result(args, r, f"pipeline snapshot {r['snapshot_id']} of {r['pipeline']}: {members}; channel: {channels}; "
+                          f"{r['seconds']:.2f}s")
     return EXIT_OK
 
 

@@ -6,6 +6,7 @@ same moments and restored do not."""
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_streamstate.cli import main
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.pipeline.restore import PipelineClone, restore_pipeline
 from airflow_provider_streamstate.engine.pipeline.snapshots import (
@@ -24,6 +26,7 @@ from airflow_provider_streamstate.engine.pipeline.snapshots import (
 )
 from airflow_provider_streamstate.engine.pipeline.spec import Link, PipelineSpec
 from airflow_provider_streamstate.engine.state.spark import read_state
+from airflow_provider_streamstate.engine.streams.clones import list_clones
 from airflow_provider_streamstate.jobs.example_pipeline import PipelineArgs, start_member
 from airflow_provider_streamstate.jobs.generator import (
     GeneratorSpec,
@@ -53,16 +56,18 @@ def drain(spark: Any, bootstrap: str, src: str, link: str, checkpoints: dict[str
 
 
 def test_cuts_of_a_running_pipeline_restore_and_clone_without_loss_or_double_count(
-    stack, spark, topic, tmp_path, make_store
+    stack, spark, topic, tmp_path, make_store, capsys
 ) -> None:
     bootstrap = stack.kafka_bootstrap
     use_state_store(spark, "rocksdb-changelog", **{"spark.sql.shuffle.partitions": "2"})
     link = f"link-{uuid.uuid4().hex[:8]}"
     ensure_topic(bootstrap, link, partitions=3)
-    store, _, _ = make_store("local")
+    store, store_url, _ = make_store("local")
     independent_store, _, _ = make_store("local")
     ck = {"enrich": str(tmp_path / "enrich"), "totals": str(tmp_path / "totals")}
     spec = PipelineSpec("orders", dict(ck), (Link("enrich", link, "totals"),))
+    spec_file = tmp_path / "pipeline.json"
+    spec_file.write_text(json.dumps(spec.to_json()))
     rounds = [GeneratorSpec(seed=23, accounts=40, events=200, duplicate_rate=0.05)]
     while len(rounds) < 5:
         rounds.append(rounds[-1].next_round())
@@ -81,7 +86,14 @@ def test_cuts_of_a_running_pipeline_restore_and_clone_without_loss_or_double_cou
     deadline = time.monotonic() + 120
     while len(cuts) < 3 and time.monotonic() < deadline:
         time.sleep(rnd.uniform(0.2, 2.0))  # a random moment
-        cuts.append(create_pipeline_snapshot(spec, store, bootstrap, wait_s=60).snapshot)
+        if not cuts:  # the first through the CLI
+            assert main(["snapshot", "create", "--pipeline", str(spec_file), "--store", store_url,
+                         "--kafka-bootstrap", bootstrap, "--wait", "60", "--json"]) == 0
+            taken = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+            cuts.append(get_pipeline_snapshot(store, "orders", taken["snapshot_id"]))
+            assert taken["members"]["totals"]["batch_id"] == cuts[0].members["totals"].batch_id
+        else:
+            cuts.append(create_pipeline_snapshot(spec, store, bootstrap, wait_s=60).snapshot)
         # The same two members on their own, as two independent schedules take them: the
         # upstream, then the downstream a moment later (once the upstream has run two more
         # batches and the downstream one more).
@@ -141,10 +153,19 @@ def test_cuts_of_a_running_pipeline_restore_and_clone_without_loss_or_double_cou
         # Cloned onto a new link topic: the same totals.
         clone_topic = f"{link}-clone-{i}"
         clone_ck = {m: str(tmp_path / f"clone-{i}-{m}") for m in ck}
-        result = restore_pipeline(store, snap, bootstrap, clone=PipelineClone(
-            names={m: f"{m}-clone-{i}" for m in ck}, checkpoints=clone_ck, topics={link: clone_topic}))
-        assert result.topics == {link: clone_topic}
-        assert result.resume == {clone_topic: {p: 0 for p in snap.channels[0].range.end}}
+        if i == 0:  # through the CLI, recorded as clones that expire with their link topic
+            assert main(["pipeline", "clone", snap.snapshot_id, "--pipeline", "orders", "--store", store_url,
+                         "--kafka-bootstrap", bootstrap, "--suffix", f"clone-{i}", "--ttl", "1d", "--json",
+                         *(a for m in ck for a in ("--checkpoint", f"{m}={clone_ck[m]}"))]) == 0
+            cloned = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+            assert cloned["topics"] == {link: clone_topic}
+            assert {r.clone: r.delete_topics for r in list_clones(store)} == {
+                "enrich-clone-0": [clone_topic], "totals-clone-0": []}
+        else:
+            result = restore_pipeline(store, snap, bootstrap, clone=PipelineClone(
+                names={m: f"{m}-clone-{i}" for m in ck}, checkpoints=clone_ck, topics={link: clone_topic}))
+            assert result.topics == {link: clone_topic}
+            assert result.resume == {clone_topic: {p: 0 for p in snap.channels[0].range.end}}
         drain(spark, bootstrap, topic, clone_topic, clone_ck, f"clone-{i}")
         assert totals(spark, clone_ck["totals"]) == expected, (seed, i, "clone")
 

@@ -1,0 +1,146 @@
+"""`streamstate pipeline list|show|restore|clone`: pipeline snapshots (taken with
+`snapshot create --pipeline SPEC`), and bringing a pipeline back as one.
+
+    streamstate pipeline list    --store S --pipeline NAME [--json]
+    streamstate pipeline show    --store S --pipeline NAME SNAPSHOT [--json]
+    streamstate pipeline restore --store S --pipeline NAME SNAPSHOT --kafka-bootstrap HOST:PORT [--json]
+    streamstate pipeline clone   --store S --pipeline NAME SNAPSHOT --kafka-bootstrap HOST:PORT
+                                 --suffix SFX --checkpoint MEMBER=LOCATION... [--topic LINK=NEW]... [--ttl 7d] [--json]
+
+SNAPSHOT is a pipeline snapshot id or `latest`. `restore` replaces every member's checkpoint
+(all stopped) and appends each link's channel records to its topic; `clone` restores the
+members as new streams (`<member>-<SFX>`) onto new link topics (`<link>-<SFX>` unless given).
+"""
+
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from airflow_provider_streamstate.cli.common import (
+    EXIT_OK,
+    Handlers,
+    Parser,
+    add_parallelism,
+    add_store_options,
+    duration,
+    open_store_from_args,
+    print_result,
+)
+
+
+def register(commands: Any) -> Handlers:
+    pipeline = commands.add_parser("pipeline", help="list, show, restore and clone pipeline snapshots")
+    pipeline.set_defaults(help_parser=pipeline)
+    sub = pipeline.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", parser_class=Parser)
+    parsers = {}
+    for name, text in (("list", "the pipeline's snapshots, oldest first"), ("show", "one pipeline snapshot"),
+                       ("restore", "restore every member in place, the channels appended to the link topics"),
+                       ("clone", "restore the members as new streams on new link topics")):
+        p = sub.add_parser(name, help=text)
+        add_store_options(p, stream=False)
+        p.add_argument("--pipeline", required=True, metavar="NAME", help="the pipeline's name (its spec's)")
+        if name != "list":
+            p.add_argument("snapshot_id", metavar="SNAPSHOT", help="a pipeline snapshot id or `latest`")
+        parsers[name] = p
+    for name in ("restore", "clone"):
+        p = parsers[name]
+        p.add_argument("--kafka-bootstrap", required=True, metavar="HOST:PORT", help="the link topics' cluster")
+        add_parallelism(p)
+    clone = parsers["clone"]
+    clone.add_argument("--suffix", required=True, help="names the clone: its members are `<member>-SUFFIX`, its link topics `<link>-SUFFIX` unless given")
+    clone.add_argument("--checkpoint", action="append", default=[], metavar="MEMBER=LOCATION", required=True,
+                       help="where each member's clone checkpoint goes (one per member)")
+    clone.add_argument("--topic", action="append", default=[], metavar="LINK=NEW",
+                       help="the clone's topic for a link (default: the link's name with the suffix)")
+    clone.add_argument("--ttl", type=duration, default=None, metavar="DURATION",
+                       help="record the members as clones expiring after this long (e.g. 7d): "
+                       "`clone expire` then deletes them and their link topics")
+    return {("pipeline", "list"): cmd_list, ("pipeline", "show"): cmd_show, ("pipeline", "restore"): cmd_restore,
+            ("pipeline", "clone"): cmd_clone}
+
+
+def _pairs(items: list[str], what: str) -> dict[str, str]:
+    from airflow_provider_streamstate.engine.core.errors import UsageError
+
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise UsageError(f"invalid {what} {item!r}", hint=f"write {what.upper()}=VALUE")
+        out[key] = value
+    return out
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from airflow_provider_streamstate.engine.pipeline.snapshots import (
+        get_pipeline_snapshot,
+        list_pipeline_snapshots,
+    )
+
+    store = open_store_from_args(args)
+    rows: list[dict[str, Any]] = []
+    for sid in list_pipeline_snapshots(store, args.pipeline):
+        snap = get_pipeline_snapshot(store, args.pipeline, sid)
+        rows.append({"snapshot_id": sid, "members": {s: m.to_json() for s, m in snap.members.items()},
+                     "channel_records": {c.range.topic: c.records for c in snap.channels}})
+    lines = [f"{'SNAPSHOT':24} MEMBERS (batch, snapshot)  CHANNEL"]
+    for r in rows:
+        members = "  ".join(f"{s}@{m['batch_id']} {m['snapshot_id']}" for s, m in sorted(r["members"].items()))
+        channel = ", ".join(f"{t}={n}" for t, n in r["channel_records"].items())
+        lines.append(f"{r['snapshot_id']:24} {members}  {channel}")
+    print_result(args, rows, "\n".join(lines) if rows else f"pipeline {args.pipeline} has no snapshot")
+    return EXIT_OK
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from airflow_provider_streamstate.engine.pipeline.snapshots import get_pipeline_snapshot
+
+    snap = get_pipeline_snapshot(open_store_from_args(args), args.pipeline, args.snapshot_id)
+    d = snap.to_json()
+    lines = [f"pipeline snapshot {snap.snapshot_id} of {snap.pipeline} (cut in {snap.cut_seconds:.2f}s)"]
+    for s, m in snap.members.items():
+        lines.append(f"  {s}: batch {m.batch_id}, snapshot {m.snapshot_id}, checkpoint {snap.spec.members[s]}")
+    for c in snap.channels:
+        ranges = ", ".join(f"[{p}] {c.range.start[p]}..{c.range.end[p]}" for p in sorted(c.range.end, key=int))
+        lines.append(f"  {c.range.upstream} -> {c.range.topic} -> {c.range.downstream}: {c.records} channel record(s) "
+                     f"{ranges}")
+    print_result(args, d, "\n".join(lines))
+    return EXIT_OK
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    from airflow_provider_streamstate.engine.pipeline.restore import restore_pipeline
+    from airflow_provider_streamstate.engine.pipeline.snapshots import get_pipeline_snapshot
+
+    store = open_store_from_args(args)
+    snap = get_pipeline_snapshot(store, args.pipeline, args.snapshot_id)
+    r = restore_pipeline(store, snap, args.kafka_bootstrap, parallelism=args.parallelism)
+    print_result(args, r.to_json(), _text(r, "restored"))
+    return EXIT_OK
+
+
+def cmd_clone(args: argparse.Namespace) -> int:
+    from airflow_provider_streamstate.engine.pipeline.restore import PipelineClone, restore_pipeline
+    from airflow_provider_streamstate.engine.pipeline.snapshots import get_pipeline_snapshot
+
+    store = open_store_from_args(args)
+    snap = get_pipeline_snapshot(store, args.pipeline, args.snapshot_id)
+    topics = {c.range.topic: f"{c.range.topic}-{args.suffix}" for c in snap.channels}
+    topics.update(_pairs(args.topic, "link"))
+    expires = None if args.ttl is None else (datetime.now(UTC) + timedelta(seconds=args.ttl)).isoformat()
+    clone = PipelineClone({s: f"{s}-{args.suffix}" for s in snap.members}, _pairs(args.checkpoint, "member"), topics,
+                          expires_at=expires)
+    r = restore_pipeline(store, snap, args.kafka_bootstrap, clone=clone, parallelism=args.parallelism)
+    print_result(args, r.to_json(), _text(r, "cloned"))
+    return EXIT_OK
+
+
+def _text(r: Any, verb: str) -> str:
+    lines = [f"{verb} pipeline {r.pipeline} at {r.snapshot_id} in {r.seconds:.2f}s"]
+    lines += [f"  {s}: {ck}" for s, ck in r.checkpoints.items()]
+    lines += [f"  {t}: {r.channel_records[t]} channel record(s) appended; the downstream resumes at "
+              + ", ".join(f"[{p}] {o}" for p, o in sorted(parts.items(), key=lambda x: int(x[0])))
+              for t, parts in r.resume.items()]
+    return "\n".join(lines)
