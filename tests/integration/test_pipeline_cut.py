@@ -17,8 +17,11 @@ from typing import Any
 import pytest
 
 from airflow_provider_streamstate.cli import main
+from airflow_provider_streamstate.engine.catalog.retention import RetentionPolicy, apply_retention, pinned_ids
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.pipeline.replicate import replicate_pipeline
 from airflow_provider_streamstate.engine.pipeline.restore import PipelineClone, restore_pipeline
+from airflow_provider_streamstate.engine.pipeline.retention import apply_pipeline_retention
 from airflow_provider_streamstate.engine.pipeline.snapshots import (
     create_pipeline_snapshot,
     get_pipeline_snapshot,
@@ -168,6 +171,35 @@ def test_cuts_of_a_running_pipeline_restore_and_clone_without_loss_or_double_cou
             assert result.resume == {clone_topic: {p: 0 for p in snap.channels[0].range.end}}
         drain(spark, bootstrap, topic, clone_topic, clone_ck, f"clone-{i}")
         assert totals(spark, clone_ck["totals"]) == expected, (seed, i, "clone")
+
+    # Replicated to an S3 store (the DR region's) as units, and cloned from there: the same totals.
+    dr, _, _ = make_store("s3")
+    rep = replicate_pipeline(store, dr, "orders", parallelism=4)
+    assert rep.published == [c.snapshot_id for c in snaps] and rep.member_snapshots_published == 2 * len(snaps)
+    assert replicate_pipeline(store, dr, "orders").published == []  # a re-run copies nothing
+    dr_snap = get_pipeline_snapshot(dr, "orders", "latest")
+    assert dr_snap.to_json() == snaps[-1].to_json()
+    assert all(pinned_ids(dr, m.stream) >= {m.snapshot_id} for m in dr_snap.members.values())
+    dr_ck = {m: str(tmp_path / f"dr-{m}") for m in ck}
+    restore_pipeline(dr, dr_snap, bootstrap, clone=PipelineClone(
+        names={m: f"{m}-dr" for m in ck}, checkpoints=dr_ck, topics={link: f"{link}-dr"}))
+    drain(spark, bootstrap, topic, f"{link}-dr", dr_ck, "dr")
+    assert totals(spark, dr_ck["totals"]) == expected, (seed, "from the DR store")
+
+    # Retention as units: the older pipeline snapshots go with their channels and pins, and
+    # the members' own retention cannot break the one kept.
+    kept = snaps[-1]
+    result = apply_pipeline_retention(store, "orders", keep_last=1)
+    assert result.deleted == [s.snapshot_id for s in snaps[:-1]] and result.kept == [kept.snapshot_id]
+    assert result.pins_released == 2 * (len(snaps) - 1)
+    assert list_pipeline_snapshots(store, "orders") == [kept.snapshot_id]
+    assert store.list_record_tree("pipelines/orders/channels/") == [kept.channels[0].key]
+    for m in ck:
+        apply_retention(store, m, RetentionPolicy(keep_last=1))
+    assert get_pipeline_snapshot(store, "orders", kept.snapshot_id).to_json() == kept.to_json()  # members all there
+    for old in snaps[:-1]:
+        assert all(not store.list_snapshot_ids(m.stream) or m.snapshot_id not in store.list_snapshot_ids(m.stream)
+                   for m in old.members.values())
 
 
 def test_a_pipeline_spec_refuses_what_no_cut_can_serve(tmp_path: Path) -> None:

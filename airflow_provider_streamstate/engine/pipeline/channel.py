@@ -4,9 +4,9 @@ not depend on the topic's retention. Each record keeps its partition, timestamp,
 and headers; a restore appends them, in order, to the partition they came from (or to the
 same partition of a clone's new topic).
 
-Stored as JSON lines (bytes base64), one record per line, write-once in the store; the
-pipeline snapshot records their number and sha256, and a restore checks both before writing
-a record to Kafka.
+Stored as one JSON document (bytes base64), write-once in the store; the pipeline snapshot
+records the number of records and the document's sha256, and a restore checks both before
+writing a record to Kafka.
 """
 
 from __future__ import annotations
@@ -56,13 +56,22 @@ class ChannelRecord:
             raise UnsafeManifestError(f"{where}: not a channel record ({exc})") from None
 
 
+CHANNEL_FORMAT = "streamstate.channel/1"
+
+
 def encode(records: list[ChannelRecord]) -> bytes:
-    return b"".join(json.dumps(r.to_json(), separators=(",", ":")).encode() + b"\n" for r in records)
+    return json.dumps({"format": CHANNEL_FORMAT, "records": [r.to_json() for r in records]},
+                      separators=(",", ":")).encode()
 
 
 def decode(data: bytes, where: str) -> list[ChannelRecord]:
-    return [ChannelRecord.from_json(json.loads(line), f"{where} line {i + 1}")
-            for i, line in enumerate(data.splitlines()) if line]
+    try:
+        d = json.loads(data)
+    except ValueError as exc:
+        raise UnsafeManifestError(f"{where} is not JSON: {exc}") from None
+    if not isinstance(d, dict) or d.get("format") != CHANNEL_FORMAT or not isinstance(d.get("records"), list):
+        raise UnsafeManifestError(f"{where} is not a channel record ({CHANNEL_FORMAT})")
+    return [ChannelRecord.from_json(r, f"{where} record {i}") for i, r in enumerate(d["records"])]
 
 
 def digest(data: bytes) -> str:

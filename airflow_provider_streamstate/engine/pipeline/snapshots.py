@@ -4,7 +4,10 @@ exists only once every member's does (a failure in between leaves member snapsho
 are ordinary snapshots of their streams, and no pipeline snapshot).
 
 Layout in the store: `pipelines/<name>/snapshots/<id>.json` and
-`pipelines/<name>/channels/<id>/<topic>.jsonl`; `<id>` is the UTC time of the cut.
+`pipelines/<name>/channels/<id>/<topic>.json`; `<id>` is the UTC time of the cut. Each
+member snapshot is pinned (`streams/<s>/pins/<id>.json`, the reason naming the pipeline
+snapshot), so a stream's retention never breaks a pipeline snapshot; pipeline retention
+deletes the pipeline snapshot first and then releases the pins.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from airflow_provider_streamstate.engine.catalog.retention import pin_snapshot
 from airflow_provider_streamstate.engine.catalog.snapshots import get_snapshot
 from airflow_provider_streamstate.engine.core.errors import NotFoundError, UnsafeManifestError, UsageError
 from airflow_provider_streamstate.engine.core.manifest import validate_snapshot_id, validate_stream_name
@@ -32,12 +36,17 @@ FORMAT = "streamstate.pipeline-snapshot/1"
 PIPELINE_SNAPSHOT_ID_RE = re.compile(r"^\d{8}T\d{12}Z$")
 
 
+def pin_reason(pipeline: str, snapshot_id: str) -> str:
+    """What a member's pin says: the pipeline snapshot that needs it."""
+    return f"member of pipeline snapshot {pipeline}/{snapshot_id}"
+
+
 def _snapshots_prefix(pipeline: str) -> str:
     return f"pipelines/{validate_stream_name(pipeline)}/snapshots/"
 
 
 def _channel_key(pipeline: str, snapshot_id: str, topic: str) -> str:
-    return f"pipelines/{pipeline}/channels/{snapshot_id}/{topic}.jsonl"
+    return f"pipelines/{pipeline}/channels/{snapshot_id}/{topic}.json"
 
 
 @dataclass(frozen=True)
@@ -58,7 +67,7 @@ class StoredChannel:
     range: ChannelRange
     records: int
     sha256: str
-    key: str  # of the JSON lines in the store
+    key: str  # of the channel's records in the store
 
     def to_json(self) -> dict[str, Any]:
         return {**self.range.to_json(), "records": self.records, "sha256": self.sha256, "key": self.key}
@@ -166,6 +175,8 @@ def create_pipeline_snapshot(
             labels={**(labels or {}), "pipeline": spec.name, "pipeline-snapshot": snapshot_id}, always=True,
             parallelism=parallelism, kafka_bootstrap=kafka_bootstrap, kafka_config=kafka_config,
             checkpoint_s3_client=checkpoint_s3_client)
+    for stream in spec.order():  # stream retention keeps a live pipeline snapshot's members (pipeline/retention.py)
+        pin_snapshot(store, stream, results[stream].manifest.snapshot_id, reason=pin_reason(spec.name, snapshot_id))
     channels = []
     for rng in cut.channels:
         records = channel_mod.read_channel(rng, kafka_bootstrap, kafka_config=kafka_config)
@@ -192,8 +203,10 @@ def list_pipeline_snapshots(store: SnapshotStore, pipeline: str) -> list[str]:
                   if k.endswith(".json") and PIPELINE_SNAPSHOT_ID_RE.match(k[len(prefix):-len(".json")]))
 
 
-def get_pipeline_snapshot(store: SnapshotStore, pipeline: str, snapshot_id: str) -> PipelineSnapshot:
-    """A pipeline snapshot by id (or `latest`), its members' manifests checked to exist."""
+def get_pipeline_snapshot(store: SnapshotStore, pipeline: str, snapshot_id: str, *,
+                          check_members: bool = True) -> PipelineSnapshot:
+    """A pipeline snapshot by id (or `latest`), its members' manifests checked to exist
+    (unless `check_members` is False: retention deleting it needs only the record)."""
     if snapshot_id == "latest":
         ids = list_pipeline_snapshots(store, pipeline)
         if not ids:
@@ -212,6 +225,6 @@ def get_pipeline_snapshot(store: SnapshotStore, pipeline: str, snapshot_id: str)
         snap = PipelineSnapshot.from_json(json.loads(data), key)
     except ValueError as exc:
         raise UnsafeManifestError(f"{key} is not JSON: {exc}") from None
-    for m in snap.members.values():
-        get_snapshot(store, m.stream, m.snapshot_id)  # NotFoundError when retention or a hand took it
+    for m in snap.members.values() if check_members else ():
+        get_snapshot(store, m.stream, m.snapshot_id)  # NotFoundError when a hand took it
     return snap
