@@ -31,6 +31,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_streamstate.operators.clones",
                     "airflow_provider_streamstate.operators.failover",
                     "airflow_provider_streamstate.operators.gc",
+                    "airflow_provider_streamstate.operators.pipeline",
                     "airflow_provider_streamstate.operators.retention",
                     "airflow_provider_streamstate.operators.replicate",
                     "airflow_provider_streamstate.operators.snapshot",

@@ -23,7 +23,8 @@ def test_every_dag_file_loads_without_import_errors() -> None:
     bag = DagBag(dag_folder=str(REPO / "dags"))
     assert bag.import_errors == {}
     assert {"streamstate_scheduled_snapshot", "streamstate_supervisor", "streamstate_store_maintenance",
-            "streamstate_deploy_gate", "streamstate_dr_failover", "streamstate_dr_failback"} <= set(bag.dag_ids)
+            "streamstate_deploy_gate", "streamstate_dr_failover", "streamstate_dr_failback",
+            "streamstate_pipeline_snapshot"} <= set(bag.dag_ids)
     for dag_id in bag.dag_ids:
         dag = bag.dags[dag_id]
         assert dag is not None and "streamstate" in dag.tags and dag.catchup is False, dag_id

@@ -220,3 +220,44 @@ def test_a_pipeline_spec_refuses_what_no_cut_can_serve(tmp_path: Path) -> None:
     spec = PipelineSpec("p", {**members, "c": "/ck/c"}, (Link("b", "u", "c"), Link("a", "t", "b")))
     assert spec.order() == ["a", "b", "c"]
     assert PipelineSpec.from_json(spec.to_json()) == spec
+
+
+def test_the_pipeline_snapshot_dag_cuts_replicates_and_keeps_the_newest(
+    stack, spark, topic, tmp_path, make_store, run_dag, monkeypatch
+) -> None:
+    """Two scheduled runs of `streamstate_pipeline_snapshot` on a running pipeline: each
+    takes a cut and replicates it to the DR store; with keep_last 1 both stores end with
+    the second run's pipeline snapshot only, its members pinned."""
+    bootstrap = stack.kafka_bootstrap
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_STACK", json.dumps(
+        {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap}}))
+    use_state_store(spark, "hdfs", **{"spark.sql.shuffle.partitions": "2"})
+    link = f"link-{uuid.uuid4().hex[:8]}"
+    ensure_topic(bootstrap, link, partitions=2)
+    store, store_url, _ = make_store("local")
+    dr, dr_url, _ = make_store("local")
+    ck = {"enrich": str(tmp_path / "enrich"), "totals": str(tmp_path / "totals")}
+    spec = PipelineSpec("payments", ck, (Link("enrich", link, "totals"),))
+    produce(bootstrap, topic, GeneratorSpec(seed=29, accounts=10, events=120))
+    queries = [start_member(spark, PipelineArgs(bootstrap, ck[m], m, source_topic=topic, link_topic=link,
+                                                totals_topic=f"{link}-totals", trigger="processing:300 milliseconds",
+                                                max_offsets_per_trigger=40, query_name=f"{m}-{link}"))
+               for m in ("enrich", "totals")]
+    try:
+        wait_for(lambda: all(q.lastProgress for q in queries), 120, "both members' first batches")
+        pipeline = {**spec.to_json(), "store": store_url, "kafka_conn_id": "kafka_stack"}
+        runs = [run_dag("streamstate_pipeline_snapshot", {"pipelines": [pipeline], "dr_store": dr_url, "keep_last": 1})
+                for _ in range(2)]
+    finally:
+        for q in queries:
+            q.stop()
+    for result in runs:
+        assert result.state == "success", result.log[-4000:]
+    first, second = (r.tasks["pipeline.snapshot[0]"].xcom["snapshot_id"] for r in runs)
+    assert list_pipeline_snapshots(store, "payments") == [second] == list_pipeline_snapshots(dr, "payments")
+    assert runs[1].tasks["pipeline.retention[0]"].xcom["deleted"] == [first]
+    assert runs[1].tasks["pipeline.retention_dr[0]"].xcom["deleted"] == [first]
+    assert runs[1].tasks["pipeline.replicate[0]"].xcom["published"] == [second]
+    for s in (store, dr):
+        snap = get_pipeline_snapshot(s, "payments", second)
+        assert all(m.snapshot_id in pinned_ids(s, m.stream) for m in snap.members.values())

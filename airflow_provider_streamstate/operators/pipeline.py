@@ -1,0 +1,231 @@
+"""Operators over pipelines (streams linked by Kafka topics): snapshot one at a consistent
+cut, restore or clone it as one, replicate and expire its snapshots as units. Thin over
+the store hook, the Kafka connection and `engine.pipeline`; each returns JSON for XCom.
+
+Every operator takes `pipeline`: a dict with the engine's pipeline spec (`name`, `members`:
+stream -> checkpoint, `links`: upstream/topic/downstream) plus where it lives: `store`,
+`kafka_conn_id` (the cluster of the link topics) and optionally `aws_conn_id` (the store's
+and the S3 checkpoints' connection).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+
+from airflow_provider_streamstate.engine.core.errors import UsageError
+from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
+from airflow_provider_streamstate.task_errors import CancellableTask, engine_errors
+
+
+@dataclass(frozen=True)
+class ConfiguredPipeline:
+    """A pipeline spec and where it lives, as the operators take it."""
+
+    spec: Any  # engine.pipeline.spec.PipelineSpec
+    store: str
+    kafka_conn_id: str | None
+    aws_conn_id: str | None
+
+    @classmethod
+    def of(cls, value: dict[str, Any] | str) -> ConfiguredPipeline:
+        from airflow_provider_streamstate.engine.pipeline.spec import PipelineSpec
+
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                raise UsageError(f"pipeline {str(value)[:60]!r} is not a JSON object",
+                                 hint="pass a dict: name, members, links, store, kafka_conn_id") from None
+        if not isinstance(value, dict) or not isinstance(value.get("store"), str):
+            raise UsageError("a pipeline for the operators needs its `store`",
+                             hint="add store (file:///... or s3://bucket/prefix) to the pipeline dict")
+        spec = PipelineSpec.from_json({k: value.get(k) for k in ("name", "members", "links")}, "pipeline")
+        return cls(spec, value["store"], value.get("kafka_conn_id") or None, value.get("aws_conn_id") or None)
+
+
+class _PipelineTask(CancellableTask, BaseOperator):
+    def __init__(self, *, pipeline: dict[str, Any] | str, parallelism: int = 8, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.pipeline = pipeline
+        self.parallelism = parallelism
+
+    @cached_property
+    def configured(self) -> ConfiguredPipeline:
+        with engine_errors():
+            return ConfiguredPipeline.of(self.pipeline)
+
+    @cached_property
+    def hook(self) -> StreamstateStoreHook:
+        c = self.configured
+        return StreamstateStoreHook(c.store, aws_conn_id=c.aws_conn_id, parallelism=self.parallelism)
+
+    def kafka(self) -> tuple[str, dict[str, Any]]:
+        """(bootstrap servers, the rest of the client config) of the pipeline's Kafka connection."""
+        from airflow_provider_streamstate.hooks.kafka import StreamKafkaHook
+
+        conn_id = self.configured.kafka_conn_id
+        with engine_errors():
+            if not conn_id:
+                raise UsageError(f"pipeline {self.configured.spec.name} names no kafka_conn_id",
+                                 hint="add kafka_conn_id: the Airflow connection of the link topics' cluster")
+            config = StreamKafkaHook(kafka_config_id=conn_id).client_config()
+        return str(config.pop("bootstrap.servers")), config
+
+    def checkpoint_client(self) -> Any:
+        """The S3 client for `s3a://` member checkpoints: the pipeline's aws connection."""
+        from airflow_provider_streamstate.engine.checkpoint.filesystems import is_s3_location
+
+        c = self.configured
+        if not c.aws_conn_id or not any(is_s3_location(loc) for loc in c.spec.members.values()):
+            return None
+        from airflow_provider_streamstate.hooks.store import s3_client_from_connection
+
+        with engine_errors():
+            return s3_client_from_connection(c.aws_conn_id, max_connections=self.parallelism * 2)
+
+
+class SnapshotPipelineOperator(_PipelineTask):
+    """Snapshot every member of a running pipeline at one consistent cut, with its link
+    topics' channel records (docs/concepts.md, "Pipelines"). Returns `{"pipeline",
+    "snapshot_id", "members", "channels", "cut_seconds", "seconds"}`.
+
+    :param pipeline: the pipeline dict (spec, store, kafka_conn_id, aws_conn_id). (templated)
+    :param wait_s: how long to wait for each upstream to be between two batches.
+    :param labels: KEY=VALUE labels for the member snapshots. (templated)
+    :param parallelism: concurrent file transfers.
+    """
+
+    template_fields: Sequence[str] = ("pipeline", "labels")
+
+    def __init__(self, *, wait_s: float = 120.0, labels: dict[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.wait_s = wait_s
+        self.labels = labels
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_provider_streamstate.engine.pipeline.snapshots import create_pipeline_snapshot
+
+        c = self.configured
+        bootstrap, config = self.kafka()
+        self.log.info("snapshot of pipeline %s (%s) into %s", c.spec.name, ", ".join(c.spec.order()), c.store)
+        with self.cancellable():
+            result = create_pipeline_snapshot(c.spec, self.hook.store, bootstrap, kafka_config=config or None,
+                                              checkpoint_s3_client=self.checkpoint_client(), wait_s=self.wait_s,
+                                              parallelism=self.parallelism, labels=dict(self.labels or {}))
+        return result.to_json()
+
+
+class RestorePipelineOperator(_PipelineTask):
+    """Restore a pipeline snapshot in place (every member stopped; each link's channel
+    appended to its topic, the downstream resuming there), or, with `clone`, as new streams
+    on new link topics. Returns `{"pipeline", "snapshot_id", "checkpoints", "resume",
+    "channel_records", "topics", "seconds"}`.
+
+    :param pipeline: the pipeline dict (spec, store, kafka_conn_id, aws_conn_id). (templated)
+    :param snapshot: a pipeline snapshot id or `latest`. (templated)
+    :param clone: `{"suffix": ..., "checkpoints": {member: location}, "topics": {link: new},
+        "ttl_s": seconds}`: restore as a clone (members `<member>-<suffix>`, topics
+        `<link>-<suffix>` unless given); None restores in place. (templated)
+    :param parallelism: concurrent file transfers.
+    """
+
+    template_fields: Sequence[str] = ("pipeline", "snapshot", "clone")
+
+    def __init__(self, *, snapshot: str = "latest", clone: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.snapshot = snapshot
+        self.clone = clone
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from datetime import UTC, datetime, timedelta
+
+        from airflow_provider_streamstate.engine.pipeline.restore import PipelineClone, restore_pipeline
+        from airflow_provider_streamstate.engine.pipeline.snapshots import get_pipeline_snapshot
+
+        c = self.configured
+        bootstrap, config = self.kafka()
+        with self.cancellable():
+            snap = get_pipeline_snapshot(self.hook.store, c.spec.name, self.snapshot)
+            clone = None
+            if self.clone:
+                suffix = str(self.clone["suffix"])
+                topics = {ch.range.topic: f"{ch.range.topic}-{suffix}" for ch in snap.channels}
+                topics.update(self.clone.get("topics") or {})
+                ttl = self.clone.get("ttl_s")
+                clone = PipelineClone({s: f"{s}-{suffix}" for s in snap.members}, dict(self.clone["checkpoints"]),
+                                      topics, expires_at=None if not ttl else
+                                      (datetime.now(UTC) + timedelta(seconds=float(ttl))).isoformat())
+            self.log.info("restoring pipeline %s at %s%s", c.spec.name, snap.snapshot_id, " as a clone" if clone else "")
+            result = restore_pipeline(self.hook.store, snap, bootstrap, clone=clone, kafka_config=config or None,
+                                      s3_client=self.checkpoint_client(), parallelism=self.parallelism)
+        return result.to_json()
+
+
+class ReplicatePipelineOperator(_PipelineTask):
+    """Replicate a pipeline's snapshots to another store as units (a pipeline snapshot is
+    published there only once every member and channel is). Returns `{"pipeline",
+    "published", "already_present", "member_snapshots_published", "seconds"}`.
+
+    :param pipeline: the pipeline dict (spec, store, kafka_conn_id, aws_conn_id). (templated)
+    :param destination_store: the store to copy into. (templated)
+    :param destination_aws_conn_id: its aws connection. (templated)
+    :param parallelism: concurrent file transfers.
+    """
+
+    template_fields: Sequence[str] = ("pipeline", "destination_store", "destination_aws_conn_id")
+
+    def __init__(self, *, destination_store: str, destination_aws_conn_id: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.destination_store = destination_store
+        self.destination_aws_conn_id = destination_aws_conn_id
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_provider_streamstate.engine.pipeline.replicate import replicate_pipeline
+
+        c = self.configured
+        destination = StreamstateStoreHook(self.destination_store, aws_conn_id=self.destination_aws_conn_id or None,
+                                           parallelism=self.parallelism)
+        with self.cancellable():
+            result = replicate_pipeline(self.hook.store, destination.store, c.spec.name, parallelism=self.parallelism)
+        return result.to_json()
+
+
+class PipelineRetentionOperator(_PipelineTask):
+    """Keep the newest `keep_last` snapshots of a pipeline; delete the others as units (the
+    record first, then channels, then the pins that kept its members). Returns
+    `{"pipeline", "kept", "deleted", "pins_released", "dry_run"}`.
+
+    :param pipeline: the pipeline dict (spec, store, kafka_conn_id, aws_conn_id). (templated)
+    :param keep_last: how many of the newest pipeline snapshots to keep. (templated)
+    :param store: another store to apply it in (e.g. the DR store); default the pipeline's. (templated)
+    :param aws_conn_id: that store's aws connection. (templated)
+    :param dry_run: say what would be deleted; delete nothing.
+    :param parallelism: concurrent file transfers.
+    """
+
+    template_fields: Sequence[str] = ("pipeline", "keep_last", "store", "aws_conn_id")
+
+    def __init__(self, *, keep_last: int | str, store: str | None = None, aws_conn_id: str | None = None,
+                 dry_run: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.keep_last = keep_last
+        self.store = store
+        self.aws_conn_id = aws_conn_id
+        self.dry_run: Any = dry_run
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_provider_streamstate.engine.pipeline.retention import apply_pipeline_retention
+
+        c = self.configured
+        store = (StreamstateStoreHook(self.store, aws_conn_id=self.aws_conn_id or None).store if self.store
+                 else self.hook.store)
+        with self.cancellable():
+            result = apply_pipeline_retention(store, c.spec.name, keep_last=int(self.keep_last),
+                                              dry_run=bool(self.dry_run))
+        return result.to_json()

@@ -1,0 +1,111 @@
+"""Scheduled pipeline snapshots: every 15 minutes, for each configured pipeline (streams
+linked by Kafka topics), one consistent cut of all its members with its channel records,
+then (each step when configured) its replication to the DR store as a unit and retention
+of pipeline snapshots in both stores.
+
+Per pipeline (a mapped task group, so one slow or failing pipeline does not hold up others):
+
+    snapshot -> replicate -> retention_dr     (Param `dr_store`)
+             -> retention                     (Param `keep_last`; null: keep every pipeline snapshot)
+
+Pipelines come from the run's `pipelines` param (a list of dicts: the pipeline spec's
+`name`, `members`, `links`, plus `store`, `kafka_conn_id` and optionally `aws_conn_id`) or,
+on schedule, from the Airflow Variable `streamstate_pipelines` (the same list as JSON).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pendulum
+from airflow.sdk import DAG, Context, Param, task, task_group
+from airflow.sdk.exceptions import AirflowSkipException
+
+from airflow_provider_streamstate.operators.pipeline import (
+    PipelineRetentionOperator,
+    ReplicatePipelineOperator,
+    SnapshotPipelineOperator,
+)
+
+PIPELINES_VARIABLE = "streamstate_pipelines"
+
+
+class _WhenConfigured:
+    """A step that is skipped when a Param it needs is empty (`needs`: the attributes)."""
+
+    needs: tuple[str, ...] = ()
+
+    def execute(self, context: Context) -> Any:
+        for name in self.needs:
+            if getattr(self, name) in (None, "", "None"):
+                raise AirflowSkipException(f"not configured: set the {name} param to run this step")
+        return super().execute(context)  # type: ignore[misc]
+
+
+class _Replicate(_WhenConfigured, ReplicatePipelineOperator):
+    needs = ("destination_store",)
+
+
+class _Retention(_WhenConfigured, PipelineRetentionOperator):
+    needs = ("keep_last",)
+
+
+class _RetentionDr(_WhenConfigured, PipelineRetentionOperator):
+    needs = ("store", "keep_last")
+
+
+with DAG(
+    dag_id="streamstate_pipeline_snapshot",
+    description="A consistent cut of each configured pipeline, replicated to DR, with retention",
+    schedule=timedelta(minutes=15),
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    render_template_as_native_obj=True,
+    params={
+        "pipelines": Param([], type="array", description=f"pipeline dicts; empty: the Variable {PIPELINES_VARIABLE}"),
+        "dr_store": Param("", type="string", description="the DR snapshot store (s3://bucket/prefix); empty: none"),
+        "dr_aws_conn_id": Param("", type="string", description="the DR store's Airflow aws connection"),
+        "keep_last": Param(96, type=["integer", "null"], description="pipeline snapshots kept in each store; null: all"),
+    },
+    tags=["streamstate"],
+) as dag:
+
+    @task
+    def configured_pipelines(params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """The pipelines to snapshot, each checked before any cut starts."""
+        import json
+
+        from airflow.sdk import Variable
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from airflow_provider_streamstate.engine.core.errors import UsageError
+        from airflow_provider_streamstate.operators.pipeline import ConfiguredPipeline
+
+        pipelines = (params or {}).get("pipelines") or json.loads(Variable.get(PIPELINES_VARIABLE, default="[]"))
+        if not pipelines:
+            raise AirflowSkipException(f"no pipelines configured: set the Variable {PIPELINES_VARIABLE} "
+                                       "or the pipelines param")
+        try:
+            for p in pipelines:
+                ConfiguredPipeline.of(p)
+        except UsageError as exc:
+            raise AirflowFailException(exc.one_line()) from exc
+        return list(pipelines)
+
+    @task_group(group_id="pipeline")
+    def each_pipeline(pipeline: dict[str, Any]) -> None:
+        snapshot = SnapshotPipelineOperator(task_id="snapshot", pipeline=pipeline, labels={"trigger": "scheduled"},
+                                            retries=2, retry_delay=timedelta(seconds=30))
+        replicate = _Replicate(task_id="replicate", pipeline=pipeline, destination_store="{{ params.dr_store }}",
+                               destination_aws_conn_id="{{ params.dr_aws_conn_id or None }}", retries=2,
+                               retry_delay=timedelta(minutes=1))
+        retention_dr = _RetentionDr(task_id="retention_dr", pipeline=pipeline, keep_last="{{ params.keep_last }}",
+                                    store="{{ params.dr_store or None }}",
+                                    aws_conn_id="{{ params.dr_aws_conn_id or None }}")
+        retention = _Retention(task_id="retention", pipeline=pipeline, keep_last="{{ params.keep_last }}")
+        snapshot >> replicate >> retention_dr
+        snapshot >> retention
+
+    each_pipeline.expand(pipeline=configured_pipelines())
