@@ -79,3 +79,32 @@ def broker_offsets(
     finally:
         consumer.close()
     return out
+
+
+def admin_client(bootstrap: str, config: dict[str, Any] | None = None) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 0, **(config or {})})
+
+
+def list_offsets(admin: Any, partitions: dict[str, list[int]], *, latest: bool = True,
+                 timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, dict[str, int]]:
+    """Per topic and partition, the end offset (high watermark; `latest`) or the log start
+    offset, in one ListOffsets round trip (a consumer's per-partition watermark query waits
+    behind its fetches when it has an assignment; this does not)."""
+    from confluent_kafka import KafkaException, TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    spec = OffsetSpec.latest() if latest else OffsetSpec.earliest()
+    wanted = {TopicPartition(t, p): spec for t, ps in partitions.items() for p in ps}
+    out: dict[str, dict[str, int]] = {t: {} for t in partitions}
+    if not wanted:
+        return out
+    try:
+        futures = admin.list_offsets(wanted, request_timeout=timeout_s)
+        for tp, fut in futures.items():
+            out[tp.topic][str(tp.partition)] = int(fut.result().offset)
+    except KafkaException as exc:
+        raise TransientError(f"cannot read the offsets of {', '.join(sorted(partitions))}: {exc}",
+                             hint="check that the brokers are up, then retry") from None
+    return out

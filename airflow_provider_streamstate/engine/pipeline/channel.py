@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_streamstate.engine.core.errors import TransientError, UnsafeManifestError, UsageError
+from airflow_provider_streamstate.engine.kafka.offsets import admin_client, list_offsets
 from airflow_provider_streamstate.engine.pipeline.cut import ChannelRange
 
 POLL_S = 0.5
@@ -99,7 +100,8 @@ def read_channel(channel: ChannelRange, bootstrap: str, *, kafka_config: dict[st
             if time.monotonic() > deadline:
                 raise TransientError(f"reading the channel of {channel.topic} timed out "
                                      f"(partitions {sorted(pending)} incomplete)", hint="check the brokers, then retry")
-            for m in consumer.consume(500, timeout=POLL_S):
+            batch = consumer.consume(500, timeout=POLL_S)
+            for m in batch:
                 if m.error() is not None:
                     raise TransientError(f"reading the channel of {channel.topic}[{m.partition()}]: {m.error()}",
                                          hint="the topic may have deleted these records (retention); "
@@ -115,14 +117,20 @@ def read_channel(channel: ChannelRange, bootstrap: str, *, kafka_config: dict[st
                 if off + 1 >= wanted[p][1]:
                     pending.discard(p)
                     consumer.pause([TopicPartition(channel.topic, p)])
-            for p in list(pending):  # a range ending in transaction markers has no record at end - 1
-                low, high = consumer.get_watermark_offsets(TopicPartition(channel.topic, p), timeout=10)
-                if low > wanted[p][0]:
-                    raise UsageError(f"{channel.topic}[{p}] no longer has offset {wanted[p][0]} (it starts at {low})",
+            if batch or not pending:
+                continue
+            # Nothing came: a range ending in transaction markers has no record at end - 1
+            # (the position passed it), or retention deleted its start.
+            for tp in consumer.position([TopicPartition(channel.topic, p) for p in sorted(pending)]):
+                if tp.offset >= wanted[tp.partition][1]:
+                    pending.discard(tp.partition)
+            starts = list_offsets(admin_client(bootstrap, kafka_config), {channel.topic: sorted(pending)},
+                                  latest=False)[channel.topic]
+            for p in sorted(pending):
+                if starts[str(p)] > wanted[p][0]:
+                    raise UsageError(f"{channel.topic}[{p}] no longer has offset {wanted[p][0]} "
+                                     f"(it starts at {starts[str(p)]})",
                                      hint="the topic's retention deleted channel records: take a new cut")
-                position = consumer.position([TopicPartition(channel.topic, p)])[0].offset
-                if position >= wanted[p][1]:
-                    pending.discard(p)
     except KafkaException as exc:
         raise TransientError(f"cannot read {channel.topic} at {bootstrap}: {exc}",
                              hint="check the brokers, then retry") from None

@@ -27,6 +27,7 @@ from typing import Any
 from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
 from airflow_provider_streamstate.engine.core.cancel import check_cancelled
 from airflow_provider_streamstate.engine.core.errors import NotFoundError, TransientError, UsageError
+from airflow_provider_streamstate.engine.kafka.offsets import admin_client, list_offsets
 from airflow_provider_streamstate.engine.pipeline.spec import PipelineSpec
 
 log = logging.getLogger("streamstate.pipeline")
@@ -81,11 +82,11 @@ class PipelineCut:
     seconds: float
 
 
-def _link_partitions(consumer: Any, spec: PipelineSpec, bootstrap: str, timeout_s: float) -> dict[str, list[int]]:
+def _link_partitions(admin: Any, spec: PipelineSpec, bootstrap: str, timeout_s: float) -> dict[str, list[int]]:
     from confluent_kafka import KafkaException
 
     try:
-        topics = consumer.list_topics(timeout=timeout_s).topics
+        topics = admin.list_topics(timeout=timeout_s).topics
     except KafkaException as exc:
         raise TransientError(f"cannot reach Kafka at {bootstrap}: {exc}",
                              hint="check the bootstrap servers and that the brokers are up") from None
@@ -99,22 +100,7 @@ def _link_partitions(consumer: Any, spec: PipelineSpec, bootstrap: str, timeout_
     return out
 
 
-def _end_offsets(consumer: Any, topics: dict[str, list[int]], timeout_s: float) -> Offsets:
-    from confluent_kafka import KafkaException, TopicPartition
-
-    out: Offsets = {}
-    for topic, parts in topics.items():
-        for p in parts:
-            try:
-                _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)
-            except KafkaException as exc:
-                raise TransientError(f"cannot read the end offsets of {topic}[{p}]: {exc}",
-                                     hint="check that the brokers are up, then retry") from None
-            out.setdefault(topic, {})[str(p)] = int(high)
-    return out
-
-
-def _observe_between_batches(stream: str, reader: CheckpointReader, consumer: Any, topics: dict[str, list[int]],
+def _observe_between_batches(stream: str, reader: CheckpointReader, admin: Any, topics: dict[str, list[int]],
                              deadline: float, timeout_s: float) -> tuple[int, Offsets, int]:
     """(batch n, end offsets of `topics`, when) read while n was committed and n+1 not begun."""
     while True:
@@ -122,7 +108,7 @@ def _observe_between_batches(stream: str, reader: CheckpointReader, consumer: An
         started = reader.started_batches()
         if started and started[-1] in set(reader.committed_batches()):
             n = started[-1]
-            ends = _end_offsets(consumer, topics, timeout_s)
+            ends = list_offsets(admin, topics, timeout_s=timeout_s)
             at_ms = int(time.time() * 1000)
             if reader.started_batches()[-1] == n:
                 return n, ends, at_ms
@@ -148,8 +134,6 @@ def find_cut(
 ) -> PipelineCut:
     """One committed batch per member forming a consistent cut of the running pipeline (the
     module docstring); nothing is written."""
-    from confluent_kafka import Consumer
-
     started = time.monotonic()
     readers = {s: CheckpointReader(loc, s3_client=s3_client) for s, loc in spec.members.items()}
     for link in spec.links:  # the downstream must read the topic it is linked by
@@ -159,19 +143,14 @@ def find_cut(
             raise UsageError(f"{link.downstream} of pipeline {spec.name} does not read {link.topic} "
                              f"(its checkpoint reads {', '.join(sorted(read))})",
                              hint="check the pipeline spec's links against each query's Kafka source")
-    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "streamstate-pipeline-cut",
-                         "enable.auto.commit": False, "log_level": 0, **(kafka_config or {})})
-    try:
-        partitions = _link_partitions(consumer, spec, kafka_bootstrap, timeout_s)
-        deadline = time.monotonic() + wait_s
-        observed: dict[str, tuple[int, Offsets, int]] = {}
-        for stream in reversed(spec.order()):  # downstream first: each upstream is observed after its readers
-            out_topics = {link.topic: partitions[link.topic] for link in spec.outgoing(stream)}
-            if out_topics:
-                observed[stream] = _observe_between_batches(stream, readers[stream], consumer, out_topics,
-                                                            deadline, timeout_s)
-    finally:
-        consumer.close()
+    admin = admin_client(kafka_bootstrap, kafka_config)
+    partitions = _link_partitions(admin, spec, kafka_bootstrap, timeout_s)
+    deadline = time.monotonic() + wait_s
+    observed: dict[str, tuple[int, Offsets, int]] = {}
+    for stream in reversed(spec.order()):  # downstream first: each upstream is observed after its readers
+        out_topics = {link.topic: partitions[link.topic] for link in spec.outgoing(stream)}
+        if out_topics:
+            observed[stream] = _observe_between_batches(stream, readers[stream], admin, out_topics, deadline, timeout_s)
     members: dict[str, MemberCut] = {}
     produced_by = {link.topic: observed[link.upstream][1][link.topic] for link in spec.links}
     for stream in spec.order():

@@ -31,6 +31,7 @@ from typing import Any
 from airflow_provider_streamstate.engine.catalog.snapshots import get_snapshot
 from airflow_provider_streamstate.engine.checkpoint.offset_rewrite import OffsetRewrite
 from airflow_provider_streamstate.engine.core.errors import TransientError, UsageError
+from airflow_provider_streamstate.engine.kafka.offsets import admin_client, list_offsets
 from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
 from airflow_provider_streamstate.engine.pipeline import channel as channel_mod
 from airflow_provider_streamstate.engine.pipeline.snapshots import PipelineSnapshot
@@ -67,30 +68,15 @@ class PipelineRestoreResult:
                 "seconds": round(self.seconds, 3)}
 
 
-def _admin(bootstrap: str, kafka_config: dict[str, Any] | None) -> Any:
-    from confluent_kafka.admin import AdminClient
-
-    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 0, **(kafka_config or {})})
-
-
 def _ends(bootstrap: str, topic: str, partitions: list[str], kafka_config: dict[str, Any] | None) -> dict[str, int]:
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
-
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "streamstate-pipeline-restore", "log_level": 0,
-                  **(kafka_config or {})})
-    try:
-        return {p: int(c.get_watermark_offsets(TopicPartition(topic, int(p)), timeout=10)[1]) for p in partitions}
-    except KafkaException as exc:
-        raise TransientError(f"cannot read the end offsets of {topic}: {exc}", hint="check the brokers, then retry") from None
-    finally:
-        c.close()
+    return list_offsets(admin_client(bootstrap, kafka_config), {topic: [int(p) for p in partitions]})[topic]
 
 
 def _create_topic(bootstrap: str, topic: str, like: str, kafka_config: dict[str, Any] | None) -> None:
     """Create `topic` with the partition count of `like`; an existing empty one is accepted."""
     from confluent_kafka.admin import NewTopic
 
-    admin = _admin(bootstrap, kafka_config)
+    admin = admin_client(bootstrap, kafka_config)
     topics = admin.list_topics(timeout=10).topics
     if topic in topics:
         parts = [str(p) for p in topics[topic].partitions]
