@@ -55,6 +55,8 @@ def kafka_consumer(bootstrap: str, config: dict[str, Any] | None, timeout_s: flo
         "bootstrap.servers": bootstrap, "group.id": "streamstate-anchors", "enable.auto.commit": False,
         "enable.partition.eof": True, "log_level": 0, "socket.timeout.ms": int(timeout_s * 1000),
         "auto.offset.reset": "earliest",
+        # Short reads of known ranges: do not let the broker hold a fetch for more data.
+        "fetch.wait.max.ms": 10,
         # As Spark's Kafka source and MirrorMaker 2 read by default: every record, markers aside.
         "isolation.level": "read_uncommitted", **(config or {}),
     })

@@ -22,7 +22,7 @@ from airflow_provider_streamstate.engine.core.errors import TransientError, Unsa
 from airflow_provider_streamstate.engine.kafka.offsets import admin_client, list_offsets
 from airflow_provider_streamstate.engine.pipeline.cut import ChannelRange
 
-POLL_S = 0.5
+POLL_S = 0.05  # short waits: a batch call returns early only when full
 
 
 @dataclass(frozen=True)
@@ -90,11 +90,13 @@ def read_channel(channel: ChannelRange, bootstrap: str, *, kafka_config: dict[st
         return []
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "streamstate-pipeline-channel",
                          "enable.auto.commit": False, "auto.offset.reset": "error", "log_level": 0,
+                         "fetch.wait.max.ms": 10,  # a known range: do not let the broker hold a fetch
                          "isolation.level": "read_uncommitted", **(kafka_config or {})})
     out: dict[int, list[ChannelRecord]] = {p: [] for p in wanted}
     try:
         consumer.assign([TopicPartition(channel.topic, p, start) for p, (start, _) in wanted.items()])
         pending = set(wanted)
+        admin: Any = None
         deadline = time.monotonic() + timeout_s
         while pending:
             if time.monotonic() > deadline:
@@ -124,8 +126,8 @@ def read_channel(channel: ChannelRange, bootstrap: str, *, kafka_config: dict[st
             for tp in consumer.position([TopicPartition(channel.topic, p) for p in sorted(pending)]):
                 if tp.offset >= wanted[tp.partition][1]:
                     pending.discard(tp.partition)
-            starts = list_offsets(admin_client(bootstrap, kafka_config), {channel.topic: sorted(pending)},
-                                  latest=False)[channel.topic]
+            admin = admin or admin_client(bootstrap, kafka_config)
+            starts = list_offsets(admin, {channel.topic: sorted(pending)}, latest=False)[channel.topic]
             for p in sorted(pending):
                 if starts[str(p)] > wanted[p][0]:
                     raise UsageError(f"{channel.topic}[{p}] no longer has offset {wanted[p][0]} "

@@ -147,6 +147,7 @@ class PipelineSnapshotResult:
     snapshot: PipelineSnapshot
     member_results: dict[str, Any]  # stream -> SnapshotResult
     seconds: float
+    phases: dict[str, float]  # seconds: cut (incl. the wait between batches), members, channels, record
 
     def to_json(self) -> dict[str, Any]:
         s = self.snapshot
@@ -154,7 +155,8 @@ class PipelineSnapshotResult:
                 "members": {k: {**m.to_json(), "reused": self.member_results[k].reused}
                             for k, m in sorted(s.members.items())},
                 "channels": [{"topic": c.range.topic, "records": c.records} for c in s.channels],
-                "cut_seconds": round(s.cut_seconds, 3), "seconds": round(self.seconds, 3)}
+                "cut_seconds": round(s.cut_seconds, 3), "seconds": round(self.seconds, 3),
+                "phases": {k: round(v, 3) for k, v in self.phases.items()}}
 
 
 def create_pipeline_snapshot(
@@ -168,6 +170,8 @@ def create_pipeline_snapshot(
     cut = find_cut(spec, kafka_bootstrap, kafka_config=kafka_config, s3_client=checkpoint_s3_client, wait_s=wait_s)
     now = datetime.now(UTC)
     snapshot_id = now.strftime("%Y%m%dT%H%M%S%fZ")
+    phases = {"cut": time.monotonic() - started}
+    t0 = time.monotonic()
     results: dict[str, Any] = {}
     for stream in spec.order():  # upstream first: its batch is the newest, its files the likeliest to go
         results[stream] = create_snapshot(
@@ -177,6 +181,8 @@ def create_pipeline_snapshot(
             checkpoint_s3_client=checkpoint_s3_client)
     for stream in spec.order():  # stream retention keeps a live pipeline snapshot's members (pipeline/retention.py)
         pin_snapshot(store, stream, results[stream].manifest.snapshot_id, reason=pin_reason(spec.name, snapshot_id))
+    phases["members"] = time.monotonic() - t0
+    t0 = time.monotonic()
     channels = []
     for rng in cut.channels:
         records = channel_mod.read_channel(rng, kafka_bootstrap, kafka_config=kafka_config)
@@ -184,6 +190,8 @@ def create_pipeline_snapshot(
         key = _channel_key(spec.name, snapshot_id, rng.topic)
         store.put_record(key, data)
         channels.append(StoredChannel(rng, len(records), channel_mod.digest(data), key))
+    phases["channels"] = time.monotonic() - t0
+    t0 = time.monotonic()
     snap = PipelineSnapshot(
         spec.name, snapshot_id, now.isoformat(), spec,
         {s: MemberSnapshot(s, results[s].manifest.snapshot_id, cut.members[s].batch_id, cut.members[s].reads,
@@ -193,7 +201,8 @@ def create_pipeline_snapshot(
                      json.dumps(snap.to_json(), indent=1, sort_keys=True).encode())
     log.info("pipeline snapshot %s of %s: %s", snapshot_id, spec.name,
              ", ".join(f"{m.stream}={m.snapshot_id}" for m in snap.members.values()))
-    return PipelineSnapshotResult(snap, results, time.monotonic() - started)
+    phases["record"] = time.monotonic() - t0
+    return PipelineSnapshotResult(snap, results, time.monotonic() - started, phases)
 
 
 def list_pipeline_snapshots(store: SnapshotStore, pipeline: str) -> list[str]:
