@@ -11,7 +11,6 @@ import random
 import threading
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -200,26 +199,6 @@ def test_cuts_of_a_running_pipeline_restore_and_clone_without_loss_or_double_cou
     for old in snaps[:-1]:
         assert all(not store.list_snapshot_ids(m.stream) or m.snapshot_id not in store.list_snapshot_ids(m.stream)
                    for m in old.members.values())
-
-
-def test_a_pipeline_spec_refuses_what_no_cut_can_serve(tmp_path: Path) -> None:
-    from airflow_provider_streamstate.engine.core.errors import UsageError
-
-    members = {"a": "/ck/a", "b": "/ck/b"}
-    for links, said in (
-        ((), "declares no link"),
-        ((Link("a", "t", "c"),), "names c, which is not a member"),
-        ((Link("a", "t", "a"),), "links a to itself"),
-        ((Link("a", "t", "b"), Link("b", "u", "a")), "form a cycle"),
-        ((Link("a", "t", "b"), Link("b", "t", "a")), "has two upstreams"),
-    ):
-        with pytest.raises(UsageError, match=said):
-            PipelineSpec("p", members, links)
-    with pytest.raises(UsageError, match="c of pipeline p is linked to no other member"):
-        PipelineSpec("p", {**members, "c": "/ck/c"}, (Link("a", "t", "b"),))
-    spec = PipelineSpec("p", {**members, "c": "/ck/c"}, (Link("b", "u", "c"), Link("a", "t", "b")))
-    assert spec.order() == ["a", "b", "c"]
-    assert PipelineSpec.from_json(spec.to_json()) == spec
 
 
 def test_the_pipeline_snapshot_dag_cuts_replicates_and_keeps_the_newest(

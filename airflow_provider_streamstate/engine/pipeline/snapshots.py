@@ -179,30 +179,38 @@ def create_pipeline_snapshot(
             labels={**(labels or {}), "pipeline": spec.name, "pipeline-snapshot": snapshot_id}, always=True,
             parallelism=parallelism, kafka_bootstrap=kafka_bootstrap, kafka_config=kafka_config,
             checkpoint_s3_client=checkpoint_s3_client)
-    for stream in spec.order():  # stream retention keeps a live pipeline snapshot's members (pipeline/retention.py)
-        pin_snapshot(store, stream, results[stream].manifest.snapshot_id, reason=pin_reason(spec.name, snapshot_id))
     phases["members"] = time.monotonic() - t0
     t0 = time.monotonic()
-    channels = []
-    for rng in cut.channels:
-        records = channel_mod.read_channel(rng, kafka_bootstrap, kafka_config=kafka_config)
+    channels = [(rng, channel_mod.read_channel(rng, kafka_bootstrap, kafka_config=kafka_config)) for rng in cut.channels]
+    phases["channels"] = time.monotonic() - t0
+    t0 = time.monotonic()
+    members = {s: MemberSnapshot(s, results[s].manifest.snapshot_id, cut.members[s].batch_id, cut.members[s].reads,
+                                 cut.members[s].produced) for s in spec.order()}
+    snap = record_pipeline_snapshot(store, spec, snapshot_id, now.isoformat(), members, channels, cut.seconds)
+    phases["record"] = time.monotonic() - t0
+    return PipelineSnapshotResult(snap, results, time.monotonic() - started, phases)
+
+
+def record_pipeline_snapshot(
+    store: SnapshotStore, spec: PipelineSpec, snapshot_id: str, created_at: str, members: dict[str, MemberSnapshot],
+    channels: list[tuple[ChannelRange, list[channel_mod.ChannelRecord]]], cut_seconds: float,
+) -> PipelineSnapshot:
+    """Publish a pipeline snapshot whose member snapshots exist: pin them, store the channel
+    records, then write the record (last: until then there is no pipeline snapshot)."""
+    for m in members.values():  # stream retention keeps a live pipeline snapshot's members (pipeline/retention.py)
+        pin_snapshot(store, m.stream, m.snapshot_id, reason=pin_reason(spec.name, snapshot_id))
+    stored = []
+    for rng, records in channels:
         data = channel_mod.encode(records)
         key = _channel_key(spec.name, snapshot_id, rng.topic)
         store.put_record(key, data)
-        channels.append(StoredChannel(rng, len(records), channel_mod.digest(data), key))
-    phases["channels"] = time.monotonic() - t0
-    t0 = time.monotonic()
-    snap = PipelineSnapshot(
-        spec.name, snapshot_id, now.isoformat(), spec,
-        {s: MemberSnapshot(s, results[s].manifest.snapshot_id, cut.members[s].batch_id, cut.members[s].reads,
-                           cut.members[s].produced) for s in spec.order()},
-        channels, cut.seconds)
+        stored.append(StoredChannel(rng, len(records), channel_mod.digest(data), key))
+    snap = PipelineSnapshot(spec.name, snapshot_id, created_at, spec, members, stored, cut_seconds)
     store.put_record(f"{_snapshots_prefix(spec.name)}{snapshot_id}.json",
                      json.dumps(snap.to_json(), indent=1, sort_keys=True).encode())
     log.info("pipeline snapshot %s of %s: %s", snapshot_id, spec.name,
-             ", ".join(f"{m.stream}={m.snapshot_id}" for m in snap.members.values()))
-    phases["record"] = time.monotonic() - t0
-    return PipelineSnapshotResult(snap, results, time.monotonic() - started, phases)
+             ", ".join(f"{m.stream}={m.snapshot_id}" for m in members.values()))
+    return snap
 
 
 def list_pipeline_snapshots(store: SnapshotStore, pipeline: str) -> list[str]:
