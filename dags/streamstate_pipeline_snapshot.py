@@ -19,39 +19,27 @@ from datetime import timedelta
 from typing import Any
 
 import pendulum
-from airflow.sdk import DAG, Context, Param, task, task_group
-from airflow.sdk.exceptions import AirflowSkipException
+from airflow.sdk import DAG, Param, task, task_group
 
 from airflow_provider_streamstate.operators.pipeline import (
     PipelineRetentionOperator,
     ReplicatePipelineOperator,
     SnapshotPipelineOperator,
 )
+from airflow_provider_streamstate.skip_unconfigured import SkipUnlessConfigured
 
 PIPELINES_VARIABLE = "streamstate_pipelines"
 
 
-class _WhenConfigured:
-    """A step that is skipped when a Param it needs is empty (`needs`: the attributes)."""
-
-    needs: tuple[str, ...] = ()
-
-    def execute(self, context: Context) -> Any:
-        for name in self.needs:
-            if getattr(self, name) in (None, "", "None"):
-                raise AirflowSkipException(f"not configured: set the {name} param to run this step")
-        return super().execute(context)  # type: ignore[misc]
-
-
-class _Replicate(_WhenConfigured, ReplicatePipelineOperator):
+class _Replicate(SkipUnlessConfigured, ReplicatePipelineOperator):
     needs = ("destination_store",)
 
 
-class _Retention(_WhenConfigured, PipelineRetentionOperator):
+class _Retention(SkipUnlessConfigured, PipelineRetentionOperator):
     needs = ("keep_last",)
 
 
-class _RetentionDr(_WhenConfigured, PipelineRetentionOperator):
+class _RetentionDr(SkipUnlessConfigured, PipelineRetentionOperator):
     needs = ("store", "keep_last")
 
 
@@ -78,7 +66,7 @@ with DAG(
         import json
 
         from airflow.sdk import Variable
-        from airflow.sdk.exceptions import AirflowFailException
+        from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
         from airflow_provider_streamstate.engine.core.errors import UsageError
         from airflow_provider_streamstate.operators.pipeline import ConfiguredPipeline

@@ -20,8 +20,7 @@ from datetime import timedelta
 from typing import Any
 
 import pendulum
-from airflow.sdk import DAG, Context, Param, task, task_group
-from airflow.sdk.exceptions import AirflowSkipException
+from airflow.sdk import DAG, Param, task, task_group
 
 from airflow_provider_streamstate.configured import configured_streams as configured
 from airflow_provider_streamstate.operators.replicate import ReplicateSnapshotsOperator
@@ -29,33 +28,23 @@ from airflow_provider_streamstate.operators.retention import ApplyRetentionOpera
 from airflow_provider_streamstate.operators.snapshot import SnapshotStreamOperator
 from airflow_provider_streamstate.operators.validate import ValidateSnapshotOperator
 from airflow_provider_streamstate.sensors.replicate import SnapshotReplicaSensor
+from airflow_provider_streamstate.skip_unconfigured import SkipUnlessConfigured
 
 
-class _WhenConfigured:
-    """A step that is skipped when the Param it needs is empty (`needs`: the attribute)."""
-
-    needs = ""
-
-    def execute(self, context: Context) -> Any:
-        if not getattr(self, self.needs):
-            raise AirflowSkipException(f"not configured: set the {self.needs} param to run this step")
-        return super().execute(context)  # type: ignore[misc]
+class _Validate(SkipUnlessConfigured, ValidateSnapshotOperator):
+    needs = ("suite",)
 
 
-class _Validate(_WhenConfigured, ValidateSnapshotOperator):
-    needs = "suite"
+class _Replicate(SkipUnlessConfigured, ReplicateSnapshotsOperator):
+    needs = ("destination_store",)
 
 
-class _Replicate(_WhenConfigured, ReplicateSnapshotsOperator):
-    needs = "destination_store"
+class _ReplicaComplete(SkipUnlessConfigured, SnapshotReplicaSensor):
+    needs = ("store",)
 
 
-class _ReplicaComplete(_WhenConfigured, SnapshotReplicaSensor):
-    needs = "store"
-
-
-class _Retention(_WhenConfigured, ApplyRetentionOperator):
-    needs = "keep_last"
+class _Retention(SkipUnlessConfigured, ApplyRetentionOperator):
+    needs = ("keep_last",)
 
 
 with DAG(

@@ -57,6 +57,15 @@ def drain(spark: Any, bootstrap: str, src: str, link: str, checkpoints: dict[str
         assert q.exception() is None, q.exception()
 
 
+def start_pipeline(spark: Any, bootstrap: str, src: str, link: str, checkpoints: dict[str, str], *, trigger_ms: int,
+                   max_offsets: int) -> list[Any]:
+    """Both members running with a processing-time trigger, as in production."""
+    return [start_member(spark, PipelineArgs(bootstrap, checkpoints[m], m, source_topic=src, link_topic=link,
+                                             totals_topic=f"{link}-totals", trigger=f"processing:{trigger_ms} milliseconds",
+                                             max_offsets_per_trigger=max_offsets, query_name=f"{m}-{link}"))
+            for m in ("enrich", "totals")]
+
+
 def test_cuts_of_a_running_pipeline_restore_and_clone_without_loss_or_double_count(
     stack, spark, topic, tmp_path, make_store, capsys
 ) -> None:
@@ -75,10 +84,7 @@ def test_cuts_of_a_running_pipeline_restore_and_clone_without_loss_or_double_cou
         rounds.append(rounds[-1].next_round())
     expected = expected_aggregates(rounds)
     produce(bootstrap, topic, rounds[0])
-    queries = [start_member(spark, PipelineArgs(bootstrap, ck[m], m, source_topic=topic, link_topic=link,
-                                                totals_topic=f"{link}-totals", trigger="processing:400 milliseconds",
-                                                max_offsets_per_trigger=60, query_name=f"{m}-{link}"))
-               for m in ("enrich", "totals")]
+    queries = start_pipeline(spark, bootstrap, topic, link, ck, trigger_ms=400, max_offsets=60)
     seed = random.randrange(10**6)
     rnd = random.Random(seed)
     cuts, independent = [], []
@@ -218,10 +224,7 @@ def test_the_pipeline_snapshot_dag_cuts_replicates_and_keeps_the_newest(
     ck = {"enrich": str(tmp_path / "enrich"), "totals": str(tmp_path / "totals")}
     spec = PipelineSpec("payments", ck, (Link("enrich", link, "totals"),))
     produce(bootstrap, topic, GeneratorSpec(seed=29, accounts=10, events=120))
-    queries = [start_member(spark, PipelineArgs(bootstrap, ck[m], m, source_topic=topic, link_topic=link,
-                                                totals_topic=f"{link}-totals", trigger="processing:300 milliseconds",
-                                                max_offsets_per_trigger=40, query_name=f"{m}-{link}"))
-               for m in ("enrich", "totals")]
+    queries = start_pipeline(spark, bootstrap, topic, link, ck, trigger_ms=300, max_offsets=40)
     try:
         wait_for(lambda: all(q.lastProgress for q in queries), 120, "both members' first batches")
         pipeline = {**spec.to_json(), "store": store_url, "kafka_conn_id": "kafka_stack"}
