@@ -3,11 +3,13 @@
 
     streamstate pipeline list    --store S --pipeline NAME [--json]
     streamstate pipeline show    --store S --pipeline NAME SNAPSHOT [--json]
+    streamstate pipeline validate --store S --pipeline NAME SNAPSHOT --suite MEMBER=FILE... [--json]
     streamstate pipeline restore --store S --pipeline NAME SNAPSHOT --kafka-bootstrap HOST:PORT [--json]
     streamstate pipeline clone   --store S --pipeline NAME SNAPSHOT --kafka-bootstrap HOST:PORT
                                  --suffix SFX --checkpoint MEMBER=LOCATION... [--topic LINK=NEW]... [--ttl 7d] [--json]
 
-SNAPSHOT is a pipeline snapshot id or `latest`. `restore` replaces every member's checkpoint
+SNAPSHOT is a pipeline snapshot id, `latest`, or `latest-good` (every member passed its validations).
+`validate` exits 0 when every member's suite passes and 3 when one fails. `restore` replaces every member's checkpoint
 (all stopped) and appends each link's channel records to its topic; `clone` restores the
 members as new streams (`<member>-<SFX>`) onto new link topics (`<link>-<SFX>` unless given).
 """
@@ -29,6 +31,8 @@ from airflow_provider_streamstate.cli.common import (
     print_result,
 )
 
+EXIT_VALIDATION_FAILED = 3  # as `streamstate validate`: a member's suite failed
+
 
 def register(commands: Any) -> Handlers:
     pipeline = commands.add_parser("pipeline", help="list, show, restore and clone pipeline snapshots")
@@ -36,6 +40,7 @@ def register(commands: Any) -> Handlers:
     sub = pipeline.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", parser_class=Parser)
     parsers = {}
     for name, text in (("list", "the pipeline's snapshots, oldest first"), ("show", "one pipeline snapshot"),
+                       ("validate", "run each member's GX suite on its snapshot (local Spark)"),
                        ("restore", "restore every member in place, the channels appended to the link topics"),
                        ("clone", "restore the members as new streams on new link topics")):
         p = sub.add_parser(name, help=text)
@@ -48,6 +53,8 @@ def register(commands: Any) -> Handlers:
         p = parsers[name]
         p.add_argument("--kafka-bootstrap", required=True, metavar="HOST:PORT", help="the link topics' cluster")
         add_parallelism(p)
+    parsers["validate"].add_argument("--suite", action="append", default=[], metavar="MEMBER=FILE", required=True,
+                                     help="a GX suite JSON file for each member (one per member)")
     clone = parsers["clone"]
     clone.add_argument("--suffix", required=True, help="names the clone: its members are `<member>-SUFFIX`, its link topics `<link>-SUFFIX` unless given")
     clone.add_argument("--checkpoint", action="append", default=[], metavar="MEMBER=LOCATION", required=True,
@@ -58,7 +65,7 @@ def register(commands: Any) -> Handlers:
                        help="record the members as clones expiring after this long (e.g. 7d): "
                        "`clone expire` then deletes them and their link topics")
     return {("pipeline", "list"): cmd_list, ("pipeline", "show"): cmd_show, ("pipeline", "restore"): cmd_restore,
-            ("pipeline", "clone"): cmd_clone}
+            ("pipeline", "clone"): cmd_clone, ("pipeline", "validate"): cmd_validate}
 
 
 def _pairs(items: list[str], what: str) -> dict[str, str]:
@@ -76,20 +83,26 @@ def _pairs(items: list[str], what: str) -> dict[str, str]:
 def cmd_list(args: argparse.Namespace) -> int:
     from airflow_provider_streamstate.engine.pipeline.snapshots import (
         get_pipeline_snapshot,
+        known_good,
         list_pipeline_snapshots,
+        member_validations,
     )
 
     store = open_store_from_args(args)
     rows: list[dict[str, Any]] = []
     for sid in list_pipeline_snapshots(store, args.pipeline):
         snap = get_pipeline_snapshot(store, args.pipeline, sid)
+        validations = member_validations(store, snap)
+        good = known_good(validations) if any(validations.values()) else None
         rows.append({"snapshot_id": sid, "members": {s: m.to_json() for s, m in snap.members.items()},
-                     "channel_records": {c.range.topic: c.records for c in snap.channels}})
-    lines = [f"{'SNAPSHOT':24} MEMBERS (batch, snapshot)  CHANNEL"]
+                     "channel_records": {c.range.topic: c.records for c in snap.channels},
+                     "validations": validations, "good": good})
+    lines = [f"{'SNAPSHOT':24} {'GOOD':5} MEMBERS (batch, snapshot)  CHANNEL"]
     for r in rows:
         members = "  ".join(f"{s}@{m['batch_id']} {m['snapshot_id']}" for s, m in sorted(r["members"].items()))
         channel = ", ".join(f"{t}={n}" for t, n in r["channel_records"].items())
-        lines.append(f"{r['snapshot_id']:24} {members}  {channel}")
+        mark = {True: "yes", False: "NO", None: "-"}[r["good"]]
+        lines.append(f"{r['snapshot_id']:24} {mark:5} {members}  {channel}")
     print_result(args, rows, "\n".join(lines) if rows else f"pipeline {args.pipeline} has no snapshot")
     return EXIT_OK
 
@@ -144,3 +157,22 @@ def _text(r: Any, verb: str) -> str:
               + ", ".join(f"[{p}] {o}" for p, o in sorted(parts.items(), key=lambda x: int(x[0])))
               for t, parts in r.resume.items()]
     return "\n".join(lines)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from airflow_provider_streamstate.engine.pipeline.snapshots import get_pipeline_snapshot
+    from airflow_provider_streamstate.engine.pipeline.validation import validate_pipeline
+    from airflow_provider_streamstate.engine.state.reader import StateReader
+    from airflow_provider_streamstate.engine.state.validation import load_suite
+
+    store = open_store_from_args(args)
+    snap = get_pipeline_snapshot(store, args.pipeline, args.snapshot_id)
+    suites = {member: load_suite(path) for member, path in _pairs(args.suite, "member").items()}
+    with StateReader(store) as reader:
+        result = validate_pipeline(reader, snap, suites)
+    lines = [f"pipeline snapshot {result.snapshot_id} of {result.pipeline}: "
+             f"{'PASSED' if result.success else 'FAILED'}"]
+    lines += [f"  {s}: {m['snapshot_id']} suite {m['suite']} {'passed' if m['success'] else 'FAILED'}"
+              + (" (stored result)" if m["reused"] else "") for s, m in result.members.items()]
+    print_result(args, result.to_json(), "\n".join(lines))
+    return EXIT_OK if result.success else EXIT_VALIDATION_FAILED

@@ -36,6 +36,7 @@ from airflow_provider_streamstate.jobs.generator import (
     expected_aggregates,
     produce,
 )
+from tests.integration.test_state_history import SUITE
 from tests.streams import consume_until, use_state_store, wait_for
 
 pytestmark = pytest.mark.integration
@@ -80,17 +81,22 @@ def test_cuts_of_a_running_pipeline_restore_and_clone_without_loss_or_double_cou
     spec_file = tmp_path / "pipeline.json"
     spec_file.write_text(json.dumps(spec.to_json()))
     rounds = [GeneratorSpec(seed=23, accounts=40, events=200, duplicate_rate=0.05)]
-    while len(rounds) < 5:
-        rounds.append(rounds[-1].next_round())
-    expected = expected_aggregates(rounds)
     produce(bootstrap, topic, rounds[0])
     queries = start_pipeline(spark, bootstrap, topic, link, ck, trigger_ms=400, max_offsets=60)
     seed = random.randrange(10**6)
     rnd = random.Random(seed)
     cuts, independent = [], []
     wait_for(lambda: all(q.lastProgress for q in queries), 120, "both members' first batches")
-    producer = threading.Thread(target=lambda: [produce(bootstrap, topic, r, rate=40) for r in rounds[1:]])
-    producer.start()
+    writing = threading.Event()
+    writing.set()
+
+    def producer() -> None:  # 40 transactions a second until the cuts are taken
+        while writing.is_set():
+            rounds.append(rounds[-1].next_round(40))
+            produce(bootstrap, topic, rounds[-1], rate=40)
+
+    feeder = threading.Thread(target=producer)
+    feeder.start()
     deadline = time.monotonic() + 120
     while len(cuts) < 3 and time.monotonic() < deadline:
         time.sleep(rnd.uniform(0.2, 2.0))  # a random moment
@@ -111,8 +117,10 @@ def test_cuts_of_a_running_pipeline_restore_and_clone_without_loss_or_double_cou
         seen = queries[1].lastProgress["batchId"]
         wait_for(lambda: queries[1].lastProgress["batchId"] > seen, 30, "another batch of totals")  # noqa: B023
         independent.append((upstream, create_snapshot(ck["totals"], independent_store, "totals").manifest))
-    producer.join()
+    writing.clear()
+    feeder.join()
     assert len(cuts) == 3, f"seed {seed}"
+    expected = expected_aggregates(rounds)
     wait_for(lambda: totals(spark, ck["totals"]) == expected, 180, "the pipeline to reach the expected totals")
     for q in queries:
         q.stop()
@@ -150,6 +158,31 @@ def test_cuts_of_a_running_pipeline_restore_and_clone_without_loss_or_double_cou
     # not produced yet (after a restore they would be produced, and counted, again).
     independent_ahead = [ahead({topic: up.kafka_offsets[topic]}, down.kafka_offsets[link]) for up, down in independent]
     assert any(n > 0 for n in independent_ahead), (seed, independent_ahead)
+
+    # Validated as a unit (each member with its own suite, through the CLI): a pipeline
+    # snapshot is good only when every member passed, and `latest-good` is the newest such.
+    suite_files = {}
+    for name, operator, expectations in (
+        ("enrich-sane", "dedupeWithinWatermark",
+         [{"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "key_txn_id"}}]),
+        ("totals-sane", "stateStoreSave", SUITE["expectations"]),
+        ("totals-tiny", "stateStoreSave",
+         [{"type": "expect_column_values_to_be_between", "kwargs": {"column": "value_max", "max_value": 10}}]),
+    ):
+        suite_files[name] = tmp_path / f"{name}.json"
+        suite_files[name].write_text(json.dumps({"name": name, "meta": {"streamstate": {"operator": operator}},
+                                                 "expectations": expectations}))
+    validate = ["pipeline", "validate", "--pipeline", "orders", "--store", store_url, "--json",
+                "--suite", f"enrich={suite_files['enrich-sane']}"]
+    assert main([*validate, snaps[0].snapshot_id, "--suite", f"totals={suite_files['totals-sane']}"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["success"] is True
+    assert main([*validate, snaps[1].snapshot_id, "--suite", f"totals={suite_files['totals-tiny']}"]) == 3
+    failed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert failed["members"]["enrich"]["success"] is True and failed["members"]["totals"]["success"] is False
+    assert get_pipeline_snapshot(store, "orders", "latest-good").snapshot_id == snaps[0].snapshot_id
+    assert main(["pipeline", "list", "--pipeline", "orders", "--store", store_url, "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert [r["good"] for r in listed] == [True, False, None]
 
     for i, snap in enumerate(snaps):
         # Restored in place, then run to the end of the same input: the same totals.
@@ -199,12 +232,15 @@ def test_cuts_of_a_running_pipeline_restore_and_clone_without_loss_or_double_cou
     assert result.pins_released == 2 * (len(snaps) - 1)
     assert list_pipeline_snapshots(store, "orders") == [kept.snapshot_id]
     assert store.list_record_tree("pipelines/orders/channels/") == [kept.channels[0].key]
-    for m in ck:
-        apply_retention(store, m, RetentionPolicy(keep_last=1))
+    verdicts = {v.snapshot_id: v for m in ck for v in apply_retention(store, m, RetentionPolicy(keep_last=1)).kept}
     assert get_pipeline_snapshot(store, "orders", kept.snapshot_id).to_json() == kept.to_json()  # members all there
+    assert all(any("pinned" in r for r in verdicts[m.snapshot_id].reasons) for m in kept.members.values())
+    # The older members are ordinary snapshots again: deleted, or kept for another reason
+    # (the first cut's passed their suites: the newest known-good of each is kept).
     for old in snaps[:-1]:
-        assert all(not store.list_snapshot_ids(m.stream) or m.snapshot_id not in store.list_snapshot_ids(m.stream)
-                   for m in old.members.values())
+        for m in old.members.values():
+            assert m.snapshot_id not in verdicts or not any("pinned" in r for r in verdicts[m.snapshot_id].reasons)
+    assert not set(store.list_snapshot_ids("totals")) & {m.snapshot_id for o in snaps[1:-1] for m in o.members.values()}
 
 
 def test_the_pipeline_snapshot_dag_cuts_replicates_and_keeps_the_newest(

@@ -22,6 +22,7 @@ from typing import Any
 
 from airflow_provider_streamstate.engine.catalog.retention import pin_snapshot
 from airflow_provider_streamstate.engine.catalog.snapshots import get_snapshot
+from airflow_provider_streamstate.engine.catalog.validation_records import validation_status
 from airflow_provider_streamstate.engine.core.errors import NotFoundError, UnsafeManifestError, UsageError
 from airflow_provider_streamstate.engine.core.manifest import validate_snapshot_id, validate_stream_name
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
@@ -34,6 +35,7 @@ log = logging.getLogger("streamstate.pipeline")
 
 FORMAT = "streamstate.pipeline-snapshot/1"
 PIPELINE_SNAPSHOT_ID_RE = re.compile(r"^\d{8}T\d{12}Z$")
+LATEST_GOOD = "latest-good"
 
 
 def pin_reason(pipeline: str, snapshot_id: str) -> str:
@@ -213,6 +215,17 @@ def record_pipeline_snapshot(
     return snap
 
 
+def member_validations(store: SnapshotStore, snap: PipelineSnapshot) -> dict[str, dict[str, bool | None]]:
+    """Per member, {suite: success} of the validations recorded for its snapshot (None: a
+    damaged record, never a pass)."""
+    return {s: validation_status(store, s, [m.snapshot_id]).get(m.snapshot_id, {}) for s, m in snap.members.items()}
+
+
+def known_good(validations: dict[str, dict[str, bool | None]]) -> bool:
+    """Every member validated, and every recorded validation passed."""
+    return all(v and all(ok is True for ok in v.values()) for v in validations.values())
+
+
 def list_pipeline_snapshots(store: SnapshotStore, pipeline: str) -> list[str]:
     """Ids of the pipeline's snapshots, oldest first."""
     prefix = _snapshots_prefix(pipeline)
@@ -222,8 +235,16 @@ def list_pipeline_snapshots(store: SnapshotStore, pipeline: str) -> list[str]:
 
 def get_pipeline_snapshot(store: SnapshotStore, pipeline: str, snapshot_id: str, *,
                           check_members: bool = True) -> PipelineSnapshot:
-    """A pipeline snapshot by id (or `latest`), its members' manifests checked to exist
-    (unless `check_members` is False: retention deleting it needs only the record)."""
+    """A pipeline snapshot by id, `latest`, or `latest-good` (the newest whose every member
+    passed all its recorded validations), its members' manifests checked to exist (unless
+    `check_members` is False: retention deleting it needs only the record)."""
+    if snapshot_id == LATEST_GOOD:
+        for sid in reversed(list_pipeline_snapshots(store, pipeline)):
+            snap = get_pipeline_snapshot(store, pipeline, sid, check_members=check_members)
+            if known_good(member_validations(store, snap)):
+                return snap
+        raise NotFoundError(f"pipeline {pipeline} has no snapshot whose every member passed its validations",
+                            hint="validate one with `streamstate pipeline validate`")
     if snapshot_id == "latest":
         ids = list_pipeline_snapshots(store, pipeline)
         if not ids:
