@@ -87,18 +87,18 @@ def test_a_killed_driver_is_restarted_from_its_checkpoint_and_the_state_stays_ex
     again = supervise(run_dag, stream, max_lag=0)
     assert again["action"] == "none" and again["state_before"] == "running", again
     assert again["total_lag"] == 0
-    # Eight batches' worth (it reads 100 records a batch, one batch a second): still waiting
+    # Twelve batches' worth (it reads 100 records a batch, one batch a second): still waiting
     # when the round, a second or two later, checks the lag.
-    produce(stack.kafka_bootstrap, topic, second.next_round(800))
+    produce(stack.kafka_bootstrap, topic, second.next_round(1200))
     lagging = run_dag("streamstate_supervisor", {"streams": [stream.to_dict()], "max_lag": 0})
     assert lagging.state == "failed" and "stream orders lags:" in lagging.log, lagging.log[-3000:]
-    state = final_state(spark, stream, 1300, requested_by="an operator")
+    state = final_state(spark, stream, 1700, requested_by="an operator")
 
     # Stopped on request, it is left alone (this stream's last start was the round's restart).
     report = supervise(run_dag, stream)
     assert report["action"] == "left-stopped" and "stop requested by an operator" in report["message"], report
     assert launcher.status(stream.checkpoint).state == "stopped"
-    assert state == expected_aggregates([first, second, second.next_round(800)])
+    assert state == expected_aggregates([first, second, second.next_round(1200)])
 
 
 def test_an_unusable_checkpoint_is_replaced_by_the_newest_verified_snapshot_and_the_state_stays_exact(
