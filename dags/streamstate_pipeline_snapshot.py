@@ -6,7 +6,8 @@ of pipeline snapshots in both stores.
 Per pipeline (a mapped task group, so one slow or failing pipeline does not hold up others):
 
     snapshot -> replicate -> retention_dr     (Param `dr_store`)
-             -> retention                     (Param `keep_last`; null: keep every pipeline snapshot)
+                          -> retention        (Param `keep_last`; null: keep every pipeline snapshot;
+                                               after the replication, done or skipped)
 
 Pipelines come from the run's `pipelines` param (a list of dicts: the pipeline spec's
 `name`, `members`, `links`, plus `store`, `kafka_conn_id` and optionally `aws_conn_id`) or,
@@ -92,8 +93,9 @@ with DAG(
         retention_dr = _RetentionDr(task_id="retention_dr", pipeline=pipeline, keep_last="{{ params.keep_last }}",
                                     store="{{ params.dr_store or None }}",
                                     aws_conn_id="{{ params.dr_aws_conn_id or None }}")
-        retention = _Retention(task_id="retention", pipeline=pipeline, keep_last="{{ params.keep_last }}")
-        snapshot >> replicate >> retention_dr
-        snapshot >> retention
+        # After the replication (done or skipped): it must not copy a snapshot retention is deleting.
+        retention = _Retention(task_id="retention", pipeline=pipeline, keep_last="{{ params.keep_last }}",
+                               trigger_rule="all_done")
+        snapshot >> replicate >> [retention_dr, retention]
 
     each_pipeline.expand(pipeline=configured_pipelines())

@@ -9,7 +9,9 @@
                                  --suffix SFX --checkpoint MEMBER=LOCATION... [--topic LINK=NEW]... [--ttl 7d] [--json]
 
 SNAPSHOT is a pipeline snapshot id, `latest`, or `latest-good` (every member passed its validations).
-`validate` exits 0 when every member's suite passes and 3 when one fails. `restore` replaces every member's checkpoint
+`validate` exits 0 when every member's suite passes and 3 when one fails. `list` marks a
+snapshot GOOD `yes` when every member has passed all its recorded validations, `NO` when
+one failed or is not validated yet, `-` when none is. `restore` replaces every member's checkpoint
 (all stopped) and appends each link's channel records to its topic; `clone` restores the
 members as new streams (`<member>-<SFX>`) onto new link topics (`<link>-<SFX>` unless given).
 """

@@ -160,7 +160,8 @@ class RestorePipelineOperator(_PipelineTask):
                 ttl = self.clone.get("ttl_s")
                 clone = PipelineClone({s: f"{s}-{suffix}" for s in snap.members}, dict(self.clone["checkpoints"]),
                                       topics, expires_at=None if not ttl else
-                                      (datetime.now(UTC) + timedelta(seconds=float(ttl))).isoformat())
+                                      (datetime.now(UTC) + timedelta(seconds=float(ttl))).isoformat(),
+                                      kafka_conn_id=c.kafka_conn_id)  # expiry deletes its topics there
             self.log.info("restoring pipeline %s at %s%s", c.spec.name, snap.snapshot_id, " as a clone" if clone else "")
             result = restore_pipeline(self.hook.store, snap, bootstrap, clone=clone, kafka_config=config or None,
                                       s3_client=self.checkpoint_client(), parallelism=self.parallelism)

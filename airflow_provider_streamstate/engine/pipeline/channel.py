@@ -88,10 +88,13 @@ def read_channel(channel: ChannelRange, bootstrap: str, *, kafka_config: dict[st
     wanted = {int(p): (channel.start[p], channel.end[p]) for p in channel.end if channel.end[p] > channel.start[p]}
     if not wanted:
         return []
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "streamstate-pipeline-channel",
-                         "enable.auto.commit": False, "auto.offset.reset": "error", "log_level": 0,
+    # The connection's settings (security, client tuning) first; what reading an exact range
+    # needs last, so a connection's own auto.offset.reset or isolation.level cannot change it.
+    consumer = Consumer({**(kafka_config or {}), "bootstrap.servers": bootstrap,
+                         "group.id": "streamstate-pipeline-channel", "enable.auto.commit": False,
+                         "auto.offset.reset": "error", "log_level": 0,
                          "fetch.wait.max.ms": 10,  # a known range: do not let the broker hold a fetch
-                         "isolation.level": "read_uncommitted", **(kafka_config or {})})
+                         "isolation.level": "read_uncommitted"})
     out: dict[int, list[ChannelRecord]] = {p: [] for p in wanted}
     try:
         consumer.assign([TopicPartition(channel.topic, p, start) for p, (start, _) in wanted.items()])
@@ -149,8 +152,8 @@ def append_channel(records: list[ChannelRecord], topic: str, bootstrap: str, *,
 
     if not records:
         return
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                         "log_level": 0, **(kafka_config or {})})
+    producer = Producer({**(kafka_config or {}), "bootstrap.servers": bootstrap, "enable.idempotence": True,
+                         "acks": "all", "log_level": 0})
     errors: list[str] = []
 
     def delivered(err: Any, _msg: Any) -> None:

@@ -110,7 +110,7 @@ def _observe_between_batches(stream: str, reader: CheckpointReader, admin: Any, 
             n = started[-1]
             ends = list_offsets(admin, topics, timeout_s=timeout_s)
             at_ms = int(time.time() * 1000)
-            if reader.started_batches()[-1] == n:
+            if (reader.started_batches() or [-1])[-1] == n:
                 return n, ends, at_ms
         if time.monotonic() > deadline:
             if not started:
@@ -158,6 +158,11 @@ def find_cut(
         if stream in observed:
             batch, produced, at_ms = observed[stream]
             reads = reader.kafka_offsets(batch)
+            moved = [link.topic for link in incoming if set(reads.get(link.topic, {})) != set(produced_by[link.topic])]
+            if moved:
+                raise UsageError(f"the partitions {stream} reads of {', '.join(moved)} are not the topic's "
+                                 f"(partitions were added while the cut was taken)",
+                                 hint="take the cut again once the downstream reads every partition")
             bad = [link.topic for link in incoming if not _within(reads, link.topic, produced_by[link.topic])]
             if bad:  # cannot happen when the upstream was observed after this batch was planned
                 raise TransientError(f"batch {batch} of {stream} read {', '.join(bad)} past its upstream's cut",

@@ -15,8 +15,11 @@ rewritten to the new topic, and each member is restored with a new query id into
 checkpoint and recorded as a clone (its link topics deleted on expiry). The clone's upstream
 must write to the new topic: that is its application's configuration, given when it starts.
 
-Every member must be stopped (a restore refuses a running stream's checkpoint). Kafka writes
-come before the checkpoints: a failure after the channel was appended leaves those records
+Every member must be stopped: before anything is written to Kafka, each in-place target is
+refused while the heartbeat streamstate keeps beside it says running (a query started
+without streamstate keeps none: stop it first), and each clone target must be empty; a link
+topic whose partitions changed since the cut is refused (Spark would read a new partition
+from its start). Kafka writes come before the checkpoints: a failure after the channel was appended leaves those records
 in the topic, read by no restored checkpoint (the restore can be run again; a downstream
 restarted from its old checkpoint instead would read them).
 """
@@ -29,12 +32,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_streamstate.engine.catalog.snapshots import get_snapshot
+from airflow_provider_streamstate.engine.checkpoint.filesystems import S3CheckpointFS, is_s3_location
+from airflow_provider_streamstate.engine.checkpoint.liveness import assert_not_running
 from airflow_provider_streamstate.engine.checkpoint.offset_rewrite import OffsetRewrite
-from airflow_provider_streamstate.engine.core.errors import TransientError, UsageError
+from airflow_provider_streamstate.engine.checkpoint.sidecar import S3Sidecar, local_root
+from airflow_provider_streamstate.engine.core.errors import NotFoundError, TransientError, UsageError
 from airflow_provider_streamstate.engine.kafka.offsets import admin_client, list_offsets
 from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
 from airflow_provider_streamstate.engine.pipeline import channel as channel_mod
 from airflow_provider_streamstate.engine.pipeline.snapshots import PipelineSnapshot
+from airflow_provider_streamstate.engine.stores import s3_client_from_env
 from airflow_provider_streamstate.engine.stores.base import SnapshotStore
 from airflow_provider_streamstate.engine.streams.clones import record_clone
 
@@ -72,35 +79,75 @@ def _ends(bootstrap: str, topic: str, partitions: list[str], kafka_config: dict[
     return list_offsets(admin_client(bootstrap, kafka_config), {topic: [int(p) for p in partitions]})[topic]
 
 
-def _create_topic(bootstrap: str, topic: str, like: str, kafka_config: dict[str, Any] | None) -> None:
-    """Create `topic` with the partition count of `like`; an existing empty one is accepted."""
+def _create_topic(bootstrap: str, topic: str, partitions: int, kafka_config: dict[str, Any] | None) -> None:
+    """Create `topic` with the link's partition count at the cut; an existing empty one with
+    that count is accepted."""
+    from confluent_kafka import KafkaException
     from confluent_kafka.admin import NewTopic
 
     admin = admin_client(bootstrap, kafka_config)
-    topics = admin.list_topics(timeout=10).topics
-    if topic in topics:
-        parts = [str(p) for p in topics[topic].partitions]
-        if any(_ends(bootstrap, topic, parts, kafka_config).values()):
-            raise UsageError(f"clone topic {topic} exists and is not empty",
-                             hint="name a new topic for each link of the clone")
-        if len(parts) != len(topics[like].partitions):
-            raise UsageError(f"clone topic {topic} has {len(parts)} partitions, {like} has {len(topics[like].partitions)}",
-                             hint="let the clone create its topics")
+    try:
+        topics = admin.list_topics(timeout=10).topics
+        if topic in topics:
+            parts = [str(p) for p in topics[topic].partitions]
+            if any(_ends(bootstrap, topic, parts, kafka_config).values()):
+                raise UsageError(f"clone topic {topic} exists and is not empty",
+                                 hint="name a new topic for each link of the clone")
+            if len(parts) != partitions:
+                raise UsageError(f"clone topic {topic} has {len(parts)} partitions, the link had {partitions}",
+                                 hint="let the clone create its topics")
+            return
+        fut = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=-1)])
+        fut[topic].result(timeout=30)
+        deadline = time.monotonic() + 30
+        while True:  # created, and every partition has a leader that answers
+            meta = admin.list_topics(timeout=10).topics.get(topic)
+            if meta is not None and meta.partitions and all(pm.leader >= 0 for pm in meta.partitions.values()):
+                try:
+                    _ends(bootstrap, topic, [str(p) for p in meta.partitions], kafka_config)
+                    return
+                except TransientError:
+                    pass
+            if time.monotonic() > deadline:
+                raise TransientError(f"topic {topic} was not ready 30 s after its creation",
+                                     hint="check the brokers, then retry")
+            time.sleep(0.2)
+    except KafkaException as exc:
+        raise TransientError(f"cannot create the clone topic {topic} at {bootstrap}: {exc}",
+                             hint="check the brokers and the connection's rights to create topics") from None
+
+
+def _partitions(bootstrap: str, topic: str, kafka_config: dict[str, Any] | None) -> set[str]:
+    from confluent_kafka import KafkaException
+
+    try:
+        meta = admin_client(bootstrap, kafka_config).list_topics(timeout=10).topics.get(topic)
+    except KafkaException as exc:
+        raise TransientError(f"cannot reach Kafka at {bootstrap}: {exc}", hint="check the brokers, then retry") from None
+    if meta is None or meta.error is not None:
+        raise NotFoundError(f"link topic {topic} does not exist at {bootstrap}",
+                            hint="check --kafka-bootstrap: the restore appends the channel to the link topic")
+    return {str(p) for p in meta.partitions}
+
+
+def _check_target(target: str, *, in_place: bool, store: SnapshotStore, s3_client: Any) -> None:
+    """Before anything is written to Kafka: an in-place target's stream must not be running
+    (by the heartbeat streamstate keeps beside it), and a clone's target must be empty."""
+    if is_s3_location(target):
+        client = s3_client or getattr(store, "client", None) or s3_client_from_env()
+        fs = S3CheckpointFS(target, client)
+        if in_place:
+            assert_not_running(S3Sidecar(fs), "restore the pipeline over it")
+        elif fs.listdir(""):
+            raise UsageError(f"clone target {fs.location} is not empty", hint="give each member's clone a new location")
         return
-    fut = admin.create_topics([NewTopic(topic, num_partitions=len(topics[like].partitions), replication_factor=-1)])
-    fut[topic].result(timeout=30)
-    deadline = time.monotonic() + 30
-    while True:  # created, and every partition has a leader that answers
-        meta = admin.list_topics(timeout=10).topics.get(topic)
-        if meta is not None and meta.partitions and all(pm.leader >= 0 for pm in meta.partitions.values()):
-            try:
-                _ends(bootstrap, topic, [str(p) for p in meta.partitions], kafka_config)
-                return
-            except TransientError:
-                pass
-        if time.monotonic() > deadline:
-            raise TransientError(f"topic {topic} was not ready 30 s after its creation", hint="check the brokers, then retry")
-        time.sleep(0.2)
+    path = local_root(target, refusal=(f"cannot restore into {target}",
+                                       "give a local path, a file:// URI or an s3a://bucket/path"))
+    if in_place:
+        if path.exists():
+            assert_not_running(path, "restore the pipeline over it")
+    elif path.exists() and any(path.iterdir()):
+        raise UsageError(f"clone target {path} is not empty", hint="give each member's clone a new location")
 
 
 def restore_pipeline(
@@ -120,12 +167,22 @@ def restore_pipeline(
                                  hint=f"give one for each of {', '.join(sorted(want))}")
     manifests = {s: get_snapshot(store, s, m.snapshot_id) for s, m in snap.members.items()}
     records = {c.range.topic: snap.channel_records(store, c) for c in snap.channels}  # all checked before any write
+    for stream in spec.order():
+        _check_target(spec.members[stream] if clone is None else clone.checkpoints[stream], in_place=clone is None,
+                      store=store, s3_client=s3_client)
+    if clone is None:  # a partition added since the cut would be read from its start: refused
+        for c in snap.channels:
+            now = _partitions(kafka_bootstrap, c.range.topic, kafka_config)
+            if now != set(c.range.end):
+                raise UsageError(f"link topic {c.range.topic} has partitions {sorted(now, key=int)}, the cut saw "
+                                 f"{sorted(c.range.end, key=int)}",
+                                 hint="restore a pipeline snapshot taken after the partitions were added")
     resume: dict[str, dict[str, int]] = {}
     appended: dict[str, int] = {}
     for c in snap.channels:
         topic = c.range.topic if clone is None else clone.topics[c.range.topic]
         if clone is not None:
-            _create_topic(kafka_bootstrap, topic, c.range.topic, kafka_config)
+            _create_topic(kafka_bootstrap, topic, len(c.range.end), kafka_config)
         parts = sorted(c.range.end, key=int)
         before = _ends(kafka_bootstrap, topic, parts, kafka_config)
         channel_mod.append_channel(records[c.range.topic], topic, kafka_bootstrap, kafka_config=kafka_config)

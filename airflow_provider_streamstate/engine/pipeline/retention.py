@@ -5,8 +5,9 @@ deletes a member a pipeline snapshot needs. Deleting a pipeline snapshot removes
 first (from then on it does not exist: no half pipeline snapshot is ever listed), then its
 channel records, then releases its members' pins; the members are then ordinary snapshots,
 left to their streams' retention. A deletion interrupted after the record went leaves
-channel records and pins behind; the next run finds them by the record they name and
-finishes the job.
+channel records and pins behind; a later run finds them by the record they name and
+finishes the job, once their id (the cut's time) is older than an hour: until then they may
+belong to a pipeline snapshot still being taken or replicated, whose record comes last.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from airflow_provider_streamstate.engine.catalog.retention import pin_key, unpin_snapshot
@@ -45,7 +47,7 @@ def _leftovers(store: SnapshotStore, pipeline: str, live: set[str],
                streams: set[str]) -> tuple[list[str], list[tuple[str, str]]]:
     """Channel records and member pins (of `streams`) of pipeline snapshots whose record is gone."""
     channels = [k for k in store.list_record_tree(f"pipelines/{pipeline}/channels/")
-                if k.split("/")[3] not in live]
+                if k.split("/")[3] not in live and _settled(k.split("/")[3])]
     pins: list[tuple[str, str]] = []
     for stream in sorted(streams):
         prefix = f"streams/{stream}/pins/"
@@ -56,9 +58,23 @@ def _leftovers(store: SnapshotStore, pipeline: str, live: set[str],
             except ValueError:
                 continue
             head = f"member of pipeline snapshot {pipeline}/"
-            if isinstance(reason, str) and reason.startswith(head) and reason[len(head):] not in live:
+            sid = reason[len(head):] if isinstance(reason, str) and reason.startswith(head) else None
+            if sid is not None and sid not in live and _settled(sid):
                 pins.append((stream, key[len(prefix):].removesuffix(".json")))
     return channels, pins
+
+
+LEFTOVER_GRACE_S = 3600.0  # a pipeline snapshot being written (or replicated) is younger than this
+
+
+def _settled(snapshot_id: str) -> bool:
+    """Whether leftovers of this id may be swept: its time (the id) is older than the grace,
+    so no snapshot or replication still writing it can publish it afterwards."""
+    try:
+        taken = datetime.strptime(snapshot_id, "%Y%m%dT%H%M%S%fZ").replace(tzinfo=UTC)
+    except ValueError:
+        return False
+    return (datetime.now(UTC) - taken).total_seconds() > LEFTOVER_GRACE_S
 
 
 def apply_pipeline_retention(store: SnapshotStore, pipeline: str, *, keep_last: int,

@@ -116,8 +116,15 @@ class PipelineSnapshot:
             if set(members) != set(spec.members):
                 raise UnsafeManifestError(f"{where}: members do not match the pipeline's spec")
             channels = []
+            links = {link.topic: link for link in spec.links}
+            if sorted(str(c["topic"]) for c in d["channels"]) != sorted(links):
+                raise UnsafeManifestError(f"{where}: its channels are not one per link of its spec")
             for c in d["channels"]:
                 start, end = offsets({"x": c["start"]}, "channel start")["x"], offsets({"x": c["end"]}, "channel end")["x"]
+                link = links[str(c["topic"])]
+                if (str(c["upstream"]), str(c["downstream"])) != (link.upstream, link.downstream) or set(start) != set(end) \
+                        or any(start[p] > end[p] for p in end):
+                    raise UnsafeManifestError(f"{where}: channel {link.topic} does not match its link or its ranges")
                 key = str(c["key"])
                 if key != _channel_key(spec.name, d["snapshot_id"], str(c["topic"])):
                     raise UnsafeManifestError(f"{where}: channel key {key!r} is not this snapshot's")

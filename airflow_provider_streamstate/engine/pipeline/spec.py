@@ -6,12 +6,15 @@ ones it writes, so every link names its upstream, its topic and its downstream.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.engine.core.manifest import validate_stream_name
+
+TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")  # Kafka's legal topic names
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,7 @@ class PipelineSpec:
             raise UsageError(f"pipeline {self.name} declares no link",
                              hint="name each link topic with its upstream and downstream stream")
         writers: dict[str, str] = {}
+        readers: dict[str, str] = {}
         for link in self.links:
             for end in (link.upstream, link.downstream):
                 if end not in self.members:
@@ -53,9 +57,15 @@ class PipelineSpec:
             if link.upstream == link.downstream:
                 raise UsageError(f"link {link.topic} of pipeline {self.name} links {link.upstream} to itself",
                                  hint="a link joins two different streams")
+            if not TOPIC_RE.match(link.topic) or link.topic in (".", ".."):
+                raise UsageError(f"link topic {link.topic!r} of pipeline {self.name} is not a Kafka topic name",
+                                 hint="use 1-249 letters, digits, '.', '_' or '-'")
             if writers.setdefault(link.topic, link.upstream) != link.upstream:
                 raise UsageError(f"topic {link.topic} has two upstreams in pipeline {self.name}",
                                  hint="a link topic has one writer: the cut relies on it")
+            if readers.setdefault(link.topic, link.downstream) != link.downstream:
+                raise UsageError(f"topic {link.topic} has two downstreams in pipeline {self.name}",
+                                 hint="one downstream per link topic; a second reader is not supported yet")
         linked = {s for link in self.links for s in (link.upstream, link.downstream)}
         unlinked = sorted(set(self.members) - linked)
         if unlinked:
