@@ -114,7 +114,7 @@ def cmd_snapshot_create(args: argparse.Namespace) -> int:
     if args.pipeline:
         return _create_pipeline_snapshot(args, labels)
     if not args.checkpoint or not args.stream:
-        raise UsageError("snapshot create needs --checkpoint and --stream (or --pipeline SPEC)",
+        raise UsageError("snapshot create: --checkpoint and --stream are required (or --pipeline SPEC)",
                          hint="name the stream's checkpoint and its name in the store")
     result = create_snapshot(
         args.checkpoint, open_store_from_args(args), args.stream, batch_id=args.batch, labels=labels,
