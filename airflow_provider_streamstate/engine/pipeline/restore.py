@@ -35,8 +35,14 @@ from airflow_provider_streamstate.engine.catalog.snapshots import get_snapshot
 from airflow_provider_streamstate.engine.checkpoint.filesystems import S3CheckpointFS, is_s3_location
 from airflow_provider_streamstate.engine.checkpoint.liveness import assert_not_running
 from airflow_provider_streamstate.engine.checkpoint.offset_rewrite import OffsetRewrite
+from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
 from airflow_provider_streamstate.engine.checkpoint.sidecar import S3Sidecar, local_root
-from airflow_provider_streamstate.engine.core.errors import NotFoundError, TransientError, UsageError
+from airflow_provider_streamstate.engine.core.errors import (
+    NotFoundError,
+    TransientError,
+    UnsafeManifestError,
+    UsageError,
+)
 from airflow_provider_streamstate.engine.kafka.offsets import admin_client, list_offsets
 from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
 from airflow_provider_streamstate.engine.pipeline import channel as channel_mod
@@ -150,6 +156,21 @@ def _check_target(target: str, *, in_place: bool, store: SnapshotStore, s3_clien
         raise UsageError(f"clone target {path} is not empty", hint="give each member's clone a new location")
 
 
+def _check_resume(target: str, batch_id: int, expected: dict[str, dict[str, int]], store: SnapshotStore,
+                  s3_client: Any) -> None:
+    """Read the restored downstream's checkpoint back: its batch must resume exactly at the
+    appended channel (a source entry the rewrite did not recognise would leave the cut's
+    offsets, and the downstream would read the records in between again)."""
+    client = (s3_client or getattr(store, "client", None)) if is_s3_location(target) else None
+    got = CheckpointReader(target, s3_client=client).kafka_offsets(batch_id)
+    wrong = sorted(t for t, parts in expected.items() if got.get(t) != parts)
+    if wrong:
+        raise UnsafeManifestError(
+            f"the restored checkpoint {target} does not resume {', '.join(wrong)} where the channel was appended "
+            f"(it names {', '.join(f'{t}={got.get(t)}' for t in wrong)})",
+            hint="its Kafka source entry was not rewritten; restore it again, or report the checkpoint's offsets file")
+
+
 def restore_pipeline(
     store: SnapshotStore, snap: PipelineSnapshot, kafka_bootstrap: str, *, clone: PipelineClone | None = None,
     kafka_config: dict[str, Any] | None = None, s3_client: Any = None, parallelism: int = 8,
@@ -209,6 +230,9 @@ def restore_pipeline(
         target = spec.members[stream] if clone is None else clone.checkpoints[stream]
         restored = restore_snapshot(store, stream, m.snapshot_id, target, force=clone is None, s3_client=s3_client,
                                     new_query_id=clone is not None, parallelism=parallelism, rewrite=rewrite)
+        if rewrite is not None:
+            _check_resume(restored.target, m.batch_id, {t: offsets[t] for t in names.values() if t in resume},
+                          store, s3_client)
         name = stream if clone is None else clone.names[stream]
         checkpoints[name] = restored.target
         if clone is not None and clone.expires_at is not None:
