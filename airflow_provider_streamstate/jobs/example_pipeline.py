@@ -17,7 +17,7 @@ import argparse
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from airflow_provider_streamstate.jobs.example_stream import StreamArgs, transactions
+from airflow_provider_streamstate.jobs.example_stream import StreamArgs, transactions, with_trigger
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -72,13 +72,7 @@ def start_member(spark: SparkSession, args: PipelineArgs) -> StreamingQuery:
     writer = (out.writeStream.format("kafka").option("kafka.bootstrap.servers", args.bootstrap_servers)
               .option("topic", topic).option("checkpointLocation", args.checkpoint).outputMode(mode)
               .queryName(args.query_name or f"streamstate-pipeline-{args.member}"))
-    if args.trigger == "available-now":
-        writer = writer.trigger(availableNow=True)
-    elif args.trigger.startswith("processing:"):
-        writer = writer.trigger(processingTime=args.trigger.split(":", 1)[1])
-    else:
-        raise ValueError(f"unknown trigger {args.trigger!r}; use 'available-now' or 'processing:<interval>'")
-    return writer.start()
+    return with_trigger(writer, args.trigger).start()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -123,13 +123,16 @@ def start_query(spark: SparkSession, args: StreamArgs) -> StreamingQuery:
         .outputMode("update" if args.query == "accounts" else "append")
         .queryName(args.query_name or f"streamstate-example-{args.query}")
     )
-    if args.trigger == "available-now":
-        writer = writer.trigger(availableNow=True)
-    elif args.trigger.startswith("processing:"):
-        writer = writer.trigger(processingTime=args.trigger.split(":", 1)[1])
-    else:
-        raise ValueError(f"unknown trigger {args.trigger!r}; use 'available-now' or 'processing:<interval>'")
-    return writer.start()
+    return with_trigger(writer, args.trigger).start()
+
+
+def with_trigger(writer: Any, trigger: str) -> Any:
+    """`available-now` or `processing:<interval>` on a stream writer (the examples' --trigger)."""
+    if trigger == "available-now":
+        return writer.trigger(availableNow=True)
+    if trigger.startswith("processing:"):
+        return writer.trigger(processingTime=trigger.split(":", 1)[1])
+    raise ValueError(f"unknown trigger {trigger!r}; use 'available-now' or 'processing:<interval>'")
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[StreamArgs, str]:
