@@ -298,6 +298,7 @@ def _demo(args: argparse.Namespace, stack: Any, t0: float) -> int:
                for r in read_state(spark, str(clone_checkpoint), operatorId=0, batchId=newest.batch_id).collect()}
               if (clone_checkpoint / "commits").exists() else None)
     pipeline = _pipeline_demo(spark, stack, work, log_dir, run_id)
+    sessions = _sessions_demo(spark, stack, work, run_id)
     spark.stop()
     verified = verify_snapshots(store, STREAM)
     restarted = bool(supervisor and supervisor.tasks.get("supervise[0]") and
@@ -316,6 +317,7 @@ def _demo(args: argparse.Namespace, stack: Any, t0: float) -> int:
         "clone_matches_batch_state": cloned == at_n,
         "store_verified": verified.ok,
         **pipeline,
+        **sessions,
         "seconds": round(time.monotonic() - t0, 1),
     }
     print("\nsummary")
@@ -324,7 +326,7 @@ def _demo(args: argparse.Namespace, stack: Any, t0: float) -> int:
     print("\nsee the runs in the Airflow UI (docs/first-dag.md): "
           f"PATH=$PWD/.venv/bin:$PATH AIRFLOW_HOME=$PWD/{HOME.relative_to(REPO)} airflow standalone")
     checks = ("dag_runs_succeeded", "supervisor_restarted_it", "replicated_to_dr", "deploy_gate_passed", "state_matches_generator", "clone_matches_batch_state",
-              "store_verified", "pipeline_snapshot_dag_succeeded", "pipeline_restore_exact")
+              "store_verified", "pipeline_snapshot_dag_succeeded", "pipeline_restore_exact", "sessions_clone_exact")
     return 0 if all(summary[k] for k in checks) and len(commits) >= 3 else 1
 
 
@@ -398,6 +400,79 @@ def _pipeline_demo(spark: Any, stack: Any, work: Path, log_dir: Path, run_id: st
         print(f"  restored at the cut and run to the end: totals {'equal' if restored else 'DIFFER FROM'} "
               "the generator's (no link record lost or counted twice)")
     return {"pipeline_snapshot_dag_succeeded": cut.state == "success", "pipeline_restore_exact": restored}
+
+
+def _sessions_demo(spark: Any, stack: Any, work: Path, run_id: str) -> dict[str, Any]:
+    """The second example stream, written with transformWithStateInPandas (value, list and map
+    state, TTL, timers): snapshotted while it runs, its state shown one variable at a time,
+    cloned elsewhere and run to the end there: its profiles must equal the generator's."""
+    import threading
+
+    from airflow_provider_streamstate.cli import main as cli
+    from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
+    from airflow_provider_streamstate.engine.state.spark import read_state
+    from airflow_provider_streamstate.jobs.example_sessions import SessionArgs, start_query
+    from airflow_provider_streamstate.jobs.generator import (
+        GeneratorSpec,
+        ensure_topic,
+        expected_aggregates,
+        produce,
+    )
+
+    bootstrap = stack.kafka_bootstrap
+    src = f"demo-sessions-src-{run_id}"
+    for topic in (src, f"{src}-out"):
+        ensure_topic(bootstrap, topic, partitions=3)
+    checkpoint, clone = work / "sessions" / "ckpt", work / "sessions" / "clone"
+    store = f"file://{work / 'sessions-store'}"
+    rounds = [GeneratorSpec(seed=11, accounts=20, events=300)]
+    rounds.append(rounds[0].next_round())
+    print(f"\nstream sessions (transformWithStateInPandas: profile, session, bands, timers), running here; "
+          f"snapshots to {store}")
+    produce(bootstrap, src, rounds[0])
+    args = SessionArgs(bootstrap, str(checkpoint), source_topic=src, sessions_topic=f"{src}-out", gap_ms=60_000,
+                       trigger="processing:500 milliseconds", max_offsets_per_trigger=100,
+                       query_name="demo-sessions")
+    query = start_query(spark, args)
+    feeder = threading.Thread(target=produce, args=(bootstrap, src, rounds[1]), kwargs={"rate": 100})
+    code = 1
+    try:
+        while not query.lastProgress:
+            time.sleep(0.5)
+        feeder.start()
+        print(f"  $ streamstate snapshot create --store {store} --stream sessions --checkpoint {checkpoint}")
+        code = cli(["snapshot", "create", "--store", store, "--stream", "sessions", "--checkpoint", str(checkpoint)])
+        feeder.join()
+    finally:
+        query.stop()
+    print("  $ streamstate state show --stream sessions latest --state-var profile --limit 3 ...")
+    shown = cli(["state", "show", "--store", store, "--stream", "sessions", "latest", "--state-var", "profile",
+                 "--limit", "3"])
+    print(f"  $ streamstate restore --store {store} --stream sessions latest --target {clone} --new-query-id")
+    cloned = cli(["restore", "--store", store, "--stream", "sessions", "latest", "--target", str(clone),
+                  "--new-query-id"])
+    # Processing-time timers make Spark run a batch at every trigger (an available-now run
+    # would never end): run the clone until it has read the whole input, then stop it.
+    resumed = start_query(spark, SessionArgs(bootstrap, str(clone), source_topic=src, sessions_topic=f"{src}-out",
+                                             gap_ms=60_000, trigger="processing:200 milliseconds",
+                                             max_offsets_per_trigger=400, query_name="demo-sessions-clone"))
+    expected = expected_aggregates(rounds)
+    deadline = time.monotonic() + 180
+    try:
+        while time.monotonic() < deadline and resumed.exception() is None:
+            reader = CheckpointReader(str(clone))
+            batches = reader.committed_batches()
+            if batches and sum(reader.kafka_offsets(batches[-1]).get(src, {}).values()) == sum(
+                    r.events for r in rounds):
+                break
+            time.sleep(0.5)
+    finally:
+        resumed.stop()
+    profiles = {r.key.account: {"count": r.value.txn_count, "sum": r.value.total_cents, "max": r.value.max_cents}
+                for r in read_state(spark, str(clone), stateVarName="profile").collect()}
+    exact = code == 0 and shown == 0 and cloned == 0 and profiles == expected
+    print(f"  clone run to the end of the input: profiles {'equal' if exact else 'DIFFER FROM'} the generator's")
+    return {"sessions_clone_exact": exact}
 
 
 def _s3_client(stack: Any) -> Any:

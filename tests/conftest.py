@@ -35,6 +35,26 @@ logging.getLogger("py4j").setLevel(logging.WARNING)
 DURATIONS = Path(__file__).resolve().parent / "durations.json"
 
 
+# Test files that share one worker (and so its session fixtures): the YARN minicluster.
+SHARED_WORKER = {
+    "tests/integration/test_state_jobs_on_cluster.py": "yarn-cluster",
+    "tests/integration/test_yarn_cluster.py": "yarn-cluster",
+}
+
+
+@pytest.hookimpl(optionalhook=True)  # only xdist knows this hook
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """xdist's whole-file scheduling, with the files of SHARED_WORKER as one unit."""
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedFileScheduling(LoadFileScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            scope = str(super()._split_scope(nodeid))
+            return SHARED_WORKER.get(scope, scope)
+
+    return SharedFileScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Longest files first (seconds per file in tests/durations.json, from a whole run by
     dev/test_durations.py): xdist hands whole files to whichever worker is free, so the two

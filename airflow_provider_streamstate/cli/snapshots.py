@@ -253,6 +253,11 @@ def cmd_snapshot_show(args: argparse.Namespace) -> int:
         lines.append(
             f"  {op.operator_id}: {op.name}, {op.partitions} partitions, stores {','.join(op.stores)}, version {op.state_version}"
         )
+        if op.state_variables:
+            variables = ", ".join(f"{v['name']} ({v['kind']}{', TTL' if v['ttl'] else ''})"
+                                  for v in op.state_variables if v["kind"] != "TimerState")
+            timers = " and timers" if any(v["kind"] == "TimerState" for v in op.state_variables) else ""
+            lines.append(f"     state variables ({op.time_mode} time): {variables}{timers}")
     if not m.operators:
         lines.append("  none (a stateless query)")
     if args.files:

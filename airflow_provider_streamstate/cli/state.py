@@ -2,7 +2,7 @@
 table, two states compared, a Great Expectations suite run on it, history bisected.
 
     streamstate state show   --store S --stream X SNAPSHOT [--operator ID|NAME] [--store-name N]
-                             [--join-side left|right] [--where SQL] [--limit K] [--json]
+                             [--join-side left|right] [--state-var NAME|*|$timers] [--where SQL] [--limit K] [--json]
     streamstate state export --store S --stream X SNAPSHOT [--operator ...] --format parquet|csv|jsonl --output PATH
     streamstate diff         --store S --stream X SNAPSHOT_A SNAPSHOT_B [--other-stream Y] [--operator ...] [--json]
     streamstate validate     --store S --stream X SNAPSHOT --suite FILE [--operator ...] [--data-docs DIR] [--json]
@@ -47,6 +47,9 @@ def _selector_args(p: argparse.ArgumentParser) -> None:
                    help="stateful operator by id or name (default: the suite's, else 0); see `state show`")
     p.add_argument("--store-name", default=None, metavar="N", help="one named state store of the operator")
     p.add_argument("--join-side", choices=("left", "right"), default=None, help="one side of a stream-stream join")
+    p.add_argument("--state-var", default=None, metavar="NAME",
+                   help="transformWithState: one state variable, '*' for all of them (a state_var column), "
+                   "'$timers' for the registered timers")
 
 
 def _snapshot_arg(p: argparse.ArgumentParser, dest: str = "snapshot_id", metavar: str = "SNAPSHOT") -> None:
@@ -113,7 +116,7 @@ def register(commands: Any) -> Handlers:
 def _selector(args: argparse.Namespace) -> Any:
     from airflow_provider_streamstate.engine.state.reader import StateSelector
 
-    return StateSelector(args.operator, args.store_name, args.join_side)
+    return StateSelector(args.operator, args.store_name, args.join_side, args.state_var)
 
 
 def _job_args(p: argparse.ArgumentParser) -> None:

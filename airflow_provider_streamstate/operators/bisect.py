@@ -26,6 +26,7 @@ class BisectSnapshotsOperator(StateTask):
     :param operator: the stateful operator's id or name (default: the suite's, else 0). (templated)
     :param store_name: one named state store of the operator. (templated)
     :param join_side: `left` or `right` of a stream-stream join. (templated)
+    :param state_var: a transformWithState operator's state variable, `*` for all, `$timers`. (templated)
     :param parallelism: concurrent blob reads while snapshots are materialised.
     :param spark_conn_id: run the bisect as one Spark application there (see `StateTask`). (templated)
     :param deploy_mode: `client` or `cluster` (default: the connection's). (templated)
@@ -35,7 +36,7 @@ class BisectSnapshotsOperator(StateTask):
     :param job_timeout: seconds the application may run before it is killed.
     """
 
-    template_fields: Sequence[str] = ("stream", "suite", "good", "bad", "operator", "store_name", "join_side",
+    template_fields: Sequence[str] = ("stream", "suite", "good", "bad", "operator", "store_name", "join_side", "state_var",
                                       "spark_conn_id", "deploy_mode",
                                       "spark_conf", "spark_jars", "spark_env")
 

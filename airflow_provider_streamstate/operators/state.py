@@ -34,6 +34,7 @@ class StateReportOperator(StateTask):
     :param operator: the stateful operator's id or name (default 0). (templated)
     :param store_name: one named state store of the operator. (templated)
     :param join_side: `left` or `right` of a stream-stream join. (templated)
+    :param state_var: a transformWithState operator's state variable, `*` for all, `$timers`. (templated)
     :param spark_conn_id: compute the report as a Spark application there (see `StateTask`). (templated)
     :param deploy_mode: `client` or `cluster` (default: the connection's). (templated)
     :param spark_conf: Spark confs of the job's application. (templated)
@@ -43,7 +44,7 @@ class StateReportOperator(StateTask):
     """
 
     template_fields: Sequence[str] = ("stream", "snapshot", "report_path", "compare_to", "compare_stream", "where",
-                                      "operator", "store_name", "join_side", "spark_conn_id", "deploy_mode",
+                                      "operator", "store_name", "join_side", "state_var", "spark_conn_id", "deploy_mode",
                                       "spark_conf", "spark_jars", "spark_env")
 
     def __init__(

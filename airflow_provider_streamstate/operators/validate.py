@@ -30,6 +30,7 @@ class StateTask(_StreamTask):
     :param operator: the stateful operator's id or name (default 0).
     :param store_name: one named state store of the operator.
     :param join_side: `left` or `right` of a stream-stream join.
+    :param state_var: a transformWithState operator's state variable, `*` for all of them, `$timers`.
     :param parallelism: concurrent blob copies while a snapshot is materialised.
     :param spark_conn_id: a Spark connection: run the job as a Spark application there.
     :param deploy_mode: `client` or `cluster` (default: the connection's).
@@ -41,7 +42,7 @@ class StateTask(_StreamTask):
 
     def __init__(
         self, *, operator: int | str | None = None, store_name: str | None = None, join_side: str | None = None,
-        spark_conn_id: str | None = None, deploy_mode: str | None = None, spark_conf: dict[str, str] | None = None,
+        state_var: str | None = None, spark_conn_id: str | None = None, deploy_mode: str | None = None, spark_conf: dict[str, str] | None = None,
         spark_jars: list[str] | str | None = None, spark_env: dict[str, str] | None = None,
         job_timeout: float | None = None, **kwargs: Any,
     ) -> None:
@@ -49,6 +50,7 @@ class StateTask(_StreamTask):
         self.operator = operator
         self.store_name = store_name
         self.join_side = join_side
+        self.state_var = state_var
         self.spark_conn_id = spark_conn_id
         self.deploy_mode = deploy_mode
         self.spark_conf = spark_conf
@@ -60,7 +62,7 @@ class StateTask(_StreamTask):
         from airflow_provider_streamstate.engine.state.reader import StateSelector
 
         return StateSelector(self.operator if self.operator not in ("", None) else None,
-                             self.store_name or None, self.join_side or None)
+                             self.store_name or None, self.join_side or None, self.state_var or None)
 
     def reader(self) -> Any:
         from airflow_provider_streamstate.engine.state.reader import StateReader
@@ -109,6 +111,7 @@ class ValidateSnapshotOperator(StateTask):
     :param operator: the stateful operator's id or name (default: the suite's, else 0). (templated)
     :param store_name: one named state store of the operator. (templated)
     :param join_side: `left` or `right` of a stream-stream join. (templated)
+    :param state_var: a transformWithState operator's state variable, `*` for all, `$timers`. (templated)
     :param data_docs: a directory for GX Data Docs HTML; its index is logged. (templated)
     :param fail_on_failure: fail the task when the suite fails (False: only record).
     :param parallelism: concurrent blob reads while the snapshot is materialised.
@@ -120,7 +123,7 @@ class ValidateSnapshotOperator(StateTask):
     :param job_timeout: seconds the application may run before it is killed.
     """
 
-    template_fields: Sequence[str] = ("stream", "suite", "snapshot", "operator", "store_name", "join_side", "data_docs",
+    template_fields: Sequence[str] = ("stream", "suite", "snapshot", "operator", "store_name", "join_side", "state_var", "data_docs",
                                       "spark_conn_id", "deploy_mode",
                                       "spark_conf", "spark_jars", "spark_env")
 

@@ -24,9 +24,11 @@ def regions(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
 
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def yarn(tmp_path_factory: pytest.TempPathFactory) -> Iterator[stack_mod.YarnCluster]:
-    """The stack's YARN cluster, for the tests of one module."""
+    """The stack's YARN cluster, shared by the test files that need one: the scheduler in
+    tests/conftest.py runs them in one worker, one after the other (two minicluster on two
+    cores at once made each take three times as long)."""
     state_dir = tmp_path_factory.mktemp("yarn")
     try:
         yield stack_mod.start_yarn_cluster(state_dir)

@@ -114,15 +114,25 @@ def _write(path: Path, data: bytes) -> None:
         write_atomically(p, content)
 
 
-def rewrite_local_checkpoint(root: Path, rewrite: OffsetRewrite) -> list[str]:
-    """Apply `rewrite` to a local checkpoint (a restore's staging copy): every file it
-    changes is replaced, with its sidecar. Returns the files rewritten."""
+def rewrite_local_checkpoint(root: Path, rewrite: Any) -> list[str]:
+    """Apply `rewrite` (an OffsetRewrite, or any rewrite of the same shape) to a local
+    checkpoint (a restore's staging copy): every file it changes is replaced, with its
+    sidecar. The files looked at are those whose content can depend on where the copy
+    resumes or lives: the offset log, the sources' initial offsets and operator metadata v2.
+    Returns the files rewritten."""
     changed: list[str] = []
     offsets_dir = root / "offsets"
     names = [f"offsets/{n}" for n in sorted((n for n in os.listdir(offsets_dir) if n.isdigit()), key=int)]
     sources = root / "sources"
     names += [f"sources/{src.name}/0" for src in (sorted(sources.iterdir()) if sources.is_dir() else [])
               if (src / "0").is_file()]
+    state = root / "state"
+    for op in sorted((p for p in state.iterdir() if p.name.isdigit()), key=lambda p: int(p.name)) \
+            if state.is_dir() else []:
+        v2 = op / "_metadata" / "v2"
+        if v2.is_dir():
+            names += [f"state/{op.name}/_metadata/v2/{n}" for n in sorted((n for n in os.listdir(v2) if n.isdigit()),
+                                                                           key=int)]
     for rel in names:
         new = rewrite.rewrite(rel, (root / rel).read_bytes())
         if new is not None:

@@ -27,6 +27,11 @@ from airflow_provider_streamstate.engine.checkpoint.filesystems import (
     LocalCheckpointFS,
     open_checkpoint_fs,
 )
+from airflow_provider_streamstate.engine.checkpoint.operator_metadata import (
+    OperatorMetadataV2,
+    parse_metadata_v2,
+    schema_file_batch,
+)
 from airflow_provider_streamstate.engine.core.errors import (
     CheckpointChanged,
     NotFoundError,
@@ -286,14 +291,16 @@ class CheckpointReader:
     ) -> dict[str, Any]:
         op_rel = f"state/{op_id}"
         op_dir = self._path(op_rel)
-        info = self._operator_metadata(op_rel)
-        if self._exists(f"{op_rel}/_metadata/v2") or self._exists(f"{op_rel}/_stateSchema"):
-            raise UnsupportedCheckpointError(
-                f"operator {op_id} ({info.get('name', 'unknown')}) uses operator metadata v2 "
-                "(transformWithState), whose schema files record absolute checkpoint paths",
-                hint="snapshots support aggregation, deduplication, join and (flat)mapGroupsWithState operators",
-            )
-        self._add_tree(files, f"{op_rel}/_metadata", essential=True)
+        if self._exists(f"{op_rel}/_metadata/v2"):
+            info = self._plan_metadata_v2(files, op_id, version - 1)
+        else:
+            if self._exists(f"{op_rel}/_stateSchema"):
+                raise UnsupportedCheckpointError(
+                    f"operator {op_id} of {self.where} has state schema files but no operator metadata v2",
+                    hint="the checkpoint is damaged or was written by an unsupported Spark version",
+                )
+            info = self._operator_metadata(op_rel)
+            self._add_tree(files, f"{op_rel}/_metadata", essential=True)
         partitions = sorted((p for p in self.fs.listdir(op_rel) if p.isdigit()), key=int)
         if not partitions:
             raise UnsupportedCheckpointError(f"{op_dir} has no partition directories")
@@ -307,12 +314,59 @@ class CheckpointReader:
             for store in stores:
                 store_rel = part_rel if store == "default" else f"{part_rel}/{store}"
                 self._plan_store(files, store_rel, version, kind, file_kinds)
-        return {
+        out: dict[str, Any] = {
             "operator_id": op_id,
             "name": info.get("name", "unknown"),
             "stores": stores,
             "partitions": len(partitions),
             "state_version": version,
+        }
+        if "state_variables" in info:
+            out["state_variables"] = info["state_variables"]
+            out["time_mode"] = info.get("time_mode")
+        return out
+
+    def _plan_metadata_v2(self, files: dict[str, PlannedFile], op_id: int, batch_id: int) -> dict[str, Any]:
+        """A transformWithState operator's metadata (engine/checkpoint/operator_metadata.py):
+        every `_metadata/v2/<b>` with b <= the cut's batch (Spark writes one at the first batch
+        of each run; later ones belong to batches above the cut) and the schema files they
+        name. The newest of them, and its schema files, are what a restart reads: essential."""
+        v2_rel = f"state/{op_id}/_metadata/v2"
+        batches = sorted(int(n) for n in self.fs.listdir(v2_rel) if n.isdigit() and int(n) <= batch_id)
+        if not batches:
+            raise UnsupportedCheckpointError(
+                f"operator {op_id} of {self.where} has no operator metadata v2 at or below batch {batch_id}",
+                hint="snapshot a later batch; Spark writes it when a run of the query starts",
+            )
+        newest: OperatorMetadataV2 | None = None
+        for b in reversed(batches):
+            rel = f"{v2_rel}/{b}"
+            essential = newest is None
+            try:
+                meta = parse_metadata_v2(self.fs.read_bytes(rel), op_id, self._path(rel))
+            except FileNotFoundError:
+                if essential:
+                    raise CheckpointChanged(f"{rel} vanished while planning") from None
+                continue  # history Spark purged meanwhile
+            self._add(files, rel, essential=essential)
+            for store in meta.stores:
+                for schema in store.schema_files:
+                    if schema_file_batch(schema) > batch_id:
+                        raise UnsupportedCheckpointError(
+                            f"{self._path(rel)} names {schema}, written after batch {batch_id}",
+                            hint="the checkpoint is damaged: a batch's metadata names a later schema",
+                        )
+                    self._add(files, schema, essential=essential)
+            newest = newest or meta
+        assert newest is not None
+        self._add(files, f"state/{op_id}/_metadata/metadata", essential=False)  # none seen; kept if written
+        parts = {s.partitions for s in newest.stores}
+        return {
+            "name": newest.name,
+            "stores": [s.store_name for s in newest.stores],
+            "partitions": parts.pop() if len(parts) == 1 else None,
+            "state_variables": [v.to_json() for v in newest.state_variables],
+            "time_mode": newest.time_mode,
         }
 
     def _operator_metadata(self, op_rel: str) -> dict[str, Any]:

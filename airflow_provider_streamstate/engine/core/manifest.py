@@ -127,6 +127,16 @@ class OperatorInfo:
     stores: list[str]
     partitions: int
     state_version: int  # the state version this snapshot holds (batch id + 1)
+    # transformWithState: its state variables ({"name", "kind", "ttl"}) and time mode.
+    state_variables: list[dict[str, Any]] = field(default_factory=list)
+    time_mode: str | None = None
+
+    @property
+    def is_transform_with_state(self) -> bool:
+        return bool(self.state_variables)
+
+    def variable(self, name: str) -> dict[str, Any] | None:
+        return next((v for v in self.state_variables if v["name"] == name), None)
 
 
 @dataclass(frozen=True)
@@ -170,6 +180,9 @@ class Manifest:
         d["totals"] = {"files": len(self.files), "bytes": self.bytes_total, "blobs": len(self.blobs)}
         # Stable key order: format first, files last, for people reading it.
         files = d.pop("files")
+        for op in d["operators"]:  # only transformWithState operators have these
+            if not op["state_variables"]:
+                del op["state_variables"], op["time_mode"]
         if d["kafka_anchors"] is None:
             del d["kafka_anchors"]  # optional: manifests without anchors stay as they were
         return {"format": d.pop("format"), **d, "files": files}
@@ -355,6 +368,15 @@ class _Fields:
             name = op.get("name")
             if not isinstance(name, str):
                 raise self._bad(key, f"operator name {name!r} is not a string")
+            variables = op.get("state_variables", [])
+            if not isinstance(variables, list) or not all(
+                isinstance(v, dict) and isinstance(v.get("name"), str) and isinstance(v.get("kind"), str)
+                and isinstance(v.get("ttl"), bool) for v in variables
+            ):
+                raise self._bad(key, f"state variables {variables!r} are not a list of {{name, kind, ttl}}")
+            time_mode = op.get("time_mode")
+            if time_mode is not None and not isinstance(time_mode, str):
+                raise self._bad(key, f"time mode {time_mode!r} is not a string")
             out.append(
                 OperatorInfo(
                     operator_id=self.integer(key, 0, 10**6, value=op.get("operator_id")),
@@ -362,6 +384,8 @@ class _Fields:
                     stores=list(stores),
                     partitions=self.integer(key, 1, 10**6, value=op.get("partitions")),
                     state_version=self.integer(key, 0, MAX_BATCH_ID + 1, value=op.get("state_version")),
+                    state_variables=[{"name": v["name"], "kind": v["kind"], "ttl": v["ttl"]} for v in variables],
+                    time_mode=time_mode,
                 )
             )
         return out

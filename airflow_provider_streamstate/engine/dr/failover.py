@@ -40,6 +40,7 @@ from airflow_provider_streamstate.engine.checkpoint.offset_rewrite import (  # n
     hadoop_crc,
     rewrite_local_checkpoint,
 )
+from airflow_provider_streamstate.engine.checkpoint.operator_metadata import SchemaPathRewrite
 from airflow_provider_streamstate.engine.checkpoint.sidecar import local_root
 from airflow_provider_streamstate.engine.core.anchor import anchors_from_json
 from airflow_provider_streamstate.engine.core.cancel import current_token
@@ -416,6 +417,9 @@ def failover(
         restore_snapshot(store, stream, manifest.snapshot_id, staging, parallelism=parallelism)
         t1 = time.monotonic()
         rewritten = rewrite_checkpoint(staging, translation)
+        # Operator metadata v2 (transformWithState) names schema files by absolute path: the
+        # staging copy's, until it is renamed into the target.
+        rewrite_local_checkpoint(staging, SchemaPathRewrite(f"file:{target}"))
         _check_target(target)  # still new or empty: nobody wrote there meanwhile
         if target.exists():
             target.rmdir()

@@ -38,6 +38,7 @@ from airflow_provider_streamstate.engine.checkpoint.offset_rewrite import (
     OffsetRewrite,
     rewrite_local_checkpoint,
 )
+from airflow_provider_streamstate.engine.checkpoint.operator_metadata import ChainedRewrite, SchemaPathRewrite
 from airflow_provider_streamstate.engine.checkpoint.sidecar import LAUNCHES_DIR, local_root
 from airflow_provider_streamstate.engine.core.cancel import CancelToken, cancellation, check_cancelled
 from airflow_provider_streamstate.engine.core.digest import copy_hashing
@@ -176,8 +177,9 @@ def _restore(
             (root / ".metadata.crc").unlink(missing_ok=True)
             if fsync:
                 fsync_path(root / "metadata")
-        if rewrite is not None:
-            rewrite_local_checkpoint(root, rewrite)
+        # The copy's own location in its operator metadata v2 (transformWithState), and
+        # where it resumes in Kafka when asked.
+        rewrite_local_checkpoint(root, ChainedRewrite(rewrite, SchemaPathRewrite(f"file:{target}")))
         lineage = replace(lineage, query_id=query_id)
         write_lineage(root, lineage, fsync=fsync)
         if fsync:

@@ -38,6 +38,7 @@ from typing import Any, Protocol
 from airflow_provider_streamstate.engine.catalog.snapshots import resolve_snapshot
 from airflow_provider_streamstate.engine.checkpoint.filesystems import S3CheckpointFS
 from airflow_provider_streamstate.engine.checkpoint.liveness import assert_not_running
+from airflow_provider_streamstate.engine.checkpoint.operator_metadata import ChainedRewrite, SchemaPathRewrite
 from airflow_provider_streamstate.engine.checkpoint.sidecar import LAUNCHES_DIR, S3Sidecar
 from airflow_provider_streamstate.engine.checkpoint.store_copy import server_side_possible
 from airflow_provider_streamstate.engine.core.cancel import check_cancelled
@@ -214,7 +215,9 @@ def restore_to_s3(
     log.info("restoring %s of %s (batch %d, %d files) to %s", manifest.snapshot_id, stream, manifest.batch_id,
              len(manifest.files), fs.location)
     files = [e for e in manifest.files if not (new_query_id and e.path == ".metadata.crc")]
-    rewritten = _rewritten(store, files, rewrite) if rewrite is not None else {}
+    # The copy's own location in its operator metadata v2 (transformWithState), and where
+    # it resumes in Kafka when asked.
+    rewritten = rewritten_files(store, files, ChainedRewrite(rewrite, SchemaPathRewrite(fs.location)))
     by_blob: dict[str, list[FileEntry]] = {}
     for e in files:
         if e.path not in rewritten:
@@ -273,7 +276,7 @@ def restore_to_s3(
     )
 
 
-def _rewritten(store: SnapshotStore, files: Sequence[FileEntry], rewrite: FileRewrite) -> dict[str, bytes]:
+def rewritten_files(store: SnapshotStore, files: Sequence[FileEntry], rewrite: FileRewrite) -> dict[str, bytes]:
     """The new content of the files `rewrite` changes, from their blobs read and verified."""
     out: dict[str, bytes] = {}
     wanted = sorted((e for e in files if rewrite.wants(e.path)), key=lambda e: e.path.endswith(".crc"))

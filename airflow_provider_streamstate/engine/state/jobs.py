@@ -90,8 +90,7 @@ class StateJobRequest:
 
     @property
     def state_selector(self) -> StateSelector:
-        s = self.selector or {}
-        return StateSelector(s.get("operator"), s.get("store_name") or None, s.get("join_side") or None)
+        return StateSelector.from_json(self.selector)
 
     def with_job_id(self) -> StateJobRequest:
         from dataclasses import replace

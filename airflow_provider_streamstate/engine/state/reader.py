@@ -50,6 +50,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("streamstate.state")
 
 JOIN_SIDES = ("left", "right")
+ALL_VARIABLES = "*"  # every state variable of a transformWithState operator, `state_var` a column
+TIMERS = "$timers"  # a transformWithState operator's registered timers
+STATE_VAR_COLUMN = "state_var"
 CHANGELOG_CONF = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
 PARTITION_COLUMN = "partition_id"
 
@@ -64,12 +67,16 @@ class StoreMetadata:
     partitions: int
     min_batch_id: int
     max_batch_id: int
+    state_variables: tuple[tuple[str, str], ...] = ()  # transformWithState: (name, kind)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "operator_id": self.operator_id, "operator_name": self.operator_name, "store_name": self.store_name,
             "partitions": self.partitions, "min_batch_id": self.min_batch_id, "max_batch_id": self.max_batch_id,
         }
+        if self.state_variables:
+            out["state_variables"] = [{"name": n, "kind": k} for n, k in self.state_variables]
+        return out
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,8 @@ class StateSelector:
     operator: int | str | None = None
     store_name: str | None = None
     join_side: str | None = None
+    # transformWithState: one state variable, ALL_VARIABLES or TIMERS (required there).
+    state_var: str | None = None
 
     def describe(self) -> str:
         parts = [f"operator {self.operator if self.operator is not None else 0}"]
@@ -102,10 +111,21 @@ class StateSelector:
             parts.append(f"store {self.store_name}")
         if self.join_side:
             parts.append(f"{self.join_side} side")
+        if self.state_var:
+            parts.append(f"state variable {self.state_var}")
         return ", ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
-        return {"operator": self.operator, "store_name": self.store_name, "join_side": self.join_side}
+        out: dict[str, Any] = {"operator": self.operator, "store_name": self.store_name, "join_side": self.join_side}
+        if self.state_var:
+            out["state_var"] = self.state_var
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any] | None) -> StateSelector:
+        d = d or {}
+        return cls(d.get("operator"), d.get("store_name") or None, d.get("join_side") or None,
+                   d.get("state_var") or None)
 
 
 @dataclass(frozen=True)
@@ -113,6 +133,40 @@ class _OperatorRef:
     operator_id: int
     name: str
     stores: tuple[str, ...]
+    variables: tuple[tuple[str, str], ...] = ()  # transformWithState: (name, kind), timers included
+
+    @property
+    def user_variables(self) -> list[str]:
+        return [n for n, kind in self.variables if kind != "TimerState"]
+
+    def kind_of(self, state_var: str) -> str | None:
+        return next((kind for n, kind in self.variables if n == state_var), None)
+
+
+def _manifest_operators(manifest: Manifest) -> list[_OperatorRef]:
+    return [_OperatorRef(o.operator_id, o.name, tuple(o.stores),
+                         tuple((v["name"], v["kind"]) for v in o.state_variables)) for o in manifest.operators]
+
+
+def _check_state_var(op: _OperatorRef, sel: StateSelector) -> None:
+    """A transformWithState operator is read one state variable (or all, or its timers) at
+    a time; any other operator has none to name."""
+    label = f"operator {op.operator_id} ({op.name})"
+    if not op.variables:
+        if sel.state_var:
+            raise UsageError(f"{label} is not a transformWithState operator: it has no state variables",
+                             hint="leave --state-var out")
+        return
+    names = ", ".join(op.user_variables)
+    choices = f"its state variables: {names}; or '{ALL_VARIABLES}' for all of them, '{TIMERS}' for its timers"
+    if not sel.state_var:
+        raise UsageError(f"{label} keeps several state variables: name one", hint=f"pass --state-var ({choices})")
+    if sel.state_var == TIMERS:
+        if not any(kind == "TimerState" for _, kind in op.variables):
+            raise NotFoundError(f"{label} registers no timers", hint=f"choose a state variable ({names})")
+        return
+    if sel.state_var != ALL_VARIABLES and sel.state_var not in op.user_variables:
+        raise NotFoundError(f"{label} has no state variable {sel.state_var!r}", hint=choices)
 
 
 def _resolve_operator(available: list[_OperatorRef], sel: StateSelector, where: str) -> _OperatorRef:
@@ -152,6 +206,7 @@ def _resolve_operator(available: list[_OperatorRef], sel: StateSelector, where: 
             )
         if sel.store_name:
             raise UsageError("give a store name or a join side, not both", hint="a join side reads both of its stores")
+    _check_state_var(op, sel)
     return op
 
 
@@ -161,26 +216,49 @@ def canonical_selector(manifest: Manifest, sel: StateSelector) -> StateSelector:
     stateless snapshot's selector is left as it is (reading it fails later, clearly)."""
     if not manifest.operators:
         return sel
-    ops = [_OperatorRef(o.operator_id, o.name, tuple(o.stores)) for o in manifest.operators]
-    op = _resolve_operator(ops, sel, f"snapshot {manifest.snapshot_id} of {manifest.stream}")
-    return StateSelector(op.operator_id, sel.store_name or None, sel.join_side or None)
+    op = _resolve_operator(_manifest_operators(manifest), sel, f"snapshot {manifest.snapshot_id} of {manifest.stream}")
+    return StateSelector(op.operator_id, sel.store_name or None, sel.join_side or None, sel.state_var or None)
 
 
-def _flat_columns(dtype: DataType, path: list[str]) -> list[tuple[list[str], str]]:
-    """(struct path, column name) of every leaf below `path`, nested names joined with `_`."""
+def state_variable_kind(manifest: Manifest, sel: StateSelector) -> str | None:
+    """ValueState, ListState, MapState or TimerState for a selector naming one state
+    variable of a snapshot's transformWithState operator; None otherwise."""
+    if not manifest.operators or not sel.state_var:
+        return None
+    op = _resolve_operator(_manifest_operators(manifest), sel, f"snapshot {manifest.snapshot_id} of {manifest.stream}")
+    return "TimerState" if sel.state_var == TIMERS else op.kind_of(sel.state_var)
+
+
+# Spark's state reader columns -> the prefix of their leaves' flat names. transformWithState's
+# list state gives one `list_element` row per element, its map state `user_map_key` and
+# `user_map_value` rows; both are a variable's values, as a value state's `value`.
+_TOP_COLUMNS = {"key": "key", "user_map_key": "map_key", "value": "value", "list_element": "value",
+                "user_map_value": "value"}
+_TTL_FIELDS = {"value", "ttlExpirationMs"}
+TTL_COLUMN = "ttl_expiration_ms"
+
+
+def _flat_columns(dtype: DataType, path: list[str], name: list[str]) -> list[tuple[list[str], str]]:
+    """(struct path, column name) of every leaf below `path`, nested names joined with `_`. A
+    value with TTL (`{value, ttlExpirationMs}`) is its value's leaves and `ttl_expiration_ms`."""
     from pyspark.sql.types import StructType
 
     if isinstance(dtype, StructType):
+        if {f.name for f in dtype.fields} == _TTL_FIELDS:
+            inner = dtype["value"].dataType
+            return [*_flat_columns(inner, [*path, "value"], name), ([*path, "ttlExpirationMs"], TTL_COLUMN)]
         out: list[tuple[list[str], str]] = []
         for f in dtype.fields:
-            out.extend(_flat_columns(f.dataType, [*path, f.name]))
+            out.extend(_flat_columns(f.dataType, [*path, f.name], [*name, f.name]))
         return out
-    return [(path, "_".join(path))]
+    return [(path, "_".join(name))]
 
 
 def flatten_state(df: DataFrame) -> DataFrame:
-    """`key`/`value` structs of the state data source as `key_<field>`/`value_<field>`
-    columns (nested structs joined with `_`), then `partition_id`.
+    """Spark's state data source as flat columns: `key` leaves as `key_<field>`, `value` leaves
+    as `value_<field>` (nested structs joined with `_`), transformWithState's map keys as
+    `map_key_<field>` and TTLs as `ttl_expiration_ms`, other columns (a timer's
+    `expiration_timestamp_ms`) as they are, then `partition_id`.
 
     Two leaves that would get one name (`a_b` and `a.b`) are refused: a suite could not
     tell them apart.
@@ -189,10 +267,11 @@ def flatten_state(df: DataFrame) -> DataFrame:
 
     cols = []
     names: dict[str, str] = {}
-    for top in ("key", "value"):
-        if top not in df.columns:
-            continue
-        for path, name in _flat_columns(df.schema[top].dataType, [top]):
+    ordered = [c for c in _TOP_COLUMNS if c in df.columns] + \
+        [c for c in df.columns if c not in _TOP_COLUMNS and c not in (PARTITION_COLUMN, STATE_VAR_COLUMN)]
+    for top in ordered:
+        leaves = _flat_columns(df.schema[top].dataType, [top], [_TOP_COLUMNS.get(top, top)])
+        for path, name in leaves:
             dotted = ".".join(path)
             if name in names:
                 raise UsageError(
@@ -204,17 +283,21 @@ def flatten_state(df: DataFrame) -> DataFrame:
             for part in path[1:]:
                 col = col.getField(part)
             cols.append(col.alias(name))
+    if STATE_VAR_COLUMN in df.columns:
+        cols.insert(0, F.col(STATE_VAR_COLUMN))
     if PARTITION_COLUMN in df.columns:
         cols.append(F.col(PARTITION_COLUMN))
     return df.select(*cols)
 
 
 def key_columns(df: DataFrame) -> list[str]:
-    return [c for c in df.columns if c == "key" or c.startswith("key_")]
+    """What identifies a row: the grouping key, and a map state's key (and, reading all
+    variables of a transformWithState operator, the variable)."""
+    return [c for c in df.columns if c in ("key", STATE_VAR_COLUMN) or c.startswith(("key_", "map_key_"))]
 
 
 def value_columns(df: DataFrame) -> list[str]:
-    return [c for c in df.columns if c == "value" or c.startswith("value_")]
+    return [c for c in df.columns if c in ("value", TTL_COLUMN, "expiration_timestamp_ms") or c.startswith("value_")]
 
 
 def _apply_pinned_confs(spark: SparkSession, conf: dict[str, str], state_store: str | None) -> None:
@@ -241,11 +324,25 @@ def _copy_sql_confs(parent: SparkSession, child: SparkSession) -> None:
 
 def _read(spark: SparkSession, checkpoint: str, batch_id: int, op: _OperatorRef, sel: StateSelector) -> DataFrame:
     """`spark`'s context must have its StateStoreCoordinator (`touch_streams`)."""
+    if sel.state_var == ALL_VARIABLES:
+        from pyspark.sql import functions as F
+
+        frames = [_read(spark, checkpoint, batch_id, op, StateSelector(op.operator_id, sel.store_name, None, name))
+                  .withColumn(STATE_VAR_COLUMN, F.lit(name)) for name in op.user_variables]
+        union = frames[0]
+        for f in frames[1:]:
+            union = union.unionByName(f, allowMissingColumns=True)
+        cols = [STATE_VAR_COLUMN] + [c for c in union.columns if c not in (STATE_VAR_COLUMN, PARTITION_COLUMN)]
+        return union.select(*cols, PARTITION_COLUMN)
     reader = spark.read.format("statestore").option("batchId", str(batch_id)).option("operatorId", str(op.operator_id))
     if sel.store_name:
         reader = reader.option("storeName", sel.store_name)
     if sel.join_side:
         reader = reader.option("joinSide", sel.join_side)
+    if sel.state_var == TIMERS:
+        reader = reader.option("readRegisteredTimers", "true")
+    elif sel.state_var:
+        reader = reader.option("stateVarName", sel.state_var)
     return flatten_state(reader.load(checkpoint))
 
 
@@ -263,7 +360,7 @@ def read_metadata(spark: SparkSession, checkpoint: str, batch_id: int) -> StateM
     stores = sorted(
         (
             StoreMetadata(int(r.operatorId), str(r.operatorName), str(r.stateStoreName), int(r.numPartitions),
-                          int(r.minBatchId), int(r.maxBatchId))
+                          int(r.minBatchId), int(r.maxBatchId), _variables(r.asDict().get("operatorProperties")))
             for r in rows
         ),
         key=lambda s: (s.operator_id, s.store_name),
@@ -271,12 +368,24 @@ def read_metadata(spark: SparkSession, checkpoint: str, batch_id: int) -> StateM
     return StateMetadata(batch_id, stores)
 
 
+def _variables(properties: str | None) -> tuple[tuple[str, str], ...]:
+    """(name, kind) of the state variables in the `operatorProperties` Spark's state-metadata
+    source gives for a transformWithState operator (empty for any other)."""
+    import json
+
+    try:
+        declared = json.loads(properties or "{}").get("stateVariables") or []
+        return tuple((str(v["stateName"]), str(v["stateVariableType"])) for v in declared)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return ()
+
+
 def _checkpoint_operators(meta: StateMetadata) -> list[_OperatorRef]:
     ops: dict[int, _OperatorRef] = {}
     for s in meta.stores:
         prev = ops.get(s.operator_id)
         stores = (*(prev.stores if prev else ()), s.store_name)
-        ops[s.operator_id] = _OperatorRef(s.operator_id, s.operator_name, stores)
+        ops[s.operator_id] = _OperatorRef(s.operator_id, s.operator_name, stores, s.state_variables)
     return [ops[k] for k in sorted(ops)]
 
 
@@ -466,8 +575,7 @@ class StateReader:
         sel = selector or StateSelector()
         mat = self.materialise(stream, snapshot, store=store)
         m = mat.manifest
-        ops = [_OperatorRef(o.operator_id, o.name, tuple(o.stores)) for o in m.operators]
-        op = _resolve_operator(ops, sel, f"snapshot {m.snapshot_id} of {stream}")
+        op = _resolve_operator(_manifest_operators(m), sel, f"snapshot {m.snapshot_id} of {stream}")
         return _read(self._session(mat), mat.location, m.batch_id, op, sel)
 
     def manifest(self, stream: str, snapshot: str, *, store: SnapshotStore | None = None) -> Manifest:

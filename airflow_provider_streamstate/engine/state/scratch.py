@@ -77,12 +77,18 @@ def materialise_in_store(store: SnapshotStore, manifest: Manifest, job_id: str, 
     location = f"{scratch_root(store, job_id)}/{index:04d}-{manifest.snapshot_id}"
     if is_s3_store(store):
         from airflow_provider_streamstate.engine.checkpoint.filesystems import S3CheckpointFS
-        from airflow_provider_streamstate.engine.lifecycle.restore_s3 import VerifiedWriter
+        from airflow_provider_streamstate.engine.checkpoint.operator_metadata import SchemaPathRewrite
+        from airflow_provider_streamstate.engine.lifecycle.restore_s3 import VerifiedWriter, rewritten_files
 
         s: Any = store
         fs = S3CheckpointFS(location, s.client)
         writer = VerifiedWriter(fs, store)
-        run_parallel(lambda e: writer.write_blob(e, fs.key(e.path)), list(manifest.files), parallelism)
+        # transformWithState's operator metadata names its schema files where the copy is.
+        rewritten = rewritten_files(store, manifest.files, SchemaPathRewrite(fs.location))
+        run_parallel(lambda e: writer.write_blob(e, fs.key(e.path)),
+                     [e for e in manifest.files if e.path not in rewritten], parallelism)
+        for rel, data in rewritten.items():
+            writer.put(fs.key(rel), data)
         log.info("scratch copy of %s at %s (%d files, %s server-side)", manifest.snapshot_id, location,
                  len(manifest.files), "all" if writer.server_side else "none")
         return location

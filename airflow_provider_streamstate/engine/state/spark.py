@@ -7,6 +7,8 @@ pyspark is imported inside the functions: the engine imports without it.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -61,6 +63,10 @@ def spark_session(
     if master is not None:
         builder = builder.master(master)
         if master.startswith("local"):
+            # Python stateful operators (transformWithStateInPandas...) and UDFs run their
+            # workers with this interpreter (the one with pandas and pyarrow), not whatever
+            # `python3` is first on PATH: PySpark reads it from the environment only.
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
             for key, value in {
                 "spark.ui.enabled": "false",
                 "spark.ui.showConsoleProgress": "false",

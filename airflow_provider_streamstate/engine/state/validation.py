@@ -72,7 +72,8 @@ class Suite:
 
     @property
     def selector_hint(self) -> dict[str, Any]:
-        """`meta.streamstate` of the suite: which operator/store/join side it is written for."""
+        """`meta.streamstate` of the suite: which operator/store/join side/state variable it is
+        written for."""
         meta = self.definition.get("meta") or {}
         hint = meta.get("streamstate") if isinstance(meta, dict) else None
         return dict(hint) if isinstance(hint, dict) else {}
@@ -371,10 +372,10 @@ class ValidationResult:
 def selector_for(suite: Suite, selector: StateSelector | None) -> StateSelector:
     """The caller's selector, else the suite's `meta.streamstate`, else operator 0."""
 
-    if selector is not None and (selector.operator is not None or selector.store_name or selector.join_side):
+    if selector is not None and (selector.operator is not None or selector.store_name or selector.join_side
+                                 or selector.state_var):
         return selector
-    hint = suite.selector_hint
-    return StateSelector(hint.get("operator"), hint.get("store_name"), hint.get("join_side"))
+    return StateSelector.from_json(suite.selector_hint)
 
 
 COLUMN_KWARGS = ("column", "column_A", "column_B")

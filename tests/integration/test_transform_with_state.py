@@ -1,0 +1,208 @@
+"""transformWithStateInPandas streams (value, list and map state, TTL, processing-time timers):
+snapshots of a running stream restore exactly to Spark's own state at their batch, at
+another location, and still read and resume there after the original checkpoint is gone
+(operator metadata v2 names its schema files by absolute path); the resumed copy writes
+exactly the sessions the original wrote after the snapshot and ends in the same state."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
+from airflow_provider_streamstate.engine.core.errors import NotFoundError, UsageError
+from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
+from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.state.diff import diff_snapshots
+from airflow_provider_streamstate.engine.state.reader import StateReader, StateSelector
+from airflow_provider_streamstate.engine.state.spark import read_state
+from airflow_provider_streamstate.jobs.example_sessions import SessionArgs, start_query
+from airflow_provider_streamstate.jobs.generator import GeneratorSpec, expected_aggregates, produce
+from tests.streams import consume_until, use_state_store
+
+pytestmark = pytest.mark.integration
+
+VARIABLES = ("profile", "session", "bands")
+
+
+def _rows(df: Any) -> list[dict[str, Any]]:
+    return [r.asDict(recursive=True) for r in df.collect()]
+
+
+def _without_ttl(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A TTL is processing time plus the TTL: a resumed copy sets its own."""
+    out = []
+    for r in rows:
+        r = dict(r)
+        for col in ("list_element", "user_map_value", "value"):
+            v = r.get(col)
+            if isinstance(v, dict) and set(v) == {"value", "ttlExpirationMs"}:
+                r[col] = v["value"]
+        r.pop("partition_id", None)
+        out.append(r)
+    return sorted(out, key=lambda d: json.dumps(d, sort_keys=True, default=str))
+
+
+def spark_state(spark: Any, checkpoint: str, batch_id: int | None, *, ttl: bool = True) -> dict[str, Any]:
+    """Every state variable and the timers, as Spark's own state reader gives them; without
+    `ttl`, what does not depend on processing time (no TTLs, no timers)."""
+    out: dict[str, Any] = {}
+    for var in VARIABLES:
+        rows = _rows(read_state(spark, checkpoint, batchId=batch_id, stateVarName=var))
+        out[var] = sorted(rows, key=lambda d: json.dumps(d, sort_keys=True, default=str)) if ttl else _without_ttl(rows)
+    out["timers"] = sorted(_rows(read_state(spark, checkpoint, batchId=batch_id, readRegisteredTimers="true")),
+                           key=lambda d: json.dumps(d, sort_keys=True, default=str))
+    if not ttl:  # processing-time timers: a resumed copy registers its own
+        del out["timers"]
+    return out
+
+
+def sessions_written(bootstrap: str, topic: str) -> list[dict[str, Any]]:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    parts = admin.list_topics(topic, timeout=10).topics[topic].partitions
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "sessions-check"})
+    ends = {str(p): c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
+    c.close()
+    return consume_until(bootstrap, {topic: ends})
+
+
+def _drain(query: Any, checkpoint: str, bootstrap: str, topic: str, timeout: float = 180) -> None:
+    """Wait until the query has read the whole topic. (`processAllAvailable` never returns
+    for it, nor does an available-now run end: with processing-time timers Spark runs a batch
+    at every trigger.)"""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "drain-check"})
+    parts = c.list_topics(topic, timeout=10).topics[topic].partitions
+    ends = {str(p): c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
+    c.close()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert query.exception() is None, query.exception()
+        reader = CheckpointReader(checkpoint)
+        committed = reader.committed_batches()
+        if committed and reader.kafka_offsets(committed[-1]).get(topic) == ends:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"the query did not read {topic} to {ends} in {timeout} s")
+
+
+def test_transform_with_state_snapshots_restore_exactly_elsewhere_and_resume(
+    stack, spark, topic, tmp_path: Path, make_store,
+) -> None:
+    use_state_store(spark, "rocksdb-changelog", **{"spark.sql.shuffle.partitions": "2"})
+    store, _, _ = make_store("local")
+    checkpoint = str(tmp_path / "ckpt")
+    first = GeneratorSpec(seed=31, accounts=25, events=300)
+    specs = [first, first.next_round(), first.next_round().next_round()]
+    produce(stack.kafka_bootstrap, topic, specs[0])
+    args = SessionArgs(stack.kafka_bootstrap, checkpoint, source_topic=topic, sessions_topic=f"{topic}-sessions",
+                       gap_ms=60_000, trigger="processing:500 milliseconds",
+                       max_offsets_per_trigger=150)
+    query = start_query(spark, args)
+    producer = threading.Thread(target=lambda: [produce(stack.kafka_bootstrap, topic, s, rate=120) for s in specs[1:]])
+    producer.start()
+
+    snapshots = []
+    deadline = time.monotonic() + 240
+    while (producer.is_alive() or len(snapshots) < 3) and time.monotonic() < deadline:
+        progress = query.lastProgress
+        if progress and (not snapshots or progress["batchId"] > snapshots[-1].manifest.batch_id):
+            snapshots.append(create_snapshot(checkpoint, store, "sessions", parallelism=4))
+        time.sleep(0.5)
+    producer.join()
+    _drain(query, checkpoint, stack.kafka_bootstrap, topic)
+    query.stop()
+    final = spark_state(spark, checkpoint, None, ttl=False)
+    written = sessions_written(stack.kafka_bootstrap, args.sessions_topic)
+
+    # The whole input is in the profile: value state, exact.
+    profile = {r["key"]["account"]: r["value"] for r in final["profile"]}
+    assert {a: {"count": p["txn_count"], "sum": p["total_cents"], "max": p["max_cents"]}
+            for a, p in profile.items()} == expected_aggregates(specs)
+    written = [s for s in written if s["kind"] == "session"]  # an idle notice would need 10 minutes
+    assert sum(p["sessions"] for p in profile.values()) == len({(s["account"], s["session_no"]) for s in written})
+    assert final["bands"] and final["session"]
+
+    batches = [s.manifest.batch_id for s in snapshots]
+    assert len(set(batches)) >= 3, batches
+    for i, snap in enumerate(snapshots):
+        m = snap.manifest
+        (op,) = m.operators
+        assert op.name == "transformWithStateInPandasExec" and op.time_mode == "ProcessingTime"
+        assert {v["name"]: (v["kind"], v["ttl"]) for v in op.state_variables if not v["name"].startswith("$")} == {
+            "profile": ("ValueState", False), "session": ("ListState", True), "bands": ("MapState", True)}
+        assert any(f.path.startswith("state/0/_stateSchema/") for f in m.files)
+        target = tmp_path / f"restore-{i}"
+        restore_snapshot(store, "sessions", m.snapshot_id, target)
+        meta = (target / "state/0/_metadata/v2").iterdir()
+        for f in meta:
+            if not f.name.startswith("."):
+                assert f"file:{target}/state/0/_stateSchema/" in f.read_text() and checkpoint not in f.read_text()
+        # Exactly Spark's own state at batch N: every variable, TTLs and timers included.
+        assert spark_state(spark, str(target), m.batch_id) == spark_state(spark, checkpoint, m.batch_id)
+        assert not (target / "offsets" / str(m.batch_id + 1)).exists()
+
+    # The original goes away: the earliest snapshot's copy must read and resume on its own.
+    earliest = snapshots[0].manifest
+    at_cut = spark_state(spark, checkpoint, earliest.batch_id, ttl=False)
+    shutil.rmtree(checkpoint)
+    resumed_ckpt = str(tmp_path / "restore-0")
+    assert spark_state(spark, resumed_ckpt, earliest.batch_id, ttl=False) == at_cut
+    closed_before = {r["key"]["account"]: r["value"]["sessions"] for r in at_cut["profile"]}
+    resumed_args = SessionArgs(stack.kafka_bootstrap, resumed_ckpt, source_topic=topic,
+                               sessions_topic=f"{topic}-sessions-resumed", gap_ms=60_000,
+                               trigger="processing:200 milliseconds", max_offsets_per_trigger=600)
+    resumed = start_query(spark, resumed_args)
+    _drain(resumed, resumed_ckpt, stack.kafka_bootstrap, topic)
+    first_batch = resumed.recentProgress[0]["batchId"]
+    resumed.stop()
+    assert first_batch == earliest.batch_id + 1
+    # Same end state, and exactly the sessions the original closed after the snapshot.
+    assert spark_state(spark, resumed_ckpt, None, ttl=False) == final
+    after = sorted((s for s in written if s["session_no"] > closed_before.get(s["account"], 0)),
+                   key=lambda s: (s["account"], s["session_no"]))
+    again = sorted((s for s in sessions_written(stack.kafka_bootstrap, resumed_args.sessions_topic)
+                    if s["kind"] == "session"),
+                   key=lambda s: (s["account"], s["session_no"]))
+    assert again == after and after
+
+    # State queries name the variable; all of them, or the timers.
+    latest = snapshots[-1].manifest
+    with StateReader(store, spark=spark) as reader:
+        with pytest.raises(UsageError, match="keeps several state variables"):
+            reader.state("sessions", latest.snapshot_id)
+        with pytest.raises(NotFoundError, match="no state variable 'nope'"):
+            reader.state("sessions", latest.snapshot_id, StateSelector(state_var="nope"))
+        prof = reader.state("sessions", latest.snapshot_id, StateSelector(state_var="profile"))
+        assert prof.columns == ["key_account", "value_txn_count", "value_total_cents", "value_max_cents",
+                                "value_sessions", "partition_id"]
+        sess = reader.state("sessions", latest.snapshot_id, StateSelector(state_var="session"))
+        assert sess.columns == ["key_account", "value_txn_id", "value_amount_cents", "value_ts_ms",
+                                "ttl_expiration_ms", "partition_id"]
+        bands = reader.state("sessions", latest.snapshot_id, StateSelector(state_var="bands"))
+        assert bands.columns == ["key_account", "map_key_band", "value_txn_count", "ttl_expiration_ms",
+                                 "partition_id"]
+        timers = reader.state("sessions", latest.snapshot_id, StateSelector(state_var="$timers"))
+        assert "expiration_timestamp_ms" in timers.columns and timers.count() > 0
+        everything = reader.state("sessions", latest.snapshot_id, StateSelector(state_var="*"))
+        counts = {r["state_var"]: r["count"] for r in everything.groupBy("state_var").count().collect()}
+        assert counts == {"profile": prof.count(), "session": sess.count(), "bands": bands.count()}
+        # A diff of a list variable counts elements; of a value variable, keys.
+        d = diff_snapshots(reader, "sessions", earliest.snapshot_id, latest.snapshot_id,
+                           StateSelector(state_var="session"))
+        assert d.counts["added"] + d.counts["unchanged"] == sess.count()
+        d = diff_snapshots(reader, "sessions", earliest.snapshot_id, latest.snapshot_id,
+                           StateSelector(state_var="profile"))
+        assert d.counts["added"] + d.counts["changed"] + d.counts["unchanged"] == prof.count()
+        assert d.key_columns == ["key_account"]
