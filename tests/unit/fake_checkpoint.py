@@ -50,7 +50,7 @@ def store_dirs(root: Path, stores: tuple[str, ...] = ("default",)) -> list[Path]
     return out
 
 
-def rocksdb_zip(store_dir: Path, version: int, ssts: list[str]) -> None:
+def rocksdb_zip(store_dir: Path, version: int | str, ssts: list[str]) -> None:
     meta = {"sstFiles": [{"localFileName": f"{i}.sst", "dfsSstFileName": s, "sizeBytes": 4} for i, s in enumerate(ssts)], "numKeys": 1}
     store_dir.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(store_dir / f"{version}.zip", "w") as z:

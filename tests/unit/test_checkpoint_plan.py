@@ -123,8 +123,9 @@ def test_missing_state_files_are_reported_as_a_changing_checkpoint(tmp_path) -> 
 @pytest.mark.parametrize(
     ("kwargs", "words"),
     [
-        ({"conf": {"spark.sql.streaming.stateStore.checkpointFormatVersion": "2"}}, "format v2"),
-        ({"commit_extra": {"stateUniqueIds": {"0": [["a"]]}}}, "format v2"),
+        ({"conf": {"spark.sql.streaming.stateStore.checkpointFormatVersion": "3"}}, "format 3"),
+        ({"commit_extra": {"stateUniqueIds": {"0": [["a"]]}}, "provider": ROCKSDB}, "unexpected state file ids"),
+        ({"commit_extra": {"stateUniqueIds": {"0": [["0f1e2d3c-aaaa"]]}}}, "HDFS-backed state store"),
         ({"provider": "com.example.CustomProvider"}, "not supported"),
     ],
 )
@@ -134,10 +135,10 @@ def test_unsupported_layouts_are_refused(tmp_path, kwargs, words) -> None:
         CheckpointReader(str(root)).plan()
 
 
-def test_transform_with_state_and_v2_file_names_are_refused(tmp_path) -> None:
+def test_schema_files_without_their_metadata_and_mixed_format_file_names_are_refused(tmp_path) -> None:
     root = make_checkpoint(tmp_path / "c", provider=ROCKSDB)
     write(root / "state/0/_stateSchema/default/0_abc", "schema")
-    with pytest.raises(UnsupportedCheckpointError, match="transformWithState"):
+    with pytest.raises(UnsupportedCheckpointError, match="state schema files but no operator metadata v2"):
         CheckpointReader(str(root)).plan()
     root2 = make_checkpoint(tmp_path / "d", provider=ROCKSDB)
     write(root2 / "state/0/0/3_0f1e2d3c-aaaa-bbbb-cccc-111122223333.zip", "z")
@@ -221,3 +222,55 @@ def test_local_file_uris_as_spark_prints_them_resolve_to_the_same_checkpoint(tmp
             local_checkpoint_path(uri)
     with pytest.raises(UnsupportedCheckpointError, match="not on a local"):
         local_checkpoint_path("s3a://bucket/ckpt")
+
+
+def _format_v2(root, batches: int, partitions: int = 2) -> dict[tuple[int, int], str]:
+    """Commits naming one unique id per state version and partition (format v2); the ids."""
+    import json
+
+    ids = {}
+    for b in range(batches):
+        per_part = []
+        for p in range(partitions):
+            ids[(b + 1, p)] = f"{b + 1:08x}-{p:04x}-4000-8000-000000000000"
+            per_part.append([ids[(b + 1, p)]])
+        write(root / f"commits/{b}", "v2\n" + json.dumps({"nextBatchWatermarkMs": 0, "stateUniqueIds": {"0": per_part}}))
+    return ids
+
+
+def test_a_format_v2_cut_walks_the_committed_lineage_back_to_a_zip_and_skips_other_attempts(tmp_path) -> None:
+    root = make_checkpoint(tmp_path / "c", batches=5, provider=ROCKSDB)
+    ids = _format_v2(root, 5)
+    for p, d in enumerate(store_dirs(root)):
+        for v in range(1, 6):
+            write(d / f"{v}_{ids[(v, p)]}.changelog", f"c{v}")
+            write(d / f"{v}_{ids[(v, p)]}.changelog.crc", "crc")
+        write(d / f"4_{'f' * 8}-dead-4000-8000-000000000000.changelog", "a failed attempt at version 4")
+        write(d / f"6_{'e' * 8}-0000-4000-8000-000000000000.changelog", "batch 5, not committed")
+        rocksdb_zip(d, f"2_{ids[(2, p)]}", [f"00{p}-a.sst"])
+        rocksdb_zip(d, f"2_{'a' * 8}-0000-4000-8000-000000000000", ["999-other.sst"])  # another attempt's zip
+    plan = CheckpointReader(str(root)).plan()
+    assert plan.checkpoint_format == 2 and plan.state_store == "rocksdb-changelog" and plan.batch_id == 4
+    for p in (0, 1):
+        assert paths(plan, f"state/0/{p}/") == sorted(
+            [f"2_{ids[(2, p)]}.zip"] + [f"{v}_{ids[(v, p)]}.changelog" for v in (3, 4, 5)]
+            + [f"{v}_{ids[(v, p)]}.changelog.crc" for v in (3, 4, 5)])
+        assert f"state/0/{p}/SSTs/00{p}-a.sst" in {f.path for f in plan.files}
+    assert not any("999-other" in f.path or "dead" in f.path for f in plan.files)
+    # An older cut takes its own version's ids.
+    assert paths(CheckpointReader(str(root)).plan(batch_id=0), "state/0/0/") == [
+        f"1_{ids[(1, 0)]}.changelog", f"1_{ids[(1, 0)]}.changelog.crc"]
+
+
+def test_a_format_v2_cut_missing_a_lineage_file_is_planned_again_and_a_join_is_refused(tmp_path) -> None:
+    root = make_checkpoint(tmp_path / "c", batches=3, provider=ROCKSDB)
+    ids = _format_v2(root, 3)
+    for p, d in enumerate(store_dirs(root)):
+        for v in (1, 3):  # version 2's changelog was replaced by maintenance meanwhile
+            write(d / f"{v}_{ids[(v, p)]}.changelog", "c")
+    with pytest.raises(CheckpointChanged, match=f"lacks 2_{ids[(2, 0)]}.changelog"):
+        CheckpointReader(str(root)).plan()
+    join = make_checkpoint(tmp_path / "j", batches=1, provider=ROCKSDB, stores=("left-keyToNumValues", "right-x"))
+    _format_v2(join, 1)
+    with pytest.raises(UnsupportedCheckpointError, match="keeps 2 state stores in checkpoint format v2"):
+        CheckpointReader(str(join)).plan()

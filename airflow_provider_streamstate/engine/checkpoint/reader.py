@@ -45,7 +45,8 @@ PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
 FORMAT_VERSION_CONF = "spark.sql.streaming.stateStore.checkpointFormatVersion"
 STORE_LAYOUT_DIRS = {"_metadata", "SSTs", "logs", "_stateSchema"}
 _VERSIONED = re.compile(r"^(\d+)\.(delta|snapshot|zip|changelog)$")
-_V2_VERSIONED = re.compile(r"^\d+_[0-9a-fA-F-]{8,}\.(zip|changelog)$")
+_V2_VERSIONED = re.compile(r"^(\d+)_([0-9a-fA-F-]{8,})\.(zip|changelog)$")
+_UNIQUE_ID = re.compile(r"^[0-9a-fA-F-]{8,64}$")
 
 
 @dataclass(frozen=True)
@@ -76,17 +77,20 @@ class CutPlan:
     conf: dict[str, str]
     state_store: str
     operators: list[dict[str, Any]] = field(default_factory=list)
+    checkpoint_format: int = 1  # 2: state files named <version>_<uniqueId> (RocksDB)
 
 
-def _read_log(fs: CheckpointFS, rel: str, path: str) -> list[str]:
-    """A Spark metadata-log file: `v1` then JSON lines. Missing file -> CheckpointChanged."""
+def _read_log(fs: CheckpointFS, rel: str, path: str, versions: tuple[str, ...] = ("v1",)) -> list[str]:
+    """A Spark metadata-log file: its version (`v1`; a commit of checkpoint format v2: `v2`)
+    then JSON lines; the version line is dropped. Missing file -> CheckpointChanged."""
     try:
         lines = fs.read_bytes(rel).decode("utf-8").split("\n")
     except FileNotFoundError:
         raise CheckpointChanged(f"{path} vanished while reading the checkpoint") from None
-    if not lines or lines[0] != "v1":
+    if not lines or lines[0] not in versions:
+        understood = " or ".join(repr(v) for v in versions)
         raise UnsupportedCheckpointError(
-            f"{path} has log version {lines[0][:10]!r}, only 'v1' is understood",
+            f"{path} has log version {lines[0][:10]!r}, only {understood} is understood",
             hint="this checkpoint was written by a Spark version streamstate does not support",
         )
     return lines[1:]
@@ -118,6 +122,7 @@ class CheckpointReader:
         self, location: str, *, s3_client: Any = None, aws_conn_id: str | None = None, fs: CheckpointFS | None = None
     ) -> None:
         self.location = location
+        self._commits: dict[int, dict[str, Any]] = {}
         self.fs = fs or open_checkpoint_fs(location, s3_client=s3_client, aws_conn_id=aws_conn_id)
         # Local: the resolved directory (snapshot, restore and lineage use it); S3: None.
         self.root: Path | None = self.fs.root if isinstance(self.fs, LocalCheckpointFS) else None
@@ -191,8 +196,15 @@ class CheckpointReader:
         return self._log_ids("offsets")
 
     def commit(self, batch_id: int) -> dict[str, Any]:
-        lines = [ln for ln in _read_log(self.fs, f"commits/{batch_id}", self._path(f"commits/{batch_id}")) if ln != ""]
+        """`commits/<batch>`: the next watermark and, in checkpoint format v2, the unique id of
+        every state store version the batch wrote (`stateUniqueIds`)."""
+        rel = f"commits/{batch_id}"
+        lines = [ln for ln in _read_log(self.fs, rel, self._path(rel), ("v1", "v2")) if ln != ""]
         return json.loads(lines[0]) if lines else {}
+
+    def checkpoint_format(self, batch_id: int) -> int:
+        """1, or 2 when the batch's commit names its state files by unique id."""
+        return 2 if "stateUniqueIds" in self.commit(batch_id) else 1
 
     def resolve_batch(self, batch_id: int | None) -> int:
         committed = self.committed_batches()
@@ -222,7 +234,8 @@ class CheckpointReader:
         meta, source_values = self.offsets(n)
         commit = self.commit(n)
         conf = {str(k): str(v) for k, v in (meta.get("conf") or {}).items()}
-        self._refuse_unsupported(conf, commit)
+        checkpoint_format = self._checkpoint_format(conf, commit)
+        self._commits = {n: commit}  # commits the plan read (format v2's lineage walks them)
         store_kind = self._state_store_kind(conf)
 
         files: dict[str, PlannedFile] = {}
@@ -240,7 +253,8 @@ class CheckpointReader:
         # metadata logs and sources alone. Spark never removes state/ of a stateful one.
         if self.fs.is_dir("state"):
             for op_name in sorted((p for p in self.fs.listdir("state") if p.isdigit()), key=int):
-                operators.append(self._plan_operator(files, int(op_name), n + 1, store_kind, file_kinds))
+                operators.append(self._plan_operator(files, int(op_name), n + 1, store_kind, file_kinds,
+                                                     checkpoint_format))
 
         # The changelog flag is not pinned in the checkpoint: the stores' files tell (a cut
         # that starts at a fresh .zip needs no changelog, yet the stream writes them).
@@ -265,15 +279,46 @@ class CheckpointReader:
             conf=conf,
             state_store=store_kind if operators else "none",
             operators=operators,
+            checkpoint_format=checkpoint_format if operators else 1,
         )
 
-    def _refuse_unsupported(self, conf: dict[str, str], commit: dict[str, Any]) -> None:
-        if conf.get(FORMAT_VERSION_CONF, "1") != "1" or "stateUniqueIds" in commit:
+    def _checkpoint_format(self, conf: dict[str, str], commit: dict[str, Any]) -> int:
+        """1, or 2: the commit names each state store version's files by unique id."""
+        pinned = conf.get(FORMAT_VERSION_CONF, "1")
+        if pinned not in ("1", "2"):
             raise UnsupportedCheckpointError(
-                f"{self.where} uses state checkpoint format v2 (unique-id state files)",
-                hint="snapshots support checkpoint format v1; run the stream with "
-                f"{FORMAT_VERSION_CONF}=1",
+                f"{self.where} uses state checkpoint format {pinned}",
+                hint=f"snapshots support {FORMAT_VERSION_CONF} 1 and 2",
             )
+        if "stateUniqueIds" not in commit:
+            return 1
+        if conf.get(PROVIDER_CONF, HDFS_PROVIDER) == HDFS_PROVIDER:
+            raise UnsupportedCheckpointError(
+                f"{self.where} names state files by unique id (checkpoint format v2) with the HDFS-backed state store",
+                hint="Spark writes format v2 with the RocksDB state store only; the checkpoint is damaged",
+            )
+        return 2
+
+    def _commit_of(self, batch_id: int) -> dict[str, Any]:
+        if batch_id not in self._commits:
+            self._commits[batch_id] = self.commit(batch_id)
+        return self._commits[batch_id]
+
+    def _unique_id(self, op_id: int, partition: int, version: int) -> str:
+        """Format v2: the unique id of state version `version` of one store of an operator's
+        partition, as the batch that wrote it (`version - 1`) committed it."""
+        rel = f"commits/{version - 1}"
+        try:
+            ids = self._commit_of(version - 1)["stateUniqueIds"][str(op_id)][partition]
+        except (KeyError, IndexError, TypeError):
+            raise UnsupportedCheckpointError(
+                f"{self._path(rel)} names no state file id for operator {op_id}, partition {partition}",
+                hint=f"the checkpoint mixes formats; snapshot a batch written with one {FORMAT_VERSION_CONF}",
+            ) from None
+        if not isinstance(ids, list) or len(ids) != 1 or not _UNIQUE_ID.match(str(ids[0])):
+            raise UnsupportedCheckpointError(f"{self._path(rel)} has unexpected state file ids {ids!r} "
+                                             f"for operator {op_id}, partition {partition}")
+        return str(ids[0])
 
     def _state_store_kind(self, conf: dict[str, str]) -> str:
         provider = conf.get(PROVIDER_CONF, HDFS_PROVIDER)
@@ -287,7 +332,8 @@ class CheckpointReader:
         )
 
     def _plan_operator(
-        self, files: dict[str, PlannedFile], op_id: int, version: int, kind: str, file_kinds: set[str]
+        self, files: dict[str, PlannedFile], op_id: int, version: int, kind: str, file_kinds: set[str],
+        checkpoint_format: int = 1,
     ) -> dict[str, Any]:
         op_rel = f"state/{op_id}"
         op_dir = self._path(op_rel)
@@ -309,11 +355,20 @@ class CheckpointReader:
             raise CheckpointChanged(f"{op_dir} has {len(partitions)} partitions, its metadata says {declared}")
         # Old checkpoints have no operator metadata: their store names come from the layout.
         stores: list[str] = info.get("stores") or self._infer_store_names(f"{op_rel}/{partitions[0]}")
+        if checkpoint_format == 2 and len(stores) != 1:
+            raise UnsupportedCheckpointError(
+                f"operator {op_id} ({info.get('name', 'unknown')}) of {self.where} keeps {len(stores)} state stores "
+                "in checkpoint format v2; snapshots support format v2 for single-store operators",
+                hint=f"run this query with {FORMAT_VERSION_CONF}=1",
+            )
         for part in partitions:
             part_rel = f"{op_rel}/{part}"
             for store in stores:
                 store_rel = part_rel if store == "default" else f"{part_rel}/{store}"
-                self._plan_store(files, store_rel, version, kind, file_kinds)
+                if checkpoint_format == 2:
+                    self._plan_store_v2(files, store_rel, version, op_id, int(part), file_kinds)
+                else:
+                    self._plan_store(files, store_rel, version, kind, file_kinds)
         out: dict[str, Any] = {
             "operator_id": op_id,
             "name": info.get("name", "unknown"),
@@ -403,8 +458,8 @@ class CheckpointReader:
             raise CheckpointChanged(f"{store_dir} vanished while planning") from None
         if any(_V2_VERSIONED.match(n) for n in names):
             raise UnsupportedCheckpointError(
-                f"{store_dir} holds checkpoint format v2 state files (<version>_<id>.zip)",
-                hint="snapshots support checkpoint format v1",
+                f"{store_dir} holds checkpoint format v2 state files (<version>_<id>.zip) but the commit is format v1",
+                hint="a query's checkpoint format cannot change; snapshot a checkpoint written with one format",
             )
         # Each store directory keeps its own state schema (named join stores included).
         self._add_tree(files, f"{store_rel}/_metadata", essential=True)
@@ -438,6 +493,44 @@ class CheckpointReader:
             for v in changelogs:
                 need(f"{v}.changelog")
 
+    def _plan_store_v2(
+        self, files: dict[str, PlannedFile], store_rel: str, version: int, op_id: int, partition: int,
+        file_kinds: set[str],
+    ) -> None:
+        """Checkpoint format v2 (RocksDB): version V of a store is `V_<id>.zip`, or
+        `V_<id>.changelog` replayed on version V-1 of the same lineage, back to a zip (or to
+        version 0). The ids are the committed ones (`commits/<V-1>`): files of other attempts
+        at the same version (a failed or retried batch) are never part of the cut."""
+        store_dir = self._path(store_rel)
+        try:
+            names = set(self.fs.listdir(store_rel))
+        except FileNotFoundError:
+            raise CheckpointChanged(f"{store_dir} vanished while planning") from None
+        if any(_VERSIONED.match(n) for n in names):
+            raise UnsupportedCheckpointError(
+                f"{store_dir} holds state files of both checkpoint formats (<version>.zip and <version>_<id>.zip)",
+                hint="a query's checkpoint format cannot change; snapshot a checkpoint written with one format",
+            )
+        self._add_tree(files, f"{store_rel}/_metadata", essential=True)
+        for n in names:
+            m = _V2_VERSIONED.match(n)
+            if m:
+                file_kinds.add(m.group(3))
+        changelogs: list[str] = []
+        v = version
+        while v > 0:
+            uid = self._unique_id(op_id, partition, v)
+            if f"{v}_{uid}.zip" in names:
+                self._add_rocksdb_snapshot(files, store_rel, f"{v}_{uid}")
+                break
+            if f"{v}_{uid}.changelog" not in names:
+                # Maintenance may have replaced it with a newer zip between listings: re-plan.
+                raise CheckpointChanged(f"{store_dir} lacks {v}_{uid}.changelog (or .zip) needed to rebuild the state")
+            changelogs.append(f"{v}_{uid}.changelog")
+            v -= 1
+        for name in changelogs:
+            self._add(files, f"{store_rel}/{name}", essential=True)
+
     def _require(self, store_dir: str, present: set[int], wanted: Any, ext: str) -> None:
         missing = [v for v in wanted if v not in present]
         if missing:
@@ -446,7 +539,9 @@ class CheckpointReader:
                 f"{store_dir} lacks {ext} files for versions {missing[:5]} needed to rebuild the state"
             )
 
-    def _add_rocksdb_snapshot(self, files: dict[str, PlannedFile], store_rel: str, version: int) -> None:
+    def _add_rocksdb_snapshot(self, files: dict[str, PlannedFile], store_rel: str, version: int | str) -> None:
+        """`<version>.zip` (format v2: `version` is `<version>_<id>`) and the SST and log files
+        its metadata names."""
         zip_rel = f"{store_rel}/{version}.zip"
         self._add(files, zip_rel, essential=True)
         try:

@@ -164,6 +164,9 @@ class Manifest:
     # Per topic: partition count and the last record batch N consumed in each partition, read
     # from the primary cluster when the snapshot was taken (anchors.py); None: not recorded.
     kafka_anchors: dict[str, Any] | None = None
+    # Spark's state checkpoint format (spark.sql.streaming.stateStore.checkpointFormatVersion):
+    # 2 names RocksDB state files by unique id; a restored copy must run with the same.
+    checkpoint_format: int = 1
     format: str = FORMAT
 
     @property
@@ -183,6 +186,8 @@ class Manifest:
         for op in d["operators"]:  # only transformWithState operators have these
             if not op["state_variables"]:
                 del op["state_variables"], op["time_mode"]
+        if d["checkpoint_format"] == 1:
+            del d["checkpoint_format"]  # optional: format 1 manifests stay as they were
         if d["kafka_anchors"] is None:
             del d["kafka_anchors"]  # optional: manifests without anchors stay as they were
         return {"format": d.pop("format"), **d, "files": files}
@@ -273,6 +278,7 @@ class Manifest:
             created_by=f.string("created_by", default=""),
             timeline=timeline,
             kafka_anchors=f.anchors("kafka_anchors"),
+            checkpoint_format=f.integer("checkpoint_format", 1, 2) if "checkpoint_format" in d else 1,
         )
 
 

@@ -591,6 +591,7 @@ def _create_snapshot(
             created_by=_creator(),
             timeline=timeline,
             kafka_anchors=anchors,
+            checkpoint_format=plan.checkpoint_format,
         )
         try:
             store.put_manifest(stream, manifest.snapshot_id, manifest.to_json())

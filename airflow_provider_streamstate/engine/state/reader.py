@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_streamstate.engine.catalog.snapshots import resolve_snapshot
-from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
+from airflow_provider_streamstate.engine.checkpoint.reader import FORMAT_VERSION_CONF, CheckpointReader
 from airflow_provider_streamstate.engine.core.errors import NotFoundError, UsageError
 from airflow_provider_streamstate.engine.core.manifest import Manifest
 from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
@@ -300,15 +300,17 @@ def value_columns(df: DataFrame) -> list[str]:
     return [c for c in df.columns if c in ("value", TTL_COLUMN, "expiration_timestamp_ms") or c.startswith("value_")]
 
 
-def _apply_pinned_confs(spark: SparkSession, conf: dict[str, str], state_store: str | None) -> None:
+def _apply_pinned_confs(spark: SparkSession, conf: dict[str, str], state_store: str | None,
+                        checkpoint_format: int = 1) -> None:
     """The state store confs the checkpoint pinned at batch 0 (provider, format versions,
-    codec), and changelog checkpointing, which is not pinned but decides how RocksDB
-    versions are read back."""
+    codec), and two that are not pinned but decide how state is read back: changelog
+    checkpointing, and the checkpoint format (Spark reads a format 2 commit log only with it)."""
     for key, value in conf.items():
         if key.startswith("spark.sql.streaming."):
             spark.conf.set(key, value)
     if state_store in ("rocksdb", "rocksdb-changelog"):
         spark.conf.set(CHANGELOG_CONF, "true" if state_store == "rocksdb-changelog" else "false")
+    spark.conf.set(FORMAT_VERSION_CONF, str(checkpoint_format))
 
 
 def _copy_sql_confs(parent: SparkSession, child: SparkSession) -> None:
@@ -404,7 +406,8 @@ def checkpoint_state(
     touch_streams(spark)
     session = spark.newSession()  # the pinned confs go to a child session, never the caller's
     _copy_sql_confs(spark, session)
-    _apply_pinned_confs(session, conf.get("conf", {}) if isinstance(conf.get("conf"), dict) else {}, None)
+    _apply_pinned_confs(session, conf.get("conf", {}) if isinstance(conf.get("conf"), dict) else {}, None,
+                        reader.checkpoint_format(batch))
     meta = read_metadata(session, str(reader.root), batch)
     sel = selector or StateSelector()
     op = _resolve_operator(_checkpoint_operators(meta), sel, f"checkpoint {checkpoint}")
@@ -554,7 +557,8 @@ class StateReader:
             touch_streams(self.spark)
             session = self.spark.newSession()
             _copy_sql_confs(self.spark, session)
-            _apply_pinned_confs(session, mat.manifest.spark_conf, mat.manifest.state_store)
+            _apply_pinned_confs(session, mat.manifest.spark_conf, mat.manifest.state_store,
+                                mat.manifest.checkpoint_format)
             mat.session = session
         return mat.session  # type: ignore[no-any-return]
 
