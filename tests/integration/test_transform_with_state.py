@@ -19,9 +19,12 @@ from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointRead
 from airflow_provider_streamstate.engine.core.errors import NotFoundError, UsageError
 from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.state.bisect import bisect_snapshots
 from airflow_provider_streamstate.engine.state.diff import diff_snapshots
 from airflow_provider_streamstate.engine.state.reader import StateReader, StateSelector
+from airflow_provider_streamstate.engine.state.scratch import new_job_id
 from airflow_provider_streamstate.engine.state.spark import read_state
+from airflow_provider_streamstate.engine.state.validation import load_suite, validate_snapshot
 from airflow_provider_streamstate.jobs.example_sessions import SessionArgs, start_query
 from airflow_provider_streamstate.jobs.generator import GeneratorSpec, expected_aggregates, produce
 from tests.streams import consume_until, use_state_store
@@ -153,6 +156,22 @@ def test_transform_with_state_snapshots_restore_exactly_elsewhere_and_resume(
         assert spark_state(spark, str(target), m.batch_id) == spark_state(spark, checkpoint, m.batch_id)
         assert not (target / "offsets" / str(m.batch_id + 1)).exists()
 
+    # On S3: a restore onto an s3a:// checkpoint and a state job's scratch copy in an S3 store
+    # name the schema files where they are, and Spark reads them through S3A.
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()  # noqa: SLF001 - Spark reads s3a:// here
+    for key, value in stack.s3a_conf("primary").items():
+        hadoop.set(key.removeprefix("spark.hadoop."), value)
+    s3_store, _, _ = make_store("s3")
+    on_s3 = create_snapshot(checkpoint, s3_store, "sessions").manifest
+    s3_target = f"s3a://{s3_store.bucket}/{s3_store.prefix}/restored"
+    restore_snapshot(s3_store, "sessions", on_s3.snapshot_id, s3_target)
+    meta = s3_store.client.get_object(Bucket=s3_store.bucket, Key=f"{s3_store.prefix}/restored/state/0/_metadata/v2/0")
+    assert f'"{s3_target}/state/0/_stateSchema/default/' in meta["Body"].read().decode()
+    assert spark_state(spark, s3_target, on_s3.batch_id) == spark_state(spark, checkpoint, on_s3.batch_id)
+    with StateReader(s3_store, spark=spark, scratch_in_store=new_job_id("test")) as reader:
+        profiles = reader.state("sessions", on_s3.snapshot_id, StateSelector(state_var="profile"))
+        assert profiles.count() == len(final["profile"])
+
     # The original goes away: the earliest snapshot's copy must read and resume on its own.
     earliest = snapshots[0].manifest
     at_cut = spark_state(spark, checkpoint, earliest.batch_id, ttl=False)
@@ -206,3 +225,61 @@ def test_transform_with_state_snapshots_restore_exactly_elsewhere_and_resume(
                            StateSelector(state_var="profile"))
         assert d.counts["added"] + d.counts["changed"] + d.counts["unchanged"] == prof.count()
         assert d.key_columns == ["key_account"]
+
+        # Validation and bisect on one variable, named by the suite itself.
+        maxes = [reader.state("sessions", s.manifest.snapshot_id, StateSelector(state_var="profile"))
+                 .agg({"value_txn_count": "max"}).first()[0] for s in snapshots]
+        limit = maxes[1]
+        first_bad = next((s.manifest.snapshot_id for s, m in zip(snapshots, maxes, strict=True) if m > limit), None)
+        suite = load_suite({"name": "profiles-small", "meta": {"streamstate": {"state_var": "profile"}},
+                            "expectations": [{"type": "expect_column_values_to_be_between",
+                                              "kwargs": {"column": "value_txn_count", "max_value": limit}}]})
+        assert validate_snapshot(reader, "sessions", snapshots[0].manifest.snapshot_id, suite).record.success
+        found = bisect_snapshots(reader, "sessions", suite)
+        assert (found.first_bad.snapshot_id if found.first_bad else None) == first_bad
+
+
+def test_a_transform_with_state_stream_fails_over_to_another_cluster_and_resumes_there(
+    stack, spark, tmp_path: Path, make_store,
+) -> None:
+    import uuid
+
+    from airflow_provider_streamstate.jobs.generator import ensure_topic
+    from tests.integration.test_failover_translation import failover_cli, mirror, produce_into
+
+    use_state_store(spark, "rocksdb-changelog", **{"spark.sql.shuffle.partitions": "2"})
+    topic, dr_topic = f"t-{uuid.uuid4().hex[:10]}", f"dr-{uuid.uuid4().hex[:10]}"
+    for t in (topic, dr_topic):
+        ensure_topic(stack.kafka_bootstrap, t, partitions=3)
+    first = GeneratorSpec(seed=33, accounts=12, events=240)
+    second = first.next_round(120)
+    produce_into(stack.kafka_bootstrap, topic, first, partitions=[0, 1, 2])
+    checkpoint = str(tmp_path / "ckpt")
+
+    def run(ckpt: str, source: str) -> None:
+        q = start_query(spark, SessionArgs(stack.kafka_bootstrap, ckpt, source_topic=source,
+                                           sessions_topic=f"{source}-sessions", gap_ms=60_000,
+                                           trigger="processing:200 milliseconds", max_offsets_per_trigger=200))
+        try:
+            _drain(q, ckpt, stack.kafka_bootstrap, source)
+        finally:
+            q.stop()
+
+    run(checkpoint, topic)
+    store, url, _ = make_store("local")
+    create_snapshot(checkpoint, store, "sessions", kafka_bootstrap=stack.kafka_bootstrap)
+    mirror(stack.kafka_bootstrap, topic, dr_topic, 3)
+    produce_into(stack.kafka_bootstrap, dr_topic, second, partitions=[0, 1, 2])
+    shutil.rmtree(checkpoint)  # the primary region is gone
+
+    target = tmp_path / "dr-ckpt"
+    out = failover_cli("--store", url, "--stream", "sessions", "--target", str(target),
+                       "--kafka-bootstrap", stack.kafka_bootstrap, "--topic-map", f"{topic}={dr_topic}", "--json")
+    assert out.returncode == 0, out.stderr
+    for f in (target / "state/0/_metadata/v2").iterdir():
+        if not f.name.startswith("."):
+            assert f"file:{target}/state/0/_stateSchema/" in f.read_text()
+    run(str(target), dr_topic)
+    rows = read_state(spark, str(target), stateVarName="profile").collect()
+    assert {r.key.account: {"count": r.value.txn_count, "sum": r.value.total_cents, "max": r.value.max_cents}
+            for r in rows} == expected_aggregates([first, second])
