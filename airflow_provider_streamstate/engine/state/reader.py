@@ -199,7 +199,8 @@ def _resolve_operator(available: list[_OperatorRef], sel: StateSelector, where: 
     if sel.join_side is not None:
         if sel.join_side not in JOIN_SIDES:
             raise UsageError(f"invalid join side {sel.join_side!r}", hint="give left or right")
-        if not any(s.startswith(f"{sel.join_side}-") for s in op.stores):
+        # A join keeps four stores, or (join state format 3) one with column families.
+        if not any(s.startswith(f"{sel.join_side}-") for s in op.stores) and op.name != "symmetricHashJoin":
             raise UsageError(
                 f"operator {op.operator_id} ({op.name}) of {where} is not a stream-stream join",
                 hint="--join-side only applies to a join's operator; leave it out",
