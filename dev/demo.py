@@ -440,6 +440,9 @@ def _sessions_demo(spark: Any, stack: Any, work: Path, run_id: str) -> dict[str,
         while not query.lastProgress:
             time.sleep(0.5)
         feeder.start()
+        deadline = time.monotonic() + 60
+        while query.lastProgress["batchId"] < 3 and time.monotonic() < deadline:  # mid-run, under input
+            time.sleep(0.5)
         print(f"  $ streamstate snapshot create --store {store} --stream sessions --checkpoint {checkpoint}")
         code = cli(["snapshot", "create", "--store", store, "--stream", "sessions", "--checkpoint", str(checkpoint)])
         feeder.join()
