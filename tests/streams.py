@@ -236,3 +236,20 @@ def consumed_records(checkpoint: str) -> int:
 
     found = committed_kafka_offsets(checkpoint)
     return sum(sum(parts.values()) for parts in found[1].values()) if found else 0
+
+
+def snapshots_while_producing(query: Any, producer: Any, take: Callable[[], Any], *, at_least: int,
+                              interval_s: float = 0.6, timeout_s: float = 180) -> list[Any]:
+    """Start `producer` (a thread writing input) and take a snapshot (`take()`, returning a
+    snapshot result) each time the running `query` has committed a new batch, until the
+    producer is done and at least `at_least` were taken; then wait for the producer."""
+    producer.start()
+    taken: list[Any] = []
+    deadline = time.monotonic() + timeout_s
+    while (producer.is_alive() or len(taken) < at_least) and time.monotonic() < deadline:
+        progress = query.lastProgress
+        if progress and (not taken or progress["batchId"] > taken[-1].manifest.batch_id):
+            taken.append(take())
+        time.sleep(interval_s)
+    producer.join()
+    return taken

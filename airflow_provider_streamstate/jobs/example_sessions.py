@@ -197,33 +197,16 @@ def parse_args(argv: list[str] | None = None) -> tuple[SessionArgs, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """spark-submit entry point, as the first example's `main` (signals, heartbeat, batch log)."""
-    from airflow_provider_streamstate.engine.state.spark import spark_session
-    from airflow_provider_streamstate.jobs.generator import ensure_topic
-    from airflow_provider_streamstate.jobs.runtime import (
-        StopSignals,
-        attach_batch_log,
-        attach_heartbeat,
-        run_until_stopped,
-    )
+    """spark-submit entry point, as the first example's (signals, heartbeat, batch log)."""
+    from airflow_provider_streamstate.jobs.runtime import run_example_stream
 
     args, store = parse_args(argv)
     state_store, shuffle = store.split(":")
-    ensure_topic(args.bootstrap_servers, args.source_topic, args.partitions)
-    ensure_topic(args.bootstrap_servers, args.sessions_topic, args.partitions)
-    stop = StopSignals().install()
-    spark = spark_session("streamstate-example-sessions", master=None, state_store=state_store,
-                          shuffle_partitions=int(shuffle))
-    stop.install_spark(spark)
-    attach_batch_log(spark)
-    heartbeat = None
-    if "://" not in args.checkpoint or args.checkpoint.startswith("file:"):
-        heartbeat = attach_heartbeat(spark, args.checkpoint.removeprefix("file://").removeprefix("file:"))
-    if stop.requested.is_set():
-        spark.stop()
-        return 0
-    query = start_query(spark, args)
-    return run_until_stopped(spark, query, stop, heartbeat=heartbeat)
+    return run_example_stream(
+        "streamstate-example-sessions", bootstrap_servers=args.bootstrap_servers,
+        topics=[args.source_topic, args.sessions_topic], partitions=args.partitions, checkpoint=args.checkpoint,
+        state_store=state_store, shuffle_partitions=int(shuffle), start=lambda spark: start_query(spark, args),
+    )
 
 
 if __name__ == "__main__":

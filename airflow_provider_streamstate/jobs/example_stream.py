@@ -175,33 +175,14 @@ def main(argv: list[str] | None = None) -> int:
     commit, stops the query and Spark, and exits 0. A second signal exits at once; a
     failed query exits 1 with one line saying why.
     """
-    from airflow_provider_streamstate.engine.state.spark import spark_session
-    from airflow_provider_streamstate.jobs.generator import ensure_topic
-    from airflow_provider_streamstate.jobs.runtime import (
-        StopSignals,
-        attach_batch_log,
-        attach_heartbeat,
-        run_until_stopped,
-    )
+    from airflow_provider_streamstate.jobs.runtime import run_example_stream
 
     args, state_store = parse_args(argv)
-    ensure_topic(args.bootstrap_servers, args.source_topic, args.partitions)
-    ensure_topic(args.bootstrap_servers, args.alerts_topic, args.partitions)
-    stop = StopSignals().install()
-    # spark-submit chooses the master and passes the connector jars (--jars / --packages).
-    spark = spark_session(
-        "streamstate-example", master=None, state_store=state_store, shuffle_partitions=args.shuffle_partitions
+    return run_example_stream(
+        "streamstate-example", bootstrap_servers=args.bootstrap_servers,
+        topics=[args.source_topic, args.alerts_topic], partitions=args.partitions, checkpoint=args.checkpoint,
+        state_store=state_store, shuffle_partitions=args.shuffle_partitions, start=lambda spark: start_query(spark, args),
     )
-    stop.install_spark(spark)
-    attach_batch_log(spark)
-    heartbeat = None
-    if "://" not in args.checkpoint or args.checkpoint.startswith("file:"):
-        heartbeat = attach_heartbeat(spark, args.checkpoint.removeprefix("file://").removeprefix("file:"))
-    if stop.requested.is_set():  # signalled while Spark started
-        spark.stop()
-        return 0
-    query = start_query(spark, args)
-    return run_until_stopped(spark, query, stop, heartbeat=heartbeat)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
@@ -285,3 +286,30 @@ def run_until_stopped(
     how = f"on {stop.reason}" if stop.reason else "(no more input)"
     print(f"streamstate: query {query.name or query.id} stopped {how}", file=sys.stderr, flush=True)
     return 0
+
+
+def run_example_stream(
+    app_name: str, *, bootstrap_servers: str, topics: list[str], partitions: int, checkpoint: str,
+    state_store: str, shuffle_partitions: int, start: Callable[[SparkSession], Any],
+) -> int:
+    """The example streams' spark-submit entry point: creates their topics when missing,
+    prints one line per committed batch, keeps a heartbeat beside a local checkpoint, starts
+    the query with `start(spark)` and runs it until it stops (`run_until_stopped`; a signal
+    that came while Spark started exits 0 at once)."""
+    from airflow_provider_streamstate.engine.state.spark import spark_session
+    from airflow_provider_streamstate.jobs.generator import ensure_topic
+
+    for topic in topics:
+        ensure_topic(bootstrap_servers, topic, partitions)
+    stop = StopSignals().install()
+    # spark-submit chooses the master and passes the connector jars (--jars / --packages).
+    spark = spark_session(app_name, master=None, state_store=state_store, shuffle_partitions=shuffle_partitions)
+    stop.install_spark(spark)
+    attach_batch_log(spark)
+    heartbeat = None
+    if "://" not in checkpoint or checkpoint.startswith("file:"):
+        heartbeat = attach_heartbeat(spark, checkpoint.removeprefix("file://").removeprefix("file:"))
+    if stop.requested.is_set():  # signalled while Spark started
+        spark.stop()
+        return 0
+    return run_until_stopped(spark, start(spark), stop, heartbeat=heartbeat)

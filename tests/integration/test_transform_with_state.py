@@ -27,7 +27,7 @@ from airflow_provider_streamstate.engine.state.spark import read_state
 from airflow_provider_streamstate.engine.state.validation import load_suite, validate_snapshot
 from airflow_provider_streamstate.jobs.example_sessions import SessionArgs, start_query
 from airflow_provider_streamstate.jobs.generator import GeneratorSpec, expected_aggregates, produce
-from tests.streams import consume_until, use_state_store
+from tests.streams import consume_until, snapshots_while_producing, use_state_store
 
 pytestmark = pytest.mark.integration
 
@@ -114,16 +114,9 @@ def test_transform_with_state_snapshots_restore_exactly_elsewhere_and_resume(
                        max_offsets_per_trigger=150)
     query = start_query(spark, args)
     producer = threading.Thread(target=lambda: [produce(stack.kafka_bootstrap, topic, s, rate=120) for s in specs[1:]])
-    producer.start()
-
-    snapshots = []
-    deadline = time.monotonic() + 240
-    while (producer.is_alive() or len(snapshots) < 3) and time.monotonic() < deadline:
-        progress = query.lastProgress
-        if progress and (not snapshots or progress["batchId"] > snapshots[-1].manifest.batch_id):
-            snapshots.append(create_snapshot(checkpoint, store, "sessions", parallelism=4))
-        time.sleep(0.5)
-    producer.join()
+    snapshots = snapshots_while_producing(query, producer, lambda: create_snapshot(checkpoint, store, "sessions",
+                                                                                   parallelism=4),
+                                          at_least=3, interval_s=0.5)
     _drain(query, checkpoint, stack.kafka_bootstrap, topic)
     query.stop()
     final = spark_state(spark, checkpoint, None, ttl=False)

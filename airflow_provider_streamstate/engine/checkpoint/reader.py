@@ -452,17 +452,8 @@ class CheckpointReader:
         self, files: dict[str, PlannedFile], store_rel: str, version: int, kind: str, file_kinds: set[str]
     ) -> None:
         store_dir = self._path(store_rel)
-        try:
-            names = self.fs.listdir(store_rel)
-        except FileNotFoundError:
-            raise CheckpointChanged(f"{store_dir} vanished while planning") from None
-        if any(_V2_VERSIONED.match(n) for n in names):
-            raise UnsupportedCheckpointError(
-                f"{store_dir} holds checkpoint format v2 state files (<version>_<id>.zip) but the commit is format v1",
-                hint="a query's checkpoint format cannot change; snapshot a checkpoint written with one format",
-            )
-        # Each store directory keeps its own state schema (named join stores included).
-        self._add_tree(files, f"{store_rel}/_metadata", essential=True)
+        names = self._list_store(files, store_rel, _V2_VERSIONED,
+                                 "checkpoint format v2 state files (<version>_<id>.zip) but the commit is format v1")
         by_kind: dict[str, set[int]] = {"delta": set(), "snapshot": set(), "zip": set(), "changelog": set()}
         for n in names:
             m = _VERSIONED.match(n)
@@ -493,6 +484,23 @@ class CheckpointReader:
             for v in changelogs:
                 need(f"{v}.changelog")
 
+    def _list_store(self, files: dict[str, PlannedFile], store_rel: str, foreign: re.Pattern[str],
+                    what: str) -> list[str]:
+        """A store directory's names, refused when it holds files of the other checkpoint
+        format (`foreign`); its own state schema (`_metadata/`) goes into the cut."""
+        try:
+            names = self.fs.listdir(store_rel)
+        except FileNotFoundError:
+            raise CheckpointChanged(f"{self._path(store_rel)} vanished while planning") from None
+        if any(foreign.match(n) for n in names):
+            raise UnsupportedCheckpointError(
+                f"{self._path(store_rel)} holds {what}",
+                hint="a query's checkpoint format cannot change; snapshot a checkpoint written with one format",
+            )
+        # Each store directory keeps its own state schema (named join stores included).
+        self._add_tree(files, f"{store_rel}/_metadata", essential=True)
+        return names
+
     def _plan_store_v2(
         self, files: dict[str, PlannedFile], store_rel: str, version: int, op_id: int, partition: int,
         file_kinds: set[str],
@@ -502,16 +510,8 @@ class CheckpointReader:
         version 0). The ids are the committed ones (`commits/<V-1>`): files of other attempts
         at the same version (a failed or retried batch) are never part of the cut."""
         store_dir = self._path(store_rel)
-        try:
-            names = set(self.fs.listdir(store_rel))
-        except FileNotFoundError:
-            raise CheckpointChanged(f"{store_dir} vanished while planning") from None
-        if any(_VERSIONED.match(n) for n in names):
-            raise UnsupportedCheckpointError(
-                f"{store_dir} holds state files of both checkpoint formats (<version>.zip and <version>_<id>.zip)",
-                hint="a query's checkpoint format cannot change; snapshot a checkpoint written with one format",
-            )
-        self._add_tree(files, f"{store_rel}/_metadata", essential=True)
+        names = set(self._list_store(files, store_rel, _VERSIONED,
+                                     "state files of both checkpoint formats (<version>.zip and <version>_<id>.zip)"))
         for n in names:
             m = _V2_VERSIONED.match(n)
             if m:
