@@ -44,8 +44,12 @@ SHARED_WORKER = {
 
 @pytest.hookimpl(optionalhook=True)  # only xdist knows this hook
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-    """xdist's whole-file scheduling, with the files of SHARED_WORKER as one unit."""
+    """xdist's whole-file scheduling (`--dist loadfile`, what dev/run-tests.sh asks for), with
+    the files of SHARED_WORKER as one unit; any other `--dist` is xdist's own."""
     from xdist.scheduler import LoadFileScheduling
+
+    if config.getoption("dist") != "loadfile":
+        return None
 
     class SharedFileScheduling(LoadFileScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:

@@ -222,7 +222,9 @@ def cmd_snapshot_show(args: argparse.Namespace) -> int:
         f"parent        {m.parent or '-'}",
         f"watermark     {format_ms(m.watermark_ms)} (next {format_ms(m.next_watermark_ms)})",
         f"batch time    {format_ms(m.batch_timestamp_ms)}",
-        f"state store   {m.state_store}",
+        f"state store   {m.state_store}" + (f", checkpoint format {m.checkpoint_format} "
+                                               "(run a restored copy with checkpointFormatVersion="
+                                               f"{m.checkpoint_format})" if m.checkpoint_format != 1 else ""),
         f"spark         {m.spark_version or '-'}",
         f"checkpoint    {m.checkpoint or '-'}",
         f"files         {len(m.files)} ({human_bytes(m.bytes_total)}, {len(m.blobs)} distinct blobs)",
@@ -257,7 +259,7 @@ def cmd_snapshot_show(args: argparse.Namespace) -> int:
             variables = ", ".join(f"{v['name']} ({v['kind']}{', TTL' if v['ttl'] else ''})"
                                   for v in op.state_variables if v["kind"] != "TimerState")
             timers = " and timers" if any(v["kind"] == "TimerState" for v in op.state_variables) else ""
-            lines.append(f"     state variables ({op.time_mode} time): {variables}{timers}")
+            lines.append(f"     state variables ({op.time_mode or 'no'} time mode): {variables}{timers}")
     if not m.operators:
         lines.append("  none (a stateless query)")
     if args.files:

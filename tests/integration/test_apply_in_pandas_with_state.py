@@ -1,4 +1,5 @@
-"""applyInPandasWithState (Spark's flatMapGroupsWithState state, formats 1 and 2): a snapshot restores to exactly Spark's state at its batch,
+"""applyInPandasWithState (Spark's flatMapGroupsWithState state, formats 1 and 2; HDFS-backed
+and RocksDB state): a snapshot restores to exactly Spark's state at its batch,
 elsewhere, and the restored copy continued over the same input ends where the original does."""
 
 from __future__ import annotations
@@ -61,11 +62,11 @@ def _state(spark: Any, checkpoint: str, batch_id: int | None = None) -> dict[str
     return {r.key.account: json.loads(json.dumps(r.value.asDict(recursive=True), default=str)) for r in rows}
 
 
-@pytest.mark.parametrize("state_format", ["1", "2"])
+@pytest.mark.parametrize(("state_format", "state_store"), [("1", "hdfs"), ("2", "rocksdb-changelog")])
 def test_apply_in_pandas_with_state_snapshot_restores_exactly_and_resumes(
-    stack, spark, topic, tmp_path: Path, make_store, state_format: str,
+    stack, spark, topic, tmp_path: Path, make_store, state_format: str, state_store: str,
 ) -> None:
-    use_state_store(spark, "hdfs", **{FORMAT_CONF: state_format, "spark.sql.shuffle.partitions": "2"})
+    use_state_store(spark, state_store, **{FORMAT_CONF: state_format, "spark.sql.shuffle.partitions": "2"})
     store, _, _ = make_store("local")
     checkpoint = str(tmp_path / "ckpt")
     first = GeneratorSpec(seed=41, accounts=20, events=600)

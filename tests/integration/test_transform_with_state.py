@@ -149,26 +149,28 @@ def test_transform_with_state_snapshots_restore_exactly_elsewhere_and_resume(
         assert spark_state(spark, str(target), m.batch_id) == spark_state(spark, checkpoint, m.batch_id)
         assert not (target / "offsets" / str(m.batch_id + 1)).exists()
 
-    # On S3: a restore onto an s3a:// checkpoint and a state job's scratch copy in an S3 store
-    # name the schema files where they are, and Spark reads them through S3A.
+    # The original goes away: the earliest snapshot's copy must read and resume on its own.
+    earliest = snapshots[0].manifest
+    at_cut = spark_state(spark, checkpoint, earliest.batch_id, ttl=False)
+    s3_store, _, _ = make_store("s3")
+    on_s3 = create_snapshot(checkpoint, s3_store, "sessions").manifest
+    on_s3_state = spark_state(spark, checkpoint, on_s3.batch_id)
+    shutil.rmtree(checkpoint)
+
+    # On S3, after the original is gone: a restore onto an s3a:// checkpoint and a state
+    # job's scratch copy in an S3 store name the schema files where they are, and Spark
+    # reads them through S3A.
     hadoop = spark.sparkContext._jsc.hadoopConfiguration()  # noqa: SLF001 - Spark reads s3a:// here
     for key, value in stack.s3a_conf("primary").items():
         hadoop.set(key.removeprefix("spark.hadoop."), value)
-    s3_store, _, _ = make_store("s3")
-    on_s3 = create_snapshot(checkpoint, s3_store, "sessions").manifest
     s3_target = f"s3a://{s3_store.bucket}/{s3_store.prefix}/restored"
     restore_snapshot(s3_store, "sessions", on_s3.snapshot_id, s3_target)
     meta = s3_store.client.get_object(Bucket=s3_store.bucket, Key=f"{s3_store.prefix}/restored/state/0/_metadata/v2/0")
     assert f'"{s3_target}/state/0/_stateSchema/default/' in meta["Body"].read().decode()
-    assert spark_state(spark, s3_target, on_s3.batch_id) == spark_state(spark, checkpoint, on_s3.batch_id)
+    assert spark_state(spark, s3_target, on_s3.batch_id) == on_s3_state
     with StateReader(s3_store, spark=spark, scratch_in_store=new_job_id("test")) as reader:
         profiles = reader.state("sessions", on_s3.snapshot_id, StateSelector(state_var="profile"))
         assert profiles.count() == len(final["profile"])
-
-    # The original goes away: the earliest snapshot's copy must read and resume on its own.
-    earliest = snapshots[0].manifest
-    at_cut = spark_state(spark, checkpoint, earliest.batch_id, ttl=False)
-    shutil.rmtree(checkpoint)
     resumed_ckpt = str(tmp_path / "restore-0")
     assert spark_state(spark, resumed_ckpt, earliest.batch_id, ttl=False) == at_cut
     closed_before = {r["key"]["account"]: r["value"]["sessions"] for r in at_cut["profile"]}
@@ -207,6 +209,9 @@ def test_transform_with_state_snapshots_restore_exactly_elsewhere_and_resume(
                                  "partition_id"]
         timers = reader.state("sessions", latest.snapshot_id, StateSelector(state_var="$timers"))
         assert "expiration_timestamp_ms" in timers.columns and timers.count() > 0
+        same = diff_snapshots(reader, "sessions", latest.snapshot_id, latest.snapshot_id,
+                              StateSelector(state_var="$timers"))
+        assert same.identical and same.counts["unchanged"] == timers.distinct().count()
         everything = reader.state("sessions", latest.snapshot_id, StateSelector(state_var="*"))
         counts = {r["state_var"]: r["count"] for r in everything.groupBy("state_var").count().collect()}
         assert counts == {"profile": prof.count(), "session": sess.count(), "bands": bands.count()}
@@ -232,9 +237,20 @@ def test_transform_with_state_snapshots_restore_exactly_elsewhere_and_resume(
         assert (found.first_bad.snapshot_id if found.first_bad else None) == first_bad
 
 
-def test_a_transform_with_state_stream_fails_over_to_another_cluster_and_resumes_there(
-    stack, spark, tmp_path: Path, make_store,
+@pytest.fixture
+def format_2(spark):  # noqa: ANN001, ANN201 - the shared session: back to format 1 afterwards
+    from airflow_provider_streamstate.engine.checkpoint.reader import FORMAT_VERSION_CONF
+
+    spark.conf.set(FORMAT_VERSION_CONF, "2")
+    yield
+    spark.conf.set(FORMAT_VERSION_CONF, "1")
+
+
+def test_a_transform_with_state_stream_in_format_2_fails_over_to_another_cluster_and_resumes_there(
+    stack, spark, tmp_path: Path, make_store, format_2,
 ) -> None:
+    """transformWithState and checkpoint format 2 together: unique-id state files and
+    operator metadata v2, through a failover that rewrites offsets and schema paths."""
     import uuid
 
     from airflow_provider_streamstate.jobs.generator import ensure_topic
@@ -260,7 +276,8 @@ def test_a_transform_with_state_stream_fails_over_to_another_cluster_and_resumes
 
     run(checkpoint, topic)
     store, url, _ = make_store("local")
-    create_snapshot(checkpoint, store, "sessions", kafka_bootstrap=stack.kafka_bootstrap)
+    snap = create_snapshot(checkpoint, store, "sessions", kafka_bootstrap=stack.kafka_bootstrap).manifest
+    assert snap.checkpoint_format == 2 and snap.operators[0].state_variables
     mirror(stack.kafka_bootstrap, topic, dr_topic, 3)
     produce_into(stack.kafka_bootstrap, dr_topic, second, partitions=[0, 1, 2])
     shutil.rmtree(checkpoint)  # the primary region is gone

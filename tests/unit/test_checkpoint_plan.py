@@ -274,3 +274,24 @@ def test_a_format_v2_cut_missing_a_lineage_file_is_planned_again_and_a_join_is_r
     _format_v2(join, 1)
     with pytest.raises(UnsupportedCheckpointError, match="keeps 2 state stores in checkpoint format v2"):
         CheckpointReader(str(join)).plan()
+
+
+def test_a_format_v2_version_whose_commit_spark_removed_is_its_one_attempt_or_refused(tmp_path) -> None:
+    root = make_checkpoint(tmp_path / "c", batches=3, provider=ROCKSDB)
+    ids = _format_v2(root, 3)
+    for p, d in enumerate(store_dirs(root)):
+        for v in (1, 2, 3):
+            write(d / f"{v}_{ids[(v, p)]}.changelog", "c")
+    (root / "commits/0").unlink()  # older than minBatchesToRetain: Spark removed it
+    plan = CheckpointReader(str(root)).plan()
+    assert f"state/0/0/1_{ids[(1, 0)]}.changelog" in {f.path for f in plan.files}
+    write(store_dirs(root)[0] / f"1_{'b' * 8}-0000-4000-8000-000000000000.changelog", "another attempt")
+    with pytest.raises(UnsupportedCheckpointError, match="whose commit is gone, and holds 2 attempts"):
+        CheckpointReader(str(root)).plan()
+
+
+def test_a_stateless_query_in_format_v2_is_recorded_as_format_2(tmp_path) -> None:
+    root = make_checkpoint(tmp_path / "c", batches=2, commit_extra={"stateUniqueIds": {}})
+    shutil.rmtree(root / "state")
+    plan = CheckpointReader(str(root)).plan()
+    assert plan.state_store == "none" and plan.checkpoint_format == 2

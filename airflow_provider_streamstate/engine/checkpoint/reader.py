@@ -279,7 +279,7 @@ class CheckpointReader:
             conf=conf,
             state_store=store_kind if operators else "none",
             operators=operators,
-            checkpoint_format=checkpoint_format if operators else 1,
+            checkpoint_format=checkpoint_format,
         )
 
     def _checkpoint_format(self, conf: dict[str, str], commit: dict[str, Any]) -> int:
@@ -292,7 +292,9 @@ class CheckpointReader:
             )
         if "stateUniqueIds" not in commit:
             return 1
-        if conf.get(PROVIDER_CONF, HDFS_PROVIDER) == HDFS_PROVIDER:
+        # A stateless query in format 2 commits an empty map (and Spark reads it back only
+        # with format 2 set, whatever its store).
+        if commit["stateUniqueIds"] and conf.get(PROVIDER_CONF, HDFS_PROVIDER) == HDFS_PROVIDER:
             raise UnsupportedCheckpointError(
                 f"{self.where} names state files by unique id (checkpoint format v2) with the HDFS-backed state store",
                 hint="Spark writes format v2 with the RocksDB state store only; the checkpoint is damaged",
@@ -304,10 +306,13 @@ class CheckpointReader:
             self._commits[batch_id] = self.commit(batch_id)
         return self._commits[batch_id]
 
-    def _unique_id(self, op_id: int, partition: int, version: int) -> str:
+    def _unique_id(self, op_id: int, partition: int, version: int) -> str | None:
         """Format v2: the unique id of state version `version` of one store of an operator's
-        partition, as the batch that wrote it (`version - 1`) committed it."""
+        partition, as the batch that wrote it (`version - 1`) committed it; None when Spark
+        has already removed that commit (it keeps `minBatchesToRetain` of them)."""
         rel = f"commits/{version - 1}"
+        if version - 1 not in self._commits and self.fs.stat(rel) is None:
+            return None
         try:
             ids = self._commit_of(version - 1)["stateUniqueIds"][str(op_id)][partition]
         except (KeyError, IndexError, TypeError):
@@ -519,7 +524,7 @@ class CheckpointReader:
         changelogs: list[str] = []
         v = version
         while v > 0:
-            uid = self._unique_id(op_id, partition, v)
+            uid = self._unique_id(op_id, partition, v) or self._only_attempt(store_dir, names, v)
             if f"{v}_{uid}.zip" in names:
                 self._add_rocksdb_snapshot(files, store_rel, f"{v}_{uid}")
                 break
@@ -530,6 +535,18 @@ class CheckpointReader:
             v -= 1
         for name in changelogs:
             self._add(files, f"{store_rel}/{name}", essential=True)
+
+    def _only_attempt(self, store_dir: str, names: set[str], version: int) -> str:
+        """Format v2, version `version` whose commit Spark already removed: the id of its one
+        attempt still in the store (more than one cannot be told apart without that commit)."""
+        ids = {m.group(2) for n in names if (m := _V2_VERSIONED.match(n)) and int(m.group(1)) == version}
+        if len(ids) != 1:
+            raise UnsupportedCheckpointError(
+                f"{store_dir} needs state version {version}, whose commit is gone, and holds "
+                f"{len(ids)} attempts of it",
+                hint="snapshot a later batch (its lineage starts at a newer RocksDB snapshot)",
+            )
+        return ids.pop()
 
     def _require(self, store_dir: str, present: set[int], wanted: Any, ext: str) -> None:
         missing = [v for v in wanted if v not in present]

@@ -125,6 +125,8 @@ def _restore(
 ) -> RestoreResult:
     started = time.monotonic()
     manifest = resolve_snapshot(store, stream, snapshot_id)
+    # Spark records a checkpoint's location as the query names it (symlinks unresolved).
+    location = f"file:{os.path.abspath(Path(target).expanduser())}"
     target = Path(target).expanduser().resolve()
     recover_leftovers(target)
     if target.exists():
@@ -179,7 +181,7 @@ def _restore(
                 fsync_path(root / "metadata")
         # The copy's own location in its operator metadata v2 (transformWithState), and
         # where it resumes in Kafka when asked.
-        rewrite_local_checkpoint(root, ChainedRewrite(rewrite, SchemaPathRewrite(f"file:{target}")))
+        rewrite_local_checkpoint(root, ChainedRewrite(rewrite, SchemaPathRewrite(location)))
         lineage = replace(lineage, query_id=query_id)
         write_lineage(root, lineage, fsync=fsync)
         if fsync:

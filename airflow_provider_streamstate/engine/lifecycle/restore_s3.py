@@ -217,7 +217,8 @@ def restore_to_s3(
     files = [e for e in manifest.files if not (new_query_id and e.path == ".metadata.crc")]
     # The copy's own location in its operator metadata v2 (transformWithState), and where
     # it resumes in Kafka when asked.
-    rewritten = rewritten_files(store, files, ChainedRewrite(rewrite, SchemaPathRewrite(fs.location)))
+    # (With the scheme the target was given in: Spark records the location as the query names it.)
+    rewritten = rewritten_files(store, files, ChainedRewrite(rewrite, SchemaPathRewrite(target.rstrip("/"))))
     by_blob: dict[str, list[FileEntry]] = {}
     for e in files:
         if e.path not in rewritten:

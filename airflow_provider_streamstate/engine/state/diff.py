@@ -10,8 +10,9 @@ the smallest `sample` of those. They are the kind's smallest keys except where t
 share a bucket (1 in 64 x `sample` buckets); a kind with no more keys than `sample` is shown
 whole (a second pass fetches it when two of its keys shared a bucket).
 `partition_id` is not compared: a clone may run with another number of partitions.
-A transformWithState list variable has no key per element: it is compared as a multiset
-(each distinct element of a key, `key_element_<field>`, with its `value_element_count`).
+A transformWithState list variable has no key per element, and a key can hold several
+timers: both are compared as multisets (each distinct element of a key,
+`key_element_<field>`, with its `value_element_count`).
 """
 
 from __future__ import annotations
@@ -105,13 +106,15 @@ def diff_states(a: DataFrame, b: DataFrame, *, sample: int = 5, a_name: str = "A
 
 
 def list_elements(df: DataFrame) -> DataFrame:
-    """A list state variable as a multiset: one row per distinct (key, element) with its
-    `element_count`, so a diff counts elements added and removed (a list has no element key)."""
+    """A list state variable (or the timers) as a multiset: one row per distinct (key,
+    element) with its `element_count`, so a diff counts elements added and removed (a list
+    has no element key; a key can hold several timers)."""
     from pyspark.sql import functions as F
 
     element = [c for c in df.columns if c != "partition_id"]
-    renamed = [F.col(c).alias(f"key_element_{c.removeprefix('value_')}") if c.startswith("value_") or
-               c == "ttl_expiration_ms" else F.col(c) for c in element]
+    keys = set(key_columns(df))
+    renamed = [F.col(c) if c in keys else F.col(c).alias(f"key_element_{c.removeprefix('value_')}")
+               for c in element]
     return df.groupBy(*element).agg(F.count("*").alias("value_element_count")).select(*renamed,
                                                                                        "value_element_count")
 
@@ -183,7 +186,7 @@ def diff_snapshots(
         raise UsageError("diff compares one state variable at a time", hint="name one with --state-var")
     da = reader.state(stream, ma.snapshot_id, selector, store=store)
     db = reader.state(other, mb.snapshot_id, selector, store=b_store or store)
-    if state_variable_kind(ma, sel) == "ListState":
+    if state_variable_kind(ma, sel) in ("ListState", "TimerState"):  # several rows per key
         da, db = list_elements(da), list_elements(db)
     label_b = mb.snapshot_id if other == stream else f"{other}/{mb.snapshot_id}"
     return diff_states(da, db, sample=sample, a_name=ma.snapshot_id, b_name=label_b)

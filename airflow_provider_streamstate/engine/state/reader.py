@@ -158,6 +158,10 @@ def _check_state_var(op: _OperatorRef, sel: StateSelector) -> None:
                              hint="leave --state-var out")
         return
     names = ", ".join(op.user_variables)
+    if not op.user_variables:
+        if sel.state_var != TIMERS:
+            raise UsageError(f"{label} keeps only timers", hint=f"pass --state-var '{TIMERS}'")
+        return
     choices = f"its state variables: {names}; or '{ALL_VARIABLES}' for all of them, '{TIMERS}' for its timers"
     if not sel.state_var:
         raise UsageError(f"{label} keeps several state variables: name one", hint=f"pass --state-var ({choices})")
@@ -332,6 +336,17 @@ def _read(spark: SparkSession, checkpoint: str, batch_id: int, op: _OperatorRef,
 
         frames = [_read(spark, checkpoint, batch_id, op, StateSelector(op.operator_id, sel.store_name, None, name))
                   .withColumn(STATE_VAR_COLUMN, F.lit(name)) for name in op.user_variables]
+        seen: dict[str, tuple[str, str]] = {}
+        for name, frame in zip(op.user_variables, frames, strict=True):
+            for field in frame.schema.fields:
+                kind = field.dataType.simpleString()
+                other = seen.setdefault(field.name, (name, kind))
+                if other[1] != kind:
+                    raise UsageError(
+                        f"state variables {other[0]} and {name} both have a column {field.name}, of types "
+                        f"{other[1]} and {kind}: they cannot be read as one table",
+                        hint="read them one at a time (--state-var NAME)",
+                    )
         union = frames[0]
         for f in frames[1:]:
             union = union.unionByName(f, allowMissingColumns=True)
