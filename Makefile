@@ -8,7 +8,9 @@ MVN    ?= mvn
 
 .PHONY: setup demo demo-dr test lint bench lock stack-up stack-down clean
 
-setup: $(VENV)/.installed .jvm/.fetched
+GROUP_STATE_JOB := .jvm/group-state-job/streamstate-group-state-job.jar
+
+setup: $(VENV)/.installed .jvm/.fetched $(GROUP_STATE_JOB)
 
 $(VENV)/.installed: requirements.lock pyproject.toml
 	@bash dev/require.sh python "$(PYTHON)"
@@ -24,6 +26,16 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 	rm -rf .jvm
 	$(MVN) -q -B -s jvm/settings.xml package
 	@touch $@
+
+# A Java stream with mapGroupsWithState/flatMapGroupsWithState for the tests, compiled against
+# the Spark jars pyspark ships (the same Spark, nothing downloaded).
+$(GROUP_STATE_JOB): $(wildcard jvm/group-state-job/src/main/java/io/streamstate/dev/*.java) $(VENV)/.installed
+	@bash dev/require.sh java
+	@command -v javac >/dev/null 2>&1 || { echo "error: javac not found; install a JDK 17+ (e.g. apt-get install openjdk-17-jdk-headless)" >&2; exit 1; }
+	rm -rf .jvm/group-state-job && mkdir -p .jvm/group-state-job/classes
+	javac -nowarn -cp "$$($(PY) -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')/jars/*" \
+	  -d .jvm/group-state-job/classes $(wildcard jvm/group-state-job/src/main/java/io/streamstate/dev/*.java)
+	jar cf $@ -C .jvm/group-state-job/classes .
 
 demo: setup
 	$(PY) dev/demo.py

@@ -1,8 +1,9 @@
-"""transformWithStateInPandas streams (value, list and map state, TTL, processing-time timers):
-snapshots of a running stream restore exactly to Spark's own state at their batch, at
-another location, and still read and resume there after the original checkpoint is gone
-(operator metadata v2 names its schema files by absolute path); the resumed copy writes
-exactly the sessions the original wrote after the snapshot and ends in the same state."""
+"""transformWithStateInPandas streams (value, list and map state, TTL, processing-time and
+event-time timers): snapshots of a running stream restore exactly to Spark's own state at
+their batch, at another location, and still read and resume there after the original
+checkpoint is gone (operator metadata v2 names its schema files by absolute path); the
+resumed copy writes exactly the sessions the original wrote after the snapshot and ends in
+the same state."""
 
 from __future__ import annotations
 
@@ -293,3 +294,93 @@ def test_a_transform_with_state_stream_in_format_2_fails_over_to_another_cluster
     rows = read_state(spark, str(target), stateVarName="profile").collect()
     assert {r.key.account: {"count": r.value.txn_count, "sum": r.value.total_cents, "max": r.value.max_cents}
             for r in rows} == expected_aggregates([first, second])
+
+
+def _event_time_processor() -> Any:
+    """Counts per key, and an event-time timer 3 s (event time) after the key's newest row
+    that clears the count and writes it out."""
+    import pandas as pd
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    class CountUntilQuiet(StatefulProcessor):  # type: ignore[misc]
+        def init(self, handle: Any) -> None:
+            self.handle = handle
+            self.count = handle.getValueState("count", "n long, newest_ms long")
+
+        def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:
+            n, newest = self.count.get() if self.count.exists() else (0, 0)
+            for df in rows:
+                n += len(df)
+                newest = max(newest, int(df["ts_ms"].max()))
+            for t in list(self.handle.listTimers()):
+                self.handle.deleteTimer(t)
+            self.handle.registerTimer(newest + 3_000)
+            self.count.update((n, newest))
+            return iter([])
+
+        def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Any:
+            n, _ = self.count.get()
+            self.count.clear()
+            yield pd.DataFrame({"k": [int(key[0])], "n": [n]})
+
+    return CountUntilQuiet()
+
+
+def test_event_time_timers_of_transform_with_state_restore_elsewhere_and_resume(
+    spark, tmp_path: Path, make_store,
+) -> None:
+    import sys
+
+    from pyspark import cloudpickle
+    from pyspark.sql import functions as F
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this module
+    use_state_store(spark, "rocksdb-changelog", **{"spark.sql.shuffle.partitions": "2"})
+
+    def start(ckpt: str) -> Any:
+        rows = (spark.readStream.format("rate").option("rowsPerSecond", 30).load()
+                .select((F.col("value") % 17).alias("k"), F.col("timestamp").alias("ts"),
+                        (F.col("timestamp").cast("double") * 1000).cast("long").alias("ts_ms"))
+                .withWatermark("ts", "1 second"))
+        return (rows.groupBy("k").transformWithStateInPandas(_event_time_processor(), "k long, n long", "Append",
+                                                             "EventTime")
+                .writeStream.format("noop").option("checkpointLocation", ckpt)
+                .trigger(processingTime="500 milliseconds").start())
+
+    checkpoint = str(tmp_path / "ckpt")
+    query = start(checkpoint)
+    deadline = time.monotonic() + 120
+    while (not query.lastProgress or query.lastProgress["batchId"] < 6) and time.monotonic() < deadline:
+        assert query.exception() is None, query.exception()
+        time.sleep(0.5)
+    query.stop()
+    store, _, _ = make_store("local")
+    m = create_snapshot(checkpoint, store, "quiet").manifest
+    (op,) = m.operators
+    assert op.time_mode == "EventTime"
+    assert {v["kind"] for v in op.state_variables} == {"ValueState", "TimerState"}
+    original = {
+        "count": sorted(map(str, read_state(spark, checkpoint, batchId=m.batch_id, stateVarName="count").collect())),
+        "timers": sorted(map(str, read_state(spark, checkpoint, batchId=m.batch_id,
+                                             readRegisteredTimers="true").collect())),
+    }
+    assert original["timers"]
+    shutil.rmtree(checkpoint)
+    target = tmp_path / "restored"
+    restore_snapshot(store, "quiet", m.snapshot_id, target)
+    with StateReader(store, spark=spark) as reader:
+        timers = reader.state("quiet", m.snapshot_id, StateSelector(state_var="$timers"))
+        assert timers.count() == len(original["timers"])
+    assert sorted(map(str, read_state(spark, str(target), batchId=m.batch_id, stateVarName="count").collect())) == \
+        original["count"]
+    assert sorted(map(str, read_state(spark, str(target), batchId=m.batch_id,
+                                      readRegisteredTimers="true").collect())) == original["timers"]
+    resumed = start(str(target))  # its timers fire as the watermark moves on
+    deadline = time.monotonic() + 120
+    while (not resumed.lastProgress or resumed.lastProgress["batchId"] < m.batch_id + 3) and \
+            time.monotonic() < deadline:
+        assert resumed.exception() is None, resumed.exception()
+        time.sleep(0.5)
+    assert resumed.recentProgress[0]["batchId"] == m.batch_id + 1
+    resumed.stop()
+    assert resumed.exception() is None
