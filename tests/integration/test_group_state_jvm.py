@@ -26,7 +26,8 @@ JAR = REPO / ".jvm/group-state-job/streamstate-group-state-job.jar"
 FORMAT_CONF = "spark.sql.streaming.flatMapGroupsWithState.stateFormatVersion"
 
 
-def run_job(checkpoint: str, api: str, state_format: str, store: str, timeout: str, seconds: int) -> None:
+def run_job(checkpoint: str, api: str, state_format: str, store: str, timeout: str, batches: int) -> None:
+    """Run the job until `batches` batches have committed (it gives up after three minutes)."""
     import pyspark
 
     assert JAR.is_file(), f"{JAR} is missing: run `make setup`"
@@ -34,9 +35,9 @@ def run_job(checkpoint: str, api: str, state_format: str, store: str, timeout: s
     out = subprocess.run(
         [str(Path(sys.executable).parent / "spark-submit"), "--master", "local[2]",
          "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
-         "--class", "io.streamstate.dev.GroupStateJob", str(JAR), checkpoint, api, state_format, store, str(seconds),
+         "--class", "io.streamstate.dev.GroupStateJob", str(JAR), checkpoint, api, state_format, store, str(batches),
          timeout],
-        env=env, capture_output=True, text=True, timeout=seconds + 120,
+        env=env, capture_output=True, text=True, timeout=300,
     )
     assert out.returncode == 0, out.stderr[-3000:]
 
@@ -53,7 +54,7 @@ def test_jvm_group_state_snapshot_restores_exactly_elsewhere_and_the_job_resumes
     spark, tmp_path: Path, make_store, api: str, state_format: str, store: str, timeout: str,
 ) -> None:
     checkpoint = str(tmp_path / "ckpt")
-    run_job(checkpoint, api, state_format, store, timeout, 10)
+    run_job(checkpoint, api, state_format, store, timeout, 4)
     snapshots, _, _ = make_store("local")
     m = create_snapshot(checkpoint, snapshots, "groups").manifest
     assert m.batch_id >= 2
@@ -68,5 +69,5 @@ def test_jvm_group_state_snapshot_restores_exactly_elsewhere_and_the_job_resumes
     restore_snapshot(snapshots, "groups", m.snapshot_id, target)
     with StateReader(snapshots, spark=spark) as reader:
         assert _rows(reader.state("groups", m.snapshot_id, StateSelector())) == original
-    run_job(str(target), api, state_format, store, timeout, 6)
+    run_job(str(target), api, state_format, store, timeout, 2)
     assert CheckpointReader(str(target)).committed_batches()[-1] > m.batch_id

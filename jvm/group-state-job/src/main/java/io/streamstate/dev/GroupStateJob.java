@@ -20,8 +20,9 @@ import org.apache.spark.sql.streaming.Trigger;
  * grouped by value % 13, a count per group kept in a GroupState (mapGroupsWithState or
  * flatMapGroupsWithState), with or without a processing-time timeout, written to the noop sink.
  *
- * <p>Arguments: CHECKPOINT map|flatMap STATE_FORMAT(1|2) hdfs|rocksdb SECONDS processing|none.
- * Runs for SECONDS, stops the query and exits 0 (1 when the query failed). Spark 4.1 cannot
+ * <p>Arguments: CHECKPOINT map|flatMap STATE_FORMAT(1|2) hdfs|rocksdb BATCHES processing|none.
+ * Runs until BATCHES more batches have committed (at most three minutes: a loaded machine
+ * starts slowly), stops the query and exits 0 (1 when the query failed or did not get there). Spark 4.1 cannot
  * restart its own checkpoint of state format 1 with a timeout (it validates the timeout
  * as an int): run format 1 without one.
  */
@@ -85,8 +86,21 @@ public final class GroupStateJob {
     StreamingQuery query = out.writeStream().format("noop").outputMode("update")
         .option("checkpointLocation", checkpoint)
         .trigger(Trigger.ProcessingTime(500, TimeUnit.MILLISECONDS)).start();
-    query.awaitTermination(Long.parseLong(args[4]) * 1000L);
-    boolean failed = query.exception().isDefined();
+    long wanted = Long.parseLong(args[4]);
+    long first = -1;
+    long last = -1;
+    long deadline = System.currentTimeMillis() + 180_000L;
+    while (query.isActive() && System.currentTimeMillis() < deadline) {
+      if (query.lastProgress() != null) {
+        last = query.lastProgress().batchId();
+        first = first < 0 ? last : first;
+        if (last - first + 1 >= wanted) {
+          break;
+        }
+      }
+      Thread.sleep(200);
+    }
+    boolean failed = query.exception().isDefined() || last - first + 1 < wanted;
     query.stop();
     spark.stop();
     System.exit(failed ? 1 : 0);
