@@ -1,6 +1,7 @@
 package io.streamstate.dev;
 
 import java.util.Collections;
+import java.util.Iterator;
 import java.util.concurrent.TimeUnit;
 
 import org.apache.spark.api.java.function.FlatMapGroupsWithStateFunction;
@@ -10,6 +11,7 @@ import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Encoders;
 import org.apache.spark.sql.KeyValueGroupedDataset;
 import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.streaming.GroupState;
 import org.apache.spark.sql.streaming.GroupStateTimeout;
 import org.apache.spark.sql.streaming.OutputMode;
 import org.apache.spark.sql.streaming.StreamingQuery;
@@ -34,6 +36,20 @@ public final class GroupStateJob {
 
   private GroupStateJob() {}
 
+  /** Adds the group's new rows to its count in `state`; the group's output line. */
+  private static String count(Long key, Iterator<Long> rows, GroupState<Long> state, boolean timeout) {
+    long n = state.exists() ? state.get() : 0L;
+    while (rows.hasNext()) {
+      rows.next();
+      n++;
+    }
+    state.update(n);
+    if (timeout) {
+      state.setTimeoutDuration(3_600_000L);
+    }
+    return key + ":" + n;
+  }
+
   public static void main(String[] args) throws Exception {
     String checkpoint = args[0];
     boolean flat = "flatMap".equals(args[1]);
@@ -54,33 +70,13 @@ public final class GroupStateJob {
     Dataset<String> out;
     if (flat) {
       out = groups.flatMapGroupsWithState(
-          (FlatMapGroupsWithStateFunction<Long, Long, Long, String>) (key, rows, state) -> {
-            long n = state.exists() ? state.get() : 0L;
-            while (rows.hasNext()) {
-              rows.next();
-              n++;
-            }
-            state.update(n);
-            if (timeout) {
-              state.setTimeoutDuration(3_600_000L);
-            }
-            return Collections.singletonList(key + ":" + n).iterator();
-          },
+          (FlatMapGroupsWithStateFunction<Long, Long, Long, String>) (key, rows, state) ->
+              Collections.singletonList(count(key, rows, state, timeout)).iterator(),
           OutputMode.Update(), Encoders.LONG(), Encoders.STRING(), kind);
     } else {
       out = groups.mapGroupsWithState(
-          (MapGroupsWithStateFunction<Long, Long, Long, String>) (key, rows, state) -> {
-            long n = state.exists() ? state.get() : 0L;
-            while (rows.hasNext()) {
-              rows.next();
-              n++;
-            }
-            state.update(n);
-            if (timeout) {
-              state.setTimeoutDuration(3_600_000L);
-            }
-            return key + ":" + n;
-          },
+          (MapGroupsWithStateFunction<Long, Long, Long, String>) (key, rows, state) ->
+              count(key, rows, state, timeout),
           Encoders.LONG(), Encoders.STRING(), kind);
     }
     StreamingQuery query = out.writeStream().format("noop").outputMode("update")
