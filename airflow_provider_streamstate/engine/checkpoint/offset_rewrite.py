@@ -97,13 +97,18 @@ def _kind(rel: str) -> str | None:
     return None
 
 
-def _target_of_crc(rel: str) -> str | None:
-    """`offsets/4` for `offsets/.4.crc` (a file a rewrite changes), else None."""
+def sidecar_of(rel: str) -> str | None:
+    """`offsets/4` for Hadoop's checksum sidecar `offsets/.4.crc`; None for any other file."""
     head, _, name = rel.rpartition("/")
     if not (name.startswith(".") and name.endswith(".crc")):
         return None
-    base = f"{head}/{name[1:-4]}" if head else name[1:-4]
-    return base if _kind(base) is not None else None
+    return f"{head}/{name[1:-4]}" if head else name[1:-4]
+
+
+def _target_of_crc(rel: str) -> str | None:
+    """`offsets/4` for `offsets/.4.crc` (a file a rewrite changes), else None."""
+    base = sidecar_of(rel)
+    return base if base is not None and _kind(base) is not None else None
 
 
 def _write(path: Path, data: bytes) -> None:

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_streamstate.engine.checkpoint.offset_rewrite import hadoop_crc
+from airflow_provider_streamstate.engine.checkpoint.offset_rewrite import hadoop_crc, sidecar_of
 from airflow_provider_streamstate.engine.core.errors import UnsupportedCheckpointError
 
 METADATA_V2_RE = re.compile(r"^state/(\d+)/_metadata/v2/(\d+)$")
@@ -111,11 +111,8 @@ def parse_metadata_v2(data: bytes, op_id: int, where: str) -> OperatorMetadataV2
 
 
 def _crc_target(rel: str) -> str | None:
-    head, _, name = rel.rpartition("/")
-    if not (name.startswith(".") and name.endswith(".crc")):
-        return None
-    base = f"{head}/{name[1:-4]}"
-    return base if METADATA_V2_RE.match(base) else None
+    base = sidecar_of(rel)
+    return base if base is not None and METADATA_V2_RE.match(base) else None
 
 
 class SchemaPathRewrite:
@@ -161,9 +158,8 @@ class ChainedRewrite:
         return any(r.wants(rel) for r in self.rewrites)
 
     def rewrite(self, rel: str, data: bytes, rewritten: dict[str, bytes] | None = None) -> bytes | None:
-        head, _, name = rel.rpartition("/")
-        if name.startswith(".") and name.endswith(".crc"):
-            base = f"{head}/{name[1:-4]}" if head else name[1:-4]
+        base = sidecar_of(rel)
+        if base is not None:
             return hadoop_crc(rewritten[base]) if rewritten and base in rewritten else None
         current: bytes | None = None
         for r in self.rewrites:

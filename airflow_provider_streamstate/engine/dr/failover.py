@@ -24,10 +24,7 @@ resumes with batch N+1: no record re-read, none skipped, whenever the mirror has
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +37,6 @@ from airflow_provider_streamstate.engine.checkpoint.offset_rewrite import (  # n
     hadoop_crc,
     rewrite_local_checkpoint,
 )
-from airflow_provider_streamstate.engine.checkpoint.operator_metadata import SchemaPathRewrite
 from airflow_provider_streamstate.engine.checkpoint.sidecar import local_root
 from airflow_provider_streamstate.engine.core.anchor import anchors_from_json
 from airflow_provider_streamstate.engine.core.cancel import current_token
@@ -61,7 +57,6 @@ from airflow_provider_streamstate.engine.kafka.anchors import (
     scan,
 )
 from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
-from airflow_provider_streamstate.engine.lifecycle.restore_s3 import restore_to_s3
 from airflow_provider_streamstate.engine.stores.base import SnapshotStore
 
 log = logging.getLogger("streamstate.failover")
@@ -399,36 +394,12 @@ def failover(
                             hint="wait for the mirror to catch up, or take a snapshot with --kafka-bootstrap")
     manifest, translation = chosen
     chose_s = time.monotonic() - started
-    if s3_target:
-        t0 = time.monotonic()
-        restored = restore_to_s3(store, stream, manifest.snapshot_id, str(target), s3_client=s3_client, force=False,
-                                 new_query_id=False, parallelism=parallelism, progress=None,
-                                 rewrite=DrRewrite(translation))
-        log.info("failover of %s: %s restored into %s for %s, %d record(s) to catch up",
-                 stream, manifest.snapshot_id, restored.target, kafka_bootstrap, translation.events_behind)
-        return FailoverResult(stream, manifest.snapshot_id, manifest.batch_id, restored.target, translation.partitions,
-                              skipped, [r for r in restored.rewritten if not r.endswith(".crc")], chose_s,
-                              time.monotonic() - t0, 0.0, translation.seconds)
-    assert isinstance(target, Path)
-    staging = target.parent / f".{target.name}.failover-{uuid.uuid4().hex[:8]}"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        t0 = time.monotonic()
-        restore_snapshot(store, stream, manifest.snapshot_id, staging, parallelism=parallelism)
-        t1 = time.monotonic()
-        rewritten = rewrite_checkpoint(staging, translation)
-        # Operator metadata v2 (transformWithState) names schema files by absolute path: the
-        # staging copy's, until it is renamed into the target.
-        rewrite_local_checkpoint(staging, SchemaPathRewrite(f"file:{target}"))
-        _check_target(target)  # still new or empty: nobody wrote there meanwhile
-        if target.exists():
-            target.rmdir()
-        os.rename(staging, target)
-        t2 = time.monotonic()
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    # One restore, local or S3, written once with the DR offsets (and, for transformWithState,
+    # the schema paths of the target itself), published whole or not at all.
+    restored = restore_snapshot(store, stream, manifest.snapshot_id, target, s3_client=s3_client,
+                                parallelism=parallelism, rewrite=DrRewrite(translation))
     log.info("failover of %s: %s restored into %s for %s, %d record(s) to catch up",
-             stream, manifest.snapshot_id, target, kafka_bootstrap, translation.events_behind)
-    return FailoverResult(stream, manifest.snapshot_id, manifest.batch_id, str(target), translation.partitions,
-                          skipped, rewritten, chose_s, t1 - t0, t2 - t1, translation.seconds)
+             stream, manifest.snapshot_id, restored.target, kafka_bootstrap, translation.events_behind)
+    return FailoverResult(stream, manifest.snapshot_id, manifest.batch_id, restored.target, translation.partitions,
+                          skipped, [r for r in restored.rewritten if not r.endswith(".crc")], chose_s,
+                          restored.seconds - restored.seconds_rewrite, restored.seconds_rewrite, translation.seconds)

@@ -181,7 +181,9 @@ def _restore(
                 fsync_path(root / "metadata")
         # The copy's own location in its operator metadata v2 (transformWithState), and
         # where it resumes in Kafka when asked.
-        rewrite_local_checkpoint(root, ChainedRewrite(rewrite, SchemaPathRewrite(location)))
+        t_rewrite = time.monotonic()
+        rewritten = rewrite_local_checkpoint(root, ChainedRewrite(rewrite, SchemaPathRewrite(location)))
+        seconds_rewrite = time.monotonic() - t_rewrite
         lineage = replace(lineage, query_id=query_id)
         write_lineage(root, lineage, fsync=fsync)
         if fsync:
@@ -208,6 +210,7 @@ def _restore(
     return RestoreResult(
         manifest, str(target), query_id, time.monotonic() - started,
         timeline=None if lineage.stream is None else lineage.timeline, branched=branched,
+        rewritten=tuple(rewritten), seconds_rewrite=seconds_rewrite,
     )
 
 

@@ -28,7 +28,8 @@ class RestoreResult:
     seconds: float
     timeline: int | None  # the timeline the restored checkpoint continues (None for a clone)
     branched: bool  # True when this restore started that timeline (a rollback)
-    rewritten: tuple[str, ...] = ()  # files written with other content than the snapshot's (failover)
+    rewritten: tuple[str, ...] = ()  # files written with other content than the snapshot's
+    seconds_rewrite: float = 0.0  # of `seconds`: rewriting them
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -218,7 +218,9 @@ def restore_to_s3(
     # The copy's own location in its operator metadata v2 (transformWithState), and where
     # it resumes in Kafka when asked.
     # (With the scheme the target was given in: Spark records the location as the query names it.)
+    t_rewrite = time.monotonic()
     rewritten = rewritten_files(store, files, ChainedRewrite(rewrite, SchemaPathRewrite(target.rstrip("/"))))
+    seconds_rewrite = time.monotonic() - t_rewrite
     by_blob: dict[str, list[FileEntry]] = {}
     for e in files:
         if e.path not in rewritten:
@@ -273,7 +275,7 @@ def restore_to_s3(
     return RestoreResult(
         manifest, fs.location, query_id, time.monotonic() - started,
         timeline=None if lineage.stream is None else lineage.timeline, branched=branched,
-        rewritten=tuple(sorted(rewritten)),
+        rewritten=tuple(sorted(rewritten)), seconds_rewrite=seconds_rewrite,
     )
 
 
