@@ -101,13 +101,20 @@ def parse_metadata_v2(data: bytes, op_id: int, where: str) -> OperatorMetadataV2
             for s in doc["stateStoreInfo"]
         )
         props = json.loads(doc.get("operatorPropertiesJson") or "{}")
-        variables = tuple(
-            StateVariable(str(v["stateName"]), str(v["stateVariableType"]), bool(v.get("ttlEnabled", False)))
-            for v in props.get("stateVariables", [])
-        )
-        return OperatorMetadataV2(op_id, str(info["operatorName"]), stores, props.get("timeMode"), variables)
+        return OperatorMetadataV2(op_id, str(info["operatorName"]), stores, props.get("timeMode"),
+                                  state_variables_of(props))
     except (KeyError, TypeError, ValueError) as exc:
         raise UnsupportedCheckpointError(f"{where} is unreadable: {exc!r}") from None
+
+
+def state_variables_of(properties: dict[str, Any]) -> tuple[StateVariable, ...]:
+    """The state variables an operator's properties declare (`operatorPropertiesJson` of its
+    metadata, `operatorProperties` of Spark's state-metadata source); none for other operators.
+    Raises KeyError/TypeError/ValueError on a malformed declaration."""
+    return tuple(
+        StateVariable(str(v["stateName"]), str(v["stateVariableType"]), bool(v.get("ttlEnabled", False)))
+        for v in properties.get("stateVariables") or []
+    )
 
 
 def _crc_target(rel: str) -> str | None:

@@ -350,7 +350,7 @@ def failover(
         if refusal is not None:
             raise refusal
         target = local_root(target, refusal=(
-            f"cannot fail over into {target}", "give a local path, a file:// URI or an s3a://bucket/path")).resolve()
+            f"cannot fail over into {target}", "give a local path, a file:// URI or an s3a://bucket/path"))
         _check_target(target)
     started = time.monotonic()
     consumer, topics = _dr_admin(kafka_bootstrap, kafka_config, timeout_s)

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_streamstate.engine.catalog.snapshots import resolve_snapshot
+from airflow_provider_streamstate.engine.checkpoint.operator_metadata import state_variables_of
 from airflow_provider_streamstate.engine.checkpoint.reader import FORMAT_VERSION_CONF, CheckpointReader
 from airflow_provider_streamstate.engine.core.errors import NotFoundError, UsageError
 from airflow_provider_streamstate.engine.core.manifest import Manifest
@@ -273,7 +274,7 @@ def flatten_state(df: DataFrame) -> DataFrame:
     cols = []
     names: dict[str, str] = {}
     ordered = [c for c in _TOP_COLUMNS if c in df.columns] + \
-        [c for c in df.columns if c not in _TOP_COLUMNS and c not in (PARTITION_COLUMN, STATE_VAR_COLUMN)]
+        [c for c in df.columns if c not in _TOP_COLUMNS and c != PARTITION_COLUMN]
     for top in ordered:
         leaves = _flat_columns(df.schema[top].dataType, [top], [_TOP_COLUMNS.get(top, top)])
         for path, name in leaves:
@@ -288,8 +289,6 @@ def flatten_state(df: DataFrame) -> DataFrame:
             for part in path[1:]:
                 col = col.getField(part)
             cols.append(col.alias(name))
-    if STATE_VAR_COLUMN in df.columns:
-        cols.insert(0, F.col(STATE_VAR_COLUMN))
     if PARTITION_COLUMN in df.columns:
         cols.append(F.col(PARTITION_COLUMN))
     return df.select(*cols)
@@ -392,8 +391,7 @@ def _variables(properties: str | None) -> tuple[tuple[str, str], ...]:
     import json
 
     try:
-        declared = json.loads(properties or "{}").get("stateVariables") or []
-        return tuple((str(v["stateName"]), str(v["stateVariableType"])) for v in declared)
+        return tuple((v.name, v.kind) for v in state_variables_of(json.loads(properties or "{}")))
     except (ValueError, KeyError, TypeError, AttributeError):
         return ()
 
