@@ -4,9 +4,13 @@
     streamstate pipeline list    --store S --pipeline NAME [--json]
     streamstate pipeline show    --store S --pipeline NAME SNAPSHOT [--json]
     streamstate pipeline validate --store S --pipeline NAME SNAPSHOT --suite MEMBER=FILE... [--json]
-    streamstate pipeline restore --store S --pipeline NAME SNAPSHOT --kafka-bootstrap HOST:PORT [--json]
-    streamstate pipeline clone   --store S --pipeline NAME SNAPSHOT --kafka-bootstrap HOST:PORT
+    streamstate pipeline restore --store S --pipeline NAME SNAPSHOT --kafka-bootstrap HOST:PORT [--kafka-config FILE] [--json]
+    streamstate pipeline clone   --store S --pipeline NAME SNAPSHOT --kafka-bootstrap HOST:PORT [--kafka-config FILE]
                                  --suffix SFX --checkpoint MEMBER=LOCATION... [--topic LINK=NEW]... [--ttl 7d] [--json]
+    streamstate pipeline failover --store DR_STORE --pipeline NAME [SNAPSHOT] --kafka-bootstrap DR_HOST:PORT
+                                 [--kafka-config FILE] --target MEMBER=LOCATION... [--link-topic LINK=DR_TOPIC]...
+                                 [--topic-map SRC=DST]... [--replication-policy default|identity --source-alias NAME]
+                                 [--good-only] [--json]
 
 SNAPSHOT is a pipeline snapshot id, `latest`, or `latest-good` (every member passed its validations).
 `validate` exits 0 when every member's suite passes and 3 when one fails. `list` marks a
@@ -14,6 +18,10 @@ snapshot GOOD `yes` when every member has passed all its recorded validations, `
 one failed or is not validated yet, `-` when none is. `restore` replaces every member's checkpoint
 (all stopped) and appends each link's channel records to its topic; `clone` restores the
 members as new streams (`<member>-<SFX>`) onto new link topics (`<link>-<SFX>` unless given).
+`failover` resumes every member in the DR region from one pipeline snapshot: source topics
+translated through the mirror as `streamstate failover` does, each link's channel appended
+to the DR link topic (its own name unless `--link-topic` maps it) and the downstream
+resuming there; without SNAPSHOT, the newest one whose every member translates.
 """
 
 from __future__ import annotations
@@ -26,9 +34,11 @@ from airflow_provider_streamstate.cli.common import (
     EXIT_OK,
     Handlers,
     Parser,
+    add_kafka_options,
     add_parallelism,
     add_store_options,
     duration,
+    kafka_config_from_args,
     open_store_from_args,
     print_result,
 )
@@ -44,17 +54,36 @@ def register(commands: Any) -> Handlers:
     for name, text in (("list", "the pipeline's snapshots, oldest first"), ("show", "one pipeline snapshot"),
                        ("validate", "run each member's GX suite on its snapshot (local Spark)"),
                        ("restore", "restore every member in place, the channels appended to the link topics"),
-                       ("clone", "restore the members as new streams on new link topics")):
+                       ("clone", "restore the members as new streams on new link topics"),
+                       ("failover", "resume every member in the DR region from one pipeline snapshot")):
         p = sub.add_parser(name, help=text)
         add_store_options(p, stream=False)
         p.add_argument("--pipeline", required=True, metavar="NAME", help="the pipeline's name (its spec's)")
-        if name != "list":
+        if name == "failover":
+            p.add_argument("snapshot_id", nargs="?", default=None, metavar="SNAPSHOT",
+                           help="a pipeline snapshot id, `latest` or `latest-good` "
+                                "(default: the newest one whose every member translates exactly)")
+        elif name != "list":
             p.add_argument("snapshot_id", metavar="SNAPSHOT", help="a pipeline snapshot id or `latest`")
         parsers[name] = p
-    for name in ("restore", "clone"):
+    for name in ("restore", "clone", "failover"):
         p = parsers[name]
-        p.add_argument("--kafka-bootstrap", required=True, metavar="HOST:PORT", help="the link topics' cluster")
+        add_kafka_options(p, required=True, help="the DR Kafka cluster" if name == "failover"
+                          else "the link topics' cluster")
         add_parallelism(p)
+    fail = parsers["failover"]
+    fail.add_argument("--target", action="append", default=[], metavar="MEMBER=LOCATION", required=True,
+                      help="each member's DR checkpoint: a new or empty directory or s3a:// location (one per member)")
+    fail.add_argument("--link-topic", action="append", default=[], metavar="LINK=DR_TOPIC",
+                      help="the DR topic a link's upstream writes there (default: the link's own name)")
+    fail.add_argument("--topic-map", action="append", default=[], metavar="SRC=DST",
+                      help="the DR name of a source topic (repeatable); overrides the replication policy")
+    fail.add_argument("--replication-policy", choices=("default", "identity"), default="default",
+                      help="the mirror's naming of source topics: default `<source alias>.<topic>`, identity the same")
+    fail.add_argument("--source-alias", default="primary",
+                      help="the primary cluster's alias in MirrorMaker 2 (default: primary)")
+    fail.add_argument("--good-only", action="store_true",
+                      help="without SNAPSHOT: only pipeline snapshots whose every member passed its validations")
     parsers["validate"].add_argument("--suite", action="append", default=[], metavar="MEMBER=FILE", required=True,
                                      help="a GX suite JSON file for each member (one per member)")
     clone = parsers["clone"]
@@ -67,7 +96,8 @@ def register(commands: Any) -> Handlers:
                        help="record the members as clones expiring after this long (e.g. 7d): "
                        "`clone expire` then deletes them and their link topics")
     return {("pipeline", "list"): cmd_list, ("pipeline", "show"): cmd_show, ("pipeline", "restore"): cmd_restore,
-            ("pipeline", "clone"): cmd_clone, ("pipeline", "validate"): cmd_validate}
+            ("pipeline", "clone"): cmd_clone, ("pipeline", "validate"): cmd_validate,
+            ("pipeline", "failover"): cmd_failover}
 
 
 def _pairs(items: list[str], what: str) -> dict[str, str]:
@@ -131,7 +161,8 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
     store = open_store_from_args(args)
     snap = get_pipeline_snapshot(store, args.pipeline, args.snapshot_id)
-    r = restore_pipeline(store, snap, args.kafka_bootstrap, parallelism=args.parallelism)
+    r = restore_pipeline(store, snap, args.kafka_bootstrap, kafka_config=kafka_config_from_args(args),
+                         parallelism=args.parallelism)
     print_result(args, r.to_json(), _text(r, "restored"))
     return EXIT_OK
 
@@ -147,8 +178,30 @@ def cmd_clone(args: argparse.Namespace) -> int:
     expires = None if args.ttl is None else (datetime.now(UTC) + timedelta(seconds=args.ttl)).isoformat()
     clone = PipelineClone({s: f"{s}-{args.suffix}" for s in snap.members}, _pairs(args.checkpoint, "member"), topics,
                           expires_at=expires)
-    r = restore_pipeline(store, snap, args.kafka_bootstrap, clone=clone, parallelism=args.parallelism)
+    r = restore_pipeline(store, snap, args.kafka_bootstrap, clone=clone, kafka_config=kafka_config_from_args(args),
+                         parallelism=args.parallelism)
     print_result(args, r.to_json(), _text(r, "cloned"))
+    return EXIT_OK
+
+
+def cmd_failover(args: argparse.Namespace) -> int:
+    from airflow_provider_streamstate.engine.dr.failover import TopicMap
+    from airflow_provider_streamstate.engine.pipeline.failover import failover_pipeline
+
+    topic_map = TopicMap.parse(args.topic_map, args.replication_policy, args.source_alias)
+    r = failover_pipeline(open_store_from_args(args), args.pipeline, _pairs(args.target, "member"), args.kafka_bootstrap,
+                          snapshot=args.snapshot_id, topic_map=topic_map, link_topics=_pairs(args.link_topic, "link"),
+                          good_only=args.good_only, kafka_config=kafka_config_from_args(args),
+                          parallelism=args.parallelism)
+    lines = [f"failed over pipeline {r.pipeline} at {r.snapshot_id} in {r.seconds:.2f}s"]
+    for s, m in r.members.items():
+        lines.append(f"  {s}: {m.target}, resumes with batch {m.batch_id + 1}, "
+                     f"{m.events_behind} source record(s) to catch up")
+        lines += [f"    {p.topic}[{p.partition}] {p.primary_offset} -> {p.dr_topic}[{p.partition}] {p.dr_offset}"
+                  for p in m.translated]
+    lines += [f"  {t}: {n} channel record(s) appended; the downstream resumes there" for t, n in r.channel_records.items()]
+    lines += [f"  skipped {sid}: {reason}" for sid, reason in r.skipped_snapshots]
+    print_result(args, r.to_json(), "\n".join(lines))
     return EXIT_OK
 
 

@@ -1,5 +1,6 @@
 """Operators over pipelines (streams linked by Kafka topics): snapshot one at a consistent
-cut, restore or clone it as one, replicate and expire its snapshots as units. Thin over
+cut, restore or clone it as one, fail it over to the DR region as one, replicate and expire
+its snapshots as units. Thin over
 the store hook, the Kafka connection and `engine.pipeline`; each returns JSON for XCom.
 
 Every operator takes `pipeline`: a dict with the engine's pipeline spec (`name`, `members`:
@@ -166,6 +167,66 @@ class RestorePipelineOperator(_PipelineTask):
             result = restore_pipeline(self.hook.store, snap, bootstrap, clone=clone, kafka_config=config or None,
                                       s3_client=self.checkpoint_client(), parallelism=self.parallelism)
         return result.to_json()
+
+
+class FailoverPipelineOperator(_PipelineTask):
+    """Resume a whole pipeline in the DR region from one pipeline snapshot in the DR store:
+    each member's source topics translated through the mirror (as FailoverStreamOperator
+    does), each link's channel appended to the DR link topic and its downstream resuming
+    there, so the DR pipeline reads every record once (engine.pipeline.failover). The
+    snapshot is the given one, else the newest whose every member translates (known-good
+    only with `good_only`). Fence the primary members first. Returns `{"pipeline",
+    "snapshot_id", "members", "channel_records", "skipped_snapshots", "seconds"}`.
+
+    :param pipeline: the pipeline as it runs in DR: `members` map to the DR checkpoints (new
+        or empty), `store` is the DR store, `kafka_conn_id` the DR cluster. (templated)
+    :param snapshot: a pipeline snapshot id, `latest` or `latest-good`; default the newest
+        that translates. (templated)
+    :param topic_map: DR names of source topics, `{"SRC": "DST"}` or a list of `SRC=DST`;
+        they win over the replication policy. (templated)
+    :param replication_policy: the mirror's naming: `default` (`<source alias>.<topic>`) or
+        `identity`. (templated)
+    :param source_alias: the primary cluster's alias in MirrorMaker 2. (templated)
+    :param link_topics: `{link: DR topic}` where a link's upstream writes in DR; default
+        the link's own name. (templated)
+    :param good_only: without `snapshot`, only pipeline snapshots whose every member passed
+        its validations.
+    :param parallelism: concurrent file transfers.
+    """
+
+    template_fields: Sequence[str] = ("pipeline", "snapshot", "topic_map", "replication_policy", "source_alias",
+                                      "link_topics")
+
+    def __init__(self, *, snapshot: str | None = None, topic_map: dict[str, str] | list[str] | None = None,
+                 replication_policy: str = "default", source_alias: str = "primary",
+                 link_topics: dict[str, str] | None = None, good_only: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.snapshot = snapshot
+        self.topic_map = topic_map
+        self.replication_policy = replication_policy
+        self.source_alias = source_alias
+        self.link_topics = link_topics
+        self.good_only = good_only
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_provider_streamstate.engine.dr.failover import TopicMap
+        from airflow_provider_streamstate.engine.pipeline.failover import failover_pipeline
+
+        c = self.configured
+        bootstrap, config = self.kafka()
+        with engine_errors():
+            topic_map = TopicMap.of(self.topic_map, self.replication_policy, self.source_alias)
+        self.log.info("failover of pipeline %s from %s for %s", c.spec.name, c.store, bootstrap)
+        with self.cancellable():
+            result = failover_pipeline(self.hook.store, c.spec.name, dict(c.spec.members), bootstrap,
+                                       snapshot=self.snapshot or None, topic_map=topic_map,
+                                       link_topics=dict(self.link_topics or {}), good_only=bool(self.good_only),
+                                       kafka_config=config or None, s3_client=self.checkpoint_client(),
+                                       parallelism=self.parallelism)
+        out = result.to_json()
+        for skipped in out["skipped_snapshots"]:
+            self.log.info("skipped %s: %s", skipped["snapshot_id"], skipped["reason"])
+        return out
 
 
 class ReplicatePipelineOperator(_PipelineTask):

@@ -103,6 +103,12 @@ class TopicMap:
             )
 
     @classmethod
+    def of(cls, items: dict[str, str] | list[str] | None, policy: str | None, source_alias: str | None) -> TopicMap:
+        """As operators take it: pairs as a dict or `SRC=DST` items; empty policy: default."""
+        pairs = [f"{k}={v}" for k, v in items.items()] if isinstance(items, dict) else list(items or [])
+        return cls.parse(pairs, policy or "default", source_alias or "")
+
+    @classmethod
     def parse(cls, items: list[str] | None, policy: str = "default", source_alias: str = "primary") -> TopicMap:
         pairs: dict[str, str] = {}
         for item in items or []:
@@ -153,7 +159,7 @@ class Translation:
         return {p.topic: p.dr_topic for p in self.partitions}
 
 
-def _dr_admin(bootstrap: str, config: dict[str, Any] | None, timeout_s: float) -> tuple[Any, dict[str, Any]]:
+def dr_consumer(bootstrap: str, config: dict[str, Any] | None, timeout_s: float) -> tuple[Any, dict[str, Any]]:
     """A consumer on the DR cluster and its topics; TransientError when it does not answer."""
     from confluent_kafka import KafkaException
 
@@ -169,20 +175,22 @@ def _dr_admin(bootstrap: str, config: dict[str, Any] | None, timeout_s: float) -
 
 def translate(
     manifest: Manifest, consumer: Any, topics: dict[str, Any], topic_map: TopicMap, *,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
+    timeout_s: float = DEFAULT_TIMEOUT_S, skip: frozenset[str] = frozenset(),
 ) -> Translation:
-    """The DR offset of every partition the snapshot resumes, from its anchors.
+    """The DR offset of every partition the snapshot resumes, from its anchors (but the
+    topics in `skip`: a pipeline's link topics, which a failover does not translate).
 
     Raises Untranslatable (an older snapshot may do) or PartitionCountMismatch (none will)."""
     from confluent_kafka import TopicPartition
 
     started = time.monotonic()
     sid = manifest.snapshot_id
-    if manifest.kafka_anchors is None:
+    wanted = sorted((t, parts) for t, parts in manifest.kafka_offsets.items() if t not in skip)
+    if wanted and manifest.kafka_anchors is None:
         raise Untranslatable(f"snapshot {sid} has no Kafka anchors (taken without the primary's bootstrap)")
-    anchors = anchors_from_json(manifest.kafka_anchors)
+    anchors = anchors_from_json(manifest.kafka_anchors) if wanted else {}
     out: list[TranslatedPartition] = []
-    for topic, parts in sorted(manifest.kafka_offsets.items()):
+    for topic, parts in wanted:
         dr_topic = topic_map.dr_topic(topic)
         md = topics.get(dr_topic)
         if md is None or md.error is not None:
@@ -353,7 +361,7 @@ def failover(
             f"cannot fail over into {target}", "give a local path, a file:// URI or an s3a://bucket/path"))
         _check_target(target)
     started = time.monotonic()
-    consumer, topics = _dr_admin(kafka_bootstrap, kafka_config, timeout_s)
+    consumer, topics = dr_consumer(kafka_bootstrap, kafka_config, timeout_s)
     try:
         candidates = _candidates(store, stream, snapshot, suite)
         topic_map.check({t for m in candidates for t in m.kafka_offsets})

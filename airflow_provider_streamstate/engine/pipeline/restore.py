@@ -38,14 +38,11 @@ from airflow_provider_streamstate.engine.checkpoint.offset_rewrite import Offset
 from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
 from airflow_provider_streamstate.engine.checkpoint.sidecar import S3Sidecar, local_root
 from airflow_provider_streamstate.engine.core.errors import (
-    NotFoundError,
-    TransientError,
     UnsafeManifestError,
     UsageError,
 )
-from airflow_provider_streamstate.engine.kafka.offsets import admin_client, list_offsets
 from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
-from airflow_provider_streamstate.engine.pipeline import channel as channel_mod
+from airflow_provider_streamstate.engine.pipeline.link_topics import LinkTopics
 from airflow_provider_streamstate.engine.pipeline.snapshots import PipelineSnapshot
 from airflow_provider_streamstate.engine.stores import s3_client_from_env
 from airflow_provider_streamstate.engine.stores.base import SnapshotStore
@@ -81,62 +78,8 @@ class PipelineRestoreResult:
                 "seconds": round(self.seconds, 3)}
 
 
-def _ends(bootstrap: str, topic: str, partitions: list[str], kafka_config: dict[str, Any] | None) -> dict[str, int]:
-    return list_offsets(admin_client(bootstrap, kafka_config), {topic: [int(p) for p in partitions]})[topic]
-
-
-def _create_topic(bootstrap: str, topic: str, partitions: int, kafka_config: dict[str, Any] | None) -> None:
-    """Create `topic` with the link's partition count at the cut; an existing empty one with
-    that count is accepted."""
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import NewTopic
-
-    admin = admin_client(bootstrap, kafka_config)
-    try:
-        topics = admin.list_topics(timeout=10).topics
-        if topic in topics:
-            parts = [str(p) for p in topics[topic].partitions]
-            if any(_ends(bootstrap, topic, parts, kafka_config).values()):
-                raise UsageError(f"clone topic {topic} exists and is not empty",
-                                 hint="name a new topic for each link of the clone")
-            if len(parts) != partitions:
-                raise UsageError(f"clone topic {topic} has {len(parts)} partitions, the link had {partitions}",
-                                 hint="let the clone create its topics")
-            return
-        fut = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=-1)])
-        fut[topic].result(timeout=30)
-        deadline = time.monotonic() + 30
-        while True:  # created, and every partition has a leader that answers
-            meta = admin.list_topics(timeout=10).topics.get(topic)
-            if meta is not None and meta.partitions and all(pm.leader >= 0 for pm in meta.partitions.values()):
-                try:
-                    _ends(bootstrap, topic, [str(p) for p in meta.partitions], kafka_config)
-                    return
-                except TransientError:
-                    pass
-            if time.monotonic() > deadline:
-                raise TransientError(f"topic {topic} was not ready 30 s after its creation",
-                                     hint="check the brokers, then retry")
-            time.sleep(0.2)
-    except KafkaException as exc:
-        raise TransientError(f"cannot create the clone topic {topic} at {bootstrap}: {exc}",
-                             hint="check the brokers and the connection's rights to create topics") from None
-
-
-def _partitions(bootstrap: str, topic: str, kafka_config: dict[str, Any] | None) -> set[str]:
-    from confluent_kafka import KafkaException
-
-    try:
-        meta = admin_client(bootstrap, kafka_config).list_topics(timeout=10).topics.get(topic)
-    except KafkaException as exc:
-        raise TransientError(f"cannot reach Kafka at {bootstrap}: {exc}", hint="check the brokers, then retry") from None
-    if meta is None or meta.error is not None:
-        raise NotFoundError(f"link topic {topic} does not exist at {bootstrap}",
-                            hint="check --kafka-bootstrap: the restore appends the channel to the link topic")
-    return {str(p) for p in meta.partitions}
-
-
-def _check_target(target: str, *, in_place: bool, store: SnapshotStore, s3_client: Any) -> None:
+def check_target(target: str, *, in_place: bool, store: SnapshotStore, s3_client: Any,
+                 role: str = "clone target") -> None:
     """Before anything is written to Kafka: an in-place target's stream must not be running
     (by the heartbeat streamstate keeps beside it), and a clone's target must be empty."""
     if is_s3_location(target):
@@ -145,18 +88,18 @@ def _check_target(target: str, *, in_place: bool, store: SnapshotStore, s3_clien
         if in_place:
             assert_not_running(S3Sidecar(fs), "restore the pipeline over it")
         elif fs.listdir(""):
-            raise UsageError(f"clone target {fs.location} is not empty", hint="give each member's clone a new location")
+            raise UsageError(f"{role} {fs.location} is not empty", hint="give each member a new or empty location")
         return
     path = local_root(target, refusal=(f"cannot restore into {target}",
                                        "give a local path, a file:// URI or an s3a://bucket/path"))
     if in_place:
         if path.exists():
             assert_not_running(path, "restore the pipeline over it")
-    elif path.exists() and any(path.iterdir()):
-        raise UsageError(f"clone target {path} is not empty", hint="give each member's clone a new location")
+    elif path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise UsageError(f"{role} {path} is not empty", hint="give each member a new or empty location")
 
 
-def _check_resume(target: str, batch_id: int, expected: dict[str, dict[str, int]], store: SnapshotStore,
+def check_resume(target: str, batch_id: int, expected: dict[str, dict[str, int]], store: SnapshotStore,
                   s3_client: Any) -> None:
     """Read the restored downstream's checkpoint back: its batch must resume exactly at the
     appended channel (a source entry the rewrite did not recognise would leave the cut's
@@ -189,11 +132,13 @@ def restore_pipeline(
     manifests = {s: get_snapshot(store, s, m.snapshot_id) for s, m in snap.members.items()}
     records = {c.range.topic: snap.channel_records(store, c) for c in snap.channels}  # all checked before any write
     for stream in spec.order():
-        _check_target(spec.members[stream] if clone is None else clone.checkpoints[stream], in_place=clone is None,
+        check_target(spec.members[stream] if clone is None else clone.checkpoints[stream], in_place=clone is None,
                       store=store, s3_client=s3_client)
+    kafka = LinkTopics(kafka_bootstrap, kafka_config)
     if clone is None:  # a partition added since the cut would be read from its start: refused
         for c in snap.channels:
-            now = _partitions(kafka_bootstrap, c.range.topic, kafka_config)
+            now = kafka.existing(c.range.topic, why="check --kafka-bootstrap: the restore appends the channel to "
+                                                    "the link topic")
             if now != set(c.range.end):
                 raise UsageError(f"link topic {c.range.topic} has partitions {sorted(now, key=int)}, the cut saw "
                                  f"{sorted(c.range.end, key=int)}",
@@ -203,18 +148,9 @@ def restore_pipeline(
     for c in snap.channels:
         topic = c.range.topic if clone is None else clone.topics[c.range.topic]
         if clone is not None:
-            _create_topic(kafka_bootstrap, topic, len(c.range.end), kafka_config)
-        parts = sorted(c.range.end, key=int)
-        before = _ends(kafka_bootstrap, topic, parts, kafka_config)
-        channel_mod.append_channel(records[c.range.topic], topic, kafka_bootstrap, kafka_config=kafka_config)
-        after = _ends(kafka_bootstrap, topic, parts, kafka_config)
-        wrote = {p: sum(1 for r in records[c.range.topic] if str(r.partition) == p) for p in parts}
-        if any(after[p] - before[p] != wrote[p] for p in parts):
-            raise UsageError(f"{topic} grew by {sum(after[p] - before[p] for p in parts)} records while the "
-                             f"restore appended {sum(wrote.values())}: something else writes to it",
-                             hint="stop every writer of the pipeline's link topics, then restore again")
-        resume[topic] = before
-        appended[topic] = sum(wrote.values())
+            kafka.ensure(topic, len(c.range.end), empty=True)
+        resume[topic] = kafka.append_channel(topic, sorted(c.range.end, key=int), records[c.range.topic])
+        appended[topic] = len(records[c.range.topic])
     checkpoints: dict[str, str] = {}
     for stream in spec.order():
         m = snap.members[stream]
@@ -231,7 +167,7 @@ def restore_pipeline(
         restored = restore_snapshot(store, stream, m.snapshot_id, target, force=clone is None, s3_client=s3_client,
                                     new_query_id=clone is not None, parallelism=parallelism, rewrite=rewrite)
         if rewrite is not None:
-            _check_resume(restored.target, m.batch_id, {t: offsets[t] for t in names.values() if t in resume},
+            check_resume(restored.target, m.batch_id, {t: offsets[t] for t in names.values() if t in resume},
                           store, s3_client)
         name = stream if clone is None else clone.names[stream]
         checkpoints[name] = restored.target

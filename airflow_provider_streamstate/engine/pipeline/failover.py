@@ -1,0 +1,231 @@
+"""Failing a pipeline over to the DR region as one: every member resumes from the same
+pipeline snapshot on the DR Kafka cluster, no record lost or counted twice.
+
+Two kinds of topic are read by the members, and each is handled the way that is exact:
+- A topic from outside the pipeline (a source) is mirrored into the DR cluster; its DR
+  offsets are translated from the member snapshot's anchors, as a stream's failover does
+  (engine/dr/failover.py).
+- A link topic is not translated. In the DR region the restored upstream writes its link
+  topic there (by default under the same name; `link_topics` maps another), and produces
+  again everything it produced after the cut; what it had produced before the cut and the
+  downstream had not read yet is the cut's channel, kept in the snapshot store. The channel
+  is appended to the DR link topic after everything it holds (a mirror of the primary's
+  link topic, or nothing), and the downstream resumes exactly there: it reads the channel,
+  then what the DR upstream produces. Whatever a mirror had brought into that topic lies
+  before the resume point and is never read.
+
+So the DR pipeline reads every source record once: the upstream from its translated
+offsets; the downstream every link record the upstream produced before the cut and it had
+not read (the channel), then every one produced after (by the DR upstream, anew).
+
+The pipeline snapshot is the one given, else the newest whose every member translates
+(known-good only with `good_only`), from the (DR) store it was replicated to. Every target
+must be new or empty; before Kafka is written, every member is translated and every target
+checked. The channels are appended, then the members restored (each restore is atomic);
+when one fails, the targets this run wrote are removed, so the failover can be run again
+(the channel records it appended lie before the next run's resume point, never read).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_provider_streamstate.engine.catalog.snapshots import get_snapshot
+from airflow_provider_streamstate.engine.checkpoint.filesystems import S3CheckpointFS, is_s3_location
+from airflow_provider_streamstate.engine.checkpoint.offset_rewrite import OffsetRewrite
+from airflow_provider_streamstate.engine.checkpoint.sidecar import local_root
+from airflow_provider_streamstate.engine.core.errors import NotFoundError, UnsafeManifestError, UsageError
+from airflow_provider_streamstate.engine.core.manifest import Manifest
+from airflow_provider_streamstate.engine.dr.failover import (
+    TopicMap,
+    TranslatedPartition,
+    Translation,
+    Untranslatable,
+    dr_consumer,
+    translate,
+)
+from airflow_provider_streamstate.engine.kafka.anchors import DEFAULT_TIMEOUT_S
+from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
+from airflow_provider_streamstate.engine.pipeline.link_topics import LinkTopics
+from airflow_provider_streamstate.engine.pipeline.restore import check_resume, check_target
+from airflow_provider_streamstate.engine.pipeline.snapshots import (
+    PipelineSnapshot,
+    get_pipeline_snapshot,
+    known_good,
+    list_pipeline_snapshots,
+    member_validations,
+)
+from airflow_provider_streamstate.engine.stores import s3_client_from_env
+from airflow_provider_streamstate.engine.stores.base import SnapshotStore
+
+log = logging.getLogger("streamstate.pipeline")
+
+
+@dataclass(frozen=True)
+class MemberFailover:
+    stream: str
+    snapshot_id: str
+    batch_id: int
+    target: str
+    translated: list[TranslatedPartition]  # its source topics, primary -> DR
+    links: dict[str, dict[str, int]]  # DR link topic -> partition -> where it resumes (the channel's start)
+
+    @property
+    def events_behind(self) -> int:
+        """Source records in the DR cluster after its resume points (the channels not counted)."""
+        return sum(p.behind for p in self.translated)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"snapshot_id": self.snapshot_id, "batch_id": self.batch_id, "target": self.target,
+                "translated": [p.to_json() for p in self.translated], "links": self.links,
+                "events_behind": self.events_behind}
+
+
+@dataclass(frozen=True)
+class PipelineFailoverResult:
+    pipeline: str
+    snapshot_id: str
+    members: dict[str, MemberFailover]
+    channel_records: dict[str, int]  # DR link topic -> channel records appended
+    skipped_snapshots: list[tuple[str, str]]  # (pipeline snapshot id, why it could not be used)
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pipeline": self.pipeline, "snapshot_id": self.snapshot_id,
+                "members": {s: m.to_json() for s, m in sorted(self.members.items())},
+                "channel_records": self.channel_records,
+                "skipped_snapshots": [{"snapshot_id": s, "reason": r} for s, r in self.skipped_snapshots],
+                "seconds": round(self.seconds, 3)}
+
+
+def _candidates(store: SnapshotStore, pipeline: str, snapshot: str | None, good_only: bool) -> list[str]:
+    if snapshot is not None:
+        return [get_pipeline_snapshot(store, pipeline, snapshot, check_members=False).snapshot_id]
+    ids = list(reversed(list_pipeline_snapshots(store, pipeline)))
+    if not ids:
+        raise NotFoundError(f"pipeline {pipeline} has no snapshot in {store.url}",
+                            hint="replicate the pipeline's snapshots to this store first")
+    return ids
+
+
+def _translate_members(snap: PipelineSnapshot, manifests: dict[str, Manifest], consumer: Any, topics: dict[str, Any],
+                       topic_map: TopicMap, timeout_s: float) -> dict[str, Translation]:
+    """Every member's source topics translated (raises Untranslatable for the first that is not)."""
+    out: dict[str, Translation] = {}
+    for stream in snap.spec.order():
+        links = frozenset(link.topic for link in snap.spec.incoming(stream))
+        out[stream] = translate(manifests[stream], consumer, topics, topic_map, timeout_s=timeout_s, skip=links)
+    return out
+
+
+def _remove(target: str, store: SnapshotStore, s3_client: Any) -> None:
+    """Undo one member's restore of this run (its target was new or empty before)."""
+    if is_s3_location(target):
+        S3CheckpointFS(target, s3_client or getattr(store, "client", None) or s3_client_from_env()).delete_all()
+    else:
+        shutil.rmtree(local_root(target, refusal=(f"cannot remove {target}", "remove it by hand")), ignore_errors=True)
+
+
+def failover_pipeline(
+    store: SnapshotStore,
+    pipeline: str,
+    targets: dict[str, str],
+    kafka_bootstrap: str,
+    *,
+    snapshot: str | None = None,
+    topic_map: TopicMap | None = None,
+    link_topics: dict[str, str] | None = None,
+    good_only: bool = False,
+    kafka_config: dict[str, Any] | None = None,
+    s3_client: Any = None,
+    parallelism: int = 8,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> PipelineFailoverResult:
+    """Resume every member of `pipeline` on the DR cluster at `kafka_bootstrap`, each into
+    its `targets` location (new or empty): from `snapshot`, else the newest pipeline
+    snapshot (every member known-good with `good_only`) whose members all translate.
+
+    `topic_map`: the DR names of the source topics (the mirror's policy, or pairs).
+    `link_topics`: the DR name of a link topic, where the DR upstream writes (default: its
+    own name)."""
+    started = time.monotonic()
+    topic_map = topic_map or TopicMap()
+    link_topics = dict(link_topics or {})
+    candidates = _candidates(store, pipeline, snapshot, good_only)
+    skipped: list[tuple[str, str]] = []
+    chosen: tuple[PipelineSnapshot, dict[str, Manifest], dict[str, Translation]] | None = None
+    consumer, topics = dr_consumer(kafka_bootstrap, kafka_config, timeout_s)
+    try:
+        for sid in candidates:
+            try:
+                snap = get_pipeline_snapshot(store, pipeline, sid)
+                if good_only and not known_good(member_validations(store, snap)):
+                    skipped.append((sid, "not every member passed its validations"))
+                    continue
+                manifests = {s: get_snapshot(store, s, m.snapshot_id) for s, m in snap.members.items()}
+                chosen = (snap, manifests, _translate_members(snap, manifests, consumer, topics, topic_map, timeout_s))
+                break
+            except (Untranslatable, NotFoundError, UnsafeManifestError) as exc:
+                if snapshot is not None and not isinstance(exc, Untranslatable):
+                    raise
+                log.info("failover of pipeline %s: skipping %s: %s", pipeline, sid, exc.message)
+                skipped.append((sid, exc.message))
+    finally:
+        consumer.close()
+    if chosen is None:
+        reasons = "; ".join(f"{s}: {r}" for s, r in skipped[:3])
+        raise NotFoundError(f"no snapshot of pipeline {pipeline} can resume exactly on the DR cluster ({reasons})",
+                            hint="wait for the mirror to catch up, or replicate a newer pipeline snapshot")
+    snap, manifests, translations = chosen
+    spec = snap.spec
+    unknown = sorted(set(link_topics) - {link.topic for link in spec.links})
+    if unknown:
+        raise UsageError(f"--link-topic names {', '.join(unknown)}, which is not a link of pipeline {pipeline}",
+                         hint=f"its links are {', '.join(sorted(link.topic for link in spec.links))}")
+    if set(targets) != set(spec.members):
+        raise UsageError(f"the failover of pipeline {pipeline} gives targets for "
+                         f"{', '.join(sorted(targets)) or 'no member'}",
+                         hint=f"give one DR checkpoint location for each of {', '.join(sorted(spec.members))}")
+    records = {c.range.topic: snap.channel_records(store, c) for c in snap.channels}  # all checked before any write
+    for stream in spec.order():
+        check_target(targets[stream], in_place=False, store=store, s3_client=s3_client, role="DR target")
+
+    kafka = LinkTopics(kafka_bootstrap, kafka_config)
+    resume: dict[str, dict[str, int]] = {}
+    appended: dict[str, int] = {}
+    for c in snap.channels:
+        dr_link = link_topics.get(c.range.topic, c.range.topic)
+        kafka.ensure(dr_link, len(c.range.end), empty=False)
+        resume[dr_link] = kafka.append_channel(dr_link, sorted(c.range.end, key=int), records[c.range.topic])
+        appended[dr_link] = len(records[c.range.topic])
+
+    members: dict[str, MemberFailover] = {}
+    written: list[str] = []
+    try:
+        for stream in spec.order():
+            m, translation = snap.members[stream], translations[stream]
+            names = translation.topic_names()
+            offsets = translation.dr_offsets()
+            links: dict[str, dict[str, int]] = {}
+            for link in spec.incoming(stream):
+                dr_link = link_topics.get(link.topic, link.topic)
+                names[link.topic] = dr_link
+                offsets[dr_link] = links[dr_link] = resume[dr_link]
+            restored = restore_snapshot(store, stream, m.snapshot_id, targets[stream], s3_client=s3_client,
+                                        parallelism=parallelism, rewrite=OffsetRewrite(names, offsets))
+            written.append(restored.target)
+            if links:
+                check_resume(restored.target, m.batch_id, links, store, s3_client)
+            members[stream] = MemberFailover(stream, m.snapshot_id, m.batch_id, restored.target,
+                                             translation.partitions, links)
+    except BaseException:
+        for target in written:
+            _remove(target, store, s3_client)
+        raise
+    log.info("failed over pipeline %s at %s to %s: %s", pipeline, snap.snapshot_id, kafka_bootstrap,
+             ", ".join(f"{s}={m.target}" for s, m in members.items()))
+    return PipelineFailoverResult(pipeline, snap.snapshot_id, members, appended, skipped, time.monotonic() - started)
