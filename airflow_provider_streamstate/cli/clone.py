@@ -16,7 +16,9 @@ from airflow_provider_streamstate.cli.common import (
     EXIT_USAGE,
     Handlers,
     Parser,
+    add_kafka_options,
     add_store_options,
+    kafka_config_from_args,
     open_store_from_args,
     print_result,
 )
@@ -35,8 +37,7 @@ def register(commands: Any) -> Handlers:
     exp.add_argument("--stream", default=None, help="only clones of this source stream")
     exp.add_argument("--clone", action="append", default=[], metavar="NAME", help="only this clone (repeatable)")
     exp.add_argument("--force", action="store_true", help="with --clone: expire it now, whatever its expiry")
-    exp.add_argument("--kafka-bootstrap", metavar="HOST:PORT",
-                     help="the cluster of clones whose topics are to be deleted on expiry")
+    add_kafka_options(exp, required=False, help="the cluster of clones whose topics are to be deleted on expiry")
     exp.add_argument("--dry-run", action="store_true", help="say what would be torn down; change nothing")
     return {("clone", "list"): cmd_clone_list, ("clone", "expire"): cmd_clone_expire}
 
@@ -65,7 +66,8 @@ def cmd_clone_expire(args: argparse.Namespace) -> int:
 
         print("streamstate: error: --force expires only the clones named with --clone", file=sys.stderr)
         return EXIT_USAGE
-    config = (lambda _r: {"bootstrap.servers": args.kafka_bootstrap}) if args.kafka_bootstrap else None
+    client = kafka_config_from_args(args) or {}
+    config = (lambda _r: {**client, "bootstrap.servers": args.kafka_bootstrap}) if args.kafka_bootstrap else None
     r = expire_clones(open_store_from_args(args), source_stream=args.stream, names=args.clone or None, force=args.force,
                       dry_run=args.dry_run, kafka_config=config)
     verb = "would expire" if r.dry_run else "expired"

@@ -95,6 +95,23 @@ def add_store_options(p: argparse.ArgumentParser, *, stream: bool = True) -> Non
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
 
 
+def add_kafka_options(p: argparse.ArgumentParser, *, required: bool, help: str) -> None:
+    """`--kafka-bootstrap` and, for a secured cluster, `--kafka-config FILE`."""
+    p.add_argument("--kafka-bootstrap", required=required, metavar="HOST:PORT", help=help)
+    p.add_argument("--kafka-config", metavar="FILE", default=None,
+                   help="librdkafka client settings for that cluster, name=value per line "
+                        "(security.protocol, sasl.*, ssl.*): what an Airflow Kafka connection gives the operators")
+
+
+def kafka_config_from_args(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The `--kafka-config` file's settings (None without one; main() refuses one without
+    --kafka-bootstrap)."""
+    from airflow_provider_streamstate.engine.kafka.client_config import load_client_properties
+
+    path = getattr(args, "kafka_config", None)
+    return None if path is None else load_client_properties(path)
+
+
 def add_parallelism(p: argparse.ArgumentParser) -> None:
     p.add_argument("--parallelism", type=int, default=8, metavar="N", help="concurrent file transfers (default 8)")
 

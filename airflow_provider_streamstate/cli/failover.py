@@ -14,8 +14,10 @@ from typing import Any
 from airflow_provider_streamstate.cli.common import (
     EXIT_OK,
     Handlers,
+    add_kafka_options,
     add_parallelism,
     add_store_options,
+    kafka_config_from_args,
     open_store_from_args,
     print_result,
 )
@@ -29,7 +31,7 @@ def register(commands: Any) -> Handlers:
     p.add_argument("snapshot_id", nargs="?", default=None, metavar="SNAPSHOT",
                    help="a snapshot id or `latest` (default: the newest one that translates exactly)")
     p.add_argument("--target", required=True, help="the stream's DR checkpoint: a new or empty directory, or an empty s3a://bucket/path")
-    p.add_argument("--kafka-bootstrap", required=True, metavar="HOST:PORT", help="the DR Kafka cluster")
+    add_kafka_options(p, required=True, help="the DR Kafka cluster")
     p.add_argument("--topic-map", action="append", default=[], metavar="SRC=DST",
                    help="the DR name of a primary topic (repeatable); overrides the replication policy")
     p.add_argument("--replication-policy", choices=("default", "identity"), default="default",
@@ -50,6 +52,7 @@ def cmd_failover(args: argparse.Namespace) -> int:
     topic_map = TopicMap.parse(args.topic_map, args.replication_policy, args.source_alias)
     r = failover(open_store_from_args(args), args.stream, args.target, args.kafka_bootstrap, snapshot=args.snapshot_id,
                  topic_map=topic_map, suite=args.suite, parallelism=args.parallelism,
+                 kafka_config=kafka_config_from_args(args),
                  mirror_wait_s=max(0.0, args.wait_mirror))
     lines = [f"failed over {r.stream} to {r.target}: snapshot {r.snapshot_id} (batch {r.batch_id}); "
              f"the stream resumes with batch {r.batch_id + 1}, {r.events_behind} record(s) to catch up"]

@@ -87,6 +87,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "parallelism", 1) < 1:
         print("streamstate: error: --parallelism must be at least 1", file=sys.stderr)
         return EXIT_USAGE
+    if getattr(args, "kafka_config", None) and not getattr(args, "kafka_bootstrap", None):
+        print("streamstate: error: --kafka-config needs --kafka-bootstrap; give the brokers the settings are for",
+              file=sys.stderr)
+        return EXIT_USAGE
     try:
         return handler(args)
     except StreamstateError as exc:

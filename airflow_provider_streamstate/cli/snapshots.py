@@ -22,10 +22,12 @@ from airflow_provider_streamstate.cli.common import (
     EXIT_OK,
     Handlers,
     Parser,
+    add_kafka_options,
     add_parallelism,
     add_store_options,
     format_ms,
     human_bytes,
+    kafka_config_from_args,
     open_store_from_args,
     print_result,
     progress_for,
@@ -58,8 +60,8 @@ def register(commands: Any) -> Handlers:
         help="accept a checkpoint of another query (a clone, a fresh start) as a new line of this stream's history",
     )
     create.add_argument("--spark-version", default=None, help="the stream's Spark version, recorded in the manifest")
-    create.add_argument(
-        "--kafka-bootstrap", metavar="HOST:PORT",
+    add_kafka_options(
+        create, required=False,
         help="the cluster the stream reads: record the last record each partition's batch consumed "
         "(Kafka anchors), which `streamstate failover` needs to resume exactly on a mirrored cluster",
     )
@@ -75,8 +77,8 @@ def register(commands: Any) -> Handlers:
     add_store_options(show)
     show.add_argument("snapshot_id", metavar="SNAPSHOT", help="a snapshot id or `latest`")
     show.add_argument("--files", action="store_true", help="also list every file")
-    show.add_argument(
-        "--kafka-bootstrap", metavar="HOST:PORT",
+    add_kafka_options(
+        show, required=False,
         help="also show each partition's earliest and latest offsets on these brokers next to the snapshot's",
     )
 
@@ -120,7 +122,7 @@ def cmd_snapshot_create(args: argparse.Namespace) -> int:
         args.checkpoint, open_store_from_args(args), args.stream, batch_id=args.batch, labels=labels,
         parallelism=args.parallelism, progress=progress_for(args), always=args.always,
         new_timeline=args.new_timeline, spark_version=args.spark_version, kafka_bootstrap=args.kafka_bootstrap,
-        check_blobs=args.check_blobs,
+        kafka_config=kafka_config_from_args(args), check_blobs=args.check_blobs,
     )
     r = result.to_json()
     if result.reused:
@@ -152,7 +154,7 @@ def _create_pipeline_snapshot(args: argparse.Namespace, labels: dict[str, str]) 
     if not args.kafka_bootstrap:
         raise UsageError("--pipeline needs --kafka-bootstrap", hint="give the cluster of the pipeline's link topics")
     result = create_pipeline_snapshot(PipelineSpec.load(args.pipeline), open_store_from_args(args), args.kafka_bootstrap,
-                                      wait_s=args.wait, parallelism=args.parallelism, labels=labels)
+                                      kafka_config=kafka_config_from_args(args), wait_s=args.wait, parallelism=args.parallelism, labels=labels)
     r = result.to_json()
     members = ", ".join(f"{s} batch {m['batch_id']} ({m['snapshot_id']})" for s, m in r["members"].items())
     channels = ", ".join(f"{c['topic']} {c['records']} record(s)" for c in r["channels"])
@@ -234,7 +236,7 @@ def cmd_snapshot_show(args: argparse.Namespace) -> int:
     if args.kafka_bootstrap:
         from airflow_provider_streamstate.engine.kafka.offsets import broker_offsets
 
-        parts = broker_offsets(args.kafka_bootstrap, m.kafka_offsets)
+        parts = broker_offsets(args.kafka_bootstrap, m.kafka_offsets, config=kafka_config_from_args(args))
         data["broker_offsets"] = [p.to_json() for p in parts]
         lines.append(f"kafka offsets (snapshot / broker earliest..latest at {args.kafka_bootstrap})")
         for p in parts:

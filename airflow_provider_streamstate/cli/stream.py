@@ -25,7 +25,14 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_streamstate.cli.common import EXIT_OK, Handlers, Parser, print_result
+from airflow_provider_streamstate.cli.common import (
+    EXIT_OK,
+    Handlers,
+    Parser,
+    add_kafka_options,
+    kafka_config_from_args,
+    print_result,
+)
 
 log = logging.getLogger("streamstate.cli")
 
@@ -65,7 +72,7 @@ def register(commands: Any) -> Handlers:
     sup.add_argument("--snapshot", default="latest", help="the snapshot to restore (default latest)")
     sup.add_argument("--settle", type=float, default=180.0, metavar="SECONDS",
                      help="how long a restarted stream is watched for its first batch (default 180)")
-    sup.add_argument("--kafka-bootstrap", metavar="HOST:PORT", help="the stream's Kafka cluster, for the lag checks")
+    add_kafka_options(sup, required=False, help="the stream's Kafka cluster, for the lag checks")
     sup.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     return {("stream", "start"): cmd_start, ("stream", "status"): cmd_status, ("stream", "stop"): cmd_stop,
             ("stream", "supervise"): cmd_supervise}
@@ -160,8 +167,10 @@ def cmd_supervise(args: argparse.Namespace) -> int:
     if args.kafka_bootstrap:
         from airflow_provider_streamstate.engine.kafka.offsets import broker_offsets
 
+        client = kafka_config_from_args(args)
+
         def offsets(committed: dict[str, dict[str, int]]) -> Any:
-            return broker_offsets(args.kafka_bootstrap, committed)
+            return broker_offsets(args.kafka_bootstrap, committed, config=client)
 
     start = _starter(spec)
     report = supervise(spec.name, spec.checkpoint, start=lambda: start(spec, startup_timeout_s=600, log=log)[0],

@@ -201,3 +201,33 @@ def test_show_puts_the_brokers_offsets_next_to_the_snapshots(stack, topic, tmp_p
     assert f"{topic}[0]: 10 / 20..{parts[0]['latest']}" in text.stdout and "GONE" in text.stdout
     down = cli("snapshot", "show", "--store", url, "--stream", "k", "latest", "--kafka-bootstrap", "127.0.0.1:9")
     assert down.returncode == 1 and "cannot reach Kafka" in one_error_line(down)
+
+
+def test_a_kafka_client_config_file_reaches_the_clients_and_a_bad_one_is_refused_in_one_line(
+    stack, topic, tmp_path
+) -> None:
+    """`--kafka-config FILE`: what an Airflow Kafka connection gives the operators (SASL, TLS)."""
+    ckpt = make_checkpoint(tmp_path / "ckpt", batches=1)
+    for d in store_dirs(ckpt):
+        write(d / "1.delta", "delta")
+    meta = json.loads((ckpt / "offsets/0").read_text().split("\n")[1])
+    write(ckpt / "offsets/0", f"v1\n{json.dumps(meta)}\n" + json.dumps({topic: {"0": 0}}))
+    url = f"file://{tmp_path / 'store'}"
+    assert cli("snapshot", "create", "--checkpoint", str(ckpt), "--store", url, "--stream", "k").returncode == 0
+    show = ["snapshot", "show", "--store", url, "--stream", "k", "latest", "--kafka-bootstrap", stack.kafka_bootstrap]
+    config = tmp_path / "client.properties"
+    config.write_text("# a comment\nclient.id = streamstate-cli\n! another\nsocket.keepalive.enable=true\n")
+    assert cli(*show, "--kafka-config", str(config), "--json").returncode == 0
+    # Applied, not only read: SASL against the plaintext listener cannot connect.
+    config.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.username=u\nsasl.password=s3cret\n")
+    sasl = cli(*show, "--kafka-config", str(config))
+    assert sasl.returncode == 1 and "cannot reach Kafka" in one_error_line(sasl) and "s3cret" not in sasl.stderr
+    for text, said in (("sasl.mechanismz=PLAIN\n", 'No such configuration property: "sasl.mechanismz"'),
+                       ("sasl.jaas.config=org.apache...;\n", "a Java client setting"),
+                       ("bootstrap.servers=elsewhere:9092\n", "which streamstate sets itself"),
+                       ("just words\n", "line 1 is not `name=value`")):
+        config.write_text(text)
+        bad = cli(*show, "--kafka-config", str(config))
+        assert bad.returncode == 2 and said in one_error_line(bad) and str(config) in bad.stderr, bad.stderr
+    alone = cli("snapshot", "show", "--store", url, "--stream", "k", "latest", "--kafka-config", str(config))
+    assert alone.returncode == 2 and "--kafka-config needs --kafka-bootstrap" in one_error_line(alone)
