@@ -4,6 +4,7 @@
     streamstate pipeline list    --store S --pipeline NAME [--json]
     streamstate pipeline show    --store S --pipeline NAME SNAPSHOT [--json]
     streamstate pipeline validate --store S --pipeline NAME SNAPSHOT --suite MEMBER=FILE... [--json]
+                                 [--master URL | --spark-conn-id CONN] [--deploy-mode client|cluster] [--conf K=V]...
     streamstate pipeline restore --store S --pipeline NAME SNAPSHOT --kafka-bootstrap HOST:PORT [--kafka-config FILE] [--json]
     streamstate pipeline clone   --store S --pipeline NAME SNAPSHOT --kafka-bootstrap HOST:PORT [--kafka-config FILE]
                                  --suffix SFX --checkpoint MEMBER=LOCATION... [--topic LINK=NEW]... [--ttl 7d] [--json]
@@ -42,6 +43,7 @@ from airflow_provider_streamstate.cli.common import (
     open_store_from_args,
     print_result,
 )
+from airflow_provider_streamstate.cli.state_jobs import StateJobs, add_job_options, submitted
 
 EXIT_VALIDATION_FAILED = 3  # as `streamstate validate`: a member's suite failed
 
@@ -52,7 +54,7 @@ def register(commands: Any) -> Handlers:
     sub = pipeline.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", parser_class=Parser)
     parsers = {}
     for name, text in (("list", "the pipeline's snapshots, oldest first"), ("show", "one pipeline snapshot"),
-                       ("validate", "run each member's GX suite on its snapshot (local Spark)"),
+                       ("validate", "run each member's GX suite on its snapshot (here, or on --master)"),
                        ("restore", "restore every member in place, the channels appended to the link topics"),
                        ("clone", "restore the members as new streams on new link topics"),
                        ("failover", "resume every member in the DR region from one pipeline snapshot")):
@@ -86,6 +88,7 @@ def register(commands: Any) -> Handlers:
                       help="without SNAPSHOT: only pipeline snapshots whose every member passed its validations")
     parsers["validate"].add_argument("--suite", action="append", default=[], metavar="MEMBER=FILE", required=True,
                                      help="a GX suite JSON file for each member (one per member)")
+    add_job_options(parsers["validate"])
     clone = parsers["clone"]
     clone.add_argument("--suffix", required=True, help="names the clone: its members are `<member>-SUFFIX`, its link topics `<link>-SUFFIX` unless given")
     clone.add_argument("--checkpoint", action="append", default=[], metavar="MEMBER=LOCATION", required=True,
@@ -217,14 +220,13 @@ def _text(r: Any, verb: str) -> str:
 def cmd_validate(args: argparse.Namespace) -> int:
     from airflow_provider_streamstate.engine.pipeline.snapshots import get_pipeline_snapshot
     from airflow_provider_streamstate.engine.pipeline.validation import validate_pipeline
-    from airflow_provider_streamstate.engine.state.reader import StateReader
     from airflow_provider_streamstate.engine.state.validation import load_suite
 
-    store = open_store_from_args(args)
-    snap = get_pipeline_snapshot(store, args.pipeline, args.snapshot_id)
-    suites = {member: load_suite(path) for member, path in _pairs(args.suite, "member").items()}
-    with StateReader(store) as reader:
-        result = validate_pipeline(reader, snap, suites)
+    suites = {member: load_suite(path, check=not submitted(args))  # a bad suite fails before Spark starts
+              for member, path in _pairs(args.suite, "member").items()}
+    with StateJobs(args) as jobs:
+        snap = get_pipeline_snapshot(jobs.store, args.pipeline, args.snapshot_id)
+        result = validate_pipeline(snap, suites, args.store, jobs.run)
     lines = [f"pipeline snapshot {result.snapshot_id} of {result.pipeline}: "
              f"{'PASSED' if result.success else 'FAILED'}"]
     lines += [f"  {s}: {m['snapshot_id']} suite {m['suite']} {'passed' if m['success'] else 'FAILED'}"

@@ -21,9 +21,7 @@ YARN, standalone, local), reading the snapshot from a scratch copy inside the st
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -34,9 +32,9 @@ from airflow_provider_streamstate.cli.common import (
     Handlers,
     Parser,
     add_store_options,
-    open_store_from_args,
     print_result,
 )
+from airflow_provider_streamstate.cli.state_jobs import add_job_options, run_job, submitted
 from airflow_provider_streamstate.engine.state.jobs import EXPORT_FORMATS
 
 EXIT_VALIDATION_FAILED = 3
@@ -67,7 +65,7 @@ def register(commands: Any) -> Handlers:
     _selector_args(show)
     show.add_argument("--where", default=None, metavar="SQL", help="a Spark SQL filter, e.g. \"value_sum < 0\"")
     show.add_argument("--limit", type=int, default=20, metavar="K", help="rows to print (default 20)")
-    _job_args(show)
+    add_job_options(show)
     export = sub.add_parser("export", help="write one operator's state to files")
     add_store_options(export)
     _snapshot_arg(export)
@@ -76,7 +74,7 @@ def register(commands: Any) -> Handlers:
     export.add_argument("--format", required=True, choices=EXPORT_FORMATS, dest="fmt")
     export.add_argument("--output", required=True, metavar="PATH",
                         help="a directory to create (must not exist), or an s3a://bucket/path")
-    _job_args(export)
+    add_job_options(export)
 
     diff = commands.add_parser("diff", help="compare two snapshots' state key by key")
     add_store_options(diff)
@@ -86,7 +84,7 @@ def register(commands: Any) -> Handlers:
                       help="SNAPSHOT_B is a snapshot of this stream (a clone) in the same store")
     _selector_args(diff)
     diff.add_argument("--sample", type=int, default=5, metavar="K", help="keys shown per kind (default 5)")
-    _job_args(diff)
+    add_job_options(diff)
 
     validate = commands.add_parser("validate", help="run a Great Expectations suite on a snapshot's state")
     add_store_options(validate)
@@ -95,7 +93,7 @@ def register(commands: Any) -> Handlers:
     _selector_args(validate)
     validate.add_argument("--data-docs", default=None, metavar="DIR", help="also write GX Data Docs HTML here")
     validate.add_argument("--no-record", action="store_true", help="run only: store no validation record")
-    _job_args(validate)
+    add_job_options(validate)
 
     bisect = commands.add_parser("bisect", help="find the first snapshot whose state fails a suite")
     add_store_options(bisect)
@@ -103,7 +101,7 @@ def register(commands: Any) -> Handlers:
     bisect.add_argument("--good", default=None, metavar="SNAPSHOT", help="known good (default: before the first)")
     bisect.add_argument("--bad", default=None, metavar="SNAPSHOT", help="known bad (default: check the newest)")
     _selector_args(bisect)
-    _job_args(bisect)
+    add_job_options(bisect)
     return {
         ("state", "show"): cmd_state_show,
         ("state", "export"): cmd_state_export,
@@ -117,96 +115,6 @@ def _selector(args: argparse.Namespace) -> Any:
     from airflow_provider_streamstate.engine.state.reader import StateSelector
 
     return StateSelector(args.operator, args.store_name, args.join_side, args.state_var)
-
-
-def _job_args(p: argparse.ArgumentParser) -> None:
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--master", default=None, metavar="URL",
-                       help="run as a Spark application on this master (yarn, spark://..., local[*]); default: here")
-    where.add_argument("--spark-conn-id", default=None, metavar="CONN",
-                       help="run as a Spark application through this Airflow Spark connection (its master, deploy "
-                       "mode, spark-binary)")
-    p.add_argument("--deploy-mode", choices=("client", "cluster"), default=None,
-                   help="where the application's driver runs (with --master; default client)")
-    p.add_argument("--conf", action="append", default=[], metavar="K=V", dest="spark_conf",
-                   help="a Spark conf of the application (repeat it)")
-    p.add_argument("--jars", default=None, metavar="J,...", help="jars the application needs (S3A for an S3 store)")
-
-
-def _submitted(args: argparse.Namespace) -> bool:
-    return bool(args.master or args.spark_conn_id)
-
-
-def _run(args: argparse.Namespace, request: Any) -> dict[str, Any]:
-    """Answer `request` here, or as a Spark application on --master."""
-    from airflow_provider_streamstate.engine.core.errors import UsageError
-    from airflow_provider_streamstate.engine.state.jobs import run_state_job
-    from airflow_provider_streamstate.engine.state.reader import StateReader
-
-    store = open_store_from_args(args)
-    if not _submitted(args):
-        if args.deploy_mode or args.spark_conf or args.jars:
-            raise UsageError("--deploy-mode, --conf and --jars apply to a Spark application",
-                             hint="add --master (e.g. yarn) or --spark-conn-id, or leave them out to run here")
-        with StateReader(store) as reader:
-            return run_state_job(request, reader)  # type: ignore[no-any-return]
-    from airflow_provider_streamstate.engine.state.scratch import is_s3_store
-    from airflow_provider_streamstate.engine.state.submit import StoreAccess, submit_state_job
-
-    request = request.with_job_id()
-    if args.spark_conn_id:
-        command, env = _through_connection(args, request)
-    else:
-        command, env = _spark_submit(args, request)
-    access = None
-    if is_s3_store(store):
-        if args.aws_conn_id:
-            from airflow_provider_streamstate.state_jobs import store_access
-
-            access = store_access(args.aws_conn_id)
-        else:
-            access = StoreAccess.from_environment()
-    return submit_state_job(request, store, command, env=env, access=access)  # type: ignore[no-any-return]
-
-
-def _spark_submit(args: argparse.Namespace, request: Any) -> tuple[list[str], dict[str, str]]:
-    from airflow_provider_streamstate.engine.state.submit import state_job_application, state_job_arguments
-    from airflow_provider_streamstate.engine.streams.launcher import package_python_env, resolve_spark_submit
-
-    cmd = ["spark-submit", "--master", args.master, "--name", f"streamstate-{request.kind}-{request.stream}"]
-    if args.deploy_mode:
-        cmd += ["--deploy-mode", args.deploy_mode]
-    for pair in args.spark_conf:
-        cmd += ["--conf", "=".join(_conf_pair(pair))]
-    if args.jars:
-        cmd += ["--jars", args.jars]
-    cmd += [state_job_application(), *state_job_arguments(request)]
-    return resolve_spark_submit(cmd, package_python_env(cmd, {}))
-
-
-def _conf_pair(pair: str) -> tuple[str, str]:
-    from airflow_provider_streamstate.engine.core.errors import UsageError
-
-    key, eq, value = pair.partition("=")
-    if not eq or not key:
-        raise UsageError(f"--conf {pair!r} is not KEY=VALUE", hint="write --conf spark.executor.memory=2g")
-    return key, value
-
-
-def _through_connection(args: argparse.Namespace, request: Any) -> tuple[list[str], dict[str, str]]:
-    """spark-submit as the Airflow Spark connection `--spark-conn-id` builds it (SparkSubmitHook)."""
-    from airflow_provider_streamstate.engine.core.errors import UsageError
-
-    os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
-    with contextlib.redirect_stdout(sys.stderr):
-        try:
-            from airflow_provider_streamstate.state_jobs import state_job_command
-        except ImportError as exc:
-            raise UsageError(f"--spark-conn-id needs Airflow and its apache-spark provider: {exc}",
-                             hint="install apache-airflow-providers-apache-spark, or give --master") from None
-        confs = dict(_conf_pair(pair) for pair in args.spark_conf)
-        return state_job_command(request, spark_conn_id=args.spark_conn_id, conf=confs,
-                                 jars=args.jars.split(",") if args.jars else None, deploy_mode=args.deploy_mode)
 
 
 def _request(args: argparse.Namespace, kind: str, **fields: Any) -> Any:
@@ -228,7 +136,7 @@ def cmd_state_show(args: argparse.Namespace) -> int:
     if args.limit < 0:
         print("streamstate: error: --limit must be at least 0", file=sys.stderr)
         return EXIT_USAGE
-    r = _run(args, _request(args, "show", snapshot=args.snapshot_id, where=args.where, limit=args.limit))
+    r = run_job(args, _request(args, "show", snapshot=args.snapshot_id, where=args.where, limit=args.limit))
     data = {k: v for k, v in r.items() if k not in ("kind", "job_id", "where")}
     sel = _selector(args)
     lines = [f"snapshot {r['snapshot_id']} of {r['stream']}, batch {r['batch_id']}, {sel.describe()}"
@@ -248,7 +156,7 @@ def cmd_state_export(args: argparse.Namespace) -> int:
     output = args.output
     on_cluster = bool(args.spark_conn_id) or bool(args.master and not args.master.startswith("local"))
     if output.startswith(("s3a://", "s3://")):
-        if not _submitted(args):
+        if not submitted(args):
             raise UsageError(f"an export to {output} needs the S3A connector, which the local session lacks",
                              hint="run it as an application: --master 'local[*]' --jars <hadoop-aws and the AWS "
                              "SDK bundle>, or a cluster")
@@ -262,7 +170,7 @@ def cmd_state_export(args: argparse.Namespace) -> int:
         output = str(path)
     else:
         raise UsageError(f"unsupported export output {output!r}", hint="give a local path or an s3a://bucket/path")
-    r = _run(args, _request(args, "export", snapshot=args.snapshot_id, where=args.where, fmt=args.fmt,
+    r = run_job(args, _request(args, "export", snapshot=args.snapshot_id, where=args.where, fmt=args.fmt,
                             output=output))
     data = {k: v for k, v in r.items() if k not in ("kind", "job_id")}
     print_result(args, data, f"exported {r['rows']} rows of {r['snapshot_id']} ({args.fmt}) to {r['output']}")
@@ -270,7 +178,7 @@ def cmd_state_export(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    d = _run(args, _request(args, "diff", snapshot=args.snapshot_a, other_snapshot=args.snapshot_b,
+    d = run_job(args, _request(args, "diff", snapshot=args.snapshot_a, other_snapshot=args.snapshot_b,
                             other_stream=args.other_stream, sample=args.sample))
     lines = [d["summary"]]
     for kind in ("added", "removed", "changed"):
@@ -285,8 +193,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     from airflow_provider_streamstate.engine.state.validation import load_suite
 
-    suite = load_suite(args.suite, check=not _submitted(args))  # a bad suite fails before Spark starts
-    r = _run(args, _request(args, "validate", snapshot=args.snapshot_id, suite=suite.definition,
+    suite = load_suite(args.suite, check=not submitted(args))  # a bad suite fails before Spark starts
+    r = run_job(args, _request(args, "validate", snapshot=args.snapshot_id, suite=suite.definition,
                             record=not args.no_record, data_docs=args.data_docs))
     lines = [("PASS " if r["success"] else "FAIL ") + r["summary"].split(": ", 1)[0]
              + (" (stored result)" if r["reused"] else "")]
@@ -301,8 +209,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_bisect(args: argparse.Namespace) -> int:
     from airflow_provider_streamstate.engine.state.validation import load_suite
 
-    suite = load_suite(args.suite, check=not _submitted(args))  # submitted: the job checks it with GX
-    r = _run(args, _request(args, "bisect", suite=suite.definition, good=args.good, bad=args.bad))
+    suite = load_suite(args.suite, check=not submitted(args))  # submitted: the job checks it with GX
+    r = run_job(args, _request(args, "bisect", suite=suite.definition, good=args.good, bad=args.bad))
     lines = [r["summary"]]
     for s in r["steps"]:
         lines.append(f"  {s['snapshot_id']} batch {s['batch_id']}: {'good' if s['good'] else 'bad'} ({s['source']})")

@@ -36,6 +36,7 @@ from airflow_provider_streamstate.jobs.generator import (
 )
 from tests.dr_regions import end_offsets, produce_transactionally, wait_mirrored
 from tests.integration.test_pipeline_cut import totals
+from tests.integration.test_state_history import SUITE
 from tests.streams import use_state_store
 
 pytestmark = pytest.mark.integration
@@ -110,11 +111,32 @@ def test_a_pipeline_fails_over_as_one_and_its_totals_count_every_transaction_onc
     monkeypatch.undo()
     assert calls == ["enrich", "totals"] and not any(Path(p).exists() for p in half.values())
 
-    # The failover, through the CLI: the newest pipeline snapshot that translates.
+    # Only a known-good pipeline snapshot may be failed over to: none is validated yet.
     target = {m: str(tmp_path / f"dr-{m}") for m in ck}
     args = ["failover", "--store", str(tmp_path / "dr-store"), "--pipeline", "orders", "--kafka-bootstrap",
-            dr.bootstrap, "--replication-policy", "default", "--source-alias", dr.source_alias,
+            dr.bootstrap, "--replication-policy", "default", "--source-alias", dr.source_alias, "--good-only",
             *(a for m in ck for a in ("--target", f"{m}={target[m]}"))]
+    unvalidated = pipeline_cli(*args)
+    assert unvalidated.returncode == 1 and "not every member passed its validations" in unvalidated.stderr
+
+    # Validated in the DR region as a unit, each member's suite a Spark application of its own
+    # (spark-submit on a local master here; yarn or spark:// the same way).
+    suites = {"enrich": ("dedupeWithinWatermark",
+                         [{"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "key_txn_id"}}]),
+              "totals": ("stateStoreSave", SUITE["expectations"])}
+    suite_args = []
+    for member, (operator, expectations) in suites.items():
+        path = tmp_path / f"{member}-suite.json"
+        path.write_text(json.dumps({"name": f"{member}-sane", "meta": {"streamstate": {"operator": operator}},
+                                    "expectations": expectations}))
+        suite_args += ["--suite", f"{member}={path}"]
+    validated = pipeline_cli("validate", "--store", str(tmp_path / "dr-store"), "--pipeline", "orders", "latest",
+                             *suite_args, "--master", "local[2]", "--json")
+    assert validated.returncode == 0, validated.stderr
+    assert {m: v["success"] for m, v in json.loads(validated.stdout)["members"].items()} == {
+        "enrich": True, "totals": True}
+
+    # The failover, through the CLI: the newest known-good pipeline snapshot that translates.
     out = pipeline_cli(*args, "--json")
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)

@@ -226,10 +226,27 @@ def test_a_submission_that_cannot_work_is_refused_before_anything_is_submitted(t
     ({"kind": "diff"}, "needs the snapshot to compare with"),
     ({"kind": "export", "fmt": "xml", "output": "/x"}, "unknown export format 'xml'"),
     ({"kind": "export", "fmt": "csv"}, "an export needs an output location"),
+    ({"kind": "batch"}, "a batch of state jobs needs its requests"),
+    ({"kind": "batch", "requests": [{"kind": "batch", "store": "file:///s", "stream": "a", "requests": [
+        {"kind": "show", "store": "file:///s", "stream": "a"}]}]}, "not batches"),
+    ({"kind": "batch", "requests": [{"kind": "show", "store": "s3://other", "stream": "a"}]}, "of its own store"),
+    ({"kind": "show", "requests": []}, "a show job takes no requests"),
 ])
 def test_a_request_that_cannot_run_is_refused_in_one_line(fields, words) -> None:
     with pytest.raises(UsageError, match=words):
         StateJobRequest(store="file:///s", stream="orders", **fields)
+
+
+def test_a_batch_reads_back_as_written_and_its_jobs_share_its_job_id() -> None:
+    """A pipeline's validation is one application: the batch's requests travel in its record."""
+    batch = StateJobRequest(kind="batch", store="file:///s", stream="enrich", requests=[
+        {"kind": "show", "store": "file:///s", "stream": "enrich", "snapshot": "a"},
+        {"kind": "show", "store": "file:///s", "stream": "totals", "snapshot": "b", "limit": 3},
+    ]).with_job_id()
+    again = StateJobRequest.from_json(batch.to_json())
+    assert again == batch
+    assert [(r.stream, r.snapshot, r.limit, r.job_id) for r in again.batch()] == [
+        ("enrich", "a", 20, batch.job_id), ("totals", "b", 3, batch.job_id)]
 
 
 def test_a_local_output_of_a_job_whose_driver_runs_on_the_cluster_is_refused(tmp_path) -> None:

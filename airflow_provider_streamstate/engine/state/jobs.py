@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("streamstate.state")
 
-JOB_KINDS = ("validate", "show", "export", "diff", "bisect")
+JOB_KINDS = ("validate", "show", "export", "diff", "bisect", "batch")
 EXPORT_FORMATS = ("parquet", "csv", "jsonl")
 REQUEST_FORMAT = "streamstate.state-job/v1"
 JOBS_KIND = "state-jobs"  # records streams/<stream>/state-jobs/<job id>-{request,result}.json
@@ -50,6 +50,9 @@ class StateJobRequest:
 
     `suite` is a suite's normalised definition (engine/state/validation.py `Suite.definition`),
     loaded and checked by the caller: a bad suite fails before any application is submitted.
+    A `batch` answers its `requests` (other kinds, of any stream in the store) one after the
+    other in one Spark application: a pipeline's validation is one application start, not
+    one per member; its records live under `stream`.
     `data_docs` and `output` are paths the user names: local to where the job runs, or
     `s3://`/`s3a://` URLs.
     """
@@ -72,6 +75,7 @@ class StateJobRequest:
     other_stream: str | None = None
     good: str | None = None
     bad: str | None = None
+    requests: list[dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in JOB_KINDS:
@@ -87,6 +91,21 @@ class StateJobRequest:
                 raise UsageError("an export needs an output location", hint="give --output (a path or s3a:// URL)")
         if self.limit < 0 or self.sample < 0:
             raise UsageError("limit and sample must be at least 0")
+        if self.kind == "batch":
+            if not self.requests:
+                raise UsageError("a batch of state jobs needs its requests", hint="give one request per job")
+            for sub in self.batch():
+                if sub.kind == "batch" or sub.store != self.store:
+                    raise UsageError("a batch holds state jobs of its own store, not batches",
+                                     hint="flatten the batch")
+        elif self.requests is not None:
+            raise UsageError(f"a {self.kind} job takes no requests", hint="use kind batch")
+
+    def batch(self) -> list[StateJobRequest]:
+        """A batch's requests, each carrying the batch's job id (its scratch copies are the batch's)."""
+        names = {f.name for f in fields(StateJobRequest)}
+        return [StateJobRequest(**{**{k: v for k, v in r.items() if k in names}, "job_id": self.job_id})
+                for r in self.requests or []]
 
     @property
     def state_selector(self) -> StateSelector:
@@ -134,6 +153,9 @@ def job_records_prefix(stream: str) -> str:
 
 def run_state_job(request: StateJobRequest, reader: StateReader) -> dict[str, Any]:
     """Answer `request` with `reader` (its store, its Spark session); the JSON result."""
+    if request.kind == "batch":
+        return {"kind": "batch", "job_id": request.job_id,
+                "results": [run_state_job(sub, reader) for sub in request.batch()]}
     handler = {"validate": _validate, "show": _show, "export": _export, "diff": _diff, "bisect": _bisect}
     result = handler[request.kind](request, reader)
     return {"kind": request.kind, "job_id": request.job_id, **result}
