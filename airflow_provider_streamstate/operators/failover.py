@@ -10,8 +10,10 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_provider_streamstate.assets import FAILOVERS, checkpoint_asset, emit, with_outlet
 from airflow_provider_streamstate.configured import stream_spec
 from airflow_provider_streamstate.engine.core.errors import StreamstateError, UsageError
+from airflow_provider_streamstate.links import SnapshotLink
 from airflow_provider_streamstate.operators.snapshot import _StreamTask
 from airflow_provider_streamstate.spec import StreamSpec
 from airflow_provider_streamstate.task_errors import engine_errors
@@ -82,9 +84,15 @@ class FailoverStreamOperator(_StreamTask):
     application started there resumes with the next batch: nothing read twice, nothing
     skipped (engine.dr.failover). The snapshot is the given one, else the newest on the
     current timeline that translates exactly (and passed `suite`, when given). Nothing is
-    written to the target unless all of it succeeded. Returns `{"stream", "snapshot_id",
+    written to the target unless all of it succeeded. Returns `{"stream", "store", "snapshot_id",
     "batch_id", "target", "translated", "skipped_snapshots", "events_behind", "rewritten",
     "seconds_choose", "seconds_restore", "seconds_rewrite", "seconds_translate"}`.
+
+    Emits an event on the DR stream's checkpoint asset (assets.py; outlet: the
+    `streamstate-failovers` alias) with `{"stream", "store", "checkpoint", "snapshot_id",
+    "batch_id", "events_behind", "kafka"}` as its extra; links to the restored snapshot's
+    page in the Streams UI (in the DR store); reports OpenLineage, DR snapshot and topics to
+    the DR checkpoint (lineage.py).
 
     :param stream: the stream as it runs in DR: its checkpoint is the (new or empty) target,
         its store the DR store, its `kafka_conn_id` the DR cluster. (templated)
@@ -104,13 +112,16 @@ class FailoverStreamOperator(_StreamTask):
 
     template_fields: Sequence[str] = ("stream", "snapshot", "topic_map", "replication_policy", "source_alias",
                                       "suite", "kafka_conn_id", "mirror_timeout")
+    operator_extra_links = (SnapshotLink(),)
 
     def __init__(
         self, *, snapshot: str | None = None, topic_map: dict[str, str] | list[str] | None = None,
         replication_policy: str = "default", source_alias: str = "primary", suite: str | None = None,
         kafka_conn_id: str | None = None, mirror_timeout: float | str = 0.0, **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__(**with_outlet(kwargs, FAILOVERS))
+        self._result: dict[str, Any] | None = None  # for lineage, once executed
+        self._kafka_bootstrap: str | None = None
         self.snapshot = snapshot
         self.topic_map = topic_map
         self.replication_policy = replication_policy
@@ -164,9 +175,25 @@ class FailoverStreamOperator(_StreamTask):
                 kafka_config=config or None, parallelism=self.parallelism, mirror_wait_s=max(0.0, mirror_wait),
                 s3_client=self._checkpoint_client(spec),
             )
-        out = result.to_json()
+        out = {**result.to_json(), "store": spec.store}
         for skipped in out["skipped_snapshots"]:
             self.log.info("skipped %s: %s", skipped["snapshot_id"], skipped["reason"])
         self.log.info("restored %s (batch %s) for DR; %s record(s) to catch up", out["snapshot_id"], out["batch_id"],
                       out["events_behind"])
+        emit(context, self.outlets, FAILOVERS, checkpoint_asset(spec.name, spec.checkpoint), {
+            "stream": spec.name, "store": spec.store, "checkpoint": spec.checkpoint, "kafka": bootstrap,
+            **{k: out[k] for k in ("snapshot_id", "batch_id", "events_behind")},
+        })
+        self._result, self._kafka_bootstrap = out, bootstrap
         return out
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """Inputs: the restored snapshot in the DR store (its version) and the DR topics the
+        stream resumes from; output: the DR checkpoint."""
+        from airflow_provider_streamstate.lineage import empty_lineage, failover_lineage
+
+        if self._result is None:
+            return empty_lineage()
+        topics = sorted({p["dr_topic"] for p in self._result["translated"]})
+        return failover_lineage(store=self.spec.store, checkpoint=self.spec.checkpoint, result=self._result,
+                                kafka_bootstrap=self._kafka_bootstrap, topics=topics)

@@ -9,9 +9,11 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
+from airflow_provider_streamstate.assets import REPLICAS, emit, snapshots_asset, with_outlet
 from airflow_provider_streamstate.configured import stream_spec
 from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
+from airflow_provider_streamstate.links import SnapshotLink
 from airflow_provider_streamstate.spec import StreamSpec
 from airflow_provider_streamstate.task_errors import CancellableTask, engine_errors
 
@@ -71,6 +73,12 @@ class ReplicateSnapshotsOperator(CancellableTask, BaseOperator):
     "blobs_copied", "blobs_skipped", "bytes_copied", "bytes_skipped", "blobs_refreshed", "seconds",
     "snapshots_handled"}`; `snapshots` lists the newest 20 handled, the totals count all of them.
 
+    Each of those 20 that was published at the destination (not already there) emits an event
+    on the stream's snapshots asset in the destination store (assets.py; outlet: the
+    `streamstate-replicas` alias) with `{"stream", "store", "source", "snapshot_id", "batch_id",
+    "bytes_copied", "lag_seconds"}` as its extra; links to the newest one's page in the Streams
+    UI; reports OpenLineage, source snapshots to destination snapshots (lineage.py).
+
     :param stream: the stream: a StreamSpec, its dict (or that as JSON), or just its name. (templated)
     :param destination_store: the store to copy into, `s3://bucket/prefix` or a local path. (templated)
     :param destination_aws_conn_id: the Airflow `aws` connection of an S3 destination. (templated)
@@ -87,6 +95,7 @@ class ReplicateSnapshotsOperator(CancellableTask, BaseOperator):
         "stream", "destination_store", "destination_aws_conn_id", "source_store", "source_aws_conn_id",
         "snapshots", "since",
     )
+    operator_extra_links = (SnapshotLink(),)
 
     def __init__(
         self, *, stream: StreamSpec | dict[str, Any] | str, destination_store: str,
@@ -94,7 +103,8 @@ class ReplicateSnapshotsOperator(CancellableTask, BaseOperator):
         source_aws_conn_id: str | None = None, snapshots: str | list[str] = "latest", since: str | None = None,
         parallelism: int = 8, **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__(**with_outlet(kwargs, REPLICAS))
+        self._result: dict[str, Any] | None = None  # for lineage, once executed
         self.stream = stream
         self.destination_store = destination_store
         self.destination_aws_conn_id = destination_aws_conn_id
@@ -136,4 +146,19 @@ class ReplicateSnapshotsOperator(CancellableTask, BaseOperator):
         if len(out["snapshots"]) > XCOM_SNAPSHOTS:  # XCom stays small however long the history
             out["snapshots"] = out["snapshots"][-XCOM_SNAPSHOTS:]
         out["snapshots_handled"] = len(result.snapshots)
+        destination_asset = snapshots_asset(name, self.destination_store)
+        for s in out["snapshots"]:
+            if not s["already_present"]:
+                emit(context, self.outlets, REPLICAS, destination_asset, {
+                    "stream": name, "store": self.destination_store, "source": source_url,
+                    **{k: s[k] for k in ("snapshot_id", "batch_id", "bytes_copied", "lag_seconds")},
+                })
+        self._result = out
         return out
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """Input: the stream's snapshots in the source; output: the same in the destination,
+        versioned by the newest snapshot handled."""
+        from airflow_provider_streamstate.lineage import empty_lineage, replication_lineage
+
+        return empty_lineage() if self._result is None else replication_lineage(result=self._result)

@@ -10,8 +10,10 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_provider_streamstate.assets import SNAPSHOTS, emit, snapshots_asset, with_outlet
 from airflow_provider_streamstate.configured import stream_spec
 from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
+from airflow_provider_streamstate.links import SnapshotLink
 from airflow_provider_streamstate.spec import StreamSpec
 from airflow_provider_streamstate.task_errors import CancellableTask, engine_errors
 
@@ -60,6 +62,11 @@ class SnapshotStreamOperator(_StreamTask):
     per partition the last record its batch consumed (Kafka anchors), which failover to a
     mirrored DR cluster needs; an unreachable cluster costs the anchors, not the snapshot.
 
+    Emits an event on the stream's snapshots asset in its store (assets.py; outlet: the
+    `streamstate-snapshots` alias) with `{"stream", "store", "snapshot_id", "batch_id",
+    "timeline", "bytes_total", "bytes_uploaded", "reused"}` as its extra; links to the
+    snapshot's page in the Streams UI; reports OpenLineage (lineage.py).
+
     :param stream: the stream (a StreamSpec or its dict). (templated)
     :param batch_id: committed batch to cut at; default the newest. (templated)
     :param labels: KEY=VALUE labels for the snapshot. (templated)
@@ -68,14 +75,17 @@ class SnapshotStreamOperator(_StreamTask):
     """
 
     template_fields: Sequence[str] = ("stream", "batch_id", "labels")
+    operator_extra_links = (SnapshotLink(),)
 
     def __init__(
         self, *, batch_id: int | None = None, labels: dict[str, str] | None = None, always: bool = False, **kwargs: Any
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__(**with_outlet(kwargs, SNAPSHOTS))
         self.batch_id = batch_id
         self.labels = labels
         self.always = always
+        self._result: dict[str, Any] | None = None  # for lineage, once executed
+        self._kafka_bootstrap: str | None = None
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
@@ -88,20 +98,36 @@ class SnapshotStreamOperator(_StreamTask):
 
             with engine_errors():
                 kafka = StreamKafkaHook(kafka_config_id=spec.kafka_conn_id).client_config()
+        self._kafka_bootstrap = kafka.pop("bootstrap.servers", None)
         with self.cancellable():
             result = create_snapshot(
                 spec.checkpoint, self.hook.store, spec.name,
                 batch_id=None if self.batch_id in (None, "") else int(self.batch_id),
                 labels=dict(self.labels or {}), parallelism=self.parallelism, spark_version=spec.spark_version,
                 always=self.always, checkpoint_s3_client=self.checkpoint_client(spec.checkpoint),
-                kafka_bootstrap=kafka.pop("bootstrap.servers", None), kafka_config=kafka or None,
+                kafka_bootstrap=self._kafka_bootstrap, kafka_config=kafka or None,
             )
         out = result.to_json()
         self.log.info(
             "%s %s: batch %s, %s bytes uploaded", "reused" if result.reused else "published",
             out["snapshot_id"], out["batch_id"], out["bytes_uploaded"],
         )
+        emit(context, self.outlets, SNAPSHOTS, snapshots_asset(spec.name, spec.store), {
+            "stream": spec.name, "store": spec.store, **{k: out[k] for k in (
+                "snapshot_id", "batch_id", "timeline", "bytes_total", "bytes_uploaded", "reused")},
+        })
+        self._result = out
         return out
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """Inputs: the checkpoint and the Kafka topics its batches read (when the spec names
+        the cluster); output: the stream's snapshots in the store, versioned by snapshot id."""
+        from airflow_provider_streamstate.lineage import empty_lineage, snapshot_lineage
+
+        if self._result is None:
+            return empty_lineage()
+        return snapshot_lineage(checkpoint=self.spec.checkpoint, store=self.spec.store, result=self._result,
+                                kafka_bootstrap=self._kafka_bootstrap)
 
 
 class RestoreSnapshotOperator(_StreamTask):

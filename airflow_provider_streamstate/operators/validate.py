@@ -12,6 +12,8 @@ from typing import Any
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_provider_streamstate.assets import VALIDATIONS, emit, validations_asset, with_outlet
+from airflow_provider_streamstate.links import SnapshotLink
 from airflow_provider_streamstate.operators.snapshot import _StreamTask
 
 
@@ -101,9 +103,15 @@ class ValidateSnapshotOperator(StateTask):
 
     Fails the task (no retry) when the suite fails, with every failed expectation and its
     observed value in the message; with `fail_on_failure=False` it only records the result
-    and succeeds. Returns `{"snapshot_id", "stream", "batch_id", "suite", "success",
+    and succeeds. Returns `{"snapshot_id", "stream", "store", "batch_id", "suite", "success",
     "evaluated", "failed": [{"type", "column", "observed", "exception"}], "reused",
-    "data_docs", ...}` (engine ValidationResult.to_json).
+    "data_docs", ...}` (engine ValidationResult.to_json, plus the store).
+
+    A recorded result emits an event on the stream's validations asset in its store
+    (assets.py; outlet: the `streamstate-validations` alias) with `{"stream", "store",
+    "snapshot_id", "batch_id", "suite", "success", "evaluated", "failed"}` (failed: a count)
+    as its extra; links to the snapshot's page in the Streams UI; reports OpenLineage with
+    the suite's results as a data quality facet (lineage.py).
 
     :param stream: the stream, a `StreamSpec` or its `to_dict()`. (templated)
     :param suite: a GX suite JSON file, or the suite as a dict. (templated)
@@ -126,16 +134,19 @@ class ValidateSnapshotOperator(StateTask):
     template_fields: Sequence[str] = ("stream", "suite", "snapshot", "operator", "store_name", "join_side", "state_var", "data_docs",
                                       "spark_conn_id", "deploy_mode",
                                       "spark_conf", "spark_jars", "spark_env")
+    operator_extra_links = (SnapshotLink(),)
 
     def __init__(
         self, *, suite: str | dict[str, Any], snapshot: str = "latest", data_docs: str | None = None,
         fail_on_failure: bool = True, **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
+        super().__init__(**with_outlet(kwargs, VALIDATIONS))
         self.suite = suite
         self.snapshot = snapshot
         self.data_docs = data_docs
         self.fail_on_failure = fail_on_failure
+        self._result: dict[str, Any] | None = None  # for lineage, once executed
+        self._expectations: list[dict[str, Any]] = []
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_streamstate.engine.state.validation import load_suite
@@ -150,6 +161,30 @@ class ValidateSnapshotOperator(StateTask):
             docs = result["data_docs"]
             self.log.info("Data Docs: %s", docs if "://" in docs else f"file://{docs}")
         self.log.info("%s%s", result["summary"], " (stored result)" if result["reused"] else "")
+        self._expectations = list(suite.definition.get("expectations") or [])
+        self._result = {**result, "store": spec.store}
         if not result["success"] and self.fail_on_failure:
             raise AirflowFailException(result["summary"])
-        return {k: v for k, v in result.items() if k not in ("summary", "failures", "kind", "job_id")}
+        if result.get("recorded", True):
+            emit(context, self.outlets, VALIDATIONS, validations_asset(spec.name, spec.store), {
+                "stream": spec.name, "store": spec.store, "failed": len(result["failed"]),
+                **{k: result[k] for k in ("snapshot_id", "batch_id", "suite", "success", "evaluated")},
+            })
+        out = {k: v for k, v in result.items() if k not in ("summary", "failures", "kind", "job_id")}
+        return {**out, "store": spec.store}
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """Input: the validated snapshot (its version) with the suite's results as a data
+        quality facet; output: the stream's validation results."""
+        return self._lineage()
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        """A failed suite is lineage too: its results say which expectations failed."""
+        return self._lineage()
+
+    def _lineage(self) -> Any:
+        from airflow_provider_streamstate.lineage import empty_lineage, validation_lineage
+
+        if self._result is None:
+            return empty_lineage()
+        return validation_lineage(store=self._result["store"], result=self._result, expectations=self._expectations)
