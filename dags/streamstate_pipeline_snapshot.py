@@ -1,17 +1,23 @@
 """Scheduled pipeline snapshots: every 15 minutes, for each configured pipeline (streams
 linked by Kafka topics), one consistent cut of all its members with its channel records,
-then (each step when configured) its replication to the DR store as a unit and retention
-of pipeline snapshots in both stores.
+then (each step when configured) its validation as a unit, its replication to the DR store
+as a unit and retention of pipeline snapshots in both stores.
 
 Per pipeline (a mapped task group, so one slow or failing pipeline does not hold up others):
 
-    snapshot -> replicate -> retention_dr     (Param `dr_store`)
-                          -> retention        (Param `keep_last`; null: keep every pipeline snapshot;
-                                               after the replication, done or skipped)
+    snapshot -> validate -> replicate -> retention_dr   (validate: the pipeline's `suites`;
+                                                         replicate: Param `dr_store`)
+                                      -> retention      (Param `keep_last`; null: keep every
+                                                         pipeline snapshot)
+
+The validation fails its task when a member's suite fails (the snapshot is recorded as not
+good: `latest-good` and `failover --good-only` pass over it); the replication and the
+retention run after it whatever its outcome.
 
 Pipelines come from the run's `pipelines` param (a list of dicts: the pipeline spec's
-`name`, `members`, `links`, plus `store`, `kafka_conn_id` and optionally `aws_conn_id`) or,
-on schedule, from the Airflow Variable `streamstate_pipelines` (the same list as JSON).
+`name`, `members`, `links`, plus `store`, `kafka_conn_id` and optionally `aws_conn_id`,
+`suites` {member: GX suite} and `spark_conn_id` for the validation) or, on schedule, from
+the Airflow Variable `streamstate_pipelines` (the same list as JSON).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from airflow_provider_streamstate.operators.pipeline import (
     PipelineRetentionOperator,
     ReplicatePipelineOperator,
     SnapshotPipelineOperator,
+    ValidatePipelineOperator,
 )
 from airflow_provider_streamstate.skip_unconfigured import SkipUnlessConfigured
 
@@ -34,6 +41,18 @@ PIPELINES_VARIABLE = "streamstate_pipelines"
 
 class _Replicate(SkipUnlessConfigured, ReplicatePipelineOperator):
     needs = ("destination_store",)
+
+
+class _Validate(ValidatePipelineOperator):
+    """Skipped for a pipeline that names no suites."""
+
+    def execute(self, context: Any) -> Any:
+        from airflow.sdk.exceptions import AirflowSkipException
+
+        if not self.suites and not self.configured.suites:
+            raise AirflowSkipException(f"pipeline {self.configured.spec.name} names no suites: add "
+                                       "suites {member: GX suite} to validate its snapshots")
+        return super().execute(context)
 
 
 class _Retention(SkipUnlessConfigured, PipelineRetentionOperator):
@@ -87,15 +106,17 @@ with DAG(
     def each_pipeline(pipeline: dict[str, Any]) -> None:
         snapshot = SnapshotPipelineOperator(task_id="snapshot", pipeline=pipeline, labels={"trigger": "scheduled"},
                                             retries=2, retry_delay=timedelta(seconds=30))
+        validate = _Validate(task_id="validate", pipeline=pipeline, snapshot="latest")
+        # Whatever the validation said: a snapshot that failed it is kept, marked not good.
         replicate = _Replicate(task_id="replicate", pipeline=pipeline, destination_store="{{ params.dr_store }}",
                                destination_aws_conn_id="{{ params.dr_aws_conn_id or None }}", retries=2,
-                               retry_delay=timedelta(minutes=1))
+                               retry_delay=timedelta(minutes=1), trigger_rule="all_done")
         retention_dr = _RetentionDr(task_id="retention_dr", pipeline=pipeline, keep_last="{{ params.keep_last }}",
                                     store="{{ params.dr_store or None }}",
                                     aws_conn_id="{{ params.dr_aws_conn_id or None }}")
         # After the replication (done or skipped): it must not copy a snapshot retention is deleting.
         retention = _Retention(task_id="retention", pipeline=pipeline, keep_last="{{ params.keep_last }}",
                                trigger_rule="all_done")
-        snapshot >> replicate >> [retention_dr, retention]
+        snapshot >> validate >> replicate >> [retention_dr, retention]
 
     each_pipeline.expand(pipeline=configured_pipelines())

@@ -3,8 +3,9 @@
 * `enrich` reads card transactions, drops duplicates within a 10-minute event-time
   watermark (state) and writes each transaction, with its amount band, to the link topic
   (keyed by account).
-* `totals` reads the link topic and keeps per-account `txn_count`, `total_cents` and
-  `max_cents` (state), written to the totals topic in update mode. It does not deduplicate:
+* `totals` reads the link topic (or several, comma-separated: enrich queries fanning in)
+  and keeps per-account `txn_count`, `total_cents` and `max_cents` (state), written to the
+  totals topic in update mode. It does not deduplicate:
   a link record read twice is counted twice, which is what a pipeline cut must prevent.
 
 Its totals are exactly checkable: they equal `generator.expected_aggregates` of the input.
@@ -32,7 +33,7 @@ class PipelineArgs:
     checkpoint: str
     member: str
     source_topic: str = "transactions"
-    link_topic: str = "transactions_enriched"
+    link_topic: str = "transactions_enriched"  # totals may read several, comma-separated
     totals_topic: str = "account_totals"
     trigger: str = "processing:2 seconds"  # or "available-now"
     max_offsets_per_trigger: int | None = None
@@ -86,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkpoint", required=True)
     p.add_argument("--member", choices=MEMBERS, required=True)
     p.add_argument("--source-topic", default="transactions")
-    p.add_argument("--link-topic", default="transactions_enriched")
+    p.add_argument("--link-topic", default="transactions_enriched",
+                   help="enrich writes it; totals reads it (or several, comma-separated)")
     p.add_argument("--totals-topic", default="account_totals")
     p.add_argument("--trigger", default="processing:2 seconds")
     p.add_argument("--max-offsets-per-trigger", type=int, default=None)
@@ -95,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     args = PipelineArgs(a.bootstrap_servers, a.checkpoint, a.member, a.source_topic, a.link_topic, a.totals_topic,
                         a.trigger, a.max_offsets_per_trigger)
-    for topic in (a.source_topic, a.link_topic, a.totals_topic):
+    for topic in (a.source_topic, *a.link_topic.split(","), a.totals_topic):
         ensure_topic(a.bootstrap_servers, topic, a.partitions)
     stop = StopSignals().install()
     spark = spark_session(f"streamstate-pipeline-{a.member}", master=None, state_store=a.state_store)

@@ -1,12 +1,13 @@
 """Operators over pipelines (streams linked by Kafka topics): snapshot one at a consistent
-cut, restore or clone it as one, fail it over to the DR region as one, replicate and expire
-its snapshots as units. Thin over
+cut, validate, restore or clone it as one, fail it over to the DR region as one, replicate
+and expire its snapshots as units. Thin over
 the store hook, the Kafka connection and `engine.pipeline`; each returns JSON for XCom.
 
 Every operator takes `pipeline`: a dict with the engine's pipeline spec (`name`, `members`:
 stream -> checkpoint, `links`: upstream/topic/downstream) plus where it lives: `store`,
 `kafka_conn_id` (the cluster of the link topics) and optionally `aws_conn_id` (the store's
-and the S3 checkpoints' connection).
+and the S3 checkpoints' connection), `suites` (member -> GX suite, for its validation) and
+`spark_conn_id` (where that validation runs).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ class ConfiguredPipeline:
     store: str
     kafka_conn_id: str | None
     aws_conn_id: str | None
+    suites: dict[str, Any] | None = None  # member -> a GX suite file or dict
+    spark_conn_id: str | None = None
 
     @classmethod
     def of(cls, value: dict[str, Any] | str) -> ConfiguredPipeline:
@@ -47,7 +50,12 @@ class ConfiguredPipeline:
             raise UsageError("a pipeline for the operators needs its `store`",
                              hint="add store (file:///... or s3://bucket/prefix) to the pipeline dict")
         spec = PipelineSpec.from_json({k: value.get(k) for k in ("name", "members", "links")}, "pipeline")
-        return cls(spec, value["store"], value.get("kafka_conn_id") or None, value.get("aws_conn_id") or None)
+        suites = value.get("suites") or None
+        if suites is not None and not isinstance(suites, dict):
+            raise UsageError(f"pipeline {spec.name}: suites must map members to GX suites",
+                             hint='e.g. "suites": {"totals": "/suites/totals.json"}')
+        return cls(spec, value["store"], value.get("kafka_conn_id") or None, value.get("aws_conn_id") or None,
+                   suites, value.get("spark_conn_id") or None)
 
 
 class _PipelineTask(CancellableTask, BaseOperator):
@@ -167,6 +175,96 @@ class RestorePipelineOperator(_PipelineTask):
             result = restore_pipeline(self.hook.store, snap, bootstrap, clone=clone, kafka_config=config or None,
                                       s3_client=self.checkpoint_client(), parallelism=self.parallelism)
         return result.to_json()
+
+
+class ValidatePipelineOperator(_PipelineTask):
+    """Validate a pipeline snapshot as a unit: each member's Great Expectations suite on its
+    member snapshot, results recorded beside each (engine.pipeline.validation). The pipeline
+    snapshot is known-good (`latest-good`) only when every member passed. Without
+    `spark_conn_id` the suites run in the task on a local Spark session; with it, all of them
+    run as one Spark application on that connection's cluster. Fails the task (no retry) when
+    a suite fails, unless `fail_on_failure` is False. Returns `{"pipeline", "snapshot_id",
+    "success", "members": {member: {"snapshot_id", "suite", "success", "reused"}}}`.
+
+    :param pipeline: the pipeline dict (spec, store, kafka_conn_id, aws_conn_id, and its
+        `suites` and `spark_conn_id` unless given here). (templated)
+    :param suites: `{member: suite}`, each a GX suite JSON file or the suite as a dict; one
+        per member; default the pipeline's. (templated)
+    :param snapshot: a pipeline snapshot id or `latest`. (templated)
+    :param fail_on_failure: fail the task when a suite fails (False: only record).
+    :param spark_conn_id: a Spark connection: run the suites as a Spark application there;
+        default the pipeline's. (templated)
+    :param deploy_mode: `client` or `cluster` (default: the connection's). (templated)
+    :param spark_conf: Spark confs of the application. (templated)
+    :param spark_jars: jars the application needs (the S3A connector for an S3 store). (templated)
+    :param spark_env: environment of spark-submit and the application's driver. (templated)
+    :param job_timeout: seconds the application may run before it is killed.
+    :param parallelism: concurrent blob reads while the snapshots are materialised.
+    """
+
+    template_fields: Sequence[str] = ("pipeline", "suites", "snapshot", "spark_conn_id", "deploy_mode", "spark_conf",
+                                      "spark_jars", "spark_env")
+
+    def __init__(self, *, suites: dict[str, str | dict[str, Any]] | None = None, snapshot: str = "latest",
+                 fail_on_failure: bool = True, spark_conn_id: str | None = None, deploy_mode: str | None = None,
+                 spark_conf: dict[str, str] | None = None, spark_jars: list[str] | str | None = None,
+                 spark_env: dict[str, str] | None = None, job_timeout: float | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.suites = suites
+        self.snapshot = snapshot
+        self.fail_on_failure = fail_on_failure
+        self.spark_conn_id = spark_conn_id
+        self.deploy_mode = deploy_mode
+        self.spark_conf = spark_conf
+        self.spark_jars = spark_jars
+        self.spark_env = spark_env
+        self.job_timeout = job_timeout
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from airflow_provider_streamstate.engine.pipeline.snapshots import get_pipeline_snapshot
+        from airflow_provider_streamstate.engine.pipeline.validation import validate_pipeline
+        from airflow_provider_streamstate.engine.state.jobs import run_state_job
+        from airflow_provider_streamstate.engine.state.reader import StateReader
+        from airflow_provider_streamstate.engine.state.validation import load_suite
+
+        c = self.configured
+        store = self.hook.store
+        spark_conn_id = self.spark_conn_id or c.spark_conn_id
+        with self.cancellable():
+            given = self.suites or c.suites
+            if not given:
+                raise UsageError(f"pipeline {c.spec.name} names no suites to validate with",
+                                 hint="pass suites={member: suite}, or add suites to the pipeline dict")
+            suites = {m: load_suite(s, check=not spark_conn_id) for m, s in dict(given).items()}
+            snap = get_pipeline_snapshot(store, c.spec.name, self.snapshot)
+            self.log.info("validating pipeline snapshot %s of %s (%s)", snap.snapshot_id, c.spec.name,
+                          ", ".join(f"{m}: {s.name}" for m, s in suites.items()))
+            if spark_conn_id:
+                from airflow_provider_streamstate.state_jobs import run_state_job_on_cluster
+
+                conn_id = spark_conn_id
+
+                def run(request: Any) -> dict[str, Any]:
+                    return run_state_job_on_cluster(
+                        request, store, aws_conn_id=c.aws_conn_id, spark_conn_id=conn_id, conf=self.spark_conf,
+                        jars=self.spark_jars, env=self.spark_env, deploy_mode=self.deploy_mode or None,
+                        timeout_s=self.job_timeout, log=self.log)
+
+                result = validate_pipeline(snap, suites, store.url, run)
+            else:
+                with StateReader(store, parallelism=self.parallelism) as reader:
+                    result = validate_pipeline(snap, suites, store.url, lambda r: run_state_job(r, reader))
+        out = result.to_json()
+        for member, m in out["members"].items():
+            self.log.info("%s: %s suite %s %s%s", member, m["snapshot_id"], m["suite"],
+                          "passed" if m["success"] else "FAILED", " (stored result)" if m["reused"] else "")
+        if not result.success and self.fail_on_failure:
+            failed = ", ".join(f"{s} ({m['suite']})" for s, m in out["members"].items() if not m["success"])
+            raise AirflowFailException(f"pipeline snapshot {snap.snapshot_id} of {c.spec.name} failed validation: "
+                                       f"{failed}")
+        return out
 
 
 class FailoverPipelineOperator(_PipelineTask):

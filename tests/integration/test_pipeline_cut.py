@@ -11,12 +11,15 @@ import random
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from airflow_provider_streamstate.cli import main
 from airflow_provider_streamstate.engine.catalog.retention import RetentionPolicy, apply_retention, pinned_ids
+from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
+from airflow_provider_streamstate.engine.kafka.offsets import admin_client, list_offsets
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.pipeline.replicate import replicate_pipeline
 from airflow_provider_streamstate.engine.pipeline.restore import PipelineClone, restore_pipeline
@@ -95,6 +98,14 @@ def test_cuts_of_a_running_pipeline_restore_and_clone_without_loss_or_double_cou
             rounds.append(rounds[-1].next_round(40))
             produce(bootstrap, topic, rounds[-1], rate=40)
 
+    def link_ends() -> dict[str, int]:
+        return list_offsets(admin_client(bootstrap), {link: [0, 1, 2]})[link]
+
+    def totals_reads() -> dict[str, int]:
+        """Where totals' newest committed batch ends in the link topic."""
+        reader = CheckpointReader(ck["totals"])
+        return reader.kafka_offsets(reader.committed_batches()[-1]).get(link, {})
+
     feeder = threading.Thread(target=producer)
     feeder.start()
     deadline = time.monotonic() + 120
@@ -109,13 +120,13 @@ def test_cuts_of_a_running_pipeline_restore_and_clone_without_loss_or_double_cou
         else:
             cuts.append(create_pipeline_snapshot(spec, store, bootstrap, wait_s=60).snapshot)
         # The same two members on their own, as two independent schedules take them: the
-        # upstream, then the downstream a moment later (once the upstream has run two more
-        # batches and the downstream one more).
+        # upstream, then the downstream a moment later, once it has read a link record the
+        # upstream produced after its snapshot (past the link's end offsets read after it:
+        # a fixed number of batches is not enough when the downstream lags, as on a loaded machine).
         upstream = create_snapshot(ck["enrich"], independent_store, "enrich").manifest
-        wait_for(lambda: queries[0].lastProgress["batchId"] >= upstream.batch_id + 2, 30,  # noqa: B023
-                 "two more batches of enrich")
-        seen = queries[1].lastProgress["batchId"]
-        wait_for(lambda: queries[1].lastProgress["batchId"] > seen, 30, "another batch of totals")  # noqa: B023
+        produced_then = link_ends()
+        wait_for(lambda: any(o > produced_then[p] for p, o in totals_reads().items()), 60,  # noqa: B023
+                 "totals to read what enrich produced after its snapshot")
         independent.append((upstream, create_snapshot(ck["totals"], independent_store, "totals").manifest))
     writing.clear()
     feeder.join()
@@ -209,6 +220,10 @@ def test_cuts_of_a_running_pipeline_restore_and_clone_without_loss_or_double_cou
             assert result.resume == {clone_topic: {p: 0 for p in snap.channels[0].range.end}}
         drain(spark, bootstrap, topic, clone_topic, clone_ck, f"clone-{i}")
         assert totals(spark, clone_ck["totals"]) == expected, (seed, i, "clone")
+        if i == 0:  # the clones' own snapshots, for their expiry to delete (at the end)
+            expiring = {f"{m}-clone-0": clone_ck[m] for m in ck}
+            for name, location in expiring.items():
+                create_snapshot(location, store, name)
 
     # Replicated to an S3 store (the DR region's) as units, and cloned from there: the same totals.
     dr, _, _ = make_store("s3")
@@ -241,13 +256,38 @@ def test_cuts_of_a_running_pipeline_restore_and_clone_without_loss_or_double_cou
         for m in old.members.values():
             assert m.snapshot_id not in verdicts or not any("pinned" in r for r in verdicts[m.snapshot_id].reasons)
 
+    # The CLI clone's expiry, run now (`clone expire` is what the clone-expiry DAG runs):
+    # each member clone's snapshots and its link topic go, and its record; the original
+    # pipeline's topics, and the other clone's (recorded without a TTL), are untouched.
+    def topic_ends() -> dict[str, dict[str, int]]:
+        admin = admin_client(bootstrap)
+        parts = {t: sorted(m.partitions) for t, m in admin.list_topics(timeout=10).topics.items()}
+        return list_offsets(admin, {t: parts[t] for t in (topic, link, f"{link}-clone-0", f"{link}-clone-1")
+                                    if t in parts})
+
+    untouched = {t: o for t, o in topic_ends().items() if t != f"{link}-clone-0"}
+    assert set(untouched) == {topic, link, f"{link}-clone-1"}
+    assert main(["clone", "expire", "--store", store_url, "--force", "--kafka-bootstrap", bootstrap, "--json",
+                 *(a for name in expiring for a in ("--clone", name))]) == 0
+    expired = {e["clone"]: e for e in json.loads(capsys.readouterr().out.strip().splitlines()[-1])["expired"]}
+    assert {c: (e["snapshots_deleted"], e["topics_deleted"]) for c, e in expired.items()} == {
+        "enrich-clone-0": (1, [f"{link}-clone-0"]), "totals-clone-0": (1, [])}
+    assert list_clones(store) == [] and all(store.list_snapshot_ids(name) == [] for name in expiring)
+    assert topic_ends() == untouched
+    # Each member clone's checkpoint is labelled as that clone (restore_pipeline wrote it), so
+    # expiry deletes it too.
+    assert not any(e["notes"] for e in expired.values()), expired
+    assert not any(Path(location).exists() for location in expiring.values())
+
 
 def test_the_pipeline_snapshot_dag_cuts_replicates_and_keeps_the_newest(
     stack, spark, topic, tmp_path, make_store, run_dag, monkeypatch
 ) -> None:
     """Two scheduled runs of `streamstate_pipeline_snapshot` on a running pipeline: each
     takes a cut and replicates it to the DR store; with keep_last 1 both stores end with
-    the second run's pipeline snapshot only, its members pinned."""
+    the second run's pipeline snapshot only, its members pinned. The first run's pipeline
+    names no suites (its validation is skipped), the second's does: its cut is validated as a
+    unit, in the task, and is the pipeline's `latest-good`."""
     bootstrap = stack.kafka_bootstrap
     monkeypatch.setenv("AIRFLOW_CONN_KAFKA_STACK", json.dumps(
         {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap}}))
@@ -263,8 +303,12 @@ def test_the_pipeline_snapshot_dag_cuts_replicates_and_keeps_the_newest(
     try:
         wait_for(lambda: all(q.lastProgress for q in queries), 120, "both members' first batches")
         pipeline = {**spec.to_json(), "store": store_url, "kafka_conn_id": "kafka_stack"}
-        runs = [run_dag("streamstate_pipeline_snapshot", {"pipelines": [pipeline], "dr_store": dr_url, "keep_last": 1})
-                for _ in range(2)]
+        suites = {"enrich": {"name": "enrich-sane", "meta": {"streamstate": {"operator": "dedupeWithinWatermark"}},
+                             "expectations": [{"type": "expect_column_values_to_not_be_null",
+                                               "kwargs": {"column": "key_txn_id"}}]},
+                  "totals": {**SUITE, "name": "totals-sane", "meta": {"streamstate": {"operator": "stateStoreSave"}}}}
+        runs = [run_dag("streamstate_pipeline_snapshot", {"pipelines": [p], "dr_store": dr_url, "keep_last": 1})
+                for p in (pipeline, {**pipeline, "suites": suites})]
     finally:
         for q in queries:
             q.stop()
@@ -275,6 +319,10 @@ def test_the_pipeline_snapshot_dag_cuts_replicates_and_keeps_the_newest(
     assert runs[1].tasks["pipeline.retention[0]"].xcom["deleted"] == [first]
     assert runs[1].tasks["pipeline.retention_dr[0]"].xcom["deleted"] == [first]
     assert runs[1].tasks["pipeline.replicate[0]"].xcom["published"] == [second]
+    assert runs[0].tasks["pipeline.validate[0]"].state == "skipped"
+    validated = runs[1].tasks["pipeline.validate[0]"].xcom
+    assert validated["snapshot_id"] == second and validated["success"] is True, validated
+    assert get_pipeline_snapshot(store, "payments", "latest-good").snapshot_id == second
     for s in (store, dr):
         snap = get_pipeline_snapshot(s, "payments", second)
         assert all(m.snapshot_id in pinned_ids(s, m.stream) for m in snap.members.values())

@@ -6,6 +6,13 @@ members are pinned there too, the channel records are copied and checked against
 sha256, and the pipeline record (the source's very bytes) is published last. So a
 pipeline snapshot is listed at the destination only once every part of it is there; a run
 killed before that leaves ordinary member snapshots and channel records a re-run reuses.
+
+Until its record is published, the destination's pipeline retention sees those parts as
+leftovers of an unpublished snapshot and may sweep them (it waits an hour after the cut,
+but a DR store catching up after an outage copies older cuts). So, once the record is
+published (from then on retention treats the snapshot as live), the replication checks its
+parts again and puts back any that went meanwhile: a pipeline snapshot this run published
+is whole when the run ends.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from airflow_provider_streamstate.engine.core.errors import UnsafeManifestError
 from airflow_provider_streamstate.engine.lifecycle.replicate import replicate
 from airflow_provider_streamstate.engine.pipeline import channel as channel_mod
 from airflow_provider_streamstate.engine.pipeline.snapshots import (
+    PipelineSnapshot,
     get_pipeline_snapshot,
     list_pipeline_snapshots,
     pin_reason,
@@ -59,19 +67,42 @@ def replicate_pipeline(source: SnapshotStore, destination: SnapshotStore, pipeli
             r = replicate(source, destination, stream, snapshots=[m.snapshot_id], parallelism=parallelism)
             members += len(r.published)
             pin_snapshot(destination, stream, m.snapshot_id, reason=pin_reason(pipeline, sid))
+        channels: dict[str, bytes] = {}
         for c in snap.channels:
             data = source.get_record(c.key)
             if data is None or channel_mod.digest(data) != c.sha256:
                 raise UnsafeManifestError(f"channel records {c.key} at the source are missing or do not match their sha256")
             _put_once(destination, c.key, data)
+            channels[c.key] = data
         record_key = f"pipelines/{pipeline}/snapshots/{sid}.json"
         data = source.get_record(record_key)
         if data is None:  # deleted by retention meanwhile: not published here either
             continue
         _put_once(destination, record_key, data)
+        members += _complete(source, destination, snap, channels, parallelism)
         published.append(sid)
     log.info("replicated pipeline %s: %d published, %d already there", pipeline, len(published), len(present))
     return PipelineReplicationResult(pipeline, published, present, members, time.monotonic() - started)
+
+
+def _complete(source: SnapshotStore, destination: SnapshotStore, snap: PipelineSnapshot, channels: dict[str, bytes],
+              parallelism: int) -> int:
+    """Put back the parts of a just published pipeline snapshot that the destination's
+    retention swept before its record was there; the member snapshots copied again."""
+    again = 0
+    for stream, m in sorted(snap.members.items()):
+        if m.snapshot_id not in set(destination.list_snapshot_ids(stream)):
+            again += len(replicate(source, destination, stream, snapshots=[m.snapshot_id],
+                                   parallelism=parallelism).published)
+        if pin_snapshot(destination, stream, m.snapshot_id, reason=pin_reason(snap.pipeline, snap.snapshot_id)):
+            log.warning("pipeline snapshot %s of %s: the pin of %s/%s was swept during its replication; pinned again",
+                        snap.snapshot_id, snap.pipeline, stream, m.snapshot_id)
+    for key, data in channels.items():
+        if destination.get_record(key) is None:
+            log.warning("pipeline snapshot %s of %s: %s was swept during its replication; copied again",
+                        snap.snapshot_id, snap.pipeline, key)
+            _put_once(destination, key, data)
+    return again
 
 
 def _put_once(store: SnapshotStore, key: str, data: bytes) -> None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from airflow_provider_streamstate.engine.catalog.snapshots import get_snapshot
@@ -36,8 +37,9 @@ from airflow_provider_streamstate.engine.checkpoint.filesystems import S3Checkpo
 from airflow_provider_streamstate.engine.checkpoint.liveness import assert_not_running
 from airflow_provider_streamstate.engine.checkpoint.offset_rewrite import OffsetRewrite
 from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
-from airflow_provider_streamstate.engine.checkpoint.sidecar import S3Sidecar, local_root
+from airflow_provider_streamstate.engine.checkpoint.sidecar import S3Sidecar, local_root, open_sidecar
 from airflow_provider_streamstate.engine.core.errors import (
+    StreamstateError,
     UnsafeManifestError,
     UsageError,
 )
@@ -47,6 +49,7 @@ from airflow_provider_streamstate.engine.pipeline.snapshots import PipelineSnaps
 from airflow_provider_streamstate.engine.stores import s3_client_from_env
 from airflow_provider_streamstate.engine.stores.base import SnapshotStore
 from airflow_provider_streamstate.engine.streams.clones import record_clone
+from airflow_provider_streamstate.engine.streams.launcher import CloneLabel, write_clone_label
 
 log = logging.getLogger("streamstate.pipeline")
 
@@ -83,8 +86,7 @@ def check_target(target: str, *, in_place: bool, store: SnapshotStore, s3_client
     """Before anything is written to Kafka: an in-place target's stream must not be running
     (by the heartbeat streamstate keeps beside it), and a clone's target must be empty."""
     if is_s3_location(target):
-        client = s3_client or getattr(store, "client", None) or s3_client_from_env()
-        fs = S3CheckpointFS(target, client)
+        fs = S3CheckpointFS(target, _client(target, store, s3_client))
         if in_place:
             assert_not_running(S3Sidecar(fs), "restore the pipeline over it")
         elif fs.listdir(""):
@@ -97,6 +99,33 @@ def check_target(target: str, *, in_place: bool, store: SnapshotStore, s3_client
             assert_not_running(path, "restore the pipeline over it")
     elif path.exists() and (not path.is_dir() or any(path.iterdir())):
         raise UsageError(f"{role} {path} is not empty", hint="give each member a new or empty location")
+
+
+def _client(target: str, store: SnapshotStore, s3_client: Any) -> Any:
+    """The S3 client of an `s3a://` target (None for a local one)."""
+    if not is_s3_location(target):
+        return None
+    return s3_client or getattr(store, "client", None) or s3_client_from_env()
+
+
+class PipelineRestoreIncomplete(StreamstateError):
+    """A pipeline restore that stopped after appending the channels: some members restored,
+    the others not; only running the same restore again makes the pipeline consistent."""
+
+
+def _incomplete(exc: StreamstateError, snap: PipelineSnapshot, appended: dict[str, int], done: list[str],
+                clone: PipelineClone | None) -> PipelineRestoreIncomplete:
+    pending = [s if clone is None else clone.names[s] for s in snap.spec.order()
+               if (s if clone is None else clone.names[s]) not in done]
+    channels = ", ".join(f"{n} to {t}" for t, n in appended.items())
+    err = PipelineRestoreIncomplete(
+        f"the {'clone' if clone else 'restore'} of pipeline {snap.pipeline} at {snap.snapshot_id} stopped after "
+        f"appending its channel records ({channels}) and restoring {', '.join(done) or 'no member'}: {exc.message}",
+        hint=f"run the same {'clone into new locations and topics' if clone else 'restore'} again once that is fixed; "
+             f"do not start {', '.join(pending)} before it succeeds"
+             + ("" if clone else " (from its old checkpoint it would read the appended records again)"))
+    err.retryable = exc.retryable
+    return err
 
 
 def check_resume(target: str, batch_id: int, expected: dict[str, dict[str, int]], store: SnapshotStore,
@@ -152,30 +181,39 @@ def restore_pipeline(
         resume[topic] = kafka.append_channel(topic, sorted(c.range.end, key=int), records[c.range.topic])
         appended[topic] = len(records[c.range.topic])
     checkpoints: dict[str, str] = {}
-    for stream in spec.order():
-        m = snap.members[stream]
-        names: dict[str, str] = {}
-        offsets: dict[str, dict[str, int]] = {}
-        for link in spec.incoming(stream):
-            new = link.topic if clone is None else clone.topics[link.topic]
-            names[link.topic], offsets[new] = new, resume[new]
-        for topic, resume_at in manifests[stream].kafka_offsets.items():  # other topics read: as they were
-            if topic not in names:
-                names[topic], offsets[topic] = topic, dict(resume_at)
-        rewrite = OffsetRewrite(names, offsets) if spec.incoming(stream) else None
-        target = spec.members[stream] if clone is None else clone.checkpoints[stream]
-        restored = restore_snapshot(store, stream, m.snapshot_id, target, force=clone is None, s3_client=s3_client,
-                                    new_query_id=clone is not None, parallelism=parallelism, rewrite=rewrite)
-        if rewrite is not None:
-            check_resume(restored.target, m.batch_id, {t: offsets[t] for t in names.values() if t in resume},
-                          store, s3_client)
-        name = stream if clone is None else clone.names[stream]
-        checkpoints[name] = restored.target
-        if clone is not None and clone.expires_at is not None:
-            own = [clone.topics[link.topic] for link in spec.outgoing(stream)]
-            record_clone(store, clone=name, source_stream=stream, checkpoint=restored.target, snapshot_id=m.snapshot_id,
-                         expires_at=clone.expires_at, sinks={t: t for t in own}, delete_sinks=bool(own),
-                         kafka_conn_id=clone.kafka_conn_id)
+    try:  # a failure from here on leaves the channels appended: say so, and what to do
+        for stream in spec.order():
+            m = snap.members[stream]
+            names: dict[str, str] = {}
+            offsets: dict[str, dict[str, int]] = {}
+            for link in spec.incoming(stream):
+                new = link.topic if clone is None else clone.topics[link.topic]
+                names[link.topic], offsets[new] = new, resume[new]
+            for topic, resume_at in manifests[stream].kafka_offsets.items():  # other topics read: as they were
+                if topic not in names:
+                    names[topic], offsets[topic] = topic, dict(resume_at)
+            rewrite = OffsetRewrite(names, offsets) if spec.incoming(stream) else None
+            target = spec.members[stream] if clone is None else clone.checkpoints[stream]
+            restored = restore_snapshot(store, stream, m.snapshot_id, target, force=clone is None, s3_client=s3_client,
+                                        new_query_id=clone is not None, parallelism=parallelism, rewrite=rewrite)
+            if rewrite is not None:
+                check_resume(restored.target, m.batch_id, {t: offsets[t] for t in names.values() if t in resume},
+                              store, s3_client)
+            name = stream if clone is None else clone.names[stream]
+            checkpoints[name] = restored.target
+            if clone is not None and clone.expires_at is not None:
+                own = [clone.topics[link.topic] for link in spec.outgoing(stream)]
+                # The label beside the checkpoint is what lets expiry stop the clone and delete
+                # its checkpoint (it deletes only a checkpoint labelled as that clone).
+                write_clone_label(open_sidecar(restored.target, s3_client=_client(restored.target, store, s3_client)),
+                                  CloneLabel(name, stream, spec.members[stream], m.snapshot_id, m.batch_id,
+                                             restored.query_id, {t: t for t in own},
+                                             datetime.now(UTC).isoformat().replace("+00:00", "Z"), clone.expires_at))
+                record_clone(store, clone=name, source_stream=stream, checkpoint=restored.target, snapshot_id=m.snapshot_id,
+                             expires_at=clone.expires_at, sinks={t: t for t in own}, delete_sinks=bool(own),
+                             kafka_conn_id=clone.kafka_conn_id)
+    except StreamstateError as exc:
+        raise _incomplete(exc, snap, appended, list(checkpoints), clone) from exc
     log.info("restored pipeline %s at %s%s: %s", spec.name, snap.snapshot_id, " as a clone" if clone else "",
              ", ".join(f"{k}={v}" for k, v in checkpoints.items()))
     return PipelineRestoreResult(spec.name, snap.snapshot_id, checkpoints, resume, appended,
