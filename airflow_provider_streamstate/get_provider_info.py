@@ -43,6 +43,7 @@ def get_provider_info() -> dict[str, Any]:
                 ],
             }
         ],
+        "extra-links": ["airflow_provider_streamstate.links.SnapshotLink"],
         "hooks": [
             {
                 "integration-name": "streamstate",
@@ -72,6 +73,12 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_streamstate.triggers.replicate",
                     "airflow_provider_streamstate.triggers.stream",
                 ],
+            }
+        ],
+        "plugins": [
+            {
+                "name": "streamstate",
+                "plugin-class": "airflow_provider_streamstate.plugins.streams_plugin.StreamstatePlugin",
             }
         ],
     }

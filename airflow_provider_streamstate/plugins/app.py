@@ -1,0 +1,335 @@
+"""The FastAPI app behind the Streams pages, mounted by Airflow's API server at /streamstate.
+
+Only users Airflow lets in get an answer: every route depends on Airflow's own `get_user`
+(the JWT of an `Authorization: Bearer` header, else the `_token` cookie the UI's login sets)
+and on the auth manager allowing the user to read DAG runs. Without a valid session an API
+route answers 401/403 and a page redirects to Airflow's login. Every route is a GET and
+nothing writes: the stores are read through the engine (engine/overview), and a store can
+only be one the configuration knows (sources.py).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, HTTPException, Request, status
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+
+from airflow_provider_streamstate.engine.core.errors import NotFoundError, StreamstateError, UsageError
+from airflow_provider_streamstate.engine.core.manifest import validate_snapshot_id, validate_stream_name
+from airflow_provider_streamstate.plugins import pages
+from airflow_provider_streamstate.plugins.commands import recovery_calls
+from airflow_provider_streamstate.plugins.sources import Configuration, ConfiguredStream
+
+log = logging.getLogger("streamstate.ui")
+
+URL_PREFIX = "/streamstate"
+DIFF_TIMEOUT_S = 900.0
+_DIFF_RUNNING = threading.Semaphore(1)  # a diff is a Spark job: one at a time per API server
+
+ICON = ("<svg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 24 24' fill='none' stroke='currentColor' "
+        "stroke-width='2'><circle cx='5' cy='12' r='2'/><circle cx='12' cy='6' r='2'/><circle cx='19' cy='12' r='2'/>"
+        "<circle cx='12' cy='18' r='2'/><path d='M7 12h10M12 8v8'/></svg>")
+
+
+def _airflow_root() -> str:
+    from urllib.parse import urlsplit
+
+    from airflow.configuration import conf
+
+    return urlsplit(conf.get("api", "base_url", fallback="") or "/").path.rstrip("/")
+
+
+async def reader(request: Request) -> Any:
+    """The signed-in user, when the auth manager lets them read DAG runs (the pages show what
+    DAG runs did to the streams); 401 without a valid token, 403 without the permission.
+
+    Airflow's own `get_user` decides who it is (a Bearer header first, else the `_token`
+    cookie); it is imported here, not at module level, so processes that load plugins without
+    serving the API (scheduler, DAG processor, workers) do not import the API server."""
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+    from airflow.api_fastapi.core_api.security import get_user
+    from fastapi.security import HTTPAuthorizationCredentials
+    from fastapi.security.utils import get_authorization_scheme_param
+
+    scheme, credentials = get_authorization_scheme_param(request.headers.get("Authorization"))
+    bearer = (HTTPAuthorizationCredentials(scheme=scheme, credentials=credentials)
+              if scheme.lower() == "bearer" and credentials else None)
+    user = await get_user(request, None, bearer)
+    if not get_auth_manager().is_authorized_dag(method="GET", access_entity=DagAccessEntity.RUN, user=user):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "Forbidden: the Streams pages need read access to DAG runs")
+    return user
+
+
+ReaderDep = Annotated[Any, Depends(reader)]
+
+
+def _configuration(user: Any) -> Configuration:
+    """Streams and stores, from the DAG runs this user may read."""
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.utils.session import create_session
+
+    from airflow_provider_streamstate.plugins.sources import load_configuration
+
+    with create_session() as session:
+        dag_ids = get_auth_manager().get_authorized_dag_ids(user=user, method="GET", session=session)
+        return load_configuration(session, dag_ids=set(dag_ids))
+
+
+def _stream(config: Configuration, stream: str, store: str | None) -> tuple[ConfiguredStream | None, str, str | None]:
+    """(the configured stream or None, the store URL to read, its connection); a stream or a
+    store the configuration does not know is refused."""
+    try:
+        validate_stream_name(stream)
+    except UsageError as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, exc.one_line()) from None
+    cs = config.streams.get(stream)
+    if store is not None:
+        if store not in config.stores:
+            raise HTTPException(status.HTTP_400_BAD_REQUEST,
+                                f"unknown store {store!r}: the pages read only stores of the configured streams, "
+                                "their DR stores and the Variable streamstate_stores")
+        return cs, store, config.store_conn(store)
+    if cs is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND,
+                            f"stream {stream} is not configured (Variable streamstate_streams) and no recent DAG run "
+                            "handled it; name its store with ?store=")
+    return cs, cs.store, cs.aws_conn_id
+
+
+def _dr(cs: ConfiguredStream | None, store: str) -> Any:
+    """The stream's DR store when the page reads its primary one (None when it cannot be
+    opened: the page then shows no DR column, and the log says why)."""
+    from airflow_provider_streamstate.plugins.sources import open_configured_store
+
+    if cs is None or not cs.dr_store or store != cs.store or cs.dr_store == store:
+        return None
+    try:
+        return open_configured_store(cs.dr_store, cs.dr_aws_conn_id)
+    except StreamstateError as exc:
+        log.warning("stream %s: DR store %s not opened: %s", cs.name, cs.dr_store, exc.one_line())
+        return None
+
+
+def _engine_error(exc: StreamstateError) -> HTTPException:
+    code = status.HTTP_404_NOT_FOUND if isinstance(exc, NotFoundError) else status.HTTP_502_BAD_GATEWAY
+    return HTTPException(code, exc.one_line())
+
+
+# --- the data of each page (shared by the pages and the JSON API) -----------------------------
+
+
+def streams_data(user: Any) -> tuple[Configuration, list[tuple[ConfiguredStream, Any]]]:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from airflow_provider_streamstate.engine.overview.streams import stream_row
+    from airflow_provider_streamstate.plugins.sources import open_configured_store, reach_checkpoint
+
+    config = _configuration(user)
+    now = datetime.now(UTC)
+
+    def row(cs: ConfiguredStream) -> tuple[ConfiguredStream, Any]:
+        from airflow_provider_streamstate.engine.overview.streams import StreamRow, StreamState
+
+        try:
+            reach_checkpoint(cs)
+            return cs, stream_row(open_configured_store(cs.store, cs.aws_conn_id), cs.name,
+                                  checkpoint=cs.checkpoint, dr_store=_dr(cs, cs.store), now=now)
+        except Exception as exc:  # noqa: BLE001 - one stream's connection must not hide the others
+            why = exc.one_line() if isinstance(exc, StreamstateError) else f"{type(exc).__name__}: {exc}"
+            log.warning("stream %s: %s", cs.name, why)
+            return cs, StreamRow(cs.name, cs.store, cs.checkpoint, StreamState("unknown", why, None, None, None),
+                                 1, None, None, None, None, [why])
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        rows = list(pool.map(row, config.streams.values()))
+    return config, rows
+
+
+def history_data(user: Any, stream: str, store: str | None) -> tuple[ConfiguredStream | None, Any]:
+    from airflow_provider_streamstate.engine.overview.history import stream_history
+    from airflow_provider_streamstate.plugins.sources import open_configured_store
+
+    cs, url, conn = _stream(_configuration(user), stream, store)
+    try:
+        return cs, stream_history(open_configured_store(url, conn), stream, dr_store=_dr(cs, url))
+    except StreamstateError as exc:
+        raise _engine_error(exc) from None
+
+
+def snapshot_data(user: Any, stream: str, snapshot_id: str, store: str | None) -> tuple[Any, Any, dict[str, str]]:
+    from airflow_provider_streamstate.engine.overview.snapshot import snapshot_detail
+    from airflow_provider_streamstate.plugins.sources import open_configured_store
+
+    try:
+        validate_snapshot_id(snapshot_id)
+    except UsageError as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, exc.one_line()) from None
+    cs, url, conn = _stream(_configuration(user), stream, store)
+    try:
+        detail = snapshot_detail(open_configured_store(url, conn), stream, snapshot_id, dr_store=_dr(cs, url))
+    except StreamstateError as exc:
+        raise _engine_error(exc) from None
+    calls = recovery_calls(stream=stream, snapshot_id=snapshot_id, store=url, aws_conn_id=conn,
+                           checkpoint=cs.checkpoint if cs else None, configured_store=cs.store if cs else None)
+    return detail, calls, _data_docs(snapshot_id)
+
+
+def _data_docs(snapshot_id: str) -> dict[str, str]:
+    """{suite: Data Docs location} of validation tasks that reported one for this snapshot
+    (ValidateSnapshotOperator's XCom `data_docs`): the record itself does not keep it."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    out: dict[str, str] = {}
+    with create_session() as session:
+        query = (select(XComModel.value).where(XComModel.key == "return_value")
+                 .where(XComModel.task_id.like("%validate%")).order_by(XComModel.dag_run_id.desc()).limit(500))
+        for raw in session.scalars(query):
+            try:
+                value = json.loads(raw) if isinstance(raw, str | bytes) else raw
+            except ValueError:
+                continue
+            if (isinstance(value, dict) and value.get("snapshot_id") == snapshot_id
+                    and isinstance(value.get("data_docs"), str) and isinstance(value.get("suite"), str)):
+                out.setdefault(value["suite"], value["data_docs"])
+    return out
+
+
+def diff_data(user: Any, stream: str, snapshot_id: str, store: str | None) -> tuple[str | None, dict[str, Any]]:
+    """The state diff against the parent, by `streamstate diff` in a subprocess (a Spark job:
+    its JVM never runs inside the API server); one at a time."""
+    detail, _, _ = snapshot_data(user, stream, snapshot_id, store)
+    if not detail.parent:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"snapshot {snapshot_id} has no parent to compare with")
+    cs, url, conn = _stream(_configuration(user), stream, store)
+    exe = shutil.which("streamstate", path=str(Path(sys.executable).parent)) or shutil.which("streamstate")
+    cmd = [exe] if exe else [sys.executable, "-m", "airflow_provider_streamstate.cli"]
+    cmd += ["diff", "--json", "--store", url, *(["--aws-conn-id", conn] if conn else []), "--stream", stream,
+            detail.parent, snapshot_id]
+    if not _DIFF_RUNNING.acquire(blocking=False):
+        raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, "a diff is running already: try again when it is done")
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=DIFF_TIMEOUT_S, env=os.environ.copy(),
+                              check=False)
+    except subprocess.TimeoutExpired:
+        raise HTTPException(status.HTTP_504_GATEWAY_TIMEOUT, f"the diff took more than {DIFF_TIMEOUT_S:.0f}s") from None
+    finally:
+        _DIFF_RUNNING.release()
+    if done.returncode != 0:  # the CLI's error (after Spark's own log lines), as one line
+        at = done.stderr.rfind("streamstate: error:")
+        lines = [ln.strip() for ln in done.stderr[max(at, 0):].splitlines() if ln.strip()]
+        why = " ".join(lines if at >= 0 else lines[-1:])[:1000] or f"streamstate diff exited {done.returncode}"
+        raise HTTPException(status.HTTP_502_BAD_GATEWAY, why)
+    return detail.parent, json.loads(done.stdout)
+
+
+# --- the app -------------------------------------------------------------------------------------
+
+
+def create_app() -> FastAPI:
+    app = FastAPI(title="streamstate: Streams", description="The Streams pages of the streamstate provider (read-only)",
+                  docs_url=None, redoc_url=None, openapi_url="/api/openapi.json")
+
+    def urls(request: Request) -> pages.Urls:
+        return pages.Urls(request.scope.get("root_path", "") or URL_PREFIX, _airflow_root())
+
+    @app.exception_handler(HTTPException)
+    async def refused(request: Request, exc: HTTPException) -> Response:
+        """API routes answer JSON; a page without a session goes to Airflow's login."""
+        path = request.url.path[len(request.scope.get("root_path", "")):]
+        if path.startswith("/api/"):
+            return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+        if exc.status_code == status.HTTP_401_UNAUTHORIZED:
+            from airflow.api_fastapi.app import get_auth_manager
+
+            return RedirectResponse(get_auth_manager().get_url_login(next_url=str(request.url)), status_code=303)
+        return HTMLResponse(pages.message_page(urls(request), f"{exc.status_code}", str(exc.detail)),
+                            status_code=exc.status_code)
+
+    @app.get("/", include_in_schema=False)
+    def root(request: Request) -> RedirectResponse:
+        return RedirectResponse(urls(request).streams())
+
+    @app.get("/static/icon.svg", include_in_schema=False)
+    def icon() -> Response:
+        return Response(ICON, media_type="image/svg+xml")
+
+    @app.get("/streams", response_class=HTMLResponse)
+    def streams_html(request: Request, user: ReaderDep) -> HTMLResponse:
+        config, rows = streams_data(user)
+        return HTMLResponse(pages.streams_page(urls(request), rows, config.problems))
+
+    @app.get("/streams/{stream}", response_class=HTMLResponse)
+    def history_html(request: Request, stream: str, user: ReaderDep,
+                     store: str | None = None) -> HTMLResponse:
+        cs, history = history_data(user, stream, store)
+        return HTMLResponse(pages.history_page(urls(request), history, cs, store))
+
+    @app.get("/streams/{stream}/snapshots/{snapshot_id}", response_class=HTMLResponse)
+    def snapshot_html(request: Request, stream: str, snapshot_id: str, user: ReaderDep,
+                      store: str | None = None) -> HTMLResponse:
+        detail, calls, docs = snapshot_data(user, stream, snapshot_id, store)
+        return HTMLResponse(pages.snapshot_page(urls(request), detail, calls, store, docs))
+
+    @app.get("/streams/{stream}/snapshots/{snapshot_id}/diff", response_class=HTMLResponse)
+    def diff_html(request: Request, stream: str, snapshot_id: str, user: ReaderDep,
+                  store: str | None = None) -> HTMLResponse:
+        try:
+            parent, result = diff_data(user, stream, snapshot_id, store)
+        except HTTPException as exc:
+            if exc.status_code in (401, 403):
+                raise
+            return HTMLResponse(pages.diff_page(urls(request), stream, snapshot_id, None, store, None, str(exc.detail)),
+                                status_code=exc.status_code)
+        return HTMLResponse(pages.diff_page(urls(request), stream, snapshot_id, parent, store, result, None))
+
+    @app.get("/api/streams")
+    def streams_api(user: ReaderDep) -> dict[str, Any]:
+        config, rows = streams_data(user)
+        return {"streams": [{**row.to_json(), "configured": cs.configured, "kafka_conn_id": cs.kafka_conn_id,
+                             "runs": [r.to_json() for r in cs.runs]} for cs, row in rows],
+                "stores": sorted(config.stores), "problems": config.problems}
+
+    @app.get("/api/streams/{stream}")
+    def history_api(stream: str, user: ReaderDep, store: str | None = None) -> dict[str, Any]:
+        return dict(history_data(user, stream, store)[1].to_json())
+
+    @app.get("/api/streams/{stream}/lag")
+    def lag_api(stream: str, user: ReaderDep) -> dict[str, Any]:
+        """Kafka lag apart from the page: the brokers may be slow or unreachable."""
+        from airflow_provider_streamstate.engine.overview.streams import kafka_lag
+        from airflow_provider_streamstate.plugins.sources import broker_offsets_of, reach_checkpoint
+
+        cs, _, _ = _stream(_configuration(user), stream, None)
+        assert cs is not None
+        try:
+            reach_checkpoint(cs)
+            offsets = broker_offsets_of(cs)
+        except StreamstateError as exc:
+            return {"available": False, "message": exc.one_line()}
+        return dict(kafka_lag(cs.checkpoint, offsets).to_json())
+
+    @app.get("/api/streams/{stream}/snapshots/{snapshot_id}")
+    def snapshot_api(stream: str, snapshot_id: str, user: ReaderDep,
+                     store: str | None = None) -> dict[str, Any]:
+        detail, calls, docs = snapshot_data(user, stream, snapshot_id, store)
+        return {**detail.to_json(), "calls": calls.to_json(), "data_docs": docs}
+
+    @app.get("/api/streams/{stream}/snapshots/{snapshot_id}/diff")
+    def diff_api(stream: str, snapshot_id: str, user: ReaderDep,
+                 store: str | None = None) -> dict[str, Any]:
+        parent, result = diff_data(user, stream, snapshot_id, store)
+        return {"parent": parent, "snapshot_id": snapshot_id, "diff": result}
+
+    return app

@@ -1,0 +1,186 @@
+"""Streams UI benchmark: each page and API answer of the Streams pages for a stream with
+1,000 snapshots, through Airflow's own API server app (auth included), against the catalog
+read they are built on.
+
+    .venv/bin/python benchmarks/ui_bench.py [--snapshots 1000] [--runs 5] [--workdir DIR]
+
+Builds, with the engine's real snapshot path on a small fake checkpoint (tests/unit/
+fake_checkpoint.py), a LocalStore holding `--snapshots` snapshots of stream `orders`: a
+rollback at 70% of them (a second timeline), a validation record on every 10th (every 3rd of
+those failed), 3 pins, 2 clones, and a DR store holding all but the newest 20 (replicated).
+The primary store's catalog index is left as retention leaves it (warm). Then, in a private
+Airflow home (SQLite, SimpleAuthManager), times each request `--runs` times with a token
+Airflow minted and reports medians, next to the baseline `list_summaries` (the index read
+every page starts from). The DR store's history is timed once with its index never built
+(replication copies manifests, not index segments), then again after `list_summaries` built
+it, as the scheduled DAG's `retention_dr` leaves it. `--workdir` keeps (and on a second run
+reuses) the built stores. Writes .bench/ui_results.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from benchmarks.bench_common import write_results  # noqa: E402
+
+
+def build(root: Path, n: int) -> tuple[Path, object, object, list[str]]:
+    from airflow_provider_streamstate.engine.catalog.index import list_summaries
+    from airflow_provider_streamstate.engine.catalog.retention import pin_snapshot
+    from airflow_provider_streamstate.engine.lifecycle.replicate import replicate
+    from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
+    from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
+    from airflow_provider_streamstate.engine.stores.local import LocalStore
+    from airflow_provider_streamstate.engine.streams.clones import record_clone
+    from tests.unit.fake_checkpoint import make_checkpoint
+    from tests.unit.store_history import put_validation
+    from tests.unit.test_timelines import grow
+
+    ckpt = make_checkpoint(root / "ckpt", batches=1)
+    store, dr = LocalStore(root / "store", fsync=False), LocalStore(root / "dr", fsync=False)
+    ids: list[str] = []
+    rollback_at = int(n * 0.7)
+    batch = 0
+    for i in range(n):
+        if i == rollback_at:
+            restore_snapshot(store, "orders", ids[rollback_at // 2], ckpt, force=True, fsync=False)
+            batch = int(ids[rollback_at // 2][:12])
+        batch += 1
+        grow(ckpt, batch)
+        sid = create_snapshot(str(ckpt), store, "orders").manifest.snapshot_id
+        ids.append(sid)
+        if i % 10 == 0:
+            put_validation(store, "orders", sid, "shape", i % 30 != 0)
+    for sid in (ids[0], ids[rollback_at // 2], ids[-1]):
+        pin_snapshot(store, "orders", sid, reason="bench")
+    for k, sid in enumerate((ids[n // 3], ids[-5])):
+        record_clone(store, clone=f"orders-clone{k}", source_stream="orders", checkpoint=str(root / f"clone{k}"),
+                     snapshot_id=sid, expires_at="2099-01-01T00:00:00Z", sinks={})
+    replicate(store, dr, "orders", snapshots=ids[:-20])
+    list_summaries(store, "orders")  # the index, as retention and `snapshot list` leave it
+    return ckpt, store, dr, ids
+
+
+def reuse(root: Path) -> tuple[Path, object, object, list[str]]:
+    """The stores a previous run built in `root`."""
+    from airflow_provider_streamstate.engine.catalog.timeline import snapshot_refs
+    from airflow_provider_streamstate.engine.stores.local import LocalStore
+
+    store, dr = LocalStore(root / "store", fsync=False), LocalStore(root / "dr", fsync=False)
+    return root / "ckpt", store, dr, [r.snapshot_id for r in snapshot_refs(store, "orders")]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--snapshots", type=int, default=1000)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--workdir", type=Path, default=None, help="build here, or reuse what a run built here")
+    a = ap.parse_args()
+
+    work = a.workdir or Path(tempfile.mkdtemp(prefix="streamstate-ui-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    from dev import airflow_home
+
+    airflow_home.configure_env(work / "airflow")
+    os.environ["AIRFLOW__API_AUTH__JWT_SECRET"] = secrets.token_urlsafe(64)
+    t0 = time.monotonic()
+    reused = (work / "store" / "streams" / "orders").exists()
+    ckpt, store, dr, ids = reuse(work) if reused else build(work, a.snapshots)
+    built = time.monotonic() - t0
+    print(f"{'reused' if reused else 'built'} {len(ids)} snapshots in {built:.0f}s", file=sys.stderr)
+    pick = {"newest": ids[-1], "failed": ids[30]}  # every 30th validation failed
+    airflow_home.prepare(work / "airflow")
+    # The DAGs in the metadata DB, as the DAG processor leaves them: the pages list the runs of
+    # DAGs the user may read, and a DAG's runs are only readable once the DAG is known.
+    subprocess.run([str(Path(sys.executable).parent / "airflow"), "dags", "reserialize"], check=True,
+                   capture_output=True, env=os.environ.copy())
+
+    from airflow.api_fastapi.app import create_app, get_auth_manager
+    from airflow.models.variable import Variable
+    from fastapi.testclient import TestClient
+
+    from airflow_provider_streamstate.engine.catalog.index import list_summaries
+
+    spec = {"name": "orders", "checkpoint": str(ckpt), "store": store.url}  # type: ignore[attr-defined]
+    Variable.set("streamstate_streams", [spec], serialize_json=True)
+    from airflow.models.dagrun import DagRun  # noqa: F401 - the run that names the DR store
+    # The DR store comes from a DAG run's conf, as the scheduled snapshot DAG takes it.
+    if not reused:
+        _record_dr_run(spec, dr.url)  # type: ignore[attr-defined]
+    app = create_app()
+    am = get_auth_manager()
+    headers = {"Authorization": f"Bearer {am.generate_jwt(am.get_users()[0])}"}
+    results: dict[str, object] = {"snapshots": len(ids), "build_seconds": None if reused else round(built, 1),
+                                  "runs": a.runs}
+
+    def timed(name: str, fn: object) -> None:
+        times = []
+        for _ in range(a.runs):
+            t = time.monotonic()
+            fn()  # type: ignore[operator]
+            times.append(time.monotonic() - t)
+        results[f"{name}_median_s"] = round(statistics.median(times), 3)
+        results[f"{name}_max_s"] = round(max(times), 3)
+        print(f"{name}: median {statistics.median(times):.3f}s, max {max(times):.3f}s", file=sys.stderr)
+
+    timed("baseline_list_summaries", lambda: list_summaries(store, "orders", update_index=False))  # type: ignore[arg-type]
+    with TestClient(app) as client:
+        def get(path: str) -> None:
+            r = client.get(path, headers=headers)
+            assert r.status_code == 200, (path, r.status_code, r.text[:300])
+        get("/streamstate/api/streams")  # first request: imports, DB connection
+        dr_history = f"/streamstate/streams/orders?store={dr.url}"  # type: ignore[attr-defined]
+        if not dr.list_records("streams/orders/index/"):  # type: ignore[attr-defined]  # never built yet
+            for view in ("first", "second"):  # the second from what the API server remembered
+                t = time.monotonic()
+                get(dr_history)
+                results[f"history_page_in_dr_store_index_never_built_{view}_view_s"] = round(time.monotonic() - t, 3)
+                print(f"DR history, index never built, {view} view: {time.monotonic() - t:.3f}s", file=sys.stderr)
+        list_summaries(dr, "orders")  # type: ignore[arg-type]  # as retention_dr leaves it
+        pages = {
+            "streams_page": "/streamstate/streams",
+            "streams_api": "/streamstate/api/streams",
+            "history_page": "/streamstate/streams/orders",
+            "history_api": "/streamstate/api/streams/orders",
+            "snapshot_page": f"/streamstate/streams/orders/snapshots/{pick['newest']}",
+            "snapshot_api": f"/streamstate/api/streams/orders/snapshots/{pick['failed']}",
+            "snapshot_page_in_dr_store": f"/streamstate/streams/orders/snapshots/{pick['failed']}?store={dr.url}",  # type: ignore[attr-defined]
+            "history_page_in_dr_store": dr_history,
+        }
+        for name, path in pages.items():
+            timed(name, lambda p=path: get(p))
+        results["history_page_kib"] = round(len(client.get(pages["history_page"], headers=headers).content) / 1024)
+        rows = client.get("/streamstate/api/streams", headers=headers).json()["streams"]
+        results["dr_snapshots_behind"] = rows[0]["dr"]["snapshots_behind"]
+    slowest = max(v for k, v in results.items() if k.endswith("_max_s") and not k.startswith("baseline"))
+    results["slowest_answer_s"] = slowest
+    results["all_within_1s"] = slowest < 1.0  # type: ignore[operator]
+    write_results("ui", results)
+
+
+def _record_dr_run(spec: dict[str, str], dr_store: str) -> None:
+    """A DAG run of streamstate_scheduled_snapshot that was given the stream and the DR store."""
+    from datetime import UTC, datetime
+
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        session.add(DagRun(dag_id="streamstate_scheduled_snapshot", run_id="bench", run_type="manual",
+                           conf={"streams": [spec], "dr_store": dr_store}, state="success",
+                           run_after=datetime.now(UTC)))
+
+
+if __name__ == "__main__":
+    main()
