@@ -6,25 +6,31 @@ PY     := $(VENV)/bin/python
 UV_VERSION := 0.13.9
 MVN    ?= mvn
 
-.PHONY: setup demo demo-dr test lint bench lock stack-up stack-down clean
+.PHONY: setup browser demo demo-dr test lint bench lock stack-up stack-down clean ui-screenshots
 
 GROUP_STATE_JOB := .jvm/group-state-job/streamstate-group-state-job.jar
 
-setup: $(VENV)/.installed .jvm/.fetched $(GROUP_STATE_JOB)
+setup: $(VENV)/.installed .jvm/.fetched $(GROUP_STATE_JOB) browser
+
+# A headless Chromium and its chromedriver for the Streams UI tests (Debian packages).
+browser:
+	@bash dev/require.sh browser
 
 $(VENV)/.installed: requirements.lock pyproject.toml
 	@bash dev/require.sh python "$(PYTHON)"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --disable-pip-version-check uv==$(UV_VERSION)
-	$(VENV)/bin/uv pip sync -q --python $(PY) requirements.lock
-	$(VENV)/bin/uv pip install -q --python $(PY) --no-deps -e .
+	@echo "installing the locked Python packages into $(VENV) ..."
+	@$(VENV)/bin/uv pip sync -q --python $(PY) requirements.lock
+	@$(VENV)/bin/uv pip install -q --python $(PY) --no-deps -e .
 	@touch $@
 
 .jvm/.fetched: pom.xml jvm/kafka-broker/pom.xml jvm/spark-kafka/pom.xml jvm/s3proxy/pom.xml jvm/mirror-maker/pom.xml jvm/spark-s3a/pom.xml jvm/yarn-cluster/pom.xml $(wildcard jvm/yarn-cluster/src/main/*/*/*/*/*) jvm/settings.xml
 	@bash dev/require.sh java
 	@bash dev/require.sh mvn
-	rm -rf .jvm
-	$(MVN) -q -B -s jvm/settings.xml package
+	@echo "fetching the JVM artifacts (Kafka, Spark connectors, S3, YARN) with Maven ..."
+	@rm -rf .jvm
+	@$(MVN) -q -B -s jvm/settings.xml package
 	@touch $@
 
 # A Java stream with mapGroupsWithState/flatMapGroupsWithState for the tests, compiled against
@@ -32,20 +38,24 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 $(GROUP_STATE_JOB): $(wildcard jvm/group-state-job/src/main/java/io/streamstate/dev/*.java) $(VENV)/.installed
 	@bash dev/require.sh java
 	@command -v javac >/dev/null 2>&1 || { echo "error: javac not found; install a JDK 17+ (e.g. apt-get install openjdk-17-jdk-headless)" >&2; exit 1; }
-	rm -rf .jvm/group-state-job && mkdir -p .jvm/group-state-job/classes
-	javac -nowarn -cp "$$($(PY) -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')/jars/*" \
+	@rm -rf .jvm/group-state-job && mkdir -p .jvm/group-state-job/classes
+	@javac -nowarn -cp "$$($(PY) -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')/jars/*" \
 	  -d .jvm/group-state-job/classes $(wildcard jvm/group-state-job/src/main/java/io/streamstate/dev/*.java)
-	jar cf $@ -C .jvm/group-state-job/classes .
+	@jar cf $@ -C .jvm/group-state-job/classes .
 
 demo: setup
-	$(PY) dev/demo.py
+	@$(PY) dev/demo.py
 
 # A disaster-recovery drill: the primary region dies, Airflow fails the stream over to DR.
 demo-dr: setup
-	$(PY) dev/demo_dr.py
+	@$(PY) dev/demo_dr.py
 
 test: setup
 	bash dev/run-tests.sh
+
+# The screenshots in docs/ui.md: the Streams pages in headless Chromium, on seeded stores.
+ui-screenshots: setup
+	$(PY) dev/ui_screenshots.py
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -38,6 +38,7 @@ sys.path.insert(0, str(REPO))
 
 from dev import airflow_home  # noqa: E402
 from dev import stack as stack_mod  # noqa: E402
+from dev.console import quiet, say  # noqa: E402
 
 HOME = REPO / ".stack" / "airflow"
 DEMO_DAGS = sorted((REPO / "dev" / "demo_dags").glob("*.py"))
@@ -93,12 +94,12 @@ def run(dag_id: str, conf: dict[str, Any], log_dir: Path) -> airflow_home.DagRes
     result = airflow_home.run_dag(dag_id, conf, DEMO_DAGS)
     log = log_dir / f"{time.strftime('%H%M%S')}-{dag_id}.log"
     log.write_text(result.log)
-    print(f"  DAG {dag_id}: {result.state} in {time.monotonic() - t0:.0f}s (log {log.relative_to(REPO)})")
+    say(f"  DAG {dag_id}: {result.state} in {time.monotonic() - t0:.0f}s (log {log.relative_to(REPO)})")
     for task_id, task in result.tasks.items():
         if f"{task_id}[0]" in result.tasks:
             continue  # a mapped task: its instances are listed
         took = f" {task.seconds:.1f}s" if task.seconds is not None else ""
-        print(f"    {task_id:22} {task.state or '-':8}{took:>7}  {_short(task.xcom)}")
+        say(f"    {task_id:22} {task.state or '-':8}{took:>7}  {_short(task.xcom)}")
     return result
 
 
@@ -126,12 +127,17 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--rounds must be at least 2 (the driver is killed after the first)")
 
     airflow_home.configure_env(HOME)  # before anything imports Airflow
+    log = quiet(HOME / "demo-logs" / "demo.log")
+    say(f"the demo's own lines follow; Airflow, Spark and the stack write to {log.relative_to(REPO)}")
     t0 = time.monotonic()
-    print("starting the local stack (Kafka KRaft broker, S3 primary + dr) ...", flush=True)
+    say("starting the local stack (Kafka KRaft broker, S3 primary + dr) ...", flush=True)
     stack = stack_mod.up()
-    print(f"  kafka {stack.kafka_bootstrap}; s3 primary {stack.s3['primary']['endpoint_url']}")
+    say(f"  kafka {stack.kafka_bootstrap}; s3 primary {stack.s3['primary']['endpoint_url']}")
     try:
         return _demo(args, stack, t0)
+    except Exception as exc:
+        say(f"demo failed: {type(exc).__name__}: {exc} (the traceback is in {log.relative_to(REPO)})")
+        raise
     finally:
         from airflow_provider_streamstate.engine.streams import launcher
 
@@ -141,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.keep_stack:
             stack_mod.down()
         else:
-            print(json.dumps(stack.to_json()))
+            say(json.dumps(stack.to_json()))
 
 
 def _demo(args: argparse.Namespace, stack: Any, t0: float) -> int:
@@ -160,7 +166,7 @@ def _demo(args: argparse.Namespace, stack: Any, t0: float) -> int:
     )
     from airflow_provider_streamstate.spec import StreamSpec
 
-    print(f"preparing Airflow in {HOME.relative_to(REPO)} (SQLite metadata DB, DAGs: dags/ + dev/demo_dags/) ...",
+    say(f"preparing Airflow in {HOME.relative_to(REPO)} (SQLite metadata DB, DAGs: dags/ + dev/demo_dags/) ...",
           flush=True)
     airflow_home.prepare(HOME, DEMO_DAGS, refresh=True)
     # This process's Spark session, made first with the Kafka connector: the DAG tasks that
@@ -203,12 +209,12 @@ def _demo(args: argparse.Namespace, stack: Any, t0: float) -> int:
     )
     stream = spec.to_dict()
     offsets = lambda o: broker_offsets(stack.kafka_bootstrap, o)  # noqa: E731
-    print(f"stream {STREAM}: example stream (RocksDB state, changelog checkpointing), checkpoint "
+    say(f"stream {STREAM}: example stream (RocksDB state, changelog checkpointing), checkpoint "
           f"{Path(spec.checkpoint).relative_to(REPO)}, snapshots to {spec.store} on the primary S3 endpoint\n")
 
     result = run("streamstate_demo_start", {"stream": stream}, log_dir)
     if result.state != "success":
-        print(result.log[-3000:])
+        say(result.log[-3000:])
         return 1
 
     specs: list[GeneratorSpec] = []
@@ -218,24 +224,24 @@ def _demo(args: argparse.Namespace, stack: Any, t0: float) -> int:
         sent = produce(stack.kafka_bootstrap, source, gen, rate=500)
         specs.append(gen)
         gen = gen.next_round()
-        print(f"\nround {i + 1}/{args.rounds}: produced {sent} transactions")
+        say(f"\nround {i + 1}/{args.rounds}: produced {sent} transactions")
         time.sleep(4)  # a couple of triggers
-        print(progress_line(spec.checkpoint, offsets))
+        say(progress_line(spec.checkpoint, offsets))
         if i == 0:
             handle = launcher.read_launch(spec.checkpoint).handle
             os.killpg(handle.pid, signal.SIGKILL)
-            print(f"  killed the stream's driver (SIGKILL to process group {handle.pid}), as a lost host would")
+            say(f"  killed the stream's driver (SIGKILL to process group {handle.pid}), as a lost host would")
             time.sleep(1)
             supervisor = run("streamstate_supervisor", {"streams": [stream], "settle_seconds": 120}, log_dir)
             report = supervisor.tasks.get("supervise[0]")
             if report is not None and report.xcom:
-                print(f"  supervisor: {report.xcom['message']}")
+                say(f"  supervisor: {report.xcom['message']}")
                 for t in report.xcom["timings"]:
-                    print(f"  recovery: launched in {t['launch_s']}s, query running after {t['spark_start_s']}s, "
+                    say(f"  recovery: launched in {t['launch_s']}s, query running after {t['spark_start_s']}s, "
                           f"first batch after {t['first_batch_s']}s")
         snap = run("streamstate_scheduled_snapshot", {"streams": [stream]}, log_dir)
         if snap.state != "success":
-            print(snap.log[-3000:])
+            say(snap.log[-3000:])
 
     total = sum(s.events for s in specs)
     deadline = time.monotonic() + 180
@@ -246,8 +252,8 @@ def _demo(args: argparse.Namespace, stack: Any, t0: float) -> int:
         if found and sum(sum(p.values()) for p in found[1].values()) >= count_messages(stack.kafka_bootstrap, source):
             break
         time.sleep(2)
-    print("\nall input read:")
-    print(progress_line(spec.checkpoint, offsets))
+    say("\nall input read:")
+    say(progress_line(spec.checkpoint, offsets))
     # The full scheduled round: snapshot, validate with a GX suite, replicate to the DR
     # store (and wait until it is complete there), retention in both stores.
     suite = work / "accounts-sane.json"
@@ -255,7 +261,7 @@ def _demo(args: argparse.Namespace, stack: Any, t0: float) -> int:
     dr = stack.s3["dr"]
     os.environ.update(stack.airflow_conn_env("dr", "aws_demo_dr"))
     dr_store = f"s3://{dr['bucket']}/demo-{run_id}"
-    print(f"\nthe full scheduled round: validate with {suite.relative_to(REPO)}, replicate to {dr_store} (DR "
+    say(f"\nthe full scheduled round: validate with {suite.relative_to(REPO)}, replicate to {dr_store} (DR "
           "endpoint), retention keeping the newest 2 (and the newest known-good)")
     final_snapshot = run("streamstate_scheduled_snapshot", {
         "streams": [stream], "suite": str(suite), "dr_store": dr_store, "dr_aws_conn_id": "aws_demo_dr",
@@ -263,7 +269,7 @@ def _demo(args: argparse.Namespace, stack: Any, t0: float) -> int:
     }, log_dir)
     replicated = (final_snapshot.tasks.get("stream.replicate[0]") or final_snapshot.tasks.get("stream.replicate"))
     for s in ((replicated.xcom or {}).get("snapshots") or []) if replicated else []:
-        print(f"  replicated {s['snapshot_id']} to DR: {s['bytes_copied']} bytes copied, "
+        say(f"  replicated {s['snapshot_id']} to DR: {s['bytes_copied']} bytes copied, "
               f"{s['bytes_skipped']} already there, replication lag {s['lag_seconds']}s")
     clone_checkpoint = work / "clone"
     clone = run("streamstate_demo_clone_and_stop", {
@@ -279,13 +285,13 @@ def _demo(args: argparse.Namespace, stack: Any, t0: float) -> int:
         "clone_root": str(work / "gate"), "reports": str(work / "gate-reports"),
     }, log_dir)
     verdict = (gate.tasks.get("gate") and gate.tasks["gate"].xcom) or {}
-    print(f"  deploy gate: {'PASS' if verdict.get('deploy') else 'BLOCKED'}; GX Data Docs: {verdict.get('data_docs')}")
+    say(f"  deploy gate: {'PASS' if verdict.get('deploy') else 'BLOCKED'}; GX Data Docs: {verdict.get('data_docs')}")
 
     store = open_store(spec.store, s3_client=_s3_client(stack))
     listing = list_snapshots(store, STREAM)
-    print(f"\nsnapshots of {STREAM} in {spec.store}:")
+    say(f"\nsnapshots of {STREAM} in {spec.store}:")
     for m in listing.manifests:
-        print(f"  {m.snapshot_id}  batch {m.batch_id:>3}  {len(m.files):>4} files  {m.bytes_total:>9} bytes  "
+        say(f"  {m.snapshot_id}  batch {m.batch_id:>3}  {len(m.files):>4} files  {m.bytes_total:>9} bytes  "
               f"labels {dict(m.labels)}")
     newest = listing.manifests[-1]
 
@@ -320,14 +326,35 @@ def _demo(args: argparse.Namespace, stack: Any, t0: float) -> int:
         **sessions,
         "seconds": round(time.monotonic() - t0, 1),
     }
-    print("\nsummary")
+    say("\nsummary")
     for key, value in summary.items():
-        print(f"  {key:26} {value}")
-    print("\nsee the runs in the Airflow UI (docs/first-dag.md): "
-          f"PATH=$PWD/.venv/bin:$PATH AIRFLOW_HOME=$PWD/{HOME.relative_to(REPO)} airflow standalone")
+        say(f"  {key:26} {value}")
+    browsable = _browsable_copy(store, spec, work)
+    say(f"\nthe stream's snapshots, copied to {browsable} so the Streams page shows them after the stack stops.")
+    say("see the runs and the streams in the Airflow UI (docs/ui.md): "
+        f"PATH=$PWD/.venv/bin:$PATH AIRFLOW_HOME=$PWD/{HOME.relative_to(REPO)} airflow standalone")
+    say(f"then open the Streams page: {STREAMS_PAGE}")
     checks = ("dag_runs_succeeded", "supervisor_restarted_it", "replicated_to_dr", "deploy_gate_passed", "state_matches_generator", "clone_matches_batch_state",
               "store_verified", "pipeline_snapshot_dag_succeeded", "pipeline_restore_exact", "sessions_clone_exact")
     return 0 if all(summary[k] for k in checks) and len(commits) >= 3 else 1
+
+
+STREAMS_PAGE = "http://localhost:8080/streamstate/streams"  # `airflow standalone`'s API server
+
+
+def _browsable_copy(store: Any, spec: Any, work: Path) -> str:
+    """The demo stream's snapshots (with their timelines and validations) in a local store,
+    named by the Variable streamstate_streams: the S3 endpoints stop with the demo, the
+    Streams page reads the stores the configuration names."""
+    from airflow.models.variable import Variable
+
+    from airflow_provider_streamstate.engine.lifecycle.replicate import replicate
+    from airflow_provider_streamstate.engine.stores import open_store
+
+    local = f"file://{work / 'snapshots'}"
+    replicate(store, open_store(local), STREAM, all_missing=True)
+    Variable.set("streamstate_streams", json.dumps([{**spec.to_dict(), "store": local, "aws_conn_id": None}]))
+    return str((work / "snapshots").relative_to(REPO))
 
 
 def _pipeline_demo(spark: Any, stack: Any, work: Path, log_dir: Path, run_id: str) -> dict[str, Any]:
@@ -358,7 +385,7 @@ def _pipeline_demo(spark: Any, stack: Any, work: Path, log_dir: Path, run_id: st
                 "store": store, "kafka_conn_id": "kafka_demo"}
     rounds = [GeneratorSpec(seed=7, accounts=30, events=400, duplicate_rate=0.05)]
     rounds.append(rounds[0].next_round())
-    print(f"\npipeline demo-orders: enrich (dedup) -> {link} -> totals (per account), running here; "
+    say(f"\npipeline demo-orders: enrich (dedup) -> {link} -> totals (per account), running here; "
           f"pipeline snapshots to {store}")
     produce(bootstrap, src, rounds[0])
 
@@ -388,16 +415,16 @@ def _pipeline_demo(spark: Any, stack: Any, work: Path, log_dir: Path, run_id: st
     snap = (cut.tasks.get("pipeline.snapshot[0]") and cut.tasks["pipeline.snapshot[0]"].xcom) or {}
     restored = False
     if snap:
-        print(f"  cut {snap['snapshot_id']}: " + ", ".join(f"{m} batch {v['batch_id']}" for m, v in snap["members"].items())
+        say(f"  cut {snap['snapshot_id']}: " + ", ".join(f"{m} batch {v['batch_id']}" for m, v in snap["members"].items())
               + f"; {snap['channels'][0]['records']} channel record(s) kept")
-        print(f"  $ streamstate pipeline restore {snap['snapshot_id']} --pipeline demo-orders --store {store} ...")
+        say(f"  $ streamstate pipeline restore {snap['snapshot_id']} --pipeline demo-orders --store {store} ...")
         code = cli(["pipeline", "restore", snap["snapshot_id"], "--pipeline", "demo-orders", "--store", store,
                     "--kafka-bootstrap", bootstrap])
         for m in members:  # run the restored pipeline to the end of the same input
             q = start_member(spark, args(m, "available-now"))
             q.awaitTermination(300)
         restored = code == 0 and totals() == expected
-        print(f"  restored at the cut and run to the end: totals {'equal' if restored else 'DIFFER FROM'} "
+        say(f"  restored at the cut and run to the end: totals {'equal' if restored else 'DIFFER FROM'} "
               "the generator's (no link record lost or counted twice)")
     return {"pipeline_snapshot_dag_succeeded": cut.state == "success", "pipeline_restore_exact": restored}
 
@@ -427,7 +454,7 @@ def _sessions_demo(spark: Any, stack: Any, work: Path, run_id: str) -> dict[str,
     store = f"file://{work / 'sessions-store'}"
     rounds = [GeneratorSpec(seed=11, accounts=20, events=300)]
     rounds.append(rounds[0].next_round())
-    print(f"\nstream sessions (transformWithStateInPandas: profile, session, bands, timers), running here; "
+    say(f"\nstream sessions (transformWithStateInPandas: profile, session, bands, timers), running here; "
           f"snapshots to {store}")
     produce(bootstrap, src, rounds[0])
     args = SessionArgs(bootstrap, str(checkpoint), source_topic=src, sessions_topic=f"{src}-out", gap_ms=60_000,
@@ -443,15 +470,15 @@ def _sessions_demo(spark: Any, stack: Any, work: Path, run_id: str) -> dict[str,
         deadline = time.monotonic() + 60
         while query.lastProgress["batchId"] < 3 and time.monotonic() < deadline:  # mid-run, under input
             time.sleep(0.5)
-        print(f"  $ streamstate snapshot create --store {store} --stream sessions --checkpoint {checkpoint}")
+        say(f"  $ streamstate snapshot create --store {store} --stream sessions --checkpoint {checkpoint}")
         code = cli(["snapshot", "create", "--store", store, "--stream", "sessions", "--checkpoint", str(checkpoint)])
         feeder.join()
     finally:
         query.stop()
-    print("  $ streamstate state show --stream sessions latest --state-var profile --limit 3 ...")
+    say("  $ streamstate state show --stream sessions latest --state-var profile --limit 3 ...")
     shown = cli(["state", "show", "--store", store, "--stream", "sessions", "latest", "--state-var", "profile",
                  "--limit", "3"])
-    print(f"  $ streamstate restore --store {store} --stream sessions latest --target {clone} --new-query-id")
+    say(f"  $ streamstate restore --store {store} --stream sessions latest --target {clone} --new-query-id")
     cloned = cli(["restore", "--store", store, "--stream", "sessions", "latest", "--target", str(clone),
                   "--new-query-id"])
     # Processing-time timers make Spark run a batch at every trigger (an available-now run
@@ -474,7 +501,7 @@ def _sessions_demo(spark: Any, stack: Any, work: Path, run_id: str) -> dict[str,
     profiles = {r.key.account: {"count": r.value.txn_count, "sum": r.value.total_cents, "max": r.value.max_cents}
                 for r in read_state(spark, str(clone), stateVarName="profile").collect()}
     exact = code == 0 and shown == 0 and cloned == 0 and profiles == expected
-    print(f"  clone run to the end of the input: profiles {'equal' if exact else 'DIFFER FROM'} the generator's")
+    say(f"  clone run to the end of the input: profiles {'equal' if exact else 'DIFFER FROM'} the generator's")
     return {"sessions_clone_exact": exact}
 
 

@@ -36,6 +36,7 @@ sys.path.insert(0, str(REPO))
 
 from dev import airflow_home  # noqa: E402
 from dev import stack as stack_mod  # noqa: E402
+from dev.console import quiet, say  # noqa: E402
 from dev.demo import DEMO_DAGS, HOME, count_messages, run  # noqa: E402
 
 STATE_DIR = REPO / ".stack" / "dr-demo"
@@ -74,16 +75,21 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     airflow_home.configure_env(HOME)  # before anything imports Airflow
+    log = quiet(HOME / "demo-logs" / "demo-dr.log")
+    say(f"the drill's own lines follow; Airflow, Spark and the stack write to {log.relative_to(REPO)}")
     t0 = time.monotonic()
-    print(f"starting the region pair in {STATE_DIR.relative_to(REPO)}: primary Kafka + S3, DR Kafka + S3, "
+    say(f"starting the region pair in {STATE_DIR.relative_to(REPO)}: primary Kafka + S3, DR Kafka + S3, "
           f"MirrorMaker 2 ({args.policy} policy) ...", flush=True)
     stack_mod.down(STATE_DIR)  # a drill starts from a clean pair
     primary = stack_mod.up(STATE_DIR)
     dr = stack_mod.start_dr_kafka(STATE_DIR, primary.kafka_bootstrap, policy=args.policy)
-    print(f"  primary kafka {primary.kafka_bootstrap}, DR kafka {dr.bootstrap}")
+    say(f"  primary kafka {primary.kafka_bootstrap}, DR kafka {dr.bootstrap}")
     work = STATE_DIR / "work"
     try:
         return _drill(args, primary, dr, work, t0)
+    except Exception as exc:
+        say(f"drill failed: {type(exc).__name__}: {exc} (the traceback is in {log.relative_to(REPO)})")
+        raise
     finally:
         from airflow_provider_streamstate.engine.streams import launcher
 
@@ -109,7 +115,7 @@ def _drill(args: argparse.Namespace, primary: Any, dr: Any, work: Path, t0: floa
     )
     from airflow_provider_streamstate.spec import StreamSpec
 
-    print(f"preparing Airflow in {HOME.relative_to(REPO)} ...", flush=True)
+    say(f"preparing Airflow in {HOME.relative_to(REPO)} ...", flush=True)
     airflow_home.prepare(HOME, DEMO_DAGS, refresh=True)
     log_dir = HOME / "demo-logs"
     log_dir.mkdir(exist_ok=True)
@@ -141,7 +147,7 @@ def _drill(args: argparse.Namespace, primary: Any, dr: Any, work: Path, t0: floa
 
     in_primary = spec_in("primary", primary.kafka_bootstrap, source, "kafka_primary", "aws_primary")
     in_dr = spec_in("dr", dr.bootstrap, dr_source, "kafka_dr", "aws_dr")
-    print(f"\nstream {STREAM} in the primary region: snapshots to {in_primary.store} (primary S3), replicated "
+    say(f"\nstream {STREAM} in the primary region: snapshots to {in_primary.store} (primary S3), replicated "
           f"to {in_dr.store} (DR S3); {source} mirrored to {dr_source} in DR")
     if run("streamstate_demo_start", {"stream": in_primary.to_dict()}, log_dir).state != "success":
         return 1
@@ -152,7 +158,7 @@ def _drill(args: argparse.Namespace, primary: Any, dr: Any, work: Path, t0: floa
         sent = produce(primary.kafka_bootstrap, source, gen, rate=1000, per_transaction=50)
         specs.append(gen)
         gen = gen.next_round()
-        print(f"\nround {i + 1}/{args.rounds}: produced {sent} transactions (in Kafka transactions of 50)")
+        say(f"\nround {i + 1}/{args.rounds}: produced {sent} transactions (in Kafka transactions of 50)")
         wait_until(lambda: consumed(in_primary.checkpoint) >= end_offsets(primary.kafka_bootstrap, source), 180,
                    "the primary stream to read the round")
         run("streamstate_scheduled_snapshot", {"streams": [in_primary.to_dict()], "dr_store": in_dr.store,
@@ -162,9 +168,9 @@ def _drill(args: argparse.Namespace, primary: Any, dr: Any, work: Path, t0: floa
     specs.append(gen)
     mirrored = sum(s.events for s in specs)
     wanted = sum(1 for s in specs for _ in messages(s))  # duplicates included
-    print(f"\none more round after the last snapshot: {sent} transactions; waiting for the mirror ...")
+    say(f"\none more round after the last snapshot: {sent} transactions; waiting for the mirror ...")
     wait_until(lambda: count_messages(dr.bootstrap, dr_source) >= wanted, 180, "MirrorMaker 2 to mirror it")
-    print(f"  DR holds all {wanted} messages ({mirrored} transactions)")
+    say(f"  DR holds all {wanted} messages ({mirrored} transactions)")
 
     # What the DR side cannot count but the drill can: events the primary accepted that never
     # reached the mirror (RPO), taken at the moment the region dies.
@@ -173,24 +179,24 @@ def _drill(args: argparse.Namespace, primary: Any, dr: Any, work: Path, t0: floa
     os.killpg(handle.pid, signal.SIGKILL)
     stack_mod.kill_part(STATE_DIR, "primary-kafka")
     stack_mod.kill_part(STATE_DIR, "primary-s3")
-    print("\nthe primary region dies: SIGKILL to the stream's driver, the primary broker and the primary S3 endpoint")
+    say("\nthe primary region dies: SIGKILL to the stream's driver, the primary broker and the primary S3 endpoint")
 
     failover = run("streamstate_dr_failover", {
         "stream": in_dr.to_dict(), "primary": in_primary.to_dict(), "replication_policy": dr.policy,
         "source_alias": dr.source_alias, "max_lag": 0,
     }, log_dir)
     if failover.state != "success":
-        print(failover.log[-3000:])
+        say(failover.log[-3000:])
         return 1
     report = failover.tasks["report"].xcom or {}
     restored = failover.tasks["failover"].xcom or {}
     for line in report.get("lines", []):
-        print(f"  {line}")
+        say(f"  {line}")
 
     after = gen.next_round()
     specs.append(after)
     produce(dr.bootstrap, dr_source, after, rate=1000, per_transaction=50)
-    print(f"\nnew input in the DR cluster: {after.events} transactions into {dr_source}")
+    say(f"\nnew input in the DR cluster: {after.events} transactions into {dr_source}")
     wait_until(lambda: consumed(in_dr.checkpoint) >= end_offsets(dr.bootstrap, dr_source), 180,
                "the DR stream to read it")
     launcher.stop(in_dr.checkpoint, timeout_s=60)
@@ -211,10 +217,10 @@ def _drill(args: argparse.Namespace, primary: Any, dr: Any, work: Path, t0: floa
         "state_matches_generator": state == expected_aggregates(specs),
         "seconds": round(time.monotonic() - t0, 1),
     }
-    print("\nsummary")
+    say("\nsummary")
     for key, value in summary.items():
-        print(f"  {key:26} {value}")
-    print("  (rpo_events: messages the primary accepted that the mirror did not hold when the region died; the "
+        say(f"  {key:26} {value}")
+    say("  (rpo_events: messages the primary accepted that the mirror did not hold when the region died; the "
           "drill knows it, a real failover cannot count it from the DR side)")
     return 0 if all(summary[k] for k in ("failover_dag_succeeded", "resumed_with_next_batch",
                                          "state_matches_generator")) else 1

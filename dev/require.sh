@@ -16,5 +16,17 @@ case "$1" in
     [ "${major:-0}" -ge 17 ] 2>/dev/null || { echo "error: Java 17+ is required, found: $(java -version 2>&1 | head -1)" >&2; exit 1; } ;;
   mvn)
     command -v mvn >/dev/null 2>&1 || { echo "error: mvn not found; install Maven 3.8+ (e.g. apt-get install maven)" >&2; exit 1; } ;;
-  *) echo "usage: dev/require.sh python|java|mvn" >&2; exit 2 ;;
+  browser)
+    # The Streams UI tests drive a real headless Chromium through its WebDriver (Selenium).
+    if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+      if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "installing chromium and chromium-driver (Debian packages) for the UI tests" >&2
+        { apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 ||
+          { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium chromium-driver >/dev/null 2>&1; }; } ||
+          { echo "error: apt-get could not install chromium chromium-driver; install them (the UI tests need a headless Chromium and its chromedriver)" >&2; exit 1; }
+      else
+        echo "error: chromium and chromedriver not found; install them (e.g. apt-get install chromium chromium-driver) for the UI tests" >&2; exit 1
+      fi
+    fi ;;
+  *) echo "usage: dev/require.sh python|java|mvn|browser" >&2; exit 2 ;;
 esac

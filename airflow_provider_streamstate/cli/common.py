@@ -112,6 +112,16 @@ def kafka_config_from_args(args: argparse.Namespace) -> dict[str, Any] | None:
     return None if path is None else load_client_properties(path)
 
 
+def add_mirror_options(p: argparse.ArgumentParser, *, topics: str = "a primary topic") -> None:
+    """How the primary's topics are named in the DR cluster (`failover`, `pipeline failover`)."""
+    p.add_argument("--topic-map", action="append", default=[], metavar="SRC=DST",
+                   help=f"the DR name of {topics} (repeatable); overrides the replication policy")
+    p.add_argument("--replication-policy", choices=("default", "identity"), default="default",
+                   help="the mirror's naming: default `<source alias>.<topic>`, identity the same name")
+    p.add_argument("--source-alias", default="primary",
+                   help="the primary cluster's alias in MirrorMaker 2 (default: primary)")
+
+
 def add_parallelism(p: argparse.ArgumentParser) -> None:
     p.add_argument("--parallelism", type=int, default=8, metavar="N", help="concurrent file transfers (default 8)")
 

@@ -15,6 +15,7 @@ from airflow_provider_streamstate.cli.common import (
     EXIT_OK,
     Handlers,
     add_kafka_options,
+    add_mirror_options,
     add_parallelism,
     add_store_options,
     kafka_config_from_args,
@@ -32,12 +33,7 @@ def register(commands: Any) -> Handlers:
                    help="a snapshot id or `latest` (default: the newest one that translates exactly)")
     p.add_argument("--target", required=True, help="the stream's DR checkpoint: a new or empty directory, or an empty s3a://bucket/path")
     add_kafka_options(p, required=True, help="the DR Kafka cluster")
-    p.add_argument("--topic-map", action="append", default=[], metavar="SRC=DST",
-                   help="the DR name of a primary topic (repeatable); overrides the replication policy")
-    p.add_argument("--replication-policy", choices=("default", "identity"), default="default",
-                   help="the mirror's naming: default `<source alias>.<topic>`, identity the same name")
-    p.add_argument("--source-alias", default="primary",
-                   help="the primary cluster's alias in MirrorMaker 2 (default: primary)")
+    add_mirror_options(p)
     p.add_argument("--suite", default=None, help="only snapshots that passed this validation suite")
     p.add_argument("--wait-mirror", type=float, default=0.0, metavar="SECONDS",
                    help="with SNAPSHOT: wait up to this long for the mirror to hold its last records "

@@ -36,6 +36,7 @@ from airflow_provider_streamstate.cli.common import (
     Handlers,
     Parser,
     add_kafka_options,
+    add_mirror_options,
     add_parallelism,
     add_store_options,
     duration,
@@ -78,12 +79,7 @@ def register(commands: Any) -> Handlers:
                       help="each member's DR checkpoint: a new or empty directory or s3a:// location (one per member)")
     fail.add_argument("--link-topic", action="append", default=[], metavar="LINK=DR_TOPIC",
                       help="the DR topic a link's upstream writes there (default: the link's own name)")
-    fail.add_argument("--topic-map", action="append", default=[], metavar="SRC=DST",
-                      help="the DR name of a source topic (repeatable); overrides the replication policy")
-    fail.add_argument("--replication-policy", choices=("default", "identity"), default="default",
-                      help="the mirror's naming of source topics: default `<source alias>.<topic>`, identity the same")
-    fail.add_argument("--source-alias", default="primary",
-                      help="the primary cluster's alias in MirrorMaker 2 (default: primary)")
+    add_mirror_options(fail, topics="a source topic")
     fail.add_argument("--good-only", action="store_true",
                       help="without SNAPSHOT: only pipeline snapshots whose every member passed its validations")
     parsers["validate"].add_argument("--suite", action="append", default=[], metavar="MEMBER=FILE", required=True,

@@ -167,7 +167,8 @@ def load_configuration(session: Session, *, dag_ids: set[str] | None = None) -> 
             spec = _spec(value)
             if spec is not None:
                 add(spec, configured=False, dr_store=dr_store, dr_conn=dr_conn, run=ref)
-        if not given and run.dag_id.startswith("streamstate_"):  # a scheduled run: the Variable's streams
+        if not given and run.dag_id.startswith("streamstate_") and "pipeline" not in run.dag_id:
+            # a scheduled run of a stream DAG: the Variable's streams (a pipeline DAG's run is not theirs)
             for cs in streams.values():
                 if cs.configured and len(cs.runs) < RUNS_SHOWN:
                     cs.runs.append(ref)
