@@ -29,8 +29,9 @@ a { color: var(--info); text-decoration: none; } a:hover { text-decoration: unde
 table { border-collapse: collapse; width: 100%; } th, td { text-align: left; padding: 6px 8px;
         border-bottom: 1px solid var(--line); vertical-align: top; }
 th { background: var(--head); font-weight: 600; position: sticky; top: 0; }
-code, pre { font: 12px/1.4 ui-monospace, SFMono-Regular, Menlo, monospace; }
-pre { background: var(--head); padding: 8px 10px; border-radius: 6px; overflow-x: auto; margin: 4px 0 12px; }
+code, pre { font: 12px/1.4 ui-monospace, SFMono-Regular, Menlo, monospace; } h1 code { font-size: 17px; }
+pre { background: var(--head); padding: 8px 10px; border-radius: 6px; overflow-x: auto; margin: 4px 0 12px;
+      white-space: pre-wrap; overflow-wrap: anywhere; }
 .badge { display: inline-block; padding: 1px 8px; border-radius: 10px; font-size: 12px; font-weight: 600;
          border: 1px solid currentColor; white-space: nowrap; }
 .state-running, .state-starting, .passed, .good { color: var(--ok); }
@@ -171,6 +172,8 @@ def streams_page(urls: Urls, rows: list[tuple[ConfiguredStream, StreamRow]], pro
 # --- the history picture -------------------------------------------------------------------
 
 X_STEP, LANE, PAD_X, PAD_Y, R = 18, 46, 110, 28, 6  # PAD_X: room for the lane labels
+X_STEP_MAX, X_SPAN = 56, 900  # a short history is spread over about X_SPAN pixels, not squeezed
+PIN = "&#9873;"  # a flag: every system's fonts have it; an emoji pin is a blank box without an emoji font
 
 
 def _color(s: HistoryEntry) -> str:
@@ -185,8 +188,9 @@ def timeline_svg(urls: Urls, h: StreamHistory, store: str | None) -> str:
     """Snapshots left to right in creation order, one lane per timeline (the current one
     highlighted); a line from each snapshot to its parent, so a branch leaves its lane."""
     lanes = {t.timeline: i for i, t in enumerate(sorted(h.timelines, key=lambda t: t.timeline))}
-    pos = {s.snapshot_id: (PAD_X + i * X_STEP, PAD_Y + lanes.get(s.timeline, 0) * LANE) for i, s in enumerate(h.snapshots)}
-    width = PAD_X + max(1, len(h.snapshots)) * X_STEP + 40
+    step = max(X_STEP, min(X_STEP_MAX, X_SPAN // max(1, len(h.snapshots))))
+    pos = {s.snapshot_id: (PAD_X + i * step, PAD_Y + lanes.get(s.timeline, 0) * LANE) for i, s in enumerate(h.snapshots)}
+    width = PAD_X + max(1, len(h.snapshots)) * step + 40
     height = PAD_Y + max(1, len(lanes)) * LANE
     out = [f"<svg xmlns='http://www.w3.org/2000/svg' id=history width={width} height={height} role=img "
            f"aria-label='snapshots of {e(h.stream)} on {len(lanes)} timelines'>"]
@@ -216,7 +220,7 @@ def timeline_svg(urls: Urls, h: StreamHistory, store: str | None) -> str:
                    f"data-snapshot='{e(s.snapshot_id)}'><title>{e(tip)}</title>"
                    f"<circle cx={x} cy={y} r={R} style='fill:{_color(s)};{ring}'/>")
         if s.pinned:
-            out.append(f"<text x={x - 4} y={y - 9} font-size=10 fill='currentColor'>&#128204;</text>")
+            out.append(f"<text x={x - 4} y={y - 9} font-size=11 fill='currentColor'>{PIN}</text>")
         if s.in_dr:
             out.append(f"<rect x={x - 3} y={y + 9} width=6 height=6 style='fill:var(--info)'/>")
         if s.clones:
@@ -242,7 +246,7 @@ def history_page(urls: Urls, h: StreamHistory, cs: ConfiguredStream | None, stor
         body.append(f"<div class=small><a href='{e(urls.stream(h.stream, cs.dr_store))}'>the DR store's copy</a></div>")
     body.append("<h2>Timelines</h2><div class='legend small'><span class=good>&#9679; known-good</span>"
                 "<span class=failed>&#9679; failed validation</span><span class=none>&#9679; not validated</span>"
-                "<span class=current>&#9711; on the current timeline</span><span>&#128204; pinned</span>"
+                "<span class=current>&#9711; on the current timeline</span><span>" + PIN + " pinned</span>"
                 "<span style='color:var(--info)'>&#9632; in the DR store</span>"
                 "<span class=warn>&#9670; clone taken</span></div>")
     body.append(f"<div class=svgwrap id=svgwrap>{timeline_svg(urls, h, store)}</div>")
@@ -274,7 +278,7 @@ def history_page(urls: Urls, h: StreamHistory, cs: ConfiguredStream | None, stor
         dr = "-" if s.in_dr is None else ("yes" if s.in_dr else "<span class=warn>no</span>")
         body.append(f"<tr data-snapshot='{e(s.snapshot_id)}'><td><a href='{e(urls.snapshot(h.stream, s.snapshot_id, store))}'>"
                     f"<code>{e(s.snapshot_id)}</code></a></td><td>{s.batch_id}</td><td>{tl}</td><td>{e(s.created_at)}</td>"
-                    f"<td>{checks}</td><td>{human_bytes(s.bytes_total)}</td><td>{'&#128204;' if s.pinned else ''}</td>"
+                    f"<td>{checks}</td><td>{human_bytes(s.bytes_total)}</td><td>{PIN if s.pinned else ''}</td>"
                     f"<td>{dr}</td><td>{e(', '.join(s.clones))}</td></tr>")
     body.append("</tbody></table>")
     script = "const w = document.getElementById('svgwrap'); if (w) w.scrollLeft = w.scrollWidth;"
@@ -301,7 +305,7 @@ def snapshot_page(urls: Urls, d: SnapshotDetail, calls: RecoveryCalls, store_par
             ("State store", e(d.state_store)), ("Spark", e(d.spark_version or "-")), ("Query id", f"<code>{e(d.query_id)}</code>"),
             ("Taken from", f"<code>{e(d.checkpoint)}</code>"),
             ("Labels", e(", ".join(f"{k}={v}" for k, v in sorted(d.labels.items())) or "-")),
-            ("Pinned", "yes &#128204;" if d.pinned else "no"),
+            ("Pinned", f"yes {PIN}" if d.pinned else "no"),
             ("In the DR store", "-" if d.in_dr is None else f"{'yes' if d.in_dr else 'no'} ({e(d.dr_store)})"),
             ("Clones taken from it", e(", ".join(d.clones) or "none"))]
     body = [f"<div class=crumbs><a href='{e(urls.streams())}'>Streams</a> / "
