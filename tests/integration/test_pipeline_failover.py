@@ -119,8 +119,8 @@ def test_a_pipeline_fails_over_as_one_and_its_totals_count_every_transaction_onc
     unvalidated = pipeline_cli(*args)
     assert unvalidated.returncode == 1 and "not every member passed its validations" in unvalidated.stderr
 
-    # Validated in the DR region as a unit, each member's suite a Spark application of its own
-    # (spark-submit on a local master here; yarn or spark:// the same way).
+    # Validated in the DR region as a unit: both members' suites in one Spark application (a
+    # batch of state jobs, spark-submit on a local master here; yarn or spark:// the same way).
     suites = {"enrich": ("dedupeWithinWatermark",
                          [{"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "key_txn_id"}}]),
               "totals": ("stateStoreSave", SUITE["expectations"])}

@@ -12,7 +12,14 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_streamstate.engine.catalog.gc import collect_garbage
-from airflow_provider_streamstate.engine.catalog.retention import RetentionPolicy, apply_retention, pinned_ids
+from airflow_provider_streamstate.engine.catalog.retention import (
+    RetentionPolicy,
+    apply_retention,
+    delete_snapshots,
+    pinned_ids,
+    unpin_snapshot,
+)
+from airflow_provider_streamstate.engine.core.errors import NotFoundError
 from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
 from airflow_provider_streamstate.engine.pipeline import replicate as pipeline_replicate
 from airflow_provider_streamstate.engine.pipeline.replicate import replicate_pipeline
@@ -139,3 +146,28 @@ def test_the_destinations_retention_running_during_a_replication_leaves_the_publ
     monkeypatch.undo()
     assert all(dr.get_record(c.key) is not None for c in second.channels), "a published snapshot lost its channel"
     assert all(m.snapshot_id in pinned_ids(dr, m.stream) for m in second.members.values()), "its members lost their pins"
+
+
+def test_a_later_run_brings_validations_recorded_since_and_puts_back_swept_members(tmp_path: Path) -> None:
+    """A pipeline snapshot validated after its replication becomes known-good in the DR store
+    with the next run (what `pipeline failover --good-only` reads there); a member snapshot
+    and pin lost at the destination after the publish (a run that died in its check) are
+    put back by the next run."""
+    from tests.unit.store_history import put_validation
+
+    source, dr = LocalStore(tmp_path / "source"), LocalStore(tmp_path / "dr")
+    snap = _pipeline_snapshot(source, tmp_path, FIRST)
+    assert replicate_pipeline(source, dr, "orders").published == [FIRST]
+    for m in snap.members.values():
+        put_validation(source, m.stream, m.snapshot_id, "sane", True)
+    assert get_pipeline_snapshot(source, "orders", "latest-good").snapshot_id == FIRST
+    with pytest.raises(NotFoundError):
+        get_pipeline_snapshot(dr, "orders", "latest-good")
+    lost = snap.members["totals"]
+    unpin_snapshot(dr, lost.stream, lost.snapshot_id)
+    delete_snapshots(dr, lost.stream, [lost.snapshot_id])
+
+    result = replicate_pipeline(source, dr, "orders")
+    assert result.published == [] and result.already_present == [FIRST] and result.member_snapshots_published == 1
+    assert get_pipeline_snapshot(dr, "orders", "latest-good").snapshot_id == FIRST
+    _assert_whole(dr, source, snap, tmp_path)

@@ -601,6 +601,12 @@ def replicate(
 # --- provenance and presence ----------------------------------------------------------------
 
 
+def copy_validation_records(source: SnapshotStore, destination: SnapshotStore, stream: str, snapshot_id: str) -> int:
+    """The validation records of a snapshot already at the destination that the destination
+    lacks (it was validated after its replication); the number copied."""
+    return _Replicator(source, destination, stream, 1, False).copy_validations(snapshot_id)
+
+
 def replica_origin(store: SnapshotStore, stream: str, snapshot_id: str) -> dict[str, Any]:
     """The provenance record of a replicated snapshot ({} when it was taken in this store)."""
     data = store.get_record(replica_key(stream, snapshot_id))

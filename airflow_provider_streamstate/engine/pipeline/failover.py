@@ -59,6 +59,7 @@ from airflow_provider_streamstate.engine.pipeline.snapshots import (
     list_pipeline_snapshots,
     member_validations,
 )
+from airflow_provider_streamstate.engine.pipeline.spec import PipelineSpec
 from airflow_provider_streamstate.engine.stores import s3_client_from_env
 from airflow_provider_streamstate.engine.stores.base import SnapshotStore
 
@@ -130,6 +131,42 @@ def _remove(target: str, store: SnapshotStore, s3_client: Any) -> None:
         shutil.rmtree(local_root(target, refusal=(f"cannot remove {target}", "remove it by hand")), ignore_errors=True)
 
 
+def _check_arguments(spec: PipelineSpec, targets: dict[str, str], link_topics: dict[str, str],
+                     topic_map: TopicMap) -> None:
+    """Targets one per member; link topic names of this pipeline, mapped to distinct DR
+    topics, none of them where the mirror copies the primary's link topic unless named."""
+    links = sorted(link.topic for link in spec.links)
+    unknown = sorted(set(link_topics) - set(links))
+    if unknown:
+        raise UsageError(f"--link-topic names {', '.join(unknown)}, which is not a link of pipeline {spec.name}",
+                         hint=f"its links are {', '.join(links)}")
+    if set(targets) != set(spec.members):
+        raise UsageError(f"the failover of pipeline {spec.name} gives targets for {', '.join(sorted(targets)) or 'no member'}",
+                         hint=f"give one DR checkpoint location for each of {', '.join(sorted(spec.members))}")
+    dr_links = [link_topics.get(t, t) for t in links]
+    if len(set(dr_links)) != len(dr_links):
+        raise UsageError(f"two links of pipeline {spec.name} map to one DR topic ({', '.join(dr_links)})",
+                         hint="give each link its own DR topic: each downstream resumes at its own channel")
+    for topic in links:
+        dr_link = link_topics.get(topic, topic)
+        if topic_map.dr_topic(topic) == dr_link and topic not in link_topics:
+            raise UsageError(
+                f"DR link topic {dr_link} is where the mirror copies the primary's {topic} ({topic_map.policy} "
+                "policy): records it still copies would land after the channel and be read twice",
+                hint=f"stop mirroring the pipeline's link topics, then confirm with --link-topic {topic}={dr_link} "
+                     "(or name another DR topic)")
+
+
+def _remove_written(targets: list[str], store: SnapshotStore, s3_client: Any) -> None:
+    """Best effort: each target this run wrote (or began to write) goes; a failure to remove
+    one is logged, never hides the error that stopped the failover."""
+    for target in targets:
+        try:
+            _remove(target, store, s3_client)
+        except Exception as exc:  # noqa: BLE001 - the original error is the one to raise
+            log.warning("failover: could not remove %s: %s; remove it before running the failover again", target, exc)
+
+
 def failover_pipeline(
     store: SnapshotStore,
     pipeline: str,
@@ -156,8 +193,11 @@ def failover_pipeline(
     topic_map = topic_map or TopicMap()
     link_topics = dict(link_topics or {})
     candidates = _candidates(store, pipeline, snapshot, good_only)
+    # The arguments against the newest candidate's spec, before Kafka is asked anything.
+    _check_arguments(get_pipeline_snapshot(store, pipeline, candidates[0], check_members=False).spec, targets,
+                     link_topics, topic_map)
     skipped: list[tuple[str, str]] = []
-    chosen: tuple[PipelineSnapshot, dict[str, Manifest], dict[str, Translation]] | None = None
+    chosen: tuple[PipelineSnapshot, dict[str, Translation], dict[str, list[Any]]] | None = None
     consumer, topics = dr_consumer(kafka_bootstrap, kafka_config, timeout_s)
     try:
         for sid in candidates:
@@ -167,7 +207,9 @@ def failover_pipeline(
                     skipped.append((sid, "not every member passed its validations"))
                     continue
                 manifests = {s: get_snapshot(store, s, m.snapshot_id) for s, m in snap.members.items()}
-                chosen = (snap, manifests, _translate_members(snap, manifests, consumer, topics, topic_map, timeout_s))
+                translations = _translate_members(snap, manifests, consumer, topics, topic_map, timeout_s)
+                records = {c.range.topic: snap.channel_records(store, c) for c in snap.channels}  # checked
+                chosen = (snap, translations, records)
                 break
             except (Untranslatable, NotFoundError, UnsafeManifestError) as exc:
                 if snapshot is not None and not isinstance(exc, Untranslatable):
@@ -179,22 +221,27 @@ def failover_pipeline(
     if chosen is None:
         reasons = "; ".join(f"{s}: {r}" for s, r in skipped[:3])
         raise NotFoundError(f"no snapshot of pipeline {pipeline} can resume exactly on the DR cluster ({reasons})",
-                            hint="wait for the mirror to catch up, or replicate a newer pipeline snapshot")
-    snap, manifests, translations = chosen
+                            hint="wait for the mirror to catch up, replicate a newer pipeline snapshot, or (with "
+                                 "--good-only) validate one in the DR store")
+    snap, translations, records = chosen
     spec = snap.spec
-    unknown = sorted(set(link_topics) - {link.topic for link in spec.links})
-    if unknown:
-        raise UsageError(f"--link-topic names {', '.join(unknown)}, which is not a link of pipeline {pipeline}",
-                         hint=f"its links are {', '.join(sorted(link.topic for link in spec.links))}")
-    if set(targets) != set(spec.members):
-        raise UsageError(f"the failover of pipeline {pipeline} gives targets for "
-                         f"{', '.join(sorted(targets)) or 'no member'}",
-                         hint=f"give one DR checkpoint location for each of {', '.join(sorted(spec.members))}")
-    records = {c.range.topic: snap.channel_records(store, c) for c in snap.channels}  # all checked before any write
+    _check_arguments(spec, targets, link_topics, topic_map)
+    translated = {p.dr_topic for t in translations.values() for p in t.partitions}
+    clash = sorted(translated & {link_topics.get(c.range.topic, c.range.topic) for c in snap.channels})
+    if clash:
+        raise UsageError(f"DR topic {', '.join(clash)} is both a link's and a mirrored source's",
+                         hint="give the link its own DR topic with --link-topic")
     for stream in spec.order():
         check_target(targets[stream], in_place=False, store=store, s3_client=s3_client, role="DR target")
-
     kafka = LinkTopics(kafka_bootstrap, kafka_config)
+    for c in snap.channels:  # every link topic checked before the first channel is appended
+        dr_link = link_topics.get(c.range.topic, c.range.topic)
+        have = kafka.partitions(dr_link)
+        if have is not None and len(have) != len(c.range.end):
+            raise UsageError(f"DR link topic {dr_link} has {len(have)} partitions, link {c.range.topic} had "
+                             f"{len(c.range.end)} at the cut",
+                             hint="name a DR topic with that partition count, or a new one, with --link-topic")
+
     resume: dict[str, dict[str, int]] = {}
     appended: dict[str, int] = {}
     for c in snap.channels:
@@ -204,7 +251,7 @@ def failover_pipeline(
         appended[dr_link] = len(records[c.range.topic])
 
     members: dict[str, MemberFailover] = {}
-    written: list[str] = []
+    begun: list[str] = []  # targets this run wrote or began to write (each was new or empty)
     try:
         for stream in spec.order():
             m, translation = snap.members[stream], translations[stream]
@@ -215,16 +262,25 @@ def failover_pipeline(
                 dr_link = link_topics.get(link.topic, link.topic)
                 names[link.topic] = dr_link
                 offsets[dr_link] = links[dr_link] = resume[dr_link]
+            begun.append(targets[stream])
             restored = restore_snapshot(store, stream, m.snapshot_id, targets[stream], s3_client=s3_client,
                                         parallelism=parallelism, rewrite=OffsetRewrite(names, offsets))
-            written.append(restored.target)
             if links:
                 check_resume(restored.target, m.batch_id, links, store, s3_client)
             members[stream] = MemberFailover(stream, m.snapshot_id, m.batch_id, restored.target,
                                              translation.partitions, links)
+        # Nothing but the channel may follow the resume point: a mirror still copying into a
+        # DR link topic, or another failover appending its own copy, would be read after it.
+        for dr_link, at in resume.items():
+            parts = sorted(at, key=int)
+            end = kafka.ends(dr_link, parts)
+            grew = sum(end[p] - at[p] for p in parts) - appended[dr_link]
+            if grew:
+                raise UsageError(
+                    f"{dr_link} grew by {grew} record(s) after the channel was appended: something else writes to it "
+                    "(a mirror, another failover)", hint="stop it, then run the failover again")
     except BaseException:
-        for target in written:
-            _remove(target, store, s3_client)
+        _remove_written(begun, store, s3_client)
         raise
     log.info("failed over pipeline %s at %s to %s: %s", pipeline, snap.snapshot_id, kafka_bootstrap,
              ", ".join(f"{s}={m.target}" for s, m in members.items()))

@@ -60,7 +60,7 @@ class LinkTopics:
             if len(have) != partitions:
                 raise UsageError(f"topic {topic} at {self.bootstrap} has {len(have)} partitions, the link had "
                                  f"{partitions} at the cut",
-                                 hint="give a topic with the link's partition count, or let streamstate create it")
+                                 hint="name a topic with the link's partition count, or a new one streamstate creates")
             if empty and any(self.ends(topic, sorted(have, key=int)).values()):
                 raise UsageError(f"clone topic {topic} exists and is not empty",
                                  hint="name a new topic for each link of the clone")

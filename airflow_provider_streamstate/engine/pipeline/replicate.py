@@ -11,8 +11,10 @@ Until its record is published, the destination's pipeline retention sees those p
 leftovers of an unpublished snapshot and may sweep them (it waits an hour after the cut,
 but a DR store catching up after an outage copies older cuts). So, once the record is
 published (from then on retention treats the snapshot as live), the replication checks its
-parts again and puts back any that went meanwhile: a pipeline snapshot this run published
-is whole when the run ends.
+parts again and puts back any that went meanwhile; every later run checks the snapshots
+already there the same way (a run that died in that check is finished by the next one), and
+copies the validation records their members got since (a pipeline snapshot validated after
+its replication is known-good in the DR store too: `failover --good-only` needs that).
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_streamstate.engine.catalog.retention import pin_snapshot
-from airflow_provider_streamstate.engine.core.errors import UnsafeManifestError
-from airflow_provider_streamstate.engine.lifecycle.replicate import replicate
+from airflow_provider_streamstate.engine.catalog.retention import pin_snapshot, pinned_ids
+from airflow_provider_streamstate.engine.core.errors import NotFoundError, UnsafeManifestError
+from airflow_provider_streamstate.engine.lifecycle.replicate import copy_validation_records, replicate
 from airflow_provider_streamstate.engine.pipeline import channel as channel_mod
 from airflow_provider_streamstate.engine.pipeline.snapshots import (
     PipelineSnapshot,
@@ -58,9 +60,14 @@ def replicate_pipeline(source: SnapshotStore, destination: SnapshotStore, pipeli
     published: list[str] = []
     present: list[str] = []
     members = 0
+    pins: dict[str, set[str]] = {}  # stream -> its pins at the destination, read once for the snapshots already there
     for sid in list_pipeline_snapshots(source, pipeline):
         if sid in there:
             present.append(sid)
+            snap = get_pipeline_snapshot(source, pipeline, sid, check_members=False)
+            members += _complete(source, destination, snap, None, parallelism, pins)
+            for m in snap.members.values():
+                copy_validation_records(source, destination, m.stream, m.snapshot_id)
             continue
         snap = get_pipeline_snapshot(source, pipeline, sid)
         for stream, m in sorted(snap.members.items()):
@@ -79,29 +86,46 @@ def replicate_pipeline(source: SnapshotStore, destination: SnapshotStore, pipeli
         if data is None:  # deleted by retention meanwhile: not published here either
             continue
         _put_once(destination, record_key, data)
-        members += _complete(source, destination, snap, channels, parallelism)
+        members += _complete(source, destination, snap, channels, parallelism, {})
         published.append(sid)
     log.info("replicated pipeline %s: %d published, %d already there", pipeline, len(published), len(present))
     return PipelineReplicationResult(pipeline, published, present, members, time.monotonic() - started)
 
 
-def _complete(source: SnapshotStore, destination: SnapshotStore, snap: PipelineSnapshot, channels: dict[str, bytes],
-              parallelism: int) -> int:
-    """Put back the parts of a just published pipeline snapshot that the destination's
-    retention swept before its record was there; the member snapshots copied again."""
+def _complete(source: SnapshotStore, destination: SnapshotStore, snap: PipelineSnapshot,
+              channels: dict[str, bytes] | None, parallelism: int, pins: dict[str, set[str]]) -> int:
+    """Put back the parts of a published pipeline snapshot that the destination's retention
+    swept before its record was there (`channels`: their bytes, else read from the source
+    when missing; `pins`: the destination's pins per stream, filled as read); the member
+    snapshots copied again."""
     again = 0
     for stream, m in sorted(snap.members.items()):
-        if m.snapshot_id not in set(destination.list_snapshot_ids(stream)):
-            again += len(replicate(source, destination, stream, snapshots=[m.snapshot_id],
-                                   parallelism=parallelism).published)
-        if pin_snapshot(destination, stream, m.snapshot_id, reason=pin_reason(snap.pipeline, snap.snapshot_id)):
-            log.warning("pipeline snapshot %s of %s: the pin of %s/%s was swept during its replication; pinned again",
-                        snap.snapshot_id, snap.pipeline, stream, m.snapshot_id)
-    for key, data in channels.items():
-        if destination.get_record(key) is None:
-            log.warning("pipeline snapshot %s of %s: %s was swept during its replication; copied again",
-                        snap.snapshot_id, snap.pipeline, key)
-            _put_once(destination, key, data)
+        for attempt in range(2):  # the member's own retention may take it between the copy and the pin
+            if stream not in pins or attempt:
+                pins[stream] = pinned_ids(destination, stream)
+            if m.snapshot_id not in pins[stream]:
+                if m.snapshot_id not in set(destination.list_snapshot_ids(stream)):
+                    again += len(replicate(source, destination, stream, snapshots=[m.snapshot_id],
+                                           parallelism=parallelism).published)
+                try:
+                    pin_snapshot(destination, stream, m.snapshot_id,
+                                 reason=pin_reason(snap.pipeline, snap.snapshot_id))
+                except NotFoundError:
+                    if attempt:
+                        raise
+                    continue
+                log.warning("pipeline snapshot %s of %s: the pin of %s/%s was missing; pinned again",
+                            snap.snapshot_id, snap.pipeline, stream, m.snapshot_id)
+            break
+    for c in snap.channels:
+        if destination.get_record(c.key) is None:
+            data = (channels or {}).get(c.key) or source.get_record(c.key)
+            if data is None or channel_mod.digest(data) != c.sha256:
+                raise UnsafeManifestError(f"channel records {c.key} are missing at the destination, and at the source "
+                                          "missing or damaged")
+            log.warning("pipeline snapshot %s of %s: %s was missing; copied again",
+                        snap.snapshot_id, snap.pipeline, c.key)
+            _put_once(destination, c.key, data)
     return again
 
 

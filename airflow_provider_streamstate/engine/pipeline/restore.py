@@ -113,18 +113,19 @@ class PipelineRestoreIncomplete(StreamstateError):
     the others not; only running the same restore again makes the pipeline consistent."""
 
 
-def _incomplete(exc: StreamstateError, snap: PipelineSnapshot, appended: dict[str, int], done: list[str],
+def _incomplete(exc: Exception, snap: PipelineSnapshot, appended: dict[str, int], done: list[str],
                 clone: PipelineClone | None) -> PipelineRestoreIncomplete:
     pending = [s if clone is None else clone.names[s] for s in snap.spec.order()
                if (s if clone is None else clone.names[s]) not in done]
     channels = ", ".join(f"{n} to {t}" for t, n in appended.items())
     err = PipelineRestoreIncomplete(
         f"the {'clone' if clone else 'restore'} of pipeline {snap.pipeline} at {snap.snapshot_id} stopped after "
-        f"appending its channel records ({channels}) and restoring {', '.join(done) or 'no member'}: {exc.message}",
+        f"appending its channel records ({channels}) and restoring {', '.join(done) or 'no member'}: "
+        + (exc.message if isinstance(exc, StreamstateError) else f"{type(exc).__name__}: {exc}"),
         hint=f"run the same {'clone into new locations and topics' if clone else 'restore'} again once that is fixed; "
              f"do not start {', '.join(pending)} before it succeeds"
              + ("" if clone else " (from its old checkpoint it would read the appended records again)"))
-    err.retryable = exc.retryable
+    err.retryable = exc.retryable if isinstance(exc, StreamstateError) else isinstance(exc, OSError)
     return err
 
 
@@ -166,8 +167,8 @@ def restore_pipeline(
     kafka = LinkTopics(kafka_bootstrap, kafka_config)
     if clone is None:  # a partition added since the cut would be read from its start: refused
         for c in snap.channels:
-            now = kafka.existing(c.range.topic, why="check --kafka-bootstrap: the restore appends the channel to "
-                                                    "the link topic")
+            now = kafka.existing(c.range.topic, why="check the Kafka cluster given (the link topics' own): the "
+                                                    "restore appends the channel to the link topic")
             if now != set(c.range.end):
                 raise UsageError(f"link topic {c.range.topic} has partitions {sorted(now, key=int)}, the cut saw "
                                  f"{sorted(c.range.end, key=int)}",
@@ -212,7 +213,7 @@ def restore_pipeline(
                 record_clone(store, clone=name, source_stream=stream, checkpoint=restored.target, snapshot_id=m.snapshot_id,
                              expires_at=clone.expires_at, sinks={t: t for t in own}, delete_sinks=bool(own),
                              kafka_conn_id=clone.kafka_conn_id)
-    except StreamstateError as exc:
+    except Exception as exc:  # the channels are appended: whatever stopped it, say what to do
         raise _incomplete(exc, snap, appended, list(checkpoints), clone) from exc
     log.info("restored pipeline %s at %s%s: %s", spec.name, snap.snapshot_id, " as a clone" if clone else "",
              ", ".join(f"{k}={v}" for k, v in checkpoints.items()))
