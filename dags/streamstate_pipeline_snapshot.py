@@ -106,7 +106,10 @@ with DAG(
     def each_pipeline(pipeline: dict[str, Any]) -> None:
         snapshot = SnapshotPipelineOperator(task_id="snapshot", pipeline=pipeline, labels={"trigger": "scheduled"},
                                             retries=2, retry_delay=timedelta(seconds=30))
-        validate = _Validate(task_id="validate", pipeline=pipeline, snapshot="latest")
+        # The cut this run took (not whatever is newest by then); a transient error retries.
+        validate = _Validate(
+            task_id="validate", pipeline=pipeline, retries=2, retry_delay=timedelta(seconds=30),
+            snapshot="{{ ti.xcom_pull(task_ids='pipeline.snapshot', map_indexes=ti.map_index)['snapshot_id'] }}")
         # Whatever the validation said: a snapshot that failed it is kept, marked not good.
         replicate = _Replicate(task_id="replicate", pipeline=pipeline, destination_store="{{ params.dr_store }}",
                                destination_aws_conn_id="{{ params.dr_aws_conn_id or None }}", retries=2,

@@ -221,7 +221,8 @@ def complete_command(command: Sequence[str], request: StateJobRequest, store: Sn
         extra += [a for k, v in sorted(access.s3a_confs(store.bucket).items())  # type: ignore[attr-defined]
                   for a in ("--conf", f"{k}={v}")]
     if yarn_cluster_mode(cmd):
-        for what, path in (("Data Docs", request.data_docs), ("the export", request.output)):
+        jobs = request.batch() if request.kind == "batch" else [request]
+        for what, path in [p for job in jobs for p in (("Data Docs", job.data_docs), ("the export", job.output))]:
             if path and "://" not in path.removeprefix("file://"):  # the driver runs on some NodeManager
                 raise UsageError(f"{what} of a job in cluster deploy mode cannot go to the local path {path}",
                                  hint="give an s3:// location (s3a:// for an export), or run the job in client mode")
