@@ -51,6 +51,8 @@ def attach_heartbeat(
                 if self.muted:
                     return
                 assert self.beat is not None
+                if self.beat.state in ("stopped", "failed") and changes.get("state") not in ("stopped", "failed"):
+                    return  # a progress or idle event the listener bus delivered after the last beat
                 fields = {**self.beat.__dict__, **changes, "updated_at": now_iso()}
                 self.beat = Heartbeat(**fields)  # type: ignore[arg-type]
                 try:
