@@ -242,17 +242,11 @@ class ValidatePipelineOperator(_PipelineTask):
             self.log.info("validating pipeline snapshot %s of %s (%s)", snap.snapshot_id, c.spec.name,
                           ", ".join(f"{m}: {s.name}" for m, s in suites.items()))
             if spark_conn_id:
-                from airflow_provider_streamstate.state_jobs import run_state_job_on_cluster
+                from airflow_provider_streamstate.operators.validate import run_on_cluster
 
                 conn_id = spark_conn_id
-
-                def run(request: Any) -> dict[str, Any]:
-                    return run_state_job_on_cluster(
-                        request, store, aws_conn_id=c.aws_conn_id, spark_conn_id=conn_id, conf=self.spark_conf,
-                        jars=self.spark_jars, env=self.spark_env, deploy_mode=self.deploy_mode or None,
-                        timeout_s=self.job_timeout, log=self.log)
-
-                result = validate_pipeline(snap, suites, store.url, run)
+                result = validate_pipeline(snap, suites, store.url, lambda r: run_on_cluster(
+                    self, r, store, aws_conn_id=c.aws_conn_id, spark_conn_id=conn_id))
             else:
                 with StateReader(store, parallelism=self.parallelism) as reader:
                     result = validate_pipeline(snap, suites, store.url, lambda r: run_state_job(r, reader))

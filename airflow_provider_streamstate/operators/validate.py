@@ -85,17 +85,25 @@ class StateTask(_StreamTask):
         if not self.on_cluster:
             with self.reader() as reader:
                 return run_state_job(request, reader)
-        from airflow_provider_streamstate.state_jobs import run_state_job_on_cluster
-
         assert self.spark_conn_id is not None
-        result = run_state_job_on_cluster(
-            request, self.hook.store, aws_conn_id=spec.aws_conn_id, spark_conn_id=self.spark_conn_id,
-            conf=self.spark_conf, jars=self.spark_jars, env=self.spark_env, deploy_mode=self.deploy_mode or None,
-            timeout_s=self.job_timeout, log=self.log)
-        ran_on = result.get("ran_on") or {}
-        self.log.info("state job ran on %s (%s mode, application %s)", ran_on.get("master"),
-                      ran_on.get("deploy_mode"), ran_on.get("app_id"))
-        return result
+        return run_on_cluster(self, request, self.hook.store, aws_conn_id=spec.aws_conn_id,
+                              spark_conn_id=self.spark_conn_id)
+
+
+def run_on_cluster(task: Any, request: Any, store: Any, *, aws_conn_id: str | None,
+                   spark_conn_id: str) -> dict[str, Any]:
+    """`request` as a Spark application through `spark_conn_id`, with the task's Spark options
+    (`spark_conf`, `spark_jars`, `spark_env`, `deploy_mode`, `job_timeout`); logs where it ran."""
+    from airflow_provider_streamstate.state_jobs import run_state_job_on_cluster
+
+    result = run_state_job_on_cluster(
+        request, store, aws_conn_id=aws_conn_id, spark_conn_id=spark_conn_id, conf=task.spark_conf,
+        jars=task.spark_jars, env=task.spark_env, deploy_mode=task.deploy_mode or None, timeout_s=task.job_timeout,
+        log=task.log)
+    ran_on = result.get("ran_on") or {}
+    task.log.info("state job ran on %s (%s mode, application %s)", ran_on.get("master"), ran_on.get("deploy_mode"),
+                  ran_on.get("app_id"))
+    return result  # type: ignore[no-any-return]
 
 
 class ValidateSnapshotOperator(StateTask):

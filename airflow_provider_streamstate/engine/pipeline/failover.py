@@ -51,7 +51,7 @@ from airflow_provider_streamstate.engine.dr.failover import (
 from airflow_provider_streamstate.engine.kafka.anchors import DEFAULT_TIMEOUT_S
 from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
 from airflow_provider_streamstate.engine.pipeline.link_topics import LinkTopics
-from airflow_provider_streamstate.engine.pipeline.restore import check_resume, check_target
+from airflow_provider_streamstate.engine.pipeline.restore import check_resume, check_target, target_client
 from airflow_provider_streamstate.engine.pipeline.snapshots import (
     PipelineSnapshot,
     get_pipeline_snapshot,
@@ -60,7 +60,6 @@ from airflow_provider_streamstate.engine.pipeline.snapshots import (
     member_validations,
 )
 from airflow_provider_streamstate.engine.pipeline.spec import PipelineSpec
-from airflow_provider_streamstate.engine.stores import s3_client_from_env
 from airflow_provider_streamstate.engine.stores.base import SnapshotStore
 
 log = logging.getLogger("streamstate.pipeline")
@@ -126,7 +125,7 @@ def _translate_members(snap: PipelineSnapshot, manifests: dict[str, Manifest], c
 def _remove(target: str, store: SnapshotStore, s3_client: Any) -> None:
     """Undo one member's restore of this run (its target was new or empty before)."""
     if is_s3_location(target):
-        S3CheckpointFS(target, s3_client or getattr(store, "client", None) or s3_client_from_env()).delete_all()
+        S3CheckpointFS(target, target_client(target, store, s3_client)).delete_all()
     else:
         shutil.rmtree(local_root(target, refusal=(f"cannot remove {target}", "remove it by hand")), ignore_errors=True)
 

@@ -86,7 +86,7 @@ def check_target(target: str, *, in_place: bool, store: SnapshotStore, s3_client
     """Before anything is written to Kafka: an in-place target's stream must not be running
     (by the heartbeat streamstate keeps beside it), and a clone's target must be empty."""
     if is_s3_location(target):
-        fs = S3CheckpointFS(target, _client(target, store, s3_client))
+        fs = S3CheckpointFS(target, target_client(target, store, s3_client))
         if in_place:
             assert_not_running(S3Sidecar(fs), "restore the pipeline over it")
         elif fs.listdir(""):
@@ -101,8 +101,9 @@ def check_target(target: str, *, in_place: bool, store: SnapshotStore, s3_client
         raise UsageError(f"{role} {path} is not empty", hint="give each member a new or empty location")
 
 
-def _client(target: str, store: SnapshotStore, s3_client: Any) -> Any:
-    """The S3 client of an `s3a://` target (None for a local one)."""
+def target_client(target: str, store: SnapshotStore, s3_client: Any) -> Any:
+    """The S3 client of an `s3a://` member target: the one given, else the store's, else the
+    AWS environment's (None for a local target)."""
     if not is_s3_location(target):
         return None
     return s3_client or getattr(store, "client", None) or s3_client_from_env()
@@ -134,8 +135,7 @@ def check_resume(target: str, batch_id: int, expected: dict[str, dict[str, int]]
     """Read the restored downstream's checkpoint back: its batch must resume exactly at the
     appended channel (a source entry the rewrite did not recognise would leave the cut's
     offsets, and the downstream would read the records in between again)."""
-    client = (s3_client or getattr(store, "client", None)) if is_s3_location(target) else None
-    got = CheckpointReader(target, s3_client=client).kafka_offsets(batch_id)
+    got = CheckpointReader(target, s3_client=target_client(target, store, s3_client)).kafka_offsets(batch_id)
     wrong = sorted(t for t, parts in expected.items() if got.get(t) != parts)
     if wrong:
         raise UnsafeManifestError(
@@ -206,7 +206,7 @@ def restore_pipeline(
                 own = [clone.topics[link.topic] for link in spec.outgoing(stream)]
                 # The label beside the checkpoint is what lets expiry stop the clone and delete
                 # its checkpoint (it deletes only a checkpoint labelled as that clone).
-                write_clone_label(open_sidecar(restored.target, s3_client=_client(restored.target, store, s3_client)),
+                write_clone_label(open_sidecar(restored.target, s3_client=target_client(restored.target, store, s3_client)),
                                   CloneLabel(name, stream, spec.members[stream], m.snapshot_id, m.batch_id,
                                              restored.query_id, {t: t for t in own},
                                              datetime.now(UTC).isoformat().replace("+00:00", "Z"), clone.expires_at))
