@@ -25,10 +25,10 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 	@$(VENV)/bin/uv pip install -q --python $(PY) --no-deps -e .
 	@touch $@
 
-.jvm/.fetched: pom.xml jvm/kafka-broker/pom.xml jvm/spark-kafka/pom.xml jvm/s3proxy/pom.xml jvm/mirror-maker/pom.xml jvm/spark-s3a/pom.xml jvm/yarn-cluster/pom.xml $(wildcard jvm/yarn-cluster/src/main/*/*/*/*/*) jvm/settings.xml
+.jvm/.fetched: pom.xml jvm/kafka-broker/pom.xml jvm/spark-kafka/pom.xml jvm/s3proxy/pom.xml jvm/mirror-maker/pom.xml jvm/spark-s3a/pom.xml jvm/yarn-cluster/pom.xml $(wildcard jvm/yarn-cluster/src/main/*/*/*/*/*) jvm/hdfs-cluster/pom.xml $(wildcard jvm/hdfs-cluster/src/main/*/*/*/*/*) jvm/hdfs-cluster/src/main/resources/log4j.properties jvm/settings.xml
 	@bash dev/require.sh java
 	@bash dev/require.sh mvn
-	@echo "fetching the JVM artifacts (Kafka, Spark connectors, S3, YARN) with Maven ..."
+	@echo "fetching the JVM artifacts (Kafka, Spark connectors, S3, YARN, HDFS) with Maven ..."
 	@rm -rf .jvm
 	@$(MVN) -q -B -s jvm/settings.xml package
 	@touch $@
