@@ -197,6 +197,27 @@ def test_a_stateful_stream_checkpoints_to_hdfs_with_no_hadoop_configuration_and_
           f"state files {sorted(f.rsplit('/', 1)[1] for f in files if '/state/0/0/' in f)}")
 
 
+def test_files_spark_creates_through_hadoops_filesystem_ask_for_three_replicas_unless_its_client_is_told(
+    spark: Any, hdfs: stack_mod.HdfsCluster, webhdfs: WebHDFS, root: str
+) -> None:
+    """A client without hdfs-site.xml asks for Hadoop's default replication (3) when it creates
+    a file through FileSystem.create (DataFrame writers): one DataNode holds one replica, the
+    file is under-replicated but whole. (Checkpoint files, created through FileContext, get the
+    NameNode's default instead, 1: see the stream test; so do WebHDFS CREATEs.) A writer's
+    `dfs.replication` option reaches only a FileSystem created for it: Hadoop caches one per
+    scheme, authority and user, made with the configuration of the first caller."""
+    url = hdfs.url(root)
+    spark.range(3).coalesce(1).write.parquet(f"{url}/default")
+    spark.range(3).coalesce(1).write.option("dfs.replication", "1").parquet(f"{url}/cached")
+    spark.range(3).coalesce(1).write.option("dfs.replication", "1").option("fs.hdfs.impl.disable.cache", "true") \
+        .parquet(f"{url}/uncached")
+    for name, replication in (("default", 3), ("cached", 3), ("uncached", 1)):
+        files = webhdfs.ls(f"{root}/{name}", detail=True)
+        assert {f["name"].rsplit("/", 1)[1].split("-")[0] for f in files} == {"_SUCCESS", "part"}
+        assert {f["replication"] for f in files} == {replication}, (name, files)
+    assert spark.read.parquet(f"{url}/default").count() == 3
+
+
 def test_webhdfs_lists_and_stats_files_with_their_length_and_millisecond_modification_time(
     webhdfs: WebHDFS, root: str
 ) -> None:
