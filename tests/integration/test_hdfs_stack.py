@@ -405,6 +405,26 @@ def test_absent_paths_raise_file_not_found_and_refused_operations_raise_runtime_
     assert raw.status_code == 404 and raw.json()["RemoteException"]["exception"] == "FileNotFoundException"
 
 
+def test_hdfs_refuses_a_colon_in_a_name_and_takes_the_other_characters_a_store_key_may_hold(
+    webhdfs: WebHDFS, root: str
+) -> None:
+    """HDFS's own rule (DFSUtil.isValidName), not WebHDFS's: InvalidPathException, HTTP 400,
+    which fsspec raises as RuntimeError; GETFILESTATUS just finds no such file."""
+    for name in ("with space", "pct%41", "eq=1", "q?x", "hash#x", "ünï", "plus+x", "semi;x", ".hidden", "a..b"):
+        _write(webhdfs, f"{root}/{name}", name.encode())
+        assert webhdfs.cat_file(f"{root}/{name}") == name.encode()
+        assert f"{root}/{name}" in webhdfs.ls(root)
+    with pytest.raises(RuntimeError, match="Invalid path name"):
+        _write(webhdfs, f"{root}/2026-11-27T04:37:00Z", b"x")
+    with pytest.raises(RuntimeError, match="Invalid path name"):
+        webhdfs.mkdir(f"{root}/a:b")
+    with pytest.raises(RuntimeError, match="Invalid path name"):
+        _rename(webhdfs, f"{root}/eq=1", f"{root}/a:b")
+    assert webhdfs.exists(f"{root}/a:b") is False
+    raw = requests.put(f"{webhdfs.url}{root}/a:b", params={"op": "MKDIRS"}, timeout=10)
+    assert raw.status_code == 400 and raw.json()["RemoteException"]["exception"] == "InvalidPathException"
+
+
 def test_create_without_overwrite_is_refused_at_the_datanode_when_the_file_exists(
     webhdfs: WebHDFS, root: str
 ) -> None:
