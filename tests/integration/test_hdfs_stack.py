@@ -13,6 +13,7 @@ import getpass
 import hashlib
 import json
 import os
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -315,6 +316,37 @@ def test_rename_with_overwrite_replaces_the_destination_file_and_answers_an_empt
     webhdfs.mkdir(f"{root}/dir/inner")
     with pytest.raises(RuntimeError, match="must both be directories"):
         _rename(webhdfs, f"{root}/final", f"{root}/dir", renameoptions="OVERWRITE")
+
+
+def test_rename_with_overwrite_never_shows_a_concurrent_reader_the_name_missing_or_half_written(
+    hdfs: stack_mod.HdfsCluster, webhdfs: WebHDFS, root: str
+) -> None:
+    """One NameNode operation (rename2 with OVERWRITE) replaces the file: a reader polling the
+    name (OPEN, followed to the DataNode) while it is replaced 30 times only ever reads a whole
+    version. Evidence on one machine, not a proof."""
+    _write(webhdfs, f"{root}/final", b"version-0")
+    reader = WebHDFS("127.0.0.1", port=hdfs.http_port, user="streamstate", skip_instance_cache=True)
+    stop, reads, errors = threading.Event(), [], []
+
+    def poll() -> None:
+        while not stop.is_set():
+            try:
+                reads.append(reader._call("OPEN", path=f"{root}/final").content)  # noqa: SLF001
+            except Exception as exc:  # noqa: BLE001 - asserted below
+                errors.append(repr(exc))
+
+    thread = threading.Thread(target=poll)
+    thread.start()
+    try:
+        for i in range(1, 31):
+            _write(webhdfs, f"{root}/tmp-{i}", f"version-{i}".encode())
+            assert _rename(webhdfs, f"{root}/tmp-{i}", f"{root}/final", renameoptions="OVERWRITE").ok
+    finally:
+        stop.set()
+        thread.join(60)
+    assert errors == [] and len(reads) > 30, (errors, len(reads))
+    assert set(reads) <= {f"version-{i}".encode() for i in range(31)}
+    assert webhdfs.cat_file(f"{root}/final") == b"version-30" and webhdfs.ls(root) == [f"{root}/final"]
 
 
 def test_a_directory_renamed_onto_an_existing_directory_lands_inside_it(webhdfs: WebHDFS, root: str) -> None:
