@@ -94,7 +94,7 @@ def main() -> None:
     c.meta.events.register("before-call.s3.*", lambda model, **_: requests.update([model.name]))
     url = f"s3a://{BUCKET}/{prefix}"
     t = time.monotonic()
-    plan = CheckpointReader(url, s3_client=c).plan()
+    plan = CheckpointReader(url, connection=c).plan()
     plan_s = time.monotonic() - t
     plan_requests = dict(requests)
     total_bytes = sum(f.size for f in plan.files)

@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         url = f"s3a://{bucket}/ckpt"
 
         seen = counting(primary)
-        r["plan_s"], plan = timed(lambda: CheckpointReader(url, s3_client=primary).plan())
+        r["plan_s"], plan = timed(lambda: CheckpointReader(url, connection=primary).plan())
         r["plan_requests"] = dict(seen)
         files = [(f.path, f.size) for f in plan.files]
         r["files"], r["state_bytes"] = len(files), sum(s for _, s in files)
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         seen.clear()
         same = S3Store(primary, bucket, "store-same")
         r["same_snapshot_s"], snap = timed(lambda: create_snapshot(url, same, "bench", parallelism=n,
-                                                                   checkpoint_s3_client=primary))
+                                                                   checkpoint_connection=primary))
         r["same_snapshot_requests"] = dict(seen)
         r["same_snapshot_bytes_uploaded"] = snap.bytes_uploaded
 
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         seen.clear()
         summed = S3Store(primary, bucket, "store-summed")
         r["summed_snapshot_s"], snap3 = timed(lambda: create_snapshot(
-            f"s3a://{bucket}/summed", summed, "bench", parallelism=n, checkpoint_s3_client=primary))
+            f"s3a://{bucket}/summed", summed, "bench", parallelism=n, checkpoint_connection=primary))
         r["summed_snapshot_requests"] = dict(seen)
         r["summed_files_from_checksum"] = snap3.files_from_checksum
         r["summed_bytes_hashed"] = snap3.bytes_hashed
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         dr_seen = counting(dr)
         other = S3Store(dr, dr_bucket, "store-other")
         r["other_snapshot_s"], snap2 = timed(lambda: create_snapshot(url, other, "bench", parallelism=n,
-                                                                     checkpoint_s3_client=primary))
+                                                                     checkpoint_connection=primary))
         r["other_snapshot_requests"] = {"checkpoint": dict(seen), "store": dict(dr_seen)}
         r["other_snapshot_bytes_uploaded"] = snap2.bytes_uploaded
     finally:

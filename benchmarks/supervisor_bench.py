@@ -59,7 +59,7 @@ def _run(args: argparse.Namespace, stack: stack_mod.Stack, home: Path) -> int:
     from datetime import datetime
 
     import airflow_provider_streamstate.jobs.example_stream as job
-    from airflow_provider_streamstate.engine.streams import launcher
+    from airflow_provider_streamstate.engine.streams import launcher, records
     from airflow_provider_streamstate.engine.streams.health import committed_kafka_offsets
     from airflow_provider_streamstate.jobs.generator import GeneratorSpec, ensure_topic, produce
     from airflow_provider_streamstate.operators.stream import start_stream
@@ -101,7 +101,7 @@ def _run(args: argparse.Namespace, stack: stack_mod.Stack, home: Path) -> int:
         gen = gen.next_round(300)
         total += produce(stack.kafka_bootstrap, topic, gen)
         before = max(int(f.name) for f in Path(spec.checkpoint, "commits").iterdir() if f.name.isdigit())
-        handle = launcher.read_launch(spec.checkpoint).handle
+        handle = records.read_launch(spec.checkpoint).handle
         t0 = time.time()
         os.killpg(handle.pid, signal.SIGKILL)
         wait(lambda: launcher.status(spec.checkpoint).state == "dead", "the stream to be dead", 60)

@@ -66,10 +66,10 @@ def _spec(stack: stack_mod.Stack, yarn: stack_mod.YarnCluster, work: Path, topic
 
 
 def _run(args: argparse.Namespace, stack: stack_mod.Stack, yarn: stack_mod.YarnCluster, work: Path) -> int:
-    from airflow_provider_streamstate.engine.streams import launcher
+    from airflow_provider_streamstate.engine.streams import launcher, records
     from airflow_provider_streamstate.engine.streams.health import committed_kafka_offsets, newest_commit
+    from airflow_provider_streamstate.engine.streams.managers.yarn import ResourceManager
     from airflow_provider_streamstate.engine.streams.supervisor import SupervisionPolicy, supervise
-    from airflow_provider_streamstate.engine.streams.yarn import ResourceManager
     from airflow_provider_streamstate.jobs.generator import GeneratorSpec, ensure_topic, produce
     from airflow_provider_streamstate.stream_start import start_stream
 
@@ -110,7 +110,7 @@ def _run(args: argparse.Namespace, stack: stack_mod.Stack, yarn: stack_mod.YarnC
             total += produce(stack.kafka_bootstrap, topic, gen)
             wait(lambda n=total, c=consumed: c() > 0, "input")
             before = newest_commit(spec.checkpoint)[0] or 0
-            record = launcher.read_launch(spec.checkpoint)
+            record = records.read_launch(spec.checkpoint)
             t0 = time.time()
             if record.cluster is not None and record.cluster.app_id:
                 ResourceManager(record.cluster.rm_urls).kill(record.cluster.app_id)

@@ -19,8 +19,8 @@ production's.
 On a cluster: the candidate is submitted like production (the stream spec's Spark
 connection, master and deploy mode), and its clone lives beside production's checkpoint
 (an `s3a://` checkpoint gives an `s3a://` clone). `state_jobs` runs `validate` and `diff`
-as Spark applications too: `{"spark_conn_id": "spark_yarn", "spark_conf": {...},
-"spark_jars": [...], "spark_env": {...}}` (empty: in the task).
+as Spark applications too: `{"conn_id": "spark_yarn", "conf": {...}, "jars": [...],
+"env": {...}}` (the operators' `SparkJobOptions`; empty: in the task).
 """
 
 from __future__ import annotations
@@ -58,8 +58,8 @@ with DAG(
         "clone_root": Param("", type="string", description="directory for the clone's checkpoint"),
         "reports": Param("", type="string", description="directory for the diff report and Data Docs"),
         "run_timeout_s": Param(1800, type="integer", minimum=1),
-        "state_jobs": Param({}, type="object", description="where validate and diff run: spark_conn_id, "
-                            "spark_conf, spark_jars, spark_env (empty: in the task)"),
+        "state_jobs": Param({}, type="object", description="where validate and diff run (SparkJobOptions): "
+                            "conn_id, deploy_mode, conf, jars, env, timeout (empty: in the task)"),
     },
     tags=["streamstate"],
 ) as dag:
@@ -99,22 +99,25 @@ with DAG(
 
         from airflow.sdk.exceptions import AirflowFailException
 
+        from airflow_provider_streamstate.engine.checkpoint.sidecar import open_sidecar
         from airflow_provider_streamstate.engine.streams import launcher
-        from airflow_provider_streamstate.operators.stream import spark_submit_command
+        from airflow_provider_streamstate.hooks.store import open_checkpoint
         from airflow_provider_streamstate.spec import StreamSpec
+        from airflow_provider_streamstate.stream_start import stream_command
 
         assert params is not None
         spec = StreamSpec.from_value(plan["clone"])
-        command, env = spark_submit_command(spec)
-        handle = launcher.launch(command, stream=spec.name, checkpoint=spec.checkpoint, env=env,
+        command, env = stream_command(spec)
+        side = open_sidecar(open_checkpoint(spec.checkpoint, spec.aws_conn_id))
+        handle = launcher.launch(command, stream=spec.name, checkpoint=side, env=env,
                                  heartbeat_interval_s=spec.heartbeat_interval_s)
         deadline = time.monotonic() + float(params["run_timeout_s"])
         while True:
-            st = launcher.status(spec.checkpoint)
+            st = launcher.status(side)
             if st.state in ("stopped", "failed", "dead") and (st.state != "stopped" or st.process_alive is not True):
                 break
             if time.monotonic() > deadline:
-                launcher.stop(handle, timeout_s=30)
+                launcher.stop(handle, timeout_s=30, checkpoint=side)
                 raise AirflowFailException(f"the candidate did not finish within {params['run_timeout_s']}s; "
                                            f"give it a bounded trigger (--trigger available-now); log {handle.log}")
             time.sleep(1)
@@ -124,8 +127,7 @@ with DAG(
         return {"state": st.state, "batch_id": st.heartbeat.batch_id if st.heartbeat else None, "log": handle.log}
 
     ran = run_candidate(planned)
-    on_cluster = {field: "{{ params.state_jobs.get('" + field + "') }}"
-                  for field in ("spark_conn_id", "spark_conf", "spark_jars", "spark_env")}
+    on_cluster = {"spark": "{{ params.state_jobs or None }}"}
     snapshot_clone = SnapshotStreamOperator(task_id="snapshot_clone", stream=planned_("clone"))
     validate = ValidateSnapshotOperator(
         task_id="validate", stream=planned_("clone"), suite="{{ params.suite }}",
@@ -155,19 +157,22 @@ with DAG(
     @task(trigger_rule="all_done")
     def tear_down(plan: dict) -> dict:
         """Stop the clone and delete its checkpoint and snapshots, whatever happened."""
-        import shutil
-
         from airflow_provider_streamstate.engine.core.errors import UsageError
         from airflow_provider_streamstate.engine.streams.clones import expire_clones
-        from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
+        from airflow_provider_streamstate.hooks.store import (
+            StreamstateStoreHook,
+            checkpoint_connection,
+            open_checkpoint,
+        )
         from airflow_provider_streamstate.spec import StreamSpec
 
         production = StreamSpec.from_value(plan["production"])
         store = StreamstateStoreHook(production.store, aws_conn_id=production.aws_conn_id).store
         try:
-            result = expire_clones(store, source_stream=production.name, names=[plan["name"]], force=True).to_json()
+            result = expire_clones(store, source_stream=production.name, names=[plan["name"]], force=True,
+                                   connection=checkpoint_connection(plan["checkpoint"], production.aws_conn_id)).to_json()
         except UsageError:  # the clone was never recorded (the restore failed): remove what is left
-            shutil.rmtree(plan["checkpoint"], ignore_errors=True)
+            open_checkpoint(plan["checkpoint"], production.aws_conn_id).delete_all()
             result = {"clones_expired": 0}
         return result
 

@@ -156,7 +156,6 @@ def _demo(args: argparse.Namespace, stack: Any, t0: float) -> int:
     from airflow_provider_streamstate.engine.kafka.offsets import broker_offsets
     from airflow_provider_streamstate.engine.state.spark import read_state, spark_session
     from airflow_provider_streamstate.engine.stores import open_store
-    from airflow_provider_streamstate.engine.streams import launcher
     from airflow_provider_streamstate.jobs import example_stream
     from airflow_provider_streamstate.jobs.generator import (
         GeneratorSpec,
@@ -228,7 +227,8 @@ def _demo(args: argparse.Namespace, stack: Any, t0: float) -> int:
         time.sleep(4)  # a couple of triggers
         say(progress_line(spec.checkpoint, offsets))
         if i == 0:
-            handle = launcher.read_launch(spec.checkpoint).handle
+            from airflow_provider_streamstate.engine.streams import records
+            handle = records.read_launch(spec.checkpoint).handle
             os.killpg(handle.pid, signal.SIGKILL)
             say(f"  killed the stream's driver (SIGKILL to process group {handle.pid}), as a lost host would")
             time.sleep(1)

@@ -104,7 +104,7 @@ def _drill(args: argparse.Namespace, primary: Any, dr: Any, work: Path, t0: floa
     import shutil
 
     from airflow_provider_streamstate.engine.state.spark import read_state, spark_session
-    from airflow_provider_streamstate.engine.streams import launcher
+    from airflow_provider_streamstate.engine.streams import launcher, records
     from airflow_provider_streamstate.jobs import example_stream
     from airflow_provider_streamstate.jobs.generator import (
         GeneratorSpec,
@@ -175,7 +175,7 @@ def _drill(args: argparse.Namespace, primary: Any, dr: Any, work: Path, t0: floa
     # What the DR side cannot count but the drill can: events the primary accepted that never
     # reached the mirror (RPO), taken at the moment the region dies.
     lost = wanted - count_messages(dr.bootstrap, dr_source)
-    handle = launcher.read_launch(in_primary.checkpoint).handle
+    handle = records.read_launch(in_primary.checkpoint).handle
     os.killpg(handle.pid, signal.SIGKILL)
     stack_mod.kill_part(STATE_DIR, "primary-kafka")
     stack_mod.kill_part(STATE_DIR, "primary-s3")

@@ -227,6 +227,13 @@ def describe(cls: type, kind: str) -> ClassDoc:
     )
 
 
+def _base_only(cls: type, bases: tuple[type, ...]) -> bool:
+    """An operator base that is no task of its own (operators/base.py): none of the project's
+    classes in its hierarchy defines `execute`; its subclasses document what it takes."""
+    return any(issubclass(cls, b) for b in bases if b.__name__ == "BaseOperator") and not any(
+        "execute" in vars(c) for c in cls.__mro__ if c.__module__.startswith("airflow_provider_streamstate"))
+
+
 def collect() -> list[ClassDoc]:
     """Every public provider class in the modules provider info lists, in its order."""
     from airflow_provider_streamstate.get_provider_info import get_provider_info
@@ -240,7 +247,7 @@ def collect() -> list[ClassDoc]:
                 module = importlib.import_module(module_name)
                 for name, obj in vars(module).items():
                     if (inspect.isclass(obj) and obj.__module__ == module_name and not name.startswith("_")
-                            and issubclass(obj, bases) and obj not in bases):
+                            and issubclass(obj, bases) and obj not in bases and not _base_only(obj, bases)):
                         out.append(describe(obj, kind))
     return out
 

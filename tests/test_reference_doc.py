@@ -54,8 +54,9 @@ def test_the_reference_covers_every_operator_sensor_trigger_and_hook_module_of_p
     listed = {m for kind in ("operators", "sensors", "hooks") for e in info[kind] for m in e["python-modules"]}
     documented = {c.module for c in classes}
     # Every operator, sensor and hook module defines at least one public class (triggers.base
-    # holds only the shared polling loop).
-    assert listed <= documented, sorted(listed - documented)
+    # holds only the shared polling loop; operators.base the bases every operator extends,
+    # whose arguments each operator's table shows).
+    assert listed - {"airflow_provider_streamstate.operators.base"} <= documented, sorted(listed - documented)
     assert {c.kind for c in classes} == {"operators", "sensors", "triggers", "hooks"}
 
 

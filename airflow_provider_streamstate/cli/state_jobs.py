@@ -65,21 +65,12 @@ class StateJobs:
 
                 self._reader = StateReader(self.store).__enter__()
             return run_state_job(request, self._reader)  # type: ignore[no-any-return]
-        from airflow_provider_streamstate.engine.state.scratch import is_s3_store
-        from airflow_provider_streamstate.engine.state.submit import StoreAccess, submit_state_job
+        from airflow_provider_streamstate.engine.state.submit import submit_state_job
 
         request = request.with_job_id()
         command, env = _through_connection(self.args, request) if self.args.spark_conn_id \
             else _spark_submit(self.args, request)
-        access = None
-        if is_s3_store(self.store):
-            if self.args.aws_conn_id:
-                from airflow_provider_streamstate.state_jobs import store_access
-
-                access = store_access(self.args.aws_conn_id)
-            else:
-                access = StoreAccess.from_environment()
-        return submit_state_job(request, self.store, command, env=env, access=access)  # type: ignore[no-any-return]
+        return submit_state_job(request, self.store, command, env=env)  # type: ignore[no-any-return]
 
 
 def run_job(args: argparse.Namespace, request: Any) -> dict[str, Any]:
@@ -90,7 +81,10 @@ def run_job(args: argparse.Namespace, request: Any) -> dict[str, Any]:
 
 def _spark_submit(args: argparse.Namespace, request: Any) -> tuple[list[str], dict[str, str]]:
     from airflow_provider_streamstate.engine.state.submit import state_job_application, state_job_arguments
-    from airflow_provider_streamstate.engine.streams.launcher import package_python_env, resolve_spark_submit
+    from airflow_provider_streamstate.engine.streams.submission import (
+        package_python_env,
+        resolve_spark_submit,
+    )
 
     cmd = ["spark-submit", "--master", args.master, "--name", f"streamstate-{request.kind}-{request.stream}"]
     if args.deploy_mode:
@@ -119,10 +113,12 @@ def _through_connection(args: argparse.Namespace, request: Any) -> tuple[list[st
     os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
     with contextlib.redirect_stdout(sys.stderr):
         try:
+            from airflow_provider_streamstate.spark_submit import SparkJobOptions
             from airflow_provider_streamstate.state_jobs import state_job_command
         except ImportError as exc:
             raise UsageError(f"--spark-conn-id needs Airflow and its apache-spark provider: {exc}",
                              hint="install apache-airflow-providers-apache-spark, or give --master") from None
         confs = dict(_conf_pair(pair) for pair in args.spark_conf)
-        return state_job_command(request, spark_conn_id=args.spark_conn_id, conf=confs,
-                                 jars=args.jars.split(",") if args.jars else None, deploy_mode=args.deploy_mode)
+        options = SparkJobOptions(conn_id=args.spark_conn_id, deploy_mode=args.deploy_mode, conf=confs,
+                                  jars=args.jars.split(",") if args.jars else [])
+        return state_job_command(request, options)

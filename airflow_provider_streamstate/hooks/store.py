@@ -1,17 +1,22 @@
-"""A snapshot store from Airflow's point of view: its URL plus the `aws` connection that
-reaches it. S3 clients come from the amazon provider's S3Hook, so the endpoint, region,
-role assumption and credentials are the connection's, never the code's."""
+"""A snapshot store, and a checkpoint location, from Airflow's point of view: a URL plus the
+connection that reaches it. S3 clients come from the amazon provider's S3Hook, so the
+endpoint, region, role assumption and credentials are the connection's, never the code's.
+Connections are passed to the engine with what they open (a store, a checkpoint's
+filesystem), never remembered for the rest of the process."""
 
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
 
 from airflow_provider_streamstate.engine.core.errors import StreamstateError, UsageError
 from airflow_provider_streamstate.engine.stores import SnapshotStore, client_config, open_store
 from airflow_provider_streamstate.engine.stores.s3_errors import client_error
+
+if TYPE_CHECKING:
+    from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS
 
 
 def s3_client_from_connection(aws_conn_id: str, *, max_connections: int = 16) -> Any:
@@ -82,19 +87,22 @@ class StreamstateStoreHook(BaseHook):
         return True, f"{self.store.url}: {len(streams)} stream(s)"
 
 
-def use_checkpoint_connection(checkpoint: str, aws_conn_id: str | None) -> None:
-    """Read and write the records beside an S3 checkpoint (and the checkpoint's own files,
-    for health checks) with the Airflow connection `aws_conn_id` for the rest of this
-    process; nothing for a local checkpoint or without a connection (the AWS environment)."""
-    from airflow_provider_streamstate.engine.checkpoint.filesystems import is_s3_location
-    from airflow_provider_streamstate.engine.checkpoint.sidecar import location_key, open_sidecar
+def checkpoint_connection(location: str, aws_conn_id: str | None, *, max_connections: int = 16) -> Any:
+    """How Airflow reaches a checkpoint location: the stream's `aws` connection for an S3
+    checkpoint (`s3a://`: S3Hook's client); None otherwise (a local path needs none; an HDFS
+    one is reached as the worker's Hadoop configuration says, as Spark reaches it)."""
+    from airflow_provider_streamstate.engine.checkpoint.filesystems import location_scheme
 
-    if not aws_conn_id or not is_s3_location(checkpoint):
-        return
-    key = (location_key(checkpoint), aws_conn_id)
-    if key not in _CHECKPOINT_CONNECTIONS:  # a sensor pokes often: one client per location and connection
-        open_sidecar(checkpoint, s3_client=s3_client_from_connection(aws_conn_id))
-        _CHECKPOINT_CONNECTIONS.add(key)
+    if aws_conn_id and location_scheme(location) in ("s3", "s3a"):
+        return s3_client_from_connection(aws_conn_id, max_connections=max_connections)
+    return None
 
 
-_CHECKPOINT_CONNECTIONS: set[tuple[str, str]] = set()
+def open_checkpoint(location: str, aws_conn_id: str | None, *, max_connections: int = 16) -> CheckpointFS:
+    """A checkpoint location's filesystem, opened with its Airflow connection: what a task
+    passes to the engine, which never looks a connection up itself."""
+    from airflow_provider_streamstate.engine.checkpoint.filesystems import open_checkpoint_fs
+
+    return open_checkpoint_fs(location, connection=checkpoint_connection(location, aws_conn_id,
+                                                                         max_connections=max_connections),
+                              conn_id=aws_conn_id)

@@ -41,17 +41,11 @@ def _ran_on(spark: Any) -> dict[str, Any]:
 
 
 def _open_store(url: str, spark: Any) -> Any:
-    """The store, with the AWS environment of a driver started here (client mode), else the
-    S3A confs the submitter gave the application for the store's bucket (cluster mode: no
-    secret in the container's environment)."""
-    from airflow_provider_streamstate.engine.state.submit import StoreAccess
-    from airflow_provider_streamstate.engine.stores import parse_s3_url
-
-    if not url.startswith("s3://") or os.environ.get("AWS_ACCESS_KEY_ID"):
-        return open_store(url)
+    """The store, with the environment of a driver started here (client mode), else with
+    what the submitter gave the application to reach it (`SnapshotStore.spark_access`, read
+    back from its Spark conf: cluster mode, no secret in the container's environment)."""
     conf = spark.sparkContext.getConf()
-    access = StoreAccess.from_spark_conf(lambda key: conf.get(key, None), parse_s3_url(url)[0])
-    return open_store(url, s3_client=access.s3_client() if access is not None else None)
+    return open_store(url, spark_conf=lambda key: conf.get(key, None))
 
 
 def main(argv: list[str]) -> int:

@@ -42,7 +42,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airflow_provider_streamstate.engine.checkpoint.liveness import now_iso
-from airflow_provider_streamstate.engine.checkpoint.sidecar import open_sidecar
+from airflow_provider_streamstate.engine.checkpoint.sidecar import open_sidecar, refuse_unfinished_restore
 from airflow_provider_streamstate.engine.core.errors import StreamstateError
 from airflow_provider_streamstate.engine.streams.launcher import (
     ENV_CHECKPOINT,
@@ -50,12 +50,9 @@ from airflow_provider_streamstate.engine.streams.launcher import (
     ENV_LAUNCH_GENERATION,
     ENV_LAUNCH_ID,
     ENV_QUERY_NAME,
-    DriverRecord,
-    refuse_unfinished_restore,
-    stop_requested,
     superseded_by,
-    write_driver,
 )
+from airflow_provider_streamstate.engine.streams.records import DriverRecord, stop_requested, write_driver
 from airflow_provider_streamstate.engine.streams.secret_confs import ENV_SECRETS_FILE
 
 ENV_STOP_BATCH_WAIT = "STREAMSTATE_STOP_BATCH_WAIT"

@@ -8,7 +8,7 @@ from typing import Any
 
 from airflow.sdk import Context
 
-from airflow_provider_streamstate.operators.validate import StateTask
+from airflow_provider_streamstate.operators.base import StateTask
 
 
 class BisectSnapshotsOperator(StateTask):
@@ -28,17 +28,12 @@ class BisectSnapshotsOperator(StateTask):
     :param join_side: `left` or `right` of a stream-stream join. (templated)
     :param state_var: a transformWithState operator's state variable, `*` for all, `$timers`. (templated)
     :param parallelism: concurrent blob reads while snapshots are materialised.
-    :param spark_conn_id: run the bisect as one Spark application there (see `StateTask`). (templated)
-    :param deploy_mode: `client` or `cluster` (default: the connection's). (templated)
-    :param spark_conf: Spark confs of the job's application. (templated)
-    :param spark_jars: jars the application needs (the S3A connector for an S3 store). (templated)
-    :param spark_env: environment of spark-submit and the application's driver. (templated)
-    :param job_timeout: seconds the application may run before it is killed.
+    :param spark: where the bisect runs, as one Spark application (`SparkJobOptions`; see
+        operators/base.py `StateTask`); default in the task. (templated)
     """
 
-    template_fields: Sequence[str] = ("stream", "suite", "good", "bad", "operator", "store_name", "join_side", "state_var",
-                                      "spark_conn_id", "deploy_mode",
-                                      "spark_conf", "spark_jars", "spark_env")
+    template_fields: Sequence[str] = ("stream", "suite", "good", "bad", "operator", "store_name", "join_side",
+                                      "state_var", "spark")
 
     def __init__(self, *, suite: str | dict[str, Any], good: str | None = None, bad: str | None = None,
                  **kwargs: Any) -> None:

@@ -6,12 +6,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from airflow.sdk import BaseOperator, Context
+from airflow.sdk import Context
 
-from airflow_provider_streamstate.task_errors import CancellableTask, engine_errors
+from airflow_provider_streamstate.engine.core.values import parse_flag
+from airflow_provider_streamstate.operators.base import StreamstateTask, Subject
+from airflow_provider_streamstate.task_errors import engine_errors
 
 
-class ExpireClonesOperator(CancellableTask, BaseOperator):
+class ExpireClonesOperator(StreamstateTask):
     """Tear down the clones recorded in a store whose expiry has passed: stop each clone's
     stream, delete its checkpoint directory and its snapshots, and its output topics when
     that was asked for at clone time (`delete_sinks_on_expiry`). Returns `{"store",
@@ -40,6 +42,9 @@ class ExpireClonesOperator(CancellableTask, BaseOperator):
         self.dry_run: Any = dry_run
         self.stop_timeout = stop_timeout
 
+    def subject(self) -> Subject:
+        return Subject(f"store {self.store}", self.store, self.aws_conn_id or None, self.kafka_conn_id or None)
+
     def _kafka_config(self, record: Any) -> dict[str, Any] | None:
         from airflow_provider_streamstate.engine.core.errors import UsageError
         from airflow_provider_streamstate.hooks.kafka import StreamKafkaHook
@@ -54,14 +59,12 @@ class ExpireClonesOperator(CancellableTask, BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_streamstate.engine.streams.clones import expire_clones
-        from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
-        from airflow_provider_streamstate.operators.retention import as_bool
 
-        dry_run = as_bool(self.dry_run)
+        with engine_errors():
+            dry_run = parse_flag(self.dry_run, "dry_run")
         self.log.info("expiring clones recorded in %s%s", self.store, " (dry run)" if dry_run else "")
-        with self.cancellable(), engine_errors():
-            store = StreamstateStoreHook(self.store, aws_conn_id=self.aws_conn_id or None).store
-            result = expire_clones(store, source_stream=self.source_stream or None, dry_run=dry_run,
+        with self.cancellable():
+            result = expire_clones(self.hook.store, source_stream=self.source_stream or None, dry_run=dry_run,
                                    kafka_config=self._kafka_config, stop_timeout_s=float(self.stop_timeout))
         for e in result.expired:
             self.log.info("clone %s of %s (expired %s): stream %s, checkpoint deleted %s, %d snapshots, topics %s%s",

@@ -12,18 +12,12 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_streamstate.assets import FAILOVERS, checkpoint_asset, emit, with_outlet
 from airflow_provider_streamstate.configured import stream_spec
-from airflow_provider_streamstate.engine.core.errors import StreamstateError, UsageError
+from airflow_provider_streamstate.engine.core.errors import StreamstateError
+from airflow_provider_streamstate.engine.core.values import optional_duration, parse_flag
 from airflow_provider_streamstate.links import SnapshotLink
-from airflow_provider_streamstate.operators.snapshot import _StreamTask
+from airflow_provider_streamstate.operators.base import StreamTask
 from airflow_provider_streamstate.spec import StreamSpec
 from airflow_provider_streamstate.task_errors import engine_errors
-
-
-def _flag(value: Any) -> bool:
-    """A boolean Param as rendered: a bool, or its text when templates render strings."""
-    if isinstance(value, str):
-        return value.strip().lower() in ("true", "1", "yes")
-    return bool(value)
 
 
 class FencePrimaryStreamOperator(BaseOperator):
@@ -51,7 +45,8 @@ class FencePrimaryStreamOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_streamstate.engine.streams import launcher
 
-        force = _flag(self.force)
+        with engine_errors():
+            force = parse_flag(self.force, "force")
         if not self.stream:
             if not force:
                 raise AirflowFailException(
@@ -62,10 +57,10 @@ class FencePrimaryStreamOperator(BaseOperator):
         with engine_errors():
             spec = stream_spec(self.stream)
         try:
-            from airflow_provider_streamstate.hooks.store import use_checkpoint_connection
+            from airflow_provider_streamstate.hooks.store import open_checkpoint
 
-            use_checkpoint_connection(spec.checkpoint, spec.aws_conn_id)
-            result = launcher.stop(spec.checkpoint, timeout_s=float(self.timeout), requested_by=f"task {self.task_id}")
+            result = launcher.stop(open_checkpoint(spec.checkpoint, spec.aws_conn_id), timeout_s=float(self.timeout),
+                                   requested_by=f"task {self.task_id}")
         except (StreamstateError, OSError) as exc:
             reason = exc.one_line() if isinstance(exc, StreamstateError) else f"{type(exc).__name__}: {exc}"
             if not force:
@@ -78,7 +73,7 @@ class FencePrimaryStreamOperator(BaseOperator):
         return {"stream": spec.name, "fenced": True, "outcome": result.outcome, "detail": result.state}
 
 
-class FailoverStreamOperator(_StreamTask):
+class FailoverStreamOperator(StreamTask):
     """Restore a stream from its DR store into its DR checkpoint, with every Kafka topic and
     offset the checkpoint names translated for the mirrored DR cluster, so the same
     application started there resumes with the next batch: nothing read twice, nothing
@@ -138,42 +133,22 @@ class FailoverStreamOperator(_StreamTask):
             items = [f"{k}={v}" for k, v in items.items()]
         return TopicMap.parse(list(items), self.replication_policy or "default", self.source_alias or "")
 
-    def _checkpoint_client(self, spec: StreamSpec) -> Any:
-        """The client of an S3 checkpoint (`s3a://`): the spec's aws connection's, else the
-        store's (None: the store's own, or the AWS environment); None for a local one."""
-        from airflow_provider_streamstate.engine.checkpoint.filesystems import is_s3_location
-
-        if not is_s3_location(spec.checkpoint) or not spec.aws_conn_id:
-            return None
-        from airflow_provider_streamstate.hooks.store import s3_client_from_connection
-
-        return s3_client_from_connection(spec.aws_conn_id, max_connections=self.parallelism * 2)
-
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_streamstate.engine.dr.failover import failover
-        from airflow_provider_streamstate.hooks.kafka import StreamKafkaHook
 
         spec = self.spec
+        bootstrap, config = self.kafka_settings(self.kafka_conn_id)
+        assert bootstrap is not None
         with engine_errors():
-            conn_id = self.kafka_conn_id or spec.kafka_conn_id
-            if not conn_id:
-                raise UsageError(f"stream {spec.name} names no DR Kafka connection",
-                                 hint="pass kafka_conn_id= or set the stream spec's kafka_conn_id")
-            config = StreamKafkaHook(kafka_config_id=conn_id).client_config()
             topic_map = self._topic_map()
-            try:
-                mirror_wait = float(self.mirror_timeout or 0)
-            except ValueError:
-                raise UsageError(f"mirror_timeout {self.mirror_timeout!r} is not a number of seconds",
-                                 hint="give seconds, e.g. 600") from None
-        bootstrap = str(config.pop("bootstrap.servers"))
+            mirror_wait = optional_duration(self.mirror_timeout or None, "mirror_timeout") or 0.0
         self.log.info("failover of %s from %s into %s for %s", spec.name, spec.store, spec.checkpoint, bootstrap)
         with self.cancellable():
             result = failover(
                 self.hook.store, spec.name, spec.checkpoint, bootstrap,
                 snapshot=self.snapshot or None, topic_map=topic_map, suite=self.suite or None,
-                kafka_config=config or None, parallelism=self.parallelism, mirror_wait_s=max(0.0, mirror_wait),
-                s3_client=self._checkpoint_client(spec),
+                kafka_config=config or None, parallelism=self.parallelism, mirror_wait_s=mirror_wait,
+                connection=self.checkpoint_connection(spec.checkpoint),
             )
         out = {**result.to_json(), "store": spec.store}
         for skipped in out["skipped_snapshots"]:

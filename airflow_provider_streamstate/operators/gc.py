@@ -6,12 +6,14 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import BaseOperator, Context
+from airflow.sdk import Context
 
-from airflow_provider_streamstate.task_errors import CancellableTask, engine_errors
+from airflow_provider_streamstate.engine.core.values import optional_duration, parse_flag
+from airflow_provider_streamstate.operators.base import StreamstateTask, Subject
+from airflow_provider_streamstate.task_errors import engine_errors
 
 
-class GarbageCollectOperator(CancellableTask, BaseOperator):
+class GarbageCollectOperator(StreamstateTask):
     """Delete the blobs of a store that no snapshot references, after a grace period.
 
     Mark and sweep over the whole store (every stream shares its blobs); safe while
@@ -35,27 +37,26 @@ class GarbageCollectOperator(CancellableTask, BaseOperator):
 
     def __init__(
         self, *, store: str, aws_conn_id: str | None = None, grace: timedelta | str | float | None = None,
-        dry_run: bool = False, parallelism: int = 8, **kwargs: Any,
+        dry_run: bool = False, **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.store = store
         self.aws_conn_id = aws_conn_id
         self.grace = grace
         self.dry_run: Any = dry_run
-        self.parallelism = parallelism
+
+    def subject(self) -> Subject:
+        return Subject(f"store {self.store}", self.store, self.aws_conn_id or None)
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_streamstate.engine.catalog.gc import DEFAULT_GRACE_SECONDS, collect_garbage
-        from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
-        from airflow_provider_streamstate.operators.retention import as_bool, duration_seconds
 
         with engine_errors():
-            grace = duration_seconds(self.grace, "grace") or DEFAULT_GRACE_SECONDS
-        self.log.info("garbage collection of %s, grace %ss%s", self.store, grace, " (dry run)" if as_bool(self.dry_run) else "")
+            grace = optional_duration(self.grace, "grace") or DEFAULT_GRACE_SECONDS
+            dry_run = parse_flag(self.dry_run, "dry_run")
+        self.log.info("garbage collection of %s, grace %ss%s", self.store, grace, " (dry run)" if dry_run else "")
         with self.cancellable():
-            store = StreamstateStoreHook(self.store, aws_conn_id=self.aws_conn_id or None,
-                                         parallelism=self.parallelism).store
-            result = collect_garbage(store, grace_seconds=grace, dry_run=as_bool(self.dry_run), parallelism=self.parallelism)
+            result = collect_garbage(self.hook.store, grace_seconds=grace, dry_run=dry_run, parallelism=self.parallelism)
         out = result.to_json()
         self.log.info("%s %d blobs (%d bytes); kept %d; young %d; %d temp; %d tombstones",
                       "would delete" if result.dry_run else "deleted", result.blobs_deleted, result.bytes_deleted,

@@ -3,7 +3,7 @@ cut, validate, restore or clone it as one, fail it over to the DR region as one,
 and expire its snapshots as units. Thin over
 the store hook, the Kafka connection and `engine.pipeline`; each returns JSON for XCom.
 
-Every operator takes `pipeline`: a dict with the engine's pipeline spec (`name`, `members`:
+Every operator takes `pipeline` (operators/base.py `PipelineTask`): a dict with the engine's pipeline spec (`name`, `members`:
 stream -> checkpoint, `links`: upstream/topic/downstream) plus where it lives: `store`,
 `kafka_conn_id` (the cluster of the link topics) and optionally `aws_conn_id` (the store's
 and the S3 checkpoints' connection), `suites` (member -> GX suite, for its validation) and
@@ -12,94 +12,18 @@ and the S3 checkpoints' connection), `suites` (member -> GX suite, for its valid
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from dataclasses import dataclass
-from functools import cached_property
 from typing import Any
 
-from airflow.sdk import BaseOperator, Context
+from airflow.sdk import Context
 
 from airflow_provider_streamstate.engine.core.errors import UsageError
-from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
-from airflow_provider_streamstate.task_errors import CancellableTask, engine_errors
+from airflow_provider_streamstate.operators.base import PipelineTask
+from airflow_provider_streamstate.spark_submit import SparkJobOptions
+from airflow_provider_streamstate.task_errors import engine_errors
 
 
-@dataclass(frozen=True)
-class ConfiguredPipeline:
-    """A pipeline spec and where it lives, as the operators take it."""
-
-    spec: Any  # engine.pipeline.spec.PipelineSpec
-    store: str
-    kafka_conn_id: str | None
-    aws_conn_id: str | None
-    suites: dict[str, Any] | None = None  # member -> a GX suite file or dict
-    spark_conn_id: str | None = None
-
-    @classmethod
-    def of(cls, value: dict[str, Any] | str) -> ConfiguredPipeline:
-        from airflow_provider_streamstate.engine.pipeline.spec import PipelineSpec
-
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except ValueError:
-                raise UsageError(f"pipeline {str(value)[:60]!r} is not a JSON object",
-                                 hint="pass a dict: name, members, links, store, kafka_conn_id") from None
-        if not isinstance(value, dict) or not isinstance(value.get("store"), str):
-            raise UsageError("a pipeline for the operators needs its `store`",
-                             hint="add store (file:///... or s3://bucket/prefix) to the pipeline dict")
-        spec = PipelineSpec.from_json({k: value.get(k) for k in ("name", "members", "links")}, "pipeline")
-        suites = value.get("suites") or None
-        if suites is not None and not isinstance(suites, dict):
-            raise UsageError(f"pipeline {spec.name}: suites must map members to GX suites",
-                             hint='e.g. "suites": {"totals": "/suites/totals.json"}')
-        return cls(spec, value["store"], value.get("kafka_conn_id") or None, value.get("aws_conn_id") or None,
-                   suites, value.get("spark_conn_id") or None)
-
-
-class _PipelineTask(CancellableTask, BaseOperator):
-    def __init__(self, *, pipeline: dict[str, Any] | str, parallelism: int = 8, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.pipeline = pipeline
-        self.parallelism = parallelism
-
-    @cached_property
-    def configured(self) -> ConfiguredPipeline:
-        with engine_errors():
-            return ConfiguredPipeline.of(self.pipeline)
-
-    @cached_property
-    def hook(self) -> StreamstateStoreHook:
-        c = self.configured
-        return StreamstateStoreHook(c.store, aws_conn_id=c.aws_conn_id, parallelism=self.parallelism)
-
-    def kafka(self) -> tuple[str, dict[str, Any]]:
-        """(bootstrap servers, the rest of the client config) of the pipeline's Kafka connection."""
-        from airflow_provider_streamstate.hooks.kafka import StreamKafkaHook
-
-        conn_id = self.configured.kafka_conn_id
-        with engine_errors():
-            if not conn_id:
-                raise UsageError(f"pipeline {self.configured.spec.name} names no kafka_conn_id",
-                                 hint="add kafka_conn_id: the Airflow connection of the link topics' cluster")
-            config = StreamKafkaHook(kafka_config_id=conn_id).client_config()
-        return str(config.pop("bootstrap.servers")), config
-
-    def checkpoint_client(self) -> Any:
-        """The S3 client for `s3a://` member checkpoints: the pipeline's aws connection."""
-        from airflow_provider_streamstate.engine.checkpoint.filesystems import is_s3_location
-
-        c = self.configured
-        if not c.aws_conn_id or not any(is_s3_location(loc) for loc in c.spec.members.values()):
-            return None
-        from airflow_provider_streamstate.hooks.store import s3_client_from_connection
-
-        with engine_errors():
-            return s3_client_from_connection(c.aws_conn_id, max_connections=self.parallelism * 2)
-
-
-class SnapshotPipelineOperator(_PipelineTask):
+class SnapshotPipelineOperator(PipelineTask):
     """Snapshot every member of a running pipeline at one consistent cut, with its link
     topics' channel records (docs/concepts.md, "Pipelines"). Returns `{"pipeline",
     "snapshot_id", "members", "channels", "cut_seconds", "seconds"}`.
@@ -125,12 +49,12 @@ class SnapshotPipelineOperator(_PipelineTask):
         self.log.info("snapshot of pipeline %s (%s) into %s", c.spec.name, ", ".join(c.spec.order()), c.store)
         with self.cancellable():
             result = create_pipeline_snapshot(c.spec, self.hook.store, bootstrap, kafka_config=config or None,
-                                              checkpoint_s3_client=self.checkpoint_client(), wait_s=self.wait_s,
+                                              checkpoint_connection=self.members_connection(), wait_s=self.wait_s,
                                               parallelism=self.parallelism, labels=dict(self.labels or {}))
         return result.to_json()
 
 
-class RestorePipelineOperator(_PipelineTask):
+class RestorePipelineOperator(PipelineTask):
     """Restore a pipeline snapshot in place (every member stopped; each link's channel
     appended to its topic, the downstream resuming there), or, with `clone`, as new streams
     on new link topics. Returns `{"pipeline", "snapshot_id", "checkpoints", "resume",
@@ -152,8 +76,7 @@ class RestorePipelineOperator(_PipelineTask):
         self.clone = clone
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from datetime import UTC, datetime, timedelta
-
+        from airflow_provider_streamstate.engine.core.values import optional_duration
         from airflow_provider_streamstate.engine.pipeline.restore import PipelineClone, restore_pipeline
         from airflow_provider_streamstate.engine.pipeline.snapshots import get_pipeline_snapshot
 
@@ -163,21 +86,19 @@ class RestorePipelineOperator(_PipelineTask):
             snap = get_pipeline_snapshot(self.hook.store, c.spec.name, self.snapshot)
             clone = None
             if self.clone:
-                suffix = str(self.clone["suffix"])
-                topics = {ch.range.topic: f"{ch.range.topic}-{suffix}" for ch in snap.channels}
-                topics.update(self.clone.get("topics") or {})
-                ttl = self.clone.get("ttl_s")
-                clone = PipelineClone({s: f"{s}-{suffix}" for s in snap.members}, dict(self.clone["checkpoints"]),
-                                      topics, expires_at=None if not ttl else
-                                      (datetime.now(UTC) + timedelta(seconds=float(ttl))).isoformat(),
-                                      kafka_conn_id=c.kafka_conn_id)  # expiry deletes its topics there
+                clone = PipelineClone.with_suffix(
+                    snap, str(self.clone["suffix"]), dict(self.clone["checkpoints"]),
+                    topics=self.clone.get("topics"), ttl_s=optional_duration(self.clone.get("ttl_s"), "ttl_s"),
+                    kafka_conn_id=c.kafka_conn_id)  # expiry deletes its topics there
             self.log.info("restoring pipeline %s at %s%s", c.spec.name, snap.snapshot_id, " as a clone" if clone else "")
+            targets = clone.checkpoints.values() if clone else c.spec.members.values()
+            connection = next((x for x in map(self.checkpoint_connection, targets) if x is not None), None)
             result = restore_pipeline(self.hook.store, snap, bootstrap, clone=clone, kafka_config=config or None,
-                                      s3_client=self.checkpoint_client(), parallelism=self.parallelism)
+                                      connection=connection, parallelism=self.parallelism)
         return result.to_json()
 
 
-class ValidatePipelineOperator(_PipelineTask):
+class ValidatePipelineOperator(PipelineTask):
     """Validate a pipeline snapshot as a unit: each member's Great Expectations suite on its
     member snapshot, results recorded beside each (engine.pipeline.validation). The pipeline
     snapshot is known-good (`latest-good`) only when every member passed. Without
@@ -192,64 +113,43 @@ class ValidatePipelineOperator(_PipelineTask):
         per member; default the pipeline's. (templated)
     :param snapshot: a pipeline snapshot id or `latest`. (templated)
     :param fail_on_failure: fail the task when a suite fails (False: only record).
-    :param spark_conn_id: a Spark connection: run the suites as a Spark application there;
-        default the pipeline's. (templated)
-    :param deploy_mode: `client` or `cluster` (default: the connection's). (templated)
-    :param spark_conf: Spark confs of the application. (templated)
-    :param spark_jars: jars the application needs (the S3A connector for an S3 store). (templated)
-    :param spark_env: environment of spark-submit and the application's driver. (templated)
-    :param job_timeout: seconds the application may run before it is killed.
-    :param parallelism: concurrent blob reads while the snapshots are materialised.
+    :param spark: where the suites' Spark application runs (`SparkJobOptions` or its dict;
+        see operators/base.py `StateTask`); default the pipeline's `spark_conn_id`. (templated)
+    :param parallelism: concurrent blob reads while the snapshots are laid out.
     """
 
-    template_fields: Sequence[str] = ("pipeline", "suites", "snapshot", "spark_conn_id", "deploy_mode", "spark_conf",
-                                      "spark_jars", "spark_env")
+    template_fields: Sequence[str] = ("pipeline", "suites", "snapshot", "spark")
 
     def __init__(self, *, suites: dict[str, str | dict[str, Any]] | None = None, snapshot: str = "latest",
-                 fail_on_failure: bool = True, spark_conn_id: str | None = None, deploy_mode: str | None = None,
-                 spark_conf: dict[str, str] | None = None, spark_jars: list[str] | str | None = None,
-                 spark_env: dict[str, str] | None = None, job_timeout: float | None = None, **kwargs: Any) -> None:
+                 fail_on_failure: bool = True, spark: SparkJobOptions | dict[str, Any] | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.suites = suites
         self.snapshot = snapshot
         self.fail_on_failure = fail_on_failure
-        self.spark_conn_id = spark_conn_id
-        self.deploy_mode = deploy_mode
-        self.spark_conf = spark_conf
-        self.spark_jars = spark_jars
-        self.spark_env = spark_env
-        self.job_timeout = job_timeout
+        self.spark = spark
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
 
         from airflow_provider_streamstate.engine.pipeline.snapshots import get_pipeline_snapshot
         from airflow_provider_streamstate.engine.pipeline.validation import validate_pipeline
-        from airflow_provider_streamstate.engine.state.jobs import run_state_job
-        from airflow_provider_streamstate.engine.state.reader import StateReader
         from airflow_provider_streamstate.engine.state.validation import load_suite
 
         c = self.configured
         store = self.hook.store
-        spark_conn_id = self.spark_conn_id or c.spark_conn_id
+        with engine_errors():
+            spark = SparkJobOptions.of(self.spark) if self.spark else SparkJobOptions(conn_id=c.spark_conn_id)
         with self.cancellable():
             given = self.suites or c.suites
             if not given:
                 raise UsageError(f"pipeline {c.spec.name} names no suites to validate with",
                                  hint="pass suites={member: suite}, or add suites to the pipeline dict")
-            suites = {m: load_suite(s, check=not spark_conn_id) for m, s in dict(given).items()}
+            suites = {m: load_suite(s, check=not spark.on_cluster) for m, s in dict(given).items()}
             snap = get_pipeline_snapshot(store, c.spec.name, self.snapshot)
             self.log.info("validating pipeline snapshot %s of %s (%s)", snap.snapshot_id, c.spec.name,
                           ", ".join(f"{m}: {s.name}" for m, s in suites.items()))
-            if spark_conn_id:
-                from airflow_provider_streamstate.operators.validate import run_on_cluster
-
-                conn_id = spark_conn_id
-                result = validate_pipeline(snap, suites, store.url, lambda r: run_on_cluster(
-                    self, r, store, aws_conn_id=c.aws_conn_id, spark_conn_id=conn_id))
-            else:
-                with StateReader(store, parallelism=self.parallelism) as reader:
-                    result = validate_pipeline(snap, suites, store.url, lambda r: run_state_job(r, reader))
+            result = validate_pipeline(snap, suites, store.url, lambda r: self.run_state_request(r, spark))
         out = result.to_json()
         for member, m in out["members"].items():
             self.log.info("%s: %s suite %s %s%s", member, m["snapshot_id"], m["suite"],
@@ -261,7 +161,7 @@ class ValidatePipelineOperator(_PipelineTask):
         return out
 
 
-class FailoverPipelineOperator(_PipelineTask):
+class FailoverPipelineOperator(PipelineTask):
     """Resume a whole pipeline in the DR region from one pipeline snapshot in the DR store:
     each member's source topics translated through the mirror (as FailoverStreamOperator
     does), each link's channel appended to the DR link topic and its downstream resuming
@@ -313,7 +213,7 @@ class FailoverPipelineOperator(_PipelineTask):
             result = failover_pipeline(self.hook.store, c.spec.name, dict(c.spec.members), bootstrap,
                                        snapshot=self.snapshot or None, topic_map=topic_map,
                                        link_topics=dict(self.link_topics or {}), good_only=bool(self.good_only),
-                                       kafka_config=config or None, s3_client=self.checkpoint_client(),
+                                       kafka_config=config or None, connection=self.members_connection(),
                                        parallelism=self.parallelism)
         out = result.to_json()
         for skipped in out["skipped_snapshots"]:
@@ -321,7 +221,7 @@ class FailoverPipelineOperator(_PipelineTask):
         return out
 
 
-class ReplicatePipelineOperator(_PipelineTask):
+class ReplicatePipelineOperator(PipelineTask):
     """Replicate a pipeline's snapshots to another store as units (a pipeline snapshot is
     published there only once every member and channel is). Returns `{"pipeline",
     "published", "already_present", "member_snapshots_published", "seconds"}`.
@@ -343,14 +243,13 @@ class ReplicatePipelineOperator(_PipelineTask):
         from airflow_provider_streamstate.engine.pipeline.replicate import replicate_pipeline
 
         c = self.configured
-        destination = StreamstateStoreHook(self.destination_store, aws_conn_id=self.destination_aws_conn_id or None,
-                                           parallelism=self.parallelism)
+        destination = self.store_at(self.destination_store, self.destination_aws_conn_id)
         with self.cancellable():
-            result = replicate_pipeline(self.hook.store, destination.store, c.spec.name, parallelism=self.parallelism)
+            result = replicate_pipeline(self.hook.store, destination, c.spec.name, parallelism=self.parallelism)
         return result.to_json()
 
 
-class PipelineRetentionOperator(_PipelineTask):
+class PipelineRetentionOperator(PipelineTask):
     """Keep the newest `keep_last` snapshots of a pipeline; delete the others as units (the
     record first, then channels, then the pins that kept its members). Returns
     `{"pipeline", "kept", "deleted", "pins_released", "dry_run"}`.
@@ -374,12 +273,12 @@ class PipelineRetentionOperator(_PipelineTask):
         self.dry_run: Any = dry_run
 
     def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_provider_streamstate.engine.core.values import parse_flag
         from airflow_provider_streamstate.engine.pipeline.retention import apply_pipeline_retention
 
         c = self.configured
-        store = (StreamstateStoreHook(self.store, aws_conn_id=self.aws_conn_id or None).store if self.store
-                 else self.hook.store)
+        store = self.store_at(self.store, self.aws_conn_id) if self.store else self.hook.store
         with self.cancellable():
             result = apply_pipeline_retention(store, c.spec.name, keep_last=int(self.keep_last),
-                                              dry_run=bool(self.dry_run))
+                                              dry_run=parse_flag(self.dry_run, "dry_run"))
         return result.to_json()

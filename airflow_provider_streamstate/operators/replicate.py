@@ -7,15 +7,15 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from airflow.sdk import BaseOperator, Context
+from airflow.sdk import Context
 
 from airflow_provider_streamstate.assets import REPLICAS, emit, snapshots_asset, with_outlet
 from airflow_provider_streamstate.configured import stream_spec
 from airflow_provider_streamstate.engine.core.errors import UsageError
-from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
 from airflow_provider_streamstate.links import SnapshotLink
+from airflow_provider_streamstate.operators.base import StreamstateTask, Subject
 from airflow_provider_streamstate.spec import StreamSpec
-from airflow_provider_streamstate.task_errors import CancellableTask, engine_errors
+from airflow_provider_streamstate.task_errors import engine_errors
 
 XCOM_SNAPSHOTS = 20  # the newest ones handled; the totals count them all
 
@@ -60,7 +60,7 @@ def snapshot_choice(snapshots: Any) -> tuple[list[str], bool]:
     )
 
 
-class ReplicateSnapshotsOperator(CancellableTask, BaseOperator):
+class ReplicateSnapshotsOperator(StreamstateTask):
     """Replicate snapshots of a stream to another store (e.g. the DR region's): only blobs the
     destination lacks are copied, each verified against its sha256 as it streams, and a
     snapshot appears at the destination only once complete, under the same id. A retry
@@ -101,7 +101,7 @@ class ReplicateSnapshotsOperator(CancellableTask, BaseOperator):
         self, *, stream: StreamSpec | dict[str, Any] | str, destination_store: str,
         destination_aws_conn_id: str | None = None, source_store: str | None = None,
         source_aws_conn_id: str | None = None, snapshots: str | list[str] = "latest", since: str | None = None,
-        parallelism: int = 8, **kwargs: Any,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**with_outlet(kwargs, REPLICAS))
         self._result: dict[str, Any] | None = None  # for lineage, once executed
@@ -112,29 +112,30 @@ class ReplicateSnapshotsOperator(CancellableTask, BaseOperator):
         self.source_aws_conn_id = source_aws_conn_id
         self.snapshots = snapshots
         self.since = since
-        self.parallelism = parallelism
+
+    def subject(self) -> Subject:
+        with engine_errors():
+            name, source_url, source_conn = stream_and_store(self.stream, self.source_store, self.source_aws_conn_id)
+        return Subject(f"stream {name}", source_url, source_conn)
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_streamstate.engine.lifecycle.replicate import replicate
 
+        subject = self.subject()
+        name, source_url = subject.name.removeprefix("stream "), subject.store
         with engine_errors():
-            name, source_url, source_conn = stream_and_store(self.stream, self.source_store, self.source_aws_conn_id)
             since = self.since or None
             ids, all_missing = ([], False) if since else snapshot_choice(self.snapshots)
             if not self.destination_store:
                 raise UsageError("destination_store is required", hint="give the store to replicate into")
-        source = StreamstateStoreHook(source_url, aws_conn_id=source_conn, parallelism=self.parallelism)
-        destination = StreamstateStoreHook(
-            self.destination_store, aws_conn_id=self.destination_aws_conn_id or None, parallelism=self.parallelism
-        )
         self.log.info(
             "replicating %s of stream %s from %s to %s", since and f"since {since}" or ("all missing" if all_missing else ids),
             name, source_url, self.destination_store,
         )
         with self.cancellable():  # opening the stores too: an unknown connection is bad input
             result = replicate(
-                source.store, destination.store, name, snapshots=ids, since=since, all_missing=all_missing,
-                parallelism=self.parallelism,
+                self.hook.store, self.store_at(self.destination_store, self.destination_aws_conn_id), name,
+                snapshots=ids, since=since, all_missing=all_missing, parallelism=self.parallelism,
             )
         for s in result.snapshots:
             self.log.info(

@@ -9,37 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import timedelta
-from functools import cached_property
 from typing import Any
 
-from airflow.sdk import BaseOperator, Context
+from airflow.sdk import Context
 
-from airflow_provider_streamstate.configured import stream_spec
+from airflow_provider_streamstate.engine.core.values import optional_duration, parse_flag
+from airflow_provider_streamstate.operators.base import StreamTask, Subject
 from airflow_provider_streamstate.spec import StreamSpec
-from airflow_provider_streamstate.task_errors import CancellableTask, engine_errors
+from airflow_provider_streamstate.task_errors import engine_errors
 
 Duration = timedelta | str | float | int | None
 
 
-def duration_seconds(value: Duration, what: str) -> float | None:
-    """A duration given as `7d`/`12h`/`30m` text, a timedelta or seconds (None: not set)."""
-    from airflow_provider_streamstate.engine.catalog.retention import parse_duration
-
-    if value is None or value == "":
-        return None
-    if isinstance(value, timedelta):
-        value = value.total_seconds()
-    return parse_duration(value, what)
-
-
-def as_bool(value: Any) -> bool:
-    """A flag that may arrive rendered from a template as text ("True", "false")."""
-    if isinstance(value, str):
-        return value.strip().lower() in ("true", "1", "yes", "on")
-    return bool(value)
-
-
-class ApplyRetentionOperator(CancellableTask, BaseOperator):
+class ApplyRetentionOperator(StreamTask):
     """Delete the snapshots of a stream that a retention policy does not keep.
 
     Kept: the newest `keep_last` and everything younger than `max_age` on the current
@@ -70,10 +52,9 @@ class ApplyRetentionOperator(CancellableTask, BaseOperator):
     def __init__(
         self, *, stream: StreamSpec | dict[str, Any], store: str | None = None, aws_conn_id: str | None = None,
         keep_last: int = 1, max_age: Duration = None, keep_hourly: Duration = None, keep_daily: Duration = None,
-        abandoned_max_age: Duration = None, dry_run: bool = False, parallelism: int = 8, **kwargs: Any,
+        abandoned_max_age: Duration = None, dry_run: bool = False, **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
-        self.stream = stream
+        super().__init__(stream=stream, **kwargs)
         self.store = store
         self.aws_conn_id = aws_conn_id
         self.keep_last = keep_last
@@ -82,38 +63,36 @@ class ApplyRetentionOperator(CancellableTask, BaseOperator):
         self.keep_daily = keep_daily
         self.abandoned_max_age = abandoned_max_age
         self.dry_run: Any = dry_run
-        self.parallelism = parallelism
 
-    @cached_property
-    def spec(self) -> StreamSpec:
-        with engine_errors():
-            return stream_spec(self.stream)
+    def subject(self) -> Subject:
+        """The stream in `store` when given (its own connection, default the stream's only for its own store)."""
+        spec = self.spec
+        if not self.store:
+            return Subject(f"stream {spec.name}", spec.store, self.aws_conn_id or spec.aws_conn_id, spec.kafka_conn_id)
+        return Subject(f"stream {spec.name}", self.store, self.aws_conn_id, spec.kafka_conn_id)
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_streamstate.engine.catalog.retention import RetentionPolicy, apply_retention
         from airflow_provider_streamstate.engine.core.errors import UsageError
-        from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
 
         spec = self.spec
-        dry_run = as_bool(self.dry_run)
-        store_url = self.store or spec.store
-        conn = self.aws_conn_id if self.store else (self.aws_conn_id or spec.aws_conn_id)
+        store_url = self.subject().store
         with engine_errors():
+            dry_run = parse_flag(self.dry_run, "dry_run")
             try:
                 keep_last = int(self.keep_last)
             except (TypeError, ValueError):
                 raise UsageError(f"keep_last must be a whole number, not {self.keep_last!r}") from None
             policy = RetentionPolicy(
-                keep_last=keep_last, max_age_s=duration_seconds(self.max_age, "max_age"),
-                keep_hourly_s=duration_seconds(self.keep_hourly, "keep_hourly"),
-                keep_daily_s=duration_seconds(self.keep_daily, "keep_daily"),
-                abandoned_max_age_s=duration_seconds(self.abandoned_max_age, "abandoned_max_age"),
+                keep_last=keep_last, max_age_s=optional_duration(self.max_age, "max_age"),
+                keep_hourly_s=optional_duration(self.keep_hourly, "keep_hourly"),
+                keep_daily_s=optional_duration(self.keep_daily, "keep_daily"),
+                abandoned_max_age_s=optional_duration(self.abandoned_max_age, "abandoned_max_age"),
             )
         self.log.info("retention of %s in %s%s: %s", spec.name, store_url, " (dry run)" if dry_run else "",
                       policy.to_json())
         with self.cancellable():
-            store = StreamstateStoreHook(store_url, aws_conn_id=conn, parallelism=self.parallelism).store
-            result = apply_retention(store, spec.name, policy, dry_run=dry_run, parallelism=self.parallelism)
+            result = apply_retention(self.hook.store, spec.name, policy, dry_run=dry_run, parallelism=self.parallelism)
         for v in result.deleted:
             self.log.info("%s %s: %s", "would delete" if dry_run else "deleted", v.snapshot_id, "; ".join(v.reasons))
         for v in result.kept:

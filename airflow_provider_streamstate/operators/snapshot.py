@@ -4,51 +4,17 @@ store hook and the engine; each returns a small JSON summary for XCom."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import cached_property
 from typing import Any
 
-from airflow.sdk import BaseOperator, Context
+from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_streamstate.assets import SNAPSHOTS, emit, snapshots_asset, with_outlet
-from airflow_provider_streamstate.configured import stream_spec
-from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
 from airflow_provider_streamstate.links import SnapshotLink
-from airflow_provider_streamstate.spec import StreamSpec
-from airflow_provider_streamstate.task_errors import CancellableTask, engine_errors
+from airflow_provider_streamstate.operators.base import StreamTask
 
 
-class _StreamTask(CancellableTask, BaseOperator):
-    """What every snapshot operator shares: the stream spec and its store hook."""
-
-    def __init__(self, *, stream: StreamSpec | dict[str, Any], parallelism: int = 8, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.stream = stream
-        self.parallelism = parallelism
-
-    @cached_property
-    def spec(self) -> StreamSpec:
-        with engine_errors():
-            return stream_spec(self.stream)
-
-    @cached_property
-    def hook(self) -> StreamstateStoreHook:
-        return StreamstateStoreHook(self.spec.store, aws_conn_id=self.spec.aws_conn_id, parallelism=self.parallelism)
-
-    def checkpoint_client(self, location: str) -> Any:
-        """The S3 client of an `s3a://` checkpoint: the spec's aws connection (the store's);
-        None lets the engine use the S3 store's client or the AWS environment."""
-        from airflow_provider_streamstate.engine.checkpoint.filesystems import is_s3_location
-
-        if not is_s3_location(location) or not self.spec.aws_conn_id:
-            return None
-        from airflow_provider_streamstate.hooks.store import s3_client_from_connection
-
-        with engine_errors():
-            return s3_client_from_connection(self.spec.aws_conn_id, max_connections=self.parallelism * 2)
-
-
-class SnapshotStreamOperator(_StreamTask):
+class SnapshotStreamOperator(StreamTask):
     """Take a consistent snapshot of a (running) stream into its store.
 
     A retry after the snapshot was published finds it and returns it (a snapshot of a
@@ -92,19 +58,13 @@ class SnapshotStreamOperator(_StreamTask):
 
         spec = self.spec
         self.log.info("snapshot of stream %s from %s into %s", spec.name, spec.checkpoint, spec.store)
-        kafka: dict[str, Any] = {}
-        if spec.kafka_conn_id:
-            from airflow_provider_streamstate.hooks.kafka import StreamKafkaHook
-
-            with engine_errors():
-                kafka = StreamKafkaHook(kafka_config_id=spec.kafka_conn_id).client_config()
-        self._kafka_bootstrap = kafka.pop("bootstrap.servers", None)
+        self._kafka_bootstrap, kafka = self.kafka_settings(required=False)
         with self.cancellable():
             result = create_snapshot(
                 spec.checkpoint, self.hook.store, spec.name,
                 batch_id=None if self.batch_id in (None, "") else int(self.batch_id),
                 labels=dict(self.labels or {}), parallelism=self.parallelism, spark_version=spec.spark_version,
-                always=self.always, checkpoint_s3_client=self.checkpoint_client(spec.checkpoint),
+                always=self.always, checkpoint_connection=self.checkpoint_connection(spec.checkpoint),
                 kafka_bootstrap=self._kafka_bootstrap, kafka_config=kafka or None,
             )
         out = result.to_json()
@@ -130,7 +90,7 @@ class SnapshotStreamOperator(_StreamTask):
                                 kafka_bootstrap=self._kafka_bootstrap)
 
 
-class RestoreSnapshotOperator(_StreamTask):
+class RestoreSnapshotOperator(StreamTask):
     """Restore a snapshot as a checkpoint: the stream's own (a rollback) or another directory.
 
     Refused while the stream runs on the target. Restoring a snapshot that is not the
@@ -171,12 +131,13 @@ class RestoreSnapshotOperator(_StreamTask):
             self.log.info("restoring %s of %s (batch %d) to %s", manifest.snapshot_id, spec.name, manifest.batch_id, target)
             result = restore_snapshot(
                 self.hook.store, spec.name, manifest.snapshot_id, target, force=self.force,
-                new_query_id=self.new_query_id, parallelism=self.parallelism, s3_client=self.checkpoint_client(target),
+                new_query_id=self.new_query_id, parallelism=self.parallelism,
+                connection=self.checkpoint_connection(target),
             )
         return result.to_json()
 
 
-class VerifySnapshotsOperator(_StreamTask):
+class VerifySnapshotsOperator(StreamTask):
     """Re-hash every blob of one snapshot (or all of a stream's) against its sha256.
 
     A damaged snapshot fails the task at once, naming the files (a retry cannot repair it).

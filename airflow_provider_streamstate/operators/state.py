@@ -12,7 +12,7 @@ from typing import Any
 from airflow.sdk import Context
 
 from airflow_provider_streamstate.engine.core.durability import write_atomically
-from airflow_provider_streamstate.operators.validate import StateTask
+from airflow_provider_streamstate.operators.base import StateTask
 
 
 class StateReportOperator(StateTask):
@@ -35,17 +35,12 @@ class StateReportOperator(StateTask):
     :param store_name: one named state store of the operator. (templated)
     :param join_side: `left` or `right` of a stream-stream join. (templated)
     :param state_var: a transformWithState operator's state variable, `*` for all, `$timers`. (templated)
-    :param spark_conn_id: compute the report as a Spark application there (see `StateTask`). (templated)
-    :param deploy_mode: `client` or `cluster` (default: the connection's). (templated)
-    :param spark_conf: Spark confs of the job's application. (templated)
-    :param spark_jars: jars the application needs (the S3A connector for an S3 store). (templated)
-    :param spark_env: environment of spark-submit and the application's driver. (templated)
-    :param job_timeout: seconds the application may run before it is killed.
+    :param spark: where the report's Spark application runs (`SparkJobOptions`; see
+        operators/base.py `StateTask`); default in the task. (templated)
     """
 
     template_fields: Sequence[str] = ("stream", "snapshot", "report_path", "compare_to", "compare_stream", "where",
-                                      "operator", "store_name", "join_side", "state_var", "spark_conn_id", "deploy_mode",
-                                      "spark_conf", "spark_jars", "spark_env")
+                                      "operator", "store_name", "join_side", "state_var", "spark")
 
     def __init__(
         self, *, report_path: str, snapshot: str = "latest", compare_to: str | None = None,

@@ -14,72 +14,18 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from datetime import timedelta
-from functools import cached_property
 from typing import Any
 
-from airflow.sdk import BaseOperator, Context
+from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider_streamstate.configured import stream_spec
-from airflow_provider_streamstate.engine.core.errors import UsageError
+from airflow_provider_streamstate.engine.core.values import parse_duration, parse_flag
+from airflow_provider_streamstate.operators.base import StreamTask
 from airflow_provider_streamstate.spec import StreamSpec
-from airflow_provider_streamstate.stream_start import spark_submit_command, start_stream
-from airflow_provider_streamstate.task_errors import CancellableTask, engine_errors
-
-__all__ = ["CloneStreamOperator", "StartStreamOperator", "StopStreamOperator", "clone_conflicts",
-           "spark_submit_command", "start_stream"]
+from airflow_provider_streamstate.task_errors import engine_errors
 
 
-def _seconds(value: timedelta | float | int | str, what: str) -> float:
-    """A duration given as a timedelta, a number of seconds or its text (templated)."""
-    if isinstance(value, timedelta):
-        seconds = value.total_seconds()
-    else:
-        try:
-            seconds = float(value)
-        except (TypeError, ValueError):
-            seconds = -1.0
-        if isinstance(value, bool):
-            seconds = -1.0
-    if not seconds > 0:
-        raise UsageError(f"{what} must be a positive duration, not {value!r}", hint="give a timedelta or seconds")
-    return seconds
-
-
-class _StreamControl(CancellableTask, BaseOperator):
-    """What the stream operators share: the spec, and killing a driver still starting when
-    the task is killed (a half-started stream nobody waits for is worse than none)."""
-
-    def __init__(self, *, stream: StreamSpec | dict[str, Any] | str, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.stream = stream
-        self._starting: Any = None
-
-    @cached_property
-    def spec(self) -> StreamSpec:
-        with engine_errors():
-            return stream_spec(self.stream)
-
-    def _start(self, spec: StreamSpec, startup_timeout_s: float) -> tuple[Any, Any, bool]:
-        def remember(handle: Any) -> None:
-            self._starting = handle
-
-        try:
-            return start_stream(spec, startup_timeout_s=startup_timeout_s, log=self.log, on_launch=remember)
-        finally:
-            self._starting = None
-
-    def on_kill(self) -> None:
-        super().on_kill()
-        handle = self._starting
-        if handle is not None:
-            from airflow_provider_streamstate.engine.streams import launcher
-
-            self.log.info("killing the driver of %s (pid %d), still starting", handle.stream, handle.pid)
-            launcher.stop(handle, timeout_s=0)
-
-
-class StartStreamOperator(_StreamControl):
+class StartStreamOperator(StreamTask):
     """Start a stream's driver detached and return its handle once its query runs.
 
     The application runs under spark-submit (the `spark` connection of the spec, through
@@ -104,14 +50,15 @@ class StartStreamOperator(_StreamControl):
     def execute(self, context: Context) -> dict[str, Any]:
         spec = self.spec
         with self.cancellable():
-            handle, status, reconnected = self._start(spec, _seconds(self.startup_timeout, "startup_timeout"))
+            handle, status, reconnected = self.start_stream(spec, parse_duration(self.startup_timeout,
+                                                                                "startup_timeout"))
         self.log.info("stream %s runs on %s: pid %d on %s, query %s, log %s", spec.name, spec.checkpoint,
                       handle.pid, handle.host, status.heartbeat.query_id if status.heartbeat else None, handle.log)
         return {**handle.to_json(), "query_id": status.heartbeat.query_id if status.heartbeat else None,
                 "reconnected": reconnected}
 
 
-class StopStreamOperator(_StreamControl):
+class StopStreamOperator(StreamTask):
     """Stop a stream: graceful first (its driver lets the batch in flight finish and stops
     its queries), forced after `timeout` (its process group is killed; a restart re-runs
     the unfinished batch from the checkpoint). Stopping a stream that does not run succeeds.
@@ -132,12 +79,10 @@ class StopStreamOperator(_StreamControl):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_streamstate.engine.streams import launcher
-        from airflow_provider_streamstate.hooks.store import use_checkpoint_connection
 
         spec = self.spec
         with self.cancellable():
-            use_checkpoint_connection(spec.checkpoint, spec.aws_conn_id)
-            result = launcher.stop(spec.checkpoint, timeout_s=_seconds(self.timeout, "timeout"),
+            result = launcher.stop(self.checkpoint(spec.checkpoint), timeout_s=parse_duration(self.timeout, "timeout"),
                                    requested_by=f"task {self.task_id}")
         self.log.info("stream %s on %s: %s in %.1fs (state %s, exit code %s)", spec.name, spec.checkpoint,
                       result.outcome, result.seconds, result.state, result.exit_code)
@@ -175,7 +120,7 @@ def clone_conflicts(production: StreamSpec, clone: StreamSpec) -> list[str]:
 
 def _label(clone: StreamSpec, production: StreamSpec, snapshot_id: str, batch_id: int | None, query_id: str,
            ttl_s: float) -> Any:
-    from airflow_provider_streamstate.engine.streams.launcher import CloneLabel
+    from airflow_provider_streamstate.engine.streams.clones import CloneLabel
 
     return CloneLabel.new(
         clone=clone.name, source_stream=production.name, source_checkpoint=production.checkpoint,
@@ -183,7 +128,7 @@ def _label(clone: StreamSpec, production: StreamSpec, snapshot_id: str, batch_id
     )
 
 
-class CloneStreamOperator(_StreamControl):
+class CloneStreamOperator(StreamTask):
     """Clone a stream from one of its snapshots into a new stream with its own checkpoint,
     query id and sinks, labelled with an expiry, and (by default) start it.
 
@@ -215,8 +160,8 @@ class CloneStreamOperator(_StreamControl):
     def __init__(
         self, *, clone_name: str, clone_checkpoint: str, sinks: dict[str, str] | None = None,
         snapshot: str = "latest", ttl: timedelta | float = timedelta(days=1), start: bool = True,
-        startup_timeout: timedelta | float = timedelta(minutes=10), parallelism: int = 8,
-        delete_sinks_on_expiry: bool = False, **kwargs: Any,
+        startup_timeout: timedelta | float = timedelta(minutes=10), delete_sinks_on_expiry: bool = False,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.delete_sinks_on_expiry = delete_sinks_on_expiry
@@ -227,7 +172,6 @@ class CloneStreamOperator(_StreamControl):
         self.ttl = ttl
         self.start = start
         self.startup_timeout = startup_timeout
-        self.parallelism = parallelism
 
     def clone_spec(self) -> StreamSpec:
         spec = self.spec
@@ -246,77 +190,47 @@ class CloneStreamOperator(_StreamControl):
     def _record(self, spec: StreamSpec, clone: StreamSpec, label: Any) -> None:
         """The clone's record in the source stream's store: how clone expiry finds it."""
         from airflow_provider_streamstate.engine.streams.clones import record_clone
-        from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
 
-        store = StreamstateStoreHook(spec.store, aws_conn_id=spec.aws_conn_id, parallelism=self.parallelism).store
-        record_clone(store, clone=clone.name, source_stream=spec.name, checkpoint=clone.checkpoint,
+        record_clone(self.hook.store, clone=clone.name, source_stream=spec.name, checkpoint=clone.checkpoint,
                      snapshot_id=label.snapshot_id, expires_at=label.expires_at, sinks=clone.sinks,
-                     delete_sinks=self.delete_sinks_on_expiry, kafka_conn_id=clone.kafka_conn_id)
-
-    def _s3_checkpoint(self, spec: StreamSpec, clone: StreamSpec) -> Any:
-        """The clone's S3 checkpoint (`s3a://`), through the spec's aws connection, else the
-        store's client, else the AWS environment; None for a local checkpoint."""
-        from airflow_provider_streamstate.engine.checkpoint.filesystems import is_s3_location
-        from airflow_provider_streamstate.engine.streams import clones
-
-        if not is_s3_location(clone.checkpoint):
-            return None
-        client = None
-        if spec.aws_conn_id:
-            from airflow_provider_streamstate.hooks.store import s3_client_from_connection
-
-            client = s3_client_from_connection(spec.aws_conn_id, max_connections=self.parallelism * 2)
-        else:
-            from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
-
-            client = getattr(StreamstateStoreHook(spec.store, parallelism=self.parallelism).store, "client", None)
-        return clones.s3_checkpoint(clone.checkpoint, client)
+                     delete_sinks=parse_flag(self.delete_sinks_on_expiry, "delete_sinks_on_expiry"),
+                     kafka_conn_id=clone.kafka_conn_id)
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_streamstate.engine.catalog.timeline import read_lineage
-        from airflow_provider_streamstate.engine.checkpoint.sidecar import open_sidecar
-        from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
-        from airflow_provider_streamstate.engine.streams import clones, launcher
-        from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
+        from airflow_provider_streamstate.engine.lifecycle.restore import open_target, restore_snapshot
+        from airflow_provider_streamstate.engine.streams import clones
 
         spec = self.spec
         clone = self.clone_spec()
         with self.cancellable():
-            ttl_s = _seconds(self.ttl, "ttl")
-            startup_s = _seconds(self.startup_timeout, "startup_timeout")
-            s3 = self._s3_checkpoint(spec, clone)
-            side = open_sidecar(clone.checkpoint, s3_client=s3.client if s3 is not None else None)
-
-            def write_label(label: Any) -> None:
-                launcher.write_clone_label(side, label)
-
-            label = launcher.read_clone_label(side)
-            lineage = clones.read_lineage_s3(s3) if s3 is not None else read_lineage(launcher.local_checkpoint(
-                clone.checkpoint))
+            ttl_s = parse_duration(self.ttl, "ttl")
+            startup_s = parse_duration(self.startup_timeout, "startup_timeout")
+            # The clone's checkpoint through the spec's connection, else the store's own, else the environment's.
+            target = open_target(clone.checkpoint, self.hook.store, self.checkpoint_connection(clone.checkpoint))
+            label = clones.read_clone_label(target)
+            lineage = read_lineage(target)
             if label is None and lineage is not None and lineage.stream is None and lineage.source_stream == spec.name \
                     and self.snapshot in ("latest", lineage.snapshot_id):
                 # Restored by an earlier try that died before labelling it.
                 label = _label(clone, spec, lineage.snapshot_id, None, lineage.query_id, ttl_s)
-                write_label(label)
+                clones.write_clone_label(target, label)
             if label is not None and label.source_stream == spec.name and self.snapshot in ("latest", label.snapshot_id):
                 self.log.info("clone %s of %s (snapshot %s) was restored by an earlier try: reusing it",
                               clone.name, spec.name, label.snapshot_id)
             else:
-                store = StreamstateStoreHook(spec.store, aws_conn_id=spec.aws_conn_id, parallelism=self.parallelism).store
-                restored = restore_snapshot(store, spec.name, self.snapshot, clone.checkpoint, new_query_id=True,
-                                            parallelism=self.parallelism,
-                                            s3_client=s3.client if s3 is not None else None)
+                restored = restore_snapshot(self.hook.store, spec.name, self.snapshot, target, new_query_id=True,
+                                            parallelism=self.parallelism)
                 label = _label(clone, spec, restored.manifest.snapshot_id, restored.manifest.batch_id,
                                restored.query_id, ttl_s)
-                write_label(label)
+                clones.write_clone_label(target, label)
             self._record(spec, clone, label)
             handle = None
-            if self.start:
-                handle, _, _ = self._start(clone, startup_s)
+            if parse_flag(self.start, "start"):
+                handle, _, _ = self.start_stream(clone, startup_s)
         self.log.info("clone %s of %s from snapshot %s on %s, sinks %s, expires %s%s", clone.name, spec.name,
                       label.snapshot_id, clone.checkpoint, clone.sinks, label.expires_at,
                       f", running (pid {handle.pid})" if handle else "")
         return {"clone": clone.name, "checkpoint": clone.checkpoint, "sinks": clone.sinks,
                 "expires_at": label.expires_at, "snapshot_id": label.snapshot_id, "batch_id": label.batch_id,
                 "handle": handle.to_json() if handle else None}
-

@@ -12,10 +12,11 @@ from typing import Any
 
 from airflow.sdk import Context
 
-from airflow_provider_streamstate.operators.stream import _seconds, _StreamControl
+from airflow_provider_streamstate.engine.core.values import optional_duration, parse_duration, parse_flag
+from airflow_provider_streamstate.operators.base import StreamTask
 
 
-class SuperviseStreamOperator(_StreamControl):
+class SuperviseStreamOperator(StreamTask):
     """Check one stream and recover it when it died.
 
     Running: healthy unless it lags more than `max_lag` records on a partition or has not
@@ -53,7 +54,7 @@ class SuperviseStreamOperator(_StreamControl):
         self, *, max_lag: int | None = None, freshness: timedelta | float | None = None, restart: bool = True,
         restore: str = "checkpoint-errors", snapshot: str = "latest", settle: timedelta | float = timedelta(minutes=3),
         startup_timeout: timedelta | float = timedelta(minutes=10), kafka_conn_id: str | None = None,
-        parallelism: int = 8, **kwargs: Any,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.max_lag = max_lag
@@ -64,29 +65,26 @@ class SuperviseStreamOperator(_StreamControl):
         self.settle = settle
         self.startup_timeout = startup_timeout
         self.kafka_conn_id = kafka_conn_id
-        self.parallelism = parallelism
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_streamstate.engine.streams.supervisor import SupervisionPolicy, supervise
-        from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
 
         spec = self.spec
         with self.cancellable():
             max_lag = None if self.max_lag in (None, "") else int(self.max_lag)
-            freshness = None if self.freshness in (None, "") else _seconds(self.freshness, "freshness")
-            policy = SupervisionPolicy(freshness_s=freshness, max_lag=max_lag, restart=self.restart,
-                                       restore=self.restore, settle_s=_seconds(self.settle, "settle"))
-            startup_s = _seconds(self.startup_timeout, "startup_timeout")
+            policy = SupervisionPolicy(freshness_s=optional_duration(self.freshness, "freshness"), max_lag=max_lag,
+                                       restart=parse_flag(self.restart, "restart"), restore=self.restore,
+                                       settle_s=parse_duration(self.settle, "settle"))
+            startup_s = parse_duration(self.startup_timeout, "startup_timeout")
             offsets = None
             conn_id = self.kafka_conn_id or spec.kafka_conn_id
             if conn_id:  # lag checks, and a restarted stream with nothing to read settles at once
                 from airflow_provider_streamstate.hooks.kafka import StreamKafkaHook
 
                 offsets = StreamKafkaHook(kafka_config_id=conn_id).broker_offsets
-            hook = StreamstateStoreHook(spec.store, aws_conn_id=spec.aws_conn_id, parallelism=self.parallelism)
             report = supervise(
-                spec.name, spec.checkpoint, start=lambda: self._start(spec, startup_s)[0], policy=policy,
-                store=lambda: hook.store, broker_offsets=offsets, snapshot=self.snapshot,
+                spec.name, self.checkpoint(spec.checkpoint), start=lambda: self.start_stream(spec, startup_s)[0],
+                policy=policy, store=lambda: self.hook.store, broker_offsets=offsets, snapshot=self.snapshot,
                 parallelism=self.parallelism,
             )
         self.log.info("%s", report.message)

@@ -133,7 +133,7 @@ def streams_data(user: Any) -> tuple[Configuration, list[tuple[ConfiguredStream,
     from concurrent.futures import ThreadPoolExecutor
 
     from airflow_provider_streamstate.engine.overview.streams import stream_row
-    from airflow_provider_streamstate.plugins.sources import open_configured_store, reach_checkpoint
+    from airflow_provider_streamstate.plugins.sources import checkpoint_of, open_configured_store
 
     config = _configuration(user)
     now = datetime.now(UTC)
@@ -142,9 +142,8 @@ def streams_data(user: Any) -> tuple[Configuration, list[tuple[ConfiguredStream,
         from airflow_provider_streamstate.engine.overview.streams import StreamRow, StreamState
 
         try:
-            reach_checkpoint(cs)
             return cs, stream_row(open_configured_store(cs.store, cs.aws_conn_id), cs.name,
-                                  checkpoint=cs.checkpoint, dr_store=_dr(cs, cs.store), now=now)
+                                  checkpoint=checkpoint_of(cs), dr_store=_dr(cs, cs.store), now=now)
         except Exception as exc:  # noqa: BLE001 - one stream's connection must not hide the others
             why = exc.one_line() if isinstance(exc, StreamstateError) else f"{type(exc).__name__}: {exc}"
             log.warning("stream %s: %s", cs.name, why)
@@ -309,16 +308,16 @@ def create_app() -> FastAPI:
     def lag_api(stream: str, user: ReaderDep) -> dict[str, Any]:
         """Kafka lag apart from the page: the brokers may be slow or unreachable."""
         from airflow_provider_streamstate.engine.overview.streams import kafka_lag
-        from airflow_provider_streamstate.plugins.sources import broker_offsets_of, reach_checkpoint
+        from airflow_provider_streamstate.plugins.sources import broker_offsets_of, checkpoint_of
 
         cs, _, _ = _stream(_configuration(user), stream, None)
         assert cs is not None
         try:
-            reach_checkpoint(cs)
+            checkpoint = checkpoint_of(cs)
             offsets = broker_offsets_of(cs)
         except StreamstateError as exc:
             return {"available": False, "message": exc.one_line()}
-        return dict(kafka_lag(cs.checkpoint, offsets).to_json())
+        return dict(kafka_lag(checkpoint, offsets).to_json())
 
     @app.get("/api/streams/{stream}/snapshots/{snapshot_id}")
     def snapshot_api(stream: str, snapshot_id: str, user: ReaderDep,

@@ -22,6 +22,7 @@ from airflow_provider_streamstate.spec import StreamSpec
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
+    from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS
     from airflow_provider_streamstate.engine.stores.base import SnapshotStore
     from airflow_provider_streamstate.engine.streams.health import BrokerOffsets
 
@@ -175,29 +176,36 @@ def load_configuration(session: Session, *, dag_ids: set[str] | None = None) -> 
     return Configuration(dict(sorted(streams.items())), stores, problems)
 
 
+MAX_STORES = 64  # configured stores kept open in the UI's process, the most recently used
 _STORES: dict[tuple[str, str | None], SnapshotStore] = {}
 _LOCK = threading.Lock()
 
 
 def open_configured_store(url: str, aws_conn_id: str | None) -> SnapshotStore:
-    """The store, opened once per process with its connection (a store holds only a client)."""
+    """The store, opened once per process per (URL, connection): a page opens the stores it
+    shows again and again, and a store holds only a client. Two connections to one URL are
+    two stores; the cache keeps the MAX_STORES most recently used."""
     from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
 
     key = (url, aws_conn_id)
     with _LOCK:
-        store = _STORES.get(key)
+        store = _STORES.pop(key, None)
+        if store is not None:
+            _STORES[key] = store  # the most recently used last
     if store is None:
         store = StreamstateStoreHook(url, aws_conn_id=aws_conn_id).store
         with _LOCK:
             _STORES[key] = store
+            while len(_STORES) > MAX_STORES:
+                _STORES.pop(next(iter(_STORES)))
     return store
 
 
-def reach_checkpoint(stream: ConfiguredStream) -> None:
-    """Read the records beside an S3 checkpoint with the stream's connection."""
-    from airflow_provider_streamstate.hooks.store import use_checkpoint_connection
+def checkpoint_of(stream: ConfiguredStream) -> CheckpointFS | None:
+    """The stream's checkpoint, opened with its connection (None when none is configured)."""
+    from airflow_provider_streamstate.hooks.store import open_checkpoint
 
-    use_checkpoint_connection(stream.checkpoint, stream.aws_conn_id)
+    return open_checkpoint(stream.checkpoint, stream.aws_conn_id) if stream.checkpoint else None
 
 
 def broker_offsets_of(stream: ConfiguredStream) -> BrokerOffsets | None:

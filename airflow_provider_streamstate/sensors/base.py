@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
     from airflow.triggers.base import BaseTrigger
 
+    from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS
+
 
 class StreamstateSensor(BaseSensorOperator):
     """A sensor over one engine check, usable in poke, reschedule and deferrable mode:
@@ -104,6 +106,14 @@ class StreamSensorBase(StreamstateSensor):
         """The rendered stream (not cached: templates render after construction)."""
         with engine_errors():
             return stream_spec(self.stream)
+
+    def checkpoint(self) -> CheckpointFS:
+        """The stream's checkpoint, opened with the spec's connection."""
+        from airflow_provider_streamstate.hooks.store import open_checkpoint
+
+        spec = self.spec
+        with engine_errors():
+            return open_checkpoint(spec.checkpoint, spec.aws_conn_id)
 
     def say(self, message: str) -> str:
         return f"stream {self.spec.name}: {message}"

@@ -64,10 +64,7 @@ class KafkaLagSensor(StreamSensorBase):
         from airflow_provider_streamstate.hooks.kafka import StreamKafkaHook
 
         hook = StreamKafkaHook(kafka_config_id=self.conn_id())
-        from airflow_provider_streamstate.hooks.store import use_checkpoint_connection
-
-        use_checkpoint_connection(self.spec.checkpoint, self.spec.aws_conn_id)
-        return check_lag(self.spec.checkpoint, max_lag=self.lag_limit(), broker_offsets=hook.broker_offsets)
+        return check_lag(self.checkpoint(), max_lag=self.lag_limit(), broker_offsets=hook.broker_offsets)
 
     def describe(self, result: Check) -> str:
         table = result.table() if isinstance(result, LagCheck) and result.partitions else ""

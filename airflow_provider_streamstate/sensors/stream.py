@@ -56,10 +56,7 @@ class StreamProgressSensor(StreamSensorBase):
         return batch
 
     def check(self) -> ProgressCheck:
-        from airflow_provider_streamstate.hooks.store import use_checkpoint_connection
-
-        use_checkpoint_connection(self.spec.checkpoint, self.spec.aws_conn_id)
-        return check_progress(self.spec.checkpoint, after_batch=self.batch(), freshness_s=self.freshness_s)
+        return check_progress(self.checkpoint(), after_batch=self.batch(), freshness_s=self.freshness_s)
 
     def trigger(self) -> StreamProgressTrigger:
         return StreamProgressTrigger(

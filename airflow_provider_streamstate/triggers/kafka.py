@@ -40,13 +40,12 @@ class KafkaLagTrigger(BaseTrigger):
 
     def check(self) -> LagCheck:
         from airflow_provider_streamstate.hooks.kafka import StreamKafkaHook
+        from airflow_provider_streamstate.hooks.store import open_checkpoint
 
         spec = StreamSpec.from_value(self.stream)
         hook = StreamKafkaHook(kafka_config_id=self.kafka_conn_id)
-        from airflow_provider_streamstate.hooks.store import use_checkpoint_connection
-
-        use_checkpoint_connection(spec.checkpoint, spec.aws_conn_id)
-        return check_lag(spec.checkpoint, max_lag=self.max_lag, broker_offsets=hook.broker_offsets)
+        return check_lag(open_checkpoint(spec.checkpoint, spec.aws_conn_id), max_lag=self.max_lag,
+                         broker_offsets=hook.broker_offsets)
 
     def describe(self, result: Check) -> str:
         name = self.stream.get("name") if isinstance(self.stream, dict) else None

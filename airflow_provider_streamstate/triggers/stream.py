@@ -40,11 +40,11 @@ class StreamProgressTrigger(BaseTrigger):
         )
 
     def check(self) -> ProgressCheck:
-        spec = StreamSpec.from_value(self.stream)
-        from airflow_provider_streamstate.hooks.store import use_checkpoint_connection
+        from airflow_provider_streamstate.hooks.store import open_checkpoint
 
-        use_checkpoint_connection(spec.checkpoint, spec.aws_conn_id)
-        return check_progress(spec.checkpoint, after_batch=self.after_batch, freshness_s=self.freshness_s)
+        spec = StreamSpec.from_value(self.stream)
+        return check_progress(open_checkpoint(spec.checkpoint, spec.aws_conn_id), after_batch=self.after_batch,
+                              freshness_s=self.freshness_s)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         name = self.stream.get("name") if isinstance(self.stream, dict) else None

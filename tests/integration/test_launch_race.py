@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_streamstate.engine.checkpoint.sidecar import LocalSidecar, open_sidecar
-from airflow_provider_streamstate.engine.streams import launcher
+from airflow_provider_streamstate.engine.checkpoint.filesystems import open_checkpoint_fs
+from airflow_provider_streamstate.engine.checkpoint.sidecar import open_sidecar
+from airflow_provider_streamstate.engine.streams.records import launch_generations, read_launch
 from tests.hosts import python_on_host, require_namespaces
 from tests.s3 import s3_client
 
@@ -64,19 +65,18 @@ def test_two_hosts_starting_one_stream_at_once_start_exactly_one_driver_every_ro
         assert won[0]["generation"] == 1
         assert "a second copy would corrupt it" in lost[0]["error"]
         lost_by_claim += "claimed" in lost[0]["error"]
-        side = open_sidecar(checkpoint, s3_client=client) if checkpoint.startswith("s3a://") else LocalSidecar(
-            Path(checkpoint))
+        side = open_sidecar(open_checkpoint_fs(checkpoint, connection=client))
         drivers = side.names("_race")
         assert len(drivers) == 1 and drivers[0].startswith(won[0]["host"]), (checkpoint, drivers)
-        assert launcher.launch_generations(side) == [1]
-        assert launcher.read_launch(side).handle.launch_id == won[0]["launch_id"]
+        assert launch_generations(side) == [1]
+        assert read_launch(side).handle.launch_id == won[0]["launch_id"]
     print(f"\n{len(checkpoints)} rounds: {lost_by_claim} decided by the create-only write, "
           f"{len(checkpoints) - lost_by_claim} by the winner's record seen first")
 
 
 def test_of_local_writers_racing_to_create_one_record_exactly_one_wins(tmp_path: Path) -> None:
     """The hard link of a complete temp file is create-only: no writer replaces another's."""
-    side = LocalSidecar(tmp_path)
+    side = open_sidecar(tmp_path)
 
     def create(n: int, rel: str, barrier: threading.Barrier, results: list[bool]) -> None:
         barrier.wait()

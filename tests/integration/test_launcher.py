@@ -22,7 +22,7 @@ import pytest
 
 from airflow_provider_streamstate.engine.checkpoint.liveness import is_running, read_heartbeat
 from airflow_provider_streamstate.engine.core.errors import StreamRunningError
-from airflow_provider_streamstate.engine.streams import launcher
+from airflow_provider_streamstate.engine.streams import launcher, records
 from airflow_provider_streamstate.jobs.generator import GeneratorSpec, produce
 
 pytestmark = pytest.mark.integration
@@ -75,7 +75,7 @@ def test_a_stream_launched_by_a_process_that_exits_runs_refuses_a_second_copy_an
     started = time.monotonic()
     out = subprocess.run([sys.executable, "-c", script, json.dumps(command), str(checkpoint), json.dumps(submit_env())],
                          capture_output=True, text=True, check=True, timeout=60)
-    handle = launcher.StreamHandle.from_json(json.loads(out.stdout))
+    handle = records.StreamHandle.from_json(json.loads(out.stdout))
     assert handle.stream == "orders" and handle.checkpoint == str(checkpoint)
 
     try:
@@ -87,7 +87,7 @@ def test_a_stream_launched_by_a_process_that_exits_runs_refuses_a_second_copy_an
 
         with pytest.raises(StreamRunningError, match="running on .*a second copy would corrupt it"):
             launcher.launch(command, stream="orders", checkpoint=checkpoint, env=submit_env())
-        assert launcher.read_launch(checkpoint).handle == handle  # the refused launch wrote nothing
+        assert records.read_launch(checkpoint).handle == handle  # the refused launch wrote nothing
 
         _wait(lambda: (b := read_heartbeat(checkpoint)) is not None and (b.batch_id or 0) >= 1, 120, "progress")
     finally:
@@ -142,7 +142,7 @@ def test_a_driver_that_dies_while_starting_fails_the_wait_with_its_error_line(st
     with pytest.raises(launcher.StreamStartError, match=r"dead before it ran \(exit code 1\): ValueError: unknown trigger"):
         launcher.wait_until_running(handle, timeout_s=300)
     assert launcher.status(checkpoint).state == "dead"
-    assert launcher.read_driver(checkpoint, handle.launch_id).exit_code == 1
+    assert records.read_driver(checkpoint, handle.launch_id).exit_code == 1
 
 
 PROBE_APP = Path(__file__).resolve().parent.parent / "apps" / "conf_probe.py"
@@ -180,7 +180,7 @@ def test_secret_confs_reach_spark_but_no_command_line_record_or_log_the_launcher
                              env={**submit_env(), "AWS_SECRET_ACCESS_KEY": secret_env})
     seen: list[str] = []
     deadline = time.monotonic() + 240
-    while (driver := launcher.read_driver(checkpoint, handle.launch_id)) is None or driver.exit_code is None:
+    while (driver := records.read_driver(checkpoint, handle.launch_id)) is None or driver.exit_code is None:
         assert time.monotonic() < deadline, Path(handle.log).read_text()[-3000:]
         seen.extend(_cmdlines_of_group(handle.pid))
         time.sleep(0.2)
@@ -194,7 +194,7 @@ def test_secret_confs_reach_spark_but_no_command_line_record_or_log_the_launcher
         assert not [c for c in seen if secret in c], "a secret on a command line"
         written = [p for p in tmp_path.rglob("*") if p.is_file() and p != probe and secret.encode() in p.read_bytes()]
         assert written == [], f"a secret written to {written}"
-    record = launcher.read_launch(checkpoint)
+    record = records.read_launch(checkpoint)
     assert "spark.hadoop.fs.s3a.secret.key=***" not in record.command  # moved out, not just masked
     assert not list(Path(handle.log).parent.glob("*.properties")), "the secrets file outlived the start"
     assert "2 secret conf(s) passed in a properties file" in Path(handle.log).read_text()

@@ -13,8 +13,12 @@ import pytest
 
 from airflow_provider_streamstate.engine.stores.base import blob_key
 from airflow_provider_streamstate.engine.stores.local import LocalStore
-from airflow_provider_streamstate.engine.streams.clones import list_clones, record_clone
-from airflow_provider_streamstate.engine.streams.launcher import CloneLabel, write_clone_label
+from airflow_provider_streamstate.engine.streams.clones import (
+    CloneLabel,
+    list_clones,
+    record_clone,
+    write_clone_label,
+)
 from airflow_provider_streamstate.spec import StreamSpec
 from tests.unit.fake_checkpoint import make_checkpoint
 from tests.unit.store_history import at, put_blob, put_snapshot

@@ -13,8 +13,7 @@ import pytest
 
 from airflow_provider_streamstate.engine.catalog.timeline import LINEAGE_FILE
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
-from airflow_provider_streamstate.engine.streams.clones import expire_clones, list_clones
-from airflow_provider_streamstate.engine.streams.launcher import CLONE_FILE
+from airflow_provider_streamstate.engine.streams.clones import CLONE_FILE, expire_clones, list_clones
 from airflow_provider_streamstate.operators.stream import CloneStreamOperator
 from airflow_provider_streamstate.spec import StreamSpec
 from tests.s3 import s3_client

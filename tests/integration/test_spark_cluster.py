@@ -19,7 +19,7 @@ from airflow_provider_streamstate.engine.checkpoint.liveness import now_iso
 from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.stores import open_store
-from airflow_provider_streamstate.engine.streams import launcher
+from airflow_provider_streamstate.engine.streams import launcher, records
 from airflow_provider_streamstate.jobs.generator import GeneratorSpec, produce
 from dev import stack as stack_mod
 from tests.streams import account_state, consumed_records, example_stream_spec, oracle_state, wait_for
@@ -88,7 +88,7 @@ def test_a_stream_on_a_standalone_cluster_checkpointing_to_s3_is_launched_watche
         handle, status, _ = start_stream(spec, startup_timeout_s=300, log=log)
         assert status.state == "running" and handle.checkpoint == spec.checkpoint
         side = open_sidecar(spec.checkpoint)
-        assert launcher.read_launch(side) is not None and side.read("_streamstate/heartbeat.json") is not None
+        assert records.read_launch(side) is not None and side.read("_streamstate/heartbeat.json") is not None
         wait_for(lambda: consumed_records(spec.checkpoint) == 200, timeout=240, what="200 records on the cluster")
         ui = master_ui(state_dir)
         apps = ui["activeapps"]  # the driver runs here; the cluster runs its executors
@@ -102,16 +102,16 @@ def test_a_stream_on_a_standalone_cluster_checkpointing_to_s3_is_launched_watche
             restore_snapshot(open_store(spec.store), spec.name, snap.snapshot_id, spec.checkpoint, force=True)
 
         # Another host asks the stream to stop: only the record beside the checkpoint tells the driver.
-        side.write(launcher.STOP_FILE, json.dumps({"format": launcher.STOP_FORMAT, "requested_at": now_iso(),
+        side.write(records.STOP_FILE, json.dumps({"format": records.STOP_FORMAT, "requested_at": now_iso(),
                                                    "by": "another host"}).encode())
         wait_for(lambda: launcher.status(spec.checkpoint).state == "stopped", timeout=120, what="a graceful stop")
 
         def exited() -> bool:  # the driver records its exit after its query's last beat
-            record = launcher.read_driver(spec.checkpoint, handle.launch_id)
+            record = records.read_driver(spec.checkpoint, handle.launch_id)
             return record is not None and record.exit_code is not None
 
         wait_for(exited, timeout=60, what="the driver's exit record")
-        driver = launcher.read_driver(spec.checkpoint, handle.launch_id)
+        driver = records.read_driver(spec.checkpoint, handle.launch_id)
         assert driver is not None and driver.exit_code == 0 and "another host" in (driver.stop_reason or "")
     finally:
         launcher.stop(spec.checkpoint, timeout_s=60)

@@ -71,7 +71,7 @@ def s3_history(stack, spark) -> S3History:
     produce(stack.kafka_bootstrap, topic, first.next_round(90))
     run_to_end(spark, stack.kafka_bootstrap, topic, checkpoint, max_offsets=45)
     store = S3Store(s3_client(stack), bucket, f"{run}/store")
-    batches = CheckpointReader(checkpoint, s3_client=store.client).committed_batches()
+    batches = CheckpointReader(checkpoint, connection=store.client).committed_batches()
     manifests = [create_snapshot(checkpoint, store, "accounts", batch_id=b).manifest for b in batches]
     first_bad = next(m.snapshot_id for m in manifests if m.kafka_offsets[topic]["0"] > poison)
     assert first_bad not in (manifests[0].snapshot_id, manifests[-1].snapshot_id)
@@ -189,8 +189,8 @@ def test_a_cancelled_state_job_kills_its_yarn_application_and_removes_its_scratc
         state_job_arguments,
         submit_state_job,
     )
-    from airflow_provider_streamstate.engine.streams.launcher import resolve_spark_submit
-    from airflow_provider_streamstate.engine.streams.yarn import ResourceManager
+    from airflow_provider_streamstate.engine.streams.managers.yarn import ResourceManager
+    from airflow_provider_streamstate.engine.streams.submission import resolve_spark_submit
 
     monkeypatch.setenv("STREAMSTATE_HOME", str(tmp_path / "home"))
     h = s3_history
@@ -281,8 +281,8 @@ def test_the_deploy_gate_blocks_a_bad_candidate_run_on_yarn_with_its_clone_and_c
         "candidate_args": args, "suite": str(suite_file), "snapshot": "latest-good:accounts-sane",
         "compare_snapshot": newest.snapshot_id, "clone_root": f"{root}/gate", "reports": f"{root}/reports",
         "run_timeout_s": 600,
-        "state_jobs": {"spark_conn_id": "spark_yarn", "spark_conf": _yarn_job_conf(yarn, tmp_path),
-                       "spark_jars": list(stack.spark_jars), "spark_env": yarn.env()},
+        "state_jobs": {"conn_id": "spark_yarn", "conf": _yarn_job_conf(yarn, tmp_path),
+                       "jars": list(stack.spark_jars), "env": yarn.env()},
     })
     assert result.state == "failed"
     assert result.failed_tasks() == ["check_diff", "validate"], result.log[-8000:]

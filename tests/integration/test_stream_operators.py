@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_streamstate.engine.checkpoint.liveness import read_heartbeat
-from airflow_provider_streamstate.engine.streams import launcher
+from airflow_provider_streamstate.engine.streams import clones, launcher, records
 from airflow_provider_streamstate.jobs.generator import GeneratorSpec, produce
 from airflow_provider_streamstate.spec import StreamSpec
 
@@ -61,8 +61,8 @@ def test_a_dag_run_starts_a_stream_reconnects_on_retry_sees_progress_clones_it_a
     # The retry reconnected to the driver the first try launched: one launch, one log.
     start = result.tasks["start"]
     assert start.try_number == 2 and start.xcom["reconnected"] is True
-    assert start.xcom["launch_id"] == launcher.read_launch(stream.checkpoint).handle.launch_id
-    assert len(list(Path(stream.checkpoint, launcher.LOG_DIR).glob("*.log"))) == 1
+    assert start.xcom["launch_id"] == records.read_launch(stream.checkpoint).handle.launch_id
+    assert len(list(Path(stream.checkpoint, records.LOG_DIR).glob("*.log"))) == 1
     assert set(start.xcom) >= {"stream", "checkpoint", "pid", "host", "log", "started_at"}
     assert len(json.dumps(start.xcom)) < 1000
 
@@ -72,7 +72,7 @@ def test_a_dag_run_starts_a_stream_reconnects_on_retry_sees_progress_clones_it_a
     snapshot_id = result.tasks["snapshot"].xcom["snapshot_id"]
     assert clone["snapshot_id"] == snapshot_id and clone["handle"] is None
     assert clone["clone"] == "orders-sandbox" and clone["sinks"] == {"alerts": f"{topic}-sandbox-alerts"}
-    label = launcher.read_clone_label(clone_checkpoint)
+    label = clones.read_clone_label(clone_checkpoint)
     assert label is not None and label.source_stream == "orders" and label.snapshot_id == snapshot_id
     assert label.expires_at == clone["expires_at"]
     hours = (datetime.fromisoformat(label.expires_at.replace("Z", "+00:00")) - datetime.now(UTC)).total_seconds() / 3600

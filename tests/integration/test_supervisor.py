@@ -18,7 +18,7 @@ import pytest
 
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.stores import open_store
-from airflow_provider_streamstate.engine.streams import launcher
+from airflow_provider_streamstate.engine.streams import launcher, records
 from airflow_provider_streamstate.engine.streams.supervisor import checkpoint_unusable
 from airflow_provider_streamstate.jobs.generator import GeneratorSpec, expected_aggregates, produce
 from tests.streams import account_state, consumed_records, example_stream_spec, wait_for
@@ -47,7 +47,7 @@ def start(spec) -> None:  # noqa: ANN001
 def kill_driver(spec) -> None:  # noqa: ANN001
     """SIGKILL the driver's whole process group (spark-submit's JVM and the Python driver),
     as a lost host or the OOM killer would: no last heartbeat, no clean stop."""
-    handle = launcher.read_launch(spec.checkpoint).handle
+    handle = records.read_launch(spec.checkpoint).handle
     os.killpg(handle.pid, signal.SIGKILL)
     wait_for(lambda: launcher.status(spec.checkpoint).state == "dead", timeout=30, what="the stream to be dead")
 
@@ -144,7 +144,7 @@ def test_a_stream_never_started_is_an_alert_not_a_launch(run_dag, stream, tmp_pa
     task = result.tasks["supervise"]
     assert (task.state, task.try_number) == ("failed", 1)
     assert f"stream orders-new was never started on {tmp_path / 'never'}" in result.log
-    assert not (tmp_path / "never" / launcher.LAUNCH_FILE).exists()
+    assert not (tmp_path / "never" / records.LAUNCH_FILE).exists()
 
 
 def test_a_stream_on_an_s3_checkpoint_is_supervised_from_its_storage_and_restored_there_with_no_secret_shown(
@@ -200,7 +200,7 @@ def test_a_stream_on_an_s3_checkpoint_is_supervised_from_its_storage_and_restore
         assert report["restored_snapshot"] == snap.snapshot_id and checkpoint_unusable(report["failure"])
         assert S3_SECRET_KEY not in result.log
         assert S3_SECRET_KEY not in json.dumps({k: t.xcom for k, t in result.tasks.items()}, default=str)
-        assert launcher.read_launch(spec.checkpoint).handle.generation == 3  # the restore kept the count
+        assert records.read_launch(spec.checkpoint).handle.generation == 3  # the restore kept the count
         assert len(open_sidecar(spec.checkpoint).names(LAUNCHES_DIR)) == 3
         wait_for(lambda: consumed_records(spec.checkpoint) == 650, timeout=240, what="all 650 records")
     finally:

@@ -24,13 +24,13 @@ import pytest
 
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.stores import open_store
-from airflow_provider_streamstate.engine.streams import launcher
+from airflow_provider_streamstate.engine.streams import launcher, records
+from airflow_provider_streamstate.engine.streams.managers.yarn import ResourceManager
 from airflow_provider_streamstate.engine.streams.supervisor import (
     SupervisionPolicy,
     checkpoint_unusable,
     supervise,
 )
-from airflow_provider_streamstate.engine.streams.yarn import ResourceManager
 from airflow_provider_streamstate.jobs.generator import GeneratorSpec, expected_aggregates, produce
 from dev import stack as stack_mod
 from tests.hosts import python_on_host, require_namespaces
@@ -97,9 +97,9 @@ def test_a_stream_in_cluster_mode_on_yarn_outlives_its_launcher_and_is_watched_s
     try:
         # Worker A starts it and its task ends: nothing of worker A is left.
         started = _on_host("worker-a", "start_agent.py", json.dumps(spec.to_dict()), env=worker_env)
-        handle = launcher.StreamHandle.from_json(started["handle"])
+        handle = records.StreamHandle.from_json(started["handle"])
         assert started["status"]["state"] == "running" and handle.host == "worker-a"
-        record = launcher.read_launch(checkpoint)
+        record = records.read_launch(checkpoint)
         assert record.cluster is not None and record.cluster.app_id, record
         app_id = record.cluster.app_id
         assert rm.app(app_id).state == "RUNNING"
@@ -130,7 +130,7 @@ def test_a_stream_in_cluster_mode_on_yarn_outlives_its_launcher_and_is_watched_s
         # Dead, or failed when the driver recorded the exception the kill raised in it first.
         assert report.state_before in ("dead", "failed") and report.action == "restarted", report.to_json()
         recovery_s = time.monotonic() - killed_at
-        restarted = launcher.read_launch(checkpoint)
+        restarted = records.read_launch(checkpoint)
         assert restarted.handle.generation == 2 and restarted.cluster.app_id not in (None, app_id)
         print(f"\nYARN recovery: killed app -> restarted app's first new batch in {recovery_s:.1f}s "
               f"(timings {report.timings[0].to_json()})")
@@ -146,7 +146,7 @@ def test_a_stream_in_cluster_mode_on_yarn_outlives_its_launcher_and_is_watched_s
         rounds.append(rounds[2].next_round(120))
         produce(stack.kafka_bootstrap, topic, rounds[3])
         wait_for(lambda: consumed_records(checkpoint) == 570, timeout=300, what="570 records")
-        killed = launcher.read_launch(checkpoint).cluster.app_id
+        killed = records.read_launch(checkpoint).cluster.app_id
         rm.kill(killed)
         wait_for(lambda: launcher.status(checkpoint).state == "dead", timeout=120, what="the stream to read dead")
         # The ResourceManager says KILLED before the NodeManager has stopped the driver's
@@ -161,13 +161,13 @@ def test_a_stream_in_cluster_mode_on_yarn_outlives_its_launcher_and_is_watched_s
                              policy=SupervisionPolicy(settle_s=300), store=lambda: store)
         assert (restored.action, restored.restored_snapshot) == ("restored", snap.snapshot_id), restored.to_json()
         assert checkpoint_unusable(restored.failure), restored.failure
-        assert launcher.read_launch(checkpoint).handle.generation == 4  # restart failed (3), restored (4)
+        assert records.read_launch(checkpoint).handle.generation == 4  # restart failed (3), restored (4)
         wait_for(lambda: consumed_records(checkpoint) == 630, timeout=300, what="630 records after the restore")
 
         # Worker B stops it: the request beside the checkpoint, honoured after the batch.
         stopped = _on_host("worker-b", "status_agent.py", "stop", checkpoint, "180", env=worker_env)
         assert stopped["outcome"] == "stopped" and stopped["state"] == "stopped", stopped
-        final = rm.app(launcher.read_launch(checkpoint).cluster.app_id)
+        final = rm.app(records.read_launch(checkpoint).cluster.app_id)
         assert (final.state, final.final_status) == ("FINISHED", "SUCCEEDED"), final
     finally:
         launcher.stop(checkpoint, timeout_s=60)

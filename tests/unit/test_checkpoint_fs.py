@@ -16,6 +16,7 @@ import pytest
 
 from airflow_provider_streamstate.engine.checkpoint.reader import ROCKSDB_PROVIDER as ROCKSDB
 from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
+from airflow_provider_streamstate.engine.checkpoint.sidecar import INCOMPLETE_FILE
 from airflow_provider_streamstate.engine.core.errors import (
     CheckpointChanged,
     CorruptionError,
@@ -25,7 +26,6 @@ from airflow_provider_streamstate.engine.core.errors import (
     UsageError,
 )
 from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
-from airflow_provider_streamstate.engine.lifecycle.restore_s3 import INCOMPLETE_FILE
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.stores import LocalStore, S3Store
 from tests.unit.fake_checkpoint import make_checkpoint, rocksdb_zip, store_dirs, write
@@ -86,7 +86,7 @@ def plan_view(plan: Any) -> list[tuple[str, int, bool]]:
 def test_an_s3_checkpoint_is_planned_exactly_like_its_local_copy(tmp_path, s3, scheme) -> None:
     root = hdfs_checkpoint(tmp_path / "c")
     url = upload(s3, root, f"plan-{scheme}").replace("s3a://", f"{scheme}://")
-    local, remote = CheckpointReader(str(root)).plan(), CheckpointReader(url, s3_client=s3).plan()
+    local, remote = CheckpointReader(str(root)).plan(), CheckpointReader(url, connection=s3).plan()
     assert plan_view(remote) == plan_view(local)
     assert (remote.batch_id, remote.query_id, remote.kafka_offsets) == (local.batch_id, local.query_id,
                                                                        local.kafka_offsets)
@@ -99,7 +99,7 @@ def test_a_rocksdb_checkpoint_in_s3_plans_its_zip_and_the_ssts_it_names(tmp_path
         rocksdb_zip(d, 2, [f"00{i}-{d.parent.name}.sst" for i in range(2)])
         write(d / "SSTs" / "999-unused.sst", b"old")
     url = upload(s3, root, "rocks")
-    assert plan_view(CheckpointReader(url, s3_client=s3).plan()) == plan_view(CheckpointReader(str(root)).plan())
+    assert plan_view(CheckpointReader(url, connection=s3).plan()) == plan_view(CheckpointReader(str(root)).plan())
 
 
 def test_a_snapshot_of_an_s3_checkpoint_copies_server_side_restores_byte_for_byte_and_reuses_hashes(
@@ -195,7 +195,7 @@ def test_a_stored_checksum_that_is_not_the_sha256_of_the_bytes_fails_the_snapsho
 ) -> None:
     """The blob's name must be the sha256 of its bytes even when nothing here read them: the
     copy's own checksum, or (an endpoint whose copies report none) a read of the copy, decides."""
-    from airflow_provider_streamstate.engine.checkpoint.filesystems import S3CheckpointFS
+    from airflow_provider_streamstate.engine.checkpoint.filesystems.s3 import S3CheckpointFS
 
     root = hdfs_checkpoint(tmp_path / "c")
     url = upload_with_sha256(s3, root, f"lying-{copy_reports_checksum}")
@@ -247,10 +247,10 @@ def test_an_object_rewritten_with_other_bytes_of_the_same_size_is_hashed_again(t
     root = hdfs_checkpoint(tmp_path / "c")
     url = upload(s3, root, "rewrite")
     store = LocalStore(tmp_path / "store")
-    first = create_snapshot(url, store, "orders", checkpoint_s3_client=s3)
+    first = create_snapshot(url, store, "orders", checkpoint_connection=s3)
     rel = next(e.path for e in first.manifest.files if e.path.endswith("4.delta"))
     s3.put_object(Bucket=BUCKET, Key=f"rewrite/{rel}", Body=(root / rel).read_bytes().upper())
-    second = create_snapshot(url, store, "orders", always=True, checkpoint_s3_client=s3)
+    second = create_snapshot(url, store, "orders", always=True, checkpoint_connection=s3)
     assert second.files_hashed >= 1
     by_path = {e.path: e.sha256 for e in second.manifest.files}
     assert by_path[rel] != {e.path: e.sha256 for e in first.manifest.files}[rel]
@@ -276,7 +276,7 @@ def test_the_cut_is_planned_again_when_maintenance_deletes_deltas_under_the_snap
         return plan
 
     monkeypatch.setattr(CheckpointReader, "plan", plan_then_maintain)
-    result = create_snapshot(url, LocalStore(tmp_path / "store"), "orders", checkpoint_s3_client=s3)
+    result = create_snapshot(url, LocalStore(tmp_path / "store"), "orders", checkpoint_connection=s3)
     assert result.attempts == 2
     paths = {e.path for e in result.manifest.files}
     assert "state/0/0/4.snapshot" in paths and "state/0/0/3.delta" not in paths
@@ -285,7 +285,7 @@ def test_the_cut_is_planned_again_when_maintenance_deletes_deltas_under_the_snap
 def test_a_file_rewritten_between_plan_and_read_fails_the_read(tmp_path, s3) -> None:
     root = hdfs_checkpoint(tmp_path / "c")
     url = upload(s3, root, "reread")
-    reader = CheckpointReader(url, s3_client=s3)
+    reader = CheckpointReader(url, connection=s3)
     pf = next(f for f in reader.plan().files if f.path == "commits/3")
     s3.put_object(Bucket=BUCKET, Key="reread/commits/3", Body=b"v1\n{}")
     with pytest.raises(CheckpointChanged), reader.fs.open_checked(pf.path, pf.identity) as f:
@@ -354,13 +354,13 @@ def test_into_a_store_on_another_endpoint_each_new_object_is_read_once(tmp_path,
     root = sized_checkpoint(tmp_path / "c")
     url = upload(s3, root, "once")
     planning = requests_by_key(s3, "GetObject")
-    CheckpointReader(url, s3_client=s3).plan()
+    CheckpointReader(url, connection=s3).plan()
     planned_reads = dict(planning)  # the metadata-log files a plan parses
 
     reads = requests_by_key(s3, "GetObject")
     writes = requests_by_key(dr, "PutObject", "HeadObject", "CopyObject")
     store = S3Store(dr, BUCKET, "other")
-    result = create_snapshot(url, store, "orders", checkpoint_s3_client=s3)
+    result = create_snapshot(url, store, "orders", checkpoint_connection=s3)
     m = result.manifest
     state = [e for e in m.files if "/_metadata/" not in e.path and e.path.startswith("state/")]
     assert len(state) >= 8
@@ -380,7 +380,7 @@ def test_into_a_store_on_another_endpoint_each_new_object_is_read_once(tmp_path,
 
     # An unchanged snapshot reads nothing; one more batch reads only its new files, once.
     reads.clear()
-    assert create_snapshot(url, store, "orders", always=True, checkpoint_s3_client=s3).files_hashed == 0
+    assert create_snapshot(url, store, "orders", always=True, checkpoint_connection=s3).files_hashed == 0
     assert not [k for (_, k) in reads if k.startswith("once/state/") and "/_metadata/" not in k]
 
 
@@ -416,7 +416,7 @@ def test_an_object_rewritten_after_the_plan_is_planned_again_not_stored(tmp_path
 
     monkeypatch.setattr(CheckpointReader, "plan", plan_then_rewrite)
     store = S3Store(dr, BUCKET, "changed-store")
-    result = create_snapshot(url, store, "orders", checkpoint_s3_client=s3)
+    result = create_snapshot(url, store, "orders", checkpoint_connection=s3)
     assert result.attempts == 2
     import hashlib
 
@@ -436,7 +436,7 @@ def test_objects_above_the_read_once_size_are_hashed_then_streamed(tmp_path, s3,
     url = upload(s3, root, "twice")
     reads = requests_by_key(s3, "GetObject")
     store = S3Store(dr, BUCKET, "twice-store")
-    m = create_snapshot(url, store, "orders", checkpoint_s3_client=s3).manifest
+    m = create_snapshot(url, store, "orders", checkpoint_connection=s3).manifest
     big = [e for e in m.files if e.size > 5000]
     small = [e for e in m.files if e.size <= 5000 and e.path.startswith("state/") and "/_metadata/" not in e.path]
     assert big and small
@@ -465,7 +465,7 @@ def test_a_blob_found_present_on_the_other_endpoint_is_refreshed_not_trusted(tmp
     rechecked: list[str] = []
     real_has = store.has_blob
     monkeypatch.setattr(store, "has_blob", lambda d: rechecked.append(d) or real_has(d))
-    result = create_snapshot(url, store, "orders", checkpoint_s3_client=s3)
+    result = create_snapshot(url, store, "orders", checkpoint_connection=s3)
     assert refreshed == [digest] and digest in rechecked
     assert result.blobs_uploaded == len(result.manifest.blobs) - 1
 
@@ -487,7 +487,7 @@ def test_files_of_one_content_read_at_once_are_stored_once_and_nothing_is_refres
 
     monkeypatch.setattr(S3Store, "put_blob_bytes", slow_put)
     writes = requests_by_key(dr, "PutObject", "CopyObject")
-    result = create_snapshot(url, store, "orders", checkpoint_s3_client=s3, parallelism=8)
+    result = create_snapshot(url, store, "orders", checkpoint_connection=s3, parallelism=8)
     m = result.manifest
     assert len(m.files) - len(m.blobs) >= 4  # several files share a blob
     assert not [k for (op, k) in writes if op == "CopyObject"]  # no refresh of our own blob
@@ -516,7 +516,7 @@ def test_a_snapshot_reading_once_into_another_endpoint_can_be_cancelled_and_publ
 
     monkeypatch.setattr(S3Store, "put_blob_bytes", put_then_cancel)
     with pytest.raises(Cancelled):
-        create_snapshot(url, store, "orders", checkpoint_s3_client=s3, cancel=token, parallelism=1)
+        create_snapshot(url, store, "orders", checkpoint_connection=s3, cancel=token, parallelism=1)
     assert len(puts) == 3
     assert store.list_snapshot_ids("orders") == []
 
@@ -547,7 +547,7 @@ def test_a_restore_onto_s3_refuses_a_non_empty_target_and_publishes_exactly_the_
     assert json.loads(got["restored/orders/metadata"])["id"] == clone.query_id != m.query_id
     assert "restored/orders/.metadata.crc" not in got
     # The restored prefix is a checkpoint the engine reads like the original.
-    assert plan_view(CheckpointReader(target, s3_client=s3).plan())[-3:] == plan_view(
+    assert plan_view(CheckpointReader(target, connection=s3).plan())[-3:] == plan_view(
         CheckpointReader(str(root)).plan())[-3:]
 
 
@@ -556,10 +556,10 @@ def test_a_checkpoint_whose_restore_did_not_finish_is_refused_by_snapshots(tmp_p
     url = upload(s3, root, "unfinished")
     s3.put_object(Bucket=BUCKET, Key=f"unfinished/{INCOMPLETE_FILE}", Body=b"{}")
     with pytest.raises(UnsupportedCheckpointError, match="restore that did not finish"):
-        create_snapshot(url, LocalStore(tmp_path / "store"), "orders", checkpoint_s3_client=s3)
+        create_snapshot(url, LocalStore(tmp_path / "store"), "orders", checkpoint_connection=s3)
 
 
-@pytest.mark.parametrize("url", ["hdfs://namenode:8020/ckpt", "gs://bucket/ckpt", "abfs://c@acct/ckpt"])
+@pytest.mark.parametrize("url", ["viewfs://cluster/ckpt", "gs://bucket/ckpt", "abfs://c@acct/ckpt"])
 def test_a_checkpoint_scheme_we_cannot_read_is_refused_in_one_line(tmp_path, url) -> None:
     with pytest.raises(UnsupportedCheckpointError) as err:
         create_snapshot(url, LocalStore(tmp_path / "store"), "orders")
@@ -572,12 +572,12 @@ def test_a_checkpoint_scheme_we_cannot_read_is_refused_in_one_line(tmp_path, url
 def test_a_missing_bucket_or_prefix_and_missing_credentials_are_one_line_errors(tmp_path, s3, endpoint,
                                                                               monkeypatch) -> None:
     with pytest.raises(StreamstateError) as err:
-        CheckpointReader("s3a://no-such-bucket-here/ckpt", s3_client=s3)
+        CheckpointReader("s3a://no-such-bucket-here/ckpt", connection=s3)
     line = err.value.one_line()
     assert "bucket no-such-bucket-here does not exist" in line and "checkpoint location" in line
     assert "\n" not in line
     with pytest.raises(NotFoundError, match="does not exist"):
-        CheckpointReader(f"s3a://{BUCKET}/nothing/here", s3_client=s3)
+        CheckpointReader(f"s3a://{BUCKET}/nothing/here", connection=s3)
     for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
@@ -593,7 +593,7 @@ def test_a_missing_bucket_or_prefix_and_missing_credentials_are_one_line_errors(
 def test_a_restore_onto_s3_that_fails_while_staging_leaves_the_target_untouched_and_one_that_fails_while_publishing_is_marked(
     tmp_path, s3, monkeypatch
 ) -> None:
-    from airflow_provider_streamstate.engine.lifecycle import restore_s3
+    from airflow_provider_streamstate.engine.checkpoint.filesystems.s3 import S3Staging
 
     root = hdfs_checkpoint(tmp_path / "c")
     store = S3Store(s3, BUCKET, "store-f")
@@ -606,38 +606,40 @@ def test_a_restore_onto_s3_that_fails_while_staging_leaves_the_target_untouched_
         return {o["Key"]: s3.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read() for o in objs}
 
     before = keys("failing/")
-    real_copy = restore_s3.VerifiedWriter.copy_within
-    real_write = restore_s3.VerifiedWriter.write_blob
+    from airflow_provider_streamstate.engine.checkpoint.filesystems.s3 import S3CheckpointFS
+
+    real_copy = S3CheckpointFS._checked_copy
+    real_write = S3Staging.write_blob
     calls: list[str] = []
 
-    def failing_write(self: Any, entry: Any, key: str) -> None:
-        calls.append(key)
+    def failing_write(self: Any, store_: Any, entry: Any) -> None:
+        calls.append(entry.path)
         if len(calls) == 3:
             raise OSError("connection reset while staging")
-        real_write(self, entry, key)
+        real_write(self, store_, entry)
 
-    monkeypatch.setattr(restore_s3.VerifiedWriter, "write_blob", failing_write)
+    monkeypatch.setattr(S3Staging, "write_blob", failing_write)
     with pytest.raises(OSError):
         restore_snapshot(store, "orders", m.snapshot_id, target, force=True)
     assert keys("failing/") == before  # target as it was, staging removed
-    monkeypatch.setattr(restore_s3.VerifiedWriter, "write_blob", real_write)
+    monkeypatch.setattr(S3Staging, "write_blob", real_write)
 
     published: list[str] = []
 
-    def failing_publish(self: Any, src_key: str, key: str, entry: Any) -> None:
+    def failing_publish(self: Any, key: str, source: dict[str, str], digest: str, size: int, what: str) -> None:
         if "/orders/" in key and "streamstate-restore" not in key:
             published.append(key)
             if len(published) == 4:
                 raise OSError("connection reset while publishing")
-        real_copy(self, src_key, key, entry)
+        real_copy(self, key, source, digest, size, what)
 
-    monkeypatch.setattr(restore_s3.VerifiedWriter, "copy_within", failing_publish)
+    monkeypatch.setattr(S3CheckpointFS, "_checked_copy", failing_publish)
     with pytest.raises(OSError):
         restore_snapshot(store, "orders", m.snapshot_id, target, force=True)
     assert f"failing/orders/{INCOMPLETE_FILE}" in keys("failing/")
     with pytest.raises(UnsupportedCheckpointError, match="restore that did not finish"):
         create_snapshot(target, store, "orders-copy")
-    monkeypatch.setattr(restore_s3.VerifiedWriter, "copy_within", real_copy)
+    monkeypatch.setattr(S3CheckpointFS, "_checked_copy", real_copy)
     restore_snapshot(store, "orders", m.snapshot_id, target, force=True)  # the same restore again finishes it
     after = keys("failing/")
     assert f"failing/orders/{INCOMPLETE_FILE}" not in after
@@ -652,7 +654,7 @@ def test_a_restore_onto_s3_that_fails_while_staging_leaves_the_target_untouched_
     ("s3a://bucket", ["is a whole bucket"]),
 ])
 def test_a_malformed_s3_checkpoint_url_is_named_as_the_checkpoint_location(url, words) -> None:
-    from airflow_provider_streamstate.engine.checkpoint.filesystems import parse_s3_location
+    from airflow_provider_streamstate.engine.checkpoint.filesystems.s3 import parse_s3_location
 
     with pytest.raises(UsageError) as err:
         parse_s3_location(url)

@@ -156,8 +156,8 @@ def test_not_a_checkpoint_and_no_commit_are_clear_errors(tmp_path) -> None:
     (root / "commits/0").unlink()  # batch 0 planned, never committed
     with pytest.raises(NotFoundError, match="no committed batch"):
         CheckpointReader(str(root)).plan()
-    with pytest.raises(UnsupportedCheckpointError, match="hdfs:// scheme is not supported"):
-        CheckpointReader("hdfs://namenode/ckpt")
+    with pytest.raises(UnsupportedCheckpointError, match="gs:// scheme is not supported"):
+        CheckpointReader("gs://bucket/ckpt")
 
 
 def test_snapshot_replans_when_maintenance_replaces_files_mid_snapshot(tmp_path, monkeypatch) -> None:

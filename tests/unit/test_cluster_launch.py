@@ -16,7 +16,8 @@ import pytest
 
 from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.engine.streams import launcher
-from airflow_provider_streamstate.engine.streams.launcher import yarn_cluster_mode
+from airflow_provider_streamstate.engine.streams.managers import manager_for
+from airflow_provider_streamstate.engine.streams.records import read_launch
 from tests.unit.fake_yarn import APP, FakeRM
 
 
@@ -25,10 +26,20 @@ from tests.unit.fake_yarn import APP, FakeRM
     (["spark-submit", "--master=yarn", "--deploy-mode=cluster", "app.py"], True),
     (["spark-submit", "--master", "yarn", "--deploy-mode", "client", "app.py"], False),
     (["spark-submit", "--master", "yarn", "app.py"], False),
-    (["spark-submit", "--master", "spark://m:7077", "--deploy-mode", "cluster", "app.py"], False),
+    (["spark-submit", "--master", "spark://m:7077", "app.py"], False),
 ])
 def test_cluster_mode_on_yarn_is_told_from_the_command(command: list[str], cluster: bool) -> None:
-    assert yarn_cluster_mode(command) is cluster
+    manager = manager_for(command)
+    assert manager.driver_on_cluster(command) is cluster
+    assert manager.name == ("yarn" if "yarn" in command or "--master=yarn" in command else "standalone")
+
+
+def test_cluster_mode_on_a_standalone_master_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    """Spark runs no Python application in cluster deploy mode on a standalone master."""
+    command = [str(_submitter(tmp_path, APP)), "--master", "spark://m:7077", "--deploy-mode", "cluster", "app.py"]
+    with pytest.raises(UsageError, match="standalone has no cluster deploy mode for Python applications"):
+        launcher.launch(command, stream="orders", checkpoint=tmp_path / "ckpt")
+    assert not (tmp_path / "argv.json").exists() and read_launch(tmp_path / "ckpt") is None
 
 
 def _submitter(tmp_path: Path, app_id: str | None, code: int = 0) -> Path:
@@ -64,7 +75,7 @@ def test_a_cluster_launch_records_its_application_and_reads_and_stops_it_through
     assert f"spark.yarn.appMasterEnv.STREAMSTATE_CHECKPOINT={checkpoint}" in argv
     assert "spark.yarn.appMasterEnv.STREAMSTATE_LAUNCH_GENERATION=1" in argv
     assert f"spark.yarn.appMasterEnv.STREAMSTATE_LAUNCH_ID={handle.launch_id}" in argv
-    record = launcher.read_launch(checkpoint)
+    record = read_launch(checkpoint)
     assert record.cluster is not None and (record.cluster.app_id, record.cluster.rm_urls) == (APP, [fake_rm])
 
     st = launcher.status(checkpoint)  # running per YARN; no beat yet: starting
@@ -99,4 +110,4 @@ def test_cluster_mode_without_the_clusters_configuration_is_refused_before_anyth
         launcher.launch([str(_submitter(tmp_path, APP)), "--master", "yarn", "--deploy-mode", "cluster", "app.py"],
                         stream="orders", checkpoint=tmp_path / "ckpt")
     assert not (tmp_path / "argv.json").exists()
-    assert launcher.read_launch(tmp_path / "ckpt") is None
+    assert read_launch(tmp_path / "ckpt") is None

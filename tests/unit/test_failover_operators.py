@@ -35,7 +35,7 @@ def test_a_primary_that_does_not_run_is_fenced(tmp_path) -> None:
 
 def test_failover_without_a_dr_kafka_connection_fails_in_one_line(tmp_path) -> None:
     op = FailoverStreamOperator(task_id="failover", stream=spec(tmp_path).to_dict())
-    with pytest.raises(AirflowFailException, match="names no DR Kafka connection") as caught:
+    with pytest.raises(AirflowFailException, match="names no Kafka connection") as caught:
         op.execute({})
     assert "\n" not in str(caught.value)
     assert not (tmp_path / "ckpt").exists()

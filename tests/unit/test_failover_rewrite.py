@@ -11,15 +11,18 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_streamstate.engine.checkpoint.offset_rewrite import hadoop_crc
 from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.engine.dr.failover import (
+    DrRewrite,
     TopicMap,
     TranslatedPartition,
     Translation,
-    hadoop_crc,
-    rewrite_checkpoint,
 )
-from tests.unit.fake_checkpoint import make_checkpoint, write
+from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
+from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.stores.local import LocalStore
+from tests.unit.fake_checkpoint import make_checkpoint, store_dirs, write
 
 # A sidecar Spark 4.1 (Hadoop's local filesystem) wrote for `{"id":"6f02b52d-c2f2-49ac-9550-b9c4303a0417"}`.
 SPARK_METADATA = b'{"id":"6f02b52d-c2f2-49ac-9550-b9c4303a0417"}'
@@ -31,6 +34,19 @@ def translation() -> Translation:
         TranslatedPartition("tx", 0, "primary.tx", 30, 27, 40),
         TranslatedPartition("tx", 1, "primary.tx", 60, 51, 51),
     ], 0.01)
+
+
+def rewrite_checkpoint(root: Path, translation: Translation) -> tuple[Path, list[str]]:
+    """`root` snapshotted and restored for the DR cluster (the failover's own path): the
+    restored copy, and the files it wrote with other content than the snapshot's."""
+    for d in store_dirs(root):
+        for v in range(1, 4):
+            write(d / f"{v}.delta", f"delta {v}")
+    store = LocalStore(root.parent / "store", fsync=False)
+    sid = create_snapshot(str(root), store, "s").manifest.snapshot_id
+    target = root.parent / "restored"
+    result = restore_snapshot(store, "s", sid, target, fsync=False, rewrite=DrRewrite(translation))
+    return target, [r for r in result.rewritten if not r.endswith(".crc")]
 
 
 def test_hadoop_checksums_match_what_spark_wrote() -> None:
@@ -46,7 +62,7 @@ def test_every_offsets_file_and_the_initial_offsets_name_the_dr_topics_and_offse
     write(root / "sources/0/.0.crc", hadoop_crc(b"old"))
     write(root / "offsets/.2.crc", hadoop_crc(b"old"))
     before_meta = (root / "offsets/2").read_text().split("\n")[1]
-    changed = rewrite_checkpoint(root, translation())
+    root, changed = rewrite_checkpoint(root, translation())
     assert changed == ["offsets/0", "offsets/1", "offsets/2", "sources/0/0"]
     lines = (root / "offsets/2").read_text().split("\n")
     assert lines[0] == "v1"
@@ -65,7 +81,7 @@ def test_sources_that_are_not_the_translated_kafka_topics_are_left_alone(tmp_pat
     root = make_checkpoint(tmp_path / "ck", batches=1)
     text = (root / "offsets/0").read_text() + '\n{"logOffset":4}\n-'
     write(root / "offsets/0", text)
-    rewrite_checkpoint(root, translation())
+    root, _ = rewrite_checkpoint(root, translation())
     lines = (root / "offsets/0").read_text().split("\n")
     assert lines[3:] == ['{"logOffset":4}', "-"]
 

@@ -14,23 +14,29 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_streamstate.engine.streams import kubernetes, launcher
-from airflow_provider_streamstate.engine.streams.kubernetes import (
+from airflow_provider_streamstate.engine.streams import launcher
+from airflow_provider_streamstate.engine.streams.managers import kubernetes, manager_for
+from airflow_provider_streamstate.engine.streams.managers.kubernetes import (
     DriverPod,
     driver_pod_from_api,
     driver_pod_name,
-    kubernetes_cluster_mode,
     namespace_of,
     submission_confs,
 )
+from airflow_provider_streamstate.engine.streams.records import DriverRecord, read_launch, write_driver
 
 DNS_1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
-def test_cluster_mode_on_kubernetes_is_told_from_the_command() -> None:
-    assert kubernetes_cluster_mode(["spark-submit", "--master", "k8s://https://api:6443", "--deploy-mode", "cluster"])
-    assert not kubernetes_cluster_mode(["spark-submit", "--master", "k8s://https://api:6443", "--deploy-mode", "client"])
-    assert not kubernetes_cluster_mode(["spark-submit", "--master", "yarn", "--deploy-mode", "cluster"])
+@pytest.mark.parametrize(("command", "manager", "on_cluster"), [
+    (["--master", "k8s://https://api:6443", "--deploy-mode", "cluster"], "kubernetes", True),
+    (["--master", "k8s://https://api:6443", "--deploy-mode", "client"], "kubernetes", False),
+    (["--master", "yarn", "--deploy-mode", "cluster"], "yarn", True),
+])
+def test_cluster_mode_on_kubernetes_is_told_from_the_command(command: list[str], manager: str,
+                                                             on_cluster: bool) -> None:
+    cmd = ["spark-submit", *command, "app.py"]
+    assert (manager_for(cmd).name, manager_for(cmd).driver_on_cluster(cmd)) == (manager, on_cluster)
 
 
 def test_driver_pod_names_are_valid_dns_labels_unique_per_launch() -> None:
@@ -44,10 +50,10 @@ def test_driver_pod_names_are_valid_dns_labels_unique_per_launch() -> None:
 
 def test_the_submission_returns_at_once_names_the_pod_and_gives_the_driver_its_settings() -> None:
     confs = submission_confs("orders-driver-x", {"STREAMSTATE_CHECKPOINT": "s3a://b/c", "STREAMSTATE_LAUNCH_ID": "L"})
-    assert confs == ["--conf", "spark.kubernetes.submission.waitAppCompletion=false",
-                     "--conf", "spark.kubernetes.driver.pod.name=orders-driver-x",
-                     "--conf", "spark.kubernetes.driverEnv.STREAMSTATE_CHECKPOINT=s3a://b/c",
-                     "--conf", "spark.kubernetes.driverEnv.STREAMSTATE_LAUNCH_ID=L"]
+    assert confs == [("spark.kubernetes.submission.waitAppCompletion", "false"),
+                     ("spark.kubernetes.driver.pod.name", "orders-driver-x"),
+                     ("spark.kubernetes.driverEnv.STREAMSTATE_CHECKPOINT", "s3a://b/c"),
+                     ("spark.kubernetes.driverEnv.STREAMSTATE_LAUNCH_ID", "L")]
     assert namespace_of(["spark-submit", "--conf", "spark.kubernetes.namespace=streams"]) == "streams"
     assert namespace_of(["spark-submit"]) == "default"
 
@@ -95,7 +101,7 @@ class _FakeApi:
 def test_a_cluster_launch_on_kubernetes_records_its_pod_reads_it_and_deletes_it_when_the_stop_is_not_honoured(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(launcher, "KubernetesApi", _FakeApi)
+    monkeypatch.setattr(kubernetes, "KubernetesApi", _FakeApi)
     submit = tmp_path / "spark-submit"
     submit.write_text(f"#!{sys.executable}\nimport json, sys\n"
                       f"open({str(tmp_path / 'argv.json')!r}, 'w').write(json.dumps(sys.argv[1:]))\n")
@@ -104,7 +110,7 @@ def test_a_cluster_launch_on_kubernetes_records_its_pod_reads_it_and_deletes_it_
     handle = launcher.launch([str(submit), "--master", "k8s://https://api:6443", "--deploy-mode", "cluster",
                               "--conf", "spark.kubernetes.namespace=streams", "supervised.py", "app.py"],
                              stream="orders", checkpoint=checkpoint)
-    record = launcher.read_launch(checkpoint)
+    record = read_launch(checkpoint)
     assert record.cluster is not None and record.cluster.manager == "kubernetes"
     pod_name = record.cluster.pod
     assert (record.cluster.namespace, pod_name) == ("streams", driver_pod_name("orders", handle.launch_id))
@@ -120,6 +126,5 @@ def test_a_cluster_launch_on_kubernetes_records_its_pod_reads_it_and_deletes_it_
     result = launcher.stop(checkpoint, timeout_s=1, poll_s=0.1)
     assert result.outcome == "killed" and _FakeApi.deleted == [f"streams/{pod_name}"]
     # Gone, and the driver never said it ran: dead only once the start grace has passed.
-    launcher.write_driver(checkpoint, launcher.DriverRecord(handle.launch_id, "pod", 1, handle.started_at))
+    write_driver(checkpoint, DriverRecord(handle.launch_id, "pod", 1, handle.started_at))
     assert launcher.status(checkpoint).state == "dead"
-    assert kubernetes.KubernetesApi is not _FakeApi  # only the launcher's name was replaced

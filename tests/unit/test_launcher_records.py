@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_streamstate.engine.checkpoint import sidecar
 from airflow_provider_streamstate.engine.checkpoint.liveness import Heartbeat, now_iso, write_heartbeat
 from airflow_provider_streamstate.engine.checkpoint.sidecar import open_sidecar
 from airflow_provider_streamstate.engine.core.errors import StreamRunningError, StreamstateError, UsageError
-from airflow_provider_streamstate.engine.streams import launcher
+from airflow_provider_streamstate.engine.streams import clones, launcher, records
 
 
 def py(code: str) -> list[str]:
@@ -33,7 +34,7 @@ def test_a_driver_that_exits_before_running_is_dead_with_its_error_line(tmp_path
         launcher.wait_until_running(handle, timeout_s=30, poll_s=0.05)
     status = launcher.status(tmp_path / "ckpt")
     assert (status.state, status.exit_code, status.process_alive) == ("dead", 3, False)
-    assert Path(handle.log).parent == tmp_path / "ckpt" / launcher.LOG_DIR
+    assert Path(handle.log).parent == tmp_path / "ckpt" / records.LOG_DIR
 
 
 def test_a_starting_driver_blocks_a_second_launch_and_one_ignoring_sigterm_is_killed(tmp_path: Path) -> None:
@@ -70,34 +71,34 @@ def test_a_heartbeat_older_than_the_launch_belongs_to_an_earlier_run(tmp_path: P
 def test_a_stop_request_is_seen_only_by_drivers_started_before_it(tmp_path: Path) -> None:
     checkpoint = tmp_path / "ckpt"
     before = datetime.now(UTC) - timedelta(seconds=5)
-    open_sidecar(checkpoint).write(launcher.STOP_FILE, (
-        f'{{"format": "{launcher.STOP_FORMAT}", "requested_at": "{now_iso()}", "by": "task stop"}}').encode())
-    assert launcher.stop_requested(checkpoint, since=before) == f"stop requested by task stop at {_requested(checkpoint)}"
-    assert launcher.stop_requested(checkpoint, since=datetime.now(UTC) + timedelta(seconds=5)) is None
+    open_sidecar(checkpoint).write(records.STOP_FILE, (
+        f'{{"format": "{records.STOP_FORMAT}", "requested_at": "{now_iso()}", "by": "task stop"}}').encode())
+    assert records.stop_requested(checkpoint, since=before) == f"stop requested by task stop at {_requested(checkpoint)}"
+    assert records.stop_requested(checkpoint, since=datetime.now(UTC) + timedelta(seconds=5)) is None
 
 
 def _requested(checkpoint: Path) -> str:
     import json
 
-    return json.loads((checkpoint / launcher.STOP_FILE).read_text())["requested_at"]
+    return json.loads((checkpoint / records.STOP_FILE).read_text())["requested_at"]
 
 
 def test_records_and_clone_labels_round_trip(tmp_path: Path) -> None:
-    handle = launcher.StreamHandle("orders", "/c", "L1", 42, "h", "/c/x.log", now_iso())
-    assert launcher.StreamHandle.from_json({**handle.to_json(), "query_id": "q", "reconnected": True}) == handle
+    handle = records.StreamHandle("orders", "/c", "L1", 42, "h", "/c/x.log", now_iso())
+    assert records.StreamHandle.from_json({**handle.to_json(), "query_id": "q", "reconnected": True}) == handle
     with pytest.raises(UsageError, match="not a stream handle"):
-        launcher.StreamHandle.from_json({"stream": "orders"})
+        records.StreamHandle.from_json({"stream": "orders"})
 
-    label = launcher.CloneLabel.new(clone="orders-sandbox", source_stream="orders", source_checkpoint="/c",
+    label = clones.CloneLabel.new(clone="orders-sandbox", source_stream="orders", source_checkpoint="/c",
                                     snapshot_id="s1", batch_id=7, query_id="q2", sinks={"alerts": "a2"}, ttl_s=60)
-    launcher.write_clone_label(tmp_path, label)
-    assert launcher.read_clone_label(tmp_path) == label
+    clones.write_clone_label(tmp_path, label)
+    assert clones.read_clone_label(tmp_path) == label
     assert not label.expired() and label.expired(datetime.now(UTC) + timedelta(seconds=61))
 
 
 def test_a_checkpoint_where_no_records_can_live_is_refused_with_a_hint(monkeypatch) -> None:
-    with pytest.raises(UsageError, match="must be a local or mounted path, or in S3") as exc:
-        launcher.status("hdfs://namenode/ckpt")
+    with pytest.raises(UsageError, match="cannot keep a stream's records beside gs://bucket/ckpt") as exc:
+        launcher.status("gs://bucket/ckpt")
     assert "docs/deployment.md" in exc.value.one_line()
     assert launcher.local_checkpoint("file:///data/ckpt") == Path("/data/ckpt")
     # An S3 checkpoint keeps its records beside it: without credentials, that is what is said.
@@ -120,7 +121,7 @@ def test_a_running_beat_whose_driver_recorded_its_exit_reads_as_that_exit(
     handle = launcher.launch(py("import time; time.sleep(0.2)"), stream="orders", checkpoint=checkpoint)
     write_heartbeat(checkpoint, Heartbeat(query_id="q", run_id="r", query_name="orders", host="h", pid=handle.pid,
                                           state="running", batch_id=3, input_rows=5, updated_at=now_iso()))
-    launcher.write_driver(checkpoint, launcher.DriverRecord(
+    records.write_driver(checkpoint, records.DriverRecord(
         handle.launch_id, handle.host, handle.pid, handle.started_at,
         exit_code=exit_code, exited_at=now_iso(), stop_reason="stop requested"))
     deadline = time.monotonic() + 10
@@ -131,22 +132,22 @@ def test_a_running_beat_whose_driver_recorded_its_exit_reads_as_that_exit(
 
 
 def _record(ckpt: Path, generation: int, launch_id: str) -> None:
-    handle = launcher.StreamHandle("orders", str(ckpt), launch_id, 4242, "elsewhere", "", now_iso(), generation)
-    open_sidecar(ckpt).create(f"{launcher.LAUNCHES_DIR}/{generation:08d}.json",
-                              launcher.LaunchRecord(handle, ["spark-submit"], 4242, None).to_json())
+    handle = records.StreamHandle("orders", str(ckpt), launch_id, 4242, "elsewhere", "", now_iso(), generation)
+    open_sidecar(ckpt).create(f"{sidecar.LAUNCHES_DIR}/{generation:08d}.json",
+                              records.LaunchRecord(handle, ["spark-submit"], 4242, None).to_json())
 
 
 def test_the_newest_generation_is_the_launch_and_old_records_still_read(tmp_path: Path) -> None:
     from tests.unit.fake_checkpoint import write
 
-    legacy = launcher.LaunchRecord(launcher.StreamHandle("orders", str(tmp_path), "L-0", 4242, "h", "", now_iso()),
+    legacy = records.LaunchRecord(records.StreamHandle("orders", str(tmp_path), "L-0", 4242, "h", "", now_iso()),
                                    ["spark-submit"], 4242, None)
-    write(tmp_path / launcher.LAUNCH_FILE, legacy.to_json())
-    assert launcher.read_launch(tmp_path).handle.launch_id == "L-0"  # a release before generations
+    write(tmp_path / records.LAUNCH_FILE, legacy.to_json())
+    assert records.read_launch(tmp_path).handle.launch_id == "L-0"  # a release before generations
     _record(tmp_path, 1, "L-1")
     _record(tmp_path, 2, "L-2")
-    assert launcher.launch_generations(tmp_path) == [1, 2]
-    got = launcher.read_launch(tmp_path).handle
+    assert records.launch_generations(tmp_path) == [1, 2]
+    got = records.read_launch(tmp_path).handle
     assert (got.launch_id, got.generation) == ("L-2", 2)
     assert launcher.superseded_by(tmp_path, 1).handle.launch_id == "L-2"
     assert launcher.superseded_by(tmp_path, 2) is None
@@ -166,7 +167,7 @@ def test_a_driver_whose_launch_was_superseded_refuses_to_start_and_writes_nothin
     monkeypatch.setenv(launcher.ENV_LAUNCH_ID, "L-1")
     monkeypatch.setenv(launcher.ENV_LAUNCH_GENERATION, "1")
     assert supervised.main([str(app)]) == 3
-    assert launcher.read_driver(tmp_path) is None
+    assert records.read_driver(tmp_path) is None
 
 
 def test_what_a_driver_died_of_is_recorded_beside_the_checkpoint_for_every_host(
@@ -183,7 +184,7 @@ def test_what_a_driver_died_of_is_recorded_beside_the_checkpoint_for_every_host(
     monkeypatch.setenv(launcher.ENV_LAUNCH_GENERATION, "1")
     with pytest.raises(ValueError, match="no such topic"):
         supervised.main([str(app)])
-    driver = launcher.read_driver(tmp_path, "L-1")
+    driver = records.read_driver(tmp_path, "L-1")
     assert driver is not None and driver.exit_code == 1
     assert driver.error == "builtins.ValueError: no such topic: orders"
     st = launcher.status(tmp_path)

@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_streamstate.engine.checkpoint import liveness
 from airflow_provider_streamstate.engine.checkpoint.liveness import (
     HEARTBEAT_FILE,
     Heartbeat,
@@ -110,7 +109,7 @@ def test_a_failed_write_keeps_the_previous_record_and_leaves_no_temp_file(tmp_pa
     def full_disk(*_: object) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(liveness.os, "replace", full_disk)
+    monkeypatch.setattr(os, "replace", full_disk)
     with pytest.raises(OSError, match="No space"):
         write_heartbeat(tmp_path, beat(batch_id=2))
     monkeypatch.undo()

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_streamstate.engine.lifecycle import restore as restore_mod
-from airflow_provider_streamstate.engine.lifecycle.restore import recover_leftovers, restore_snapshot
+from airflow_provider_streamstate.engine.checkpoint.filesystems import local as local_fs
+from airflow_provider_streamstate.engine.checkpoint.filesystems.local import recover_leftovers
+from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.stores.local import LocalStore
 from tests.unit.fake_checkpoint import make_checkpoint, store_dirs, write
@@ -40,7 +41,7 @@ def _old_checkpoint(path: Path) -> Path:
 def test_replacing_a_checkpoint_is_one_atomic_exchange(tmp_path, monkeypatch) -> None:
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    if not restore_mod._exchange(tmp_path / "a", tmp_path / "b"):
+    if not local_fs._exchange(tmp_path / "a", tmp_path / "b"):
         pytest.skip("this filesystem has no RENAME_EXCHANGE")
     store, sid = _store_with_snapshot(tmp_path)
     target = _old_checkpoint(tmp_path / "ckpt")
@@ -60,9 +61,10 @@ def test_a_crash_between_the_fallback_renames_is_repaired_by_the_next_restore(tm
     crash = textwrap.dedent(f"""
         import os, sys
         sys.path.insert(0, {str(REPO)!r})
+        from airflow_provider_streamstate.engine.checkpoint.filesystems import local
         from airflow_provider_streamstate.engine.lifecycle import restore
         from airflow_provider_streamstate.engine.stores.local import LocalStore
-        restore._exchange = lambda a, b: False
+        local._exchange = lambda a, b: False
         real = os.rename
         def rename(a, b):
             real(a, b)

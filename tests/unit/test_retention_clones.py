@@ -11,8 +11,13 @@ import pytest
 
 from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.engine.stores.local import LocalStore
-from airflow_provider_streamstate.engine.streams.clones import expire_clones, list_clones, record_clone
-from airflow_provider_streamstate.engine.streams.launcher import CloneLabel, write_clone_label
+from airflow_provider_streamstate.engine.streams.clones import (
+    CloneLabel,
+    expire_clones,
+    list_clones,
+    record_clone,
+    write_clone_label,
+)
 from tests.unit.fake_checkpoint import make_checkpoint
 from tests.unit.store_history import at, put_snapshot
 

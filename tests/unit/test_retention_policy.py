@@ -6,18 +6,20 @@ manifests as tombstones with their validation records, and a dry run deletes not
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from airflow_provider_streamstate.engine.catalog.retention import (
     RetentionPolicy,
     apply_retention,
-    parse_duration,
     pin_snapshot,
     unpin_snapshot,
 )
 from airflow_provider_streamstate.engine.catalog.timeline import new_timeline
 from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.engine.core.manifest import SnapshotRef
+from airflow_provider_streamstate.engine.core.values import parse_duration
 from airflow_provider_streamstate.engine.stores.base import tombstone_key
 from airflow_provider_streamstate.engine.stores.local import LocalStore
 from tests.unit.store_history import at, put_snapshot, put_validation
@@ -139,12 +141,15 @@ def test_a_stream_without_snapshots_retains_nothing_and_deletes_nothing(tmp_path
     assert result.kept == () and result.deleted == ()
 
 
-@pytest.mark.parametrize("text,seconds", [("7d", 604800), ("12h", 43200), ("30m", 1800), ("45s", 45), ("2w", 1209600), (90, 90)])
+@pytest.mark.parametrize("text,seconds", [("7d", 604800), ("12h", 43200), ("30m", 1800), ("45s", 45), ("2w", 1209600),
+                                          (90, 90), ("600", 600), (timedelta(minutes=2), 120)])
 def test_durations_read_as_people_write_them(text, seconds) -> None:
+    """As text, a number (of seconds, also as a template renders it) or a timedelta: the same
+    rule for the CLI, the operators and the DAG params."""
     assert parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["", "7", "7y", "-1d", "0h", "d"])
+@pytest.mark.parametrize("text", ["", "7y", "-1d", "0h", "d", True])
 def test_malformed_durations_are_refused_with_a_hint(text) -> None:
     with pytest.raises(UsageError) as exc:
         parse_duration(text)
@@ -159,7 +164,7 @@ def test_a_negative_keep_last_is_refused() -> None:
 def test_durations_print_in_their_exact_unit_only_while_short() -> None:
     """An age that happens to be a whole number of minutes (a run at a minute boundary) is
     still printed in days, as any other age of that size."""
-    from airflow_provider_streamstate.engine.catalog.retention import format_duration
+    from airflow_provider_streamstate.engine.core.values import format_duration
 
     assert [format_duration(s) for s in (22221 * 60, 90 * 60, 36 * 3600, 7 * 86400, 5)] == [
         "15.4d", "90m", "36h", "1w", "5s"]

@@ -1,6 +1,7 @@
 """Where a stream's records live: files beside a local checkpoint (replaced atomically),
-objects beside an S3 one through the client a task gave for that location (else the AWS
-environment's), and host-local things (logs, the launch lock) on the launching host."""
+objects beside an S3 one through the connection the caller opened it with (else the AWS
+environment's, one per location), and host-local things (logs, the launch lock) on the
+launching host. A connection is passed, never remembered for others."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_streamstate.engine.checkpoint.sidecar import LocalSidecar, S3Sidecar, open_sidecar
+from airflow_provider_streamstate.engine.checkpoint.filesystems import open_checkpoint_fs
+from airflow_provider_streamstate.engine.checkpoint.sidecar import open_sidecar
 from airflow_provider_streamstate.engine.core.errors import UsageError
 
 
@@ -38,7 +40,7 @@ class RecordingClient:
 
 def test_records_beside_a_local_checkpoint_are_files_replaced_whole(tmp_path: Path) -> None:
     side = open_sidecar(f"file://{tmp_path}/ckpt")
-    assert isinstance(side, LocalSidecar) and side.location == str(tmp_path / "ckpt")
+    assert side.fs.local_path is not None and side.location == str(tmp_path / "ckpt")
     assert side.read("_streamstate/stop.json") is None
     side.write("_streamstate/stop.json", b'{"a": 1}')
     side.write("_streamstate/stop.json", b'{"a": 2}')
@@ -52,20 +54,34 @@ def test_records_beside_a_local_checkpoint_are_files_replaced_whole(tmp_path: Pa
 def test_records_beside_an_s3_checkpoint_are_objects_and_its_logs_stay_on_this_host(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("STREAMSTATE_HOME", str(tmp_path / "home"))
     client = RecordingClient()
-    side = open_sidecar("s3a://ckpts/prod/orders", s3_client=client)
-    assert isinstance(side, S3Sidecar) and side.location == "s3a://ckpts/prod/orders"
+    side = open_sidecar(open_checkpoint_fs("s3a://ckpts/prod/orders", connection=client))
+    assert side.fs.local_path is None and side.location == "s3a://ckpts/prod/orders"
     side.write("_streamstate/heartbeat.json", b"{}")
     assert client.objects == {"ckpts/prod/orders/_streamstate/heartbeat.json": b"{}"}
     assert side.read("_streamstate/heartbeat.json") == b"{}" and side.read("_streamstate/stop.json") is None
     assert side.where("_streamstate/heartbeat.json") == "s3a://ckpts/prod/orders/_streamstate/heartbeat.json"
     assert side.local_dir.is_relative_to(tmp_path / "home" / "s3" / "ckpts")
-    # The client a task gave serves that location for the rest of the process.
-    assert open_sidecar("s3a://ckpts/prod/orders") is side
     side.delete("_streamstate/heartbeat.json")
     assert client.objects == {}
 
 
-@pytest.mark.parametrize("location", ["hdfs://nn/ckpt", "gs://bucket/ckpt", ""])
+def test_two_connections_to_one_location_do_not_mix(tmp_path, monkeypatch) -> None:
+    """What one task opened with its connection is never what another reaches the same
+    location through: each writes with its own client, and a location named as text is
+    opened with the environment's (the same sidecar each time: a driver beats often)."""
+    monkeypatch.setenv("STREAMSTATE_HOME", str(tmp_path / "home"))
+    a, b = RecordingClient(), RecordingClient()
+    side_a = open_sidecar(open_checkpoint_fs("s3a://ckpts/prod/orders", connection=a))
+    side_b = open_sidecar(open_checkpoint_fs("s3a://ckpts/prod/orders", connection=b))
+    side_a.write("_streamstate/stop.json", b"a")
+    side_b.write("_streamstate/stop.json", b"b")
+    assert (a.objects, b.objects) == ({"ckpts/prod/orders/_streamstate/stop.json": b"a"},
+                                      {"ckpts/prod/orders/_streamstate/stop.json": b"b"})
+    from_env = open_sidecar("s3a://ckpts/prod/orders")
+    assert from_env.fs.client not in (a, b) and open_sidecar("s3://ckpts/prod/orders/") is from_env
+
+
+@pytest.mark.parametrize("location", ["gs://bucket/ckpt", "viewfs://cluster/ckpt", ""])
 def test_a_checkpoint_that_cannot_hold_records_is_refused_with_what_to_do(location: str) -> None:
     with pytest.raises(UsageError) as exc:
         open_sidecar(location)

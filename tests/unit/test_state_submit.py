@@ -24,12 +24,13 @@ from airflow_provider_streamstate.engine.state.scratch import job_started, new_j
 from airflow_provider_streamstate.engine.state.submit import (
     RESULT_FORMAT,
     StateJobError,
-    StoreAccess,
     complete_command,
     submit_state_job,
     sweep_stale,
 )
-from airflow_provider_streamstate.engine.stores import LocalStore
+from airflow_provider_streamstate.engine.stores import LocalStore, S3Store
+from airflow_provider_streamstate.engine.stores.s3 import S3Access
+from airflow_provider_streamstate.engine.streams.submission import Submission
 
 FAKE_DRIVER = '''#!{python}
 """Plays spark-submit and the state job's driver: behaviour from FAKE_BEHAVIOUR."""
@@ -75,7 +76,13 @@ def _yarn_conf_dir(tmp_path: Path) -> Path:
     return conf_dir
 
 
-ACCESS = StoreAccess("http://127.0.0.1:9", "eu-west-1", "AKIAEXAMPLE", "s3cr3t-value", None)
+def _s3_store() -> S3Store:
+    """An S3 store whose client has an endpoint and credentials (never reached here)."""
+    import boto3
+
+    client = boto3.session.Session(aws_access_key_id="AKIAEXAMPLE", aws_secret_access_key="s3cr3t-value",
+                                   region_name="eu-west-1").client("s3", endpoint_url="http://127.0.0.1:9")
+    return S3Store(client, "state", "prod")
 
 
 @pytest.fixture
@@ -185,37 +192,50 @@ def test_leftovers_of_jobs_started_long_ago_are_swept_and_recent_ones_kept(tmp_p
 
 
 def test_credentials_go_to_s3a_per_bucket_confs_and_never_into_a_yarn_container_environment(tmp_path) -> None:
-    class S3Like(LocalStore):
-        bucket = "state"
-        prefix = "prod"
-
-    store = S3Like(tmp_path / "store")
+    """The store says what a Spark application needs to reach it as its client does."""
+    store = _s3_store()
     request = StateJobRequest(kind="show", store="s3://state/prod", stream="orders").with_job_id()
     conf_dir = _yarn_conf_dir(tmp_path)
     cmd, env = complete_command(["spark-submit", "--master", "yarn", "--deploy-mode", "cluster", "app.py"], request,
-                                store, ACCESS, {"HADOOP_CONF_DIR": str(conf_dir)})
+                                store, {"HADOOP_CONF_DIR": str(conf_dir)})
     confs = dict(cmd[i + 1].split("=", 1) for i, a in enumerate(cmd) if a == "--conf")
     assert confs["spark.hadoop.fs.s3a.bucket.state.secret.key"] == "s3cr3t-value"
     assert confs["spark.hadoop.fs.s3a.bucket.state.endpoint"] == "http://127.0.0.1:9"
-    assert confs["spark.yarn.submit.waitAppCompletion"] == "false"
-    assert not [k for k in confs if k.startswith("spark.yarn.appMasterEnv.")]
-    assert "AWS_SECRET_ACCESS_KEY" not in env and "-Xmx256m" in env["SPARK_SUBMIT_OPTS"]
-    assert StoreAccess.from_spark_conf(confs.get, "state") == ACCESS
-    client, client_env = complete_command(["spark-submit", "--master", "spark://h:7077", "app.py"], request, store,
-                                          ACCESS, {})
+    assert "AWS_SECRET_ACCESS_KEY" not in env
+    assert S3Access.from_spark_conf(confs.get, "state") == S3Access.from_client(store.client)
+    prepared = Submission.prepare(cmd, env=env, log_path=tmp_path / "job.log", name="job", launch_id="j1")
+    submitted = dict(prepared.argv[i + 1].split("=", 1) for i, a in enumerate(prepared.argv) if a == "--conf")
+    assert submitted["spark.yarn.submit.waitAppCompletion"] == "false" and "-Xmx256m" in prepared.env["SPARK_SUBMIT_OPTS"]
+    assert not [k for k in submitted if k.startswith("spark.yarn.appMasterEnv.")]
+    assert "spark.hadoop.fs.s3a.bucket.state.secret.key" not in submitted  # in the properties file only
+    assert "s3cr3t-value" not in " ".join(prepared.shown)
+    client, client_env = complete_command(["spark-submit", "--master", "spark://h:7077", "app.py"], request, store, {})
     assert client_env["AWS_SECRET_ACCESS_KEY"] == "s3cr3t-value"  # a driver here: its own environment
 
 
+def test_a_job_runs_with_its_driver_in_a_kubernetes_pod_as_a_stream_does(tmp_path) -> None:
+    """State jobs run on every manager streams run on: on Kubernetes the driver pod is named
+    by the submission, known before spark-submit says anything."""
+    store = LocalStore(tmp_path / "store")
+    request = StateJobRequest(kind="show", store=store.url, stream="orders").with_job_id()
+    command = ["spark-submit", "--master", "k8s://https://k:443", "--deploy-mode", "cluster", "app.py"]
+    cmd, env = complete_command(command, request, store, {})
+    prepared = Submission.prepare(cmd, env=env, log_path=tmp_path / "job.log", name="streamstate-show-orders",
+                                  launch_id=request.job_id)
+    assert prepared.app is not None and prepared.app.manager == "kubernetes" and prepared.app.pod
+    assert f"spark.kubernetes.driver.pod.name={prepared.app.pod}" in prepared.argv
+
+
 @pytest.mark.parametrize(("command", "words"), [
-    (["--master", "k8s://https://k:443", "--deploy-mode", "cluster"], "Kubernetes cluster deploy mode"),
     (["--master", "spark://h:7077", "--deploy-mode", "cluster"], "no cluster deploy mode for Python"),
+    (["--master", "mesos://h:5050"], "unsupported Spark master"),
     (["--master", "yarn", "--deploy-mode", "cluster"], "needs the cluster's configuration"),
 ])
 def test_a_submission_that_cannot_work_is_refused_before_anything_is_submitted(tmp_path, command, words) -> None:
     store = LocalStore(tmp_path / "store")
     request = StateJobRequest(kind="show", store=store.url, stream="orders").with_job_id()
     with pytest.raises(UsageError, match=words):
-        complete_command(["spark-submit", *command, "app.py"], request, store, None,
+        complete_command(["spark-submit", *command, "app.py"], request, store,
                          {"HADOOP_CONF_DIR": "", "YARN_CONF_DIR": ""})
     assert store.list_records("streams/orders/state-jobs") == []
 
@@ -257,10 +277,10 @@ def test_a_local_output_of_a_job_whose_driver_runs_on_the_cluster_is_refused(tmp
     docs = StateJobRequest(kind="validate", store=store.url, stream="orders", suite={"name": "s"},
                            data_docs="/srv/docs").with_job_id()
     with pytest.raises(UsageError, match="Data Docs of a job in cluster deploy mode cannot go to the local path"):
-        complete_command(cluster, docs, store, None, {"HADOOP_CONF_DIR": str(conf_dir)})
+        complete_command(cluster, docs, store, {"HADOOP_CONF_DIR": str(conf_dir)})
     export = StateJobRequest(kind="export", store=store.url, stream="orders", fmt="csv", output="file:///srv/out")
     with pytest.raises(UsageError, match="the export of a job in cluster deploy mode"):
-        complete_command(cluster, export.with_job_id(), store, None, {"HADOOP_CONF_DIR": str(conf_dir)})
+        complete_command(cluster, export.with_job_id(), store, {"HADOOP_CONF_DIR": str(conf_dir)})
     to_s3 = StateJobRequest(kind="validate", store=store.url, stream="orders", suite={"name": "s"},
                             data_docs="s3://docs/x").with_job_id()
-    assert complete_command(cluster, to_s3, store, None, {"HADOOP_CONF_DIR": str(conf_dir)})[0][0] == "spark-submit"
+    assert complete_command(cluster, to_s3, store, {"HADOOP_CONF_DIR": str(conf_dir)})[0][0] == "spark-submit"

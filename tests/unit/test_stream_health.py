@@ -27,7 +27,7 @@ from airflow_provider_streamstate.engine.streams.health import (
     check_lag,
     check_progress,
 )
-from airflow_provider_streamstate.engine.streams.launcher import LAUNCH_FILE, LaunchRecord, StreamHandle
+from airflow_provider_streamstate.engine.streams.records import LAUNCH_FILE, LaunchRecord, StreamHandle
 from tests.unit.fake_checkpoint import make_checkpoint, write
 
 NOW = datetime.now(UTC)

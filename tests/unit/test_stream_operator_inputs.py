@@ -13,8 +13,9 @@ import pytest
 
 from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.engine.streams.launcher import ENV_CHECKPOINT, supervised_application
-from airflow_provider_streamstate.operators.stream import clone_conflicts, spark_submit_command
+from airflow_provider_streamstate.operators.stream import clone_conflicts
 from airflow_provider_streamstate.spec import StreamSpec
+from airflow_provider_streamstate.stream_start import stream_command
 
 PROD = StreamSpec(
     name="orders", checkpoint="/data/orders", store="file:///store", application="/jobs/orders.py",
@@ -54,7 +55,7 @@ def test_the_command_takes_the_connections_master_and_wraps_the_application(monk
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_TEST", json.dumps({"conn_type": "spark", "host": "local[3]"}))
     spec = PROD.derive(spark_conn_id="spark_test", conf={"spark.ui.enabled": "false"}, jars=["/j/a.jar", "/j/b.jar"],
                        env={"TZ": "UTC"})
-    command, env = spark_submit_command(spec)
+    command, env = stream_command(spec)
     assert command[command.index("--master") + 1] == "local[3]"
     assert command[command.index("--jars") + 1] == "/j/a.jar,/j/b.jar"
     assert "spark.ui.enabled=false" in command and command[command.index("--name") + 1] == "orders"
@@ -62,15 +63,15 @@ def test_the_command_takes_the_connections_master_and_wraps_the_application(monk
     assert command[wrapper + 1:] == ["/jobs/orders.py", "--checkpoint", "/data/orders", "--alerts-topic", "orders-alerts"]
     assert env["TZ"] == "UTC" and env.get("PYSPARK_DRIVER_PYTHON", sys.executable) and ENV_CHECKPOINT not in env
 
-    command, _ = spark_submit_command(spec.derive(master="local[1]"))
+    command, _ = stream_command(spec.derive(master="local[1]"))
     assert command[command.index("--master") + 1] == "local[1]"
 
 
 def test_a_missing_spark_connection_without_a_master_is_refused_with_a_hint() -> None:
     with pytest.raises(UsageError, match="connection 'no_such_spark' does not exist") as refused:
-        spark_submit_command(PROD.derive(spark_conn_id="no_such_spark"))
+        stream_command(PROD.derive(spark_conn_id="no_such_spark"))
     assert "AIRFLOW_CONN_NO_SUCH_SPARK" in refused.value.one_line() and "or set the stream's master" in refused.value.one_line()
-    command, _ = spark_submit_command(PROD.derive(spark_conn_id="no_such_spark", master="local[2]"))
+    command, _ = stream_command(PROD.derive(spark_conn_id="no_such_spark", master="local[2]"))
     assert command[command.index("--master") + 1] == "local[2]"
 
 

@@ -99,7 +99,7 @@ def test_a_trigger_reports_engine_errors_as_failed_or_error_by_whether_a_retry_c
     bad = StreamProgressTrigger(stream=spec_for(Path("s3a://bucket/ckpt")).to_dict(), poke_interval=60)
     [event] = run_trigger(bad)
     assert event.payload["status"] == "failed"
-    assert "not on a local or mounted filesystem" in event.payload["message"]
+    assert "invalid checkpoint location 's3a:/bucket/ckpt'" in event.payload["message"]
     no_conn = KafkaLagTrigger(stream=spec_for(ckpt).to_dict(), max_lag=0, kafka_conn_id="no_such_kafka", poke_interval=60)
     [event] = run_trigger(no_conn)
     assert event.payload["status"] == "error"  # a connection can be added before the retry

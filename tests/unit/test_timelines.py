@@ -100,7 +100,7 @@ def test_a_clone_is_a_new_stream_not_a_new_timeline(history, tmp_path) -> None:
 
 def test_a_failed_rollback_starts_no_timeline(history, monkeypatch) -> None:
     ckpt, store, ids = history
-    from airflow_provider_streamstate.engine.lifecycle import restore as restore_mod
+    from airflow_provider_streamstate.engine.checkpoint.filesystems import local as restore_mod
 
     def boom(*_a: object, **_k: object) -> None:
         raise OSError("disk full")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_streamstate.engine.core.errors import NotFoundError, TransientError, UsageError
-from airflow_provider_streamstate.engine.streams.yarn import (
+from airflow_provider_streamstate.engine.streams.managers.yarn import (
     ResourceManager,
     YarnApp,
     resource_manager_urls,

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -39,6 +38,7 @@ from airflow_provider_streamstate.engine.core.manifest import (
     validate_stream_name,
 )
 from airflow_provider_streamstate.engine.core.parallel import run_parallel
+from airflow_provider_streamstate.engine.core.values import format_duration
 from airflow_provider_streamstate.engine.stores.base import (
     STREAMS_PREFIX,
     ManifestExistsError,
@@ -50,34 +50,6 @@ log = logging.getLogger("streamstate.retention")
 
 PIN_LABEL = "pin"
 PIN_FORMAT = "streamstate.pin/v1"
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-def parse_duration(text: str | float | int, what: str = "duration") -> float:
-    """Seconds of `7d`, `12h`, `30m`, `45s`, `2w` (or a number of seconds)."""
-    if isinstance(text, int | float) and not isinstance(text, bool):
-        seconds = float(text)
-    else:
-        m = _DURATION_RE.match(str(text))
-        if not m:
-            raise UsageError(f"invalid {what} {text!r}", hint="write it like 7d, 12h, 30m, 45s or 2w")
-        seconds = float(m.group(1)) * _UNITS[m.group(2)]
-    if seconds <= 0:
-        raise UsageError(f"{what} must be positive, not {text!r}", hint="write it like 7d, 12h or 30m")
-    return seconds
-
-
-def format_duration(seconds: float) -> str:
-    """`7d`, `12h`, `30m` when exact (and short: an age of 15 days to the minute is `15.4d`,
-    not `22221m`), else one decimal of the largest unit (`4.8h`)."""
-    for unit, size in (("w", 604800), ("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size and seconds % size == 0 and seconds // size < 1000:
-            return f"{int(seconds // size)}{unit}"
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.1f}{unit}"
-    return f"{seconds:g}s"
 
 
 @dataclass(frozen=True)

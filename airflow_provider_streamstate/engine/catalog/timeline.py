@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS
+from airflow_provider_streamstate.engine.checkpoint.sidecar import SIDECAR_DIR
 from airflow_provider_streamstate.engine.core.durability import fsync_path, write_atomically, write_file
 from airflow_provider_streamstate.engine.core.errors import StreamstateError, UnsafeManifestError
 from airflow_provider_streamstate.engine.core.manifest import (
@@ -44,7 +46,6 @@ log = logging.getLogger("streamstate.timeline")
 
 TIMELINE_FORMAT = "streamstate.timeline/v1"
 LINEAGE_FORMAT = "streamstate.lineage/v1"
-SIDECAR_DIR = "_streamstate"  # our files beside Spark's in a checkpoint
 LINEAGE_FILE = f"{SIDECAR_DIR}/lineage.json"
 
 
@@ -247,11 +248,18 @@ def write_lineage(checkpoint_root: Path, lineage: Lineage, *, fsync: bool = True
     return path
 
 
-def read_lineage(checkpoint_root: Path) -> Lineage | None:
-    """The checkpoint's lineage, or None when it was never restored by streamstate (or the
-    file is unreadable: it only ever narrows which timeline a snapshot joins)."""
+def read_lineage(checkpoint: Path | CheckpointFS) -> Lineage | None:
+    """The checkpoint's lineage (a local directory, or any checkpoint's filesystem), or None
+    when it was never restored by streamstate (or the record is unreadable: it only ever
+    narrows which timeline a snapshot joins)."""
     try:
-        d = load_record((checkpoint_root / LINEAGE_FILE).read_bytes(), LINEAGE_FORMAT, "lineage record")
+        if isinstance(checkpoint, CheckpointFS):
+            data = checkpoint.read_record(LINEAGE_FILE)
+            if data is None:
+                return None
+        else:
+            data = (checkpoint / LINEAGE_FILE).read_bytes()
+        d = load_record(data, LINEAGE_FORMAT, "lineage record")
         stream = d.get("stream")
         if stream is not None:
             validate_stream_name(stream)
@@ -268,5 +276,5 @@ def read_lineage(checkpoint_root: Path) -> Lineage | None:
     except FileNotFoundError:
         return None
     except (ValueError, KeyError, TypeError, StreamstateError) as exc:
-        log.warning("ignoring unreadable %s in %s: %s", LINEAGE_FILE, checkpoint_root, exc)
+        log.warning("ignoring unreadable %s in %s: %s", LINEAGE_FILE, checkpoint, exc)
         return None

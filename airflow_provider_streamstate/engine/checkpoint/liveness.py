@@ -3,8 +3,8 @@
 A stream outlives the task that started it, and the tasks that start, watch, snapshot and
 restore it may run on different machines, so liveness cannot be a local pid alone: the
 stream's runtime writes `<checkpoint>/_streamstate/heartbeat.json` (a file, or an object
-beside an S3 checkpoint: engine/checkpoint/sidecar.py; Spark ignores the directory, snapshots leave it out) when the query starts, on every progress event and on
-a timer, and once more when it stops or fails. Every worker that can reach the checkpoint
+beside a remote checkpoint: engine/checkpoint/sidecar.py; Spark ignores the directory,
+snapshots leave it out) when the query starts, on every progress event and on a timer, and once more when it stops or fails. Every worker that can reach the checkpoint
 can read it. A record is trusted only while fresh: a crashed driver stops beating.
 
 The record is untrusted input (anyone who can write the checkpoint can write it): a
@@ -16,19 +16,20 @@ length, so errors that quote them stay one line.
 from __future__ import annotations
 
 import json
-import os
 import socket
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_streamstate.engine.checkpoint.sidecar import Sidecar, open_sidecar
+from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS
+from airflow_provider_streamstate.engine.checkpoint.filesystems.local import pid_alive
+from airflow_provider_streamstate.engine.checkpoint.sidecar import SIDECAR_DIR, Sidecar, open_sidecar
 from airflow_provider_streamstate.engine.core.errors import StreamRunningError
 from airflow_provider_streamstate.engine.core.records import load_record
 
 FORMAT = "streamstate.heartbeat/v1"
-HEARTBEAT_FILE = "_streamstate/heartbeat.json"
+HEARTBEAT_FILE = f"{SIDECAR_DIR}/heartbeat.json"
 STATES = ("starting", "running", "stopped", "failed")
 DEFAULT_INTERVAL_S = 5.0
 STALE_SLACK_S = 10.0  # on top of 3 intervals: GC pauses, slow disks
@@ -118,13 +119,12 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
-def write_heartbeat(checkpoint: str | Path | Sidecar, beat: Heartbeat) -> None:
-    """Replace the record atomically (a local temp file and rename, or one S3 PUT): a reader
-    never sees half."""
+def write_heartbeat(checkpoint: str | Path | Sidecar | CheckpointFS, beat: Heartbeat) -> None:
+    """Replace the record atomically: a reader never sees half."""
     open_sidecar(checkpoint).write(HEARTBEAT_FILE, beat.to_json())
 
 
-def read_heartbeat(checkpoint: str | Path | Sidecar) -> Heartbeat | None:
+def read_heartbeat(checkpoint: str | Path | Sidecar | CheckpointFS) -> Heartbeat | None:
     """The record, or None when there is none or it is unreadable (hostile or torn input
     never claims a stream is running)."""
     try:
@@ -136,30 +136,19 @@ def read_heartbeat(checkpoint: str | Path | Sidecar) -> Heartbeat | None:
         return None
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether process `pid` exists on this host (a zombie counts until it is reaped)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _running(beat: Heartbeat | None, now: datetime | None) -> bool:
     if beat is None or beat.state not in ("starting", "running") or not beat.is_fresh(now):
         return False
     return not (beat.host == socket.gethostname() and not pid_alive(beat.pid))
 
 
-def is_running(checkpoint: str | Path | Sidecar, *, now: datetime | None = None) -> bool:
+def is_running(checkpoint: str | Path | Sidecar | CheckpointFS, *, now: datetime | None = None) -> bool:
     """Whether a stream is running on `checkpoint`: its last beat says starting/running, is
     fresh, and (when it beat on this host) its driver process is alive."""
     return _running(read_heartbeat(checkpoint), now)
 
 
-def assert_not_running(checkpoint: str | Path | Sidecar, what: str) -> None:
+def assert_not_running(checkpoint: str | Path | Sidecar | CheckpointFS, what: str) -> None:
     """Raise StreamRunningError when a stream is running on `checkpoint` (`what`: the
     operation refused, as in "cannot <what>")."""
     side = open_sidecar(checkpoint)

@@ -24,7 +24,6 @@ from typing import Any
 from airflow_provider_streamstate.engine.checkpoint.filesystems import (
     CheckpointFS,
     FileStat,
-    LocalCheckpointFS,
     open_checkpoint_fs,
 )
 from airflow_provider_streamstate.engine.checkpoint.operator_metadata import (
@@ -112,20 +111,23 @@ def _kafka_offsets(value: Any) -> dict[str, dict[str, int]] | None:
 
 
 class CheckpointReader:
-    """Read-only view of one checkpoint: a local (or mounted) directory or an S3 prefix.
+    """Read-only view of one checkpoint, on any filesystem (engine/checkpoint/filesystems/).
 
-    `s3_client` (and `aws_conn_id`, for error hints) serve an `s3a://`/`s3://` location;
-    without one the AWS environment is used, as for S3 stores.
+    A remote location is reached through `connection` (and `conn_id` names it in error
+    hints); without one, with the environment's credentials. Or give the opened `fs`.
     """
 
     def __init__(
-        self, location: str, *, s3_client: Any = None, aws_conn_id: str | None = None, fs: CheckpointFS | None = None
+        self, location: str | CheckpointFS, *, connection: Any = None, conn_id: str | None = None,
+        fs: CheckpointFS | None = None,
     ) -> None:
-        self.location = location
+        if isinstance(location, CheckpointFS):
+            fs = location
+        self.location = fs.location if fs is not None else str(location)
         self._commits: dict[int, dict[str, Any]] = {}
-        self.fs = fs or open_checkpoint_fs(location, s3_client=s3_client, aws_conn_id=aws_conn_id)
-        # Local: the resolved directory (snapshot, restore and lineage use it); S3: None.
-        self.root: Path | None = self.fs.root if isinstance(self.fs, LocalCheckpointFS) else None
+        self.fs = fs or open_checkpoint_fs(self.location, connection=connection, conn_id=conn_id)
+        # A directory of this host (snapshot and restore use it); None for a remote one.
+        self.root: Path | None = self.fs.local_path
         self.where = str(self.root) if self.root is not None else self.fs.location
         if not self.fs.is_dir(""):
             raise NotFoundError(

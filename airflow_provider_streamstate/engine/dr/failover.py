@@ -31,13 +31,8 @@ from typing import Any
 
 from airflow_provider_streamstate.engine.catalog.index import SnapshotSummary, list_summaries
 from airflow_provider_streamstate.engine.catalog.snapshots import get_snapshot, resolve_snapshot
-from airflow_provider_streamstate.engine.checkpoint.filesystems import is_s3_location, unsupported_scheme
-from airflow_provider_streamstate.engine.checkpoint.offset_rewrite import (  # noqa: F401 - hadoop_crc: re-exported
-    OffsetRewrite,
-    hadoop_crc,
-    rewrite_local_checkpoint,
-)
-from airflow_provider_streamstate.engine.checkpoint.sidecar import local_root
+from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS
+from airflow_provider_streamstate.engine.checkpoint.offset_rewrite import OffsetRewrite
 from airflow_provider_streamstate.engine.core.anchor import anchors_from_json
 from airflow_provider_streamstate.engine.core.cancel import current_token
 from airflow_provider_streamstate.engine.core.errors import (
@@ -56,7 +51,7 @@ from airflow_provider_streamstate.engine.kafka.anchors import (
     offset_for_time,
     scan,
 )
-from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
+from airflow_provider_streamstate.engine.lifecycle.restore import open_target, restore_snapshot
 from airflow_provider_streamstate.engine.stores.base import SnapshotStore
 
 log = logging.getLogger("streamstate.failover")
@@ -253,18 +248,12 @@ def _find(consumer: Any, topic: str, partition: int, ts: int, digest: str, repea
 class DrRewrite(OffsetRewrite):
     """The DR version of the files that name Kafka offsets: the topics get their DR names and
     the offsets the translated ones (engine/checkpoint/offset_rewrite.py). A restore applies
-    it to a local checkpoint or while it stages an S3 one (engine/lifecycle/restore_s3.py),
-    so the target is written once. Batch N's offsets are where the query resumes; older
+    it while it stages the copy (engine/lifecycle/restore.py), so the target is written once. Batch N's offsets are where the query resumes; older
     batches get the same DR offsets (the DR cluster has no truthful translation of them) so
     the checkpoint names no primary offset anywhere."""
 
     def __init__(self, translation: Translation) -> None:
         super().__init__(translation.topic_names(), translation.dr_offsets())
-
-
-def rewrite_checkpoint(root: Path, translation: Translation) -> list[str]:
-    """Point a restored local checkpoint at the DR cluster. Returns the files rewritten."""
-    return rewrite_local_checkpoint(root, DrRewrite(translation))
 
 
 # --- the whole failover --------------------------------------------------------------------
@@ -318,10 +307,10 @@ def _candidates(
     return out
 
 
-def _check_target(target: Path) -> None:
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):
-        raise UsageError(f"target {target} is not empty",
-                         hint="fail over into a new or empty directory (the stream's DR checkpoint location)")
+def _check_target(fs: CheckpointFS) -> None:
+    if fs.exists() and (fs.local_path is not None and not fs.local_path.is_dir() or fs.files()):
+        raise UsageError(f"target {fs.location} is not empty",
+                         hint="fail over into a new or empty location (the stream's DR checkpoint location)")
 
 
 def failover(
@@ -337,7 +326,7 @@ def failover(
     parallelism: int = 8,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     mirror_wait_s: float = 0.0,
-    s3_client: Any = None,
+    connection: Any = None,
 ) -> FailoverResult:
     """Restore `stream` from `store` into `target` (new or empty) for the DR cluster at
     `kafka_bootstrap`: the given `snapshot`, else the newest translatable one (that passed
@@ -346,20 +335,13 @@ def failover(
     `mirror_wait_s`: for a given `snapshot` (a failback's final one, taken just now), wait
     up to this long for the mirror to bring its anchor records over instead of refusing.
 
-    An `s3a://`/`s3://` target (an S3 checkpoint, written through `s3_client`, else the S3
-    store's client or the AWS environment's) is restored with the offsets already rewritten
-    and published once (engine/lifecycle/restore_s3.py: staged, then published behind a
-    marker); a local one is restored beside the target, rewritten, and renamed into place."""
+    The target, on any checkpoint filesystem (a remote one written through `connection`,
+    else the store's own when on the same service, else the environment's), is restored
+    with the offsets already rewritten and published once (engine/lifecycle/restore.py)."""
 
     topic_map = topic_map or TopicMap()
-    s3_target = is_s3_location(str(target))
-    if not s3_target:
-        refusal = unsupported_scheme(str(target))
-        if refusal is not None:
-            raise refusal
-        target = local_root(target, refusal=(
-            f"cannot fail over into {target}", "give a local path, a file:// URI or an s3a://bucket/path"))
-        _check_target(target)
+    target_fs = open_target(target, store, connection)
+    _check_target(target_fs)
     started = time.monotonic()
     consumer, topics = dr_consumer(kafka_bootstrap, kafka_config, timeout_s)
     try:
@@ -404,8 +386,8 @@ def failover(
     chose_s = time.monotonic() - started
     # One restore, local or S3, written once with the DR offsets (and, for transformWithState,
     # the schema paths of the target itself), published whole or not at all.
-    restored = restore_snapshot(store, stream, manifest.snapshot_id, target, s3_client=s3_client,
-                                parallelism=parallelism, rewrite=DrRewrite(translation))
+    restored = restore_snapshot(store, stream, manifest.snapshot_id, target_fs, parallelism=parallelism,
+                                rewrite=DrRewrite(translation))
     log.info("failover of %s: %s restored into %s for %s, %d record(s) to catch up",
              stream, manifest.snapshot_id, restored.target, kafka_bootstrap, translation.events_behind)
     return FailoverResult(stream, manifest.snapshot_id, manifest.batch_id, restored.target, translation.partitions,

@@ -17,8 +17,12 @@ when it is complete there, and it is byte-identical to the source's. For each sn
 
 A replication killed at any moment leaves no listed snapshot at the destination (only
 orphan blobs, which a re-run reuses and garbage collection collects); a re-run copies
-only what is missing. Where both stores are S3 on the same endpoint with the same
-credentials, blobs are copied server-side (CopyObject) and then verified (see `_ServerSide`).
+only what is missing. Where the destination can copy the source's blobs server side (two S3
+stores on the same endpoint with the same credentials: `SnapshotStore.copy_in`), it does,
+and then verifies each copy: by the SHA-256 checksum the endpoint returns for it, else
+(moto and s3proxy return none for copies) by streaming it back from the destination (a
+download, still no upload). A copy that does not match is deleted at once and the
+replication stops as for any corrupt source blob.
 
 The destination's blobs follow the blob protocol of docs/concepts.md ("Blobs, and what may
 delete them"): a blob present at the destination is relied on only when a destination
@@ -32,7 +36,6 @@ deleted it after: it is copied again); and each manifest is published within
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import threading
@@ -51,7 +54,6 @@ from airflow_provider_streamstate.engine.catalog.snapshots import (
 )
 from airflow_provider_streamstate.engine.catalog.timeline import load_timelines
 from airflow_provider_streamstate.engine.core.cancel import CancelToken, cancellation, check_cancelled
-from airflow_provider_streamstate.engine.core.digest import sha256_stream
 from airflow_provider_streamstate.engine.core.errors import (
     CorruptionError,
     MissingBlobError,
@@ -69,14 +71,11 @@ from airflow_provider_streamstate.engine.core.manifest import (
 from airflow_provider_streamstate.engine.core.parallel import run_parallel
 from airflow_provider_streamstate.engine.lifecycle.blob_refresh import RefreshedBlobs
 from airflow_provider_streamstate.engine.stores.base import (
+    PART_SIZE,
     ManifestExistsError,
     SnapshotStore,
-    blob_key,
     record_key,
 )
-from airflow_provider_streamstate.engine.stores.s3 import PART_SIZE, S3Store
-from airflow_provider_streamstate.engine.stores.s3 import same_s3_account as same_clients
-from airflow_provider_streamstate.engine.stores.s3_errors import code, status
 
 log = logging.getLogger("streamstate.replicate")
 
@@ -258,63 +257,11 @@ def _checked_id(spec: str) -> str:
 # --- copying blobs ------------------------------------------------------------------------
 
 
-def same_s3_account(source: SnapshotStore, destination: SnapshotStore) -> bool:
-    """Both stores are S3 on the same endpoint with the same credentials: CopyObject works."""
-
-    return isinstance(source, S3Store) and isinstance(destination, S3Store) \
-        and same_clients(source.client, destination.client)
-
-
-class _ServerSide:
-    """Blob copies inside one S3 endpoint: CopyObject, no bytes through this host.
-
-    Verification policy: the copy asks for a SHA-256 checksum of the new object
-    (`ChecksumAlgorithm=SHA256`); when the endpoint returns a full-object checksum in the
-    response it must equal the blob's name. When it returns none (moto and s3proxy do not,
-    for copies), the new object is re-hashed by streaming it back from the destination
-    (a download, still no upload). A copy that does not match is deleted at once and the
-    replication stops as for any corrupt source blob; the object existed only between the
-    copy and the check, under a name no manifest had published. Copies are only made for
-    blobs the destination lacked (HEAD first); a concurrent writer of the same blob
-    writes the same bytes.
-    """
-
-    def __init__(self, source: Any, destination: Any) -> None:
-        self.src, self.dst = source, destination
-
-    def _key(self, store: Any, digest: str) -> str:
-        return f"{store.prefix}/{blob_key(digest)}" if store.prefix else blob_key(digest)
-
-    def copy(self, digest: str, size: int) -> int:
-        from botocore.exceptions import ClientError
-
-
-        check_cancelled()
-        dst_key = self._key(self.dst, digest)
-        with self.dst._errors(f"copy blob {digest[:12]}"):  # noqa: SLF001 - the store's error mapping
-            try:
-                r = self.dst.client.copy_object(
-                    Bucket=self.dst.bucket, Key=dst_key,
-                    CopySource={"Bucket": self.src.bucket, "Key": self._key(self.src, digest)},
-                    ChecksumAlgorithm="SHA256",
-                )
-            except ClientError as exc:
-                if code(exc) in ("NoSuchKey", "404") or status(exc) == 404:
-                    raise MissingBlobError(f"blob {digest} is missing from {self.src.url}") from None
-                raise
-        checksum = (r.get("CopyObjectResult") or {}).get("ChecksumSHA256")
-        expected = base64.b64encode(bytes.fromhex(digest)).decode()
-        if checksum and "-" not in checksum:
-            ok, detail = checksum == expected, f"S3 reports sha256 {base64.b64decode(checksum).hex()}"
-        else:
-            with self.dst.open_blob(digest) as f:
-                got, n = sha256_stream(f)
-            ok, detail = got == digest and n == size, f"the copy hashes to {got} ({n} bytes, expected {size})"
-        if not ok:
-            with self.dst._errors(f"delete bad copy of blob {digest[:12]}"):  # noqa: SLF001
-                self.dst.client.delete_object(Bucket=self.dst.bucket, Key=dst_key)
-            raise CorruptionError(detail)
-        return size
+def copies_server_side(source: SnapshotStore, destination: SnapshotStore) -> bool:
+    """Whether `destination` can copy `source`'s blobs without their bytes passing here
+    (a reference names the service; no request is made)."""
+    probe = source.blob_ref("0" * 64)
+    return probe is not None and destination.can_copy_in(probe)
 
 
 class _Replicator:
@@ -325,7 +272,7 @@ class _Replicator:
     ) -> None:
         self.src, self.dst, self.stream = source, destination, stream
         self.parallelism = parallelism
-        self.server_side = _ServerSide(source, destination) if server_side else None
+        self.server_side = server_side
         # digest -> monotonic time since when it is safe at the destination for this run:
         # stored or refreshed by it, or referenced by a destination manifest it read and
         # checked present (rules 2-4).
@@ -341,8 +288,13 @@ class _Replicator:
                 del self.ready[d]  # checked (and refreshed) again before it is relied on
 
     def _copy_blob(self, digest: str, size: int) -> int:
-        if self.server_side is not None:
-            return self.server_side.copy(digest, size)
+        if self.server_side:
+            ref = self.src.blob_ref(digest)
+            assert ref is not None
+            try:
+                return self.dst.copy_in(ref, digest, size, confirm=True)
+            except FileNotFoundError:
+                raise MissingBlobError(f"blob {digest} is missing from {self.src.url}") from None
         with self.src.open_blob(digest) as body:
             return self.dst.put_blob_stream(digest, body, size)
 
@@ -350,15 +302,16 @@ class _Replicator:
         """Make one blob safe at the destination: (bytes copied, refreshed).
 
         Presence is asked first (a HEAD) only where a wrong guess costs more than the
-        question: blobs a destination manifest vouches for (rule 3; usually present), blobs
+        question: blobs a destination manifest vouches for (rule 3; usually present) and blobs
         larger than a part (a multipart upload would go through before the conditional write
-        refuses it) and server-side copies (CopyObject is not conditional). Any other blob is
+        refuses it); a server-side copy asks by itself (`copy_in`: CopyObject is not
+        conditional). Any other blob is
         usually absent (new since the last replication), so it is read and written at once,
         and the destination's write-once put finds the present ones (0 bytes written); those
         were vouched for by nothing, so they are refreshed (rule 4).
         """
         started = time.monotonic()
-        ask = vouched or size > PART_SIZE or self.server_side is not None
+        ask = vouched or size > PART_SIZE
         present = self.dst.has_blob(digest) if ask else False
         refreshed = False
         written = 0
@@ -474,13 +427,6 @@ class _Replicator:
         return sum(self._copy_record(key, must_match=False) for key in self.src.list_records(prefix))
 
 
-def store_endpoint(store: SnapshotStore) -> str | None:
-    """The S3 endpoint a store is reached at (None for a local store): an S3 URL alone does
-    not say which region or endpoint it is in."""
-    client = getattr(store, "client", None)
-    return str(client.meta.endpoint_url) if client is not None else None
-
-
 def replica_key(stream: str, snapshot_id: str) -> str:
     return record_key(stream, REPLICA_KIND, snapshot_id)
 
@@ -531,10 +477,10 @@ def _replicate_one(r: _Replicator, snapshot_id: str) -> SnapshotReplication:
             lag = _lag(m.created_at, published)
             record = {
                 "format": REPLICA_FORMAT, "stream": r.stream, "snapshot_id": snapshot_id, "source": r.src.url,
-                "source_endpoint": store_endpoint(r.src),
+                "source_endpoint": r.src.endpoint,
                 "created_at": m.created_at, "copied_at": _iso(published), "lag_seconds": lag,
                 "blobs_copied": copied, "bytes_copied": nbytes, "blobs_skipped": skipped, "bytes_skipped": bskipped,
-                "server_side_copy": r.server_side is not None,
+                "server_side_copy": r.server_side,
             }
             try:
                 r.dst.put_record(replica_key(r.stream, snapshot_id), json.dumps(record, indent=1).encode())
@@ -569,20 +515,21 @@ def replicate(
     """Replicate snapshots of `stream` from `source` to `destination` (see the module doc).
 
     Choose them with `snapshots` (ids or `latest`; the default), `since` or `all_missing`
-    (`select_snapshots`). `server_side` forces or forbids CopyObject between two S3 stores
-    (default: used when both are on the same endpoint with the same credentials). `cancel`
+    (`select_snapshots`). `server_side` forces or forbids server-side copies (default: used
+    where the destination can copy the source's blobs: `copies_server_side`). `cancel`
     (or the enclosing `cancellation` block's token) stops it promptly: the snapshot being
     copied is not published; those before it are complete.
     """
     with cancellation(cancel):
         started = time.monotonic()
-        same = same_s3_account(source, destination)
-        if source.url == destination.url and (same or store_endpoint(source) is None):
+        same = copies_server_side(source, destination)
+        if source.url == destination.url and (same or source.endpoint is None):
             raise UsageError(f"source and destination are the same store ({source.url})", hint="give another --to")
         ids = select_snapshots(source, destination, stream, snapshots=snapshots, since=since, all_missing=all_missing)
         if server_side and not same:
             raise UsageError(
-                "server-side copy needs two S3 stores on the same endpoint with the same credentials",
+                "server-side copy needs two stores on one service with the same credentials (two S3 stores on "
+                "the same endpoint)",
                 hint="leave server_side unset to copy through this host",
             )
         use_server_side = same if server_side is None else server_side

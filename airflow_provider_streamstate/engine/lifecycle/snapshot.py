@@ -6,11 +6,11 @@
 3. Hash every file of the cut, reusing the parent's recorded hash when path, size and
    mtime are unchanged (checkpoint files are immutable by name) — only when the parent was
    taken from this checkpoint location and query. Each file is read once where that is
-   enough to store it too: a local store hashes while it writes (`store_file`); an S3
-   checkpoint object up to `READ_ONCE_BYTES` is read into memory while it is hashed and
-   stored from that buffer, unless the store copies it server side
-   (engine/checkpoint/store_copy.py); then an object that carries the SHA-256 S3 checked
-   when it was written is not read at all.
+   enough to store it too: a local store hashes while it writes (`store_file`); a remote
+   checkpoint's file up to `READ_ONCE_BYTES` is read into memory while it is hashed and
+   stored from that buffer, unless the store copies it server side (`copy_in`: same S3
+   endpoint and credentials); then a file whose filesystem recorded its SHA-256 when it
+   was written (`stored_sha256`) is not read at all.
 4. Upload only blobs the store lacks, in parallel. Blobs the parent references are relied
    on without a request each: garbage collection cannot delete them (writer rule 3 in
    docs/concepts.md). Those the store's blob census (`catalog.blob_census`) names as lost
@@ -39,25 +39,15 @@ from airflow_provider_streamstate.engine.catalog.blob_census import MAX_CENSUS_A
 from airflow_provider_streamstate.engine.catalog.gc import max_snapshot_seconds
 from airflow_provider_streamstate.engine.catalog.snapshots import latest_snapshot
 from airflow_provider_streamstate.engine.catalog.timeline import (
-    LINEAGE_FILE,
     Timelines,
     load_timelines,
     new_timeline,
     read_lineage,
     snapshot_refs,
 )
-from airflow_provider_streamstate.engine.checkpoint.filesystems import (
-    S3CheckpointFS,
-    is_s3_location,
-    local_checkpoint_path,
-    open_checkpoint_fs,
-)
+from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS, open_checkpoint_fs
 from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader, CutPlan, PlannedFile
-from airflow_provider_streamstate.engine.checkpoint.store_copy import (
-    MAX_COPY_OBJECT_BYTES,
-    copy_into_store,
-    server_side_possible,
-)
+from airflow_provider_streamstate.engine.checkpoint.sidecar import refuse_unfinished_restore
 from airflow_provider_streamstate.engine.core.anchor import anchors_to_json
 from airflow_provider_streamstate.engine.core.cancel import CancelToken, cancellation, check_cancelled
 from airflow_provider_streamstate.engine.core.digest import sha256_file, sha256_read, sha256_stream
@@ -78,20 +68,18 @@ from airflow_provider_streamstate.engine.core.parallel import run_parallel
 from airflow_provider_streamstate.engine.core.progress import NoProgress, Progress
 from airflow_provider_streamstate.engine.kafka.anchors import read_anchors
 from airflow_provider_streamstate.engine.lifecycle.blob_refresh import RefreshedBlobs
-from airflow_provider_streamstate.engine.lifecycle.restore import recover_leftovers
-from airflow_provider_streamstate.engine.lifecycle.restore_s3 import refuse_unfinished_restore
-from airflow_provider_streamstate.engine.stores.base import ManifestExistsError, SnapshotStore
-from airflow_provider_streamstate.engine.stores.s3 import PART_SIZE
+from airflow_provider_streamstate.engine.stores.base import PART_SIZE, ManifestExistsError, SnapshotStore
 
 log = logging.getLogger("streamstate.snapshot")
 
 MAX_PLAN_ATTEMPTS = 6
-# An S3 checkpoint object up to this size, going to a store that cannot copy it server side,
-# is read once into memory while it is hashed and stored from that buffer (one PUT to an S3
-# store). Memory stays below parallelism x this. Larger objects are read twice: once to hash
-# them, once streamed into the store (a multipart upload), as buffering them would not be
-# bounded by a part.
+# A remote checkpoint's file up to this size, going to a store that cannot copy it server
+# side, is read once into memory while it is hashed and stored from that buffer (one PUT to
+# an S3 store). Memory stays below parallelism x this. Larger files are read twice: once to
+# hash them, once streamed into the store (a multipart upload), as buffering them would not
+# be bounded by a part.
 READ_ONCE_BYTES = PART_SIZE
+MAX_COPY_OBJECT_BYTES = 5 * 1024**3  # larger objects need UploadPartCopy; stream them instead
 
 
 @dataclass(frozen=True)
@@ -169,8 +157,9 @@ class _Snapshotter:
         self.stored: set[str] = set()  # stored (or refreshed) by this snapshot
         self.refreshed = RefreshedBlobs()  # found present and refreshed (rule 4): checked again at the end
         self.lock = threading.Lock()
-        self.etags: dict[str, str | None] = {}  # S3 checkpoints: path -> object version planned
-        self.server_side = server_side_possible(reader.fs, store)
+        self.etags: dict[str, str | None] = {}  # remote checkpoints: path -> file version planned
+        probe = reader.fs.object_ref("")
+        self.server_side = probe is not None and store.can_copy_in(probe)
         self.blobs_copied_server_side = 0
         self.from_checksum: set[str] = set()  # paths whose digest is the object's stored S3 checksum
         self.read_once = reader.root is None and not self.server_side  # see READ_ONCE_BYTES
@@ -181,19 +170,19 @@ class _Snapshotter:
         if self.reader.root is not None:
             return self.store.put_blob(e.sha256, self.reader.root / e.path, e.size)
         fs = self.reader.fs
-        assert isinstance(fs, S3CheckpointFS)
         etag = self.etags.get(e.path)
-        if self.server_side and e.size <= MAX_COPY_OBJECT_BYTES:
-            written = copy_into_store(
-                fs, self.store, e.path, etag, e.sha256, e.size, from_checksum=e.path in self.from_checksum,
-            )
+        identity = PlannedFile(e.path, e.size, e.mtime_ns, True, etag).identity
+        ref = fs.object_ref(e.path, identity) if self.server_side and e.size <= MAX_COPY_OBJECT_BYTES else None
+        if ref is not None:
+            # The very version that was hashed (or named by its stored checksum: confirmed here).
+            written = self.store.copy_in(ref, e.sha256, e.size, confirm=e.path in self.from_checksum)
             if written:
                 with self.lock:
                     self.blobs_copied_server_side += 1
             return written
         if self.store.has_blob(e.sha256):
             return 0
-        with fs.open_checked(e.path, PlannedFile(e.path, e.size, e.mtime_ns, True, etag).identity) as src:
+        with fs.open_checked(e.path, identity) as src:
             return self.store.put_blob_stream(e.sha256, src, e.size)
 
     def _vouch(self, digest: str, store_again: Callable[[], int]) -> int:
@@ -245,7 +234,7 @@ class _Snapshotter:
         return FileEntry(pf.path, size, digest, pf.mtime_ns)
 
     def _read_object(self, pf: PlannedFile) -> FileEntry | None:
-        """Hash one file of an S3 checkpoint; the read fails when the object is no longer
+        """Hash one file of a remote checkpoint; the read fails when the file is no longer
         the version the plan listed. Up to READ_ONCE_BYTES (and no server-side copy) the
         bytes read are kept and stored from memory right here; otherwise it is only hashed,
         and stored later by `_put` (a server-side copy, or a second read streamed)."""
@@ -273,11 +262,9 @@ class _Snapshotter:
         return FileEntry(pf.path, size, digest, pf.mtime_ns)
 
     def _entry_from_checksum(self, pf: PlannedFile) -> FileEntry | None:
-        """The entry of an object whose stored S3 checksum names its content (to be copied
-        server side and confirmed there); None when it has none: hash it by reading."""
-        fs = self.reader.fs
-        assert isinstance(fs, S3CheckpointFS)
-        digest = fs.stored_sha256(pf.path, pf.identity)  # FileNotFoundError: see _read_object
+        """The entry of a file whose stored checksum names its content (to be copied server
+        side and confirmed there); None when it has none: hash it by reading."""
+        digest = self.reader.fs.stored_sha256(pf.path, pf.identity)  # FileNotFoundError: see _read_object
         if digest is None:
             with self.lock:
                 self.from_checksum.discard(pf.path)  # named by a checksum in an earlier plan
@@ -395,24 +382,6 @@ class _Snapshotter:
         self.blobs_uploaded += sum(1 for r in results if r)
 
 
-def _read_lineage(reader: CheckpointReader) -> Any:
-    """The checkpoint's lineage record (an S3 checkpoint's is fetched and parsed the same way)."""
-    if reader.root is not None:
-        return read_lineage(reader.root)
-    import tempfile
-    from pathlib import Path
-
-
-    assert isinstance(reader.fs, S3CheckpointFS)
-    data = reader.fs.get_text(LINEAGE_FILE)
-    if data is None:
-        return None
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / LINEAGE_FILE).parent.mkdir(parents=True)
-        (Path(tmp) / LINEAGE_FILE).write_bytes(data)
-        return read_lineage(Path(tmp))
-
-
 def _timeline_for(
     reader: CheckpointReader, store: SnapshotStore, stream: str, query_id: str, tls: Timelines, *,
     has_snapshots: bool, new_line: bool,
@@ -424,7 +393,7 @@ def _timeline_for(
     (a clone, a stream started afresh) is refused unless `new_line` starts a new root
     timeline for it: silently mixing two histories under one name is what timelines prevent.
     """
-    lineage = _read_lineage(reader)
+    lineage = read_lineage(reader.fs)
     if lineage is not None and lineage.stream == stream and lineage.query_id == query_id:
         return lineage.branch(store)
     if new_line:
@@ -445,7 +414,7 @@ def _timeline_for(
 
 
 def create_snapshot(
-    checkpoint: str,
+    checkpoint: str | CheckpointFS,
     store: SnapshotStore,
     stream: str,
     *,
@@ -459,7 +428,7 @@ def create_snapshot(
     cancel: CancelToken | None = None,
     kafka_bootstrap: str | None = None,
     kafka_config: dict[str, Any] | None = None,
-    checkpoint_s3_client: Any = None,
+    checkpoint_connection: Any = None,
     check_blobs: bool = False,
 ) -> SnapshotResult:
     """Snapshot `checkpoint` at `batch_id` (newest committed by default) into `store`.
@@ -473,9 +442,10 @@ def create_snapshot(
     `kafka_bootstrap` (and client `kafka_config`) names the cluster the stream reads: the last
     record batch N consumed in each partition is recorded as the manifest's `kafka_anchors`,
     which failover to a mirrored cluster needs (anchors.py); an unreachable cluster only
-    leaves them out. An `s3a://`/`s3://` checkpoint is read with `checkpoint_s3_client`, else
-    the S3 store's own client (one connection for both, and server-side copies), else the
-    AWS environment. `check_blobs` asks the store for every blob the parent references
+    leaves them out. A remote checkpoint is read through `checkpoint_connection` (an S3
+    client, a WebHDFS client), else the store's own when it is on the same service (one
+    connection for both, and server-side copies), else the environment's; or give it as an
+    opened `CheckpointFS`. `check_blobs` asks the store for every blob the parent references
     instead of only those its blob census names as lost (a store damaged by hand since its
     last garbage collection).
     """
@@ -483,31 +453,26 @@ def create_snapshot(
         return _create_snapshot(
             checkpoint, store, stream, batch_id=batch_id, labels=labels, parallelism=parallelism,
             progress=progress, spark_version=spark_version, always=always, new_timeline=new_timeline,
-            kafka_bootstrap=kafka_bootstrap, kafka_config=kafka_config, checkpoint_s3_client=checkpoint_s3_client,
+            kafka_bootstrap=kafka_bootstrap, kafka_config=kafka_config, checkpoint_connection=checkpoint_connection,
             check_blobs=check_blobs,
         )
 
 
 def _create_snapshot(
-    checkpoint: str, store: SnapshotStore, stream: str, *, batch_id: int | None, labels: dict[str, str] | None,
+    checkpoint: str | CheckpointFS, store: SnapshotStore, stream: str, *, batch_id: int | None, labels: dict[str, str] | None,
     parallelism: int, progress: Progress | None, spark_version: str | None, always: bool, new_timeline: bool,
     kafka_bootstrap: str | None = None, kafka_config: dict[str, Any] | None = None,
-    checkpoint_s3_client: Any = None, check_blobs: bool = False,
+    checkpoint_connection: Any = None, check_blobs: bool = False,
 ) -> SnapshotResult:
     started = time.monotonic()
     validate_stream_name(stream)
-    if is_s3_location(checkpoint):
-
-        if checkpoint_s3_client is None and getattr(store, "bucket", None) is not None:
-            checkpoint_s3_client = store.client  # type: ignore[attr-defined]
-        fs = open_checkpoint_fs(checkpoint, s3_client=checkpoint_s3_client)
-        refuse_unfinished_restore(fs)  # before anything else: it may not even look like a checkpoint
-        reader = CheckpointReader(checkpoint, fs=fs)
-    else:
-        if not local_checkpoint_path(checkpoint).exists():
-
-            recover_leftovers(local_checkpoint_path(checkpoint))  # a restore that crashed mid-swap
-        reader = CheckpointReader(checkpoint)
+    fs = checkpoint if isinstance(checkpoint, CheckpointFS) else open_checkpoint_fs(
+        checkpoint, connection=checkpoint_connection if checkpoint_connection is not None
+        else store.checkpoint_connection(checkpoint))
+    if not fs.exists():
+        fs.recover()  # a restore that crashed mid-swap left the old checkpoint aside
+    refuse_unfinished_restore(fs)  # before anything else: it may not even look like a checkpoint
+    reader = CheckpointReader(fs.location, fs=fs)
     query_id = reader.query_id()
     refs = snapshot_refs(store, stream)
     tls = load_timelines(store, stream, refs)

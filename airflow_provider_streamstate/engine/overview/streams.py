@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS
 from airflow_provider_streamstate.engine.core.errors import StreamstateError
 from airflow_provider_streamstate.engine.overview.history import (
     SnapshotBrief,
@@ -49,16 +50,18 @@ class StreamState:
                 "last_batch": self.last_batch, "last_batch_age_s": self.last_batch_age_s}
 
 
-def stream_state(checkpoint: str | None, *, now: datetime | None = None) -> StreamState:
-    """The stream's state from the records beside `checkpoint` (never raises: a checkpoint
-    that cannot be read is `unknown`, saying why)."""
+def stream_state(checkpoint: str | CheckpointFS | None, *, now: datetime | None = None) -> StreamState:
+    """The stream's state from the records beside `checkpoint` (a location, or its
+    filesystem opened with the stream's connection; never raises: a checkpoint that cannot
+    be read is `unknown`, saying why)."""
     now = now or datetime.now(UTC)
     if not checkpoint:
         return StreamState("unknown", "no checkpoint configured for this stream", None, None, None)
     try:
         st = launcher.status(checkpoint)
     except Exception as exc:  # noqa: BLE001 - a page shows the reason instead of failing
-        return StreamState("unknown", f"records beside {checkpoint} could not be read: {_why(exc)}", None, None, None)
+        return StreamState("unknown", f"records beside {_name(checkpoint)} could not be read: {_why(exc)}", None,
+                           None, None)
     beat = st.heartbeat
     beat_age = round(beat.age_s(now), 1) if beat is not None else None
     if st.state in ("failed", "dead") and st.last_error:
@@ -77,6 +80,10 @@ def stream_state(checkpoint: str | None, *, now: datetime | None = None) -> Stre
     return StreamState(st.state, message, beat_age, batch, batch_age)
 
 
+def _name(checkpoint: str | CheckpointFS) -> str:
+    return checkpoint.shared_location if isinstance(checkpoint, CheckpointFS) else checkpoint
+
+
 @dataclass(frozen=True)
 class KafkaLag:
     """How far the stream's newest committed batch is behind the brokers' end offsets."""
@@ -92,7 +99,7 @@ class KafkaLag:
                 "total_lag": self.total_lag, "partitions": self.partitions}
 
 
-def kafka_lag(checkpoint: str | None, broker_offsets: BrokerOffsets | None) -> KafkaLag:
+def kafka_lag(checkpoint: str | CheckpointFS | None, broker_offsets: BrokerOffsets | None) -> KafkaLag:
     """Lag per partition (the KafkaLagSensor's measure); unavailable, saying why, when no
     cluster is configured, nothing is committed yet or the brokers cannot be reached."""
     if not checkpoint:
@@ -200,11 +207,12 @@ class StreamRow:
                 "retention": self.retention.to_json() if self.retention else None, "problems": self.problems}
 
 
-def stream_row(store: SnapshotStore, stream: str, *, checkpoint: str | None = None,
+def stream_row(store: SnapshotStore, stream: str, *, checkpoint: str | CheckpointFS | None = None,
                dr_store: SnapshotStore | None = None, now: datetime | None = None) -> StreamRow:
     """The stream's row; a store that cannot be read is a problem on the row, not an error."""
     now = now or datetime.now(UTC)
     state = stream_state(checkpoint, now=now)
+    checkpoint = _name(checkpoint) if checkpoint is not None else None
     try:
         catalog = read_catalog(store, stream, dr_store=dr_store)
         tombstones = len(store.list_tombstones(stream))

@@ -130,12 +130,12 @@ def _within(reads: Offsets, topic: str, produced: dict[str, int]) -> bool:
 
 def find_cut(
     spec: PipelineSpec, kafka_bootstrap: str, *, kafka_config: dict[str, Any] | None = None,
-    s3_client: Any = None, wait_s: float = DEFAULT_WAIT_S, timeout_s: float = 10.0,
+    connection: Any = None, wait_s: float = DEFAULT_WAIT_S, timeout_s: float = 10.0,
 ) -> PipelineCut:
     """One committed batch per member forming a consistent cut of the running pipeline (the
     module docstring); nothing is written."""
     started = time.monotonic()
-    readers = {s: CheckpointReader(loc, s3_client=s3_client) for s, loc in spec.members.items()}
+    readers = {s: CheckpointReader(loc, connection=connection) for s, loc in spec.members.items()}
     for link in spec.links:  # the downstream must read the topic it is linked by
         read = {t for b in readers[link.downstream].committed_batches()[-1:]
                 for t in readers[link.downstream].kafka_offsets(b)}

@@ -29,15 +29,12 @@ when one fails, the targets this run wrote are removed, so the failover can be r
 from __future__ import annotations
 
 import logging
-import shutil
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_streamstate.engine.catalog.snapshots import get_snapshot
-from airflow_provider_streamstate.engine.checkpoint.filesystems import S3CheckpointFS, is_s3_location
 from airflow_provider_streamstate.engine.checkpoint.offset_rewrite import OffsetRewrite
-from airflow_provider_streamstate.engine.checkpoint.sidecar import local_root
 from airflow_provider_streamstate.engine.core.errors import NotFoundError, UnsafeManifestError, UsageError
 from airflow_provider_streamstate.engine.core.manifest import Manifest
 from airflow_provider_streamstate.engine.dr.failover import (
@@ -49,9 +46,9 @@ from airflow_provider_streamstate.engine.dr.failover import (
     translate,
 )
 from airflow_provider_streamstate.engine.kafka.anchors import DEFAULT_TIMEOUT_S
-from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
+from airflow_provider_streamstate.engine.lifecycle.restore import open_target, restore_snapshot
 from airflow_provider_streamstate.engine.pipeline.link_topics import LinkTopics
-from airflow_provider_streamstate.engine.pipeline.restore import check_resume, check_target, target_client
+from airflow_provider_streamstate.engine.pipeline.restore import check_resume, check_target
 from airflow_provider_streamstate.engine.pipeline.snapshots import (
     PipelineSnapshot,
     get_pipeline_snapshot,
@@ -122,12 +119,9 @@ def _translate_members(snap: PipelineSnapshot, manifests: dict[str, Manifest], c
     return out
 
 
-def _remove(target: str, store: SnapshotStore, s3_client: Any) -> None:
+def _remove(target: str, store: SnapshotStore, connection: Any) -> None:
     """Undo one member's restore of this run (its target was new or empty before)."""
-    if is_s3_location(target):
-        S3CheckpointFS(target, target_client(target, store, s3_client)).delete_all()
-    else:
-        shutil.rmtree(local_root(target, refusal=(f"cannot remove {target}", "remove it by hand")), ignore_errors=True)
+    open_target(target, store, connection).delete_all()
 
 
 def _check_arguments(spec: PipelineSpec, targets: dict[str, str], link_topics: dict[str, str],
@@ -156,12 +150,12 @@ def _check_arguments(spec: PipelineSpec, targets: dict[str, str], link_topics: d
                      "(or name another DR topic)")
 
 
-def _remove_written(targets: list[str], store: SnapshotStore, s3_client: Any) -> None:
+def _remove_written(targets: list[str], store: SnapshotStore, connection: Any) -> None:
     """Best effort: each target this run wrote (or began to write) goes; a failure to remove
     one is logged, never hides the error that stopped the failover."""
     for target in targets:
         try:
-            _remove(target, store, s3_client)
+            _remove(target, store, connection)
         except Exception as exc:  # noqa: BLE001 - the original error is the one to raise
             log.warning("failover: could not remove %s: %s; remove it before running the failover again", target, exc)
 
@@ -177,7 +171,7 @@ def failover_pipeline(
     link_topics: dict[str, str] | None = None,
     good_only: bool = False,
     kafka_config: dict[str, Any] | None = None,
-    s3_client: Any = None,
+    connection: Any = None,
     parallelism: int = 8,
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> PipelineFailoverResult:
@@ -231,7 +225,7 @@ def failover_pipeline(
         raise UsageError(f"DR topic {', '.join(clash)} is both a link's and a mirrored source's",
                          hint="give the link its own DR topic with --link-topic")
     for stream in spec.order():
-        check_target(targets[stream], in_place=False, store=store, s3_client=s3_client, role="DR target")
+        check_target(targets[stream], in_place=False, store=store, connection=connection, role="DR target")
     kafka = LinkTopics(kafka_bootstrap, kafka_config)
     for c in snap.channels:  # every link topic checked before the first channel is appended
         dr_link = link_topics.get(c.range.topic, c.range.topic)
@@ -262,10 +256,10 @@ def failover_pipeline(
                 names[link.topic] = dr_link
                 offsets[dr_link] = links[dr_link] = resume[dr_link]
             begun.append(targets[stream])
-            restored = restore_snapshot(store, stream, m.snapshot_id, targets[stream], s3_client=s3_client,
+            restored = restore_snapshot(store, stream, m.snapshot_id, targets[stream], connection=connection,
                                         parallelism=parallelism, rewrite=OffsetRewrite(names, offsets))
             if links:
-                check_resume(restored.target, m.batch_id, links, store, s3_client)
+                check_resume(restored.target, m.batch_id, links, store, connection)
             members[stream] = MemberFailover(stream, m.snapshot_id, m.batch_id, restored.target,
                                              translation.partitions, links)
         # Nothing but the channel may follow the resume point: a mirror still copying into a
@@ -279,7 +273,7 @@ def failover_pipeline(
                     f"{dr_link} grew by {grew} record(s) after the channel was appended: something else writes to it "
                     "(a mirror, another failover)", hint="stop it, then run the failover again")
     except BaseException:
-        _remove_written(begun, store, s3_client)
+        _remove_written(begun, store, connection)
         raise
     log.info("failed over pipeline %s at %s to %s: %s", pipeline, snap.snapshot_id, kafka_bootstrap,
              ", ".join(f"{s}={m.target}" for s, m in members.items()))

@@ -28,28 +28,26 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow_provider_streamstate.engine.catalog.snapshots import get_snapshot
-from airflow_provider_streamstate.engine.checkpoint.filesystems import S3CheckpointFS, is_s3_location
 from airflow_provider_streamstate.engine.checkpoint.liveness import assert_not_running
 from airflow_provider_streamstate.engine.checkpoint.offset_rewrite import OffsetRewrite
 from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
-from airflow_provider_streamstate.engine.checkpoint.sidecar import S3Sidecar, local_root, open_sidecar
+from airflow_provider_streamstate.engine.checkpoint.sidecar import Sidecar
 from airflow_provider_streamstate.engine.core.errors import (
     StreamstateError,
     UnsafeManifestError,
     UsageError,
 )
-from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
+from airflow_provider_streamstate.engine.lifecycle.restore import open_target, restore_snapshot
 from airflow_provider_streamstate.engine.pipeline.link_topics import LinkTopics
 from airflow_provider_streamstate.engine.pipeline.snapshots import PipelineSnapshot
-from airflow_provider_streamstate.engine.stores import s3_client_from_env
 from airflow_provider_streamstate.engine.stores.base import SnapshotStore
-from airflow_provider_streamstate.engine.streams.clones import record_clone
-from airflow_provider_streamstate.engine.streams.launcher import CloneLabel, write_clone_label
+from airflow_provider_streamstate.engine.streams.clones import CloneLabel, record_clone, write_clone_label
 
 log = logging.getLogger("streamstate.pipeline")
 
@@ -63,6 +61,19 @@ class PipelineClone:
     topics: dict[str, str]  # link topic -> the clone's topic
     expires_at: str | None = None  # recorded as clones (TTL) when given
     kafka_conn_id: str | None = None
+
+    @classmethod
+    def with_suffix(cls, snap: PipelineSnapshot, suffix: str, checkpoints: Mapping[str, str], *,
+                    topics: Mapping[str, str] | None = None, ttl_s: float | None = None,
+                    kafka_conn_id: str | None = None) -> PipelineClone:
+        """The naming rule of a pipeline clone: members `<member>-<suffix>`, link topics
+        `<link>-<suffix>` unless `topics` names them; recorded as clones expiring after
+        `ttl_s` (expiry then deletes them and their topics, on `kafka_conn_id`'s cluster)."""
+        new_topics = {c.range.topic: f"{c.range.topic}-{suffix}" for c in snap.channels}
+        new_topics.update(topics or {})
+        expires = None if not ttl_s else (datetime.now(UTC) + timedelta(seconds=float(ttl_s))).isoformat()
+        return cls({s: f"{s}-{suffix}" for s in snap.members}, dict(checkpoints), new_topics, expires_at=expires,
+                   kafka_conn_id=kafka_conn_id)
 
 
 @dataclass(frozen=True)
@@ -81,32 +92,16 @@ class PipelineRestoreResult:
                 "seconds": round(self.seconds, 3)}
 
 
-def check_target(target: str, *, in_place: bool, store: SnapshotStore, s3_client: Any,
+def check_target(target: str, *, in_place: bool, store: SnapshotStore, connection: Any,
                  role: str = "clone target") -> None:
     """Before anything is written to Kafka: an in-place target's stream must not be running
     (by the heartbeat streamstate keeps beside it), and a clone's target must be empty."""
-    if is_s3_location(target):
-        fs = S3CheckpointFS(target, target_client(target, store, s3_client))
-        if in_place:
-            assert_not_running(S3Sidecar(fs), "restore the pipeline over it")
-        elif fs.listdir(""):
-            raise UsageError(f"{role} {fs.location} is not empty", hint="give each member a new or empty location")
-        return
-    path = local_root(target, refusal=(f"cannot restore into {target}",
-                                       "give a local path, a file:// URI or an s3a://bucket/path"))
+    fs = open_target(target, store, connection)
     if in_place:
-        if path.exists():
-            assert_not_running(path, "restore the pipeline over it")
-    elif path.exists() and (not path.is_dir() or any(path.iterdir())):
-        raise UsageError(f"{role} {path} is not empty", hint="give each member a new or empty location")
-
-
-def target_client(target: str, store: SnapshotStore, s3_client: Any) -> Any:
-    """The S3 client of an `s3a://` member target: the one given, else the store's, else the
-    AWS environment's (None for a local target)."""
-    if not is_s3_location(target):
-        return None
-    return s3_client or getattr(store, "client", None) or s3_client_from_env()
+        if fs.exists():
+            assert_not_running(Sidecar(fs), "restore the pipeline over it")
+    elif fs.exists() and (fs.local_path is not None and not fs.local_path.is_dir() or fs.files()):
+        raise UsageError(f"{role} {fs.location} is not empty", hint="give each member a new or empty location")
 
 
 class PipelineRestoreIncomplete(StreamstateError):
@@ -131,11 +126,11 @@ def _incomplete(exc: Exception, snap: PipelineSnapshot, appended: dict[str, int]
 
 
 def check_resume(target: str, batch_id: int, expected: dict[str, dict[str, int]], store: SnapshotStore,
-                  s3_client: Any) -> None:
+                  connection: Any) -> None:
     """Read the restored downstream's checkpoint back: its batch must resume exactly at the
     appended channel (a source entry the rewrite did not recognise would leave the cut's
     offsets, and the downstream would read the records in between again)."""
-    got = CheckpointReader(target, s3_client=target_client(target, store, s3_client)).kafka_offsets(batch_id)
+    got = CheckpointReader(open_target(target, store, connection)).kafka_offsets(batch_id)
     wrong = sorted(t for t, parts in expected.items() if got.get(t) != parts)
     if wrong:
         raise UnsafeManifestError(
@@ -146,10 +141,11 @@ def check_resume(target: str, batch_id: int, expected: dict[str, dict[str, int]]
 
 def restore_pipeline(
     store: SnapshotStore, snap: PipelineSnapshot, kafka_bootstrap: str, *, clone: PipelineClone | None = None,
-    kafka_config: dict[str, Any] | None = None, s3_client: Any = None, parallelism: int = 8,
+    kafka_config: dict[str, Any] | None = None, connection: Any = None, parallelism: int = 8,
 ) -> PipelineRestoreResult:
     """Restore every member of `snap` (into its own checkpoint, replacing it, or as `clone`)
-    and move each link's channel so the downstream resumes exactly at it."""
+    and move each link's channel so the downstream resumes exactly at it. Remote targets
+    are reached through `connection` (see `lifecycle.restore.open_target`)."""
     started = time.monotonic()
     spec = snap.spec
     if clone is not None:
@@ -163,7 +159,7 @@ def restore_pipeline(
     records = {c.range.topic: snap.channel_records(store, c) for c in snap.channels}  # all checked before any write
     for stream in spec.order():
         check_target(spec.members[stream] if clone is None else clone.checkpoints[stream], in_place=clone is None,
-                      store=store, s3_client=s3_client)
+                      store=store, connection=connection)
     kafka = LinkTopics(kafka_bootstrap, kafka_config)
     if clone is None:  # a partition added since the cut would be read from its start: refused
         for c in snap.channels:
@@ -195,18 +191,19 @@ def restore_pipeline(
                     names[topic], offsets[topic] = topic, dict(resume_at)
             rewrite = OffsetRewrite(names, offsets) if spec.incoming(stream) else None
             target = spec.members[stream] if clone is None else clone.checkpoints[stream]
-            restored = restore_snapshot(store, stream, m.snapshot_id, target, force=clone is None, s3_client=s3_client,
-                                        new_query_id=clone is not None, parallelism=parallelism, rewrite=rewrite)
+            restored = restore_snapshot(store, stream, m.snapshot_id, target, force=clone is None,
+                                        connection=connection, new_query_id=clone is not None,
+                                        parallelism=parallelism, rewrite=rewrite)
             if rewrite is not None:
                 check_resume(restored.target, m.batch_id, {t: offsets[t] for t in names.values() if t in resume},
-                              store, s3_client)
+                              store, connection)
             name = stream if clone is None else clone.names[stream]
             checkpoints[name] = restored.target
             if clone is not None and clone.expires_at is not None:
                 own = [clone.topics[link.topic] for link in spec.outgoing(stream)]
                 # The label beside the checkpoint is what lets expiry stop the clone and delete
                 # its checkpoint (it deletes only a checkpoint labelled as that clone).
-                write_clone_label(open_sidecar(restored.target, s3_client=target_client(restored.target, store, s3_client)),
+                write_clone_label(open_target(restored.target, store, connection),
                                   CloneLabel(name, stream, spec.members[stream], m.snapshot_id, m.batch_id,
                                              restored.query_id, {t: t for t in own},
                                              datetime.now(UTC).isoformat().replace("+00:00", "Z"), clone.expires_at))

@@ -170,13 +170,13 @@ class PipelineSnapshotResult:
 
 def create_pipeline_snapshot(
     spec: PipelineSpec, store: SnapshotStore, kafka_bootstrap: str, *, kafka_config: dict[str, Any] | None = None,
-    checkpoint_s3_client: Any = None, wait_s: float = DEFAULT_WAIT_S, parallelism: int = 8,
+    checkpoint_connection: Any = None, wait_s: float = DEFAULT_WAIT_S, parallelism: int = 8,
     labels: dict[str, str] | None = None,
 ) -> PipelineSnapshotResult:
     """Take a consistent cut of the running pipeline and snapshot it: every member at its
     batch (with Kafka anchors), every link's channel records, then the pipeline record."""
     started = time.monotonic()
-    cut = find_cut(spec, kafka_bootstrap, kafka_config=kafka_config, s3_client=checkpoint_s3_client, wait_s=wait_s)
+    cut = find_cut(spec, kafka_bootstrap, kafka_config=kafka_config, connection=checkpoint_connection, wait_s=wait_s)
     now = datetime.now(UTC)
     snapshot_id = now.strftime("%Y%m%dT%H%M%S%fZ")
     phases = {"cut": time.monotonic() - started}
@@ -187,7 +187,7 @@ def create_pipeline_snapshot(
             spec.members[stream], store, stream, batch_id=cut.members[stream].batch_id,
             labels={**(labels or {}), "pipeline": spec.name, "pipeline-snapshot": snapshot_id}, always=True,
             parallelism=parallelism, kafka_bootstrap=kafka_bootstrap, kafka_config=kafka_config,
-            checkpoint_s3_client=checkpoint_s3_client)
+            checkpoint_connection=checkpoint_connection)
     phases["members"] = time.monotonic() - t0
     t0 = time.monotonic()
     channels = [(rng, channel_mod.read_channel(rng, kafka_bootstrap, kafka_config=kafka_config)) for rng in cut.channels]

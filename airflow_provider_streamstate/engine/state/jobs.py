@@ -25,7 +25,11 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_streamstate.engine.checkpoint.filesystems import is_s3_location
+from airflow_provider_streamstate.engine.checkpoint.filesystems import (
+    CheckpointFS,
+    location_scheme,
+    open_checkpoint_fs,
+)
 from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.engine.state.reader import StateSelector
 from airflow_provider_streamstate.engine.state.scratch import new_job_id
@@ -175,7 +179,7 @@ def _validate(request: StateJobRequest, reader: StateReader) -> dict[str, Any]:
         result = validate_snapshot(reader, request.stream, request.snapshot, suite, selector=request.state_selector,
                                    record=request.record, data_docs=docs)
     out = result.to_json()
-    if result.data_docs and request.data_docs and is_s3_location(request.data_docs):
+    if result.data_docs and request.data_docs and location_scheme(request.data_docs) != "file":
         out["data_docs"] = request.data_docs.rstrip("/") + "/index.html"
     out["summary"] = result.summary()
     out["failures"] = [o.describe() for o in result.record.failed]
@@ -243,36 +247,27 @@ def filtered(df: DataFrame, where: str | None) -> DataFrame:
         spark_log.setLevel(level)
 
 
-def _s3_client_for(store: SnapshotStore | None) -> Any:
-    if store is not None and getattr(store, "client", None) is not None:
-        return store.client  # type: ignore[attr-defined]
-    from airflow_provider_streamstate.engine.stores import s3_client_from_env
-
-    return s3_client_from_env()
-
-
-def _bucket_and_key(location: str) -> tuple[str, str]:
-    """(bucket, key prefix) of an `s3://` or `s3a://` location the user named."""
-    from airflow_provider_streamstate.engine.stores import parse_s3_url
-
-    return parse_s3_url("s3://" + location.split("://", 1)[1])
+def _remote(location: str, store: SnapshotStore | None) -> CheckpointFS | None:
+    """The filesystem of a remote output location (through the store's connection when it is
+    on the store's service), or None for a local path."""
+    if location_scheme(location) == "file":
+        return None
+    return open_checkpoint_fs(location, connection=store.checkpoint_connection(location) if store else None)
 
 
 def export_state(df: DataFrame, fmt: str, output: str, *, store: SnapshotStore | None = None) -> str:
     """Write `df` to `output`, which must not exist yet: all files or none under that name.
 
-    Locally the files are written beside it and renamed into place. S3 has no rename, so an
-    `s3a://` export is Spark's own commit (its `_SUCCESS` marker is written last) and a
-    failed one has its objects deleted before the error is raised.
+    Locally the files are written beside it and renamed into place. On a remote filesystem
+    (`s3a://`, `hdfs://`) the export is Spark's own commit (its `_SUCCESS` marker is written
+    last) and a failed one has its files deleted before the error is raised.
     """
-    if is_s3_location(output):
-        from airflow_provider_streamstate.engine.checkpoint.filesystems import S3CheckpointFS
-
-        bucket, prefix = _bucket_and_key(output)
-        if not prefix:
-            raise UsageError(f"export output {output} is a whole bucket", hint="name a path below the bucket")
-        location = f"s3a://{bucket}/{prefix}"
-        target = S3CheckpointFS(location, _s3_client_for(store))
+    try:
+        target = _remote(output, store)
+    except UsageError as exc:
+        raise UsageError(exc.message.replace("checkpoint", "export output"), hint=exc.hint) from None
+    if target is not None:
+        location = target.location
         if target.exists():
             raise UsageError(f"export output {output} already exists", hint="give a path that does not exist yet")
         try:
@@ -309,19 +304,17 @@ def _write(df: DataFrame, fmt: str, location: str) -> None:
 
 @contextmanager
 def _docs_dir(location: str | None, store: SnapshotStore | None) -> Iterator[str | None]:
-    """Where GX writes Data Docs: the named directory, or, for an `s3://` location, a temp
-    directory uploaded there once the suite has run."""
-    if location is None or not is_s3_location(location):
+    """Where GX writes Data Docs: the named directory, or, for a remote location (`s3://`,
+    `hdfs://`), a temp directory uploaded there once the suite has run."""
+    remote = _remote(location, store) if location is not None else None
+    if remote is None:
         yield location
         return
     tmp = Path(tempfile.mkdtemp(prefix="streamstate-docs-"))
     try:
         yield str(tmp)
-        bucket, prefix = _bucket_and_key(location)
-        client = _s3_client_for(store)
         for f in sorted(p for p in tmp.rglob("*") if p.is_file()):
-            key = f"{prefix}/{f.relative_to(tmp)}" if prefix else str(f.relative_to(tmp))
             kind = mimetypes.guess_type(f.name)[0] or "application/octet-stream"
-            client.upload_file(str(f), bucket, key, ExtraArgs={"ContentType": kind})
+            remote.write_record(f.relative_to(tmp).as_posix(), f.read_bytes(), content_type=kind)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

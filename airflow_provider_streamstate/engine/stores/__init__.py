@@ -1,4 +1,5 @@
-"""Snapshot stores: `file:///abs/path` (the embedded default) and `s3://bucket/prefix`.
+"""Snapshot stores: `file:///abs/path` (the embedded default), `s3://bucket/prefix` and
+`hdfs://namenode:8020/path`; `open_store` maps a URL's scheme to its store.
 
 Store URLs are checked before anything is touched: an S3 prefix is a key prefix, not a
 path, so `.`/`..` and empty segments are refused rather than silently meaning another
@@ -10,15 +11,18 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from typing import Any
 
 from airflow_provider_streamstate.engine.core.errors import StreamstateError, UsageError
 from airflow_provider_streamstate.engine.stores.base import ManifestExistsError, SnapshotStore
+from airflow_provider_streamstate.engine.stores.hdfs import HdfsStore
 from airflow_provider_streamstate.engine.stores.local import LocalStore
-from airflow_provider_streamstate.engine.stores.s3 import S3Store
+from airflow_provider_streamstate.engine.stores.s3 import S3Access, S3Store, client_config
 from airflow_provider_streamstate.engine.stores.s3_errors import client_error
 
 __all__ = [
+    "HdfsStore",
     "LocalStore",
     "ManifestExistsError",
     "S3Store",
@@ -33,17 +37,6 @@ __all__ = [
 
 BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _UNPRINTABLE_RE = re.compile(r"[\x00-\x1f\x7f\\]")
-
-
-def client_config(max_connections: int, *, path_style: bool) -> Any:
-    from botocore.config import Config
-
-    return Config(
-        max_pool_connections=max_connections,
-        retries={"max_attempts": 5, "mode": "standard"},
-        # S3-compatible endpoints (MinIO, moto, Ceph) rarely resolve bucket.host names.
-        s3={"addressing_style": "path"} if path_style else None,
-    )
 
 
 def _endpoint_from_env() -> bool:
@@ -133,17 +126,26 @@ def file_uri_path(url: str, what: str = "file store URL") -> str:
 
 
 def open_store(
-    url: str, *, s3_client: Any = None, parallelism: int = 8, aws_conn_id: str | None = None
+    url: str, *, s3_client: Any = None, parallelism: int = 8, aws_conn_id: str | None = None,
+    spark_conf: Callable[[str], str | None] | None = None,
 ) -> SnapshotStore:
-    """A store from its URL: `file:///abs/path`, `file:/abs/path`, an absolute path, or `s3://bucket[/prefix]`.
+    """A store from its URL: `file:///abs/path`, `file:/abs/path`, an absolute path,
+    `s3://bucket[/prefix]` or `hdfs://namenode[:port]/path`.
 
     `s3_client` is used as given (the Airflow layer passes its connection's, naming it in
-    `aws_conn_id` for error hints); else one is built from the AWS environment.
+    `aws_conn_id` for error hints); else one is built from the AWS environment, or, in a
+    Spark application's driver without one, from what `SnapshotStore.spark_access` gave the
+    application (`spark_conf(key)` reads its conf).
     """
     if url.startswith("s3://"):
         bucket, prefix = parse_s3_url(url)
+        if s3_client is None and spark_conf is not None and not os.environ.get("AWS_ACCESS_KEY_ID"):
+            access = S3Access.from_spark_conf(spark_conf, bucket)
+            s3_client = access.s3_client(parallelism * 2) if access is not None else None
         client = s3_client if s3_client is not None else s3_client_from_env(parallelism * 2)
         return S3Store(client, bucket, prefix, aws_conn_id=aws_conn_id)
+    if url.startswith("hdfs://"):
+        return HdfsStore(url)
     if aws_conn_id:
         raise UsageError(
             f"an AWS connection ({aws_conn_id!r}) applies only to s3:// stores, not {url!r}",
@@ -154,5 +156,6 @@ def open_store(
     if url.startswith("/"):
         return LocalStore(url)
     raise UsageError(
-        f"unsupported store {url!r}", hint="use file:///abs/path, an absolute path, or s3://bucket/prefix"
+        f"unsupported store {url!r}",
+        hint="use file:///abs/path, an absolute path, s3://bucket/prefix or hdfs://namenode:8020/path",
     )

@@ -25,11 +25,14 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from airflow_provider_streamstate.engine.core.errors import NotFoundError, StreamstateError
 
 BLOB_PREFIX = "blobs/sha256"
+# A write larger than this goes to a store in parts (S3's multipart upload), and a reader
+# buffers at most this much of one file: what callers size their memory and requests by.
+PART_SIZE = 16 << 20
 STREAMS_PREFIX = "streams"
 MANIFEST_SUFFIX = ".json"
 
@@ -91,8 +94,24 @@ class StaleTemp:
     upload_id: str | None = None  # set for an incomplete multipart upload
 
 
+@dataclass(frozen=True)
+class ObjectRef:
+    """An object a store (or checkpoint filesystem) on the same service can copy server side,
+    without its bytes passing through this host (S3's CopyObject)."""
+
+    client: Any  # the connection it is read with: endpoint and credentials decide who can copy it
+    bucket: str
+    key: str
+    etag: str | None = None  # copy only this version
+
+
 class SnapshotStore(ABC):
-    """Where snapshots live. Implementations are safe to call from several threads."""
+    """Where snapshots live. Implementations are safe to call from several threads.
+
+    The methods below the abstract ones are capabilities: a default that works everywhere
+    (or says "not here"), overridden where a backend does better. Callers ask them, never
+    which kind of store they hold.
+    """
 
     url: str
     # True when `store_file` can hash while it stores (one read instead of two).
@@ -166,6 +185,49 @@ class SnapshotStore(ABC):
 
     @abstractmethod
     def list_streams(self) -> list[str]: ...
+
+    # --- capabilities ----------------------------------------------------------------------
+
+    @property
+    def endpoint(self) -> str | None:
+        """The service the store is reached at (an S3 endpoint, a NameNode), for reports:
+        a store's URL alone does not say which region or cluster it is in."""
+        return None
+
+    def location_of(self, rel: str) -> str:
+        """The location Spark (and `open_checkpoint_fs`) reaches `rel` below the store's root
+        at: where a state job's scratch checkpoint is laid out for a cluster to read."""
+        raise NotImplementedError(f"store {self.url} cannot hold scratch checkpoints")
+
+    def checkpoint_connection(self, location: str) -> Any:
+        """The store's own connection when `location` is on the same service (one client for
+        the store and an `s3a://` checkpoint beside it), else None: the caller's or the
+        environment's is used."""
+        return None
+
+    def spark_access(self) -> tuple[dict[str, str], dict[str, str]]:
+        """What a Spark application of this package needs to reach the store as this client
+        does: Spark confs (for its executors, and for its driver on a cluster: no secret in a
+        container's environment) and the environment of a driver that runs here. Nothing
+        for a store the cluster reaches by itself (a shared path, HDFS)."""
+        return {}, {}
+
+    def blob_ref(self, digest: str) -> ObjectRef | None:
+        """The blob as an object a sibling on the same service can copy server side; None
+        where there is no such copy."""
+        return None
+
+    def can_copy_in(self, ref: ObjectRef) -> bool:
+        """Whether `copy_in` can copy `ref` server side (same endpoint, same credentials)."""
+        return False
+
+    def copy_in(self, ref: ObjectRef, digest: str, size: int, *, confirm: bool) -> int:
+        """Store object `ref` as blob `digest` by a server-side copy unless present; the bytes
+        copied (0 if present). The copy is checked against `digest` where the service returns
+        a checksum; else, with `confirm`, by reading the copy back (a digest nobody here
+        computed from these bytes). A copy that does not match is deleted: CorruptionError.
+        FileNotFoundError when `ref` is gone; CheckpointChanged when it is not `ref.etag`."""
+        raise NotImplementedError(f"store {self.url} cannot copy objects server side")
 
     # --- small write-once records beside the manifests (timelines, ...) ---------------
 

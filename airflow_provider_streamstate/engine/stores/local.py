@@ -57,6 +57,9 @@ class LocalStore(SnapshotStore):
         self._tmp.mkdir(parents=True, exist_ok=True)
         return self._tmp / f"{uuid.uuid4().hex}.part"
 
+    def location_of(self, rel: str) -> str:
+        return str(self.root / rel)
+
     def has_blob(self, digest: str) -> bool:
         return (self.root / blob_key(digest)).is_file()
 

@@ -12,13 +12,16 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 
 from airflow_provider_streamstate.engine.core.cancel import check_cancelled
+from airflow_provider_streamstate.engine.core.digest import sha256_stream
 from airflow_provider_streamstate.engine.core.errors import (
     CheckpointChanged,
     CorruptionError,
@@ -29,9 +32,11 @@ from airflow_provider_streamstate.engine.core.errors import (
 from airflow_provider_streamstate.engine.stores.base import (
     BLOB_PREFIX,
     MANIFEST_SUFFIX,
+    PART_SIZE,
     STREAMS_PREFIX,
     BlobInfo,
     ManifestExistsError,
+    ObjectRef,
     RecordChanged,
     SnapshotStore,
     StaleTemp,
@@ -46,7 +51,6 @@ from airflow_provider_streamstate.engine.stores.s3_errors import (
     stream_error,
 )
 
-PART_SIZE = 16 << 20  # multipart above this; also the size of each part
 CHUNK = 1 << 20  # reads from a stream: a cancellation point each
 # GC sends a blob's DELETE within this long of starting the HEAD that found it old, or not at
 # all; writers re-check refreshed blobs REFRESH_SETTLE_SECONDS after refreshing them, so a
@@ -133,6 +137,74 @@ class S3Store(SnapshotStore):
         """A whole (small) response body; a connection cut while reading is a TransientError."""
         with _Body(body, what, self.url) as b:
             return b.read()
+
+    # --- capabilities ----------------------------------------------------------------------
+
+    @property
+    def endpoint(self) -> str | None:
+        return str(self.client.meta.endpoint_url)
+
+    def location_of(self, rel: str) -> str:
+        return f"s3a://{self.bucket}/{self._key(rel)}"
+
+    def checkpoint_connection(self, location: str) -> Any:
+        return self.client if location.startswith(("s3://", "s3a://")) else None
+
+    def blob_ref(self, digest: str) -> ObjectRef:
+        return ObjectRef(self.client, self.bucket, self._key(blob_key(digest)))
+
+    def can_copy_in(self, ref: ObjectRef) -> bool:
+        return same_s3_account(ref.client, self.client)
+
+    def copy_in(self, ref: ObjectRef, digest: str, size: int, *, confirm: bool) -> int:
+        """CopyObject asking for a SHA-256 checksum of the new object (`CopySourceIfMatch`
+        when `ref` names a version); when the endpoint returns a full-object checksum it must
+        equal the blob's name, else (moto and s3proxy return none for copies) the copy is
+        read back when `confirm`. A blob already stored is not copied (HEAD first); a
+        concurrent writer of the same blob writes the same bytes."""
+        from botocore.exceptions import ClientError
+
+        check_cancelled()
+        if not self.can_copy_in(ref):
+            raise NotImplementedError(f"{ref.bucket}/{ref.key} is not on {self.url}'s endpoint with its credentials")
+        if self.has_blob(digest):
+            return 0
+        key = self._key(blob_key(digest))
+        args: dict[str, Any] = {"Bucket": self.bucket, "Key": key, "CopySource": {"Bucket": ref.bucket, "Key": ref.key},
+                                "ChecksumAlgorithm": "SHA256"}
+        if ref.etag:
+            args["CopySourceIfMatch"] = ref.etag
+        with self._errors(f"copy s3://{ref.bucket}/{ref.key} to blob {digest[:12]}"):
+            try:
+                r = self.client.copy_object(**args)
+            except ClientError as exc:
+                if status(exc) == 404 or code(exc) in ("NoSuchKey", "404"):
+                    raise FileNotFoundError(f"s3://{ref.bucket}/{ref.key}") from None
+                if status(exc) == 412 or code(exc) == "PreconditionFailed":
+                    raise CheckpointChanged(f"s3://{ref.bucket}/{ref.key}: the object changed since it was "
+                                            "listed") from None
+                raise
+        checksum = (r.get("CopyObjectResult") or {}).get("ChecksumSHA256")
+        if checksum and "-" not in checksum:
+            actual = base64.b64decode(checksum).hex()
+        elif confirm:
+            with self.open_blob(digest) as f:
+                actual, n = sha256_stream(f)
+            if n != size:
+                actual = f"{actual} ({n} bytes, expected {size})"
+        else:
+            return size  # the bytes were hashed to `digest` as they were read, and this is that version
+        if actual != digest:
+            with self._errors(f"delete a bad copy of blob {digest[:12]}"):
+                self.client.delete_object(Bucket=self.bucket, Key=key)
+            raise CorruptionError(
+                f"s3://{ref.bucket}/{ref.key}: the server-side copy has sha256 {actual}, not {digest}",
+                hint="retry; if it persists, the S3 endpoint corrupts copies or misreports checksums",
+            )
+        return size
+
+    def spark_access(self) -> tuple[dict[str, str], dict[str, str]]:
+        return S3Access.from_client(self.client).spark_access(self.bucket)
 
     def has_blob(self, digest: str) -> bool:
         from botocore.exceptions import ClientError
@@ -559,3 +631,96 @@ def same_s3_account(a: Any, b: Any) -> bool:
 
     ia, ib = identity(a), identity(b)
     return ia is not None and ia == ib
+
+
+def client_config(max_connections: int, *, path_style: bool) -> Any:
+    from botocore.config import Config
+
+    return Config(
+        max_pool_connections=max_connections,
+        retries={"max_attempts": 5, "mode": "standard"},
+        # S3-compatible endpoints (MinIO, moto, Ceph) rarely resolve bucket.host names.
+        s3={"addressing_style": "path"} if path_style else None,
+    )
+
+
+
+_AWS_ENDPOINT = re.compile(r"^https://s3([.-][a-z0-9-]+)*\.amazonaws\.com(\.cn)?/?$")
+
+
+@dataclass(frozen=True)
+class S3Access:
+    """How a Spark application reaches an S3 store: the endpoint and the credentials the
+    store's own client has (an Airflow connection's, role assumption included, or the AWS
+    environment's). All None: the cluster's own (an instance role, its core-site.xml)."""
+
+    endpoint_url: str | None = None
+    region: str | None = None
+    access_key: str | None = None
+    secret_key: str | None = None
+    session_token: str | None = None
+
+    @classmethod
+    def from_client(cls, client: Any) -> S3Access:
+        """What `client` (boto3) reaches S3 with; AWS's own endpoints are left to S3A."""
+        endpoint = str(client.meta.endpoint_url or "")
+        try:
+            creds = client._request_signer._credentials  # noqa: SLF001 - botocore keeps them here
+            frozen = creds.get_frozen_credentials() if creds is not None else None
+        except AttributeError:
+            frozen = None
+        return cls(endpoint_url=None if not endpoint or _AWS_ENDPOINT.match(endpoint) else endpoint,
+                   region=client.meta.region_name,
+                   access_key=frozen.access_key if frozen else None,
+                   secret_key=frozen.secret_key if frozen else None,
+                   session_token=frozen.token if frozen else None)
+
+    @classmethod
+    def from_spark_conf(cls, get: Callable[[str], str | None], bucket: str) -> S3Access | None:
+        """What `s3a_confs(bucket)` gave the application, read back from its Spark conf
+        (`get(key)` returns None when unset): how a driver in the cluster opens the store."""
+        p = f"spark.hadoop.fs.s3a.bucket.{bucket}."
+        found = cls(get(p + "endpoint"), get(p + "endpoint.region"), get(p + "access.key"), get(p + "secret.key"),
+                    get(p + "session.token"))
+        return found if any((found.endpoint_url, found.access_key)) else None
+
+    def driver_env(self) -> dict[str, str]:
+        """The AWS_* variables of a driver that runs here (client mode, local master)."""
+        pairs = {"AWS_ENDPOINT_URL": self.endpoint_url, "AWS_DEFAULT_REGION": self.region,
+                 "AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key,
+                 "AWS_SESSION_TOKEN": self.session_token}
+        return {k: v for k, v in pairs.items() if v}
+
+    def s3_client(self, max_connections: int = 16) -> Any:
+        """A boto3 client with this endpoint and these credentials."""
+        import boto3
+
+        return boto3.session.Session(
+            aws_access_key_id=self.access_key, aws_secret_access_key=self.secret_key,
+            aws_session_token=self.session_token, region_name=self.region,
+        ).client("s3", endpoint_url=self.endpoint_url,
+                 config=client_config(max_connections, path_style=bool(self.endpoint_url)))
+
+    def s3a_confs(self, bucket: str) -> dict[str, str]:
+        """S3A per-bucket options for `bucket` only: the executors read the scratch copies
+        there, and whatever the user configured for other buckets stays as it is."""
+        p = f"spark.hadoop.fs.s3a.bucket.{bucket}."
+        out: dict[str, str] = {}
+        if self.endpoint_url:
+            out[p + "endpoint"] = self.endpoint_url
+            out[p + "path.style.access"] = "true"
+            out[p + "connection.ssl.enabled"] = "true" if self.endpoint_url.startswith("https") else "false"
+        if self.region:
+            out[p + "endpoint.region"] = self.region
+        if self.access_key and self.secret_key:
+            out[p + "access.key"] = self.access_key
+            out[p + "secret.key"] = self.secret_key
+            if self.session_token:
+                out[p + "session.token"] = self.session_token
+                out[p + "aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
+            else:
+                out[p + "aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
+        return out
+
+    def spark_access(self, bucket: str) -> tuple[dict[str, str], dict[str, str]]:
+        return self.s3a_confs(bucket), self.driver_env()

@@ -1,8 +1,8 @@
 """Clones with an expiry, found from the store and torn down when they expire.
 
 A clone (CloneStreamOperator) is labelled beside its own checkpoint
-(`_streamstate/clone.json`, engine/streams/launcher.py), which nobody can list from elsewhere; so
-at clone time a record goes into the source stream's store too:
+(`_streamstate/clone.json`: `CloneLabel`), which nobody can list from elsewhere; so at clone
+time a record goes into the source stream's store too:
 
     streams/<source stream>/clones/<clone name>.json    checkpoint, snapshot, sinks,
                                                          expires_at, topics to delete
@@ -20,21 +20,19 @@ from __future__ import annotations
 import json
 import logging
 import re
-import shutil
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from airflow_provider_streamstate.engine.catalog.retention import delete_snapshots
-from airflow_provider_streamstate.engine.catalog.timeline import LINEAGE_FILE, read_lineage
-from airflow_provider_streamstate.engine.checkpoint.filesystems import is_s3_location, open_checkpoint_fs
-from airflow_provider_streamstate.engine.checkpoint.sidecar import S3Sidecar
+from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS, open_checkpoint_fs
+from airflow_provider_streamstate.engine.checkpoint.sidecar import SIDECAR_DIR, Sidecar, open_sidecar
 from airflow_provider_streamstate.engine.core.errors import StreamstateError, TransientError, UsageError
 from airflow_provider_streamstate.engine.core.manifest import validate_stream_name
-from airflow_provider_streamstate.engine.core.records import load_record
+from airflow_provider_streamstate.engine.core.records import dump_record, load_record
 from airflow_provider_streamstate.engine.stores.base import STREAMS_PREFIX, SnapshotStore, record_key
 from airflow_provider_streamstate.engine.streams import launcher
 
@@ -42,6 +40,8 @@ log = logging.getLogger("streamstate.clones")
 
 RECORD_FORMAT = "streamstate.clone-record/v1"
 TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+CLONE_FILE = f"{SIDECAR_DIR}/clone.json"
+CLONE_FORMAT = "streamstate.clone/v1"
 
 
 def _now_iso() -> str:
@@ -85,6 +85,64 @@ class CloneRecord:
         if not isinstance(rec.sinks, dict) or not all(isinstance(t, str) and TOPIC_RE.match(t) for t in rec.delete_topics):
             raise ValueError("invalid sinks or topics")
         return rec
+
+
+@dataclass(frozen=True)
+class CloneLabel:
+    """`_streamstate/clone.json` beside a clone's checkpoint: where it came from, where it
+    writes and when it expires (retention deletes expired clones)."""
+
+    clone: str
+    source_stream: str
+    source_checkpoint: str
+    snapshot_id: str
+    batch_id: int | None
+    query_id: str
+    sinks: dict[str, str]
+    created_at: str
+    expires_at: str
+
+    @classmethod
+    def new(cls, *, clone: str, source_stream: str, source_checkpoint: str, snapshot_id: str,
+            batch_id: int | None, query_id: str, sinks: Mapping[str, str], ttl_s: float) -> CloneLabel:
+        now = datetime.now(UTC)
+        return cls(clone, source_stream, source_checkpoint, snapshot_id, batch_id, query_id, dict(sinks),
+                   now.isoformat().replace("+00:00", "Z"),
+                   (now + timedelta(seconds=ttl_s)).isoformat().replace("+00:00", "Z"))
+
+    def expired(self, now: datetime | None = None) -> bool:
+        return (now or datetime.now(UTC)) >= _parse_time_iso(self.expires_at)
+
+    def to_json(self) -> bytes:
+        return dump_record(CLONE_FORMAT, asdict(self))
+
+    @classmethod
+    def from_json(cls, data: bytes) -> CloneLabel:
+        d = load_record(data, CLONE_FORMAT, "clone label")
+        values: dict[str, Any] = {k: d.get(k) for k in cls.__dataclass_fields__}
+        label = cls(**values)
+        for k in ("clone", "source_stream", "snapshot_id", "expires_at"):
+            if not isinstance(getattr(label, k), str):
+                raise ValueError(f"{k} is not a string")
+        _parse_time_iso(label.expires_at)
+        return label
+
+
+def read_clone_label(checkpoint: str | Path | Sidecar | CheckpointFS) -> CloneLabel | None:
+    """The clone label of a checkpoint, or None (not a clone, or unreadable)."""
+    try:
+        data = open_sidecar(checkpoint).read(CLONE_FILE)
+        return None if data is None else CloneLabel.from_json(data)
+    except (ValueError, TypeError, OSError, UsageError):
+        return None
+
+
+def write_clone_label(checkpoint: str | Path | Sidecar | CheckpointFS, label: CloneLabel) -> None:
+    open_sidecar(checkpoint).write(CLONE_FILE, label.to_json())
+
+
+def _parse_time_iso(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def clone_record_key(source_stream: str, clone: str) -> str:
@@ -181,11 +239,12 @@ def delete_topics(kafka_config: Mapping[str, Any], topics: list[str], *, timeout
 
 def expire_clone(
     store: SnapshotStore, rec: CloneRecord, *, kafka_config: Mapping[str, Any] | None = None,
-    dry_run: bool = False, stop_timeout_s: float = 120.0, s3_client: Any = None,
+    dry_run: bool = False, stop_timeout_s: float = 120.0, connection: Any = None,
 ) -> CloneExpiry:
-    """Tear one clone down (see the module docstring). A clone whose checkpoint is in S3
-    (`s3a://`) is stopped the same way, through the records beside it, and its objects are
-    deleted (with `s3_client`, else the AWS environment's)."""
+    """Tear one clone down (see the module docstring), wherever its checkpoint lives: it is
+    stopped through the records beside it and its files deleted through its filesystem
+    (a remote one with `connection`, else the store's own when on the same service, else
+    the environment's)."""
 
     if rec.delete_topics and kafka_config is None:
         raise UsageError(
@@ -194,30 +253,29 @@ def expire_clone(
             hint=f"give the cluster (--kafka-bootstrap, or the Airflow connection {rec.kafka_conn_id or 'kafka_conn_id'})",
         )
     notes: list[str] = []
-    s3 = s3_checkpoint(rec.checkpoint, s3_client)
-    if s3 is not None:
-        return _expire_s3_clone(store, rec, s3, kafka_config=kafka_config, dry_run=dry_run,
-                                stop_timeout_s=stop_timeout_s)
-    root = launcher.local_checkpoint(rec.checkpoint)
-    label = launcher.read_clone_label(root)
+    fs = open_checkpoint_fs(rec.checkpoint, connection=connection if connection is not None
+                            else store.checkpoint_connection(rec.checkpoint))
+    side = Sidecar(fs)
+    label = read_clone_label(side)
     ours = label is not None and label.clone == rec.clone and label.source_stream == rec.source_stream
-    if root.exists() and not ours:
-        notes.append(f"checkpoint {root} is not labelled as clone {rec.clone}: neither stopped nor deleted")
+    present = fs.exists()
+    if present and not ours:
+        notes.append(f"checkpoint {fs.shared_location} is not labelled as clone {rec.clone}: neither stopped nor "
+                     "deleted")
     ids = store.list_snapshot_ids(rec.clone)
     if dry_run:
         return CloneExpiry(rec.clone, rec.source_stream, rec.expires_at, "would stop" if ours else "-",
-                           ours and root.exists(), len(ids), list(rec.delete_topics), notes)
+                           ours and present, len(ids), list(rec.delete_topics), notes)
     stopped = "-"
-    deleted_dir = False
-    if ours and root.exists():
-        stopped = launcher.stop(root, timeout_s=stop_timeout_s, requested_by=f"clone expiry of {rec.clone}").outcome
-        shutil.rmtree(root)
-        deleted_dir = True
-    n = len(ids)
+    deleted = False
+    if ours and present:
+        stopped = launcher.stop(side, timeout_s=stop_timeout_s, requested_by=f"clone expiry of {rec.clone}").outcome
+        fs.delete_all()
+        deleted = True
     topics = _release(store, rec, ids, kafka_config)
-    log.info("clone %s of %s expired (%s): stopped %s, checkpoint deleted %s, %d snapshots, topics %s",
-             rec.clone, rec.source_stream, rec.expires_at, stopped, deleted_dir, n, topics)
-    return CloneExpiry(rec.clone, rec.source_stream, rec.expires_at, stopped, deleted_dir, n, topics, notes)
+    log.info("clone %s of %s expired (%s): stopped %s, checkpoint %s deleted %s, %d snapshots, topics %s",
+             rec.clone, rec.source_stream, rec.expires_at, stopped, fs.location, deleted, len(ids), topics)
+    return CloneExpiry(rec.clone, rec.source_stream, rec.expires_at, stopped, deleted, len(ids), topics, notes)
 
 
 def _release(store: SnapshotStore, rec: CloneRecord, ids: list[str],
@@ -235,7 +293,7 @@ def expire_clones(
     store: SnapshotStore, *, source_stream: str | None = None, names: list[str] | None = None,
     force: bool = False, now: float | None = None, dry_run: bool = False,
     kafka_config: Callable[[CloneRecord], Mapping[str, Any] | None] | None = None, stop_timeout_s: float = 120.0,
-    s3_client: Any = None,
+    connection: Any = None,
 ) -> ExpiryResult:
     """Expire every recorded clone past its expiry (or, with `force`, the ones in `names`
     whatever their expiry). `kafka_config(record)` gives the Kafka client configuration for
@@ -251,59 +309,7 @@ def expire_clones(
     due = [r for r in records if (force and names) or r.expired(now)]
     done = tuple(
         expire_clone(store, r, kafka_config=kafka_config(r) if kafka_config and r.delete_topics else None,
-                     dry_run=dry_run, stop_timeout_s=stop_timeout_s,
-                     s3_client=s3_client if s3_client is not None else getattr(store, "client", None))
+                     dry_run=dry_run, stop_timeout_s=stop_timeout_s, connection=connection)
         for r in due
     )
     return ExpiryResult(store.url, dry_run, done, len(records) - len(due), time.monotonic() - started)
-
-
-
-# A clone's checkpoint in S3 (`s3a://`): its label and lineage are objects beside the
-# checkpoint's files, read and written with the checkpoint's S3 client.
-
-
-def s3_checkpoint(location: str, s3_client: Any = None) -> Any:
-    """The S3CheckpointFS of an `s3a://`/`s3://` location, or None for a local one."""
-
-    return open_checkpoint_fs(location, s3_client=s3_client) if is_s3_location(location) else None
-
-
-def read_lineage_s3(fs: Any) -> Any:
-    """The lineage of an S3 checkpoint, parsed as locally, or None."""
-    import tempfile
-
-
-    data = fs.get_text(LINEAGE_FILE)
-    if data is None:
-        return None
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / LINEAGE_FILE).parent.mkdir(parents=True, exist_ok=True)
-        (Path(tmp) / LINEAGE_FILE).write_bytes(data)
-        return read_lineage(Path(tmp))
-
-
-def _expire_s3_clone(store: SnapshotStore, rec: CloneRecord, fs: Any, *, kafka_config: Mapping[str, Any] | None,
-                     dry_run: bool, stop_timeout_s: float) -> CloneExpiry:
-    """As for a local clone: stop it (through the records beside its S3 checkpoint), then
-    delete its objects, only when its label names it."""
-
-    notes: list[str] = []
-    side = S3Sidecar(fs)
-    label = launcher.read_clone_label(side)
-    ours = label is not None and label.clone == rec.clone and label.source_stream == rec.source_stream
-    present = fs.exists()
-    if present and not ours:
-        notes.append(f"checkpoint {fs.location} is not labelled as clone {rec.clone}: neither stopped nor deleted")
-    ids = store.list_snapshot_ids(rec.clone)
-    if dry_run:
-        return CloneExpiry(rec.clone, rec.source_stream, rec.expires_at, "would stop" if ours else "-",
-                           ours and present, len(ids), list(rec.delete_topics), notes)
-    stopped = "-"
-    if ours and present:
-        stopped = launcher.stop(side, timeout_s=stop_timeout_s, requested_by=f"clone expiry of {rec.clone}").outcome
-    deleted = bool(ours and present and fs.delete_all())
-    topics = _release(store, rec, ids, kafka_config)
-    log.info("clone %s of %s expired (%s): stopped %s, checkpoint %s deleted %s, %d snapshots, topics %s",
-             rec.clone, rec.source_stream, rec.expires_at, stopped, fs.location, deleted, len(ids), topics)
-    return CloneExpiry(rec.clone, rec.source_stream, rec.expires_at, stopped, deleted, len(ids), topics, notes)

@@ -31,9 +31,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS
 from airflow_provider_streamstate.engine.checkpoint.liveness import HEARTBEAT_FILE
 from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader, _kafka_offsets
-from airflow_provider_streamstate.engine.checkpoint.sidecar import s3_client_for
+from airflow_provider_streamstate.engine.checkpoint.sidecar import Sidecar, open_sidecar
 from airflow_provider_streamstate.engine.core.errors import CheckpointChanged, NotFoundError, UsageError
 from airflow_provider_streamstate.engine.kafka.offsets import PartitionOffsets
 from airflow_provider_streamstate.engine.streams import launcher
@@ -66,12 +67,20 @@ class ProgressCheck:
         }
 
 
-def newest_commit(checkpoint: str | Path) -> tuple[int | None, datetime | None]:
+Checkpoint = str | Path | Sidecar | CheckpointFS
+
+
+def _reader(checkpoint: Checkpoint) -> CheckpointReader:
+    """A reader of the checkpoint as it is now, through the connection it was opened with."""
+    return CheckpointReader(open_sidecar(checkpoint).fs.fresh())
+
+
+def newest_commit(checkpoint: Checkpoint) -> tuple[int | None, datetime | None]:
     """The newest committed batch and when its commit was written; (None, None) when the
-    checkpoint does not exist yet or has no committed batch. Local or S3 (the object's
-    LastModified, to the second)."""
+    checkpoint does not exist yet or has no committed batch (the file's modification time:
+    S3's to the second)."""
     try:
-        reader = CheckpointReader(str(checkpoint), s3_client=s3_client_for(checkpoint))
+        reader = _reader(checkpoint)
     except NotFoundError:
         return None, None
     committed = reader.committed_batches()
@@ -113,7 +122,7 @@ def _why(st: launcher.StreamStatus, now: datetime) -> str:
     return f"{driver} has not written a heartbeat within {launcher.STARTUP_GRACE_S:.0f}s"
 
 
-def check_progress(checkpoint: str, *, after_batch: int | None = None, freshness_s: float | None = None) -> ProgressCheck:
+def check_progress(checkpoint: Checkpoint, *, after_batch: int | None = None, freshness_s: float | None = None) -> ProgressCheck:
     """Whether the stream on `checkpoint` has committed a batch newer than `after_batch`
     (any batch when None) and, with `freshness_s`, committed it less than that many
     seconds ago. When it has, READY even if the stream has since stopped or died (the
@@ -202,11 +211,11 @@ class LagCheck:
 BrokerOffsets = Callable[[dict[str, dict[str, int]]], list[PartitionOffsets]]
 
 
-def committed_kafka_offsets(checkpoint: str) -> tuple[int, dict[str, dict[str, int]]] | None:
+def committed_kafka_offsets(checkpoint: Checkpoint) -> tuple[int, dict[str, dict[str, int]]] | None:
     """The newest committed batch and the Kafka offsets it read up to, per topic and
     partition (all Kafka sources merged); None when there is no committed batch yet."""
     try:
-        reader = CheckpointReader(str(checkpoint), s3_client=s3_client_for(checkpoint))
+        reader = _reader(checkpoint)
     except NotFoundError:
         return None
     committed = reader.committed_batches()
@@ -224,7 +233,7 @@ def committed_kafka_offsets(checkpoint: str) -> tuple[int, dict[str, dict[str, i
     return n, offsets
 
 
-def check_lag(checkpoint: str, *, max_lag: int, broker_offsets: BrokerOffsets) -> LagCheck:
+def check_lag(checkpoint: Checkpoint, *, max_lag: int, broker_offsets: BrokerOffsets) -> LagCheck:
     """Whether every partition the stream reads is at most `max_lag` records behind the
     broker's end offset. WAITING when some partition is further behind or nothing is
     committed yet; FAILED when the checkpoint is ahead of the broker (the topic was
@@ -234,13 +243,14 @@ def check_lag(checkpoint: str, *, max_lag: int, broker_offsets: BrokerOffsets) -
         raise UsageError(f"max_lag must be a number of records >= 0, not {max_lag!r}")
     found = committed_kafka_offsets(checkpoint)
     if found is None:
-        return LagCheck(WAITING, f"checkpoint {checkpoint} has no committed batch yet", max_lag, None)
+        return LagCheck(WAITING, f"checkpoint {open_sidecar(checkpoint).location} has no committed batch yet",
+                        max_lag, None)
     batch, offsets = found
     try:
         measured = broker_offsets(offsets)
     except NotFoundError as exc:  # engine.kafka.offsets speaks of snapshots; here it is the live stream's topic
         raise NotFoundError(
-            exc.message.replace(" of the snapshot", f" that the stream on {checkpoint} reads"),
+            exc.message.replace(" of the snapshot", f" that the stream on {open_sidecar(checkpoint).location} reads"),
             hint="check that the Kafka connection points at the stream's cluster; if the topic was deleted, "
             "the stream must be reset or restored before it can catch up",
         ) from None

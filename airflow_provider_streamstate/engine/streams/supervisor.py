@@ -43,8 +43,8 @@ from typing import Any, Literal
 from airflow_provider_streamstate.engine.catalog.index import list_summaries
 from airflow_provider_streamstate.engine.catalog.snapshots import get_snapshot, resolve_snapshot
 from airflow_provider_streamstate.engine.catalog.verify import verify_snapshots
-from airflow_provider_streamstate.engine.checkpoint.filesystems import is_s3_location
-from airflow_provider_streamstate.engine.checkpoint.sidecar import s3_client_for
+from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS
+from airflow_provider_streamstate.engine.checkpoint.sidecar import Sidecar, open_sidecar
 from airflow_provider_streamstate.engine.core.cancel import check_cancelled
 from airflow_provider_streamstate.engine.core.errors import StreamstateError, UsageError
 from airflow_provider_streamstate.engine.kafka.offsets import PartitionOffsets
@@ -58,6 +58,7 @@ from airflow_provider_streamstate.engine.streams.health import (
     check_progress,
     newest_commit,
 )
+from airflow_provider_streamstate.engine.streams.records import LOG_DIR, stop_requested
 
 log = logging.getLogger("streamstate.supervisor")
 
@@ -164,7 +165,7 @@ BrokerOffsets = Callable[[dict[str, dict[str, int]]], list[PartitionOffsets]]
 
 def supervise(
     stream: str,
-    checkpoint: str | Path,
+    checkpoint: str | Path | CheckpointFS,
     *,
     start: StartFn,
     policy: SupervisionPolicy,
@@ -175,17 +176,17 @@ def supervise(
 ) -> SupervisionReport:
     """One supervision round of `stream` on `checkpoint` (see the module docstring).
     `store` opens the snapshot store (needed only to restore); `snapshot` names what to
-    restore: `latest` (the newest on the current timeline that verifies) or an id."""
+    restore: `latest` (the newest on the current timeline that verifies) or an id. A remote
+    checkpoint given as an opened `CheckpointFS` is read and written with its connection."""
 
-    # A local (or mounted) checkpoint as its absolute path, an S3 one as its URL: every step
-    # below reads the records and the checkpoint through its storage, from any host.
-    root: str | Path = str(checkpoint) if is_s3_location(str(checkpoint)) else launcher.local_checkpoint(checkpoint)
+    # Every step below reads the records and the checkpoint through its storage, from any host.
+    root = open_sidecar(checkpoint)
     st = launcher.status(root)
     decided_at = datetime.now(UTC).isoformat().replace("+00:00", "Z")
     batch = _newest_batch(root)
 
     def report(action: str, message: str, **kw: Any) -> SupervisionReport:
-        return SupervisionReport(stream, str(root), st.state, action, message, kw.pop("batch_id", batch),
+        return SupervisionReport(stream, root.location, st.state, action, message, kw.pop("batch_id", batch),
                                  decided_at=decided_at, **kw)
 
     if st.state in ("running", "starting"):
@@ -195,7 +196,7 @@ def supervise(
             f"stream {stream} was never started on {root} (no launch record, no heartbeat)",
             hint="start it (StartStreamOperator) before supervising it",
         )
-    requested = launcher.stop_requested(root, since=_started_at(st)) if st.state == "stopped" else None
+    requested = stop_requested(root, since=_started_at(st)) if st.state == "stopped" else None
     if requested:
         return report("left-stopped", f"stream {stream} is stopped ({requested}); left alone")
 
@@ -205,6 +206,7 @@ def supervise(
         raise SupervisionFailed(f"stream {stream} is {st.state}: {failure}",
                                 hint="restart it, or let the supervisor do it (restart=True)")
     log.info("stream %s is %s (%s): restarting it from its checkpoint at batch %s", stream, st.state, failure, batch)
+    launcher.clean_up_ended(root)  # what its ended application left on the cluster (its confs)
     timings: list[RecoveryTimings] = []
     ok, why = _start_and_settle(stream, root, start, policy.settle_s, timings, broker_offsets)
     if ok:
@@ -228,8 +230,7 @@ def supervise(
              manifest.snapshot_id, manifest.batch_id)
 
     with _logs_kept(root):  # the failed runs' logs are the post-mortem: a restore replaces the whole directory
-        restore_snapshot(store(), stream, manifest.snapshot_id, root, force=True, parallelism=parallelism,
-                         s3_client=s3_client_for(root))
+        restore_snapshot(store(), stream, manifest.snapshot_id, root.fs.fresh(), force=True, parallelism=parallelism)
     ok, why_after = _start_and_settle(stream, root, start, policy.settle_s, timings, broker_offsets)
     if not ok:
         raise SupervisionFailed(
@@ -246,7 +247,7 @@ def supervise(
     )
 
 
-def _check_running(stream: str, root: str | Path, state: str, policy: SupervisionPolicy,
+def _check_running(stream: str, root: Sidecar, state: str, policy: SupervisionPolicy,
                    broker_offsets: BrokerOffsets | None, report: Callable[..., SupervisionReport]) -> SupervisionReport:
     if state == "starting":
         return report("none", f"stream {stream} is starting")
@@ -255,10 +256,10 @@ def _check_running(stream: str, root: str | Path, state: str, policy: Supervisio
         if broker_offsets is None:
             raise UsageError(f"checking stream {stream}'s lag needs its Kafka cluster",
                              hint="give the stream spec a kafka_conn_id")
-        lag = check_lag(str(root), max_lag=policy.max_lag or 0, broker_offsets=broker_offsets)
+        lag = check_lag(root, max_lag=policy.max_lag or 0, broker_offsets=broker_offsets)
     total = lag.total_lag if lag is not None else None
     if policy.freshness_s is not None and total:
-        progress = check_progress(str(root), freshness_s=policy.freshness_s)
+        progress = check_progress(root, freshness_s=policy.freshness_s)
         if progress.outcome != READY:
             raise SupervisionFailed(
                 f"stream {stream} is stalled: {progress.message}, while {total} records wait on its topics",
@@ -273,7 +274,7 @@ def _check_running(stream: str, root: str | Path, state: str, policy: Supervisio
                   total_lag=total)
 
 
-def _start_and_settle(stream: str, root: str | Path, start: StartFn, settle_s: float,
+def _start_and_settle(stream: str, root: Sidecar, start: StartFn, settle_s: float,
                       timings: list[RecoveryTimings], broker_offsets: BrokerOffsets | None) -> tuple[bool, str]:
     """Start the stream and watch it: (True, how) once it commits a batch newer than the
     checkpoint's, has nothing left to read (with `broker_offsets`), or stays running for
@@ -293,7 +294,7 @@ def _start_and_settle(stream: str, root: str | Path, start: StartFn, settle_s: f
     deadline = time.monotonic() + settle_s
     while True:
         check_cancelled()
-        progress = check_progress(str(root), after_batch=before)
+        progress = check_progress(root, after_batch=before)
         if progress.outcome == READY and progress.state in ("running", "starting"):
             timings.append(RecoveryTimings(launch_s, spark_s, time.monotonic() - t0))
             return True, f"it committed batch {progress.batch_id}"
@@ -310,12 +311,12 @@ def _start_and_settle(stream: str, root: str | Path, start: StartFn, settle_s: f
         time.sleep(1.0)
 
 
-def _caught_up(root: str | Path, broker_offsets: BrokerOffsets | None) -> bool:
+def _caught_up(root: Sidecar, broker_offsets: BrokerOffsets | None) -> bool:
     """The running stream has read everything its topics hold (so no batch is coming)."""
     if broker_offsets is None:
         return False
     try:
-        return check_lag(str(root), max_lag=0, broker_offsets=broker_offsets).total_lag == 0
+        return check_lag(root, max_lag=0, broker_offsets=broker_offsets).total_lag == 0
     except StreamstateError:
         return False  # no Kafka source, broker unreachable: settle by time
 
@@ -355,13 +356,14 @@ def _newest_verified(store: SnapshotStore, stream: str, snapshot: str, paralleli
 
 
 @contextlib.contextmanager
-def _logs_kept(root: str | Path) -> Iterator[None]:
-    """Move the driver logs out of a local `root` for the duration, then back in (an S3
-    checkpoint's logs live on the launching hosts, not in the checkpoint)."""
-    if not isinstance(root, Path):
+def _logs_kept(side: Sidecar) -> Iterator[None]:
+    """Move the driver logs out of a local checkpoint for the duration, then back in (a
+    remote checkpoint's logs live on the launching hosts, not in the checkpoint)."""
+    root = side.fs.local_path
+    if root is None:
         yield
         return
-    logs = root / launcher.LOG_DIR
+    logs = root / LOG_DIR
     if not logs.is_dir():
         yield
         return
@@ -377,7 +379,7 @@ def _logs_kept(root: str | Path) -> Iterator[None]:
         shutil.rmtree(aside, ignore_errors=True)
 
 
-def _newest_batch(root: str | Path) -> int | None:
+def _newest_batch(root: Sidecar) -> int | None:
     return newest_commit(root)[0]
 
 

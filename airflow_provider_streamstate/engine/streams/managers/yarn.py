@@ -1,18 +1,25 @@
-"""A stream's driver on YARN (cluster deploy mode), seen and stopped through the
-ResourceManager's REST API, from any host that reaches it.
+"""YARN: a driver in cluster deploy mode runs in the application master's container, seen
+and stopped through the ResourceManager's REST API from any host that reaches it.
 
-In cluster mode spark-submit only submits: the driver runs in the application master's
-container on the cluster, and the launching process (an Airflow task) may end at once. What
-a launch records beside the checkpoint (engine/streams/launcher.py) is then the application
-id and the ResourceManager's address; any worker asks the ResourceManager
-(`GET /ws/v1/cluster/apps/{id}`: state, final status, diagnostics) and kills through it
-(`PUT /ws/v1/cluster/apps/{id}/state {"state": "KILLED"}`, as the submitting user:
-`?user.name=`, which unsecured clusters with ACLs need and others ignore).
+In cluster mode spark-submit only submits (`spark.yarn.submit.waitAppCompletion=false`),
+and the launching process (an Airflow task) may end at once. What a launch records beside
+the checkpoint is the application id spark-submit printed and the ResourceManager's address;
+any worker asks the ResourceManager (`GET /ws/v1/cluster/apps/{id}`: state, final status,
+diagnostics) and kills through it (`PUT /ws/v1/cluster/apps/{id}/state {"state": "KILLED"}`,
+as the submitting user: `?user.name=`, which unsecured clusters with ACLs need and others
+ignore). One attempt only (`spark.yarn.maxAppAttempts=1`): a second attempt of the
+application master would run the same launch (the same fencing token) beside a first one
+YARN lost touch with.
 
 The ResourceManager is found the way spark-submit finds it: `yarn-site.xml` in
 `YARN_CONF_DIR` or `HADOOP_CONF_DIR` (`yarn.resourcemanager.webapp.address`, or its HTTPS
 twin under `yarn.http.policy=HTTPS_ONLY`; every RM of an HA pair). A Kerberos-secured
-ResourceManager (SPNEGO) is not supported here: docs/deployment.md. Pure Python (urllib).
+ResourceManager (SPNEGO) is not supported here: docs/deployment.md.
+
+Spark copies every conf of the application into its staging directory
+(`<spark.yarn.stagingDir or the user's home>/.sparkStaging/<id>`) and removes it when the
+application ends by itself; a killed one leaves it, confs and all: `clean_up` removes it.
+Pure Python (urllib).
 """
 
 from __future__ import annotations
@@ -20,19 +27,27 @@ from __future__ import annotations
 import getpass
 import http.client
 import json
-import os
+import logging
 import re
 import urllib.error
 import urllib.parse
 import urllib.request
-import xml.etree.ElementTree as ET
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_streamstate.engine.core.errors import NotFoundError, TransientError, UsageError
-from airflow_provider_streamstate.engine.streams.kubernetes import option_value
+from airflow_provider_streamstate.engine.core import hadoop_conf
+from airflow_provider_streamstate.engine.core.errors import (
+    NotFoundError,
+    StreamstateError,
+    TransientError,
+    UsageError,
+)
+from airflow_provider_streamstate.engine.streams.command import cluster_deploy_mode, conf_value, with_confs
+from airflow_provider_streamstate.engine.streams.managers.base import ClusterApp, ClusterManager, Prepared
+
+log = logging.getLogger("streamstate.launcher")
 
 APP_ID = re.compile(r"\bapplication_\d+_\d+\b")
 STARTING = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED")
@@ -54,6 +69,10 @@ class YarnApp:
     @property
     def ended(self) -> bool:
         return self.state in ENDED
+
+    @property
+    def missing(self) -> bool:
+        return False  # an application the ResourceManager does not know is a NotFoundError
 
     def stream_state(self) -> str:
         """The launcher's word for it: starting, running, stopped (ended successfully),
@@ -144,11 +163,6 @@ def _checked(app_id: str) -> str:
     return app_id
 
 
-def yarn_cluster_mode(command: Sequence[str]) -> bool:
-    """Whether spark-submit `command` runs its driver on YARN (`--master yarn --deploy-mode cluster`)."""
-    return option_value(command, "--master") == "yarn" and option_value(command, "--deploy-mode") == "cluster"
-
-
 def submitted_app_id(spark_submit_output: str) -> str | None:
     """The application id spark-submit printed when it submitted ("Submitted application
     application_..."), or None."""
@@ -159,35 +173,13 @@ def submitted_app_id(spark_submit_output: str) -> str | None:
     return ids[-1] if ids else None
 
 
-def resource_manager_urls(env: dict[str, str] | None = None) -> list[str]:
+def resource_manager_urls(env: Mapping[str, str] | None = None) -> list[str]:
     """The ResourceManager web addresses in the YARN configuration spark-submit reads
     (`yarn-site.xml` in YARN_CONF_DIR, else HADOOP_CONF_DIR); [] when there is none."""
-    environ = {**os.environ, **(env or {})}
-    for var in ("YARN_CONF_DIR", "HADOOP_CONF_DIR"):
-        site = Path(environ.get(var, "")) / "yarn-site.xml"
-        if environ.get(var) and site.is_file():
-            return _urls_from_site(site)
-    return []
-
-
-def _urls_from_site(site: Path) -> list[str]:
-    props: dict[str, str] = {}
-    try:
-        root = ET.parse(site).getroot()
-    except (ET.ParseError, OSError) as exc:
-        raise UsageError(f"cannot read the YARN configuration {site}: {exc}",
-                         hint="point YARN_CONF_DIR or HADOOP_CONF_DIR at the cluster's configuration") from None
-    for prop in root.iter("property"):
-        name, value = prop.findtext("name"), prop.findtext("value")
-        if name and value is not None:
-            props[name.strip()] = value.strip()
-    for name, value in props.items():  # Hadoop's ${other.key} references, as Configuration.get expands them
-        for _ in range(5):
-            expanded = re.sub(r"\$\{([^}]+)\}", lambda m: props.get(m.group(1), m.group(0)), value)
-            if expanded == value:
-                break
-            value = expanded
-        props[name] = value
+    site = hadoop_conf.site_file("yarn-site.xml", env, yarn=True)
+    if site is None:
+        return []
+    props = hadoop_conf.read_site(site)
     https = props.get("yarn.http.policy", "HTTP_ONLY") == "HTTPS_ONLY"
     key = "yarn.resourcemanager.webapp.https.address" if https else "yarn.resourcemanager.webapp.address"
     scheme = "https" if https else "http"
@@ -202,3 +194,91 @@ def _urls_from_site(site: Path) -> list[str]:
 
 def _with_default_port(host: str | None, https: bool) -> str | None:
     return f"{host}:{8090 if https else 8088}" if host else None
+
+
+# spark-submit says where it stages the application: "Uploading resource X -> <dir>/.sparkStaging/<id>/<file>".
+_STAGING = re.compile(r"-> (\S+?/\.sparkStaging/(application_\d+_\d+))/")
+
+
+def staging_base(command: Sequence[str], env: Mapping[str, str]) -> str:
+    """Where Spark stages a YARN application's files: `spark.yarn.stagingDir`, else the
+    submitting user's home on the cluster's default filesystem (`fs.defaultFS`), as
+    Spark's YARN client decides."""
+    configured = conf_value(command, "spark.yarn.stagingDir")
+    if configured:
+        return configured.rstrip("/")
+    default_fs = hadoop_conf.load("core-site.xml", env=env).get("fs.defaultFS", "file:///")
+    if default_fs.startswith("file:"):
+        return f"file:{Path.home()}"
+    return f"{default_fs.rstrip('/')}/user/{getpass.getuser()}"
+
+
+class YarnManager(ClusterManager):
+    """`--master yarn`: the driver on the cluster in cluster deploy mode, here in client mode."""
+
+    name = "yarn"
+
+    def accepts(self, master: str) -> bool:
+        return master == "yarn"
+
+    def driver_on_cluster(self, command: Sequence[str]) -> bool:
+        return cluster_deploy_mode(command)
+
+    def check(self, command: Sequence[str], env: Mapping[str, str]) -> None:
+        if self.driver_on_cluster(command) and not resource_manager_urls(env):  # before YARN accepts anything
+            raise UsageError("cluster deploy mode on YARN needs the cluster's configuration",
+                             hint="set YARN_CONF_DIR or HADOOP_CONF_DIR (in the spec's or the job's env) to the "
+                             "directory of its yarn-site.xml")
+
+    def prepare(self, command: Sequence[str], *, name: str, launch_id: str, settings: Mapping[str, str],
+                env: Mapping[str, str]) -> Prepared:
+        if not self.driver_on_cluster(command):
+            return Prepared(list(command), dict(env), None)
+        self.check(command, env)
+        confs = [("spark.yarn.submit.waitAppCompletion", "false"), ("spark.yarn.maxAppAttempts", "1"),
+                 *((f"spark.yarn.appMasterEnv.{k}", v) for k, v in sorted(settings.items()))]
+        app = ClusterApp(self.name, None, resource_manager_urls(env), getpass.getuser(),
+                         staging=staging_base(command, env))
+        return Prepared(with_confs(command, confs), submit_client_env(env), app)
+
+    def identify(self, app: ClusterApp, output: str) -> ClusterApp:
+        app_id = submitted_app_id(output)
+        staged = next((m.group(1) for m in _STAGING.finditer(output) if m.group(2) == app_id), None)
+        return replace(app, app_id=app_id, staging=staged or (f"{app.staging}/.sparkStaging/{app_id}"
+                                                              if app.staging and app_id else app.staging))
+
+    def known(self, app: ClusterApp) -> bool:
+        return bool(app.app_id and app.rm_urls)
+
+    def report(self, app: ClusterApp) -> YarnApp:
+        assert app.app_id is not None
+        return ResourceManager(app.rm_urls, user=app.user or None, timeout_s=5).app(app.app_id)
+
+    def kill(self, app: ClusterApp) -> None:
+        assert app.app_id is not None
+        ResourceManager(app.rm_urls, user=app.user or None).kill(app.app_id)
+
+    def clean_up(self, app: ClusterApp) -> list[str]:
+        from airflow_provider_streamstate.engine.checkpoint.filesystems import open_checkpoint_fs
+
+        if not app.staging or not app.app_id or not app.staging.rstrip("/").endswith(f".sparkStaging/{app.app_id}"):
+            return []
+        try:
+            removed = open_checkpoint_fs(app.staging).delete_all()
+        except (StreamstateError, OSError) as exc:
+            why = exc.one_line() if isinstance(exc, StreamstateError) else str(exc)
+            log.warning("could not remove the staging directory %s of %s: %s", app.staging, app.app_id, why)
+            return []
+        return [f"removed the staging directory {app.staging} ({removed} files)"] if removed else []
+
+
+# spark-submit only hands the application to YARN: a small JVM (cluster mode sets no -Xmx
+# of its own, so the default would be a quarter of the host's memory).
+SUBMIT_CLIENT_JVM = "-Xms32m -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+
+
+def submit_client_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a spark-submit that only submits."""
+    out = dict(env)
+    out["SPARK_SUBMIT_OPTS"] = f"{SUBMIT_CLIENT_JVM} {out.get('SPARK_SUBMIT_OPTS', '')}".strip()
+    return out

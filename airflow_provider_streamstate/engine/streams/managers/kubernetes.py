@@ -1,7 +1,7 @@
-"""A stream's driver on Kubernetes (cluster deploy mode): named by the launcher, seen and
+"""Kubernetes: a driver in cluster deploy mode runs in a pod the launcher names, seen and
 deleted through the Kubernetes API, from any host that reaches it.
 
-The same shape as YARN (engine/streams/yarn.py): spark-submit only submits
+The same shape as YARN (engine/streams/managers/yarn.py): spark-submit only submits
 (`spark.kubernetes.submission.waitAppCompletion=false`); the launcher names the driver pod
 itself (`spark.kubernetes.driver.pod.name`, unique per launch), so the launch record beside
 the checkpoint says where the driver is before spark-submit has said anything; the
@@ -16,32 +16,19 @@ against a real cluster here (none is available): docs/deployment.md says what is
 
 from __future__ import annotations
 
+import getpass
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from airflow_provider_streamstate.engine.core.errors import TransientError, UsageError
+from airflow_provider_streamstate.engine.streams.command import cluster_deploy_mode, conf_value, with_confs
+from airflow_provider_streamstate.engine.streams.managers.base import ClusterApp, ClusterManager, Prepared
 
 _NOT_DNS = re.compile(r"[^a-z0-9-]+")
 _NEVER_STARTS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError",
                  "CreateContainerError")
-
-
-def kubernetes_cluster_mode(command: Sequence[str]) -> bool:
-    """Whether spark-submit `command` runs its driver in a pod (`--master k8s://... --deploy-mode cluster`)."""
-    master = option_value(command, "--master") or ""
-    return master.startswith("k8s://") and option_value(command, "--deploy-mode") == "cluster"
-
-
-def option_value(command: Sequence[str], name: str) -> str | None:
-    """The value of spark-submit option `name` in `command` (`--name V` or `--name=V`), or None."""
-    for i, arg in enumerate(command):
-        if arg == name and i + 1 < len(command):
-            return command[i + 1]
-        if arg.startswith(name + "="):
-            return arg.partition("=")[2]
-    return None
 
 
 def driver_pod_name(stream: str, launch_id: str) -> str:
@@ -53,20 +40,49 @@ def driver_pod_name(stream: str, launch_id: str) -> str:
 
 def namespace_of(command: Sequence[str]) -> str:
     """The namespace spark-submit will create the driver pod in (`spark.kubernetes.namespace`)."""
-    for i, arg in enumerate(command):
-        if arg == "--conf" and i + 1 < len(command) and command[i + 1].startswith("spark.kubernetes.namespace="):
-            return command[i + 1].partition("=")[2]
-    return "default"
+    return conf_value(command, "spark.kubernetes.namespace") or "default"
 
 
-def submission_confs(pod: str, settings: Mapping[str, str]) -> list[str]:
-    """The `--conf` arguments a cluster-mode launch adds: return once submitted, the driver
-    pod's name, and the supervised driver's settings in its environment."""
-    out = ["--conf", "spark.kubernetes.submission.waitAppCompletion=false",
-           "--conf", f"spark.kubernetes.driver.pod.name={pod}"]
-    for key, value in sorted(settings.items()):
-        out += ["--conf", f"spark.kubernetes.driverEnv.{key}={value}"]
-    return out
+def submission_confs(pod: str, settings: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The confs a cluster-mode launch adds: return once submitted, the driver pod's name,
+    and the driver's settings in its environment."""
+    return [("spark.kubernetes.submission.waitAppCompletion", "false"), ("spark.kubernetes.driver.pod.name", pod),
+            *((f"spark.kubernetes.driverEnv.{k}", v) for k, v in sorted(settings.items()))]
+
+
+class KubernetesManager(ClusterManager):
+    """`--master k8s://...`: the driver in a pod in cluster deploy mode, here in client mode."""
+
+    name = "kubernetes"
+
+    def accepts(self, master: str) -> bool:
+        return master.startswith("k8s://")
+
+    def driver_on_cluster(self, command: Sequence[str]) -> bool:
+        return cluster_deploy_mode(command)
+
+    def prepare(self, command: Sequence[str], *, name: str, launch_id: str, settings: Mapping[str, str],
+                env: Mapping[str, str]) -> Prepared:
+        if not self.driver_on_cluster(command):
+            return Prepared(list(command), dict(env), None)
+        # The driver runs in a pod the launcher names: known before spark-submit says anything.
+        pod = driver_pod_name(name, launch_id)
+        app = ClusterApp(self.name, None, [], getpass.getuser(), namespace_of(command), pod)
+        return Prepared(with_confs(command, submission_confs(pod, settings)), dict(env), app)
+
+    def known(self, app: ClusterApp) -> bool:
+        return bool(app.namespace and app.pod)
+
+    def describe(self, app: ClusterApp) -> str:
+        return f"pod {app.namespace}/{app.pod}"
+
+    def report(self, app: ClusterApp) -> DriverPod:
+        assert app.namespace is not None and app.pod is not None
+        return KubernetesApi().pod(app.namespace, app.pod)
+
+    def kill(self, app: ClusterApp) -> None:
+        if app.namespace and app.pod:
+            KubernetesApi().delete(app.namespace, app.pod)
 
 
 @dataclass(frozen=True)
@@ -87,6 +103,11 @@ class DriverPod:
     @property
     def am_container_logs(self) -> str | None:
         return None
+
+    @property
+    def missing(self) -> bool:
+        """The API has no such pod: deleted, or not created yet."""
+        return self.state == "Gone"
 
     def stream_state(self) -> str:
         """The launcher's word: starting, running, stopped, failed or dead (killed, evicted,

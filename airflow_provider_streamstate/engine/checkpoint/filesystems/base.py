@@ -1,0 +1,217 @@
+"""Where a checkpoint lives, as one interface: what the planner reads, the records kept
+beside it, and how a restore writes a whole new checkpoint there.
+
+Every backend (a local or mounted directory, an S3 prefix, an HDFS directory) implements
+the abstract methods; the capabilities with a default (`local_path`, `stored_sha256`,
+`object_ref`) say where a backend can do better, and callers ask them instead of asking
+which kind of filesystem they hold. A restore stages the new checkpoint beside the target
+and publishes it whole (`stage`, `Staging`): by an atomic directory swap where the
+filesystem renames directories, behind an "incomplete" marker where it cannot (S3).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+if TYPE_CHECKING:
+    from airflow_provider_streamstate.engine.core.manifest import FileEntry
+    from airflow_provider_streamstate.engine.stores.base import ObjectRef, SnapshotStore
+
+MAX_RECORD_BYTES = 1 << 20  # records are small; a bigger one is refused as unreadable
+ENV_HOME = "STREAMSTATE_HOME"
+
+
+def streamstate_home() -> Path:
+    """This host's working directory of the engine: $STREAMSTATE_HOME, default ~/.streamstate."""
+    return Path(os.environ.get(ENV_HOME) or Path.home() / ".streamstate").expanduser()
+
+
+def host_dir_for(location: str) -> Path:
+    """This host's directory for a remote location (`scheme://authority/path`): below
+    $STREAMSTATE_HOME, named after the location, unique to it."""
+    scheme, _, rest = location.partition("://")
+    authority, _, path = rest.partition("/")
+    tag = hashlib.sha256(location.encode()).hexdigest()[:12]
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", authority) or "_"
+    kind = "s3" if scheme in ("s3", "s3a") else scheme
+    return streamstate_home() / kind / safe / f"{path.replace('/', '_')[:100]}-{tag}"
+
+
+@dataclass(frozen=True)
+class FileStat:
+    size: int
+    mtime_ns: int
+    etag: str | None = None  # S3 only: what a read must still find
+    regular: bool = True
+
+
+class CheckpointFS(ABC):
+    """One checkpoint's files, by POSIX path relative to its root."""
+
+    location: str  # canonical location, recorded in manifests and compared for hash reuse
+    # The location as Spark names it for a query started on it (scheme and symlinks as given):
+    # what operator metadata v2 records, and so what a restore writes into a copy's.
+    spark_location: str
+    # The directory on this host's filesystem, when it is one: what only a local directory
+    # allows (hashing while storing, renaming a whole directory atomically, file locks).
+    local_path: Path | None = None
+
+    @property
+    def shared_location(self) -> str:
+        """The checkpoint as every host names it (what the records and drivers are told): a
+        local path with its symlinks kept, or the URL."""
+        return self.location
+
+    # --- reading: the planner ------------------------------------------------------------
+
+    def refresh(self) -> None:  # noqa: B027 - a capability: most filesystems cache nothing
+        """Start a new plan: forget cached listings; nothing to do where nothing is cached."""
+
+    @abstractmethod
+    def exists(self) -> bool: ...
+
+    @abstractmethod
+    def is_dir(self, rel: str) -> bool: ...
+
+    @abstractmethod
+    def listdir(self, rel: str) -> list[str]:
+        """Names directly below `rel`; FileNotFoundError when it is not there."""
+
+    @abstractmethod
+    def stat(self, rel: str) -> FileStat | None:
+        """The file's identity, or None when absent."""
+
+    def read_bytes(self, rel: str) -> bytes:
+        """A whole (small) file of the plan; FileNotFoundError when absent."""
+        st = self.stat(rel)
+        if st is None:
+            raise FileNotFoundError(rel)
+        with self.open_checked(rel, st) as f:
+            return f.read()
+
+    @abstractmethod
+    def walk(self, rel: str) -> Iterator[tuple[str, list[str], list[str]]]:
+        """(dir rel, subdirectory names, file names) top-down, like os.walk."""
+
+    @abstractmethod
+    def open_checked(self, rel: str, expected: FileStat) -> AbstractContextManager[BinaryIO]:
+        """Read a file the plan saw; CheckpointChanged when it is not that file any more
+        (checked before the read where the backend can, else by the caller's stat after)."""
+
+    def stored_sha256(self, rel: str, expected: FileStat) -> str | None:
+        """The file's SHA-256 as the filesystem recorded it when it was written (hex), so
+        that it need not be read to be named; None where there is none."""
+        return None
+
+    def object_ref(self, rel: str, expected: FileStat | None = None) -> ObjectRef | None:
+        """The file as an object a store on the same service can copy server-side
+        (`SnapshotStore.copy_in`); None where there is no such copy."""
+        return None
+
+    # --- small records beside the checkpoint (engine/checkpoint/sidecar.py) ----------------
+
+    @abstractmethod
+    def read_record(self, rel: str, *, limit: int = MAX_RECORD_BYTES) -> bytes | None:
+        """The record's bytes (at most `limit` + 1 of them), or None when there is none.
+        Read now, never from a plan's listing."""
+
+    @abstractmethod
+    def write_record(self, rel: str, data: bytes, *, content_type: str = "application/json") -> None:
+        """Create or replace the record (or any whole file: Data Docs) atomically: a reader
+        sees the old or the new. `content_type` where the filesystem keeps one (S3)."""
+
+    @abstractmethod
+    def create_record(self, rel: str, data: bytes) -> bool:
+        """Create the record only if there is none: True when this call created it. Of
+        writers racing from any hosts, exactly one wins."""
+
+    @abstractmethod
+    def record_names(self, rel_dir: str) -> list[str]:
+        """The names of the records directly in `rel_dir` (none when it does not exist)."""
+
+    @abstractmethod
+    def delete_record(self, rel: str) -> None:
+        """Remove the record; an absent one is not an error."""
+
+    def where(self, rel: str) -> str:
+        """The file's full path or URL, for messages."""
+        return f"{self.location.rstrip('/')}/{rel}"
+
+    # --- writing: restores, clone expiry, scratch copies ----------------------------------
+
+    @abstractmethod
+    def child(self, rel: str) -> CheckpointFS:
+        """The location `rel` below this one, on the same filesystem and connection."""
+
+    def fresh(self) -> CheckpointFS:
+        """The same location on the same connection, with nothing cached (a new plan's view)."""
+        return self.child("")
+
+    @abstractmethod
+    def files(self) -> dict[str, int]:
+        """Every file below the location now (rel -> size), from a fresh listing."""
+
+    @abstractmethod
+    def delete_all(self) -> int:
+        """Delete everything below the location (what is there now); how many files went."""
+
+    @abstractmethod
+    def stage(self, *, fsync: bool = True, direct: bool = False) -> Staging:
+        """Begin writing a new checkpoint for this location: beside it, published whole by
+        `Staging.publish`; `direct` writes straight into the location (a scratch copy
+        nobody runs: nothing to publish)."""
+
+    def recover(self) -> list[str]:
+        """Repair what a restore of this location that crashed left (its staging, a
+        half-done swap); what was done."""
+        return []
+
+    def host_dir(self) -> Path:
+        """Where this host keeps what belongs to this location but not on it (a stream's
+        driver logs, the launch lock): the directory itself when it is local."""
+        return self.local_path if self.local_path is not None else host_dir_for(self.location)
+
+
+class Staging(ABC):
+    """A checkpoint being written beside its target and published whole."""
+
+    target: CheckpointFS
+
+    @abstractmethod
+    def write_blob(self, store: SnapshotStore, entry: FileEntry) -> None:
+        """Blob `entry.sha256` as file `entry.path`, every byte checked against its sha256
+        (CorruptionError naming the file) before anything relies on it."""
+
+    @abstractmethod
+    def copy(self, src_rel: str, entry: FileEntry) -> None:
+        """`entry.path` with the content of the staged `src_rel` (identical files)."""
+
+    @abstractmethod
+    def put(self, rel: str, data: bytes) -> None:
+        """A file written from bytes (rewritten offsets, lineage, metadata)."""
+
+    @abstractmethod
+    def check(self, want: dict[str, int]) -> None:
+        """The staged files are exactly `want` (rel -> size), durably: CorruptionError else."""
+
+    @abstractmethod
+    def publish(self, *, carry: tuple[str, ...] = ()) -> None:
+        """Put the staged checkpoint in place of the target's content, whole: a crash leaves
+        the old checkpoint, the new one, or (S3) a target marked incomplete. Files below
+        the `carry` directories of the old target are kept (launch generations)."""
+
+    @abstractmethod
+    def discard(self) -> None:
+        """Remove whatever was staged (after a failure)."""
+
+    def stats(self) -> dict[str, Any]:
+        """What the staging did that a result reports (bytes copied server side)."""
+        return {}

@@ -1,0 +1,324 @@
+"""A checkpoint in HDFS (`hdfs://namenode:8020/path`), where Spark-on-YARN streams keep it,
+read and written through WebHDFS (engine/stores/webhdfs.py).
+
+Reading. A file's identity is (length, modification time, inode id): Spark writes every
+checkpoint file under a temp name and renames it into place, so a file rewritten under the
+same name is a new inode. `open_checked` compares the inode and length before the read and
+again after it: a file Spark replaced meanwhile fails the read (CheckpointChanged, the cut
+is planned again). Directory listings are cached for one plan.
+
+Records are files created complete under a hidden temp name and renamed into place:
+`RENAME` without overwrite is create-only (of racing writers exactly one wins), with
+`renameoptions=OVERWRITE` it replaces atomically.
+
+Restoring. HDFS renames directories atomically, so a restore is the local one: every file
+is written into a staging directory beside the target, hashed as it is streamed from the
+store and checked against its sha256 (a mismatch deletes it and fails the restore), the
+staging is listed and compared with the manifest, and then swapped in with two renames
+(the old checkpoint aside, the new one in place, the old one deleted); a crash between the
+two is repaired by the next restore of the target, which renames the old one back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, BinaryIO
+
+from airflow_provider_streamstate.engine.checkpoint.filesystems.base import (
+    MAX_RECORD_BYTES,
+    CheckpointFS,
+    FileStat,
+    Staging,
+)
+from airflow_provider_streamstate.engine.core.cancel import check_cancelled
+from airflow_provider_streamstate.engine.core.digest import CHUNK
+from airflow_provider_streamstate.engine.core.errors import CheckpointChanged, CorruptionError
+from airflow_provider_streamstate.engine.core.manifest import FileEntry
+from airflow_provider_streamstate.engine.stores.base import SnapshotStore
+from airflow_provider_streamstate.engine.stores.webhdfs import HdfsPath, WebHdfs
+
+_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.streamstate-(?P<kind>restore|old)-[0-9a-f]+$")
+
+
+def open_hdfs(location: str, client: Any = None, conn_id: str | None = None) -> HdfsCheckpointFS:
+    """The filesystem of an `hdfs://` location, through `client` (a WebHdfs), else one
+    configured from HADOOP_CONF_DIR."""
+    where = HdfsPath.parse(location)
+    if not isinstance(client, WebHdfs) or client.authority not in ("", where.authority):
+        client = WebHdfs.for_authority(where.authority)  # none given, or another service's connection
+    return HdfsCheckpointFS(where, client, given=location.rstrip("/"))
+
+
+def _stat(s: dict[str, Any]) -> FileStat:
+    return FileStat(int(s.get("length", 0)), int(s.get("modificationTime", 0)) * 1_000_000,
+                    str(s.get("fileId", "")) or None, s.get("type") == "FILE")
+
+
+class HdfsCheckpointFS(CheckpointFS):
+    """A checkpoint directory in HDFS."""
+
+    def __init__(self, where: HdfsPath, client: WebHdfs, *, given: str | None = None) -> None:
+        self.where_ = where
+        self.client = client
+        self.location = where.uri
+        self.spark_location = given or where.uri
+        self._dirs: dict[str, list[dict[str, Any]] | None] = {}
+
+    def path(self, rel: str) -> str:
+        return self.where_.join(rel).path
+
+    # --- reading -------------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        self._dirs.clear()
+
+    def _list(self, rel: str) -> list[dict[str, Any]] | None:
+        if rel not in self._dirs:
+            self._dirs[rel] = self.client.list(self.path(rel))
+        return self._dirs[rel]
+
+    def exists(self) -> bool:
+        return self.client.status(self.path("")) is not None
+
+    def is_dir(self, rel: str) -> bool:
+        entries = self._list(rel)
+        if entries is None:
+            return False
+        if len(entries) == 1 and entries[0].get("pathSuffix") == "" and entries[0].get("type") == "FILE":
+            return False  # LISTSTATUS of a file answers the file itself
+        return True
+
+    def listdir(self, rel: str) -> list[str]:
+        entries = self._list(rel)
+        if entries is None or not self.is_dir(rel):
+            raise FileNotFoundError(rel)
+        return sorted(e["pathSuffix"] for e in entries)
+
+    def stat(self, rel: str) -> FileStat | None:
+        parent, _, name = rel.rpartition("/")
+        entries = self._list(parent)
+        if entries is not None:
+            for e in entries:
+                if e.get("pathSuffix") == name:
+                    return _stat(e)
+            return None
+        s = self.client.status(self.path(rel))
+        return None if s is None else _stat(s)
+
+    def walk(self, rel: str) -> Iterator[tuple[str, list[str], list[str]]]:
+        entries = self._list(rel)
+        if entries is None:
+            return
+        subdirs = sorted(e["pathSuffix"] for e in entries if e.get("type") == "DIRECTORY")
+        files = sorted(e["pathSuffix"] for e in entries if e.get("type") == "FILE")
+        yield rel, subdirs, files
+        for d in subdirs:
+            yield from self.walk(f"{rel}/{d}" if rel else d)
+
+    @contextmanager
+    def open_checked(self, rel: str, expected: FileStat) -> Iterator[BinaryIO]:
+        def same() -> bool:
+            s = self.client.status(self.path(rel))
+            return s is not None and _stat(s).etag == expected.etag and int(s.get("length", -1)) == expected.size
+
+        if expected.etag and not same():
+            raise CheckpointChanged(f"{self.where(rel)}: the file changed since the plan listed it")
+        with self.client.open(self.path(rel)) as f:
+            yield f
+        if expected.etag and not same():  # replaced while it was read: what was read may be the new one
+            raise CheckpointChanged(f"{self.where(rel)}: the file changed while it was read")
+
+    # --- records -------------------------------------------------------------------------
+
+    def read_record(self, rel: str, *, limit: int = MAX_RECORD_BYTES) -> bytes | None:
+        try:
+            return self.client.read(self.path(rel), length=limit + 1)
+        except FileNotFoundError:
+            return None
+
+    def _temp(self, rel: str) -> str:
+        parent, _, name = self.path(rel).rpartition("/")
+        return f"{parent}/.{name}.{uuid.uuid4().hex}.tmp"
+
+    def write_record(self, rel: str, data: bytes, *, content_type: str = "application/json") -> None:
+        tmp = self._temp(rel)
+        self.client.create(tmp, data)
+        if not self.client.rename(tmp, self.path(rel), overwrite=True):
+            self.client.delete(tmp)
+            raise CheckpointChanged(f"{self.where(rel)}: its temp file vanished before it was renamed")
+
+    def create_record(self, rel: str, data: bytes) -> bool:
+        tmp = self._temp(rel)
+        self.client.create(tmp, data)
+        won = self.client.rename(tmp, self.path(rel))  # false: it exists (another writer won)
+        if not won:
+            self.client.delete(tmp)
+        return won
+
+    def record_names(self, rel_dir: str) -> list[str]:
+        entries = self.client.list(self.path(rel_dir))
+        return sorted(e["pathSuffix"] for e in entries or [] if e.get("type") == "FILE"
+                      and not e["pathSuffix"].startswith("."))
+
+    def delete_record(self, rel: str) -> None:
+        self.client.delete(self.path(rel))
+
+    # --- writing -------------------------------------------------------------------------
+
+    def child(self, rel: str) -> HdfsCheckpointFS:
+        return HdfsCheckpointFS(self.where_.join(rel), self.client)
+
+    def files(self) -> dict[str, int]:
+        self.refresh()
+        out: dict[str, int] = {}
+        for d, _, names in self.walk(""):
+            for name in names:
+                st = self.stat(f"{d}/{name}" if d else name)
+                if st is not None:
+                    out[f"{d}/{name}" if d else name] = st.size
+        return out
+
+    def delete_all(self) -> int:
+        n = len(self.files())
+        self.client.delete(self.path(""), recursive=True)
+        self.refresh()
+        return n
+
+    def _sibling(self, kind: str) -> str:
+        parent, _, name = self.where_.path.rpartition("/")
+        return f"{parent}/.{name}.streamstate-{kind}-{os.getpid():x}{uuid.uuid4().hex[:8]}"
+
+    def _leftovers(self) -> list[tuple[str, str]]:
+        """(kind, path) of what restores of this target left beside it: `restore` staging,
+        `old` checkpoints moved aside."""
+        parent, _, name = self.where_.path.rpartition("/")
+        out = []
+        for e in self.client.list(parent or "/") or []:
+            m = _LEFTOVER.match(e.get("pathSuffix", ""))
+            if m and m.group("name") == name:
+                out.append((m.group("kind"), f"{parent}/{e['pathSuffix']}"))
+        return out
+
+    def stage(self, *, fsync: bool = True, direct: bool = False) -> HdfsStaging:
+        """Staging of crashed restores of this target is garbage: removed first."""
+        if direct:
+            return HdfsStaging(self, self.where_.path, direct=True)
+        for kind, path in self._leftovers():
+            if kind == "restore":
+                self.client.delete(path, recursive=True)
+        return HdfsStaging(self, self._sibling("restore"), direct=False)
+
+    def recover(self) -> list[str]:
+        """A crash between the two renames of a swap left no target and the old checkpoint
+        aside: it is renamed back (the restore did not happen); old checkpoints a finished
+        swap left are removed."""
+        actions: list[str] = []
+        target_there = self.client.status(self.where_.path) is not None
+        for kind, path in self._leftovers():
+            if kind != "old":
+                continue
+            if not target_there:
+                self.client.rename(path, self.where_.path)
+                target_there = True
+                actions.append(f"renamed {path.rpartition('/')[2]} back to {self.location}")
+            else:
+                self.client.delete(path, recursive=True)
+                actions.append(f"removed {path.rpartition('/')[2]}")
+        self.refresh()
+        return actions
+
+
+class HdfsStaging(Staging):
+    """A staging directory beside the target (or the target itself, `direct`)."""
+
+    target: HdfsCheckpointFS
+
+    def __init__(self, target: HdfsCheckpointFS, path: str, *, direct: bool) -> None:
+        self.target, self.dir, self.direct = target, path, direct
+        self.client = target.client
+        self._store: SnapshotStore | None = None
+
+    def _path(self, rel: str) -> str:
+        if not rel or rel.startswith("/") or any(p in ("", ".", "..") for p in rel.split("/")):
+            from airflow_provider_streamstate.engine.core.errors import UnsafeManifestError
+
+            raise UnsafeManifestError(f"manifest path {rel!r} escapes the restore target")
+        return f"{self.dir}/{rel}"
+
+    def write_blob(self, store: SnapshotStore, entry: FileEntry) -> None:
+        self._store = store
+        dest = self._path(entry.path)
+        h = hashlib.sha256()
+        n = 0
+
+        def chunks() -> Iterator[bytes]:
+            nonlocal n
+            with store.open_blob(entry.sha256) as src:
+                while chunk := src.read(CHUNK):
+                    check_cancelled()
+                    h.update(chunk)
+                    n += len(chunk)
+                    yield chunk
+
+        self.client.create(dest, chunks() if entry.size > CHUNK else b"".join(chunks()), overwrite=True)
+        if h.hexdigest() != entry.sha256 or n != entry.size:
+            self.client.delete(dest)
+            raise CorruptionError(
+                f"{entry.path}: stored blob {entry.sha256} is corrupt (read {n} bytes with sha256 {h.hexdigest()})",
+                hint="restore another snapshot, or re-replicate this one from a healthy store",
+            )
+
+    def copy(self, src_rel: str, entry: FileEntry) -> None:
+        assert self._store is not None  # WebHDFS has no copy: the blob is streamed again, verified
+        self.write_blob(self._store, entry)
+
+    def put(self, rel: str, data: bytes) -> None:
+        self.client.create(self._path(rel), data, overwrite=True)
+
+    def check(self, want: dict[str, int]) -> None:
+        staged = HdfsCheckpointFS(HdfsPath(self.target.where_.authority, self.dir), self.client).files()
+        if staged != want:
+            missing = sorted(set(want) - set(staged))[:3]
+            extra = sorted(set(staged) - set(want))[:3]
+            wrong = sorted(k for k in set(staged) & set(want) if staged[k] != want[k])[:3]
+            raise CorruptionError(
+                f"the restored staging does not match the manifest (missing {missing}, unexpected {extra}, "
+                f"wrong size {wrong})", hint="another writer may be using the target; retry the restore")
+
+    def publish(self, *, carry: tuple[str, ...] = ()) -> None:
+        if self.direct:
+            return
+        target = self.target.where_.path
+        if self.client.status(target) is None:
+            parent = target.rpartition("/")[0]
+            if parent:
+                self.client.mkdirs(parent)
+            if not self.client.rename(self.dir, target):
+                raise CorruptionError(f"could not move the restored checkpoint to {self.target.location}",
+                                      hint="another writer created it meanwhile; retry the restore with --force")
+        else:
+            for rel in carry:  # launch generations keep counting up (the drivers' fence)
+                kept = HdfsCheckpointFS(HdfsPath(self.target.where_.authority, f"{target}/{rel}"), self.client)
+                for name in kept.files():
+                    self.client.create(f"{self.dir}/{rel}/{name}", self.client.read(f"{target}/{rel}/{name}"),
+                                       overwrite=True)
+            old = self.target._sibling("old")
+            if not self.client.rename(target, old):
+                raise CorruptionError(f"could not move the old checkpoint at {self.target.location} aside",
+                                      hint="retry the restore")
+            # A crash here leaves no target: the next restore of it renames `old` back (recover).
+            if not self.client.rename(self.dir, target):
+                self.client.rename(old, target)
+                raise CorruptionError(f"could not move the restored checkpoint to {self.target.location}",
+                                      hint="retry the restore")
+            self.client.delete(old, recursive=True)
+        self.target.refresh()
+
+    def discard(self) -> None:
+        if not self.direct:
+            self.client.delete(self.dir, recursive=True)

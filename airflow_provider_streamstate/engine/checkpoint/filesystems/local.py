@@ -1,0 +1,360 @@
+"""A checkpoint in a directory of this host's filesystem (local disk, or a shared mount).
+
+Records are files replaced atomically (a temp file renamed over them) and created
+create-only with a hard link of a complete temp file (atomic on NFS too). A restore
+writes the new checkpoint into a staging directory beside the target, every byte checked
+against its sha256 and fsynced, and swaps it into place with one atomic
+`renameat2(RENAME_EXCHANGE)` where Linux has it; elsewhere with two renames, and a crash
+between them is repaired by the next restore or snapshot of the target (`recover`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import logging
+import os
+import re
+import shutil
+import stat
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO
+
+from airflow_provider_streamstate.engine.checkpoint.filesystems.base import (
+    MAX_RECORD_BYTES,
+    CheckpointFS,
+    FileStat,
+    Staging,
+)
+from airflow_provider_streamstate.engine.core.digest import copy_hashing
+from airflow_provider_streamstate.engine.core.durability import (
+    fsync_path,
+    fsync_tree,
+    write_atomically,
+    write_file,
+)
+from airflow_provider_streamstate.engine.core.errors import (
+    CorruptionError,
+    UnsafeManifestError,
+    UnsupportedCheckpointError,
+    UsageError,
+)
+from airflow_provider_streamstate.engine.core.manifest import FileEntry
+from airflow_provider_streamstate.engine.stores import file_uri_path
+from airflow_provider_streamstate.engine.stores.base import SnapshotStore
+
+log = logging.getLogger("streamstate.restore")
+
+
+class LocalCheckpointFS(CheckpointFS):
+    """A directory on a local or mounted filesystem. `root` is resolved (what the planner
+    reads); `given` is the path as the caller named it (what Spark records)."""
+
+    def __init__(self, root: Path, location: str | None = None, *, given: Path | None = None) -> None:
+        self.root = root
+        self.location = location or str(root)
+        self.local_path = root
+        self.given = given if given is not None else root
+        self.spark_location = f"file:{self.given}"
+
+    @property
+    def shared_location(self) -> str:
+        return str(self.given)
+
+    # --- reading -------------------------------------------------------------------------
+
+    def exists(self) -> bool:
+        return self.root.exists()
+
+    def is_dir(self, rel: str) -> bool:
+        return (self.root / rel).is_dir()
+
+    def listdir(self, rel: str) -> list[str]:
+        return os.listdir(self.root / rel)
+
+    def stat(self, rel: str) -> FileStat | None:
+        try:
+            st = os.stat(self.root / rel)
+        except FileNotFoundError:
+            return None
+        return FileStat(st.st_size, st.st_mtime_ns, None, stat.S_ISREG(st.st_mode))
+
+    def read_bytes(self, rel: str) -> bytes:
+        return (self.root / rel).read_bytes()
+
+    def walk(self, rel: str) -> Iterator[tuple[str, list[str], list[str]]]:
+        for dirpath, dirnames, filenames in os.walk(self.root / rel):
+            dirnames.sort()
+            yield Path(dirpath).relative_to(self.root).as_posix(), dirnames, filenames
+
+    @contextmanager
+    def open_checked(self, rel: str, expected: FileStat) -> Iterator[BinaryIO]:
+        with open(self.root / rel, "rb") as f:
+            yield f
+
+    # --- records -------------------------------------------------------------------------
+
+    def read_record(self, rel: str, *, limit: int = MAX_RECORD_BYTES) -> bytes | None:
+        try:
+            with open(self.root / rel, "rb") as f:
+                return f.read(limit + 1)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+
+    def write_record(self, rel: str, data: bytes, *, content_type: str = "application/json") -> None:
+        path = self.root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(path, data, fsync=False)
+
+    def create_record(self, rel: str, data: bytes) -> bool:
+        path = self.root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+        try:
+            write_file(tmp, data, fsync=True)
+            try:
+                os.link(tmp, path)  # atomic and create-only, on NFS too (unlike O_EXCL on old clients)
+                return True
+            except FileExistsError:
+                # NFS may answer a retransmitted LINK that did succeed with EEXIST: then ours is the link.
+                return tmp.stat().st_nlink == 2
+            except OSError as exc:
+                if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
+                    raise
+            # A mount without hard links (FUSE object stores, some SMB): O_EXCL is create-only there.
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                return False
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            return True
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def record_names(self, rel_dir: str) -> list[str]:
+        try:
+            return sorted(p.name for p in (self.root / rel_dir).iterdir() if not p.name.startswith("."))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    def delete_record(self, rel: str) -> None:
+        (self.root / rel).unlink(missing_ok=True)
+
+    def where(self, rel: str) -> str:
+        return str(self.root / rel)
+
+    # --- writing -------------------------------------------------------------------------
+
+    def child(self, rel: str) -> LocalCheckpointFS:
+        return LocalCheckpointFS(self.root / rel, given=self.given / rel)
+
+    def files(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for dirpath, _, filenames in os.walk(self.root):
+            for name in filenames:
+                path = Path(dirpath) / name
+                out[path.relative_to(self.root).as_posix()] = path.stat().st_size
+        return out
+
+    def delete_all(self) -> int:
+        n = sum(len(f) for _, _, f in os.walk(self.root)) if self.root.exists() else 0
+        shutil.rmtree(self.root, ignore_errors=True)
+        return n
+
+    def stage(self, *, fsync: bool = True, direct: bool = False) -> LocalStaging:
+        self.root.parent.mkdir(parents=True, exist_ok=True)
+        if direct:
+            self.root.mkdir(parents=True, exist_ok=True)
+            return LocalStaging(self, self.root, fsync=fsync, direct=True)
+        staging = self.root.parent / f".{self.root.name}.streamstate-restore-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        staging.mkdir()
+        return LocalStaging(self, staging, fsync=fsync, direct=False)
+
+    def recover(self) -> list[str]:
+        return recover_leftovers(self.root)
+
+
+def local_checkpoint_path(location: str) -> Path:
+    """A checkpoint location as an absolute local path, symlinks resolved.
+
+    Accepts a path and the URI forms Spark and Hadoop print for local files
+    (`file:///abs`, `file:/abs`, `file://localhost/abs`); a relative `file:` URI would
+    silently resolve under the current directory, so it is refused.
+    """
+    return given_path(location).resolve()
+
+
+def given_path(location: str | Path) -> Path:
+    """A local location as an absolute path with its symlinks kept: how every host (and
+    Spark) names the directory."""
+    text = str(location)
+    if text.startswith("file:"):
+        text = file_uri_path(text, "checkpoint location")
+    elif re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", text) and not re.match(r"^[a-zA-Z]:[\\/]", text):
+        raise UnsupportedCheckpointError(
+            f"checkpoint {text!r} is not on a local or mounted filesystem",
+            hint="this operation needs a local path or file:// URI",
+        )
+    if not text:
+        raise UsageError("the checkpoint path is empty", hint="give the stream's checkpoint directory")
+    return Path(text).expanduser().absolute()
+
+
+def open_local(location: str, connection: object = None, conn_id: str | None = None) -> LocalCheckpointFS:
+    """The filesystem of a path or `file:` URI (no connection: this host's own)."""
+    given = given_path(location)
+    return LocalCheckpointFS(given.resolve(), given=given)
+
+
+def _destination(root: Path, rel: str) -> Path:
+    dest = (root / rel).resolve()
+    if os.path.commonpath([root, dest]) != str(root) or dest == root:
+        raise UnsafeManifestError(f"manifest path {rel!r} escapes the restore target")
+    return dest
+
+
+class LocalStaging(Staging):
+    """A staging directory beside the target (or the target itself, `direct`)."""
+
+    target: LocalCheckpointFS
+
+    def __init__(self, target: LocalCheckpointFS, staging: Path, *, fsync: bool, direct: bool) -> None:
+        self.target, self.dir, self.fsync, self.direct = target, staging, fsync, direct
+        self.root = staging.resolve()
+
+    def write_blob(self, store: SnapshotStore, entry: FileEntry) -> None:
+        dest = _destination(self.root, entry.path)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with store.open_blob(entry.sha256) as src, open(dest, "xb") as out:
+            digest, size = copy_hashing(src, out)
+            if self.fsync:
+                out.flush()
+                os.fsync(out.fileno())
+        if digest != entry.sha256 or size != entry.size:
+            raise CorruptionError(
+                f"{entry.path}: stored blob {entry.sha256} is corrupt (read {size} bytes with sha256 {digest})",
+                hint="restore another snapshot, or re-replicate this one from a healthy store",
+            )
+
+    def copy(self, src_rel: str, entry: FileEntry) -> None:
+        dest = _destination(self.root, entry.path)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(_destination(self.root, src_rel), dest)
+        if self.fsync:
+            fsync_path(dest)
+
+    def put(self, rel: str, data: bytes) -> None:
+        dest = _destination(self.root, rel)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        write_file(dest, data, fsync=self.fsync)
+
+    def check(self, want: dict[str, int]) -> None:
+        # Every byte was hashed as it was written; what remains is making the names durable.
+        if self.fsync:
+            fsync_tree(self.root)  # every name in place before the swap publishes them
+
+    def publish(self, *, carry: tuple[str, ...] = ()) -> None:
+        if self.direct:
+            return
+        target = self.target.root
+        if target.exists():
+            for rel in carry:  # launch generations keep counting up (the drivers' fence)
+                if (target / rel).is_dir():
+                    shutil.copytree(target / rel, self.root / rel, dirs_exist_ok=True)
+        _swap_into_place(self.dir, target)
+        if self.fsync:
+            fsync_path(target.parent)
+
+    def discard(self) -> None:
+        if not self.direct:  # after a publish, nothing is left there (the swap moved or removed it)
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` exists on this host (a zombie counts until it is reaped)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# --- swapping a directory into place, and repairing what a crash left ---------------------
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.streamstate-(?P<kind>restore|old)-(?P<pid>\d+)-[0-9a-f]+$")
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two paths (Linux renameat2 RENAME_EXCHANGE); False where unsupported."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def _swap_into_place(staging: Path, target: Path) -> None:
+    """Replace `target` with `staging`; the old contents go only once the new are in."""
+    if not target.exists():
+        os.rename(staging, target)
+        return
+    if _exchange(staging, target):
+        shutil.rmtree(staging, ignore_errors=True)  # now holds the old contents
+        return
+    old = target.parent / f".{target.name}.streamstate-old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    os.rename(target, old)
+    # A crash here leaves no target: recover_leftovers() renames `old` back.
+    try:
+        os.rename(staging, target)
+    except BaseException:
+        os.rename(old, target)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def recover_leftovers(target: Path) -> list[str]:
+    """Repair what a crashed restore left next to `target`; return what was done.
+
+    A crash between the two renames of the fallback swap leaves no target and the old
+    checkpoint under a `-old-` name: it is renamed back (the restore did not happen).
+    Staging and old directories of restores whose process is gone are removed.
+    """
+    actions: list[str] = []
+    parent = target.parent
+    if not parent.is_dir():
+        return actions
+    mine: list[tuple[str, int, Path]] = []
+    for name in os.listdir(parent):
+        m = _LEFTOVER.match(name)
+        if m and m.group("name") == target.name:
+            mine.append((m.group("kind"), int(m.group("pid")), parent / name))
+    for kind, pid, path in sorted(mine, key=lambda x: x[2].stat().st_mtime, reverse=True):
+        if pid != os.getpid() and pid_alive(pid):
+            continue  # another restore of this target is in progress
+        if kind == "old" and not target.exists():
+            os.rename(path, target)
+            actions.append(f"renamed {path.name} back to {target.name}")
+            log.warning("a crashed restore left %s without its checkpoint: put the old one back", target)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+            actions.append(f"removed {path.name}")
+            log.info("removed %s, left by a crashed restore", path)
+    return actions

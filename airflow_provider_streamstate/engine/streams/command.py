@@ -1,0 +1,50 @@
+"""Reading a spark-submit command line: the options the engine decides by (master, deploy
+mode, a `--conf`). Pure Python, no dependency: the cluster managers and the submission
+both read commands through it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def option_value(command: Sequence[str], name: str) -> str | None:
+    """The value of spark-submit option `name` in `command` (`--name V` or `--name=V`), or None."""
+    for i, arg in enumerate(command):
+        if arg == name and i + 1 < len(command):
+            return command[i + 1]
+        if arg.startswith(name + "="):
+            return arg.partition("=")[2]
+    return None
+
+
+def conf_value(command: Sequence[str], key: str) -> str | None:
+    """The value `command` gives Spark conf `key` (`--conf key=V`, `-c key=V`, `--conf=key=V`;
+    the last one wins, as in spark-submit), or None."""
+    found = None
+    for i, arg in enumerate(command):
+        pair = None
+        if arg in ("--conf", "-c") and i + 1 < len(command):
+            pair = command[i + 1]
+        elif arg.startswith("--conf="):
+            pair = arg[len("--conf="):]
+        if pair is not None:
+            k, eq, v = pair.partition("=")
+            if eq and k == key:
+                found = v
+    return found
+
+
+def master_of(command: Sequence[str]) -> str:
+    """The command's master ("" when it names none: spark-submit then runs locally)."""
+    return option_value(command, "--master") or ""
+
+
+def cluster_deploy_mode(command: Sequence[str]) -> bool:
+    """Whether the command asks for its driver on the cluster (`--deploy-mode cluster`)."""
+    return option_value(command, "--deploy-mode") == "cluster"
+
+
+def with_confs(command: Sequence[str], confs: Sequence[tuple[str, str]]) -> list[str]:
+    """`command` with `--conf key=value` pairs right after spark-submit itself (before any
+    of the command's own options and its application)."""
+    return [command[0], *(a for k, v in confs for a in ("--conf", f"{k}={v}")), *command[1:]]
