@@ -150,16 +150,29 @@ def topic(stack: stack_mod.Stack) -> str:
     return name
 
 
+# Every kind of snapshot store: the store contract tests run on each (`store_kind`), so a
+# new backend is one line here (and its branch in make_store).
+STORE_KINDS = ["local", "s3", "s3proxy", "hdfs"]
+
+
 @pytest.fixture
 def make_store(stack: stack_mod.Stack, tmp_path: Path, request: pytest.FixtureRequest):  # noqa: ANN201
-    """make_store("local"|"s3"|"dr"|"s3proxy") -> (store, url, env): a fresh, empty snapshot
-    store (`s3`: the primary moto region; `dr`: the other; `s3proxy`: s3proxy, started lazily)."""
-    from airflow_provider_streamstate.engine.stores import LocalStore, S3Store
+    """make_store("local"|"s3"|"dr"|"s3proxy"|"hdfs") -> (store, url, env): a fresh, empty
+    snapshot store (`s3`: the primary moto region; `dr`: the other; `s3proxy`: s3proxy,
+    started lazily; `hdfs`: the stack's HDFS, started lazily) and the environment a process
+    opens it with."""
+    from airflow_provider_streamstate.engine.stores import HdfsStore, LocalStore, S3Store
+    from airflow_provider_streamstate.engine.stores.webhdfs import HdfsPath, WebHdfs
 
     def make(kind: str):  # noqa: ANN202
         if kind == "local":
             root = tmp_path / f"store-{uuid.uuid4().hex[:6]}"
             return LocalStore(root), f"file://{root}", {}
+        if kind == "hdfs":
+            hdfs = request.getfixturevalue("hdfs")
+            url = hdfs.url(f"/stores/{uuid.uuid4().hex[:10]}")
+            client = WebHdfs.for_authority(HdfsPath.parse(url).authority, env=hdfs.env())
+            return HdfsStore(url, client=client), url, hdfs.env()
         region = {"s3": "primary"}.get(kind, kind)
         if region == stack_mod.S3PROXY:
             request.getfixturevalue("s3proxy")
@@ -168,6 +181,13 @@ def make_store(stack: stack_mod.Stack, tmp_path: Path, request: pytest.FixtureRe
         return S3Store(s3_client(stack, region), bucket, prefix), f"s3://{bucket}/{prefix}", stack.s3_env(region)
 
     return make
+
+
+@pytest.fixture(params=STORE_KINDS)
+def store_kind(request: pytest.FixtureRequest) -> str:
+    """Each kind of snapshot store in turn: a test that takes it proves the store contract
+    on every backend."""
+    return str(request.param)
 
 
 @pytest.fixture(scope="session")

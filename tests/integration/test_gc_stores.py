@@ -1,5 +1,5 @@
-"""Garbage collection on both backends (a local directory, and S3 through the stack's moto
-endpoint): unreferenced blobs older than the grace period go, younger ones stay; a
+"""Garbage collection on every backend (`store_kind`: a local directory, S3 on moto and
+s3proxy, HDFS): unreferenced blobs older than the grace period go, younger ones stay; a
 manifest retention deleted less than the grace period ago keeps its blobs, and they go
 once it is older; incomplete multipart uploads and temp files older than the grace period
 go; a refreshed blob is young again. A tiny grace period (and writers' bound D) keeps it
@@ -29,20 +29,21 @@ def _blobs(store) -> set[str]:
 
 def _leave_temp(store, kind: str) -> None:
     """What a crashed writer leaves: a multipart upload never completed, or a temp file."""
-    if kind == "s3":
+    if kind in ("s3", "s3proxy"):
         store.client.create_multipart_upload(Bucket=store.bucket, Key=store._key(blob_key("ab" * 32)))  # noqa: SLF001
+    elif kind == "hdfs":
+        store.client.create(store._path("tmp/crashed.part"), b"half a blob")  # noqa: SLF001
     else:
         write(store.root / "tmp" / "crashed.part", b"half a blob")
 
 
-@pytest.mark.parametrize("kind", ["local", "s3"])
-def test_gc_deletes_old_garbage_keeps_young_and_recently_deleted_snapshots_blobs(make_store, monkeypatch, kind) -> None:
+def test_gc_deletes_old_garbage_keeps_young_and_recently_deleted_snapshots_blobs(make_store, monkeypatch, store_kind) -> None:
     monkeypatch.setattr(gc_mod, "MAX_SNAPSHOT_SECONDS", 1)
-    store, _, _ = make_store(kind)
+    store, _, _ = make_store(store_kind)
     live = put_snapshot(store, "s", 0, at("2026-11-01T00:00"), contents=[b"live", b"shared"])
     doomed = put_snapshot(store, "s", 1, at("2026-11-01T01:00"), contents=[b"deleted by retention", b"shared"])
     old_orphan = put_blob(store, b"orphan of a crashed snapshot")
-    _leave_temp(store, kind)
+    _leave_temp(store, store_kind)
     time.sleep(GRACE + 1.5)
 
     assert store.delete_manifest("s", doomed.snapshot_id)  # retention, just now
@@ -63,10 +64,9 @@ def test_gc_deletes_old_garbage_keeps_young_and_recently_deleted_snapshots_blobs
     assert verify_snapshots(store, "s").ok
 
 
-@pytest.mark.parametrize("kind", ["local", "s3"])
-def test_a_refreshed_blob_is_young_again_and_survives_a_sweep_that_listed_it_old(make_store, monkeypatch, kind) -> None:
+def test_a_refreshed_blob_is_young_again_and_survives_a_sweep_that_listed_it_old(make_store, monkeypatch, store_kind) -> None:
     monkeypatch.setattr(gc_mod, "MAX_SNAPSHOT_SECONDS", 1)
-    store, _, _ = make_store(kind)
+    store, _, _ = make_store(store_kind)
     d = put_blob(store, b"found present by a writer")
     time.sleep(GRACE + 1.5)
     listed_against = time.time() - GRACE  # the blob is older than this
@@ -105,13 +105,12 @@ def test_s3_gc_does_not_act_on_an_age_it_read_too_long_ago(make_store, monkeypat
     assert not store.has_blob(d)
 
 
-@pytest.mark.parametrize("kind", ["local", "s3"])
-def test_a_dry_run_deletes_nothing(make_store, monkeypatch, kind) -> None:
+def test_a_dry_run_deletes_nothing(make_store, monkeypatch, store_kind) -> None:
     monkeypatch.setattr(gc_mod, "MAX_SNAPSHOT_SECONDS", 1)
-    store, _, _ = make_store(kind)
+    store, _, _ = make_store(store_kind)
     put_snapshot(store, "s", 0, at("2026-11-01T00:00"))
     orphan = put_blob(store, b"orphan")
-    _leave_temp(store, kind)
+    _leave_temp(store, store_kind)
     time.sleep(GRACE + 1.5)
     before = _blobs(store)
     result = collect_garbage(store, grace_seconds=GRACE, dry_run=True)
@@ -120,13 +119,12 @@ def test_a_dry_run_deletes_nothing(make_store, monkeypatch, kind) -> None:
     assert len(list(store.iter_stale_temp(time.time()))) == 1
 
 
-@pytest.mark.parametrize("kind", ["local", "s3", "s3proxy"])
-def test_records_swap_only_from_the_version_read(make_store, kind) -> None:
+def test_records_swap_only_from_the_version_read(make_store, store_kind) -> None:
     """The compare-and-swap the GC lease is built on, on each backend: create only when
     absent, replace only the version read, and nothing changes when another writer won."""
     from airflow_provider_streamstate.engine.stores.base import RecordChanged
 
-    store, _, _ = make_store(kind)
+    store, _, _ = make_store(store_kind)
     assert store.read_versioned("gc/x.json") is None
     v1 = store.swap_record("gc/x.json", b'{"n": 1}', expect=None)
     with pytest.raises(RecordChanged):
@@ -137,13 +135,12 @@ def test_records_swap_only_from_the_version_read(make_store, kind) -> None:
     assert store.read_versioned("gc/x.json") == (b'{"n": 2}', v2)
 
 
-@pytest.mark.parametrize("kind", ["s3", "s3proxy"])
-def test_a_second_collection_on_s3_is_refused_while_the_first_holds_the_lease(make_store, monkeypatch, kind) -> None:
+def test_a_second_collection_is_refused_while_the_first_holds_the_lease(make_store, monkeypatch, store_kind) -> None:
     from airflow_provider_streamstate.engine.catalog.gc_lease import GcLease, GcLeaseHeldError
 
     monkeypatch.setattr(gc_mod, "MAX_SNAPSHOT_SECONDS", 1)
-    store, _, _ = make_store(kind)
-    orphan = put_blob(store, b"old orphan on s3")
+    store, _, _ = make_store(store_kind)
+    orphan = put_blob(store, b"old orphan")
     time.sleep(GRACE + 1)
     with GcLease(store, ttl_seconds=30):
         with pytest.raises(GcLeaseHeldError, match="another garbage collection is running"):

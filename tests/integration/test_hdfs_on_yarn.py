@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from fsspec.implementations.webhdfs import WebHDFS
 
-from airflow_provider_streamstate.engine.streams.launcher import resolve_spark_submit
+from airflow_provider_streamstate.engine.streams.submission import resolve_spark_submit
 from dev import stack as stack_mod
 
 pytestmark = pytest.mark.integration

@@ -1,5 +1,6 @@
-"""Both store backends keep the same contract: content-addressed blobs, write-once manifests;
-the S3 store against two independent S3 implementations (moto and s3proxy)."""
+"""Every store backend keeps the same contract: content-addressed blobs, write-once manifests;
+on each kind of `store_kind` (a local directory, S3 on two independent implementations, moto
+and s3proxy, and HDFS)."""
 
 from __future__ import annotations
 
@@ -10,14 +11,13 @@ import pytest
 
 from airflow_provider_streamstate.engine.core.errors import CheckpointChanged, CorruptionError, NotFoundError
 from airflow_provider_streamstate.engine.stores import ManifestExistsError, open_store
-from airflow_provider_streamstate.engine.stores.s3 import PART_SIZE
+from airflow_provider_streamstate.engine.stores.base import PART_SIZE
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.parametrize("kind", ["local", "s3", "s3proxy"])
-def test_blobs_are_stored_once_and_read_back(make_store, tmp_path, kind) -> None:
-    store, _, _ = make_store(kind)
+def test_blobs_are_stored_once_and_read_back(make_store, tmp_path, store_kind) -> None:
+    store, _, _ = make_store(store_kind)
     data = b"state bytes " * 1000
     src = tmp_path / "f"
     src.write_bytes(data)
@@ -26,11 +26,11 @@ def test_blobs_are_stored_once_and_read_back(make_store, tmp_path, kind) -> None
     with ThreadPoolExecutor(4) as pool:  # concurrent writers of one content: one blob
         written = list(pool.map(lambda _: store.put_blob(digest, src, len(data)), range(4)))
     assert store.has_blob(digest)
-    # Each writer either stored the bytes or found them stored. The local store links
-    # atomically, so exactly one writes; S3 relies on If-None-Match, which the test
-    # endpoint checks without a lock, so concurrent puts there may each land.
+    # Each writer either stored the bytes or found them stored. The local store links and
+    # HDFS renames create-only, so exactly one writes; S3 relies on If-None-Match, which
+    # the test endpoints check without a lock, so concurrent puts there may each land.
     assert set(written) <= {0, len(data)} and len(data) in written
-    if kind == "local":
+    if store_kind in ("local", "hdfs"):
         assert written.count(len(data)) == 1
     with store.open_blob(digest) as f:
         assert f.read() == data
@@ -81,9 +81,8 @@ def test_large_s3_blobs_go_up_in_parts_and_only_when_the_hash_matches(make_store
     assert uploads == []  # the refused upload was aborted, not left behind
 
 
-@pytest.mark.parametrize("kind", ["local", "s3", "s3proxy"])
-def test_manifests_are_written_once(make_store, kind) -> None:
-    store, _, _ = make_store(kind)
+def test_manifests_are_written_once(make_store, store_kind) -> None:
+    store, _, _ = make_store(store_kind)
     sid = "000000000003-20261121T000000000000Z"
     store.put_manifest("s", sid, b'{"a": 1}')
     with pytest.raises(ManifestExistsError):

@@ -23,6 +23,7 @@ a cluster without Kerberos; Kerberos (SPNEGO) is not supported here (docs/deploy
 from __future__ import annotations
 
 import getpass
+import io
 import os
 import threading
 import urllib.parse
@@ -215,7 +216,7 @@ class WebHdfs:
         r = self._call("GET", path, "OPEN", what="read", offset=offset or None, length=length)
         r.raw.decode_content = True
         try:
-            yield _Body(r.raw, self, path)  # type: ignore[misc]  # read() is all the callers use
+            yield io.BufferedReader(_Body(r.raw, self, path), buffer_size=1 << 20)  # type: ignore[arg-type]
         finally:
             r.close()
 
@@ -269,18 +270,23 @@ def _remote_exception(r: Any) -> tuple[str | None, str]:
         return None, (r.text or "").strip().splitlines()[0][:500] if (r.text or "").strip() else str(r.status_code)
 
 
-class _Body:
+class _Body(io.RawIOBase):
     """A DataNode's response body whose connection errors are one-line, retryable errors."""
 
     def __init__(self, raw: Any, client: WebHdfs, path: str) -> None:
         self.raw, self.client, self.path = raw, client, path
 
-    def read(self, size: int = -1) -> bytes:
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1) -> bytes:
         try:
             return bytes(self.raw.read(None if size is None or size < 0 else size))
         except Exception as exc:  # noqa: BLE001 - urllib3's errors: the connection broke mid-body
             raise TransientError(f"reading {self.path} from HDFS broke off: {type(exc).__name__}: {exc}",
                                  hint="retry") from None
 
-    def readable(self) -> bool:
-        return True
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
