@@ -1,0 +1,239 @@
+"""The RocksDB state store's files: one partition's state at a version.
+
+Version V of a partition is a RocksDB checkpoint `<s>.zip` (s <= V, or none) with the
+changelogs `<s+1..V>.changelog` replayed on it (checkpoint format v2: `<v>_<id>.zip` and
+`.changelog` along the lineage the commit log names). The cut planner picks exactly these
+files; this module reads them:
+
+- the zip holds `metadata` (`v1` then JSON: `sstFiles` [{localFileName, dfsSstFileName,
+  sizeBytes}], `numKeys`, `columnFamilyMapping` {name: id}, ...), RocksDB's MANIFEST,
+  CURRENT and OPTIONS, and the (empty: Spark writes with the WAL off) log files; the table
+  files themselves are shared, `SSTs/<dfsSstFileName>`;
+- a changelog is the codec's stream (`codec`) of records, integers big-endian. Version 1
+  (no header): `key size | key | value size | value`, a delete with value size -1, -1 at
+  the end. Version 2: `writeUTF("v2")`, then `type (1) | key size | key | value size |
+  value`, type 0x01 put, 0x10 delete (value size -1), 0x11 merge, 0x00 end. Versions 3
+  and 4 are 1 and 2 with `writeUTF("v3"/"v4")` and the lineage as a `writeUTF` JSON
+  array after it (checkpoint format v2);
+- a merge appends its operand to the value with ',' between (StringAppendOperator).
+
+Keys are as Spark's encoders write them (`rocksdb_keys`); this module only sees bytes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+import zipfile
+from bisect import bisect_left
+from collections.abc import Callable
+from typing import Any
+
+from airflow_provider_streamstate.engine.core.errors import CorruptionError, UnsupportedCheckpointError
+from airflow_provider_streamstate.engine.lookup.codec import decompress
+from airflow_provider_streamstate.engine.lookup.rocksdb_sst import SstFile, resolve
+
+_INT = struct.Struct(">i")
+PUT, DELETE, MERGE, EOF = 0x01, 0x10, 0x11, 0x00
+
+
+def read_zip_metadata(data: bytes, where: str) -> dict[str, Any]:
+    """The `metadata` of a RocksDB checkpoint zip; a non-empty WAL in it is refused."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            for info in z.infolist():
+                if info.filename.endswith(".log") and info.file_size:
+                    raise UnsupportedCheckpointError(
+                        f"{where} holds a non-empty RocksDB write-ahead log {info.filename}",
+                        hint="Spark writes its state with the WAL off; read this state with Spark")
+            lines = z.read("metadata").decode("utf-8").split("\n")
+    except (zipfile.BadZipFile, KeyError, EOFError, UnicodeDecodeError, zipfile.LargeZipFile) as exc:
+        raise CorruptionError(f"{where} is not a readable RocksDB checkpoint zip: {exc}",
+                              hint="restore an older snapshot, or re-read the checkpoint") from None
+    if not lines or lines[0] != "v1" or len(lines) < 2:
+        raise UnsupportedCheckpointError(f"{where} has RocksDB checkpoint metadata version {lines[0][:10]!r}",
+                                         hint="key lookups read metadata v1 (Spark 3.2 to 4.1)")
+    try:
+        meta = json.loads(lines[1])
+    except ValueError as exc:
+        raise CorruptionError(f"{where} has unreadable RocksDB metadata: {exc}") from None
+    if meta.get("logFiles"):
+        nonempty = [f for f in meta["logFiles"] if int(f.get("sizeBytes", 0))]
+        if nonempty:
+            raise UnsupportedCheckpointError(f"{where} names non-empty RocksDB write-ahead logs",
+                                             hint="Spark writes its state with the WAL off; read this state with Spark")
+    return dict(meta)
+
+
+def parse_changelog(data: bytes, where: str) -> tuple[int, list[tuple[int, bytes, bytes]]]:
+    """(changelog version, [(record type, key, value)]) of a decompressed changelog."""
+    pos = 0
+    version = 1
+    n = len(data)
+    if n >= 2:
+        (ulen,) = struct.unpack_from(">H", data, 0)
+        head = data[2:2 + ulen]
+        if head.startswith(b"v") and head[1:].isdigit():  # what Spark's reader factory checks
+            version = int(head[1:])
+            pos = 2 + ulen
+    if version not in (1, 2, 3, 4):
+        raise UnsupportedCheckpointError(f"{where} is a state changelog of version {version}",
+                                         hint="key lookups read changelog versions 1 to 4")
+    if version in (3, 4):  # the lineage (checkpoint format v2): the planner already followed it
+        if pos + 2 > n:
+            raise _truncated(where)
+        (ulen,) = struct.unpack_from(">H", data, pos)
+        pos += 2 + ulen
+    typed = version in (2, 4)
+    out: list[tuple[int, bytes, bytes]] = []
+    unpack = _INT.unpack_from
+    try:
+        while True:
+            if typed:
+                kind = data[pos]
+                pos += 1
+                if kind == EOF:
+                    break
+                if kind not in (PUT, DELETE, MERGE):
+                    raise CorruptionError(f"{where} is damaged: unknown record type {kind:#x} at byte {pos - 1}")
+            (ksize,) = unpack(data, pos)
+            pos += 4
+            if not typed and ksize == -1:
+                break
+            if ksize < 0 or pos + ksize > n:
+                raise _truncated(where)
+            key = data[pos:pos + ksize]
+            pos += ksize
+            (vsize,) = unpack(data, pos)
+            pos += 4
+            if vsize < 0:
+                out.append((DELETE, key, b""))
+                continue
+            if pos + vsize > n:
+                raise _truncated(where)
+            out.append((kind if typed else PUT, key, data[pos:pos + vsize]))
+            pos += vsize
+    except (IndexError, struct.error):
+        raise _truncated(where) from None
+    if pos != n:
+        raise CorruptionError(f"{where} has {n - pos} bytes after its end record")
+    return version, out
+
+
+def _truncated(where: str) -> CorruptionError:
+    return CorruptionError(f"{where} is truncated: its records end without the end marker",
+                           hint="restore an older snapshot, or re-read the checkpoint")
+
+
+def successor(prefix: bytes) -> bytes | None:
+    """The smallest byte string greater than every string starting with `prefix`."""
+    p = bytearray(prefix)
+    while p and p[-1] == 0xFF:
+        p.pop()
+    if not p:
+        return None
+    p[-1] += 1
+    return bytes(p)
+
+
+def _nothing() -> None:
+    return None
+
+
+class RocksPartition:
+    """A partition's state: its table files, with the changelogs after them overlaid."""
+
+    def __init__(self, tables: list[SstFile], changelogs: list[tuple[str, bytes]], codec: str,
+                 column_families: dict[str, int] | None = None) -> None:
+        self.tables = tables
+        self.column_families = column_families or {}
+        self.overlay: dict[bytes, tuple[str, Any]] = {}
+        self._sorted: list[bytes] | None = None
+        for name, raw in changelogs:
+            _version, records = parse_changelog(decompress(raw, codec, name), name)
+            for kind, key, value in records:
+                self._apply(kind, key, value)
+
+    def _apply(self, kind: int, key: bytes, value: bytes) -> None:
+        if kind == PUT:
+            self.overlay[key] = ("V", value)
+        elif kind == DELETE:
+            self.overlay[key] = ("D", b"")
+        else:
+            old = self.overlay.get(key)
+            if old is None:
+                self.overlay[key] = ("M", [value])
+            elif old[0] == "V":
+                self.overlay[key] = ("V", old[1] + b"," + value)
+            elif old[0] == "D":
+                self.overlay[key] = ("V", value)
+            else:
+                old[1].append(value)
+
+    def _tables(self, lo: bytes, hi: bytes | None) -> dict[bytes, tuple[str, Any]]:
+        entries = []
+        for t in self.tables:
+            entries.extend(t.scan(lo, hi))
+        return resolve(entries)
+
+    @staticmethod
+    def _value(state: tuple[str, Any] | None, base: Callable[[], tuple[str, Any] | None]) -> bytes | None:
+        if state is None:
+            return None
+        if state[0] == "V":
+            return bytes(state[1])
+        if state[0] == "D":
+            return None
+        below = base()
+        ops = b",".join(state[1])
+        if below is None or below[0] == "D":
+            return ops
+        if below[0] == "V":
+            return bytes(below[1]) + b"," + ops
+        return b",".join([*below[1], *state[1]])
+
+    def get(self, key: bytes) -> bytes | None:
+        o = self.overlay.get(key)
+        if o is not None and o[0] != "M":
+            return self._value(o, lambda: None)
+        table = self._tables(key, None).get(key)
+        if o is None:
+            return self._value(table, lambda: None)
+        return self._value(o, lambda: table)
+
+    def scan_prefix(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
+        hi = successor(prefix)
+        tables = self._tables(prefix, hi)
+        if self._sorted is None:
+            self._sorted = sorted(self.overlay)
+        i = bisect_left(self._sorted, prefix)
+        merged: dict[bytes, bytes | None] = {k: self._value(v, _nothing) for k, v in tables.items()}
+        while i < len(self._sorted) and self._sorted[i].startswith(prefix):
+            k = self._sorted[i]
+            below = tables.get(k)
+            merged[k] = self._value(self.overlay[k], lambda below=below: below)  # type: ignore[misc]
+            i += 1
+        return sorted((k, v) for k, v in merged.items() if v is not None)
+
+
+class DictPartition:
+    """A partition already decoded to a dict (the HDFS-backed store)."""
+
+    def __init__(self, state: dict[bytes, bytes]) -> None:
+        self.state = state
+        self._sorted: list[bytes] | None = None
+        self.column_families: dict[str, int] = {}
+
+    def get(self, key: bytes) -> bytes | None:
+        return self.state.get(key)
+
+    def scan_prefix(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
+        if self._sorted is None:
+            self._sorted = sorted(self.state)
+        i = bisect_left(self._sorted, prefix)
+        out = []
+        while i < len(self._sorted) and self._sorted[i].startswith(prefix):
+            out.append((self._sorted[i], self.state[self._sorted[i]]))
+            i += 1
+        return out
