@@ -41,6 +41,8 @@ _C2 = 0x1B873593
 _M32 = 0xFFFFFFFF
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 EPOCH_DATE = dt.date(1970, 1, 1)
+# Spark's decimals have up to 38 digits: Python's default context (28) would round them.
+DECIMAL_CONTEXT = decimal.Context(prec=80, Emax=999_999, Emin=-999_999)
 
 
 def _rotl(x: int, r: int) -> int:
@@ -103,8 +105,14 @@ def hash_bytes(data: bytes, seed: int) -> int:
 def unscaled(value: Any, t: DecimalType) -> int:
     """The unscaled integer of a decimal at the type's scale (Spark rounds HALF_UP)."""
     d = value if isinstance(value, decimal.Decimal) else decimal.Decimal(str(value))
-    q = d.scaleb(t.scale).quantize(decimal.Decimal(1), rounding=decimal.ROUND_HALF_UP)
+    q = d.scaleb(t.scale, DECIMAL_CONTEXT).quantize(decimal.Decimal(1), rounding=decimal.ROUND_HALF_UP,
+                                                   context=DECIMAL_CONTEXT)
     return int(q)
+
+
+def to_decimal(unscaled_value: int, scale: int) -> decimal.Decimal:
+    """The decimal of an unscaled integer, exactly (no rounding to 28 digits)."""
+    return decimal.Decimal(unscaled_value).scaleb(-scale, DECIMAL_CONTEXT)
 
 
 def big_integer_bytes(n: int) -> bytes:

@@ -26,7 +26,6 @@ from the array's start), padded to 8][variable-length data]. A map (UnsafeMapDat
 from __future__ import annotations
 
 import datetime as dt
-import decimal
 import struct as _struct
 from collections.abc import Sequence
 from typing import Any
@@ -40,6 +39,7 @@ from airflow_provider_streamstate.engine.lookup.murmur3 import (
     map_items,
     micros,
     struct_values,
+    to_decimal,
     unscaled,
 )
 from airflow_provider_streamstate.engine.lookup.types import (
@@ -135,7 +135,7 @@ def _read_slot(data: bytes | memoryview, pos: int, base: int, end: int, t: DataT
     if name == "daytime":
         return dt.timedelta(microseconds=_Q.unpack_from(data, pos)[0])
     if isinstance(t, DecimalType) and t.precision <= MAX_LONG_DIGITS:
-        return decimal.Decimal(_Q.unpack_from(data, pos)[0]).scaleb(-t.scale)
+        return to_decimal(_Q.unpack_from(data, pos)[0], t.scale)
     word = _QU.unpack_from(data, pos)[0]
     start, size = base + (word >> 32), word & 0xFFFFFFFF
     if start < base or start + size > end:
@@ -153,8 +153,7 @@ def _read_var(data: bytes | memoryview, start: int, size: int, t: DataType) -> A
     if name == "binary":
         return bytes(data[start:start + size])
     if isinstance(t, DecimalType):
-        n = int.from_bytes(data[start:start + size], "big", signed=True)
-        return decimal.Decimal(n).scaleb(-t.scale)
+        return to_decimal(int.from_bytes(data[start:start + size], "big", signed=True), t.scale)
     if isinstance(t, StructType):
         return decode_row(data, t, start, size)
     if isinstance(t, ArrayType):
