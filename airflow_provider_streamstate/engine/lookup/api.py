@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+import struct
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -94,6 +95,8 @@ class KeyLookup:
     elapsed_ms: float = 0.0
     state_var: str | None = None
     join_side: str | None = None
+    key_schema: StructType | None = field(default=None, repr=False)
+    value_schema: StructType | None = field(default=None, repr=False)  # of one row / element / map value
 
     def to_json(self) -> dict[str, Any]:
         from airflow_provider_streamstate.engine.lookup.values import to_jsonable
@@ -182,7 +185,7 @@ def lookup_key(
     part = _partition_state(src, op, partition, cf_store, provider, codec, cache, reads)
     raw = part.get(_encode_key(encode_row(values, schema.key), provider, _cf_id(part, cf, src, op)))
     value = None if raw is None else _decode(_strip(raw, provider, store), schema.value, store)
-    return _result(src, op, store, values, schema.key, value, "value", partition, reads, started)
+    return _result(src, op, store, values, schema.key, value, "value", partition, reads, started, schema.value)
 
 
 # --- the three layouts -----------------------------------------------------------------
@@ -212,8 +215,9 @@ def _lookup_join(src: StateSource, op: OperatorView, schemas: dict[str, ColumnFa
             row = _decode(_strip(row_raw, provider, rows_name), rows.value, rows_name)
             row.pop("matched", None)
             found.append(row)
+    row_schema = StructType("struct", tuple(f for f in rows.value.fields if f.name != "matched"))
     res = _result(src, op, f"{side} side", values, counts.key, found if raw is not None else None, "rows",
-                  partition, reads, started)
+                  partition, reads, started, row_schema)
     res.join_side = side
     return res
 
@@ -269,7 +273,7 @@ def _lookup_tws(src: StateSource, op: OperatorView, schemas: dict[str, ColumnFam
                                                                                    cf.value, where)})
         value = entries or None
         kind = "map"
-    res = _result(src, op, "default", values, grouping, value, kind, partition, reads, started)
+    res = _result(src, op, "default", values, grouping, value, kind, partition, reads, started, cf.value)
     res.state_var = state_var
     return res
 
@@ -304,7 +308,7 @@ def key_values(key: Any, schema: StructType, operator_name: str = "") -> list[An
         vals = [normalize_float_key(v, f.type) for v, f in zip(vals, schema.fields, strict=True)]
     try:
         encode_row(vals, schema)
-    except (TypeError, ValueError, AttributeError, OverflowError) as exc:
+    except (TypeError, ValueError, AttributeError, OverflowError, struct.error) as exc:
         raise UsageError(f"the key does not match the state key's types: {exc}", hint=f"its columns: {listing}") from None
     return vals
 
@@ -383,12 +387,13 @@ def _schema_for(schemas: dict[str, ColumnFamilySchema], name: str, op: OperatorV
 
 
 def _result(src: StateSource, op: OperatorView, store: str, values: list[Any], schema: StructType, value: Any,
-            kind: str, partition: int, reads: _Reads, started: float) -> KeyLookup:
+            kind: str, partition: int, reads: _Reads, started: float, value_schema: StructType) -> KeyLookup:
     key = decode_row(encode_row(values, schema), schema)
     return KeyLookup(found=value is not None, key=key, value=value, kind=kind, partition=partition,
                      operator_id=op.operator_id, operator_name=op.name, store=store, source=src.description,
                      batch_id=src.batch_id, files_read=reads.files, bytes_read=reads.bytes,
-                     cached=reads.all_cached, elapsed_ms=(time.perf_counter() - started) * 1000)
+                     cached=reads.all_cached, elapsed_ms=(time.perf_counter() - started) * 1000,
+                     key_schema=schema, value_schema=value_schema)
 
 
 def _schemas(src: StateSource, op: OperatorView, cache: PartitionCache,

@@ -140,6 +140,28 @@ class SstFile:
         self._index = self._read_index()
         # The separators' user keys, for binary search.
         self._index_user_keys = [k if self.index_key_is_user_key else k[:-8] for k, _ in self._index]
+        if self.checksum_type == 4:
+            self.verify()
+
+    def verify(self) -> None:
+        """Check every block's XXH3 checksum (data, filter and meta blocks): a damaged table
+        fails when it is loaded, whichever block the key is in, and nothing of it is cached.
+        (CRC32C tables, not what Spark writes, are checked block by block as they are read.)"""
+        import xxhash
+
+        handles = [h for _, h in self._index]
+        for _, raw in self.entries(self.block(self.metaindex)):
+            handles.append(_decode_handle(raw))
+        for h in handles:
+            end = h.offset + h.size
+            if h.offset < 0 or end + TRAILER > len(self.data):
+                raise self._corrupt(f"names a block at {h.offset}+{h.size} beyond its {len(self.data)} bytes")
+            ctype = self.data[end]
+            (stored,) = _U32.unpack_from(self.data, end + 1)
+            actual = (xxhash.xxh3_64_intdigest(self.data[h.offset:end]) & 0xFFFFFFFF) ^ \
+                ((ctype * _XXH3_PRIME) & 0xFFFFFFFF)
+            if actual != stored:
+                raise self._corrupt(f"has a block at {h.offset} whose checksum does not match")
 
     def _corrupt(self, what: str) -> CorruptionError:
         return CorruptionError(f"{self.name} {what}", hint="restore an older snapshot, or re-read the checkpoint")
