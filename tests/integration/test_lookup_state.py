@@ -259,8 +259,9 @@ TYPED_COLUMNS = {
           "'c', named_struct('x', value / 3.0))",
     "arr": "sequence(0, cast(value % 4 as int))",
     "arrs": "transform(sequence(1, cast(value % 3 as int)), x -> repeat('z', x))",
+    "nul": "null",
 }
-VALUE_ONLY = {"m": "map('a', value, 'b', value % 7)", "nul": "null"}
+VALUE_ONLY = {"m": "map('a', value, 'b', value % 7)"}  # maps cannot be grouping keys
 
 
 def typed(spark: Any, with_nulls: bool = True) -> Any:
@@ -398,7 +399,7 @@ def test_transform_with_state_value_list_and_map_state(spark, tmp_path: Path) ->
             expected.setdefault(k, []).append(item)
             keys[k] = (to_input(r.key, key_t), r.partition_id)
         # Keys 0 mod 3 append no item; map keys 4 mod 5 may have had their only entry removed.
-        assert len(keys) == {"cnt": 120, "items": 80}.get(var, len(keys)) and len(keys) > 80
+        assert len(keys) == {"cnt": 120, "items": 80}.get(var, len(keys)) and len(keys) >= 80
         for k in range(120):
             hit = lookup_key(src, key=[k], state_var=var)
             if (k,) not in keys:

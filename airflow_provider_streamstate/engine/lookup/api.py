@@ -70,6 +70,8 @@ from airflow_provider_streamstate.engine.lookup.unsafe_row import (
 )
 
 ENCODING_CONF = "spark.sql.streaming.stateStore.encodingFormat"
+# Spark 4.2+: a checksum appended to every stored row (off by default); pinned in the offset log.
+ROW_CHECKSUM_CONF = "spark.sql.streaming.stateStore.rowChecksum.enabled"
 _VERSIONED = re.compile(r"^(\d+)(?:_[0-9a-fA-F-]+)?\.(delta|snapshot|zip|changelog)$")
 
 
@@ -335,6 +337,10 @@ def _check_encoding(src: StateSource) -> None:
         raise UnsupportedCheckpointError(
             f"{src.description} keeps its state {fmt}-encoded ({ENCODING_CONF}={fmt})",
             hint="key lookups read UnsafeRow-encoded state (the default); read this state with Spark")
+    if src.conf.get(ROW_CHECKSUM_CONF, "false").lower() == "true":
+        raise UnsupportedCheckpointError(
+            f"{src.description} stores a checksum with every state row ({ROW_CHECKSUM_CONF}=true)",
+            hint="key lookups read rows without checksums (the default); read this state with Spark")
 
 
 def _store_and_cf(op: OperatorView, store: str) -> tuple[str, str | None]:
