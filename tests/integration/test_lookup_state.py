@@ -497,21 +497,25 @@ def test_a_corrupted_or_truncated_file_is_an_error_naming_it_and_nothing_is_cach
             lookup_key(str(copy), key=key, cache=PartitionCache())
 
 
-def test_a_snapshot_answers_like_its_checkpoint_reading_only_the_keys_partition(spark, tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["local", "s3"])
+def test_a_snapshot_answers_like_its_checkpoint_reading_only_the_keys_partition(spark, tmp_path: Path, make_store,
+                                                                                kind: str) -> None:
     from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
-    from airflow_provider_streamstate.engine.stores import LocalStore
 
     checkpoint = str(tmp_path / "agg")
     run_query(spark, windowed_aggregation(spark), checkpoint, store=ROCKS_CL, batches=5)
-    store = LocalStore(tmp_path / "store")
+    store, _, _ = make_store(kind)
     m = create_snapshot(checkpoint, store, "agg").manifest
     src = SnapshotSource(store, "agg", m.snapshot_id)
     assert check_single(spark, checkpoint, batch=m.batch_id, source=src) > 100
     state = State(spark, checkpoint, batchId=m.batch_id)
-    cold = lookup_key(SnapshotSource(store, "agg", "latest"), key=to_input(state.rows[0].key, state.type_of("key")),
-                      cache=PartitionCache())
-    assert cold.found and cold.bytes_read > 0
+    cache = PartitionCache()
+    key = to_input(state.rows[0].key, state.type_of("key"))
+    cold = lookup_key(SnapshotSource(store, "agg", "latest"), key=key, cache=cache)
+    assert cold.found and cold.bytes_read > 0 and not cold.cached
     assert all(p.startswith(f"state/0/{cold.partition}/") or "/_metadata/" in p for p in cold.files_read)
+    warm = lookup_key(SnapshotSource(store, "agg", "latest"), key=key, cache=cache)
+    assert warm.cached and warm.bytes_read == 0 and warm.value == cold.value
 
 
 def test_lookups_are_refused_in_one_line_where_unsupported(spark, tmp_path: Path) -> None:

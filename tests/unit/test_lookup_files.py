@@ -12,7 +12,11 @@ import pytest
 from airflow_provider_streamstate.engine.core.errors import CorruptionError, UnsupportedCheckpointError
 from airflow_provider_streamstate.engine.lookup.codec import decompress
 from airflow_provider_streamstate.engine.lookup.hdfs_state import load_partition
-from airflow_provider_streamstate.engine.lookup.rocksdb_keys import multiple_values, prefix_scan_key, split_prefix_key
+from airflow_provider_streamstate.engine.lookup.rocksdb_keys import (
+    multiple_values,
+    prefix_scan_key,
+    split_prefix_key,
+)
 from airflow_provider_streamstate.engine.lookup.rocksdb_state import (
     DELETE,
     MERGE,

@@ -70,6 +70,9 @@ from airflow_provider_streamstate.engine.lookup.unsafe_row import (
 )
 
 ENCODING_CONF = "spark.sql.streaming.stateStore.encodingFormat"
+# Since Spark 3.3 stateful operators require exactly HashPartitioning(keys); a query first
+# started before pins `false` (or nothing), and its keys may be clustered another way.
+STRICT_DISTRIBUTION_CONF = "spark.sql.streaming.statefulOperator.useStrictDistribution"
 # Spark 4.2+: a checksum appended to every stored row (off by default); pinned in the offset log.
 ROW_CHECKSUM_CONF = "spark.sql.streaming.stateStore.rowChecksum.enabled"
 _VERSIONED = re.compile(r"^(\d+)(?:_[0-9a-fA-F-]+)?\.(delta|snapshot|zip|changelog)$")
@@ -140,8 +143,9 @@ def lookup_key(
     """The state of one key. `source`: a checkpoint location (read at `batch_id`, default the
     newest committed batch) or a `StateSource` (`CheckpointSource`, `SnapshotSource`).
     `key`: the key columns by name ({"account": "a-17"}) or in order (["a-17"]; a single
-    column may be given bare). A join needs `join_side`; a transformWithState operator
-    `state_var`."""
+    column may be given bare; timestamps as aware datetimes, naive ones (and timestamp_ntz)
+    read as UTC wall-clock, or microseconds). A join needs `join_side`; a transformWithState
+    operator `state_var`."""
     started = time.perf_counter()
     if isinstance(source, StateSource):
         if batch_id is not None and batch_id != source.batch_id:
@@ -160,6 +164,11 @@ def lookup_key(
     reads = _Reads()
     schemas = _schemas(src, op, cache, reads)
 
+    if kind != "join" and src.conf.get(STRICT_DISTRIBUTION_CONF, "false").lower() != "true":
+        raise UnsupportedCheckpointError(
+            f"{src.description} was first started before Spark 3.3 ({STRICT_DISTRIBUTION_CONF} is not true): "
+            "its keys may not be hash-partitioned on the state key alone",
+            hint="key lookups need the strict distribution of Spark 3.3+; read this state with Spark")
     if kind == "join":
         if store_name is None:
             if join_side not in JOIN_SIDES:
