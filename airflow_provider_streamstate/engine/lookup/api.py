@@ -465,7 +465,7 @@ def _partition_state(src: StateSource, op: OperatorView, partition: int, store: 
                 raise UnsupportedCheckpointError(f"{src.description} holds RocksDB files in an HDFS-backed store")
             named = [(f"{src.description}: {f.path}", reads.read(src, f)) for f in versioned]
             state = load_partition(named, codec)
-            return DictPartition(state), sum(len(k) + len(v) + 100 for k, v in state.items())
+            return DictPartition(state), sum(len(raw) for _, raw in named) * 3 + 64 * len(state)
         zips = [f for f in versioned if f.name.endswith(".zip")]
         changelogs = [f for f in versioned if f.name.endswith(".changelog")]
         tables: list[SstFile] = []
@@ -489,8 +489,7 @@ def _partition_state(src: StateSource, op: OperatorView, partition: int, store: 
             changelogs = [f for f in changelogs if int(_VERSIONED.match(f.name).group(1)) > base_version]  # type: ignore[union-attr]
         named = [(f"{src.description}: {f.path}", reads.read(src, f)) for f in changelogs]
         part = RocksPartition(tables, named, codec, families)
-        size += sum(len(k) + len(v[1]) + 100 if v[0] != "M" else 200 for k, v in part.overlay.items())
-        return part, size
+        return part, size + part.changelog_bytes + 64 * len(part.overlay)
 
     part, hit = cache.get_or_load(ident, load)
     if not hit:

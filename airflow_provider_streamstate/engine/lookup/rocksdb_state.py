@@ -27,7 +27,6 @@ import json
 import struct
 import zipfile
 from bisect import bisect_left
-from collections.abc import Callable
 from typing import Any
 
 from airflow_provider_streamstate.engine.core.errors import CorruptionError, UnsupportedCheckpointError
@@ -66,8 +65,22 @@ def read_zip_metadata(data: bytes, where: str) -> dict[str, Any]:
     return dict(meta)
 
 
+class Merges(list):  # type: ignore[type-arg]
+    """Merge operands (oldest first) of a key whose base value is below the changelogs."""
+
+
 def parse_changelog(data: bytes, where: str) -> tuple[int, list[tuple[int, bytes, bytes]]]:
     """(changelog version, [(record type, key, value)]) of a decompressed changelog."""
+    records: list[tuple[int, bytes, bytes]] = []
+    version = apply_changelog({}, data, where, records)
+    return version, records
+
+
+def apply_changelog(overlay: dict[bytes, Any], data: bytes, where: str,
+                    records: list[tuple[int, bytes, bytes]] | None = None) -> int:
+    """Apply a decompressed changelog to `overlay` (key -> value bytes, None when deleted,
+    or `Merges` still to be put on the value below); with `records`, list them instead.
+    Returns the changelog's version."""
     pos = 0
     version = 1
     n = len(data)
@@ -86,10 +99,10 @@ def parse_changelog(data: bytes, where: str) -> tuple[int, list[tuple[int, bytes
         (ulen,) = struct.unpack_from(">H", data, pos)
         pos += 2 + ulen
     typed = version in (2, 4)
-    out: list[tuple[int, bytes, bytes]] = []
     unpack = _INT.unpack_from
     try:
         while True:
+            kind = PUT
             if typed:
                 kind = data[pos]
                 pos += 1
@@ -99,26 +112,47 @@ def parse_changelog(data: bytes, where: str) -> tuple[int, list[tuple[int, bytes
                     raise CorruptionError(f"{where} is damaged: unknown record type {kind:#x} at byte {pos - 1}")
             (ksize,) = unpack(data, pos)
             pos += 4
-            if not typed and ksize == -1:
-                break
-            if ksize < 0 or pos + ksize > n:
+            if ksize < 0:
+                if not typed and ksize == -1:
+                    break
                 raise _truncated(where)
-            key = data[pos:pos + ksize]
-            pos += ksize
-            (vsize,) = unpack(data, pos)
-            pos += 4
+            end = pos + ksize
+            key = data[pos:end]
+            (vsize,) = unpack(data, end)
+            pos = end + 4
             if vsize < 0:
-                out.append((DELETE, key, b""))
+                if records is None:
+                    overlay[key] = None
+                else:
+                    records.append((DELETE, key, b""))
                 continue
-            if pos + vsize > n:
+            end = pos + vsize
+            if end > n:
                 raise _truncated(where)
-            out.append((kind if typed else PUT, key, data[pos:pos + vsize]))
-            pos += vsize
+            value = data[pos:end]
+            pos = end
+            if records is not None:
+                records.append((kind, key, value))
+            elif kind == PUT:
+                overlay[key] = value
+            else:
+                old = overlay.get(key, _ABSENT)
+                if old is _ABSENT:
+                    overlay[key] = Merges([value])
+                elif old is None:
+                    overlay[key] = value
+                elif isinstance(old, Merges):
+                    old.append(value)
+                else:
+                    overlay[key] = old + b"," + value
     except (IndexError, struct.error):
         raise _truncated(where) from None
     if pos != n:
         raise CorruptionError(f"{where} has {n - pos} bytes after its end record")
-    return version, out
+    return version
+
+
+_ABSENT = object()
 
 
 def _truncated(where: str) -> CorruptionError:
@@ -137,10 +171,6 @@ def successor(prefix: bytes) -> bytes | None:
     return bytes(p)
 
 
-def _nothing() -> None:
-    return None
-
-
 class RocksPartition:
     """A partition's state: its table files, with the changelogs after them overlaid."""
 
@@ -148,28 +178,13 @@ class RocksPartition:
                  column_families: dict[str, int] | None = None) -> None:
         self.tables = tables
         self.column_families = column_families or {}
-        self.overlay: dict[bytes, tuple[str, Any]] = {}
+        self.overlay: dict[bytes, Any] = {}
         self._sorted: list[bytes] | None = None
+        self.changelog_bytes = 0
         for name, raw in changelogs:
-            _version, records = parse_changelog(decompress(raw, codec, name), name)
-            for kind, key, value in records:
-                self._apply(kind, key, value)
-
-    def _apply(self, kind: int, key: bytes, value: bytes) -> None:
-        if kind == PUT:
-            self.overlay[key] = ("V", value)
-        elif kind == DELETE:
-            self.overlay[key] = ("D", b"")
-        else:
-            old = self.overlay.get(key)
-            if old is None:
-                self.overlay[key] = ("M", [value])
-            elif old[0] == "V":
-                self.overlay[key] = ("V", old[1] + b"," + value)
-            elif old[0] == "D":
-                self.overlay[key] = ("V", value)
-            else:
-                old[1].append(value)
+            data = decompress(raw, codec, name)
+            self.changelog_bytes += len(data)
+            apply_changelog(self.overlay, data, name)
 
     def _tables(self, lo: bytes, hi: bytes | None) -> dict[bytes, tuple[str, Any]]:
         entries = []
@@ -178,43 +193,36 @@ class RocksPartition:
         return resolve(entries)
 
     @staticmethod
-    def _value(state: tuple[str, Any] | None, base: Callable[[], tuple[str, Any] | None]) -> bytes | None:
-        if state is None:
+    def _table_value(state: tuple[str, Any] | None) -> bytes | None:
+        if state is None or state[0] == "D":
             return None
-        if state[0] == "V":
-            return bytes(state[1])
-        if state[0] == "D":
-            return None
-        below = base()
-        ops = b",".join(state[1])
-        if below is None or below[0] == "D":
-            return ops
-        if below[0] == "V":
-            return bytes(below[1]) + b"," + ops
-        return b",".join([*below[1], *state[1]])
+        return bytes(state[1]) if state[0] == "V" else b",".join(state[1])
+
+    def _value(self, key: bytes, tables: dict[bytes, tuple[str, Any]] | None = None) -> bytes | None:
+        """The key's value: the changelogs' last word on it, on top of the tables."""
+        o = self.overlay.get(key, _ABSENT)
+        if o is None or isinstance(o, bytes):
+            return o
+        below = self._table_value((tables if tables is not None else self._tables(key, None)).get(key))
+        if o is _ABSENT:
+            return below
+        ops = b",".join(o)
+        return ops if below is None else below + b"," + ops
 
     def get(self, key: bytes) -> bytes | None:
-        o = self.overlay.get(key)
-        if o is not None and o[0] != "M":
-            return self._value(o, lambda: None)
-        table = self._tables(key, None).get(key)
-        if o is None:
-            return self._value(table, lambda: None)
-        return self._value(o, lambda: table)
+        return self._value(key)
 
     def scan_prefix(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
-        hi = successor(prefix)
-        tables = self._tables(prefix, hi)
+        tables = self._tables(prefix, successor(prefix))
         if self._sorted is None:
             self._sorted = sorted(self.overlay)
         i = bisect_left(self._sorted, prefix)
-        merged: dict[bytes, bytes | None] = {k: self._value(v, _nothing) for k, v in tables.items()}
+        keys = set(tables)
         while i < len(self._sorted) and self._sorted[i].startswith(prefix):
-            k = self._sorted[i]
-            below = tables.get(k)
-            merged[k] = self._value(self.overlay[k], lambda below=below: below)  # type: ignore[misc]
+            keys.add(self._sorted[i])
             i += 1
-        return sorted((k, v) for k, v in merged.items() if v is not None)
+        out = ((k, self._value(k, tables)) for k in keys)
+        return sorted((k, v) for k, v in out if v is not None)
 
 
 class DictPartition:
