@@ -79,6 +79,19 @@ class CutPlan:
     checkpoint_format: int = 1  # 2: state files named <version>_<uniqueId> (RocksDB)
 
 
+@dataclass
+class PartitionPlan:
+    """The files of one store partition of one operator at batch N (`plan_partition`): the
+    operator's metadata and schema files and the state files that rebuild version N+1."""
+
+    batch_id: int
+    files: list[PlannedFile]
+    conf: dict[str, str]
+    state_store: str  # hdfs | rocksdb | rocksdb-changelog
+    operator: dict[str, Any]  # as CutPlan.operators describes it
+    checkpoint_format: int = 1
+
+
 def _read_log(fs: CheckpointFS, rel: str, path: str, versions: tuple[str, ...] = ("v1",)) -> list[str]:
     """A Spark metadata-log file: its version (`v1`; a commit of checkpoint format v2: `v2`)
     then JSON lines; the version line is dropped. Missing file -> CheckpointChanged."""
@@ -338,10 +351,51 @@ class CheckpointReader:
             hint="snapshots support the HDFS-backed and RocksDB state store providers",
         )
 
-    def _plan_operator(
-        self, files: dict[str, PlannedFile], op_id: int, version: int, kind: str, file_kinds: set[str],
-        checkpoint_format: int = 1,
-    ) -> dict[str, Any]:
+    def plan_partition(self, batch_id: int | None, op_id: int, partition: int, store: str) -> PartitionPlan:
+        """The files that rebuild one store of one partition of an operator at a committed
+        batch (default: the newest), by the same rules as `plan` (a key lookup reads one
+        partition, not the whole cut), with the operator's description and the pinned confs."""
+        self.fs.refresh()
+        n = self.resolve_batch(batch_id)
+        meta, _ = self.offsets(n)
+        commit = self.commit(n)
+        conf = {str(k): str(v) for k, v in (meta.get("conf") or {}).items()}
+        checkpoint_format = self._checkpoint_format(conf, commit)
+        self._commits = {n: commit}
+        kind = self._state_store_kind(conf)
+        if not self.fs.is_dir(f"state/{op_id}"):
+            ops = sorted((p for p in self.fs.listdir("state") if p.isdigit()), key=int) if self.fs.is_dir("state") else []
+            raise NotFoundError(f"{self.where} has no stateful operator {op_id}",
+                                hint=f"its operators: {', '.join(ops) or 'none (a stateless query)'}")
+        files: dict[str, PlannedFile] = {}
+        info, partitions, stores = self._operator_info(files, op_id, n + 1, checkpoint_format)
+        if store not in stores:
+            raise NotFoundError(f"operator {op_id} ({info.get('name', 'unknown')}) of {self.where} has no state "
+                                f"store {store!r}", hint=f"its stores: {', '.join(stores)}")
+        if str(partition) not in partitions:
+            raise NotFoundError(f"operator {op_id} of {self.where} has no partition {partition}",
+                                hint=f"it has partitions 0..{len(partitions) - 1}")
+        store_rel = f"state/{op_id}/{partition}" if store == "default" else f"state/{op_id}/{partition}/{store}"
+        kinds: set[str] = set()
+        if checkpoint_format == 2:
+            self._plan_store_v2(files, store_rel, n + 1, op_id, partition, kinds)
+        else:
+            self._plan_store(files, store_rel, n + 1, kind, kinds)
+        if kind == "rocksdb" and "changelog" in kinds:
+            kind = "rocksdb-changelog"
+        described = {"operator_id": op_id, "name": info.get("name", "unknown"), "stores": stores,
+                     "partitions": len(partitions), "state_version": n + 1}
+        if "state_variables" in info:
+            described["state_variables"] = info["state_variables"]
+            described["time_mode"] = info.get("time_mode")
+        return PartitionPlan(n, sorted(files.values(), key=lambda f: f.path), conf, kind, described,
+                             checkpoint_format)
+
+    def _operator_info(
+        self, files: dict[str, PlannedFile], op_id: int, version: int, checkpoint_format: int,
+    ) -> tuple[dict[str, Any], list[str], list[str]]:
+        """An operator's metadata (name, stores, state variables), its partition directories
+        and store names; its metadata and schema files go into `files`."""
         op_rel = f"state/{op_id}"
         op_dir = self._path(op_rel)
         if self._exists(f"{op_rel}/_metadata/v2"):
@@ -368,6 +422,14 @@ class CheckpointReader:
                 "in checkpoint format v2; snapshots support format v2 for single-store operators",
                 hint=f"run this query with {FORMAT_VERSION_CONF}=1",
             )
+        return info, partitions, stores
+
+    def _plan_operator(
+        self, files: dict[str, PlannedFile], op_id: int, version: int, kind: str, file_kinds: set[str],
+        checkpoint_format: int = 1,
+    ) -> dict[str, Any]:
+        op_rel = f"state/{op_id}"
+        info, partitions, stores = self._operator_info(files, op_id, version, checkpoint_format)
         for part in partitions:
             part_rel = f"{op_rel}/{part}"
             for store in stores:

@@ -1,0 +1,106 @@
+"""Spark's compression codec framing of state files (`.delta`, `.snapshot`, `.changelog`).
+
+The HDFS-backed store's files and RocksDB's changelogs go through
+`CompressionCodec.createCodec(spark.sql.streaming.stateStore.compression.codec)`, pinned
+in the offset log at batch 0 (default `lz4`). Spark's `lz4` codec is lz4-java's
+`LZ4BlockOutputStream`, a sequence of blocks, each
+
+    "LZ4Block" | token (1) | compressed length (4, LE) | original length (4, LE)
+    | checksum (4, LE) | data
+
+where token = method (0x10 raw, 0x20 LZ4) | level, and checksum is the XXHash32 (seed
+0x9747b28c) of the original bytes masked to 28 bits. A block of length 0 ends the stream.
+We verify every block's checksum, so a corrupted file fails with its name instead of
+decoding garbage. `zstd` (standard zstd frames) is read when the `zstandard` package is
+installed; snappy and lzf are refused by name.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from airflow_provider_streamstate.engine.core.errors import CorruptionError, UnsupportedCheckpointError
+
+CODEC_CONF = "spark.sql.streaming.stateStore.compression.codec"
+_MAGIC = b"LZ4Block"
+_HEADER = struct.Struct("<BiiI")  # token, compressed length, original length, checksum
+_SEED = 0x9747B28C
+_RAW, _LZ4 = 0x10, 0x20
+_CODEC_ALIASES = {
+    "org.apache.spark.io.lz4compressioncodec": "lz4",
+    "org.apache.spark.io.zstdcompressioncodec": "zstd",
+    "org.apache.spark.io.snappycompressioncodec": "snappy",
+    "org.apache.spark.io.lzfcompressioncodec": "lzf",
+}
+
+
+def codec_name(conf: dict[str, str]) -> str:
+    """The state store codec a checkpoint pinned (`lz4` when it pinned none)."""
+    raw = (conf.get(CODEC_CONF) or "lz4").strip()
+    return _CODEC_ALIASES.get(raw.lower(), raw.lower())
+
+
+def check_codec(name: str) -> None:
+    if name == "lz4":
+        return
+    if name == "zstd":
+        try:
+            import zstandard  # noqa: F401
+        except ImportError:
+            raise UnsupportedCheckpointError(
+                "state files are compressed with zstd and the `zstandard` package is not installed",
+                hint="install zstandard, or read this state with Spark (`streamstate state`)",
+            ) from None
+        return
+    raise UnsupportedCheckpointError(
+        f"state files are compressed with the {name} codec ({CODEC_CONF}); key lookups read lz4 and zstd",
+        hint="read this state with Spark (`streamstate state`)",
+    )
+
+
+def decompress(data: bytes, name: str, where: str) -> bytes:
+    """A whole state file's decompressed bytes; CorruptionError naming `where` when the
+    framing, a length or a checksum is wrong (a truncated or damaged file)."""
+    check_codec(name)
+    if name == "zstd":
+        import zstandard
+
+        try:
+            return zstandard.ZstdDecompressor().decompressobj().decompress(data)
+        except zstandard.ZstdError as exc:
+            raise CorruptionError(f"{where} is not a valid zstd stream: {exc}") from None
+    return lz4_block_stream(data, where)
+
+
+def lz4_block_stream(data: bytes, where: str) -> bytes:
+    import lz4.block
+    import xxhash
+
+    out: list[bytes] = []
+    pos, n = 0, len(data)
+    while True:
+        if pos + 21 > n:
+            raise CorruptionError(f"{where} is truncated: its LZ4 stream ends without an end block at byte {pos}",
+                                  hint="the file is damaged; restore an older snapshot or re-read the checkpoint")
+        if data[pos:pos + 8] != _MAGIC:
+            raise CorruptionError(f"{where} is damaged: no LZ4 block header at byte {pos}",
+                                  hint="check the state store codec; restore an older snapshot if the file is damaged")
+        token, clen, olen, check = _HEADER.unpack_from(data, pos + 8)
+        pos += 21
+        method = token & 0xF0
+        if clen < 0 or olen < 0 or pos + clen > n or method not in (_RAW, _LZ4):
+            raise CorruptionError(f"{where} is damaged or truncated: an LZ4 block of {clen} bytes at byte {pos - 21}",
+                                  hint="restore an older snapshot, or re-read the checkpoint")
+        if olen == 0:
+            return b"".join(out)
+        raw = data[pos:pos + clen]
+        pos += clen
+        if method == _LZ4:
+            try:
+                raw = lz4.block.decompress(raw, uncompressed_size=olen)
+            except lz4.block.LZ4BlockError as exc:
+                raise CorruptionError(f"{where} is damaged: an LZ4 block does not decompress ({exc})") from None
+        if len(raw) != olen or (xxhash.xxh32_intdigest(raw, _SEED) & 0x0FFFFFFF) != check:
+            raise CorruptionError(f"{where} is damaged: an LZ4 block's checksum does not match",
+                                  hint="restore an older snapshot, or re-read the checkpoint")
+        out.append(raw)

@@ -1,0 +1,247 @@
+"""The RocksDB state store's files: one partition's state at a version.
+
+Version V of a partition is a RocksDB checkpoint `<s>.zip` (s <= V, or none) with the
+changelogs `<s+1..V>.changelog` replayed on it (checkpoint format v2: `<v>_<id>.zip` and
+`.changelog` along the lineage the commit log names). The cut planner picks exactly these
+files; this module reads them:
+
+- the zip holds `metadata` (`v1` then JSON: `sstFiles` [{localFileName, dfsSstFileName,
+  sizeBytes}], `numKeys`, `columnFamilyMapping` {name: id}, ...), RocksDB's MANIFEST,
+  CURRENT and OPTIONS, and the (empty: Spark writes with the WAL off) log files; the table
+  files themselves are shared, `SSTs/<dfsSstFileName>`;
+- a changelog is the codec's stream (`codec`) of records, integers big-endian. Version 1
+  (no header): `key size | key | value size | value`, a delete with value size -1, -1 at
+  the end. Version 2: `writeUTF("v2")`, then `type (1) | key size | key | value size |
+  value`, type 0x01 put, 0x10 delete (value size -1), 0x11 merge, 0x00 end. Versions 3
+  and 4 are 1 and 2 with `writeUTF("v3"/"v4")` and the lineage as a `writeUTF` JSON
+  array after it (checkpoint format v2);
+- a merge appends its operand to the value with ',' between (StringAppendOperator).
+
+Keys are as Spark's encoders write them (`rocksdb_keys`); this module only sees bytes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+import zipfile
+from bisect import bisect_left
+from typing import Any
+
+from airflow_provider_streamstate.engine.core.errors import CorruptionError, UnsupportedCheckpointError
+from airflow_provider_streamstate.engine.lookup.codec import decompress
+from airflow_provider_streamstate.engine.lookup.rocksdb_sst import SstFile, resolve
+
+_INT = struct.Struct(">i")
+PUT, DELETE, MERGE, EOF = 0x01, 0x10, 0x11, 0x00
+
+
+def read_zip_metadata(data: bytes, where: str) -> dict[str, Any]:
+    """The `metadata` of a RocksDB checkpoint zip; a non-empty WAL in it is refused."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            for info in z.infolist():
+                if info.filename.endswith(".log") and info.file_size:
+                    raise UnsupportedCheckpointError(
+                        f"{where} holds a non-empty RocksDB write-ahead log {info.filename}",
+                        hint="Spark writes its state with the WAL off; read this state with Spark")
+            lines = z.read("metadata").decode("utf-8").split("\n")
+    except (zipfile.BadZipFile, KeyError, EOFError, UnicodeDecodeError, zipfile.LargeZipFile) as exc:
+        raise CorruptionError(f"{where} is not a readable RocksDB checkpoint zip: {exc}",
+                              hint="restore an older snapshot, or re-read the checkpoint") from None
+    if not lines or lines[0] != "v1" or len(lines) < 2:
+        raise UnsupportedCheckpointError(f"{where} has RocksDB checkpoint metadata version {lines[0][:10]!r}",
+                                         hint="key lookups read metadata v1 (Spark 3.2 to 4.1)")
+    try:
+        meta = json.loads(lines[1])
+    except ValueError as exc:
+        raise CorruptionError(f"{where} has unreadable RocksDB metadata: {exc}") from None
+    if meta.get("logFiles"):
+        nonempty = [f for f in meta["logFiles"] if int(f.get("sizeBytes", 0))]
+        if nonempty:
+            raise UnsupportedCheckpointError(f"{where} names non-empty RocksDB write-ahead logs",
+                                             hint="Spark writes its state with the WAL off; read this state with Spark")
+    return dict(meta)
+
+
+class Merges(list):  # type: ignore[type-arg]
+    """Merge operands (oldest first) of a key whose base value is below the changelogs."""
+
+
+def parse_changelog(data: bytes, where: str) -> tuple[int, list[tuple[int, bytes, bytes]]]:
+    """(changelog version, [(record type, key, value)]) of a decompressed changelog."""
+    records: list[tuple[int, bytes, bytes]] = []
+    version = apply_changelog({}, data, where, records)
+    return version, records
+
+
+def apply_changelog(overlay: dict[bytes, Any], data: bytes, where: str,
+                    records: list[tuple[int, bytes, bytes]] | None = None) -> int:
+    """Apply a decompressed changelog to `overlay` (key -> value bytes, None when deleted,
+    or `Merges` still to be put on the value below); with `records`, list them instead.
+    Returns the changelog's version."""
+    pos = 0
+    version = 1
+    n = len(data)
+    if n >= 2:
+        (ulen,) = struct.unpack_from(">H", data, 0)
+        head = data[2:2 + ulen]
+        if head.startswith(b"v") and head[1:].isdigit():  # what Spark's reader factory checks
+            version = int(head[1:])
+            pos = 2 + ulen
+    if version not in (1, 2, 3, 4):
+        raise UnsupportedCheckpointError(f"{where} is a state changelog of version {version}",
+                                         hint="key lookups read changelog versions 1 to 4")
+    if version in (3, 4):  # the lineage (checkpoint format v2): the planner already followed it
+        if pos + 2 > n:
+            raise _truncated(where)
+        (ulen,) = struct.unpack_from(">H", data, pos)
+        pos += 2 + ulen
+    typed = version in (2, 4)
+    unpack = _INT.unpack_from
+    try:
+        while True:
+            kind = PUT
+            if typed:
+                kind = data[pos]
+                pos += 1
+                if kind == EOF:
+                    break
+                if kind not in (PUT, DELETE, MERGE):
+                    raise CorruptionError(f"{where} is damaged: unknown record type {kind:#x} at byte {pos - 1}")
+            (ksize,) = unpack(data, pos)
+            pos += 4
+            if ksize < 0:
+                if not typed and ksize == -1:
+                    break
+                raise _truncated(where)
+            end = pos + ksize
+            key = data[pos:end]
+            (vsize,) = unpack(data, end)
+            pos = end + 4
+            if vsize < 0:
+                if records is None:
+                    overlay[key] = None
+                else:
+                    records.append((DELETE, key, b""))
+                continue
+            end = pos + vsize
+            if end > n:
+                raise _truncated(where)
+            value = data[pos:end]
+            pos = end
+            if records is not None:
+                records.append((kind, key, value))
+            elif kind == PUT:
+                overlay[key] = value
+            else:
+                old = overlay.get(key, _ABSENT)
+                if old is _ABSENT:
+                    overlay[key] = Merges([value])
+                elif old is None:
+                    overlay[key] = value
+                elif isinstance(old, Merges):
+                    old.append(value)
+                else:
+                    overlay[key] = old + b"," + value
+    except (IndexError, struct.error):
+        raise _truncated(where) from None
+    if pos != n:
+        raise CorruptionError(f"{where} has {n - pos} bytes after its end record")
+    return version
+
+
+_ABSENT = object()
+
+
+def _truncated(where: str) -> CorruptionError:
+    return CorruptionError(f"{where} is truncated: its records end without the end marker",
+                           hint="restore an older snapshot, or re-read the checkpoint")
+
+
+def successor(prefix: bytes) -> bytes | None:
+    """The smallest byte string greater than every string starting with `prefix`."""
+    p = bytearray(prefix)
+    while p and p[-1] == 0xFF:
+        p.pop()
+    if not p:
+        return None
+    p[-1] += 1
+    return bytes(p)
+
+
+class RocksPartition:
+    """A partition's state: its table files, with the changelogs after them overlaid."""
+
+    def __init__(self, tables: list[SstFile], changelogs: list[tuple[str, bytes]], codec: str,
+                 column_families: dict[str, int] | None = None) -> None:
+        self.tables = tables
+        self.column_families = column_families or {}
+        self.overlay: dict[bytes, Any] = {}
+        self._sorted: list[bytes] | None = None
+        self.changelog_bytes = 0
+        for name, raw in changelogs:
+            data = decompress(raw, codec, name)
+            self.changelog_bytes += len(data)
+            apply_changelog(self.overlay, data, name)
+
+    def _tables(self, lo: bytes, hi: bytes | None) -> dict[bytes, tuple[str, Any]]:
+        entries = []
+        for t in self.tables:
+            entries.extend(t.scan(lo, hi))
+        return resolve(entries)
+
+    @staticmethod
+    def _table_value(state: tuple[str, Any] | None) -> bytes | None:
+        if state is None or state[0] == "D":
+            return None
+        return bytes(state[1]) if state[0] == "V" else b",".join(state[1])
+
+    def _value(self, key: bytes, tables: dict[bytes, tuple[str, Any]] | None = None) -> bytes | None:
+        """The key's value: the changelogs' last word on it, on top of the tables."""
+        o = self.overlay.get(key, _ABSENT)
+        if o is None or isinstance(o, bytes):
+            return o
+        below = self._table_value((tables if tables is not None else self._tables(key, None)).get(key))
+        if o is _ABSENT:
+            return below
+        ops = b",".join(o)
+        return ops if below is None else below + b"," + ops
+
+    def get(self, key: bytes) -> bytes | None:
+        return self._value(key)
+
+    def scan_prefix(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
+        tables = self._tables(prefix, successor(prefix))
+        if self._sorted is None:
+            self._sorted = sorted(self.overlay)
+        i = bisect_left(self._sorted, prefix)
+        keys = set(tables)
+        while i < len(self._sorted) and self._sorted[i].startswith(prefix):
+            keys.add(self._sorted[i])
+            i += 1
+        out = ((k, self._value(k, tables)) for k in keys)
+        return sorted((k, v) for k, v in out if v is not None)
+
+
+class DictPartition:
+    """A partition already decoded to a dict (the HDFS-backed store)."""
+
+    def __init__(self, state: dict[bytes, bytes]) -> None:
+        self.state = state
+        self._sorted: list[bytes] | None = None
+        self.column_families: dict[str, int] = {}
+
+    def get(self, key: bytes) -> bytes | None:
+        return self.state.get(key)
+
+    def scan_prefix(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
+        if self._sorted is None:
+            self._sorted = sorted(self.state)
+        i = bisect_left(self._sorted, prefix)
+        out = []
+        while i < len(self._sorted) and self._sorted[i].startswith(prefix):
+            out.append((self._sorted[i], self.state[self._sorted[i]]))
+            i += 1
+        return out
