@@ -26,7 +26,12 @@ from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapsh
 from airflow_provider_streamstate.engine.streams import launcher
 from airflow_provider_streamstate.engine.streams.health import committed_kafka_offsets
 from airflow_provider_streamstate.jobs.example_stream import StreamArgs, start_query
-from airflow_provider_streamstate.jobs.generator import GeneratorSpec, ensure_topic, expected_aggregates, produce
+from airflow_provider_streamstate.jobs.generator import (
+    GeneratorSpec,
+    ensure_topic,
+    expected_aggregates,
+    produce,
+)
 from tests.integration.test_failover_translation import mirror, produce_into
 from tests.streams import (
     account_state,
