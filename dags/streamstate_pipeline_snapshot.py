@@ -89,7 +89,7 @@ with DAG(
         from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
         from airflow_provider_streamstate.engine.core.errors import UsageError
-        from airflow_provider_streamstate.operators.pipeline import ConfiguredPipeline
+        from airflow_provider_streamstate.operators.base import ConfiguredPipeline
 
         pipelines = (params or {}).get("pipelines") or json.loads(Variable.get(PIPELINES_VARIABLE, default="[]"))
         if not pipelines:

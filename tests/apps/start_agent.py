@@ -11,7 +11,7 @@ import json
 import logging
 import sys
 
-from airflow_provider_streamstate.operators.stream import start_stream
+from airflow_provider_streamstate.stream_start import start_stream
 from airflow_provider_streamstate.spec import StreamSpec
 
 if __name__ == "__main__":

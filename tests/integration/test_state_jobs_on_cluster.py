@@ -184,7 +184,6 @@ def test_a_cancelled_state_job_kills_its_yarn_application_and_removes_its_scratc
     from airflow_provider_streamstate.engine.core.errors import Cancelled
     from airflow_provider_streamstate.engine.state.jobs import StateJobRequest
     from airflow_provider_streamstate.engine.state.submit import (
-        StoreAccess,
         state_job_application,
         state_job_arguments,
         submit_state_job,
@@ -201,8 +200,6 @@ def test_a_cancelled_state_job_kills_its_yarn_application_and_removes_its_scratc
                *(a for k, v in conf.items() for a in ("--conf", f"{k}={v}")), state_job_application(),
                *state_job_arguments(request)]
     command, env = resolve_spark_submit(command, yarn.env())
-    access = StoreAccess(stack.s3["primary"]["endpoint_url"], stack.s3["primary"]["region"],
-                         stack.s3_env("primary")["AWS_ACCESS_KEY_ID"], stack.s3_env("primary")["AWS_SECRET_ACCESS_KEY"])
     token = CancelToken()
     seen: dict[str, Any] = {}
     errors: list[BaseException] = []
@@ -210,7 +207,7 @@ def test_a_cancelled_state_job_kills_its_yarn_application_and_removes_its_scratc
     def run() -> None:
         try:
             with cancellation(token):
-                submit_state_job(request, h.store, command, env=env, access=access,
+                submit_state_job(request, h.store, command, env=env,
                                  on_submit=lambda job: seen.update(app_id=job.app_id))
         except BaseException as exc:  # noqa: BLE001 - asserted below
             errors.append(exc)

@@ -121,7 +121,7 @@ def test_a_stream_in_cluster_mode_on_yarn_outlives_its_launcher_and_is_watched_s
         killed_at = time.monotonic()
 
         def start_on_yarn() -> object:
-            from airflow_provider_streamstate.operators.stream import start_stream
+            from airflow_provider_streamstate.stream_start import start_stream
 
             return start_stream(spec, startup_timeout_s=480, log=log)[0]
 

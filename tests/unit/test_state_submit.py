@@ -29,7 +29,7 @@ from airflow_provider_streamstate.engine.state.submit import (
     sweep_stale,
 )
 from airflow_provider_streamstate.engine.stores import LocalStore, S3Store
-from airflow_provider_streamstate.engine.stores.s3 import S3Access
+from airflow_provider_streamstate.engine.stores.s3_clients import S3Access
 from airflow_provider_streamstate.engine.streams.submission import Submission
 
 FAKE_DRIVER = '''#!{python}

@@ -55,7 +55,7 @@ from airflow_provider_streamstate.engine.state.jobs import (
 from airflow_provider_streamstate.engine.state.scratch import job_started, remove_scratch
 from airflow_provider_streamstate.engine.stores.base import SnapshotStore
 from airflow_provider_streamstate.engine.streams.command import with_confs
-from airflow_provider_streamstate.engine.streams.launcher import last_error_line, prune_logs
+from airflow_provider_streamstate.engine.streams.driver_logs import last_error_line, prune_logs
 from airflow_provider_streamstate.engine.streams.managers import ClusterApp, manager_for, manager_named
 from airflow_provider_streamstate.engine.streams.submission import Submission
 

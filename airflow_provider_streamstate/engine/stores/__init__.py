@@ -18,7 +18,8 @@ from airflow_provider_streamstate.engine.core.errors import StreamstateError, Us
 from airflow_provider_streamstate.engine.stores.base import ManifestExistsError, SnapshotStore
 from airflow_provider_streamstate.engine.stores.hdfs import HdfsStore
 from airflow_provider_streamstate.engine.stores.local import LocalStore
-from airflow_provider_streamstate.engine.stores.s3 import S3Access, S3Store, client_config
+from airflow_provider_streamstate.engine.stores.s3 import S3Store
+from airflow_provider_streamstate.engine.stores.s3_clients import S3Access, client_config
 from airflow_provider_streamstate.engine.stores.s3_errors import client_error
 
 __all__ = [

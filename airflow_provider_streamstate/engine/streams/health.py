@@ -38,6 +38,7 @@ from airflow_provider_streamstate.engine.checkpoint.sidecar import Sidecar, open
 from airflow_provider_streamstate.engine.core.errors import CheckpointChanged, NotFoundError, UsageError
 from airflow_provider_streamstate.engine.kafka.offsets import PartitionOffsets
 from airflow_provider_streamstate.engine.streams import launcher
+from airflow_provider_streamstate.engine.streams.driver_logs import last_error_line
 
 Outcome = Literal["ready", "waiting", "failed"]
 READY: Outcome = "ready"
@@ -155,7 +156,7 @@ def check_progress(checkpoint: Checkpoint, *, after_batch: int | None = None, fr
     why = _why(st, now)
     if st.state in ("absent", "starting", "running"):
         return result(WAITING, f"{why}; {wanted}")
-    line = launcher.last_error_line(st.log)
+    line = last_error_line(st.log)
     log = f"; driver log {st.log}: {line}" if line else ""
     return result(FAILED, f"{why} ({wanted}){log}")
 

@@ -31,7 +31,6 @@ import contextlib
 import fcntl
 import logging
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -65,6 +64,7 @@ from airflow_provider_streamstate.engine.core.errors import (
     UsageError,
 )
 from airflow_provider_streamstate.engine.streams import processes
+from airflow_provider_streamstate.engine.streams.driver_logs import last_error_line, prune_logs
 from airflow_provider_streamstate.engine.streams.managers import AppReport, ClusterApp, manager_named
 from airflow_provider_streamstate.engine.streams.records import (
     DRIVER_FILE,
@@ -86,8 +86,6 @@ from airflow_provider_streamstate.engine.streams.submission import Submission
 
 log = logging.getLogger("streamstate.launcher")
 
-KEEP_LOGS = 10  # per checkpoint; older launches' logs are deleted at launch
-
 # The environment the launcher gives the supervised driver (jobs/supervised.py).
 ENV_CHECKPOINT = "STREAMSTATE_CHECKPOINT"
 ENV_LAUNCH_ID = "STREAMSTATE_LAUNCH_ID"
@@ -98,8 +96,6 @@ ENV_STREAM = "STREAMSTATE_STREAM"
 
 # A launch on another host that has not beaten yet is taken as starting for this long.
 STARTUP_GRACE_S = 600.0
-_ERROR_LINE = re.compile(r"\w*(?:Exception|Error)\b|\berror: ")  # the last for argparse
-_PY_EXCEPTION_LINE = re.compile(r"^[\w.]*(?:Exception|Error|Exit|Interrupt)\b(?::|$)")
 
 
 class StreamStartError(StreamstateError):
@@ -193,26 +189,6 @@ def _launch_lock(side: Sidecar) -> Iterator[None]:
 
 
 # --- status -----------------------------------------------------------------------------
-
-
-def last_error_line(log_path: str | Path | None, *, tail_bytes: int = 512 * 1024) -> str | None:
-    """The most telling error line at the end of a driver log: the last Python exception
-    line (`pyspark.errors....StreamingQueryException: ...`) if any, else the last line
-    naming an Exception or Error."""
-    if not log_path:
-        return None
-    try:
-        with open(log_path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - tail_bytes))
-            lines = f.read().decode("utf-8", "replace").splitlines()
-    except OSError:
-        return None
-    for pattern in (_PY_EXCEPTION_LINE, _ERROR_LINE):
-        for line in reversed(lines):
-            if pattern.search(line):
-                return line.strip()[:1000]
-    return None
 
 
 def status(checkpoint: str | Path | Sidecar | CheckpointFS) -> StreamStatus:
@@ -486,20 +462,6 @@ def _refuse_second_copy(side: Sidecar, stream: str) -> None:
             f"cannot launch {stream}: a driver is {st.state} on {root} ({where}); a second copy would corrupt it",
             hint="wait for it to run, or stop it first",
         )
-
-
-def prune_logs(logs: Path) -> None:
-    """Keep the newest KEEP_LOGS - 1 logs in `logs` (room for the next one), and drop
-    properties files of secrets older than an hour."""
-    try:
-        old = sorted(logs.glob("*.log"), key=lambda p: p.stat().st_mtime)
-        # A launch's secrets file that nobody deleted (its driver died before Python started,
-        # and nobody waited for it): Spark has long read it.
-        stale = [p for p in logs.glob("*.properties") if time.time() - p.stat().st_mtime > 3600]
-    except OSError:
-        return
-    for path in [*old[: max(0, len(old) - (KEEP_LOGS - 1))], *stale]:
-        path.unlink(missing_ok=True)
 
 
 def running_handle(checkpoint: str | Path | Sidecar | CheckpointFS) -> StreamHandle | None:

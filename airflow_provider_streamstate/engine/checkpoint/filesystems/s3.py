@@ -63,7 +63,7 @@ from airflow_provider_streamstate.engine.core.errors import (
 from airflow_provider_streamstate.engine.core.manifest import FileEntry
 from airflow_provider_streamstate.engine.stores import parse_s3_url
 from airflow_provider_streamstate.engine.stores.base import ObjectRef, SnapshotStore
-from airflow_provider_streamstate.engine.stores.s3 import same_s3_account
+from airflow_provider_streamstate.engine.stores.s3_clients import same_s3_account
 from airflow_provider_streamstate.engine.stores.s3_errors import code, request_error, status
 from airflow_provider_streamstate.engine.stores.webhdfs import WebHdfs
 

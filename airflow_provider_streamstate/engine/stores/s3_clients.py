@@ -1,0 +1,120 @@
+"""How this host and a Spark application reach S3: boto3 client settings, which clients
+share an account (server-side copies), and the S3A options and AWS environment that give a
+Spark job the access a store's own client has."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+def same_s3_account(a: Any, b: Any) -> bool:
+    """Two boto3 clients reach the same endpoint with the same credentials, so CopyObject
+    between their buckets works (no bytes through this host)."""
+    if a is b:
+        return True
+
+    def identity(client: Any) -> tuple[str, str] | None:
+        try:
+            creds = client._request_signer._credentials  # noqa: SLF001 - botocore keeps them here
+            access_key = creds.get_frozen_credentials().access_key if creds is not None else ""
+            return str(client.meta.endpoint_url), str(access_key)
+        except AttributeError:
+            return None
+
+    ia, ib = identity(a), identity(b)
+    return ia is not None and ia == ib
+
+
+def client_config(max_connections: int, *, path_style: bool) -> Any:
+    from botocore.config import Config
+
+    return Config(
+        max_pool_connections=max_connections,
+        retries={"max_attempts": 5, "mode": "standard"},
+        # S3-compatible endpoints (MinIO, moto, Ceph) rarely resolve bucket.host names.
+        s3={"addressing_style": "path"} if path_style else None,
+    )
+
+
+_AWS_ENDPOINT = re.compile(r"^https://s3([.-][a-z0-9-]+)*\.amazonaws\.com(\.cn)?/?$")
+
+
+@dataclass(frozen=True)
+class S3Access:
+    """How a Spark application reaches an S3 store: the endpoint and the credentials the
+    store's own client has (an Airflow connection's, role assumption included, or the AWS
+    environment's). All None: the cluster's own (an instance role, its core-site.xml)."""
+
+    endpoint_url: str | None = None
+    region: str | None = None
+    access_key: str | None = None
+    secret_key: str | None = None
+    session_token: str | None = None
+
+    @classmethod
+    def from_client(cls, client: Any) -> S3Access:
+        """What `client` (boto3) reaches S3 with; AWS's own endpoints are left to S3A."""
+        endpoint = str(client.meta.endpoint_url or "")
+        try:
+            creds = client._request_signer._credentials  # noqa: SLF001 - botocore keeps them here
+            frozen = creds.get_frozen_credentials() if creds is not None else None
+        except AttributeError:
+            frozen = None
+        return cls(endpoint_url=None if not endpoint or _AWS_ENDPOINT.match(endpoint) else endpoint,
+                   region=client.meta.region_name,
+                   access_key=frozen.access_key if frozen else None,
+                   secret_key=frozen.secret_key if frozen else None,
+                   session_token=frozen.token if frozen else None)
+
+    @classmethod
+    def from_spark_conf(cls, get: Callable[[str], str | None], bucket: str) -> S3Access | None:
+        """What `s3a_confs(bucket)` gave the application, read back from its Spark conf
+        (`get(key)` returns None when unset): how a driver in the cluster opens the store."""
+        p = f"spark.hadoop.fs.s3a.bucket.{bucket}."
+        found = cls(get(p + "endpoint"), get(p + "endpoint.region"), get(p + "access.key"), get(p + "secret.key"),
+                    get(p + "session.token"))
+        return found if any((found.endpoint_url, found.access_key)) else None
+
+    def driver_env(self) -> dict[str, str]:
+        """The AWS_* variables of a driver that runs here (client mode, local master)."""
+        pairs = {"AWS_ENDPOINT_URL": self.endpoint_url, "AWS_DEFAULT_REGION": self.region,
+                 "AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key,
+                 "AWS_SESSION_TOKEN": self.session_token}
+        return {k: v for k, v in pairs.items() if v}
+
+    def s3_client(self, max_connections: int = 16) -> Any:
+        """A boto3 client with this endpoint and these credentials."""
+        import boto3
+
+        return boto3.session.Session(
+            aws_access_key_id=self.access_key, aws_secret_access_key=self.secret_key,
+            aws_session_token=self.session_token, region_name=self.region,
+        ).client("s3", endpoint_url=self.endpoint_url,
+                 config=client_config(max_connections, path_style=bool(self.endpoint_url)))
+
+    def s3a_confs(self, bucket: str) -> dict[str, str]:
+        """S3A per-bucket options for `bucket` only: the executors read the scratch copies
+        there, and whatever the user configured for other buckets stays as it is."""
+        p = f"spark.hadoop.fs.s3a.bucket.{bucket}."
+        out: dict[str, str] = {}
+        if self.endpoint_url:
+            out[p + "endpoint"] = self.endpoint_url
+            out[p + "path.style.access"] = "true"
+            out[p + "connection.ssl.enabled"] = "true" if self.endpoint_url.startswith("https") else "false"
+        if self.region:
+            out[p + "endpoint.region"] = self.region
+        if self.access_key and self.secret_key:
+            out[p + "access.key"] = self.access_key
+            out[p + "secret.key"] = self.secret_key
+            if self.session_token:
+                out[p + "session.token"] = self.session_token
+                out[p + "aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
+            else:
+                out[p + "aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
+        return out
+
+    def spark_access(self, bucket: str) -> tuple[dict[str, str], dict[str, str]]:
+        return self.s3a_confs(bucket), self.driver_env()
