@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from airflow_provider_streamstate.engine.core.errors import NotFoundError, StreamstateError
+from airflow_provider_streamstate.engine.core.errors import NotFoundError, StreamstateError, UsageError
 
 BLOB_PREFIX = "blobs/sha256"
 # A write larger than this goes to a store in parts (S3's multipart upload), and a reader
@@ -103,6 +103,27 @@ class ObjectRef:
     bucket: str
     key: str
     etag: str | None = None  # copy only this version
+
+
+@dataclass(frozen=True)
+class StoreOptions:
+    """What `open_store` passes a store's opener besides the URL: the connection to use as
+    given (an S3 client), the Airflow connection id it came from (for error hints), the
+    parallelism its clients are sized for, and a Spark application's conf (a driver opens
+    the store with what `spark_access` gave the application)."""
+
+    connection: Any = None
+    conn_id: str | None = None
+    parallelism: int = 8
+    spark_conf: Callable[[str], str | None] | None = None
+
+    def refuse_connection(self, url: str) -> None:
+        """For stores that take no connection: refuse one named rather than ignore it."""
+        if self.conn_id:
+            raise UsageError(
+                f"an AWS connection ({self.conn_id!r}) applies only to s3:// stores, not {url!r}",
+                hint="drop --aws-conn-id (aws_conn_id), or give an s3://bucket/prefix store",
+            )
 
 
 class SnapshotStore(ABC):

@@ -39,6 +39,7 @@ from airflow_provider_streamstate.engine.stores.base import (
     RecordChanged,
     SnapshotStore,
     StaleTemp,
+    StoreOptions,
     blob_key,
     manifest_key,
 )
@@ -315,3 +316,9 @@ class HdfsStore(SnapshotStore):
             if 1 < old <= version - KEEP_VERSIONS:
                 self.client.delete(self._path(f"{key}.d/{old:010d}"))
         return str(version)
+
+
+def open_hdfs(url: str, options: StoreOptions) -> HdfsStore:
+    """`hdfs://namenode[:port]/path`, reached through WebHDFS (see stores/webhdfs.py)."""
+    options.refuse_connection(url)
+    return HdfsStore(url)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -38,10 +39,16 @@ from airflow_provider_streamstate.engine.stores.base import (
     RecordChanged,
     SnapshotStore,
     StaleTemp,
+    StoreOptions,
     blob_key,
     manifest_key,
 )
-from airflow_provider_streamstate.engine.stores.s3_clients import S3Access, same_s3_account
+from airflow_provider_streamstate.engine.stores.s3_clients import (
+    S3Access,
+    parse_s3_url,
+    s3_client_from_env,
+    same_s3_account,
+)
 from airflow_provider_streamstate.engine.stores.s3_errors import (
     code,
     is_stream_error,
@@ -612,3 +619,16 @@ class S3Store(SnapshotStore):
                     raise RecordChanged(f"record {key} in {self.url} changed since it was read") from None
                 raise
         return str(r["ETag"])
+
+
+def open_s3(url: str, options: StoreOptions) -> S3Store:
+    """`s3://bucket[/prefix]` with the given client, else one from the AWS environment, else
+    (in a Spark application's driver) from the access its conf carries."""
+    bucket, prefix = parse_s3_url(url)
+    client = options.connection
+    if client is None and options.spark_conf is not None and not os.environ.get("AWS_ACCESS_KEY_ID"):
+        access = S3Access.from_spark_conf(options.spark_conf, bucket)
+        client = access.s3_client(options.parallelism * 2) if access is not None else None
+    if client is None:
+        client = s3_client_from_env(options.parallelism * 2)
+    return S3Store(client, bucket, prefix, aws_conn_id=options.conn_id)

@@ -1,13 +1,86 @@
-"""How this host and a Spark application reach S3: boto3 client settings, which clients
-share an account (server-side copies), and the S3A options and AWS environment that give a
-Spark job the access a store's own client has."""
+"""How this host and a Spark application reach S3: store URLs, boto3 clients from the AWS
+environment and their settings, which clients share an account (server-side copies), and
+the S3A options and AWS environment that give a Spark job the access a store's own client
+has."""
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from airflow_provider_streamstate.engine.core.errors import StreamstateError, UsageError
+from airflow_provider_streamstate.engine.stores.s3_errors import client_error
+
+BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_UNPRINTABLE_RE = re.compile(r"[\x00-\x1f\x7f\\]")
+
+
+def _endpoint_from_env() -> bool:
+    """Whether boto3 will take the S3 endpoint from AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL."""
+    if os.environ.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "").strip().lower() == "true":
+        return False
+    return bool(os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"))
+
+
+def _client_from_env(max_connections: int) -> Any:
+    import boto3
+
+    return boto3.session.Session().client("s3", config=client_config(max_connections, path_style=_endpoint_from_env()))
+
+
+def s3_client(*, max_connections: int = 16) -> Any:
+    """A boto3 S3 client from the AWS environment: what boto3 reads itself
+    (AWS_ENDPOINT_URL[_S3], credentials, AWS_DEFAULT_REGION, AWS_PROFILE, AWS_CONFIG_FILE);
+    a custom endpoint gets path-style addressing. Any configuration error is a one-line
+    UsageError naming the setting to fix. (Clients from an Airflow connection come from
+    `hooks.store`: the engine does not import Airflow.)"""
+    try:
+        return _client_from_env(max_connections)
+    except StreamstateError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - building a client fails only on configuration
+        raise client_error(exc) from None
+
+
+def s3_client_from_env(max_connections: int = 16) -> Any:
+    """A boto3 S3 client configured by the standard AWS environment variables."""
+    return s3_client(max_connections=max_connections)
+
+
+def parse_s3_url(url: str) -> tuple[str, str]:
+    """(bucket, prefix) of `s3://bucket[/prefix]`; trailing slashes are dropped, `.`, `..`
+    and empty segments refused (S3 would take them literally: another prefix)."""
+    bucket, _, prefix = url[len("s3://") :].partition("/")
+    if not BUCKET_RE.match(bucket):
+        raise UsageError(
+            f"invalid S3 store URL {url!r}: {bucket!r} is not a bucket name",
+            hint="write it as s3://bucket or s3://bucket/prefix (3-63 lowercase letters, digits, dots and hyphens)",
+        )
+    prefix = prefix.rstrip("/")
+    if not prefix:
+        return bucket, ""
+    if _UNPRINTABLE_RE.search(prefix):
+        raise UsageError(
+            f"invalid S3 store URL {url!r}: the prefix has a control character or a backslash",
+            hint="use printable characters and '/' between the parts of the prefix",
+        )
+    segments = prefix.split("/")
+    dots = [s for s in segments if s in (".", "..")]
+    if dots:
+        raise UsageError(
+            f"invalid S3 store URL {url!r}: S3 keys are not paths, so {dots[0]!r} would not be resolved",
+            hint="write the prefix without '.' and '..' segments",
+        )
+    if "" in segments:
+        clean = "/".join(s for s in segments if s)
+        raise UsageError(
+            f"invalid S3 store URL {url!r}: empty segment ('//') in the prefix, which S3 keeps as part of the key",
+            hint=f"write it as s3://{bucket}/{clean}" if clean else f"write it as s3://{bucket}",
+        )
+    return bucket, prefix
 
 
 def same_s3_account(a: Any, b: Any) -> bool:
