@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_streamstate.engine.core.errors import UsageError
+from airflow_provider_streamstate.engine.core.errors import TransientError, UsageError
 from airflow_provider_streamstate.engine.streams import launcher
 from airflow_provider_streamstate.engine.streams.managers import manager_for
 from airflow_provider_streamstate.engine.streams.records import read_launch
@@ -90,6 +90,21 @@ def test_a_cluster_launch_records_its_application_and_reads_and_stops_it_through
     assert any(line.startswith(f"PUT /ws/v1/cluster/apps/{APP}/state?user.name=") for line in FakeRM.seen)
     dead = launcher.status(checkpoint)
     assert dead.state == "dead" and "was killed by user" in (dead.last_error or "")
+
+
+def test_a_driver_the_cluster_has_not_started_in_time_says_what_the_cluster_says(
+    tmp_path: Path, fake_rm: str
+) -> None:
+    """An application YARN keeps ACCEPTED (a full queue) times out naming YARN's reason."""
+    FakeRM.apps[APP] = {**FakeRM.apps[APP], "state": "ACCEPTED", "diagnostics":
+                        "[Fri Nov 27 05:50:40 +0000 2026] Application is added to the scheduler and is not yet "
+                        "activated. Queue's AM resource limit exceeded.\n Details : AM Partition = <DEFAULT>"}
+    env = {"HADOOP_CONF_DIR": str(_conf_dir(tmp_path, fake_rm)), "YARN_CONF_DIR": ""}
+    handle = launcher.launch([str(_submitter(tmp_path, APP)), "--master", "yarn", "--deploy-mode", "cluster",
+                              "app.py"], stream="orders", checkpoint=tmp_path / "ckpt", env=env)
+    with pytest.raises(TransientError, match=r"within 1s \(state starting\); the cluster says: .*Queue's AM "
+                                             r"resource limit exceeded\. Details : AM Partition"):
+        launcher.wait_until_running(handle, timeout_s=1, poll_s=0.2)
 
 
 def test_a_cluster_launch_that_spark_submit_could_not_submit_fails_with_its_error_line(

@@ -62,6 +62,20 @@ def test_the_resource_manager_is_found_where_spark_submit_finds_it(tmp_path: Pat
     assert resource_manager_urls({"YARN_CONF_DIR": "", "HADOOP_CONF_DIR": str(tmp_path / "none")}) == []
 
 
+def test_in_a_yarn_container_the_configuration_spark_submit_shipped_comes_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A driver in cluster deploy mode reads the client's configuration, which Spark ships
+    into the container's `__spark_conf__/__hadoop_conf__`, before the node's own."""
+    node = _site(tmp_path / "node", {"yarn.resourcemanager.webapp.address": "node-rm:8088"})
+    container = tmp_path / "container"
+    _site(container / "__spark_conf__" / "__hadoop_conf__", {"yarn.resourcemanager.webapp.address": "client-rm:8088"})
+    monkeypatch.chdir(container)
+    assert resource_manager_urls({"HADOOP_CONF_DIR": str(node)}) == ["http://client-rm:8088"]
+    monkeypatch.chdir(tmp_path)  # anywhere else: only the environment's
+    assert resource_manager_urls({"HADOOP_CONF_DIR": str(node)}) == ["http://node-rm:8088"]
+
+
 def test_an_application_is_read_and_killed_as_the_submitting_user_from_the_first_rm_that_answers(fake_rm: str) -> None:
     rm = ResourceManager(["http://127.0.0.1:9", fake_rm], user="streams", timeout_s=2)  # the first is down
     app = rm.app(APP)

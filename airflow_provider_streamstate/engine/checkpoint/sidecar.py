@@ -49,6 +49,9 @@ class Sidecar:
         self.location = location or fs.shared_location
         self.local_dir: Path = fs.host_dir()  # where this host keeps the stream's logs and launch lock
 
+    def __str__(self) -> str:  # messages name the checkpoint
+        return self.location
+
     def read(self, rel: str, *, limit: int = MAX_RECORD_BYTES) -> bytes | None:
         """The record's bytes (at most `limit` + 1 of them), or None when there is none."""
         return self.fs.read_record(rel, limit=limit)

@@ -1,6 +1,8 @@
 """A Hadoop client's configuration, read the way Hadoop reads it: the `*-site.xml` files in
 `HADOOP_CONF_DIR` (or, for YARN, `YARN_CONF_DIR` first), with `${other.key}` references
-expanded as `Configuration.get` expands them.
+expanded as `Configuration.get` expands them. In a YARN container of a Spark application the
+configuration spark-submit was given comes first, as on Spark's classpath there: Spark ships
+it in the container's `__spark_conf__/__hadoop_conf__`.
 
 What spark-submit finds there is what the engine must find too: the ResourceManager a
 YARN driver is watched through (engine/streams/managers/yarn.py) and the NameNode's WebHDFS
@@ -18,13 +20,15 @@ from pathlib import Path
 from airflow_provider_streamstate.engine.core.errors import UsageError
 
 _REFERENCE = re.compile(r"\$\{([^}]+)\}")
+SHIPPED_CONF_DIR = Path("__spark_conf__") / "__hadoop_conf__"  # below a Spark YARN container's working dir
 
 
 def conf_dirs(env: Mapping[str, str] | None = None, *, yarn: bool = False) -> list[Path]:
     """The configuration directories a Hadoop client reads, most specific first."""
     environ = {**os.environ, **(env or {})}
     names = ("YARN_CONF_DIR", "HADOOP_CONF_DIR") if yarn else ("HADOOP_CONF_DIR",)
-    return [Path(environ[n]) for n in names if environ.get(n)]
+    shipped = Path.cwd() / SHIPPED_CONF_DIR
+    return [*([shipped] if shipped.is_dir() else []), *(Path(environ[n]) for n in names if environ.get(n))]
 
 
 def site_file(name: str, env: Mapping[str, str] | None = None, *, yarn: bool = False) -> Path | None:

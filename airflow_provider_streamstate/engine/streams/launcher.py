@@ -516,9 +516,12 @@ def _wait_until_running(handle: StreamHandle, side: Sidecar, *, timeout_s: float
                 hint=f"see the driver log {st.log}",
             )
         if time.monotonic() >= deadline:
+            # A driver the cluster has not started yet says why (YARN: "Queue's AM resource limit exceeded").
+            cluster = f"; the cluster says: {' '.join(st.app.diagnostics.split())[:300]}" if (
+                st.app is not None and st.app.diagnostics) else ""
             raise TransientError(
                 f"stream {handle.stream} did not report a running query within {timeout_s:.0f}s "
-                f"(state {st.state})",
+                f"(state {st.state}){cluster}",
                 hint=f"see the driver log {handle.log}; a slow cluster may need a longer startup timeout",
             )
         if token is not None:

@@ -64,6 +64,9 @@ class CheckpointFS(ABC):
     # allows (hashing while storing, renaming a whole directory atomically, file locks).
     local_path: Path | None = None
 
+    def __str__(self) -> str:  # messages name the checkpoint
+        return self.location
+
     @property
     def shared_location(self) -> str:
         """The checkpoint as every host names it (what the records and drivers are told): a

@@ -10,6 +10,7 @@ import java.net.InetAddress;
 import java.net.ServerSocket;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
+import java.util.Map;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.http.HttpServer2;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
@@ -75,6 +76,10 @@ public final class YarnCluster {
     conf.set("yarn.scheduler.capacity.root.queues", "default");
     conf.set("yarn.scheduler.capacity.root.default.capacity", "100");
     conf.set("yarn.scheduler.capacity.root.default.maximum-capacity", "100");
+    // Streams are long-running applications: the default (10% of the cluster for application
+    // masters) would run one at a time here, so a clone or a state job would wait, ACCEPTED,
+    // behind the production stream.
+    conf.setFloat("yarn.scheduler.capacity.maximum-am-resource-percent", 0.5f);
     // Fixed ports: otherwise the minicluster rewrites every address to <hostname>:0.
     conf.setBoolean(YarnConfiguration.YARN_MINICLUSTER_FIXED_PORTS, true);
     conf.set(YarnConfiguration.RM_HOSTNAME, "127.0.0.1");
@@ -99,9 +104,18 @@ public final class YarnCluster {
     Runtime.getRuntime().addShutdownHook(new Thread(cluster::stop));
 
     Configuration written = cluster.getConfig();
+    // A client's yarn-site.xml holds YARN's keys only: the cluster's whole configuration would
+    // also say fs.defaultFS=file:///, overriding the core-site.xml of a directory that combines
+    // this with an HDFS client configuration (yarn-site.xml is read after core-site.xml).
+    Configuration site = new Configuration(false);
+    for (Map.Entry<String, String> property : written) {
+      if (property.getKey().startsWith("yarn.")) {
+        site.set(property.getKey(), written.get(property.getKey()));
+      }
+    }
     confDir.mkdirs();
     try (OutputStream out = new FileOutputStream(new File(confDir, "yarn-site.xml"))) {
-      written.writeXml(out);
+      site.writeXml(out);
     }
     String info = "{\"rm_web\": \"http://" + written.get(YarnConfiguration.RM_WEBAPP_ADDRESS) + "\", "
         + "\"rm_address\": \"" + written.get(YarnConfiguration.RM_ADDRESS) + "\", "
