@@ -71,9 +71,11 @@ def start_pipeline(spark: Any, bootstrap: str, src: str, link: str, checkpoints:
 
 
 def test_cuts_of_a_running_pipeline_restore_and_clone_without_loss_or_double_count(
-    stack, spark, topic, tmp_path, make_store, capsys
+    stack, spark, topic, tmp_path, make_store, capsys, run_dag, monkeypatch
 ) -> None:
     bootstrap = stack.kafka_bootstrap
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_STACK", json.dumps(
+        {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap}}))
     use_state_store(spark, "rocksdb-changelog", **{"spark.sql.shuffle.partitions": "2"})
     link = f"link-{uuid.uuid4().hex[:8]}"
     ensure_topic(bootstrap, link, partitions=3)
@@ -213,11 +215,15 @@ def test_cuts_of_a_running_pipeline_restore_and_clone_without_loss_or_double_cou
             assert cloned["topics"] == {link: clone_topic}
             assert {r.clone: r.delete_topics for r in list_clones(store)} == {
                 "enrich-clone-0": [clone_topic], "totals-clone-0": []}
-        else:
-            result = restore_pipeline(store, snap, bootstrap, clone=PipelineClone(
-                names={m: f"{m}-clone-{i}" for m in ck}, checkpoints=clone_ck, topics={link: clone_topic}))
-            assert result.topics == {link: clone_topic}
-            assert result.resume == {clone_topic: {p: 0 for p in snap.channels[0].range.end}}
+        else:  # through RestorePipelineOperator in a DAG run
+            dag_run = run_dag("streamstate_test_pipeline_restore", {
+                "pipeline": {**spec.to_json(), "store": store_url, "kafka_conn_id": "kafka_stack"},
+                "snapshot": snap.snapshot_id,
+                "clone": {"suffix": f"clone-{i}", "checkpoints": clone_ck, "topics": {link: clone_topic}}})
+            assert dag_run.state == "success", dag_run.log[-4000:]
+            restored = dag_run.tasks["restore"].xcom
+            assert restored["snapshot_id"] == snap.snapshot_id and restored["topics"] == {link: clone_topic}
+            assert restored["resume"] == {clone_topic: {str(p): 0 for p in snap.channels[0].range.end}}
         drain(spark, bootstrap, topic, clone_topic, clone_ck, f"clone-{i}")
         assert totals(spark, clone_ck["totals"]) == expected, (seed, i, "clone")
         if i == 0:  # the clones' own snapshots, for their expiry to delete (at the end)

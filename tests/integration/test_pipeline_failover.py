@@ -58,7 +58,7 @@ def pipeline_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize("regions", ["default"], indirect=True)
 def test_a_pipeline_fails_over_as_one_and_its_totals_count_every_transaction_once(
-    regions, spark, tmp_path, monkeypatch
+    regions, spark, tmp_path, monkeypatch, run_dag
 ) -> None:
     primary, dr = regions
     use_state_store(spark, "rocksdb-changelog", **{"spark.sql.shuffle.partitions": "2"})
@@ -136,10 +136,16 @@ def test_a_pipeline_fails_over_as_one_and_its_totals_count_every_transaction_onc
     assert {m: v["success"] for m, v in json.loads(validated.stdout)["members"].items()} == {
         "enrich": True, "totals": True}
 
-    # The failover, through the CLI: the newest known-good pipeline snapshot that translates.
-    out = pipeline_cli(*args, "--json")
-    assert out.returncode == 0, out.stderr
-    result = json.loads(out.stdout)
+    # The failover, through FailoverPipelineOperator in a DAG run (good_only): the newest
+    # known-good pipeline snapshot that translates.
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DR", json.dumps({"conn_type": "kafka",
+                                                            "extra": {"bootstrap.servers": dr.bootstrap}}))
+    dag_run = run_dag("streamstate_test_pipeline_failover", {
+        "pipeline": {**PipelineSpec("orders", dict(target), spec.links).to_json(), "store": str(tmp_path / "dr-store"),
+                     "kafka_conn_id": "kafka_dr"},
+        "source_alias": dr.source_alias})
+    assert dag_run.state == "success", dag_run.log[-4000:]
+    result = dag_run.tasks["failover"].xcom
     assert result["snapshot_id"] == snap.snapshot_id and result["skipped_snapshots"] == []
     assert result["channel_records"] == {link: channel.records}
     enrich, down = result["members"]["enrich"], result["members"]["totals"]
