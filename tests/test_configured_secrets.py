@@ -48,3 +48,44 @@ def test_a_redacted_spec_of_a_stream_nobody_configured_is_refused_by_name(config
 def test_a_whole_spec_is_used_as_given(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AIRFLOW_VAR_STREAMSTATE_STREAMS", raising=False)
     assert stream_spec(SPEC) == StreamSpec.from_value(SPEC)
+
+
+@pytest.mark.parametrize("command", [["stream", "start"], ["stream", "supervise"]])
+def test_the_spark_submit_command_the_provider_logs_at_info_shows_no_secret(command: list[str], tmp_path) -> None:  # noqa: ANN001
+    """The Spark provider's hook logs `Spark-Submit cmd:` at INFO (Airflow's default level)
+    masking only names with `secret`/`password`; on YARN in cluster mode the spec's env
+    becomes `spark.yarn.appMasterEnv.*` confs in that command. The project's redaction
+    applies to what it logs: a conf named `*api_key*` and an env entry named `*TOKEN*` show
+    as `***`. (With no YARN configuration the launch is refused after the command is built;
+    supervise builds it to restart a driver that died on this host.)"""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from airflow_provider_streamstate.engine.streams.records import LaunchRecord, StreamHandle, launch_path
+
+    if command[1] == "supervise":
+        dead = subprocess.Popen(["true"])
+        dead.wait()
+        handle = StreamHandle("acc", str(tmp_path / "ckpt"), "L-1", dead.pid, socket.gethostname(), "",
+                              "2026-01-01T00:00:00Z", generation=1)
+        record = tmp_path / "ckpt" / launch_path(1)
+        record.parent.mkdir(parents=True)
+        record.write_bytes(LaunchRecord(handle, ["spark-submit", "acc.py"], dead.pid, None).to_json())
+
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({
+        "name": "acc", "application": "/opt/jobs/acc.py", "application_args": ["--checkpoint", "{checkpoint}"],
+        "checkpoint": str(tmp_path / "ckpt"), "store": str(tmp_path / "store"), "master": "yarn",
+        "deploy_mode": "cluster", "conf": {"spark.acc.api_key": "k-SEKRIT-1"}, "env": {"ACC_API_TOKEN": "t-SEKRIT-2"}}))
+    env = {k: v for k, v in os.environ.items() if k not in ("HADOOP_CONF_DIR", "YARN_CONF_DIR")}
+    out = subprocess.run(
+        [sys.executable, "-m", "airflow_provider_streamstate.cli", *command, "--spec", str(spec)],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        env={**env, "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO", "STREAMSTATE_HOME": str(tmp_path / "home")})
+    logged = out.stdout + out.stderr
+    assert out.returncode != 0 and "needs the cluster's configuration" in out.stderr, logged
+    assert "Spark-Submit cmd:" in logged and "spark.acc.api_key=***" in logged, logged
+    assert "spark.yarn.appMasterEnv.ACC_API_TOKEN=***" in logged, logged
+    assert "SEKRIT" not in logged
