@@ -82,7 +82,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def add_store_options(p: argparse.ArgumentParser, *, stream: bool = True) -> None:
-    p.add_argument("--store", required=True, help="file:///abs/path, /abs/path or s3://bucket/prefix")
+    p.add_argument("--store", required=True, help="file:///abs/path, /abs/path, s3://bucket/prefix or hdfs://namenode:8020/path")
     p.add_argument(
         "--aws-conn-id",
         metavar="CONN",

@@ -31,7 +31,7 @@ class Link:
 
 @dataclass(frozen=True)
 class PipelineSpec:
-    """`members`: stream name -> its checkpoint location (a path, file:// or s3a:// URI)."""
+    """`members`: stream name -> its checkpoint location (a path, a file://, s3a:// or hdfs:// URI)."""
 
     name: str
     members: dict[str, str]
