@@ -10,7 +10,8 @@ graceful stop), so one JVM start per line serves every check:
 1. `info.json`: which Python, pyspark and JVM Spark this driver runs.
 2. The example stream's `accounts` query (deduplication within a watermark, then per-account
    count/sum/max; alerts with threshold 0, so every batch writes each updated account's
-   whole state) runs once per state store, on the same topic, until the test writes
+   whole state) runs once per state store (on 4.3+ once more with offset log format 2), on
+   the same topic, until the test writes
    `stop-live` (it snapshots the checkpoints meanwhile, from the main venv); then each query
    is stopped after its batch in flight (`live.json`).
 3. The test restores and fails over the snapshots with the engine and writes `tasks.json`;
@@ -37,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 TASK_WAIT_S = 300.0
+OFFSET_LOG_FORMAT = "spark.sql.streaming.offsetLog.formatVersion"  # Spark 4.3+; 1 by default
 RESUME_WAIT_S = 240.0
 
 
@@ -168,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--topic", required=True)
     p.add_argument("--ctl", required=True, type=Path)
     p.add_argument("--checkpoint", action="append", default=[], help="STATE_STORE=PATH, one live query each")
+    p.add_argument("--offsets-v2", help="one more live query (HDFS-backed) there, with offset log format 2 (4.3+)")
     a = p.parse_args(argv)
 
     import pyspark
@@ -186,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
         "python": sys.executable, "pyspark": pyspark.__version__, "spark": spark.version,
         "java": spark.sparkContext._jvm.java.lang.System.getProperty("java.version"),  # noqa: SLF001
         "spark_home": os.environ.get("SPARK_HOME"), "pid": os.getpid(),
+        # The executors' Python (PYSPARK_PYTHON): what runs pandas UDFs and Python stateful operators.
+        "worker_python": spark.sparkContext.parallelize([0], 1).map(lambda _: sys.executable).collect()[0],
     })
 
     live: dict[str, Any] = {}
@@ -196,6 +201,14 @@ def main(argv: list[str] | None = None) -> int:
             a.bootstrap, checkpoint, source_topic=a.topic, alerts_topic=f"{a.topic}-live-{kind}",
             trigger="processing:300 milliseconds", max_offsets_per_trigger=100, threshold_cents=0,
             query_name=f"compat-{kind}"))
+    if a.offsets_v2:
+        use_store(spark, "hdfs")
+        spark.conf.set(OFFSET_LOG_FORMAT, "2")
+        live["offsets-v2"] = start_query(spark, StreamArgs(
+            a.bootstrap, a.offsets_v2, source_topic=a.topic, alerts_topic=f"{a.topic}-live-offsets-v2",
+            trigger="processing:300 milliseconds", max_offsets_per_trigger=100, threshold_cents=0,
+            query_name="compat-offsets-v2"))
+        spark.conf.unset(OFFSET_LOG_FORMAT)
     while not (a.ctl / "stop-live").exists() and all(q.isActive for q in live.values()):
         time.sleep(0.2)
     for query in live.values():
