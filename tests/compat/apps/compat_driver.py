@@ -20,8 +20,8 @@ graceful stop), so one JVM start per line serves every check:
    - `state`: Spark's state data source on a checkpoint at a batch (operator 0: account ->
      count/sum/max; operator 1: the deduplicated transaction ids);
    - `reader`: the engine's StateReader on a snapshot in a store (operator 0, flattened);
-   - `gx`: the engine's Great Expectations run (a state job's validation) on a DataFrame of
-     the given rows, with Data Docs;
+   - `gx` (given at start with --gx, run beside the live queries): the engine's Great
+     Expectations run (a state job's validation) on a DataFrame of the given rows, with Data Docs;
    - `resume`: the query restarted on a restored or failed-over copy, available-now, over
      `topic`, writing to `alerts_topic`: the batches it ran (consecutive ones of a group side by side).
 """
@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -171,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ctl", required=True, type=Path)
     p.add_argument("--checkpoint", action="append", default=[], help="STATE_STORE=PATH, one live query each")
     p.add_argument("--offsets-v2", help="one more live query (HDFS-backed) there, with offset log format 2 (4.3+)")
+    p.add_argument("--gx", type=Path, help="a `gx` task, run beside the live queries (its outcome joins the results)")
     a = p.parse_args(argv)
 
     import pyspark
@@ -209,6 +211,22 @@ def main(argv: list[str] | None = None) -> int:
             trigger="processing:300 milliseconds", max_offsets_per_trigger=100, threshold_cents=0,
             query_name="compat-offsets-v2"))
         spark.conf.unset(OFFSET_LOG_FORMAT)
+    gx: dict[str, Any] = {}
+    gx_thread = None
+    if a.gx:
+        gx_task = json.loads(a.gx.read_text())
+
+        def validate() -> None:
+            task = gx_task
+            started = time.monotonic()
+            try:
+                gx["value"] = run_gx(spark, task)
+            except Exception as exc:  # noqa: BLE001 - recorded for the test, which decides
+                gx.update(error=first_line(exc), trace=traceback.format_exc()[-4000:])
+            gx["seconds"] = round(time.monotonic() - started, 2)
+
+        gx_thread = threading.Thread(target=validate, name="compat-gx", daemon=True)
+        gx_thread.start()
     while not (a.ctl / "stop-live").exists() and all(q.isActive for q in live.values()):
         time.sleep(0.2)
     for query in live.values():
@@ -225,6 +243,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         time.sleep(0.2)
     results = run_tasks(spark, json.loads((a.ctl / "tasks.json").read_text()), a.bootstrap, a.ctl)
+    if gx_thread is not None:
+        gx_thread.join(TASK_WAIT_S)
+        results["gx"] = gx or {"error": "TimeoutError: the GX run did not end"}
     write_json(a.ctl / "results.json", results)
     return 0
 
