@@ -91,6 +91,8 @@ class LineRun:
     driver_exit: int | None = None
     seconds: dict[str, float] = field(default_factory=dict)
     bootstrap: str = ""
+    # Set once its snapshots are taken (or it failed): the main line's driver reads them.
+    ready: threading.Event = field(default_factory=threading.Event)
     _topics: dict[str, list[tuple[int, int, dict[str, Any]]]] = field(default_factory=dict)
 
     def records(self, topic: str) -> list[tuple[int, int, dict[str, Any]]]:
@@ -307,14 +309,21 @@ def _wait_for_file(path: Path, handle: Any, timeout_s: float) -> dict[str, Any] 
     return None
 
 
-def _run_line(version: spark_versions.SparkVersion, stack: Any, root: Path, others: list[LineRun]) -> LineRun:
-    started = time.monotonic()
-    bootstrap = stack.kafka_bootstrap
+def _new_run(version: spark_versions.SparkVersion, bootstrap: str, root: Path) -> LineRun:
     tag = f"{version.line.replace('.', '')}-{uuid.uuid4().hex[:6]}"
     first = GeneratorSpec(seed=300 + version.major_minor[1], accounts=40, events=300, duplicate_rate=0.05)
     second = first.next_round(300)
-    run = LineRun(version, root, f"compat-{tag}", f"dr-compat-{tag}", [first, second], second.next_round(150),
-                  bootstrap=bootstrap)
+    return LineRun(version, root, f"compat-{tag}", f"dr-compat-{tag}", [first, second], second.next_round(150),
+                   bootstrap=bootstrap)
+
+
+def _run_line(run: LineRun, others: list[LineRun]) -> None:
+    """Everything one line runs (see the module docstring), into `run`; `others`: lines whose
+    snapshots its driver reads too, once they are ready."""
+    started = time.monotonic()
+    version, root, bootstrap = run.version, run.root, run.bootstrap
+    first, second = run.specs
+    tag = run.topic.removeprefix("compat-")
     for t in (run.topic, run.dr_topic):
         ensure_topic(bootstrap, t, partitions=3)
     produce(bootstrap, run.topic, first)
@@ -345,7 +354,7 @@ def _run_line(version: spark_versions.SparkVersion, stack: Any, root: Path, othe
         live = _wait_for_file(ctl / "live.json", handle, 90)
         if live is None or live["errors"]:
             run.errors["live"] = f"the live queries failed: {live}" if live else "the driver died"
-            return run
+            return
         run.seconds["live"] = time.monotonic() - started
         if offsets_v2:
             run.layout["offsets-v2"] = describe_checkpoint(run.checkpoint("offsets-v2"))
@@ -377,6 +386,9 @@ def _run_line(version: spark_versions.SparkVersion, stack: Any, root: Path, othe
         with ThreadPoolExecutor(len(STORES)) as pool:  # two streams, two failovers at once
             list(pool.map(fail_over, [k for k in STORES if run.snapshots.get(k)]))
         run.seconds["engine"] = time.monotonic() - started
+        run.ready.set()
+        for other in others:
+            other.ready.wait(TASK_WAIT_S)
         tmp = ctl / ".tasks.json"
         tmp.write_text(json.dumps(_tasks(run, others)))
         tmp.rename(ctl / "tasks.json")
@@ -394,8 +406,8 @@ def _run_line(version: spark_versions.SparkVersion, stack: Any, root: Path, othe
         (ctl / "abort").touch()
         if status(handle.checkpoint).process_alive:
             stop(handle, timeout_s=20)
+        run.ready.set()
         run.seconds["total"] = time.monotonic() - started
-    return run
 
 
 def _sent(bootstrap: str, topic: str) -> int:
@@ -407,30 +419,63 @@ def _sent(bootstrap: str, topic: str) -> int:
 
 
 REPORT: dict[str, Any] = {}
-RUNS: dict[str, LineRun] = {}  # line -> its run, for the main line's driver to read their snapshots
+RUNS: dict[str, LineRun] = {}  # line -> its run
 # The main line last: its driver also reads the snapshots the other lines' streams wrote.
 LINES = sorted(spark_versions.SUPPORTED, key=lambda v: v.main)
 OTHER_LINES = [v for v in LINES if not v.main]
+# Lines whose drivers run at once: two on two cores (half of a driver's time is waiting on
+# triggers, the broker and JVM start); 1 runs them one after the other.
+PARALLEL = int(os.environ.get("STREAMSTATE_COMPAT_PARALLEL", "2"))
+TASK_WAIT_S = 300.0
 
 
-@pytest.fixture(scope="module", params=LINES, ids=_id)
-def line(request: pytest.FixtureRequest, stack: Any, tmp_path_factory: pytest.TempPathFactory) -> LineRun:
-    version: spark_versions.SparkVersion = request.param
-    if not version.installed():
-        pytest.skip(f"Spark {version.line} is not installed here: run `make setup`")
-    others = [RUNS[v.line] for v in OTHER_LINES if v.line in RUNS] if version.main else []
-    run = _run_line(version, stack, tmp_path_factory.mktemp(f"spark-{version.line}"), others)
-    RUNS[version.line] = run
-    REPORT[version.line] = {
-        "pyspark": version.pyspark, "connector": version.connector, "info": run.info, "errors": run.errors,
-        "seconds": {k: round(v, 1) for k, v in run.seconds.items()}, "layout": run.layout,
-        "snapshot_batches": {k: [m.batch_id for m in v] for k, v in run.snapshots.items()},
-        "task_seconds": {k: v.get("seconds") for k, v in run.results.items()},
-        "task_errors": {k: v["error"] for k, v in run.results.items() if "error" in v},
-    }
+def _guarded(run: LineRun, others: list[LineRun]) -> None:
+    try:
+        _run_line(run, others)
+    except BaseException as exc:  # noqa: BLE001 - this line's tests fail with it, the others still run
+        run.errors["run"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        run.ready.set()
+
+
+@pytest.fixture(scope="module")
+def line_runs(request: pytest.FixtureRequest, stack: Any, tmp_path_factory: pytest.TempPathFactory
+              ) -> dict[str, LineRun]:
+    """Every line the selected tests ask for, PARALLEL at a time, the main line last."""
+    params = [item.callspec.params for item in request.session.items  # type: ignore[attr-defined]
+              if item.path == request.path and hasattr(item, "callspec")]
+    wanted = {p["line"].line for p in params if "line" in p} | {p["other"].line for p in params if "other" in p}
+    if any("other" in p for p in params):
+        wanted.add(spark_versions.MAIN_LINE)
+    versions = [v for v in LINES if v.line in wanted and v.installed()]
+    for v in versions:
+        RUNS[v.line] = _new_run(v, stack.kafka_bootstrap, tmp_path_factory.mktemp(f"spark-{v.line}"))
+    with ThreadPoolExecutor(max(1, PARALLEL), thread_name_prefix="compat-line") as pool:
+        for v in versions:
+            others = [RUNS[o.line] for o in versions if not o.main] if v.main else []
+            pool.submit(_guarded, RUNS[v.line], others)
+    for v in versions:
+        run = RUNS[v.line]
+        REPORT[v.line] = {
+            "pyspark": v.pyspark, "connector": v.connector, "info": run.info, "errors": run.errors,
+            "seconds": {k: round(x, 1) for k, x in run.seconds.items()}, "layout": run.layout,
+            "snapshot_batches": {k: [m.batch_id for m in ms] for k, ms in run.snapshots.items()},
+            "task_seconds": {k: r.get("seconds") for k, r in run.results.items()},
+            "task_errors": {k: r["error"] for k, r in run.results.items() if "error" in r},
+        }
     report = os.environ.get("STREAMSTATE_COMPAT_REPORT")
     if report:
         Path(report).write_text(json.dumps(REPORT, indent=1, sort_keys=True, default=str))
+    return RUNS
+
+
+@pytest.fixture(scope="module", params=LINES, ids=_id)
+def line(request: pytest.FixtureRequest, line_runs: dict[str, LineRun]) -> LineRun:
+    version: spark_versions.SparkVersion = request.param
+    if version.line not in line_runs:
+        pytest.skip(f"Spark {version.line} is not installed here: run `make setup`")
+    run = line_runs[version.line]
+    assert "run" not in run.errors, run.errors["run"]
     return run
 
 
@@ -562,13 +607,14 @@ def test_the_checkpoint_layout_is_what_the_engine_expects(line: LineRun) -> None
 
 
 @pytest.mark.parametrize("other", OTHER_LINES, ids=_id)
-def test_the_main_venvs_spark_reads_that_lines_snapshots(other: spark_versions.SparkVersion) -> None:
+def test_the_main_venvs_spark_reads_that_lines_snapshots(other: spark_versions.SparkVersion,
+                                                        line_runs: dict[str, LineRun]) -> None:
     """State jobs that run here (the default) read snapshots with the main venv's Spark 4.1:
     its driver read the earliest snapshot of each store of every other line, exactly."""
-    main = RUNS.get(spark_versions.MAIN_LINE)
-    run = RUNS.get(other.line)
+    main = line_runs.get(spark_versions.MAIN_LINE)
+    run = line_runs.get(other.line)
     if main is None or run is None:
-        pytest.skip("needs this line's run and the main line's, after it (the whole module)")
+        pytest.skip(f"Spark {other.line} or the main line is not installed here: run `make setup`")
     for kind in STORES:
         earliest = run.snapshots[kind][0]
         read = main.result(f"cross-{other.line}-{kind}")
