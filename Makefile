@@ -6,11 +6,17 @@ PY     := $(VENV)/bin/python
 UV_VERSION := 0.13.9
 MVN    ?= mvn
 
-.PHONY: setup browser demo demo-dr test lint bench lock stack-up stack-down clean ui-screenshots
+.PHONY: setup browser demo demo-dr test lint bench lock lock-spark spark-envs stack-up stack-down clean ui-screenshots
 
 GROUP_STATE_JOB := .jvm/group-state-job/streamstate-group-state-job.jar
 
-setup: $(VENV)/.installed .jvm/.fetched $(GROUP_STATE_JOB) browser
+# The other Spark lines a platform may run, each in its own virtualenv with its own pyspark
+# (dev/spark_versions.py says where each line's spark-submit, Python and Kafka jars are; the
+# main .venv is Spark 4.1). Their Kafka connector jars come with .jvm/.fetched.
+SPARK_LINES := 3.5 4.0 4.3
+SPARK_VENVS := .venv-spark
+
+setup: $(VENV)/.installed .jvm/.fetched $(GROUP_STATE_JOB) browser spark-envs
 
 # A headless Chromium and its chromedriver for the Streams UI tests (Debian packages).
 browser:
@@ -25,7 +31,18 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 	@$(VENV)/bin/uv pip install -q --python $(PY) --no-deps -e .
 	@touch $@
 
-.jvm/.fetched: pom.xml jvm/kafka-broker/pom.xml jvm/spark-kafka/pom.xml jvm/s3proxy/pom.xml jvm/mirror-maker/pom.xml jvm/spark-s3a/pom.xml jvm/yarn-cluster/pom.xml $(wildcard jvm/yarn-cluster/src/main/*/*/*/*/*) jvm/hdfs-cluster/pom.xml $(wildcard jvm/hdfs-cluster/src/main/*/*/*/*/*) jvm/hdfs-cluster/src/main/resources/log4j.properties jvm/settings.xml
+spark-envs: $(SPARK_LINES:%=$(SPARK_VENVS)/%/.installed)
+
+# One line's virtualenv: its lock (dev/spark-envs/<line>.lock) synced by the main venv's uv
+# (one shared download cache), and this package, not its dependencies (Airflow stays out).
+$(SPARK_VENVS)/%/.installed: dev/spark-envs/%.lock pyproject.toml | $(VENV)/.installed
+	@test -x $(SPARK_VENVS)/$*/bin/python || $(PYTHON) -m venv --without-pip $(SPARK_VENVS)/$*
+	@echo "installing the locked Python packages for Spark $* into $(SPARK_VENVS)/$* ..."
+	@$(VENV)/bin/uv pip sync -q --python $(SPARK_VENVS)/$*/bin/python dev/spark-envs/$*.lock
+	@$(VENV)/bin/uv pip install -q --python $(SPARK_VENVS)/$*/bin/python --no-deps -e .
+	@touch $@
+
+.jvm/.fetched: pom.xml jvm/kafka-broker/pom.xml jvm/spark-kafka/pom.xml $(SPARK_LINES:%=jvm/spark-kafka-%/pom.xml) jvm/s3proxy/pom.xml jvm/mirror-maker/pom.xml jvm/spark-s3a/pom.xml jvm/yarn-cluster/pom.xml $(wildcard jvm/yarn-cluster/src/main/*/*/*/*/*) jvm/hdfs-cluster/pom.xml $(wildcard jvm/hdfs-cluster/src/main/*/*/*/*/*) jvm/hdfs-cluster/src/main/resources/log4j.properties jvm/settings.xml
 	@bash dev/require.sh java
 	@bash dev/require.sh mvn
 	@echo "fetching the JVM artifacts (Kafka, Spark connectors, S3, YARN, HDFS) with Maven ..."
@@ -83,6 +100,12 @@ lock:
 	$(VENV)/bin/uv pip compile pyproject.toml --extra dev --python-version 3.11 \
 	  --python-platform x86_64-manylinux_2_28 --overrides dev/overrides.txt -o requirements.lock
 
+# Re-resolve the other Spark lines' locks after changing dev/spark-envs/*.in.
+lock-spark:
+	@for line in $(SPARK_LINES); do \
+	  $(VENV)/bin/uv pip compile -q dev/spark-envs/$$line.in --python-version 3.11 \
+	    --python-platform x86_64-manylinux_2_28 -o dev/spark-envs/$$line.lock || exit 1; done
+
 stack-up: setup
 	$(PY) dev/stack.py up
 
@@ -90,4 +113,4 @@ stack-down:
 	@test -x $(PY) && $(PY) dev/stack.py down || true
 
 clean: stack-down
-	rm -rf $(VENV) .jvm .stack
+	rm -rf $(VENV) $(SPARK_VENVS) .jvm .stack
