@@ -59,7 +59,8 @@ def test_unusable_checkpoint_locations_are_one_line_each_and_write_nothing(stack
         ("no such bucket", with_creds, f"s3a://no-such-bucket-{uuid.uuid4().hex[:8]}/ckpt",
          ["does not exist", "checkpoint location"]),
         ("gs", with_creds, "gs://bucket/ckpt", ["gs:// scheme is not supported", "s3a://"]),
-        ("hdfs", with_creds, "hdfs://namenode:8020/ckpt", ["hdfs:// scheme is not supported", "docs/deployment.md"]),
+        ("unreachable HDFS", with_creds, "hdfs://no-such-namenode.invalid:8020/ckpt",
+         ["no HDFS NameNode answered", "HADOOP_CONF_DIR"]),
     ]
     for what, env, location, words in cases:
         snap = one_error_line(cli("snapshot", "create", "--checkpoint", location, "--store", store,

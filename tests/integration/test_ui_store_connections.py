@@ -38,7 +38,8 @@ def test_two_connections_to_one_store_url_are_two_stores_and_the_cache_is_bounde
     primary = sources.open_configured_store(url, "ui_primary")
     ckpt = make_checkpoint(tmp_path / "ckpt", batches=2)
     for d in store_dirs(ckpt):
-        write(d / "1.delta", "a")
+        for version in (1, 2):
+            write(d / f"{version}.delta", f"delta {version}")
     snap = create_snapshot(str(ckpt), primary, "orders").manifest
 
     dr = sources.open_configured_store(url, "ui_dr")
