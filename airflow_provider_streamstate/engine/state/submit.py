@@ -31,20 +31,15 @@ this module completes it and runs it, on any cluster manager a stream runs on
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
-import signal
-import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from airflow_provider_streamstate.engine.checkpoint.filesystems import location_scheme, streamstate_home
-from airflow_provider_streamstate.engine.core.cancel import check_cancelled
 from airflow_provider_streamstate.engine.core.errors import StreamstateError, TransientError, UsageError
 from airflow_provider_streamstate.engine.state.jobs import (
     StateJobRequest,
@@ -54,16 +49,16 @@ from airflow_provider_streamstate.engine.state.jobs import (
 )
 from airflow_provider_streamstate.engine.state.scratch import job_started, remove_scratch
 from airflow_provider_streamstate.engine.stores.base import SnapshotStore
+from airflow_provider_streamstate.engine.streams.applications import RunningApplication, run_to_end
 from airflow_provider_streamstate.engine.streams.command import with_confs
 from airflow_provider_streamstate.engine.streams.driver_logs import last_error_line, prune_logs
-from airflow_provider_streamstate.engine.streams.managers import ClusterApp, manager_for, manager_named
+from airflow_provider_streamstate.engine.streams.managers import manager_for
 from airflow_provider_streamstate.engine.streams.submission import Submission
 
 log = logging.getLogger("streamstate.state")
 
 RESULT_FORMAT = "streamstate.state-job-result/v1"
 STALE_AFTER_S = 6 * 3600  # no state job runs this long unnoticed: its leftovers are garbage
-KILL_WAIT_S = 3.0  # how long a kill waits for the application to end (Airflow's SIGKILL comes at 5 s)
 
 
 class StateJobError(StreamstateError):
@@ -81,45 +76,6 @@ def state_job_arguments(request: StateJobRequest) -> list[str]:
 
 def job_log_dir() -> Path:
     return streamstate_home() / "state-jobs"
-
-
-@dataclass
-class SubmittedJob:
-    """A state job's application while it runs: what `kill` needs."""
-
-    request: StateJobRequest
-    proc: subprocess.Popen[bytes] | None = None
-    app: ClusterApp | None = None  # where the manager runs its driver, once spark-submit said
-    log_path: str = ""
-
-    @property
-    def app_id(self) -> str | None:
-        """The application as its manager names it (an id, a pod), for logs."""
-        return manager_named(self.app.manager).describe(self.app) if self.app is not None else None
-
-    def kill(self, *, wait_s: float = KILL_WAIT_S) -> None:
-        """End the application wherever it still runs, waiting up to `wait_s` for it to end
-        (a killed driver may still be writing); safe to call twice, and on an ended one."""
-        if self.app is not None:
-            manager = manager_named(self.app.manager)
-            try:
-                if not manager.report(self.app).ended:
-                    manager.kill(self.app)
-                    log.info("killed %s (state job %s)", self.app_id, self.request.job_id)
-                deadline = time.monotonic() + wait_s
-                while time.monotonic() < deadline and not manager.report(self.app).ended:
-                    time.sleep(0.25)
-            except StreamstateError as exc:
-                log.warning("could not kill %s: %s", self.app_id, exc.one_line())
-        if self.proc is not None and self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-                self.proc.wait(timeout=wait_s)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 def complete_command(command: Sequence[str], request: StateJobRequest, store: SnapshotStore,
@@ -172,28 +128,13 @@ def submit_state_job(
     submission = Submission.prepare(argv, env=child_env, log_path=logs / f"{request.job_id}.log",
                                     name=f"streamstate-{request.kind}-{request.stream}", launch_id=request.job_id,
                                     secret_env=env or {})
-    job = SubmittedJob(request, log_path=str(submission.log_path))
     try:
         store.put_record(request_key(request.stream, request.job_id), request.to_json())
-        started = time.monotonic()
-        job.proc = submission.start(f"state job {request.job_id}")
-        if on_submit is not None:
-            on_submit(job)
-        _wait_for_process(job, started, timeout_s, poll_s)
-        if submission.app is not None:  # spark-submit only handed the driver to the cluster
-            submission.forget_secrets()
-            _submitted(job, submission)
-            if on_submit is not None:
-                on_submit(job)
-            _wait_for_cluster(job, started, timeout_s, poll_s)
-        return _result(job, store)
-    except BaseException:
-        job.kill()
-        raise
+        job = run_to_end(submission, f"state job {request.job_id}", timeout_s=timeout_s, poll_s=poll_s,
+                         on_submit=on_submit)
+        return _result(job, store, request)
     finally:
         submission.forget_secrets()
-        if job.app is not None:
-            manager_named(job.app.manager).clean_up(job.app)
         _clean_up(store, request)
 
 
@@ -219,69 +160,21 @@ def sweep_stale(store: SnapshotStore, stream: str, *, older_than_s: float = STAL
     return deleted
 
 
-def _deadline_passed(started: float, timeout_s: float | None) -> bool:
-    return timeout_s is not None and time.monotonic() - started > timeout_s
-
-
-def _wait_for_process(job: SubmittedJob, started: float, timeout_s: float | None, poll_s: float) -> None:
-    assert job.proc is not None
-    while job.proc.poll() is None:
-        check_cancelled()
-        if _deadline_passed(started, timeout_s):
-            raise TransientError(f"state job {job.request.job_id} did not end within {timeout_s:.0f} s",
-                                 hint=f"its log: {job.log_path}")
-        time.sleep(min(poll_s, 0.2))
-
-
-def _submitted(job: SubmittedJob, submission: Submission) -> None:
-    """spark-submit of a driver on the cluster returned once the manager accepted it: which
-    application it is."""
-    assert job.proc is not None
-    app = submission.identify()
-    assert app is not None
-    manager = manager_named(app.manager)
-    if manager.known(app):
-        job.app = app  # whatever happens next, it can be killed
-    if job.proc.returncode != 0 or not manager.known(app):
-        raise StateJobError(f"spark-submit of state job {job.request.job_id} failed (exit {job.proc.returncode}): "
-                            f"{_last_error(job.log_path)}", hint=f"its log: {job.log_path}")
-    log.info("state job %s runs as %s on %s", job.request.job_id, manager.describe(app), manager.name)
-
-
-def _wait_for_cluster(job: SubmittedJob, started: float, timeout_s: float | None, poll_s: float) -> None:
-    assert job.app is not None
-    manager = manager_named(job.app.manager)
-    while True:
-        check_cancelled()
-        try:
-            report = manager.report(job.app)
-        except TransientError as exc:
-            log.warning("%s: %s", manager.name, exc.one_line())
-        else:
-            if report.ended:
-                log.info("%s ended: %s", job.app_id, report.stream_state())
-                return
-        if _deadline_passed(started, timeout_s):
-            raise TransientError(f"state job {job.request.job_id} ({job.app_id}) did not end within "
-                                 f"{timeout_s:.0f} s", hint="the application was killed")
-        time.sleep(poll_s)
-
-
 def _last_error(log_path: str) -> str:
     return last_error_line(log_path) or "no error line in its log"
 
 
-def _result(job: SubmittedJob, store: SnapshotStore) -> dict[str, Any]:
-    data = store.get_record(result_key(job.request.stream, job.request.job_id))
+def _result(job: RunningApplication, store: SnapshotStore, request: StateJobRequest) -> dict[str, Any]:
+    data = store.get_record(result_key(request.stream, request.job_id))
     where = f"application {job.app_id}" if job.app_id else f"log {job.log_path}"
     if data is None:  # lost before it could answer (killed, preempted, out of memory): try again
         code = job.proc.returncode if job.proc is not None else None
-        raise TransientError(f"state job {job.request.job_id} ended without a result (exit {code}): "
+        raise TransientError(f"state job {request.job_id} ended without a result (exit {code}): "
                              f"{_last_error(job.log_path) if not job.app_id else 'see the application log'}",
                              hint=f"retry; if it fails again, see its {where}")
     record = json.loads(data)
     if record.get("format") != RESULT_FORMAT:
-        raise StateJobError(f"state job {job.request.job_id} wrote a result of unknown format {record.get('format')}")
+        raise StateJobError(f"state job {request.job_id} wrote a result of unknown format {record.get('format')}")
     if record.get("error") or "result" not in record:
         err = record.get("error") or {}
         message = err.get("message") or "the state job failed"
