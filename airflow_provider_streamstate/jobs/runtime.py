@@ -32,6 +32,8 @@ def attach_heartbeat(
     from airflow_provider_streamstate.engine.checkpoint.liveness import Heartbeat, now_iso, write_heartbeat
     from airflow_provider_streamstate.engine.core.errors import StreamstateError
 
+    spark_version = str(spark.version)
+
     class HeartbeatListener(StreamingQueryListener):
         def __init__(self) -> None:
             self.lock = threading.Lock()
@@ -79,7 +81,7 @@ def attach_heartbeat(
                     query_id=qid, run_id=str(event.runId), query_name=name or "",  # type: ignore[attr-defined]
                     host=socket.gethostname(), pid=os.getpid(), state="starting", batch_id=None,
                     input_rows=None, updated_at=now_iso(), interval_s=interval_s,
-                    launch_id=os.environ.get("STREAMSTATE_LAUNCH_ID") or None,
+                    launch_id=os.environ.get("STREAMSTATE_LAUNCH_ID") or None, spark_version=spark_version,
                 )
             self._write()
 

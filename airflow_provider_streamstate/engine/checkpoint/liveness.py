@@ -54,6 +54,7 @@ class Heartbeat:
     interval_s: float = DEFAULT_INTERVAL_S
     exception: str | None = None
     launch_id: str | None = None  # the launch whose driver beats (engine/streams/launcher.py), if any
+    spark_version: str | None = None  # the driver's Spark: what a snapshot of the checkpoint records
     format: str = FORMAT
 
     def age_s(self, now: datetime | None = None) -> float:
@@ -92,8 +93,9 @@ class Heartbeat:
             raise ValueError("interval_s is not a positive number of seconds")
         if fields["exception"] is not None:
             _check_line("exception", fields["exception"], MAX_EXCEPTION_CHARS)
-        if fields["launch_id"] is not None:
-            _check_line("launch_id", fields["launch_id"], MAX_NAME_CHARS)
+        for k in ("launch_id", "spark_version"):
+            if fields[k] is not None:
+                _check_line(k, fields[k], MAX_NAME_CHARS)
         _parse_time(fields["updated_at"])
         fields["interval_s"] = float(interval)
         return cls(**fields)

@@ -42,6 +42,9 @@ HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateS
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
 FORMAT_VERSION_CONF = "spark.sql.streaming.stateStore.checkpointFormatVersion"
+SHUFFLE_PARTITIONS_CONF = "spark.sql.shuffle.partitions"
+# Since SPARK-53942 the state may have its own number of partitions, apart from the shuffles'.
+STATE_PARTITIONS_CONF = "spark.sql.streaming.internal.stateStore.partitions"
 STORE_LAYOUT_DIRS = {"_metadata", "SSTs", "logs", "_stateSchema"}
 _VERSIONED = re.compile(r"^(\d+)\.(delta|snapshot|zip|changelog)$")
 _V2_VERSIONED = re.compile(r"^(\d+)_([0-9a-fA-F-]{8,})\.(zip|changelog)$")
@@ -101,6 +104,11 @@ def _read_log(fs: CheckpointFS, rel: str, path: str, versions: tuple[str, ...] =
         raise CheckpointChanged(f"{path} vanished while reading the checkpoint") from None
     if not lines or lines[0] not in versions:
         understood = " or ".join(repr(v) for v in versions)
+        if rel.startswith("offsets/") and lines and lines[0] == "v2":
+            raise UnsupportedCheckpointError(
+                f"{path} is in offset log format v2 (Spark 4.3's opt-in, sources keyed by name), which streamstate "
+                "does not read yet", hint="run the stream with spark.sql.streaming.offsetLog.formatVersion=1, "
+                "Spark's default; a checkpoint cannot go back once it wrote v2")
         raise UnsupportedCheckpointError(
             f"{path} has log version {lines[0][:10]!r}, only {understood} is understood",
             hint="this checkpoint was written by a Spark version streamstate does not support",
@@ -121,6 +129,15 @@ def _kafka_offsets(value: Any) -> dict[str, dict[str, int]] | None:
         except (TypeError, ValueError):
             return None
     return out
+
+
+def state_partitions(conf: dict[str, str]) -> int | None:
+    """The number of state partitions a batch's pinned confs say (None when they say none)."""
+    for key in (STATE_PARTITIONS_CONF, SHUFFLE_PARTITIONS_CONF):
+        value = conf.get(key)
+        if value and value.strip().isdigit() and int(value) > 0:
+            return int(value)
+    return None
 
 
 class CheckpointReader:
@@ -183,6 +200,10 @@ class CheckpointReader:
                 f"{self._path('metadata')} is unreadable: {exc}",
                 hint="check that --checkpoint is the query's checkpoint directory, as Spark wrote it",
             ) from None
+
+    def offset_batches(self) -> list[int]:
+        """Batch ids with an offsets entry (planned, committed or not), ascending."""
+        return self._log_ids("offsets")
 
     def offsets(self, batch_id: int) -> tuple[dict[str, Any], list[Any]]:
         """The batch's metadata (watermark, timestamp, pinned conf) and one entry per source."""
@@ -269,7 +290,7 @@ class CheckpointReader:
         if self.fs.is_dir("state"):
             for op_name in sorted((p for p in self.fs.listdir("state") if p.isdigit()), key=int):
                 operators.append(self._plan_operator(files, int(op_name), n + 1, store_kind, file_kinds,
-                                                     checkpoint_format))
+                                                     checkpoint_format, state_partitions(conf)))
 
         # The changelog flag is not pinned in the checkpoint: the stores' files tell (a cut
         # that starts at a fresh .zip needs no changelog, yet the stream writes them).
@@ -368,7 +389,8 @@ class CheckpointReader:
             raise NotFoundError(f"{self.where} has no stateful operator {op_id}",
                                 hint=f"its operators: {', '.join(ops) or 'none (a stateless query)'}")
         files: dict[str, PlannedFile] = {}
-        info, partitions, stores = self._operator_info(files, op_id, n + 1, checkpoint_format)
+        info, partitions, stores = self._operator_info(files, op_id, n + 1, checkpoint_format,
+                                                       state_partitions(conf))
         if store not in stores:
             raise NotFoundError(f"operator {op_id} ({info.get('name', 'unknown')}) of {self.where} has no state "
                                 f"store {store!r}", hint=f"its stores: {', '.join(stores)}")
@@ -393,9 +415,16 @@ class CheckpointReader:
 
     def _operator_info(
         self, files: dict[str, PlannedFile], op_id: int, version: int, checkpoint_format: int,
+        pinned_partitions: int | None = None,
     ) -> tuple[dict[str, Any], list[str], list[str]]:
         """An operator's metadata (name, stores, state variables), its partition directories
-        and store names; its metadata and schema files go into `files`."""
+        and store names; its metadata and schema files go into `files`.
+
+        How many partitions the state has at a batch is what the batch's offsets pinned
+        (`pinned_partitions`): Spark's offline repartition (4.2+) writes a batch with another
+        number and leaves the operator metadata of batch 0 as it was, and the directories of
+        the old partitions above the new number in place (12 -> 3 keeps 3..11, which no later
+        version reads). Without a pinned number the metadata's is taken."""
         op_rel = f"state/{op_id}"
         op_dir = self._path(op_rel)
         if self._exists(f"{op_rel}/_metadata/v2"):
@@ -408,12 +437,16 @@ class CheckpointReader:
                 )
             info = self._operator_metadata(op_rel)
             self._add_tree(files, f"{op_rel}/_metadata", essential=True)
-        partitions = sorted((p for p in self.fs.listdir(op_rel) if p.isdigit()), key=int)
-        if not partitions:
+        listed = sorted((p for p in self.fs.listdir(op_rel) if p.isdigit()), key=int)
+        if not listed:
             raise UnsupportedCheckpointError(f"{op_dir} has no partition directories")
-        declared = info.get("partitions")
-        if declared is not None and declared != len(partitions):
-            raise CheckpointChanged(f"{op_dir} has {len(partitions)} partitions, its metadata says {declared}")
+        count = pinned_partitions or info.get("partitions") or len(listed)
+        partitions = [str(p) for p in range(count)]
+        missing = sorted(set(partitions) - set(listed), key=int)
+        if missing:
+            raise CheckpointChanged(f"{op_dir} has no directory for partition {missing[0]} of the {count} "
+                                    f"its batch {version - 1} pinned")
+        info = {**info, "partitions": count}
         # Old checkpoints have no operator metadata: their store names come from the layout.
         stores: list[str] = info.get("stores") or self._infer_store_names(f"{op_rel}/{partitions[0]}")
         if checkpoint_format == 2 and len(stores) != 1:
@@ -426,10 +459,10 @@ class CheckpointReader:
 
     def _plan_operator(
         self, files: dict[str, PlannedFile], op_id: int, version: int, kind: str, file_kinds: set[str],
-        checkpoint_format: int = 1,
+        checkpoint_format: int = 1, pinned_partitions: int | None = None,
     ) -> dict[str, Any]:
         op_rel = f"state/{op_id}"
-        info, partitions, stores = self._operator_info(files, op_id, version, checkpoint_format)
+        info, partitions, stores = self._operator_info(files, op_id, version, checkpoint_format, pinned_partitions)
         for part in partitions:
             part_rel = f"{op_rel}/{part}"
             for store in stores:

@@ -46,6 +46,7 @@ from airflow_provider_streamstate.engine.catalog.timeline import (
     snapshot_refs,
 )
 from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS, open_checkpoint_fs
+from airflow_provider_streamstate.engine.checkpoint.liveness import read_heartbeat
 from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader, CutPlan, PlannedFile
 from airflow_provider_streamstate.engine.checkpoint.sidecar import refuse_unfinished_restore
 from airflow_provider_streamstate.engine.core.anchor import anchors_to_json
@@ -436,7 +437,8 @@ def create_snapshot(
     When the newest snapshot of the checkpoint's timeline already holds that batch (same
     query, same labels) it is returned with `reused=True` instead of a duplicate, unless
     `always`. `spark_version` records the stream's Spark version (the checkpoint does not
-    say it; the snapshotting machine's pyspark may differ). `new_timeline` accepts a
+    say it; the snapshotting machine's pyspark may differ); by default the one the stream's
+    driver wrote in its heartbeat beside the checkpoint, when it is this query's. `new_timeline` accepts a
     checkpoint whose query id is not the stream's, starting a new root timeline. `cancel`
     (or the enclosing `cancellation` block's token) stops it promptly; nothing is published.
     `kafka_bootstrap` (and client `kafka_config`) names the cluster the stream reads: the last
@@ -474,6 +476,9 @@ def _create_snapshot(
     refuse_unfinished_restore(fs)  # before anything else: it may not even look like a checkpoint
     reader = CheckpointReader(fs.location, fs=fs)
     query_id = reader.query_id()
+    if spark_version is None:  # the driver's own word, when its heartbeat is this query's
+        beat = read_heartbeat(fs)
+        spark_version = beat.spark_version if beat is not None and beat.query_id == query_id else None
     refs = snapshot_refs(store, stream)
     tls = load_timelines(store, stream, refs)
     timeline = _timeline_for(reader, store, stream, query_id, tls, has_snapshots=bool(refs), new_line=new_timeline)

@@ -16,6 +16,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS
+from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
+from airflow_provider_streamstate.engine.checkpoint.repartition import unfinished_repartition
 from airflow_provider_streamstate.engine.core.errors import StreamstateError
 from airflow_provider_streamstate.engine.overview.history import (
     SnapshotBrief,
@@ -74,8 +76,12 @@ def stream_state(checkpoint: str | CheckpointFS | None, *, now: datetime | None 
         message = st.state
     try:
         batch, at = newest_commit(checkpoint)
+        unfinished = unfinished_repartition(CheckpointReader(checkpoint))
     except Exception as exc:  # noqa: BLE001
         return StreamState(st.state, f"{message}; checkpoint unreadable: {_why(exc)}", beat_age, None, None)
+    if unfinished is not None:
+        message = (f"{message}; checkpoint: {unfinished.describe()}; restore its newest good snapshot "
+                   "(docs/runbooks/rescale.md)")
     batch_age = round(max(0.0, (now - at).total_seconds()), 1) if at is not None else None
     return StreamState(st.state, message, beat_age, batch, batch_age)
 

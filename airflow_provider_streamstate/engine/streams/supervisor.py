@@ -67,13 +67,14 @@ RESTORE_POLICIES: tuple[str, ...] = ("checkpoint-errors", "any-failure", "never"
 
 # What Spark says when the checkpoint itself is unusable: a state store version it cannot
 # load (a deleted or truncated delta, snapshot, changelog or zip file), an unreadable
-# offset/commit log, or metadata it cannot parse. Restarting on the same checkpoint fails
+# offset/commit log, metadata it cannot parse, or a repartition that wrote its batch's offsets
+# and failed before its commit (Spark 4.2+). Restarting on the same checkpoint fails
 # the same way every time; only other state (a snapshot) helps.
 _CHECKPOINT_ERRORS = re.compile(
     r"CANNOT_LOAD_STATE_STORE|STATE_STORE_[A-Z_]*(?:NOT_FOUND|CORRUPT|MISSING|INVALID)|CANNOT_READ_"
     r"|CHECKPOINT_FILE|Error reading (?:delta|snapshot|changelog|streaming state) file"
     r"|(?:delta|snapshot|changelog|zip) file .* does not exist|FileNotFoundException.*(?:/state/|/offsets/|/commits/)"
-    r"|STDS_|INCOMPATIBLE_STATE|CorruptedCheckpoint|Log file was malformed",
+    r"|STDS_|INCOMPATIBLE_STATE|CorruptedCheckpoint|Log file was malformed|STREAMING_UNFINISHED_REPARTITION",
 )
 
 
