@@ -36,7 +36,6 @@ from airflow_provider_streamstate.engine.core.errors import (
 from airflow_provider_streamstate.engine.lookup import rocksdb_keys as rk
 from airflow_provider_streamstate.engine.lookup.cache import DEFAULT_CACHE, PartitionCache
 from airflow_provider_streamstate.engine.lookup.codec import check_codec, codec_name
-from airflow_provider_streamstate.engine.lookup.hdfs_state import load_partition
 from airflow_provider_streamstate.engine.lookup.layouts import (
     JOIN_SIDES,
     NORMALIZED_KEYS,
@@ -44,12 +43,8 @@ from airflow_provider_streamstate.engine.lookup.layouts import (
     kind_of,
 )
 from airflow_provider_streamstate.engine.lookup.murmur3 import partition_of
-from airflow_provider_streamstate.engine.lookup.rocksdb_sst import SstFile
-from airflow_provider_streamstate.engine.lookup.rocksdb_state import (
-    DictPartition,
-    RocksPartition,
-    read_zip_metadata,
-)
+from airflow_provider_streamstate.engine.lookup.partitions import decode_partition, state_files
+from airflow_provider_streamstate.engine.lookup.rocksdb_state import RocksPartition
 from airflow_provider_streamstate.engine.lookup.schema import (
     ColumnFamilySchema,
     read_schema_v2,
@@ -75,7 +70,6 @@ ENCODING_CONF = "spark.sql.streaming.stateStore.encodingFormat"
 STRICT_DISTRIBUTION_CONF = "spark.sql.streaming.statefulOperator.useStrictDistribution"
 # Spark 4.2+: a checksum appended to every stored row (off by default); pinned in the offset log.
 ROW_CHECKSUM_CONF = "spark.sql.streaming.stateStore.rowChecksum.enabled"
-_VERSIONED = re.compile(r"^(\d+)(?:_[0-9a-fA-F-]+)?\.(delta|snapshot|zip|changelog)$")
 
 
 @dataclass
@@ -452,44 +446,11 @@ def _schemas(src: StateSource, op: OperatorView, cache: PartitionCache,
 def _partition_state(src: StateSource, op: OperatorView, partition: int, store: str, provider: str, codec: str,
                      cache: PartitionCache, reads: _Reads) -> Any:
     """One store partition decoded (from the cache when its files are unchanged)."""
-    files = [f for f in src.partition_files(op.operator_id, partition, store)
-             if not f.name.startswith(".") and not f.name.endswith(".crc") and "/_metadata/" not in f.path]
-    versioned = sorted((f for f in files if _VERSIONED.match(f.name)),
-                       key=lambda f: (int(_VERSIONED.match(f.name).group(1)),  # type: ignore[union-attr]
-                                      f.name.endswith((".delta", ".changelog"))))
+    files = state_files(src.partition_files(op.operator_id, partition, store))
     ident = (provider, codec, tuple(sorted(f.identity for f in files)))
 
     def load() -> tuple[Any, int]:
-        if provider == "hdfs":
-            if any(f.name.endswith((".zip", ".changelog")) for f in versioned):
-                raise UnsupportedCheckpointError(f"{src.description} holds RocksDB files in an HDFS-backed store")
-            named = [(f"{src.description}: {f.path}", reads.read(src, f)) for f in versioned]
-            state = load_partition(named, codec)
-            return DictPartition(state), sum(len(raw) for _, raw in named) * 3 + 64 * len(state)
-        zips = [f for f in versioned if f.name.endswith(".zip")]
-        changelogs = [f for f in versioned if f.name.endswith(".changelog")]
-        tables: list[SstFile] = []
-        families: dict[str, int] = {}
-        size = 0
-        if zips:
-            base = zips[-1]
-            where = f"{src.description}: {base.path}"
-            meta = read_zip_metadata(reads.read(src, base), where)
-            families = {str(k): int(v) for k, v in (meta.get("columnFamilyMapping") or {}).items()}
-            by_name = {f.name: f for f in files if "/SSTs/" in f.path}
-            for sst in meta.get("sstFiles") or []:
-                f = by_name.get(str(sst.get("dfsSstFileName")))
-                if f is None:
-                    raise NotFoundError(f"{src.description} lacks SSTs/{sst.get('dfsSstFileName')}, named by {base.path}",
-                                        hint="the cut is incomplete; take the snapshot again")
-                data = reads.read(src, f)
-                tables.append(SstFile(data, f"{src.description}: {f.path}"))
-                size += len(data)
-            base_version = int(_VERSIONED.match(base.name).group(1))  # type: ignore[union-attr]
-            changelogs = [f for f in changelogs if int(_VERSIONED.match(f.name).group(1)) > base_version]  # type: ignore[union-attr]
-        named = [(f"{src.description}: {f.path}", reads.read(src, f)) for f in changelogs]
-        part = RocksPartition(tables, named, codec, families)
-        return part, size + part.changelog_bytes + 64 * len(part.overlay)
+        return decode_partition(src.description, files, provider, codec, lambda f: reads.read(src, f))
 
     part, hit = cache.get_or_load(ident, load)
     if not hit:

@@ -283,6 +283,21 @@ class SstFile:
 
     # --- lookups --------------------------------------------------------------------------
 
+    def scan_all(self) -> list[tuple[bytes, int, int, bytes]]:
+        """Every entry of the table (user key, sequence, type, value), in the table's order."""
+        out: list[tuple[bytes, int, int, bytes]] = []
+        for _, handle in self._index:
+            for ikey, value in self.entries(self.block(handle)):
+                if len(ikey) < 8:
+                    raise self._corrupt("has an internal key shorter than 8 bytes")
+                tag = _U64.unpack_from(ikey, len(ikey) - 8)[0]
+                if tag & 0xFF not in _KNOWN_TYPES:
+                    raise UnsupportedCheckpointError(
+                        f"{self.name} holds an entry of RocksDB value type {tag & 0xFF:#x}",
+                        hint="key lookups read puts, deletions and merges (what Spark writes)")
+                out.append((ikey[:-8], tag >> 8, tag & 0xFF, value))
+        return out
+
     def scan(self, lo: bytes, hi: bytes | None) -> list[tuple[bytes, int, int, bytes]]:
         """Every entry whose user key is in [lo, hi) (hi None: only lo itself, exactly) as
         (user key, sequence, type, value), in the table's order."""

@@ -212,7 +212,19 @@ class RocksPartition:
     def get(self, key: bytes) -> bytes | None:
         return self._value(key)
 
+    def items(self) -> list[tuple[bytes, bytes]]:
+        """Every entry of the partition (key, value), in key order."""
+        entries = []
+        for t in self.tables:
+            entries.extend(t.scan_all())
+        tables = resolve(entries)
+        keys = set(tables) | set(self.overlay)
+        out = ((k, self._value(k, tables)) for k in keys)
+        return sorted((k, v) for k, v in out if v is not None)
+
     def scan_prefix(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
+        if not prefix:
+            return self.items()
         tables = self._tables(prefix, successor(prefix))
         if self._sorted is None:
             self._sorted = sorted(self.overlay)
@@ -235,6 +247,9 @@ class DictPartition:
 
     def get(self, key: bytes) -> bytes | None:
         return self.state.get(key)
+
+    def items(self) -> list[tuple[bytes, bytes]]:
+        return sorted(self.state.items())
 
     def scan_prefix(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
         if self._sorted is None:
