@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, TextIO
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
@@ -174,3 +175,27 @@ def format_ms(ms: int | None) -> str:
     if ms is None or ms <= 0:
         return "-"
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+
+
+def read_spec(text: str) -> Any:
+    """A StreamSpec from JSON or a file of it (UsageError otherwise)."""
+    from airflow_provider_streamstate.engine.core.errors import UsageError
+    from airflow_provider_streamstate.spec import StreamSpec
+
+    value = text
+    if not text.lstrip().startswith("{"):
+        path = Path(text).expanduser()
+        if not path.is_file():
+            raise UsageError(f"--spec {text!r} is neither JSON nor a file", hint="give the StreamSpec's JSON or its file")
+        value = path.read_text()
+    return StreamSpec.from_value(value)
+
+
+def use_spec_connection(spec: Any) -> None:
+    """This process's `spark` connection made from the spec when it names its master (what
+    spark-submit goes through, as in the operators), and Airflow's logging quiet."""
+    if spec.master:
+        conn = {"conn_type": "spark", "host": spec.master, "extra": {"deploy-mode": spec.deploy_mode} if
+                spec.deploy_mode else {}}
+        os.environ.setdefault(f"AIRFLOW_CONN_{spec.spark_conn_id.upper()}", json.dumps(conn))
+    os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")

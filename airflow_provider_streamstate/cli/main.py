@@ -1,7 +1,7 @@
 """The `streamstate` command: the engine for people at a terminal and for scripts.
 
 Each command group is a module of this package (snapshots, retention, gc, clone, replicate,
-state, failover, stream, pipeline) with its synopsis in its docstring; docs/cli.md has them all.
+state, failover, stream, rescale, pipeline) with its synopsis in its docstring; docs/cli.md has them all.
 
 SNAPSHOT is a snapshot id or `latest` (the newest on the stream's current timeline).
 Exit codes: 0 success; 1 failure, with one line on stderr saying what is wrong and what
@@ -26,6 +26,7 @@ from airflow_provider_streamstate.cli import (
     gc,
     pipeline,
     replicate,
+    rescale,
     retention,
     snapshots,
     state,
@@ -34,7 +35,7 @@ from airflow_provider_streamstate.cli import (
 from airflow_provider_streamstate.cli.common import EXIT_FAILURE, EXIT_USAGE, Handlers, Parser, UsageFailure
 
 # One module per command group, each with `register(commands) -> Handlers`.
-COMMAND_GROUPS = (snapshots, retention, gc, clone, replicate, state, failover, stream, pipeline)
+COMMAND_GROUPS = (snapshots, retention, gc, clone, replicate, state, failover, stream, rescale, pipeline)
 
 
 def build_parser() -> argparse.ArgumentParser:

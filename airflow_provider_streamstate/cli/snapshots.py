@@ -6,7 +6,7 @@ and reading them back.
     streamstate snapshot list   --store STORE --stream NAME [--json]
     streamstate snapshot show   --store STORE --stream NAME SNAPSHOT [--kafka-bootstrap HOST:PORT] [--json]
     streamstate restore         --store STORE --stream NAME SNAPSHOT --target DIR [--new-query-id] [--force] [--json]
-    streamstate verify          --store STORE --stream NAME [SNAPSHOT] [--json]
+    streamstate verify          --store STORE --stream NAME [SNAPSHOT] [--checkpoint CKPT] [--json]
     streamstate streams         --store STORE [--json]
 """
 
@@ -96,6 +96,8 @@ def register(commands: Any) -> Handlers:
     verify = commands.add_parser("verify", help="re-hash the blobs of one or all snapshots")
     add_store_options(verify)
     verify.add_argument("snapshot_id", nargs="?", metavar="SNAPSHOT", help="a snapshot id or `latest` (default: all)")
+    verify.add_argument("--checkpoint", default=None, metavar="CKPT",
+                        help="also check the stream's checkpoint: that Spark can start from it")
     add_parallelism(verify)
     return {
         ("snapshot", "create"): cmd_snapshot_create,
@@ -323,14 +325,31 @@ def cmd_verify(args: argparse.Namespace) -> int:
         raise no_snapshots_error(store, args.stream)  # verifying nothing must not pass
     result = verify_snapshots(store, args.stream, snapshot_id, parallelism=args.parallelism, progress=progress_for(args))
     r = result.to_json()
+    problem = _checkpoint_problem(args.checkpoint) if args.checkpoint else None
+    if args.checkpoint:
+        r["checkpoint"] = {"location": args.checkpoint, "problem": problem}
     if args.json:
         print(json.dumps(r))
-    elif result.ok:
+    elif result.ok and problem is None:
         print(
             f"ok: {len(result.snapshots)} snapshot(s) of {result.stream}, {result.blobs_checked} blobs, "
-            f"{human_bytes(result.bytes_checked)} verified"
+            f"{human_bytes(result.bytes_checked)} verified" + (f"; checkpoint {args.checkpoint} ok" if args.checkpoint
+                                                               else "")
         )
     if not result.ok:
         print(f"streamstate: error: {result.summary()}", file=sys.stderr)
         return EXIT_FAILURE
+    if problem is not None:
+        print(f"streamstate: error: checkpoint {args.checkpoint}: {problem}; restore its newest good snapshot "
+              "(docs/runbooks/rescale.md)", file=sys.stderr)
+        return EXIT_FAILURE
     return EXIT_OK
+
+
+def _checkpoint_problem(location: str) -> str | None:
+    """Why Spark would not start a query on the checkpoint, as far as its logs tell (None: fine)."""
+    from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
+    from airflow_provider_streamstate.engine.checkpoint.repartition import unfinished_repartition
+
+    unfinished = unfinished_repartition(CheckpointReader(location))
+    return unfinished.describe() if unfinished is not None else None

@@ -18,11 +18,8 @@ connection. An S3 checkpoint's records are read with the AWS environment.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import os
 import socket
-from pathlib import Path
 from typing import Any
 
 from airflow_provider_streamstate.cli.common import (
@@ -32,6 +29,8 @@ from airflow_provider_streamstate.cli.common import (
     add_kafka_options,
     kafka_config_from_args,
     print_result,
+    read_spec,
+    use_spec_connection,
 )
 
 log = logging.getLogger("streamstate.cli")
@@ -78,28 +77,10 @@ def register(commands: Any) -> Handlers:
             ("stream", "supervise"): cmd_supervise}
 
 
-def read_spec(text: str) -> Any:
-    """A StreamSpec from JSON or a file of it (UsageError otherwise)."""
-    from airflow_provider_streamstate.engine.core.errors import UsageError
-    from airflow_provider_streamstate.spec import StreamSpec
-
-    value = text
-    if not text.lstrip().startswith("{"):
-        path = Path(text).expanduser()
-        if not path.is_file():
-            raise UsageError(f"--spec {text!r} is neither JSON nor a file", hint="give the StreamSpec's JSON or its file")
-        value = path.read_text()
-    return StreamSpec.from_value(value)
-
-
 def _starter(spec: Any) -> Any:
     """The start the operators use (spark-submit through the Spark provider's hook), with
     this process's `spark` connection made from the spec when it names its master."""
-    if spec.master:
-        conn = {"conn_type": "spark", "host": spec.master, "extra": {"deploy-mode": spec.deploy_mode} if
-                spec.deploy_mode else {}}
-        os.environ.setdefault(f"AIRFLOW_CONN_{spec.spark_conn_id.upper()}", json.dumps(conn))
-    os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
+    use_spec_connection(spec)
     from airflow_provider_streamstate.stream_start import start_stream
 
     return start_stream
@@ -140,10 +121,27 @@ def cmd_status(args: argparse.Namespace) -> int:
                      f"{beat.age_s():.0f}s ago ({beat.host})")
     if st.last_error:
         lines.append(f"  last error: {st.last_error}")
+    unfinished = _unfinished_repartition(_checkpoint(args))
+    data["checkpoint_problem"] = unfinished
+    if unfinished:
+        lines.append(f"  checkpoint: {unfinished}; restore its newest good snapshot (docs/runbooks/rescale.md)")
     if st.log:
         lines.append(f"  log: {st.log}")
     print_result(args, data, "\n".join(lines))
     return EXIT_OK
+
+
+def _unfinished_repartition(location: str) -> str | None:
+    """A repartition Spark wrote and never committed (it will not start the query on it)."""
+    from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
+    from airflow_provider_streamstate.engine.checkpoint.repartition import unfinished_repartition
+    from airflow_provider_streamstate.engine.core.errors import StreamstateError
+
+    try:
+        found = unfinished_repartition(CheckpointReader(location))
+    except StreamstateError:
+        return None  # no checkpoint yet, or one status has already said it cannot read
+    return found.describe() if found is not None else None
 
 
 def cmd_stop(args: argparse.Namespace) -> int:

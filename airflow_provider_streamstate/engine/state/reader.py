@@ -37,7 +37,11 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_streamstate.engine.catalog.snapshots import resolve_snapshot
 from airflow_provider_streamstate.engine.checkpoint.operator_metadata import state_variables_of
 from airflow_provider_streamstate.engine.checkpoint.reader import FORMAT_VERSION_CONF, CheckpointReader
-from airflow_provider_streamstate.engine.core.errors import NotFoundError, UsageError
+from airflow_provider_streamstate.engine.core.errors import (
+    NotFoundError,
+    UnsupportedCheckpointError,
+    UsageError,
+)
 from airflow_provider_streamstate.engine.core.manifest import Manifest
 from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
 from airflow_provider_streamstate.engine.state.spark import spark_session
@@ -317,6 +321,23 @@ def _apply_pinned_confs(spark: SparkSession, conf: dict[str, str], state_store: 
     spark.conf.set(FORMAT_VERSION_CONF, str(checkpoint_format))
 
 
+STATE_READER_SINCE = (4, 0)  # Spark's state data source (`statestore`, `state-metadata`)
+
+
+def _require_state_reader(spark: SparkSession) -> None:
+    """Refuse, in one line naming the version, a Spark without the state data source."""
+    try:
+        line = tuple(int(x) for x in str(spark.version).split(".")[:2])
+    except ValueError:
+        return  # a vendor's version string: let Spark answer
+    if line < STATE_READER_SINCE:
+        raise UnsupportedCheckpointError(
+            f"Spark {spark.version} has no state data source (`statestore`, Spark 4.0 added it): this session "
+            "cannot read a snapshot's state",
+            hint="run state queries, validation and bisect with Spark 4.0 or later (the main streamstate "
+            "environment's, or a cluster's); snapshots of a Spark 3.5 stream read there exactly")
+
+
 def _copy_sql_confs(parent: SparkSession, child: SparkSession) -> None:
     """The caller's SQL settings (shuffle partitions, time zone...) in a child session, all
     but the state store's, which each snapshot's checkpoint decides."""
@@ -568,6 +589,7 @@ class StateReader:
     def _session(self, mat: Materialised) -> SparkSession:
         """The child session that reads `mat`, with the confs its checkpoint pinned."""
         if mat.session is None:
+            _require_state_reader(self.spark)
             touch_streams(self.spark)
             session = self.spark.newSession()
             _copy_sql_confs(self.spark, session)
