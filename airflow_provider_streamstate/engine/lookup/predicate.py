@@ -31,7 +31,7 @@ from airflow_provider_streamstate.engine.core.errors import UsageError
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
     "==": op.eq, "=": op.eq, "!=": op.ne, "<=": op.le, ">=": op.ge, "<": op.lt, ">": op.gt,
 }
-_CLAUSE = re.compile(r"^\s*(len\(\)|[A-Za-z_$#][\w$#.]*)\s*(==|!=|<=|>=|=|<|>)\s*(.+?)\s*$", re.S)
+_CLAUSE = re.compile(r"^\s*(len\(\)|[A-Za-z_$#][\w$#.]*)\s*(==|!=|<=|>=|=|<|>)\s*(?![=<>!])(.+?)\s*$", re.S)
 _LEN = "len()"
 _HINT = "write e.g. `total > 100`, `absent`, `len() >= 2`, `count == 3 and label != \"x\"`"
 
