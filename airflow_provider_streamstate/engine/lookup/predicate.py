@@ -148,3 +148,20 @@ def _as_type_of(actual: Any, literal: Any) -> Any:
     if isinstance(actual, str):
         return literal if isinstance(literal, str) else json.dumps(literal)
     return literal
+
+
+def values_match(expected: Any, actual: Any) -> bool:
+    """Whether a looked-up value holds `expected` (JSON, as a DAG or a test writes it): the
+    fields of an expected dict (the value's other fields are not compared), lists element by
+    element, scalars read as the actual value's type (decimals exactly, ISO times)."""
+    if isinstance(expected, dict):
+        return isinstance(actual, dict) and all(k in actual and values_match(v, actual[k]) for k, v in expected.items())
+    if isinstance(expected, list):
+        return (isinstance(actual, list) and len(actual) == len(expected)
+                and all(values_match(e, a) for e, a in zip(expected, actual, strict=True)))
+    if expected is None or actual is None:
+        return expected is None and actual is None
+    try:
+        return bool(actual == _as_type_of(actual, expected))
+    except (TypeError, ValueError, decimal.InvalidOperation):
+        return False
