@@ -127,7 +127,7 @@ def child(args: argparse.Namespace) -> None:
 
 
 def in_child(mode: str, endpoint: str, key: str, **extra: Any) -> dict[str, Any]:
-    argv = [sys.executable, __file__, "--child", mode, "--endpoint", endpoint, "--key", key]
+    argv = [sys.executable, str(Path(__file__).resolve()), "--child", mode, "--endpoint", endpoint, "--key", key]
     for k, v in extra.items():
         argv += [f"--{k}", str(v)]
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
@@ -196,9 +196,10 @@ def main() -> None:
     t0 = time.perf_counter()
     env = {**os.environ, "AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s",
            "AWS_DEFAULT_REGION": "us-east-1"}
-    exe = str(Path(sys.executable).parent / "streamstate")
-    cli = subprocess.run([exe, "state", "get", "--store", f"s3://{BUCKET}/store", "--stream", "bench", "latest",
-                          "--key", f"account={key}", "--json"], capture_output=True, text=True, env=env, check=False)
+    # `python -m` from the repo: this checkout's package, whatever the venv's console script points at
+    cli = subprocess.run([sys.executable, "-m", "airflow_provider_streamstate.cli", "state", "get", "--store",
+                          f"s3://{BUCKET}/store", "--stream", "bench", "latest", "--key", f"account={key}", "--json"],
+                         capture_output=True, text=True, env=env, cwd=REPO, check=False)
     cli_ms = (time.perf_counter() - t0) * 1000
     assert cli.returncode == 0, cli.stderr[-2000:]
 
