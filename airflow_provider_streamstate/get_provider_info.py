@@ -42,6 +42,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_streamstate.operators.validate",
                     "airflow_provider_streamstate.operators.bisect",
                     "airflow_provider_streamstate.operators.state",
+                    "airflow_provider_streamstate.operators.lookup",
                 ],
             }
         ],

@@ -129,8 +129,8 @@ def run_dag(dag_id: str, conf: dict[str, Any] | None = None, extra: list[Path] |
         task = TaskResult(
             state=None if ti.state is None else str(ti.state),
             try_number=int(ti.try_number or 0),
-            xcom=ti.xcom_pull(task_ids=ti.task_id, map_indexes=ti.map_index if mapped else None)
-            if ti.state == "success" else None,
+            # A failed task may have recorded its result before failing (a failed validation does).
+            xcom=ti.xcom_pull(task_ids=ti.task_id, map_indexes=ti.map_index if mapped else None),
             seconds=seconds,
         )
         if mapped:

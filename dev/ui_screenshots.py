@@ -54,7 +54,7 @@ def take(out: Path) -> list[Path]:
                     _settle(driver)
                     ui_seed.full_page_screenshot(driver, out / name, width=WIDTH, min_height=HEIGHT)
                     written.append(out / name)
-                driver.get(server.url + "/plugin/streamstate")
+                driver.get(server.url + "/plugin/streams")
                 driver.switch_to.frame(ui_seed.wait_for(driver, "iframe"))
                 ui_seed.wait_for(driver, f"#streams tr[data-stream='{ui_seed.STREAM}']")
                 _settle(driver)

@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 TEST_DAGS = sorted((REPO / "tests" / "dags").glob("*.py"))
 HOME: Path | None = None  # this test process's Airflow home, set once by conftest.py
 
-__all__ = ["DagResult", "TaskResult", "configure_airflow_env", "prepare_airflow", "run_dag"]
+__all__ = ["DagResult", "TaskResult", "configure_airflow_env", "prepare_airflow", "run_dag", "ui_link"]
 
 configure_airflow_env = configure_env
 
@@ -35,3 +35,20 @@ def run_dag(dag_id: str, conf: dict[str, Any] | None = None) -> DagResult:
     file is missing first: it was seen to vanish between the session's set-up and a run in
     long full-suite runs (cause not found yet)."""
     return airflow_home.run_dag(dag_id, conf, TEST_DAGS)
+
+
+def ui_link(dag_id: str, task_id: str) -> str | None:
+    """The task's "Snapshot" link as the UI's API resolves it (the serialized DAG from the DB,
+    `task.get_extra_links`) for the newest try of the task (map index 0 when mapped)."""
+    from airflow.models.dagbag import DBDagBag
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        ti = session.scalar(select(TaskInstance).where(TaskInstance.dag_id == dag_id, TaskInstance.task_id == task_id,
+                                                       TaskInstance.map_index.in_([-1, 0]))
+                            .order_by(TaskInstance.start_date.desc()))
+        dag = DBDagBag().get_latest_version_of_dag(dag_id, session=session)
+        assert ti is not None and dag is not None
+        return dag.get_task(task_id).get_extra_links(ti, "Snapshot")

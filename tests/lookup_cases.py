@@ -151,3 +151,22 @@ def ours_norm(value: Any, t: Any) -> Any:
     if t.name == "timestamp_ntz":
         return ("naive", value)
     return norm(value)
+
+
+def to_input(value: Any, t: Any) -> Any:
+    """A value of Spark's collect() as a key lookup takes it (timestamps as UTC)."""
+    from pyspark.sql import types as T
+
+    if value is None:
+        return None
+    if isinstance(t, T.TimestampType):
+        return value.astimezone(UTC)
+    if isinstance(t, T.StructType):
+        return [to_input(v, f.dataType) for v, f in zip(value, t.fields, strict=True)]
+    if isinstance(t, T.ArrayType):
+        return [to_input(v, t.elementType) for v in value]
+    if isinstance(t, T.MapType):
+        return {to_input(k, t.keyType): to_input(v, t.valueType) for k, v in value.items()}
+    if isinstance(value, bytearray):
+        return bytes(value)
+    return value

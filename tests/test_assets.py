@@ -24,6 +24,7 @@ from airflow_provider_streamstate.assets import snapshots_asset, validations_ass
 from airflow_provider_streamstate.engine.stores import LocalStore
 from airflow_provider_streamstate.links import snapshot_page_url
 from airflow_provider_streamstate.spec import StreamSpec
+from tests.airflow_harness import ui_link
 from tests.unit.fake_checkpoint import make_checkpoint
 from tests.unit.test_timelines import grow
 
@@ -110,23 +111,6 @@ def queued_runs_of(dag_id: str) -> int:
     with create_session() as session:
         return int(session.scalar(select(func.count()).select_from(AssetDagRunQueue)
                                   .where(AssetDagRunQueue.target_dag_id == dag_id)) or 0)
-
-
-def ui_link(dag_id: str, task_id: str) -> str | None:
-    """The task's "Snapshot" link as the UI's API resolves it (the serialized DAG from the DB,
-    `task.get_extra_links`) for the newest try of the task (map index 0 when mapped)."""
-    from airflow.models.dagbag import DBDagBag
-    from airflow.models.taskinstance import TaskInstance
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    with create_session() as session:
-        ti = session.scalar(select(TaskInstance).where(TaskInstance.dag_id == dag_id, TaskInstance.task_id == task_id,
-                                                       TaskInstance.map_index.in_([-1, 0]))
-                            .order_by(TaskInstance.start_date.desc()))
-        dag = DBDagBag().get_latest_version_of_dag(dag_id, session=session)
-        assert ti is not None and dag is not None
-        return dag.get_task(task_id).get_extra_links(ti, "Snapshot")
 
 
 def asset_triggered_run(dag_id: str, conf: dict[str, Any]) -> str:

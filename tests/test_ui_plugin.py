@@ -2,20 +2,61 @@
 plugin is found through the provider info, a request without a valid token is refused (a
 page redirects to the login), one with a token Airflow minted is answered, and the pages
 show a configured stream with its state and newest snapshot, two timelines after a
-rollback, and a failed validation as FAILED. Real stores, real snapshots, Airflow's
-SimpleAuthManager (as dev/airflow_home.py configures Airflow), no mocks."""
+rollback, and a failed validation as FAILED. Keys are looked up (a snapshot's, the live
+checkpoint's, a key's history) with the same auth and store rules, from a bounded cache in
+the server's process; Data Docs a validation recorded are served read-only; a history of
+1,000 snapshots is paged and drawn by time; a configured store without snapshots of the
+stream is an error, as in the CLI; no watermark reads "none"; a pin shows its reason. Real
+stores, real snapshots, Airflow's SimpleAuthManager (as dev/airflow_home.py configures
+Airflow), no mocks."""
 
 from __future__ import annotations
 
 import os
 import secrets
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.unit.state_files import Aggregation
+from tests.unit.store_history import at, put_snapshot, put_validation
 from tests.unit.test_ui_overview import rolled_back_history
+
+
+def key_stream(tmp: Path, store: Any) -> dict[str, Any]:
+    """Stream `k`: real (HDFS-backed) state in three snapshots, key `a` 1 -> 3, and its
+    checkpoint one batch further (a = 4); the last snapshot's validation wrote Data Docs."""
+    from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
+
+    agg = Aggregation(tmp / "k-ckpt")
+    ids = []
+    for changes in ({"a": 1, "b": 1}, {"b": 2}, {"a": 3}):
+        agg.commit(changes)
+        ids.append(create_snapshot(str(agg.root), store, "k").manifest.snapshot_id)
+    agg.commit({"a": 4})
+    docs = tmp / "docs"
+    (docs / "static").mkdir(parents=True)
+    (docs / "index.html").write_text("<html><body>GX Data Docs of k</body></html>")
+    (docs / "static" / "style.css").write_text("body { color: black }")
+    (tmp / "secret.txt").write_text("not for the browser")
+    put_validation(store, "k", ids[-1], "shape", False, data_docs=str(docs / "index.html"))
+    return {"ids": ids, "checkpoint": str(agg.root), "docs": docs}
+
+
+def long_stream(store: Any) -> list[str]:
+    """Stream `long`: 1,000 snapshots an hour apart, every 100th failed a suite, one pinned."""
+    from airflow_provider_streamstate.engine.catalog.retention import pin_snapshot
+
+    start = at("2026-01-01T00:00")
+    ids = [put_snapshot(store, "long", b, start + timedelta(hours=b), contents=[b"same"]).snapshot_id
+           for b in range(1000)]
+    for b in range(0, 1000, 100):
+        put_validation(store, "long", ids[b], "shape", b < 500)
+    pin_snapshot(store, "long", ids[250], reason="before the migration")
+    return ids
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +70,13 @@ def airflow_app(airflow_dags: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
     tmp = tmp_path_factory.mktemp("ui")
     ckpt, store, dr, ids = rolled_back_history(tmp)
-    spec = {"name": "s", "checkpoint": str(ckpt), "store": store.url}
-    Variable.set("streamstate_streams", [spec], serialize_json=True)
+    keys = key_stream(tmp, store)
+    long_ids = long_stream(store)
+    specs = [{"name": "s", "checkpoint": str(ckpt), "store": store.url},
+             {"name": "k", "checkpoint": keys["checkpoint"], "store": store.url},
+             {"name": "long", "checkpoint": str(tmp / "long-ckpt"), "store": store.url},
+             {"name": "empty", "checkpoint": str(tmp / "empty-ckpt"), "store": store.url}]
+    Variable.set("streamstate_streams", specs, serialize_json=True)
     secret = os.environ.get("AIRFLOW__API_AUTH__JWT_SECRET")
     os.environ["AIRFLOW__API_AUTH__JWT_SECRET"] = secrets.token_urlsafe(64)  # `airflow api-server` needs one too
     lazy = airflow.settings.LAZY_LOAD_PROVIDERS
@@ -39,7 +85,7 @@ def airflow_app(airflow_dags: Path, tmp_path_factory: pytest.TempPathFactory) ->
     for cache in caches:
         cache.cache_clear()
     try:
-        yield {"app": create_app(), "ids": ids, "store": store, "dr": dr}
+        yield {"app": create_app(), "ids": ids, "store": store, "dr": dr, "keys": keys, "long": long_ids}
     finally:
         Variable.delete("streamstate_streams")
         if secret is None:
@@ -75,7 +121,7 @@ def test_the_plugin_is_loaded_from_the_provider_info_with_its_app_and_nav_view(a
     (plugin,) = [p for p in plugins_manager._get_plugins()[0] if p.name == "streamstate"]
     assert plugin.fastapi_apps[0]["url_prefix"] == "/streamstate"
     views = plugins_manager._get_ui_plugins()[0]
-    assert [(v["url_route"], v["href"]) for v in views if v["name"] == "Streams"] == [("streamstate", "/streamstate/streams")]
+    assert [(v["url_route"], v["href"]) for v in views if v["name"] == "Streams"] == [("streams", "/streamstate/streams")]
 
 
 @pytest.mark.parametrize("path", ["/streamstate/api/streams", "/streamstate/api/streams/s",
@@ -171,3 +217,105 @@ def test_a_diff_needs_a_parent_and_is_refused_without_a_token(client, token, air
     assert client.get(path).status_code == 401
     r = client.get(path, headers={"Authorization": f"Bearer {token}"})
     assert r.status_code == 404 and "no parent" in r.json()["detail"]
+
+
+def auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_a_key_of_a_snapshot_is_looked_up_by_the_api_with_the_same_auth_and_from_the_servers_cache(
+        client, token, airflow_app) -> None:
+    first = airflow_app["keys"]["ids"][0]
+    path = f"/streamstate/api/streams/k/snapshots/{first}/state"
+    assert client.get(path, params={"key": "k=a"}).status_code == 401
+    hit = client.get(path, params={"key": "k=a"}, headers=auth(token)).json()
+    assert (hit["found"], hit["value"], hit["batch_id"], hit["snapshot_id"]) == (True, {"n": 1}, 0, first)
+    again = client.get(path, params={"key": "a"}, headers=auth(token)).json()
+    assert again["cached"] is True and again["bytes_read"] == 0 and again["value"] == {"n": 1}
+    missing = client.get(path, params={"key": "k=zz"}, headers=auth(token)).json()
+    assert missing["found"] is False and missing["value"] is None
+    bad = client.get(path, params={"key": "n=1"}, headers=auth(token))
+    assert bad.status_code == 400 and "no column 'n'" in bad.json()["detail"]
+    other = client.get(path, params={"key": "k=a", "store": "file:///elsewhere"}, headers=auth(token))
+    assert other.status_code == 400 and "unknown store" in other.json()["detail"]
+
+
+def test_a_key_of_the_live_checkpoint_is_its_newest_committed_value(client, token) -> None:
+    hit = client.get("/streamstate/api/streams/k/state", params={"key": "k=a"}, headers=auth(token)).json()
+    assert (hit["found"], hit["value"], hit["batch_id"]) == (True, {"n": 4}, 3)
+    older = client.get("/streamstate/api/streams/k/state", params={"key": "k=a", "batch": 1}, headers=auth(token))
+    assert older.json()["value"] == {"n": 1}
+
+
+def test_the_snapshot_page_searches_a_key_and_links_its_history(client, token, airflow_app) -> None:
+    client.cookies.set("_token", token)
+    last = airflow_app["keys"]["ids"][-1]
+    html = client.get(f"/streamstate/streams/k/snapshots/{last}").text
+    assert "<form id=key-search" in html and "id=key-result" not in html
+    html = client.get(f"/streamstate/streams/k/snapshots/{last}", params={"key": "k=a"}).text
+    assert "id=key-result data-found='true'" in html and "{&quot;n&quot;: 3}" in html
+    assert "/streamstate/streams/k/keys?key=k%3Da" in html
+    bad = client.get(f"/streamstate/streams/k/snapshots/{last}", params={"key": "k=a,k=b"})
+    assert bad.status_code == 400 and "data-found=error" in bad.text and "twice" in bad.text
+
+
+def test_a_keys_history_shows_where_it_changed_in_a_table_a_chart_and_the_api(client, token, airflow_app) -> None:
+    ids = airflow_app["keys"]["ids"]
+    h = client.get("/streamstate/api/streams/k/keys", params={"key": "k=a"}, headers=auth(token)).json()
+    assert [(v["batch_id"], v["value"], v["changed"]) for v in h["versions"]] == [
+        (0, {"n": 1}, True), (1, {"n": 1}, False), (2, {"n": 3}, True)]
+    assert h["blobs_read"] == h["distinct_blobs_read"]
+    b = client.get("/streamstate/api/streams/k/keys", params={"key": "k=a", "first_where": "n >= 2"},
+                   headers=auth(token)).json()
+    assert b["first"]["snapshot_id"] == ids[2]
+    client.cookies.set("_token", token)
+    html = client.get("/streamstate/streams/k/keys", params={"key": "k=a"}).text
+    assert "<svg xmlns='http://www.w3.org/2000/svg' id=key-chart" in html
+    assert html.count("class=point data-batch=") == 3
+    assert "<tr data-batch='2' class=changed>" in html and "<tr data-batch='1'" not in html  # changes only
+    every = client.get("/streamstate/streams/k/keys", params={"key": "k=a", "all": "1"}).text
+    assert "<tr data-batch='1'>" in every
+    assert client.get("/streamstate/streams/k/keys", params={"key": "k=a", "limit": "0"}).status_code == 400
+
+
+def test_data_docs_a_validation_recorded_are_served_read_only_behind_the_same_auth(client, token, airflow_app) -> None:
+    last = airflow_app["keys"]["ids"][-1]
+    base = f"/streamstate/streams/k/snapshots/{last}/data-docs/shape"
+    assert client.get(f"{base}/index.html", follow_redirects=False).status_code in (303, 401)
+    client.cookies.set("_token", token)
+    page = client.get(f"{base}/index.html")
+    assert page.status_code == 200 and "GX Data Docs of k" in page.text
+    assert page.headers["content-security-policy"].startswith("sandbox")
+    assert client.get(f"{base}/static/style.css").headers["content-type"].startswith("text/css")
+    for escape in ("../secret.txt", "static/../../secret.txt", "%2e%2e/secret.txt"):
+        assert client.get(f"{base}/{escape}").status_code in (400, 404), escape
+    assert client.get(f"/streamstate/streams/k/snapshots/{last}/data-docs/other/index.html").status_code == 404
+    html = client.get(f"/streamstate/streams/k/snapshots/{last}").text
+    assert f"href='{base}/index.html'" in html and str(airflow_app["keys"]["docs"]) in html
+
+
+def test_a_history_of_1000_snapshots_is_paged_and_drawn_by_time_with_the_marked_ones(client, token, airflow_app) -> None:
+    client.cookies.set("_token", token)
+    ids = airflow_app["long"]
+    html = client.get("/streamstate/streams/long").text
+    assert "data-page='1' data-pages='20'" in html and html.count("<tr data-snapshot=") == 50
+    assert f"<tr data-snapshot='{ids[999]}'>" in html and f"<tr data-snapshot='{ids[949]}'>" not in html
+    assert "<svg xmlns='http://www.w3.org/2000/svg' id=history class=by-time width=1150" in html
+    assert html.count("class='snapshot marked'") == 11  # ten validated, one pinned
+    page3 = client.get("/streamstate/streams/long", params={"page": 3}).text
+    assert f"<tr data-snapshot='{ids[899]}'>" in page3 and "snapshots 101-150 of 1000" in page3
+
+
+def test_a_configured_store_without_snapshots_of_the_stream_answers_like_the_cli(client, token) -> None:
+    r = client.get("/streamstate/api/streams/empty", headers=auth(token))
+    assert r.status_code == 404 and r.json()["detail"].startswith("stream empty has no snapshots in file://")
+    client.cookies.set("_token", token)
+    assert client.get("/streamstate/streams/empty").status_code == 404
+
+
+def test_no_watermark_reads_none_and_a_pin_shows_its_reason(client, token, airflow_app) -> None:
+    client.cookies.set("_token", token)
+    html = client.get(f"/streamstate/streams/k/snapshots/{airflow_app['keys']['ids'][0]}").text
+    assert "Watermark</td><td><span class=none>none</span>" in html and "0 ms" not in html
+    pinned = client.get(f"/streamstate/streams/s/snapshots/{airflow_app['ids'][5]}").text
+    assert "<span class=pin-reason>audit</span>" in pinned

@@ -1,5 +1,6 @@
 """`streamstate state show|export`, `diff`, `validate`, `bisect`: a snapshot's state as a
-table, two states compared, a Great Expectations suite run on it, history bisected.
+table, two states compared, a Great Expectations suite run on it, history bisected (Spark
+jobs); `state get|history`: one key, without Spark (cli/state_keys.py).
 
     streamstate state show   --store S --stream X SNAPSHOT [--operator ID|NAME] [--store-name N]
                              [--join-side left|right] [--state-var NAME|*|$timers] [--where SQL] [--limit K] [--json]
@@ -26,6 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_streamstate.cli import state_keys
 from airflow_provider_streamstate.cli.common import (
     EXIT_OK,
     EXIT_USAGE,
@@ -56,7 +58,7 @@ def _snapshot_arg(p: argparse.ArgumentParser, dest: str = "snapshot_id", metavar
 
 def register(commands: Any) -> Handlers:
 
-    state = commands.add_parser("state", help="a snapshot's state as a table: show it, export it")
+    state = commands.add_parser("state", help="a snapshot's state: show it, export it, get one key and its history")
     state.set_defaults(help_parser=state)
     sub = state.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", parser_class=Parser)
     show = sub.add_parser("show", help="print rows of one operator's state, with the state's operators")
@@ -75,6 +77,7 @@ def register(commands: Any) -> Handlers:
     export.add_argument("--output", required=True, metavar="PATH",
                         help="a directory to create (must not exist), or an s3a://bucket/path")
     add_job_options(export)
+    key_commands = state_keys.register(sub)
 
     diff = commands.add_parser("diff", help="compare two snapshots' state key by key")
     add_store_options(diff)
@@ -108,6 +111,7 @@ def register(commands: Any) -> Handlers:
         ("diff", None): cmd_diff,
         ("validate", None): cmd_validate,
         ("bisect", None): cmd_bisect,
+        **key_commands,
     }
 
 

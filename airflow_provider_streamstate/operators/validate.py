@@ -21,8 +21,9 @@ class ValidateSnapshotOperator(StateTask):
     """Run a Great Expectations suite on a snapshot's state and record the result.
 
     Fails the task (no retry) when the suite fails, with every failed expectation and its
-    observed value in the message; with `fail_on_failure=False` it only records the result
-    and succeeds. Returns `{"snapshot_id", "stream", "store", "batch_id", "suite", "success",
+    observed value in the message, after recording its result as the task's XCom (so the
+    Snapshot link and the Data Docs location reach the UI); with `fail_on_failure=False` it
+    only records the result and succeeds. Returns `{"snapshot_id", "stream", "store", "batch_id", "suite", "success",
     "evaluated", "failed": [{"type", "column", "observed", "exception"}], "reused",
     "data_docs", ...}` (engine ValidationResult.to_json, plus the store).
 
@@ -77,15 +78,19 @@ class ValidateSnapshotOperator(StateTask):
         self.log.info("%s%s", result["summary"], " (stored result)" if result["reused"] else "")
         self._expectations = list(suite.definition.get("expectations") or [])
         self._result = {**result, "store": spec.store}
+        out = {**{k: v for k, v in result.items() if k not in ("summary", "failures", "kind", "job_id")},
+               "store": spec.store}
         if not result["success"] and self.fail_on_failure:
+            # The outcome and the Data Docs location, recorded before the task fails: the
+            # Snapshot link and the snapshot's page need them most when the suite failed.
+            context["ti"].xcom_push(key="return_value", value=out)
             raise AirflowFailException(result["summary"])
         if result.get("recorded", True):
             emit(context, self.outlets, VALIDATIONS, validations_asset(spec.name, spec.store), {
                 "stream": spec.name, "store": spec.store, "failed": len(result["failed"]),
                 **{k: result[k] for k in ("snapshot_id", "batch_id", "suite", "success", "evaluated")},
             })
-        out = {k: v for k, v in result.items() if k not in ("summary", "failures", "kind", "job_id")}
-        return {**out, "store": spec.store}
+        return out
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """Input: the validated snapshot (its version) with the suite's results as a data

@@ -21,13 +21,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, HTTPException, Request, status
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
-from airflow_provider_streamstate.engine.core.errors import NotFoundError, StreamstateError, UsageError
+from airflow_provider_streamstate.engine.core.errors import (
+    NotFoundError,
+    StreamstateError,
+    UnsupportedCheckpointError,
+    UsageError,
+)
 from airflow_provider_streamstate.engine.core.manifest import validate_snapshot_id, validate_stream_name
-from airflow_provider_streamstate.plugins import pages
+from airflow_provider_streamstate.plugins import key_pages, pages
 from airflow_provider_streamstate.plugins.commands import recovery_calls
+from airflow_provider_streamstate.plugins.key_pages import KeyQuery
 from airflow_provider_streamstate.plugins.sources import Configuration, ConfiguredStream
 
 log = logging.getLogger("streamstate.ui")
@@ -72,6 +78,15 @@ async def reader(request: Request) -> Any:
 
 
 ReaderDep = Annotated[Any, Depends(reader)]
+
+
+def key_query(key: str = "", operator: str = "0", state_var: str = "", join_side: str = "",
+              store_name: str = "") -> KeyQuery:
+    """The key and its state selectors from a request's query parameters."""
+    return KeyQuery(key, operator or "0", state_var, join_side, store_name)
+
+
+KeyQueryDep = Annotated[KeyQuery, Depends(key_query)]
 
 
 def _configuration(user: Any) -> Configuration:
@@ -122,7 +137,14 @@ def _dr(cs: ConfiguredStream | None, store: str) -> Any:
 
 
 def _engine_error(exc: StreamstateError) -> HTTPException:
-    code = status.HTTP_404_NOT_FOUND if isinstance(exc, NotFoundError) else status.HTTP_502_BAD_GATEWAY
+    """404 for what does not exist, 400 for what cannot be asked (a key of the wrong shape, an
+    operator lookups do not read), 502 for a store or file that failed."""
+    if isinstance(exc, NotFoundError):
+        code = status.HTTP_404_NOT_FOUND
+    elif isinstance(exc, (UsageError, UnsupportedCheckpointError)):
+        code = status.HTTP_400_BAD_REQUEST
+    else:
+        code = status.HTTP_502_BAD_GATEWAY
     return HTTPException(code, exc.one_line())
 
 
@@ -155,12 +177,17 @@ def streams_data(user: Any) -> tuple[Configuration, list[tuple[ConfiguredStream,
 
 
 def history_data(user: Any, stream: str, store: str | None) -> tuple[ConfiguredStream | None, Any]:
+    from airflow_provider_streamstate.engine.catalog.snapshots import no_snapshots_error
     from airflow_provider_streamstate.engine.overview.history import stream_history
     from airflow_provider_streamstate.plugins.sources import open_configured_store
 
     cs, url, conn = _stream(_configuration(user), stream, store)
     try:
-        return cs, stream_history(open_configured_store(url, conn), stream, dr_store=_dr(cs, url))
+        opened = open_configured_store(url, conn)
+        history = stream_history(opened, stream, dr_store=_dr(cs, url))
+        if not history.snapshots:  # as `streamstate snapshot list` answers: an error naming what is there
+            raise no_snapshots_error(opened, stream)
+        return cs, history
     except StreamstateError as exc:
         raise _engine_error(exc) from None
 
@@ -203,6 +230,116 @@ def _data_docs(snapshot_id: str) -> dict[str, str]:
                     and isinstance(value.get("data_docs"), str) and isinstance(value.get("suite"), str)):
                 out.setdefault(value["suite"], value["data_docs"])
     return out
+
+
+# --- key lookups (engine/lookup): no Spark, in this process, decoded partitions cached ----------
+
+LOOKUP_CACHE_MB = 256  # default of [streamstate] lookup_cache_mb
+HISTORY_LIMIT = 100  # snapshots a key's history page reads by default (the newest)
+HISTORY_LIMIT_MAX = 1000
+_LOOKUP_CACHE: Any = None
+_LOOKUP_CACHE_LOCK = threading.Lock()
+
+
+def lookup_cache() -> Any:
+    """The API server's cache of decoded partitions, keyed by the sha256s of the blobs they
+    were decoded from (so by content and partition), bounded by `[streamstate]
+    lookup_cache_mb`: a second lookup in a partition is served from memory."""
+    global _LOOKUP_CACHE
+    with _LOOKUP_CACHE_LOCK:
+        if _LOOKUP_CACHE is None:
+            from airflow.configuration import conf
+
+            from airflow_provider_streamstate.engine.lookup import PartitionCache
+
+            mb = conf.getint("streamstate", "lookup_cache_mb", fallback=LOOKUP_CACHE_MB)
+            _LOOKUP_CACHE = PartitionCache(max_entries=512, max_bytes=max(1, mb) << 20)
+        return _LOOKUP_CACHE
+
+
+def _key(q: KeyQuery) -> Any:
+    from airflow_provider_streamstate.engine.lookup import parse_key_text
+
+    if not q.key.strip():
+        raise UsageError("no key given", hint="pass ?key=column=value[,column2=value2] (or a JSON object)")
+    return parse_key_text(q.key)
+
+
+def key_lookup_data(user: Any, stream: str, snapshot_id: str, store: str | None, q: KeyQuery) -> Any:
+    """One key of a snapshot (the KeyLookup), read from its blobs of the key's partition."""
+    from airflow_provider_streamstate.engine.catalog.snapshots import get_snapshot
+    from airflow_provider_streamstate.engine.lookup import SnapshotSource, lookup_key
+    from airflow_provider_streamstate.plugins.sources import open_configured_store
+
+    try:
+        validate_snapshot_id(snapshot_id)
+    except UsageError as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, exc.one_line()) from None
+    _, url, conn = _stream(_configuration(user), stream, store)
+    try:
+        opened = open_configured_store(url, conn)
+        source = SnapshotSource(opened, stream, manifest=get_snapshot(opened, stream, snapshot_id))
+        return lookup_key(source, key=_key(q), cache=lookup_cache(), **q.lookup_args())
+    except StreamstateError as exc:
+        raise _engine_error(exc) from None
+
+
+def live_lookup_data(user: Any, stream: str, q: KeyQuery, batch_id: int | None) -> Any:
+    """One key of the configured stream's checkpoint, at its newest committed batch (or
+    `batch_id`): read-only, consistent with that commit."""
+    from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
+    from airflow_provider_streamstate.engine.lookup import CheckpointSource, lookup_key
+    from airflow_provider_streamstate.plugins.sources import checkpoint_of
+
+    cs, _, _ = _stream(_configuration(user), stream, None)
+    if cs is None or not cs.checkpoint:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"stream {stream} has no configured checkpoint")
+    try:
+        fs = checkpoint_of(cs)
+        assert fs is not None
+        source = CheckpointSource(cs.checkpoint, batch_id, reader=CheckpointReader(fs))
+        return lookup_key(source, key=_key(q), cache=lookup_cache(), **q.lookup_args())
+    except StreamstateError as exc:
+        raise _engine_error(exc) from None
+
+
+def key_history_data(user: Any, stream: str, store: str | None, q: KeyQuery, *, start: str | None,
+                     end: str | None, limit: int, first_where: str | None) -> Any:
+    """A key's history (KeyHistory) over the newest `limit` snapshots of the range, or with
+    `first_where` the first snapshot where that condition holds (KeyBisect)."""
+    from airflow_provider_streamstate.engine.lookup import bisect_key, key_history
+    from airflow_provider_streamstate.plugins.sources import open_configured_store
+
+    if not 1 <= limit <= HISTORY_LIMIT_MAX:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, f"limit must be 1..{HISTORY_LIMIT_MAX}")
+    _, url, conn = _stream(_configuration(user), stream, store)
+    try:
+        opened = open_configured_store(url, conn)
+        if first_where:
+            return bisect_key(opened, stream, key=_key(q), where=first_where, start=start or None, end=end or None,
+                              cache=lookup_cache(), **q.lookup_args())
+        return key_history(opened, stream, key=_key(q), start=start or None, end=end or None, limit=limit,
+                           cache=lookup_cache(), **q.lookup_args())
+    except StreamstateError as exc:
+        raise _engine_error(exc) from None
+
+
+def data_docs_file(user: Any, stream: str, snapshot_id: str, suite: str, path: str, store: str | None) -> Any:
+    """A file of the Data Docs a validation of the snapshot recorded (never another path)."""
+    from airflow_provider_streamstate.engine.overview.data_docs import read_data_docs
+    from airflow_provider_streamstate.plugins.sources import open_configured_store
+
+    _, url, conn = _stream(_configuration(user), stream, store)
+    try:
+        return read_data_docs(open_configured_store(url, conn), stream, snapshot_id, suite, path)
+    except StreamstateError as exc:
+        raise _engine_error(exc) from None
+
+
+# Data Docs run GX's scripts: in a sandbox (an opaque origin), they cannot reach Airflow's
+# session or API from this origin.
+DOCS_HEADERS = {"Content-Security-Policy": "sandbox allow-scripts allow-popups", "X-Content-Type-Options": "nosniff",
+                "Cache-Control": "private, max-age=300"}
 
 
 def diff_data(user: Any, stream: str, snapshot_id: str, store: str | None) -> tuple[str | None, dict[str, Any]]:
@@ -271,15 +408,54 @@ def create_app() -> FastAPI:
 
     @app.get("/streams/{stream}", response_class=HTMLResponse)
     def history_html(request: Request, stream: str, user: ReaderDep,
-                     store: str | None = None) -> HTMLResponse:
+                     store: str | None = None, page: int = 1) -> HTMLResponse:
         cs, history = history_data(user, stream, store)
-        return HTMLResponse(pages.history_page(urls(request), history, cs, store))
+        return HTMLResponse(pages.history_page(urls(request), history, cs, store, page))
 
     @app.get("/streams/{stream}/snapshots/{snapshot_id}", response_class=HTMLResponse)
-    def snapshot_html(request: Request, stream: str, snapshot_id: str, user: ReaderDep,
+    def snapshot_html(request: Request, stream: str, snapshot_id: str, user: ReaderDep, q: KeyQueryDep,
                       store: str | None = None) -> HTMLResponse:
         detail, calls, docs = snapshot_data(user, stream, snapshot_id, store)
-        return HTMLResponse(pages.snapshot_page(urls(request), detail, calls, store, docs))
+        hit, error = None, None
+        if q.key:
+            try:
+                hit = key_lookup_data(user, stream, snapshot_id, store, q)
+            except HTTPException as exc:
+                if exc.status_code in (401, 403):
+                    raise
+                error = str(exc.detail)
+        lookup = key_pages.lookup_section(urls(request), detail, store, q, hit, error)
+        return HTMLResponse(pages.snapshot_page(urls(request), detail, calls, store, docs, lookup),
+                            status_code=400 if error else 200)
+
+    @app.get("/streams/{stream}/keys", response_class=HTMLResponse)
+    def key_history_html(request: Request, stream: str, user: ReaderDep, q: KeyQueryDep, store: str | None = None,
+                         start: Annotated[str | None, Query(alias="from")] = None,
+                         end: Annotated[str | None, Query(alias="to")] = None, limit: int = HISTORY_LIMIT,
+                         first_where: str | None = None, field: str = "",
+                         show_all: Annotated[str, Query(alias="all")] = "") -> HTMLResponse:
+        history, bisect, error = None, None, None
+        if q.key:
+            try:
+                found = key_history_data(user, stream, store, q, start=start, end=end, limit=limit,
+                                         first_where=first_where)
+                history, bisect = (None, found) if first_where else (found, None)
+            except HTTPException as exc:
+                if exc.status_code in (401, 403):
+                    raise
+                error = str(exc.detail)
+        else:
+            _stream(_configuration(user), stream, store)  # the store rules apply to the empty form too
+        return HTMLResponse(key_pages.key_history_page(urls(request), stream, store, q, history, bisect, error,
+                                                       field=field, show_all=bool(show_all), limit=limit,
+                                                       start=start or "", end=end or "", first_where=first_where or ""),
+                            status_code=400 if error else 200)
+
+    @app.get("/streams/{stream}/snapshots/{snapshot_id}/data-docs/{suite}/{path:path}", include_in_schema=False)
+    def data_docs(stream: str, snapshot_id: str, suite: str, path: str, user: ReaderDep,
+                  store: str | None = None) -> Response:
+        f = data_docs_file(user, stream, snapshot_id, suite, path, store)
+        return Response(f.content, media_type=f.content_type, headers=DOCS_HEADERS)
 
     @app.get("/streams/{stream}/snapshots/{snapshot_id}/diff", response_class=HTMLResponse)
     def diff_html(request: Request, stream: str, snapshot_id: str, user: ReaderDep,
@@ -324,6 +500,28 @@ def create_app() -> FastAPI:
                      store: str | None = None) -> dict[str, Any]:
         detail, calls, docs = snapshot_data(user, stream, snapshot_id, store)
         return {**detail.to_json(), "calls": calls.to_json(), "data_docs": docs}
+
+    @app.get("/api/streams/{stream}/snapshots/{snapshot_id}/state")
+    def key_api(stream: str, snapshot_id: str, user: ReaderDep, q: KeyQueryDep,
+                store: str | None = None) -> dict[str, Any]:
+        """One key of the snapshot (`?key=column=value,...&operator=&state_var=&join_side=&store_name=`)."""
+        return {"stream": stream, "snapshot_id": snapshot_id,
+                **key_lookup_data(user, stream, snapshot_id, store, q).to_json()}
+
+    @app.get("/api/streams/{stream}/state")
+    def live_key_api(stream: str, user: ReaderDep, q: KeyQueryDep, batch: int | None = None) -> dict[str, Any]:
+        """One key of the stream's checkpoint at its newest committed batch (or `?batch=`)."""
+        return {"stream": stream, **live_lookup_data(user, stream, q, batch).to_json()}
+
+    @app.get("/api/streams/{stream}/keys")
+    def key_history_api(stream: str, user: ReaderDep, q: KeyQueryDep, store: str | None = None,
+                        start: Annotated[str | None, Query(alias="from")] = None,
+                        end: Annotated[str | None, Query(alias="to")] = None, limit: int = HISTORY_LIMIT,
+                        first_where: str | None = None) -> dict[str, Any]:
+        """A key across the snapshots (`?key=...&from=&to=&limit=`), or the first snapshot
+        where a condition on it holds (`&first_where=total > 100`)."""
+        found = key_history_data(user, stream, store, q, start=start, end=end, limit=limit, first_where=first_where)
+        return dict(found.to_json())
 
     @app.get("/api/streams/{stream}/snapshots/{snapshot_id}/diff")
     def diff_api(stream: str, snapshot_id: str, user: ReaderDep,

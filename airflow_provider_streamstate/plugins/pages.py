@@ -6,6 +6,7 @@ Elements a browser test looks for carry stable ids and classes: `#streams` rows 
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from html import escape
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -48,6 +49,15 @@ def e(value: Any) -> str:
     return escape("" if value is None else str(value))
 
 
+def watermark(ms: int | None) -> str:
+    """A batch's event-time watermark; Spark records 0 for a query that defines none (or
+    whose watermark has not advanced yet): that is no watermark, not the epoch."""
+    if not ms:
+        return "<span class=none>none</span> <span class='muted small'>(no watermark defined, or not advanced yet)</span>"
+    when = datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return f"{e(when)} <span class='muted small'>({ms} ms)</span>"
+
+
 def age(seconds: float | None) -> str:
     if seconds is None:
         return "-"
@@ -86,8 +96,9 @@ class Urls:
     def streams(self) -> str:
         return f"{self.root}/streams"
 
-    def stream(self, stream: str, store: str | None = None) -> str:
-        return f"{self.root}/streams/{quote(stream, safe='')}{self._q(store)}"
+    def stream(self, stream: str, store: str | None = None, page: int | None = None) -> str:
+        params = {k: v for k, v in (("store", store), ("page", page)) if v}
+        return f"{self.root}/streams/{quote(stream, safe='')}" + (f"?{urlencode(params)}" if params else "")
 
     def snapshot(self, stream: str, snapshot_id: str, store: str | None = None) -> str:
         return f"{self.root}/streams/{quote(stream, safe='')}/snapshots/{quote(snapshot_id, safe='')}{self._q(store)}"
@@ -95,6 +106,15 @@ class Urls:
     def diff(self, stream: str, snapshot_id: str, store: str | None = None) -> str:
         return (f"{self.root}/streams/{quote(stream, safe='')}/snapshots/{quote(snapshot_id, safe='')}/diff"
                 f"{self._q(store)}")
+
+    def data_docs(self, stream: str, snapshot_id: str, suite: str, store: str | None = None) -> str:
+        return (f"{self.root}/streams/{quote(stream, safe='')}/snapshots/{quote(snapshot_id, safe='')}/data-docs/"
+                f"{quote(suite, safe='')}/index.html{self._q(store)}")
+
+    def keys(self, stream: str, params: dict[str, Any]) -> str:
+        """A key's history page; `params`: key, operator, state_var, ... (empty ones left out)."""
+        shown = {k: v for k, v in params.items() if v not in (None, "")}
+        return f"{self.root}/streams/{quote(stream, safe='')}/keys" + (f"?{urlencode(shown)}" if shown else "")
 
     def lag_api(self, stream: str) -> str:
         return f"{self.root}/api/streams/{quote(stream, safe='')}/lag"
@@ -186,7 +206,10 @@ def _color(s: HistoryEntry) -> str:
 
 def timeline_svg(urls: Urls, h: StreamHistory, store: str | None) -> str:
     """Snapshots left to right in creation order, one lane per timeline (the current one
-    highlighted); a line from each snapshot to its parent, so a branch leaves its lane."""
+    highlighted); a line from each snapshot to its parent, so a branch leaves its lane. A long
+    history (more than DOTS_MAX snapshots) is drawn by time instead (`time_svg`)."""
+    if len(h.snapshots) > DOTS_MAX:
+        return time_svg(urls, h, store)
     lanes = {t.timeline: i for i, t in enumerate(sorted(h.timelines, key=lambda t: t.timeline))}
     step = max(X_STEP, min(X_STEP_MAX, X_SPAN // max(1, len(h.snapshots))))
     pos = {s.snapshot_id: (PAD_X + i * step, PAD_Y + lanes.get(s.timeline, 0) * LANE) for i, s in enumerate(h.snapshots)}
@@ -194,6 +217,35 @@ def timeline_svg(urls: Urls, h: StreamHistory, store: str | None) -> str:
     height = PAD_Y + max(1, len(lanes)) * LANE
     out = [f"<svg xmlns='http://www.w3.org/2000/svg' id=history width={width} height={height} role=img "
            f"aria-label='snapshots of {e(h.stream)} on {len(lanes)} timelines'>"]
+    out += _lanes(h, lanes, width)
+    for s in h.snapshots:
+        if s.parent in pos:
+            (x1, y1), (x2, y2) = pos[s.parent], pos[s.snapshot_id]
+            out.append(f"<path d='M{x1},{y1} C{x1 + 8},{y2} {x2 - 8},{y2} {x2},{y2}' fill=none "
+                       f"style='stroke:var(--muted)' stroke-width='1.2' opacity='.7'/>")
+    for s in h.snapshots:
+        x, y = pos[s.snapshot_id]
+        ring = "stroke:var(--cur);stroke-width:2" if s.on_current_timeline else "stroke:var(--bg)"
+        out.append(f"<a href='{e(urls.snapshot(h.stream, s.snapshot_id, store))}' class=snapshot "
+                   f"data-snapshot='{e(s.snapshot_id)}'><title>{e(_tip(s))}</title>"
+                   f"<circle cx={x} cy={y} r={R} style='fill:{_color(s)};{ring}'/>")
+        out += _marks(s, x, y)
+        out.append("</a>")
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _tip(s: HistoryEntry) -> str:
+    return (f"{s.snapshot_id}\nbatch {s.batch_id}, timeline {s.timeline}"
+            f"{'' if s.on_current_timeline else ' (abandoned)'}\n{s.created_at}"
+            + "".join(f"\n{suite}: {'passed' if ok else 'FAILED' if ok is False else 'unreadable'}"
+                      for suite, ok in s.validations.items())
+            + ("\npinned" if s.pinned else "") + ("\nin the DR store" if s.in_dr else "")
+            + "".join(f"\nclone {c}" for c in s.clones))
+
+
+def _lanes(h: StreamHistory, lanes: dict[int, int], width: int) -> list[str]:
+    out = []
     for t in h.timelines:
         y = PAD_Y + lanes[t.timeline] * LANE
         cls = "current" if t.current else "muted"
@@ -202,36 +254,80 @@ def timeline_svg(urls: Urls, h: StreamHistory, store: str | None) -> str:
                    f"<line x1={PAD_X - 10} x2={width - 20} y1={y} y2={y} style='stroke:var(--line)' "
                    f"stroke-width='{3 if t.current else 1}'/><text x=4 y={y + 4} class={cls} fill='currentColor' "
                    f"font-size=12>{e(label)}</text></g>")
-    for s in h.snapshots:
-        if s.parent in pos:
-            (x1, y1), (x2, y2) = pos[s.parent], pos[s.snapshot_id]
-            out.append(f"<path d='M{x1},{y1} C{x1 + 8},{y2} {x2 - 8},{y2} {x2},{y2}' fill=none "
-                       f"style='stroke:var(--muted)' stroke-width='1.2' opacity='.7'/>")
+    return out
+
+
+def _marks(s: HistoryEntry, x: float, y: float) -> list[str]:
+    out = []
+    if s.pinned:
+        out.append(f"<text x={x - 4} y={y - 9} font-size=11 fill='currentColor'>{PIN}</text>")
+    if s.in_dr:
+        out.append(f"<rect x={x - 3} y={y + 9} width=6 height=6 style='fill:var(--info)'/>")
+    if s.clones:
+        out.append(f"<path d='M{x},{y + 17} l4,4 l-4,4 l-4,-4 z' style='fill:var(--warn)'/>")
+    return out
+
+
+DOTS_MAX = 120  # snapshots drawn one dot each; more are drawn on a time axis
+TIME_SPAN = 1000  # pixels of a time axis, whatever the number of snapshots
+
+
+def time_svg(urls: Urls, h: StreamHistory, store: str | None) -> str:
+    """A long history on a time axis of fixed width: each snapshot a thin tick at its creation
+    time in its timeline's lane, the ones worth finding (failed or passed a validation, pinned,
+    cloned, a branch point) a dot on top, and the timelines' branch points joined."""
+    from airflow_provider_streamstate.engine.overview.history import parse_time
+
+    lanes = {t.timeline: i for i, t in enumerate(sorted(h.timelines, key=lambda t: t.timeline))}
+    times = [parse_time(s.created_at).timestamp() for s in h.snapshots]
+    t0, t1 = min(times), max(times)
+    span = max(t1 - t0, 1.0)
+    width = PAD_X + TIME_SPAN + 40
+    height = PAD_Y + max(1, len(lanes)) * LANE + 18
+
+    def x_of(t: float) -> float:
+        return round(PAD_X + (t - t0) / span * TIME_SPAN, 1)
+
+    pos = {s.snapshot_id: (x_of(t), PAD_Y + lanes.get(s.timeline, 0) * LANE) for s, t in zip(h.snapshots, times, strict=True)}
+    branch_points = {t.branch_snapshot for t in h.timelines if t.branch_snapshot}
+    out = [f"<svg xmlns='http://www.w3.org/2000/svg' id=history class=by-time width={width} height={height} role=img "
+           f"aria-label='{len(h.snapshots)} snapshots of {e(h.stream)} by time on {len(lanes)} timelines'>"]
+    out += _lanes(h, lanes, width)
+    for i in range(5):  # the time axis, in UTC as the snapshots' times are
+        at = t0 + span * i / 4
+        x = x_of(at)
+        when = datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M") + (" UTC" if i == 4 else "")
+        out.append(f"<text x={x} y={height - 4} font-size=10 fill='currentColor' class=muted "
+                   f"text-anchor='{'start' if i == 0 else 'end' if i == 4 else 'middle'}'>{e(when)}</text>")
+    for line in h.timelines:
+        if line.branch_snapshot in pos:
+            (x1, y1) = pos[line.branch_snapshot]
+            y2 = PAD_Y + lanes[line.timeline] * LANE
+            out.append(f"<path d='M{x1},{y1} L{x1 + 6},{y2}' fill=none style='stroke:var(--muted)' stroke-width='1.2'/>")
     for s in h.snapshots:
         x, y = pos[s.snapshot_id]
-        tip = (f"{s.snapshot_id}\nbatch {s.batch_id}, timeline {s.timeline}"
-               f"{'' if s.on_current_timeline else ' (abandoned)'}\n{s.created_at}"
-               + "".join(f"\n{suite}: {'passed' if ok else 'FAILED' if ok is False else 'unreadable'}"
-                         for suite, ok in s.validations.items())
-               + ("\npinned" if s.pinned else "") + ("\nin the DR store" if s.in_dr else "")
-               + "".join(f"\nclone {c}" for c in s.clones))
-        ring = "stroke:var(--cur);stroke-width:2" if s.on_current_timeline else "stroke:var(--bg)"
-        out.append(f"<a href='{e(urls.snapshot(h.stream, s.snapshot_id, store))}' class=snapshot "
-                   f"data-snapshot='{e(s.snapshot_id)}'><title>{e(tip)}</title>"
-                   f"<circle cx={x} cy={y} r={R} style='fill:{_color(s)};{ring}'/>")
-        if s.pinned:
-            out.append(f"<text x={x - 4} y={y - 9} font-size=11 fill='currentColor'>{PIN}</text>")
-        if s.in_dr:
-            out.append(f"<rect x={x - 3} y={y + 9} width=6 height=6 style='fill:var(--info)'/>")
-        if s.clones:
-            out.append(f"<path d='M{x},{y + 17} l4,4 l-4,4 l-4,-4 z' style='fill:var(--warn)'/>")
+        marked = s.validations or s.pinned or s.clones or s.snapshot_id in branch_points
+        out.append(f"<a href='{e(urls.snapshot(h.stream, s.snapshot_id, store))}' class='snapshot"
+                   f"{' marked' if marked else ''}' data-snapshot='{e(s.snapshot_id)}'><title>{e(_tip(s))}</title>")
+        if marked:
+            out.append(f"<circle cx={x} cy={y} r=5 style='fill:{_color(s)};stroke:var(--bg)'/>")
+            out += _marks(s, x, y)
+        else:
+            out.append(f"<line x1={x} x2={x} y1={y - 6} y2={y + 6} style='stroke:{_color(s)}' stroke-width=1.5/>")
         out.append("</a>")
     out.append("</svg>")
     return "".join(out)
 
 
-def history_page(urls: Urls, h: StreamHistory, cs: ConfiguredStream | None, store_param: str | None) -> str:
+PAGE_SIZE = 50  # rows of a history's snapshot table per page
+
+
+def history_page(urls: Urls, h: StreamHistory, cs: ConfiguredStream | None, store_param: str | None,
+                 page_no: int = 1) -> str:
+    """`page_no`: which PAGE_SIZE rows of the snapshot table (newest first) to show."""
     store = store_param
+    pages = max(1, -(-len(h.snapshots) // PAGE_SIZE))
+    page_no = min(max(1, page_no), pages)
     good = sum(1 for s in h.snapshots if s.known_good)
     failed = sum(1 for s in h.snapshots if s.failed)
     body = [f"<div class=crumbs><a href='{e(urls.streams())}'>Streams</a> / {e(h.stream)}</div>",
@@ -267,10 +363,14 @@ def history_page(urls: Urls, h: StreamHistory, cs: ConfiguredStream | None, stor
                         f"<td><a href='{e(urls.snapshot(h.stream, c.snapshot_id, store))}'>{e(c.snapshot_id)}</a></td>"
                         f"<td><code>{e(c.checkpoint)}</code></td><td>{e(c.expires_at)}</td></tr>")
         body.append("</tbody></table>")
-    body.append("<h2>Snapshots (newest first)</h2><table id=snapshots class=small><thead><tr><th>Snapshot</th>"
+    newest_first = list(reversed(h.snapshots))
+    shown = newest_first[(page_no - 1) * PAGE_SIZE: page_no * PAGE_SIZE]
+    nav = _pager(urls, h.stream, store, page_no, pages, len(h.snapshots))
+    body.append(f"<h2>Snapshots (newest first)</h2>{nav}<table id=snapshots class=small data-page='{page_no}' "
+                f"data-pages='{pages}'><thead><tr><th>Snapshot</th>"
                 "<th>Batch</th><th>Timeline</th><th>Created</th><th>Validation</th><th>Size</th><th>Pinned</th>"
                 "<th>DR</th><th>Clones</th></tr></thead><tbody>")
-    for s in reversed(h.snapshots):
+    for s in shown:
         checks = " ".join(f"<span class='badge {'passed' if ok else 'failed' if ok is False else 'none'}'>"
                           f"{e(suite)}: {'passed' if ok else 'FAILED' if ok is False else 'unreadable'}</span>"
                           for suite, ok in s.validations.items()) or "<span class=none>-</span>"
@@ -280,13 +380,14 @@ def history_page(urls: Urls, h: StreamHistory, cs: ConfiguredStream | None, stor
                     f"<code>{e(s.snapshot_id)}</code></a></td><td>{s.batch_id}</td><td>{tl}</td><td>{e(s.created_at)}</td>"
                     f"<td>{checks}</td><td>{human_bytes(s.bytes_total)}</td><td>{PIN if s.pinned else ''}</td>"
                     f"<td>{dr}</td><td>{e(', '.join(s.clones))}</td></tr>")
-    body.append("</tbody></table>")
+    body.append(f"</tbody></table>{nav}")
     script = "const w = document.getElementById('svgwrap'); if (w) w.scrollLeft = w.scrollWidth;"
     return page(f"{h.stream}: history", "".join(body), script=script)
 
 
 def snapshot_page(urls: Urls, d: SnapshotDetail, calls: RecoveryCalls, store_param: str | None,
-                  data_docs: dict[str, str]) -> str:
+                  data_docs: dict[str, str], lookup: str = "") -> str:
+    """`lookup`: the key search section (plugins/key_pages.py), shown after the operators."""
     store = store_param
     status = ("<span class='badge good'>known-good</span>" if d.known_good else
               "<span class='badge failed'>FAILED validation</span>" if any(v.success is False for v in d.validations)
@@ -300,12 +401,14 @@ def snapshot_page(urls: Urls, d: SnapshotDetail, calls: RecoveryCalls, store_par
                   f"<td>{o['partitions']}</td><td>{o['state_version']}</td></tr>" for o in d.operators)
     rows = [("Batch", str(d.batch_id)), ("Timeline", tl), ("Created", f"{e(d.created_at)} ({age(d.age_s)})"),
             ("Parent", parent),
-            ("Watermark", "-" if d.watermark_ms is None else f"{d.watermark_ms} ms"),
+            ("Watermark", watermark(d.watermark_ms)),
             ("Files / blobs / bytes", f"{d.files} / {d.blobs} / {human_bytes(d.bytes_total)} ({d.bytes_total} bytes)"),
             ("State store", e(d.state_store)), ("Spark", e(d.spark_version or "-")), ("Query id", f"<code>{e(d.query_id)}</code>"),
             ("Taken from", f"<code>{e(d.checkpoint)}</code>"),
             ("Labels", e(", ".join(f"{k}={v}" for k, v in sorted(d.labels.items())) or "-")),
-            ("Pinned", f"yes {PIN}" if d.pinned else "no"),
+            ("Pinned", (f"yes {PIN}" + (f" <span class=pin-reason>{e(d.pin_reason)}</span>" if d.pin_reason else "")
+                        + (f" <span class='muted small'>since {e(d.pinned_at)}</span>" if d.pinned_at else ""))
+             if d.pinned else "no"),
             ("In the DR store", "-" if d.in_dr is None else f"{'yes' if d.in_dr else 'no'} ({e(d.dr_store)})"),
             ("Clones taken from it", e(", ".join(d.clones) or "none"))]
     body = [f"<div class=crumbs><a href='{e(urls.streams())}'>Streams</a> / "
@@ -316,7 +419,7 @@ def snapshot_page(urls: Urls, d: SnapshotDetail, calls: RecoveryCalls, store_par
             f"<th>Offset</th></tr></thead><tbody>{offsets or '<tr><td colspan=3 class=none>none</td></tr>'}</tbody></table>",
             "<h2>State operators</h2><table class=small><thead><tr><th>Id</th><th>Operator</th><th>Stores</th>"
             f"<th>Partitions</th><th>State version</th></tr></thead><tbody>{ops or '<tr><td colspan=5 class=none>stateless</td></tr>'}"
-            "</tbody></table>", "<h2>Validation</h2>"]
+            "</tbody></table>", lookup, "<h2>Validation</h2>"]
     if not d.validations:
         body.append("<p class=none>No validation record: validate it with ValidateSnapshotOperator or "
                     "<code>streamstate validate</code>.</p>")
@@ -324,11 +427,13 @@ def snapshot_page(urls: Urls, d: SnapshotDetail, calls: RecoveryCalls, store_par
         cls = "passed" if v.success else "failed" if v.success is False else "none"
         word = "passed" if v.success else "FAILED" if v.success is False else "unreadable"
         docs = v.data_docs or data_docs.get(v.suite)
-        docs_link = f" &middot; <a target=_blank href='{e(docs)}'>GX Data Docs</a>" if docs and docs.startswith(("http://", "https://")) else ""
+        href = (docs if docs and docs.startswith(("http://", "https://"))
+                else urls.data_docs(d.stream, d.snapshot_id, v.suite, store) if v.data_docs else None)
+        docs_link = f" &middot; <a class=data-docs target=_blank href='{e(href)}'>GX Data Docs</a>" if href else ""
         body.append(f"<div class='validation {cls}' data-suite='{e(v.suite)}'><b>{e(v.suite)}</b>: "
                     f"<span class='badge {cls}'>{word}</span> <span class='muted small'>{v.evaluated} expectation(s), "
                     f"{e(v.validated_at)}, GX {e(v.gx_version)}</span>{docs_link}"
-                    + (f"<div class=small><code>{e(docs)}</code></div>" if docs and not docs_link else "")
+                    + (f"<div class=small>Data Docs: <code>{e(docs)}</code></div>" if docs else "")
                     + (f"<div class=problems>{e(v.error)}</div>" if v.error else "")
                     + "".join(f"<div class='small failed'>&#10007; {e(f)}</div>" for f in v.failed) + "</div>")
     body.append("<h2>Compared with its parent</h2>")
@@ -343,6 +448,17 @@ def snapshot_page(urls: Urls, d: SnapshotDetail, calls: RecoveryCalls, store_par
                 "<div class=small>Clone it into a new stream (its own checkpoint and query id):</div>"
                 f"<pre>{e(calls.clone_cli)}</pre><pre>{e(calls.clone_operator)}</pre>")
     return page(f"{d.stream}: {d.snapshot_id}", "".join(body))
+
+
+def _pager(urls: Urls, stream: str, store: str | None, page_no: int, pages: int, total: int) -> str:
+    if pages == 1:
+        return ""
+    first = (page_no - 1) * PAGE_SIZE + 1
+    links = [f"<a class=newer href='{e(urls.stream(stream, store, page_no - 1))}'>&larr; newer</a>" if page_no > 1 else "",
+             f"<span class=muted>snapshots {first}-{min(total, page_no * PAGE_SIZE)} of {total}, "
+             f"page {page_no} of {pages}</span>",
+             f"<a class=older href='{e(urls.stream(stream, store, page_no + 1))}'>older &rarr;</a>" if page_no < pages else ""]
+    return "<div class='pager small'>" + " &middot; ".join(x for x in links if x) + "</div>"
 
 
 def diff_page(urls: Urls, stream: str, snapshot_id: str, parent: str | None, store: str | None,

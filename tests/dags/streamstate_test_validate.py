@@ -1,4 +1,4 @@
-"""Test DAG: validate, bisect and report on a stream's snapshots; the stream, suite and
+"""Test DAG: validate, bisect, report on and check keys of a stream's snapshots; the stream, suite and
 snapshots come in the run's conf (`{"stream": StreamSpec.to_dict(), "suite": "/abs/suite.json",
 "first": "<snapshot id>", "reports": "/abs/dir"}`)."""
 
@@ -8,6 +8,7 @@ import pendulum
 from airflow.sdk import DAG, Param
 
 from airflow_provider_streamstate.operators.bisect import BisectSnapshotsOperator
+from airflow_provider_streamstate.operators.lookup import StateKeyCheckOperator
 from airflow_provider_streamstate.operators.state import StateReportOperator
 from airflow_provider_streamstate.operators.validate import ValidateSnapshotOperator
 
@@ -28,6 +29,7 @@ with DAG(
     )
     latest = ValidateSnapshotOperator(
         task_id="validate_latest", stream="{{ params.stream }}", suite="{{ params.suite }}", snapshot="latest",
+        data_docs="{{ params.reports }}/docs-latest",
     )
     record_only = ValidateSnapshotOperator(
         task_id="record_latest", stream="{{ params.stream }}", suite="{{ params.suite }}", snapshot="latest",
@@ -43,3 +45,13 @@ with DAG(
         where="value_max > 50", report_path="{{ params.reports }}/query.json",
     )
     first >> bisect >> query
+    # Key checks without Spark: on the first snapshot (they hold), on the live checkpoint
+    # (they hold), and a gate on the newest snapshot that fails (the key has grown).
+    keys_first = StateKeyCheckOperator(
+        task_id="check_keys", stream="{{ params.stream }}", snapshot="{{ params.first }}",
+        checks=[{"key": "k=1", "value": {"max": 16}}, {"key": {"k": 9}, "absent": True}, {"key": [2], "where": "max >= 17"}],
+    )
+    keys_live = StateKeyCheckOperator(task_id="check_live_keys", stream="{{ params.stream }}", checkpoint=True,
+                                      checks=[{"key": "k=0", "where": "max > 70"}])
+    keys_gate = StateKeyCheckOperator(task_id="check_keys_latest", stream="{{ params.stream }}",
+                                      checks=[{"key": "k=1", "value": {"max": 16}}])

@@ -1,7 +1,8 @@
 """Java/Scala arbitrary state (`mapGroupsWithState`, `flatMapGroupsWithState`; without and
 with a processing-time timeout) in both state formats: a snapshot of the running JVM stream
-restores elsewhere to exactly Spark's state at its batch, and the stream resumes from the
-copy after the original checkpoint is gone. The stream is jvm/group-state-job (built by
+restores elsewhere to exactly Spark's state at its batch, every group's state looked up in
+the snapshot without Spark is Spark's, and the stream resumes from the copy after the
+original checkpoint is gone. The stream is jvm/group-state-job (built by
 `make setup` against pyspark's own Spark jars), run with spark-submit."""
 
 from __future__ import annotations
@@ -17,7 +18,10 @@ import pytest
 from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
 from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.lookup import SnapshotSource, lookup_key
 from airflow_provider_streamstate.engine.state.reader import StateReader, StateSelector, checkpoint_state
+from airflow_provider_streamstate.engine.state.spark import read_state
+from tests.lookup_cases import ours_norm, spark_norm, to_input
 
 pytestmark = pytest.mark.integration
 
@@ -63,6 +67,14 @@ def test_jvm_group_state_snapshot_restores_exactly_elsewhere_and_the_job_resumes
     assert m.state_store == ("hdfs" if store == "hdfs" else "rocksdb")
     original = _rows(checkpoint_state(spark, checkpoint, batch_id=m.batch_id))
     assert len(original) == 13
+    # Key lookups without Spark read every group's state from the snapshot as Spark does.
+    state = read_state(spark, checkpoint, batchId=m.batch_id)
+    key_t, value_t = state.schema["key"].dataType, state.schema["value"].dataType
+    source = SnapshotSource(snapshots, "groups", m.snapshot_id)
+    for r in state.collect():
+        hit = lookup_key(source, key=to_input(r.key, key_t))
+        assert hit.found and hit.partition == r.partition_id, r.key
+        assert ours_norm(hit.value, hit.value_schema) == spark_norm(r.value, value_t), r.key
     shutil.rmtree(checkpoint)
 
     target = tmp_path / "restored"

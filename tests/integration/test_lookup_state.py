@@ -3,7 +3,8 @@ on both state store providers, with and without changelog checkpointing and in b
 checkpoint formats, a lookup of every key Spark's state reader (`format("statestore")`)
 shows — up to a thousand per checkpoint — finds it in the partition Spark put it in with
 the same value, and keys that are not there (near misses of real ones) are not found.
-Keys and values cover every type state can hold. A key removed by a later delta is gone; a
+Keys and values cover every type state can hold; a transformWithState key's timers are
+listed as Spark lists them. A key removed by a later delta is gone; a
 corrupted or truncated file is an error naming it, and nothing of it is cached; a snapshot
 in a store answers like its checkpoint, reading only the key's partition."""
 
@@ -34,7 +35,7 @@ from airflow_provider_streamstate.engine.lookup.codec import decompress
 from airflow_provider_streamstate.engine.lookup.hdfs_state import apply_records
 from airflow_provider_streamstate.engine.lookup.rocksdb_state import DELETE, parse_changelog
 from airflow_provider_streamstate.engine.state.spark import read_state, state_store_confs
-from tests.lookup_cases import ours_norm, spark_norm
+from tests.lookup_cases import ours_norm, spark_norm, to_input
 
 pytestmark = pytest.mark.integration
 
@@ -103,25 +104,6 @@ def rate(spark: Any, rows: int = 300) -> Any:
 
 
 # --- building keys from Spark's rows, and near misses --------------------------------------
-
-
-def to_input(value: Any, t: Any) -> Any:
-    """A value of Spark's collect() as a key lookup takes it (timestamps as UTC)."""
-    from pyspark.sql import types as T
-
-    if value is None:
-        return None
-    if isinstance(t, T.TimestampType):
-        return value.astimezone(UTC)
-    if isinstance(t, T.StructType):
-        return [to_input(v, f.dataType) for v, f in zip(value, t.fields, strict=True)]
-    if isinstance(t, T.ArrayType):
-        return [to_input(v, t.elementType) for v in value]
-    if isinstance(t, T.MapType):
-        return {to_input(k, t.keyType): to_input(v, t.valueType) for k, v in value.items()}
-    if isinstance(value, bytearray):
-        return bytes(value)
-    return value
 
 
 def near_miss(key: list[Any], rnd: random.Random) -> list[Any]:
@@ -378,10 +360,19 @@ def test_transform_with_state_value_list_and_map_state(spark, tmp_path: Path) ->
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     checkpoint = str(tmp_path / "tws")
     df = rate(spark, 200).select((F.col("value") % 120).alias("k"), "value") \
-        .groupBy("k").transformWithStateInPandas(_processor(), "k long, c long", "Update", "None")
+        .groupBy("k").transformWithStateInPandas(_processor(timers=True), "k long, c long", "Update", "ProcessingTime")
     run_query(spark, df, checkpoint, store=ROCKS_CL, batches=5)
     src = CheckpointSource(checkpoint)
     rnd = random.Random(3)
+    # Timers: every key's registered timers, in time order, as Spark's reader lists them.
+    timers: dict[int, list[int]] = {}
+    for r in State(spark, checkpoint, readRegisteredTimers="true").rows:
+        timers.setdefault(r.key.k, []).append(r.expiration_timestamp_ms)
+    assert len(timers) == 120
+    for k in range(120):
+        hit = lookup_key(src, key=[k], state_var="$timers")
+        assert hit.kind == "timers" and [t["expiration_timestamp_ms"] for t in hit.value] == sorted(timers[k]), k
+    assert not lookup_key(src, key=[999], state_var="$timers").found
     for var, kind in (("cnt", "value"), ("items", "list"), ("bymod", "map")):
         state = State(spark, checkpoint, stateVarName=var)
         key_t = state.type_of("key")
@@ -418,14 +409,18 @@ def test_transform_with_state_value_list_and_map_state(spark, tmp_path: Path) ->
             assert not lookup_key(src, key=[k + 10_000 + rnd.randrange(99)], state_var=var).found
 
 
-def _processor() -> Any:
+def _processor(timers: bool = False) -> Any:
+    """Value, list and map state; with `timers` (processing time), the count kept with a TTL
+    and two timers per key, re-registered at each batch, far in the future."""
     import pandas as pd
     from pyspark.sql.streaming import StatefulProcessor
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     class Processor(StatefulProcessor):
         def init(self, handle: Any) -> None:
-            self.count = handle.getValueState("cnt", StructType([StructField("c", LongType())]))
+            self.handle = handle
+            self.count = handle.getValueState("cnt", StructType([StructField("c", LongType())]),
+                                              *([3_600_000] if timers else []))
             self.items = handle.getListState("items", StructType([StructField("x", LongType()),
                                                                   StructField("s", StringType())]))
             self.by_mod = handle.getMapState("bymod", StructType([StructField("mk", LongType())]),
@@ -443,6 +438,12 @@ def _processor() -> Any:
                 self.by_mod.removeKey((4,))
             c = (self.count.get()[0] if self.count.exists() else 0) + n
             self.count.update((c,))
+            if timers:
+                for t in list(self.handle.listTimers()):
+                    self.handle.deleteTimer(t)
+                now = timerValues.getCurrentProcessingTimeInMs()
+                self.handle.registerTimer(now + 3_600_000 + int(key[0]))
+                self.handle.registerTimer(now + 7_200_000)
             yield pd.DataFrame({"k": [key[0]], "c": [c]})
 
         def close(self) -> None:

@@ -4,7 +4,8 @@ Airflow's own login page as a viewer. Without a session the API refuses and the 
 sent to the login; signed in, the Streams page lists the stream with its state and newest
 snapshot, its history shows two timelines after the rollback with the current one marked,
 the snapshot whose validation failed says FAILED, and the view inside Airflow's UI
-(/plugin/streamstate) renders the Streams page. The seeding and the server are
+(/plugin/streams) renders the Streams page with an address without a doubled segment. The
+seeding and the server are
 dev/ui_seed.py's, shared with `make ui-screenshots`."""
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ def test_the_view_inside_airflows_ui_renders_the_streams_page(site) -> None:
     from selenium.webdriver.common.by import By
 
     driver, server = site["driver"], site["server"]
-    driver.get(server.url + "/plugin/streamstate")
+    driver.get(server.url + "/plugin/streams")
     frame = ui_seed.wait_for(driver, "iframe")
     assert frame.get_attribute("src").endswith("/streamstate/streams")
     driver.switch_to.frame(frame)
@@ -111,3 +112,9 @@ def test_the_view_inside_airflows_ui_renders_the_streams_page(site) -> None:
         assert row.find_element(By.CSS_SELECTOR, ".state").text == "running"
     finally:
         driver.switch_to.default_content()
+    # Airflow's UI mirrors the frame's page in the address bar (/plugin/<route> + its path):
+    # one `streamstate` segment, not two.
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(driver, 30).until(lambda d: d.current_url != server.url + "/plugin/streams")
+    assert driver.current_url == server.url + "/plugin/streams/streamstate/streams"

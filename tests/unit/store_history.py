@@ -44,15 +44,17 @@ def put_snapshot(
     return m
 
 
-def put_validation(store: SnapshotStore, stream: str, snapshot_id: str, suite: str, success: bool) -> str:
-    """Store a validation record of `suite` on the snapshot, as the validation task writes it."""
+def put_validation(store: SnapshotStore, stream: str, snapshot_id: str, suite: str, success: bool, *,
+                   data_docs: str | None = None) -> str:
+    """Store a validation record of `suite` on the snapshot, as the validation task writes it
+    (with `data_docs`: where its Data Docs were written)."""
     from airflow_provider_streamstate.engine.catalog import validation_records as vr
     from airflow_provider_streamstate.engine.core.manifest import SnapshotRef
 
     record = vr.ValidationRecord(
         stream=stream, snapshot_id=snapshot_id, batch_id=SnapshotRef.parse(snapshot_id).batch_id, suite=suite,
         suite_sha256="0" * 64, success=success, validated_at="2026-11-20T00:00:00Z", gx_version="test",
-        duration_s=0.0, selector={},
+        duration_s=0.0, selector={"data_docs": data_docs} if data_docs else {},
         results=[vr.ExpectationOutcome("expect_column_values_to_not_be_null", {"column": "key"}, success, None)],
     )
     vr.put_validation(store, record)

@@ -26,36 +26,7 @@ from airflow_provider_streamstate.engine.lookup.rocksdb_state import (
     successor,
 )
 from airflow_provider_streamstate.engine.lookup.schema import read_schema_v2, read_schema_v3
-
-
-def lz4_stream(data: bytes, block: int = 64, raw_every: int = 3) -> bytes:
-    """lz4-java's LZ4BlockOutputStream framing of `data` (what Spark's lz4 codec writes)."""
-    import lz4.block
-    import xxhash
-
-    out = bytearray()
-    for n, i in enumerate(range(0, len(data), block)):
-        chunk = data[i:i + block]
-        packed = lz4.block.compress(chunk, store_size=False)
-        method, body = (0x10, chunk) if n % raw_every == 2 else (0x20, packed)
-        check = xxhash.xxh32_intdigest(chunk, 0x9747B28C) & 0x0FFFFFFF
-        out += b"LZ4Block" + struct.pack("<BiiI", method | 5, len(body), len(chunk), check) + body
-    out += b"LZ4Block" + struct.pack("<BiiI", 0x10 | 5, 0, 0, 0)
-    return bytes(out)
-
-
-def records(*items: tuple[bytes, bytes | None]) -> bytes:
-    """Delta/snapshot records (DataOutputStream, big-endian), then the end marker."""
-    out = bytearray()
-    for k, v in items:
-        out += struct.pack(">i", len(k)) + k
-        out += struct.pack(">i", -1) if v is None else struct.pack(">i", len(v)) + v
-    return bytes(out + struct.pack(">i", -1))
-
-
-def utf(s: str) -> bytes:
-    b = s.encode()
-    return struct.pack(">H", len(b)) + b
+from tests.unit.state_files import lz4_stream, records, utf
 
 
 def test_the_lz4_block_stream_is_read_and_checked() -> None:

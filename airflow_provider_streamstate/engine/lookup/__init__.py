@@ -3,15 +3,30 @@
 `lookup_key` finds the partition Spark put a key in (`murmur3`, `layouts`), reads only
 that partition's files from a checkpoint at a committed batch or from a snapshot in a store
 (`sources`), decodes them (`codec`, `hdfs_state`, `rocksdb_sst`, `rocksdb_state`) into a
-bounded cache (`cache`) and finds the key by the bytes Spark's row writer gives it
-(`unsafe_row`, `rocksdb_keys`), with the schemas the checkpoint recorded (`schema`, `types`).
+bounded cache (`cache`, `partitions`: a newer version of a cached partition costs only its
+newer files) and finds the key by the bytes Spark's row writer gives it (`unsafe_row`,
+`rocksdb_keys`), with the schemas the checkpoint recorded (`schema`, `types`).
+`key_history` and `bisect_key` follow one key across snapshots (`history`), reading each
+changed blob of its partition once; keys and conditions can be given as text (`keytext`,
+`predicate`).
 
 May import: core, stores, checkpoint, catalog.
 """
 
 from airflow_provider_streamstate.engine.lookup.api import KeyLookup, lookup_key
 from airflow_provider_streamstate.engine.lookup.cache import DEFAULT_CACHE, PartitionCache
+from airflow_provider_streamstate.engine.lookup.history import (
+    KeyBisect,
+    KeyHistory,
+    KeyVersion,
+    bisect_key,
+    key_history,
+)
+from airflow_provider_streamstate.engine.lookup.keytext import parse_key_text
+from airflow_provider_streamstate.engine.lookup.layouts import SUPPORTED_OPERATORS, TIMERS
+from airflow_provider_streamstate.engine.lookup.predicate import KeyPredicate, parse_predicate
 from airflow_provider_streamstate.engine.lookup.sources import CheckpointSource, SnapshotSource, StateSource
 
-__all__ = ["DEFAULT_CACHE", "CheckpointSource", "KeyLookup", "PartitionCache", "SnapshotSource", "StateSource",
-           "lookup_key"]
+__all__ = ["DEFAULT_CACHE", "SUPPORTED_OPERATORS", "TIMERS", "CheckpointSource", "KeyBisect", "KeyHistory",
+           "KeyLookup", "KeyPredicate", "KeyVersion", "PartitionCache", "SnapshotSource", "StateSource",
+           "bisect_key", "key_history", "lookup_key", "parse_key_text", "parse_predicate"]

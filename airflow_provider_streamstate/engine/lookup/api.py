@@ -36,14 +36,17 @@ from airflow_provider_streamstate.engine.core.errors import (
 from airflow_provider_streamstate.engine.lookup import rocksdb_keys as rk
 from airflow_provider_streamstate.engine.lookup.cache import DEFAULT_CACHE, PartitionCache
 from airflow_provider_streamstate.engine.lookup.codec import check_codec, codec_name
+from airflow_provider_streamstate.engine.lookup.keytext import coerce
 from airflow_provider_streamstate.engine.lookup.layouts import (
     JOIN_SIDES,
     NORMALIZED_KEYS,
+    TIMER_FIELD,
+    TIMERS,
     join_stores,
     kind_of,
 )
 from airflow_provider_streamstate.engine.lookup.murmur3 import partition_of
-from airflow_provider_streamstate.engine.lookup.partitions import decode_partition, state_files
+from airflow_provider_streamstate.engine.lookup.partitions import Reads, partition_state
 from airflow_provider_streamstate.engine.lookup.rocksdb_state import RocksPartition
 from airflow_provider_streamstate.engine.lookup.schema import (
     ColumnFamilySchema,
@@ -53,10 +56,9 @@ from airflow_provider_streamstate.engine.lookup.schema import (
 from airflow_provider_streamstate.engine.lookup.sources import (
     CheckpointSource,
     OperatorView,
-    StateFile,
     StateSource,
 )
-from airflow_provider_streamstate.engine.lookup.types import StructType
+from airflow_provider_streamstate.engine.lookup.types import DataType, StructField, StructType
 from airflow_provider_streamstate.engine.lookup.unsafe_row import (
     RowFormatError,
     decode_row,
@@ -108,21 +110,6 @@ class KeyLookup:
                 "elapsed_ms": round(self.elapsed_ms, 3)}
 
 
-class _Reads:
-    """What one lookup read from the source (cache misses only)."""
-
-    def __init__(self) -> None:
-        self.files: list[str] = []
-        self.bytes = 0
-        self.all_cached = True
-
-    def read(self, src: StateSource, f: StateFile) -> bytes:
-        data = src.read(f)
-        self.files.append(f.path)
-        self.bytes += len(data)
-        return data
-
-
 def lookup_key(
     source: StateSource | str,
     *,
@@ -155,7 +142,7 @@ def lookup_key(
     codec = codec_name(src.conf)
     check_codec(codec)
     provider = _provider(src)
-    reads = _Reads()
+    reads = Reads()
     schemas = _schemas(src, op, cache, reads)
 
     if kind != "join" and src.conf.get(STRICT_DISTRIBUTION_CONF, "false").lower() != "true":
@@ -187,7 +174,7 @@ def lookup_key(
     values = key_values(key, schema.key, op.name)
     partition = _partition(values, schema.key, op)
     cf_store, cf = _store_and_cf(op, store)
-    part = _partition_state(src, op, partition, cf_store, provider, codec, cache, reads)
+    part = partition_state(src, op, partition, cf_store, provider, codec, cache, reads)
     raw = part.get(_encode_key(encode_row(values, schema.key), provider, _cf_id(part, cf, src, op)))
     value = None if raw is None else _decode(_strip(raw, provider, store), schema.value, store)
     return _result(src, op, store, values, schema.key, value, "value", partition, reads, started, schema.value)
@@ -197,7 +184,7 @@ def lookup_key(
 
 
 def _lookup_join(src: StateSource, op: OperatorView, schemas: dict[str, ColumnFamilySchema], key: Any,
-                 side: str, provider: str, codec: str, cache: PartitionCache, reads: _Reads,
+                 side: str, provider: str, codec: str, cache: PartitionCache, reads: Reads,
                  started: float) -> KeyLookup:
     counts_name, rows_name = join_stores(side)
     counts, rows = _schema_for(schemas, counts_name, op), _schema_for(schemas, rows_name, op)
@@ -206,12 +193,12 @@ def _lookup_join(src: StateSource, op: OperatorView, schemas: dict[str, ColumnFa
     found: list[dict[str, Any]] = []
     counts_store, counts_cf = _store_and_cf(op, counts_name)
     rows_store, rows_cf = _store_and_cf(op, rows_name)
-    part = _partition_state(src, op, partition, counts_store, provider, codec, cache, reads)
+    part = partition_state(src, op, partition, counts_store, provider, codec, cache, reads)
     raw = part.get(_encode_key(encode_row(values, counts.key), provider, _cf_id(part, counts_cf, src, op)))
     if raw is not None:
         n = _decode(_strip(raw, provider, counts_name), counts.value, counts_name)
         count = next(iter(n.values())) if n else 0
-        rpart = _partition_state(src, op, partition, rows_store, provider, codec, cache, reads)
+        rpart = partition_state(src, op, partition, rows_store, provider, codec, cache, reads)
         cf_id = _cf_id(rpart, rows_cf, src, op)
         for index in range(int(count or 0)):
             row_raw = rpart.get(_encode_key(encode_row([*values, index], rows.key), provider, cf_id))
@@ -228,33 +215,43 @@ def _lookup_join(src: StateSource, op: OperatorView, schemas: dict[str, ColumnFa
 
 
 def _lookup_tws(src: StateSource, op: OperatorView, schemas: dict[str, ColumnFamilySchema], key: Any,
-                state_var: str | None, provider: str, codec: str, cache: PartitionCache, reads: _Reads,
+                state_var: str | None, provider: str, codec: str, cache: PartitionCache, reads: Reads,
                 started: float) -> KeyLookup:
     variables = {str(v["name"]): str(v["kind"]) for v in op.state_variables}
     user = [n for n, k in variables.items() if k != "TimerState"]
-    if state_var is None or state_var not in variables:
+    timers = [n for n, k in variables.items() if k == "TimerState"]
+    choices = ", ".join(user + ([TIMERS] if timers else [])) or "(none)"
+    if state_var == TIMERS:
+        if not timers:
+            raise NotFoundError(f"operator {op.operator_id} ({op.name}) registers no timers",
+                                hint=f"name a state variable: {choices}")
+        state_var = timers[0]
+    elif state_var is None or state_var not in variables or state_var in timers:
         raise UsageError(
             f"operator {op.operator_id} ({op.name}) keeps state variables: "
             f"{'name one' if state_var is None else f'none named {state_var!r}'}",
-            hint=f"pass state_var= one of {', '.join(user) or '(none)'}")
+            hint=f"pass state_var= one of {choices}")
     var_kind = variables[state_var]
-    if var_kind not in ("ValueState", "ListState", "MapState"):
+    if var_kind not in ("ValueState", "ListState", "MapState", "TimerState"):
         raise UnsupportedCheckpointError(f"state variable {state_var} is a {var_kind}",
-                                         hint="key lookups read ValueState, ListState and MapState variables")
+                                         hint="key lookups read ValueState, ListState and MapState variables "
+                                         f"and the timers ({TIMERS})")
     if provider != "rocksdb":
         raise UnsupportedCheckpointError(f"operator {op.operator_id} ({op.name}) keeps its state in the HDFS-backed "
                                          "store", hint="transformWithState runs only on RocksDB state")
     cf = _schema_for(schemas, state_var, op)
-    if var_kind == "MapState":
+    if var_kind in ("MapState", "TimerState"):
+        # map state: (grouping key, user key); timers (`<mode>Timers_keyToTimestamp`):
+        # (grouping key, expiryTimestampMs); both prefix-scanned by the grouping key
         if cf.prefix_columns != 1 or len(cf.key.fields) != 2 or not isinstance(cf.key.fields[0].type, StructType):
-            raise UnsupportedCheckpointError(f"map state {state_var} has an unexpected key schema {cf.key.simple()}",
+            raise UnsupportedCheckpointError(f"{state_var} has an unexpected key schema {cf.key.simple()}",
                                              hint="read this state with Spark")
         grouping = cf.key.fields[0].type
     else:
         grouping = cf.key
     values = key_values(key, grouping, op.name)
     partition = _partition(values, grouping, op)
-    part = _partition_state(src, op, partition, "default", provider, codec, cache, reads)
+    part = partition_state(src, op, partition, "default", provider, codec, cache, reads)
     cf_id = _cf_id(part, state_var, src, op)
     where = f"{state_var} of {src.description}"
     value: Any
@@ -273,13 +270,19 @@ def _lookup_tws(src: StateSource, op: OperatorView, schemas: dict[str, ColumnFam
         entries = []
         for k, v in part.scan_prefix(prefix):
             _, rest = rk.split_prefix_key(k, cf_id is not None, where)
-            user_key = _decode(rest, rest_schema, where)
-            entries.append({"key": next(iter(user_key.values())), "value": _decode(rk.single_value(v, where),
-                                                                                   cf.value, where)})
+            user_key = next(iter(_decode(rest, rest_schema, where).values()))
+            if var_kind == "TimerState":
+                entries.append({TIMER_FIELD: user_key})
+            else:
+                entries.append({"key": user_key, "value": _decode(rk.single_value(v, where), cf.value, where)})
+        if var_kind == "TimerState":  # in time order (the table orders them by their bytes)
+            entries.sort(key=lambda e: e[TIMER_FIELD])
         value = entries or None
-        kind = "map"
-    res = _result(src, op, "default", values, grouping, value, kind, partition, reads, started, cf.value)
-    res.state_var = state_var
+        kind = "map" if var_kind == "MapState" else "timers"
+    value_schema = cf.value if var_kind != "TimerState" else StructType(
+        "struct", (StructField(TIMER_FIELD, DataType("long"), False),))
+    res = _result(src, op, "default", values, grouping, value, kind, partition, reads, started, value_schema)
+    res.state_var = TIMERS if var_kind == "TimerState" else state_var
     return res
 
 
@@ -309,6 +312,7 @@ def key_values(key: Any, schema: StructType, operator_name: str = "") -> list[An
     if len(vals) != len(names):
         raise UsageError(f"the state key has {len(names)} column(s), {len(vals)} value(s) were given",
                          hint=f"its columns: {listing}")
+    vals = [coerce(v, f.type, f"key column {f.name}") for v, f in zip(vals, schema.fields, strict=True)]
     if operator_name in NORMALIZED_KEYS:
         vals = [normalize_float_key(v, f.type) for v, f in zip(vals, schema.fields, strict=True)]
     try:
@@ -396,7 +400,7 @@ def _schema_for(schemas: dict[str, ColumnFamilySchema], name: str, op: OperatorV
 
 
 def _result(src: StateSource, op: OperatorView, store: str, values: list[Any], schema: StructType, value: Any,
-            kind: str, partition: int, reads: _Reads, started: float, value_schema: StructType) -> KeyLookup:
+            kind: str, partition: int, reads: Reads, started: float, value_schema: StructType) -> KeyLookup:
     key = decode_row(encode_row(values, schema), schema)
     return KeyLookup(found=value is not None, key=key, value=value, kind=kind, partition=partition,
                      operator_id=op.operator_id, operator_name=op.name, store=store, source=src.description,
@@ -406,7 +410,7 @@ def _result(src: StateSource, op: OperatorView, store: str, values: list[Any], s
 
 
 def _schemas(src: StateSource, op: OperatorView, cache: PartitionCache,
-             reads: _Reads) -> dict[str, ColumnFamilySchema]:
+             reads: Reads) -> dict[str, ColumnFamilySchema]:
     """Store (or column family) name -> schema, from the operator's own schema files."""
     files = src.operator_files(op.operator_id)
     ident = ("schema", op.operator_id, tuple(sorted((f.path, f.identity) for f in files)))
@@ -441,18 +445,3 @@ def _schemas(src: StateSource, op: OperatorView, cache: PartitionCache,
     if not hit:
         reads.all_cached = False
     return schemas
-
-
-def _partition_state(src: StateSource, op: OperatorView, partition: int, store: str, provider: str, codec: str,
-                     cache: PartitionCache, reads: _Reads) -> Any:
-    """One store partition decoded (from the cache when its files are unchanged)."""
-    files = state_files(src.partition_files(op.operator_id, partition, store))
-    ident = (provider, codec, tuple(sorted(f.identity for f in files)))
-
-    def load() -> tuple[Any, int]:
-        return decode_partition(src.description, files, provider, codec, lambda f: reads.read(src, f))
-
-    part, hit = cache.get_or_load(ident, load)
-    if not hit:
-        reads.all_cached = False
-    return part

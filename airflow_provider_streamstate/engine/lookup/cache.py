@@ -1,8 +1,9 @@
 """A small bounded cache of decoded partitions, so a second lookup in the same partition
 (of the same files) is served from memory.
 
-Entries are keyed by the identities of the files they were decoded from (a blob's sha256,
-or a checkpoint file's path, size and mtime) and the store/codec they were read as: a
+Entries (decoded partitions, parsed RocksDB tables, schemas) are keyed by the identities of
+the files they were decoded from (a blob's sha256, or a checkpoint file's path, size and
+mtime) and the store/codec they were read as (engine/lookup/partitions.py): a
 checkpoint that moved on to a newer batch has other files, hence other keys, and can
 never be answered from a stale entry. Only a partition that decoded completely is put
 in; a corrupted file raises before anything is cached.
@@ -21,7 +22,7 @@ T = TypeVar("T")
 class PartitionCache:
     """LRU by entry count and by the total size (bytes of the files) of what it holds."""
 
-    def __init__(self, max_entries: int = 32, max_bytes: int = 512 << 20) -> None:
+    def __init__(self, max_entries: int = 256, max_bytes: int = 512 << 20) -> None:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self._items: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
@@ -48,6 +49,19 @@ class PartitionCache:
                     _, (_, old) = self._items.popitem(last=False)
                     self._bytes -= old
         return value, False
+
+    def peek(self, key: Hashable) -> Any:
+        """The cached value or None, without loading (a hit makes it the most recent)."""
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is None:
+                return None
+            self._items.move_to_end(key)
+            return hit[0]
+
+    @property
+    def bytes(self) -> int:
+        return self._bytes
 
     def clear(self) -> None:
         with self._lock:

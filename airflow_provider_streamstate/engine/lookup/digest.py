@@ -22,10 +22,11 @@ from airflow_provider_streamstate.engine.checkpoint.reader import (
     CheckpointReader,
 )
 from airflow_provider_streamstate.engine.lookup import rocksdb_keys as rk
+from airflow_provider_streamstate.engine.lookup.cache import PartitionCache
 from airflow_provider_streamstate.engine.lookup.codec import check_codec, codec_name
 from airflow_provider_streamstate.engine.lookup.layouts import JOIN, TRANSFORM_WITH_STATE
 from airflow_provider_streamstate.engine.lookup.murmur3 import partition_of
-from airflow_provider_streamstate.engine.lookup.partitions import decode_partition, state_files
+from airflow_provider_streamstate.engine.lookup.partitions import Reads, partition_state
 from airflow_provider_streamstate.engine.lookup.rocksdb_state import RocksPartition
 from airflow_provider_streamstate.engine.lookup.schema import ColumnFamilySchema, read_schema_v2
 from airflow_provider_streamstate.engine.lookup.sources import CheckpointSource, OperatorView
@@ -125,12 +126,11 @@ def state_digest(location: str, batch_id: int | None = None, *, connection: Any 
     codec = codec_name(src.conf)
     check_codec(codec)
     provider = "hdfs" if src.conf.get(PROVIDER_CONF, HDFS_PROVIDER) == HDFS_PROVIDER else "rocksdb"
-    read_bytes = [0]
+    reads = Reads()
+    no_cache = PartitionCache(max_entries=0, max_bytes=0)  # each partition is read once
 
     def read(f: Any) -> bytes:
-        data = src.read(f)
-        read_bytes[0] += len(data)
-        return data
+        return reads.read(src, f)
 
     accs: dict[tuple[int, str, str], _Acc] = {}
     placement: dict[tuple[int, str], bool] = {}
@@ -143,8 +143,7 @@ def state_digest(location: str, batch_id: int | None = None, *, connection: Any 
         for store in op.stores:
             placement[(op_id, store)] = store in schemas
             for p in range(op.partitions):
-                files = state_files(src.partition_files(op_id, p, store))
-                part, _ = decode_partition(src.description, files, provider, codec, read)
+                part = partition_state(src, op, p, store, provider, codec, no_cache, reads)
                 names = {v: k for k, v in part.column_families.items()} if isinstance(part, RocksPartition) else {}
                 for key, value in part.items():
                     label = store
@@ -158,7 +157,7 @@ def state_digest(location: str, batch_id: int | None = None, *, connection: Any 
     stores = tuple(
         StoreDigest(op_id, name, label, a.entries, f"{a.total:032x}", placement.get((op_id, label), False))
         for (op_id, name, label), a in sorted(accs.items()))
-    return StateDigest(src.description, src.batch_id, partitions, stores, tuple(misplaced), read_bytes[0])
+    return StateDigest(src.description, src.batch_id, partitions, stores, tuple(misplaced), reads.bytes)
 
 
 def _check_place(key: bytes, provider: str, schema: ColumnFamilySchema, op: OperatorView, store: str,

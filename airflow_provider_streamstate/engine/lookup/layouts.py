@@ -21,7 +21,9 @@ state store partition p. The keys, per operator (Spark 4.1 `sql/core/.../streami
   join state format 3 keeps them as column families of one store;
 - transformWithState ("transformWithStateExec", "transformWithStateInPandasExec"): the
   grouping key; one store whose column families are the state variables (value: key ->
-  row; list: key -> merged rows; map: (key, user key) with the key as scan prefix).
+  row; list: key -> merged rows; map: (key, user key) with the key as scan prefix; timers
+  (`$procTimers_keyToTimestamp` or `$eventTimers_...`): (key, expiry ms), prefix-scanned
+  like a map, with a secondary index by time that a lookup does not need).
 
 In all of them the partition is `pmod(murmur3(key columns, 42), numPartitions)` over the
 key columns in order (`murmur3.partition_of`).
@@ -39,9 +41,11 @@ REFUSED = {
     "sessionWindowStateStoreSaveExec": "session window aggregation (several sessions per key, prefix-scanned)",
 }
 JOIN_SIDES = ("left", "right")
+TIMERS = "$timers"  # a transformWithState operator's registered timers, as a state variable name
+TIMER_FIELD = "expiration_timestamp_ms"  # a timer as Spark's state reader names it
 SUPPORTED_OPERATORS = ("streaming aggregation (windowed too), dropDuplicates (with and without watermark, "
                        "WithinWatermark), flatMapGroupsWithState, applyInPandasWithState, stream-stream joins "
-                       "(state formats 1-3), transformWithState value/list/map state")
+                       "(state formats 1-3), transformWithState value/list/map state (TTLs included) and timers")
 
 
 def kind_of(name: str, has_state_variables: bool) -> str:

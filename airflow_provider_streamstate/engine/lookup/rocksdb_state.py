@@ -181,10 +181,23 @@ class RocksPartition:
         self.overlay: dict[bytes, Any] = {}
         self._sorted: list[bytes] | None = None
         self.changelog_bytes = 0
+        self.table_bytes = sum(len(t.data) for t in tables)
+        self._apply(changelogs, codec)
+
+    def _apply(self, changelogs: list[tuple[str, bytes]], codec: str) -> None:
         for name, raw in changelogs:
             data = decompress(raw, codec, name)
             self.changelog_bytes += len(data)
             apply_changelog(self.overlay, data, name)
+
+    def extended(self, changelogs: list[tuple[str, bytes]], codec: str) -> RocksPartition:
+        """This partition with more changelogs applied (a later version on the same tables);
+        this one is left as it is."""
+        out = RocksPartition(self.tables, [], codec, self.column_families)
+        out.overlay = {k: Merges(v) if isinstance(v, Merges) else v for k, v in self.overlay.items()}
+        out.changelog_bytes = self.changelog_bytes
+        out._apply(changelogs, codec)
+        return out
 
     def _tables(self, lo: bytes, hi: bytes | None) -> dict[bytes, tuple[str, Any]]:
         entries = []
@@ -242,6 +255,7 @@ class DictPartition:
 
     def __init__(self, state: dict[bytes, bytes]) -> None:
         self.state = state
+        self.size = 0  # bytes of the files it was decoded from (what a cache bounds)
         self._sorted: list[bytes] | None = None
         self.column_families: dict[str, int] = {}
 

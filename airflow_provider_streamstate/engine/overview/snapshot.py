@@ -10,11 +10,12 @@ whose index is warm.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from airflow_provider_streamstate.engine.catalog.retention import PIN_LABEL, pinned_ids
+from airflow_provider_streamstate.engine.catalog.retention import PIN_LABEL, pin_key, pinned_ids
 from airflow_provider_streamstate.engine.catalog.snapshots import get_snapshot
 from airflow_provider_streamstate.engine.catalog.timeline import load_timelines, snapshot_refs
 from airflow_provider_streamstate.engine.catalog.validation_records import (
@@ -88,6 +89,8 @@ class SnapshotDetail:
     in_dr: bool | None
     dr_store: str | None
     clones: list[str]
+    pin_reason: str | None = None  # why it was pinned (`streamstate pin --reason`, or a `pin` label's text)
+    pinned_at: str | None = None
 
     @property
     def known_good(self) -> bool:
@@ -104,7 +107,7 @@ class SnapshotDetail:
             "bytes_total": self.bytes_total, "spark_version": self.spark_version, "checkpoint": self.checkpoint,
             "labels": self.labels, "validations": [v.to_json() for v in self.validations],
             "known_good": self.known_good, "pinned": self.pinned, "in_dr": self.in_dr, "dr_store": self.dr_store,
-            "clones": self.clones,
+            "clones": self.clones, "pin_reason": self.pin_reason, "pinned_at": self.pinned_at,
         }
 
 
@@ -140,7 +143,12 @@ def snapshot_detail(store: SnapshotStore, stream: str, snapshot_id: str, *,
     m = get_snapshot(store, stream, validate_snapshot_id(snapshot_id))
     refs = snapshot_refs(store, stream)
     timelines = load_timelines(store, stream, refs)
-    label = m.labels.get(PIN_LABEL, "").lower() not in ("", "false", "0", "no")
+    label_text = m.labels.get(PIN_LABEL, "")
+    label = label_text.lower() not in ("", "false", "0", "no")
+    pinned = label or snapshot_id in pinned_ids(store, stream)
+    reason, pinned_at = _pin_record(store, stream, snapshot_id) if pinned else (None, None)
+    if reason is None and label and label_text.lower() not in ("true", "1", "yes"):
+        reason = f"label {PIN_LABEL}={label_text}"
     in_dr: bool | None = None
     if dr_store is not None:
         try:
@@ -152,7 +160,22 @@ def snapshot_detail(store: SnapshotStore, stream: str, snapshot_id: str, *,
         round(age_seconds(m.created_at, now), 1), m.parent, timelines.contains(SnapshotRef.parse(snapshot_id)),
         timelines.current, m.query_id, {t: dict(p) for t, p in m.kafka_offsets.items()}, m.watermark_ms,
         _operators(m), m.state_store, len(m.files), len(m.blobs), m.bytes_total, m.spark_version, m.checkpoint,
-        dict(m.labels), validation_views(store, stream, snapshot_id), label or snapshot_id in pinned_ids(store, stream),
+        dict(m.labels), validation_views(store, stream, snapshot_id), pinned,
         in_dr, dr_store.url if dr_store is not None else None,
-        sorted(c.clone for c in list_clones(store, stream) if c.snapshot_id == snapshot_id),
+        sorted(c.clone for c in list_clones(store, stream) if c.snapshot_id == snapshot_id), reason, pinned_at,
     )
+
+
+def _pin_record(store: SnapshotStore, stream: str, snapshot_id: str) -> tuple[str | None, str | None]:
+    """(reason, pinned_at) of the snapshot's pin record; (None, None) without a readable one."""
+    raw = store.get_record(pin_key(stream, snapshot_id))
+    if raw is None:
+        return None, None
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return None, None
+    if not isinstance(body, dict):
+        return None, None
+    reason, at = body.get("reason"), body.get("pinned_at")
+    return (reason if isinstance(reason, str) and reason else None), (at if isinstance(at, str) else None)

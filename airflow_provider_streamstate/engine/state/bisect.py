@@ -28,7 +28,12 @@ from airflow_provider_streamstate.engine.catalog.validation_records import get_v
 from airflow_provider_streamstate.engine.core.errors import NotFoundError, UnsafeManifestError, UsageError
 from airflow_provider_streamstate.engine.core.manifest import Manifest
 from airflow_provider_streamstate.engine.state.reader import canonical_selector
-from airflow_provider_streamstate.engine.state.validation import Suite, selector_for, validate_snapshot
+from airflow_provider_streamstate.engine.state.validation import (
+    Suite,
+    same_selector,
+    selector_for,
+    validate_snapshot,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -169,7 +174,7 @@ def bisect_snapshots(
             except UnsafeManifestError as exc:
                 log.warning("ignoring %s: %s", m.snapshot_id, exc.one_line())
                 continue
-            if rec is not None and rec.suite_sha256 == check.sha256 and rec.selector == sel.to_json():
+            if rec is not None and rec.suite_sha256 == check.sha256 and same_selector(rec.selector, sel):
                 known[i] = rec.success
     if bad is not None and len(line) - 1 not in known:
         known[len(line) - 1] = False

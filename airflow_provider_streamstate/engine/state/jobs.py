@@ -175,12 +175,14 @@ def _validate(request: StateJobRequest, reader: StateReader) -> dict[str, Any]:
     from airflow_provider_streamstate.engine.state.validation import validate_snapshot
 
     suite = _suite(request)
+    remote = bool(request.data_docs) and location_scheme(str(request.data_docs)) != "file"
+    location = str(request.data_docs).rstrip("/") + "/index.html" if remote else None
     with _docs_dir(request.data_docs, reader.store) as docs:
         result = validate_snapshot(reader, request.stream, request.snapshot, suite, selector=request.state_selector,
-                                   record=request.record, data_docs=docs)
+                                   record=request.record, data_docs=docs, data_docs_location=location)
     out = result.to_json()
-    if result.data_docs and request.data_docs and location_scheme(request.data_docs) != "file":
-        out["data_docs"] = request.data_docs.rstrip("/") + "/index.html"
+    if result.data_docs and location:
+        out["data_docs"] = location
     out["summary"] = result.summary()
     out["failures"] = [o.describe() for o in result.record.failed]
     return out

@@ -398,8 +398,16 @@ def check_columns(suite: Suite, columns: list[str], where: str) -> None:
                 )
 
 
+DATA_DOCS_KEY = "data_docs"  # a record keeps its run's Data Docs location beside the selector's fields
+
+
+def same_selector(recorded: dict[str, Any], sel: StateSelector) -> bool:
+    """Whether a record's selector is `sel` (the Data Docs location it may carry aside)."""
+    return {k: v for k, v in recorded.items() if k != DATA_DOCS_KEY} == sel.to_json()
+
+
 def _check_reusable(existing: ValidationRecord, suite: Suite, sel: StateSelector) -> None:
-    if existing.suite_sha256 != suite.sha256 or existing.selector != sel.to_json():
+    if existing.suite_sha256 != suite.sha256 or not same_selector(existing.selector, sel):
         raise UsageError(
             f"snapshot {existing.snapshot_id} already has a result for suite {suite.name} from a different "
             f"definition (suite sha256 {existing.suite_sha256[:12]}, selector {existing.selector})",
@@ -417,12 +425,15 @@ def validate_snapshot(
     store: SnapshotStore | None = None,
     record: bool = True,
     data_docs: str | Path | None = None,
+    data_docs_location: str | None = None,
 ) -> ValidationResult:
     """Run `suite` on a snapshot's state and store the result write-once.
 
     A stored result of the same suite (same sha256 and selector) is reused without running
     anything, unless `data_docs` asks for HTML; a different suite under the same name is
-    refused. `record=False` runs and stores nothing.
+    refused. `record=False` runs and stores nothing. The record keeps where the Data Docs
+    are (`data_docs_location`, e.g. the `s3://` URL they are uploaded to; default their
+    index file), so the snapshot's page can show them.
     """
 
     st = store or reader.store
@@ -439,10 +450,12 @@ def validate_snapshot(
     df = reader.state(stream, manifest.snapshot_id, sel, store=st)
     check_columns(suite, df.columns, f"{sel.describe()} of {manifest.snapshot_id}")
     run = run_suite(df, suite, data_docs=data_docs)
+    docs = data_docs_location or run.data_docs
     rec = ValidationRecord(
         stream=stream, snapshot_id=manifest.snapshot_id, batch_id=manifest.batch_id, suite=suite.name,
         suite_sha256=suite.sha256, success=run.success, validated_at=_now(), gx_version=run.gx_version,
-        duration_s=run.seconds, selector=sel.to_json(), results=run.results,
+        duration_s=run.seconds, selector={**sel.to_json(), **({DATA_DOCS_KEY: docs} if docs else {})},
+        results=run.results,
     )
     if existing is not None:
         return ValidationResult(existing, reused=True, recorded=True, data_docs=run.data_docs)

@@ -1,0 +1,111 @@
+"""A key's history across the snapshots of a real stream in the S3 store (moto), without Spark:
+at every snapshot the value is what Spark's own state reader shows for that key at that
+batch (RocksDB state with changelog checkpointing, so its partition holds a zip, its tables
+and the changelogs after it), the S3 requests for state are GETs of the key's partition's
+blobs that changed between snapshots, each once (never another partition's, never the whole
+snapshot), a second history served from the cache fetches no state at all, and the first
+snapshot where a condition on the key holds is found by bisection."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
+from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.lookup import PartitionCache, bisect_key, key_history
+from airflow_provider_streamstate.engine.state.spark import read_state, state_store_confs
+from tests.lookup_cases import ours_norm, spark_norm
+
+pytestmark = pytest.mark.integration
+
+KEYS = 40  # 10 rows a batch: each key is written every fourth batch
+
+
+def run_stream(spark: Any, checkpoint: str, batches: int) -> list[int]:
+    from pyspark.sql import functions as F
+
+    settings = {**state_store_confs("rocksdb-changelog"), "spark.sql.shuffle.partitions": "4",
+                "spark.sql.streaming.stateStore.minDeltasForSnapshot": "3"}
+    for k, v in settings.items():
+        spark.conf.set(k, v)
+    df = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 10).load()
+          .groupBy((F.col("value") % KEYS).alias("k")).agg(F.count("*").alias("n"), F.max("value").alias("top")))
+    q = df.writeStream.format("noop").outputMode("update").option("checkpointLocation", checkpoint) \
+        .trigger(processingTime="100 milliseconds").start()
+    deadline = time.monotonic() + 240
+    try:
+        while not q.lastProgress or q.lastProgress["batchId"] < batches:
+            assert q.exception() is None, q.exception()
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    finally:
+        q.stop()
+    return CheckpointReader(checkpoint).committed_batches()
+
+
+class BlobGets:
+    """The S3 GETs of blobs a store's client sends (botocore's own event hook: it watches the
+    real requests to moto, it does not replace them)."""
+
+    def __init__(self, store: Any) -> None:
+        self.prefix = f"{store.prefix}/blobs/sha256/"
+        self.keys: list[str] = []
+        store.client.meta.events.register("before-parameter-build.s3.GetObject", self._seen)
+
+    def _seen(self, params: dict[str, Any], **_: Any) -> None:
+        key = params.get("Key", "")
+        if key.startswith(self.prefix):
+            self.keys.append(key.rsplit("/", 1)[-1])
+
+
+def test_a_keys_history_in_s3_matches_spark_at_every_snapshot_reading_each_changed_blob_of_its_partition_once(
+        spark, tmp_path: Path, make_store) -> None:
+    checkpoint = str(tmp_path / "agg")
+    batches = run_stream(spark, checkpoint, 8)
+    store, _, _ = make_store("s3")
+    manifests = [create_snapshot(checkpoint, store, "agg", batch_id=b).manifest for b in batches]
+    # Spark's answer at each snapshot's batch, for two keys of different partitions.
+    spark.conf.set("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
+    expected: dict[int, dict[int, Any]] = {}
+    value_type = None
+    for m in manifests:
+        df = read_state(spark, checkpoint, batchId=m.batch_id)
+        value_type = df.schema["value"].dataType
+        expected[m.batch_id] = {r.key[0]: (spark_norm(r.value, value_type), r.partition_id) for r in df.collect()}
+
+    gets = BlobGets(store)
+    cache = PartitionCache()
+    for key in (5, 6):
+        before = len(gets.keys)
+        h = key_history(store, "agg", key=[key], cache=cache)
+        fetched = gets.keys[before:]
+        assert [v.batch_id for v in h.versions] == batches
+        for v in h.versions:
+            want = expected[v.batch_id].get(key)
+            assert v.found == (want is not None), (key, v.batch_id)
+            if want is not None:
+                assert ours_norm(v.value, h.value_schema) == want[0] and v.partition == want[1], (key, v.batch_id)
+        assert [v.batch_id for v in h.changes] == sorted({b for b in batches if expected[b].get(key)
+                                                          != expected.get(b - 1, {}).get(key)})
+        # Only blobs of the key's partition (and the operator's schema), each fetched once.
+        partition = h.versions[-1].partition
+        allowed = {f.sha256 for m in manifests for f in m.files
+                   if f.path.startswith(f"state/0/{partition}/") or "/_metadata/" in f.path}
+        assert len(fetched) == len(set(fetched)) == h.blobs_read == h.distinct_blobs_read
+        assert set(fetched) <= allowed and len(fetched) > 0
+        all_blobs = {f.sha256 for m in manifests for f in m.files}
+        assert len(fetched) < len(all_blobs) / 2, (len(fetched), len(all_blobs))
+        again = len(gets.keys)
+        same = key_history(store, "agg", key=[key], cache=cache)
+        assert len(gets.keys) == again and [v.value for v in same.versions] == [v.value for v in h.versions]
+
+    # Bisection: the first snapshot whose count for key 5 reached 2 (it holds from then on).
+    first_two = next(m for m in manifests if (expected[m.batch_id].get(5) or ((0,), 0))[0][0] >= 2)
+    b = bisect_key(store, "agg", key=[5], where="count >= 2")
+    assert b.first is not None and b.first.snapshot_id == first_two.snapshot_id
+    assert len(b.steps) <= 5 and not b.violations
+
