@@ -31,3 +31,30 @@ def test_a_command_group_without_subcommand_shows_its_help_and_exits_2() -> None
     out = subprocess.run([_streamstate(), "snapshot"], capture_output=True, text=True)
     assert out.returncode == 2
     assert "usage: streamstate snapshot" in out.stderr and "create" in out.stderr
+
+
+def test_the_cli_run_in_process_twice_logs_to_each_runs_stderr(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    """An embedding program (or a test) runs `main` again after the stderr of the first run is
+    gone: warnings go to the stderr of the run that emits them, and nothing else is printed."""
+    import io
+    import logging
+
+    from airflow_provider_streamstate.cli.main import main
+
+    (tmp_path / "s").mkdir()
+    first = io.StringIO()
+    sys.stderr, saved = first, sys.stderr
+    try:
+        assert main(["--verbose", "snapshot", "list", "--store", str(tmp_path / "s"), "--stream", "a"]) == 1
+    finally:
+        sys.stderr = saved
+    assert "stream a has no snapshots" in first.getvalue()
+    first.close()
+    second = io.StringIO()
+    sys.stderr = second
+    try:
+        logging.getLogger("streamstate.test").warning("the second run's warning")
+    finally:
+        sys.stderr = saved
+    assert second.getvalue().endswith("the second run's warning\n")
+    assert "Logging error" not in second.getvalue() and "Logging error" not in capsys.readouterr().err

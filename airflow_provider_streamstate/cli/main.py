@@ -18,6 +18,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from airflow_provider_streamstate import __version__
 from airflow_provider_streamstate.cli import (
@@ -55,12 +56,28 @@ def build_parser() -> argparse.ArgumentParser:
 COMMANDS: Handlers = {}
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever `sys.stderr` is when a record is emitted: `main` may run in-process
+    more than once (an embedding program, a test capturing stderr), each time with another."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
+
+
 def _configure_logging(verbose: bool) -> None:
-    """The engine logs to the `streamstate` logger hierarchy; --verbose shows it on stderr."""
+    """The engine logs to the `streamstate` logger hierarchy; --verbose shows it on stderr.
+    Each call replaces the handler an earlier call installed (its verbosity was that call's)."""
     logger = logging.getLogger("streamstate")
+    for old in [h for h in logger.handlers if isinstance(h, _StderrHandler)]:
+        logger.removeHandler(old)
     if logger.handlers:
-        return
-    handler = logging.StreamHandler(sys.stderr)
+        return  # the embedding program configured logging itself
+    handler = _StderrHandler()
     if verbose:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         logger.setLevel(logging.INFO)
