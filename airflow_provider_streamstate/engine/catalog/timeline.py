@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS
-from airflow_provider_streamstate.engine.checkpoint.sidecar import SIDECAR_DIR
+from airflow_provider_streamstate.engine.checkpoint.filesystems.base import LINEAGE_FILE
 from airflow_provider_streamstate.engine.core.durability import fsync_path, write_atomically, write_file
 from airflow_provider_streamstate.engine.core.errors import StreamstateError, UnsafeManifestError
 from airflow_provider_streamstate.engine.core.manifest import (
@@ -46,7 +46,6 @@ log = logging.getLogger("streamstate.timeline")
 
 TIMELINE_FORMAT = "streamstate.timeline/v1"
 LINEAGE_FORMAT = "streamstate.lineage/v1"
-LINEAGE_FILE = f"{SIDECAR_DIR}/lineage.json"
 
 
 def _now() -> str:

@@ -29,16 +29,14 @@ from airflow_provider_streamstate.engine.checkpoint.filesystems import (
     CheckpointFS,
     open_checkpoint_fs,
 )
+from airflow_provider_streamstate.engine.checkpoint.filesystems.base import INCOMPLETE_FILE, SIDECAR_DIR
 from airflow_provider_streamstate.engine.checkpoint.filesystems.local import given_path, open_local
 from airflow_provider_streamstate.engine.core.errors import UnsupportedCheckpointError, UsageError
 
-SIDECAR_DIR = "_streamstate"  # our files beside Spark's in a checkpoint; the one place it is spelled
 # The launches of the streams that ran on the checkpoint (engine/streams/records.py): kept by
 # a restore that replaces the checkpoint, so launch generations (the drivers' fencing tokens)
 # keep counting up across it.
 LAUNCHES_DIR = f"{SIDECAR_DIR}/launches"
-# A restore that publishes in steps (an S3 target) marks the target until it is whole.
-INCOMPLETE_FILE = f"{SIDECAR_DIR}/restore-incomplete.json"
 
 
 class Sidecar:

@@ -26,6 +26,10 @@ if TYPE_CHECKING:
     from airflow_provider_streamstate.engine.stores.base import ObjectRef, SnapshotStore
 
 MAX_RECORD_BYTES = 1 << 20  # records are small; a bigger one is refused as unreadable
+SIDECAR_DIR = "_streamstate"  # our files beside Spark's in a checkpoint; the one place it is spelled
+# A restore that publishes in steps (an S3 target) marks the target until it is whole.
+INCOMPLETE_FILE = f"{SIDECAR_DIR}/restore-incomplete.json"
+LINEAGE_FILE = f"{SIDECAR_DIR}/lineage.json"  # the checkpoint's timeline (engine/catalog/timeline.py)
 ENV_HOME = "STREAMSTATE_HOME"
 
 

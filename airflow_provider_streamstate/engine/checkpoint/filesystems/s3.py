@@ -47,6 +47,8 @@ from contextlib import contextmanager
 from typing import Any, BinaryIO
 
 from airflow_provider_streamstate.engine.checkpoint.filesystems.base import (
+    INCOMPLETE_FILE,
+    LINEAGE_FILE,
     MAX_RECORD_BYTES,
     CheckpointFS,
     FileStat,
@@ -68,8 +70,7 @@ from airflow_provider_streamstate.engine.stores.s3_errors import code, request_e
 from airflow_provider_streamstate.engine.stores.webhdfs import WebHdfs
 
 S3_SCHEMES = ("s3a://", "s3://")
-INCOMPLETE_FILE = "_streamstate/restore-incomplete.json"  # sidecar.INCOMPLETE_FILE, named here for the writer
-_LAST = ("metadata", "_streamstate/lineage.json")
+_LAST = ("metadata", LINEAGE_FILE)
 
 
 def parse_s3_location(location: str) -> tuple[str, str]:
