@@ -14,6 +14,7 @@ entry named `*TOKEN*` never shows, whatever logs the command.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +23,8 @@ from typing import Any, ClassVar
 from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.engine.core.redact import redact_command, sensitive_values
 from airflow_provider_streamstate.engine.core.values import optional_duration
+
+_HOOK_LOG = logging.getLogger("streamstate.spark_submit")
 
 
 @dataclass
@@ -102,6 +105,14 @@ def spark_submit_command(
             if master:
                 data["master"] = master
             return data
+
+        @property
+        def log(self) -> Any:  # type: ignore[override]
+            """The project's logger, not the hook's structlog one, which prints to stdout
+            outside a task: there it would mix `Spark-Submit cmd:` into the CLI's results
+            (`--json` included). Through stdlib logging it reaches a task's log as before,
+            and the CLI's stderr with --verbose."""
+            return _HOOK_LOG
 
         def _mask_cmd(self, connection_cmd: str | list[str]) -> str:
             args = connection_cmd.split() if isinstance(connection_cmd, str) else list(connection_cmd)

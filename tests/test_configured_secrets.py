@@ -81,10 +81,11 @@ def test_the_spark_submit_command_the_provider_logs_at_info_shows_no_secret(comm
         "deploy_mode": "cluster", "conf": {"spark.acc.api_key": "k-SEKRIT-1"}, "env": {"ACC_API_TOKEN": "t-SEKRIT-2"}}))
     env = {k: v for k, v in os.environ.items() if k not in ("HADOOP_CONF_DIR", "YARN_CONF_DIR")}
     out = subprocess.run(
-        [sys.executable, "-m", "airflow_provider_streamstate.cli", *command, "--spec", str(spec)],
+        [sys.executable, "-m", "airflow_provider_streamstate.cli", "--verbose", *command, "--spec", str(spec)],
         capture_output=True, text=True, timeout=120, cwd=tmp_path,
         env={**env, "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO", "STREAMSTATE_HOME": str(tmp_path / "home")})
     logged = out.stdout + out.stderr
+    assert "Spark-Submit cmd:" not in out.stdout, out.stdout  # stdout is the command's result alone
     assert out.returncode != 0 and "needs the cluster's configuration" in out.stderr, logged
     assert "Spark-Submit cmd:" in logged and "spark.acc.api_key=***" in logged, logged
     assert "spark.yarn.appMasterEnv.ACC_API_TOKEN=***" in logged, logged

@@ -109,6 +109,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("streamstate: error: --kafka-config needs --kafka-bootstrap; give the brokers the settings are for",
               file=sys.stderr)
         return EXIT_USAGE
+    logger = logging.getLogger("streamstate")
+    propagate, logger.propagate = logger.propagate, False  # not to a root handler Airflow prints to stdout with
     try:
         return handler(args)
     except StreamstateError as exc:
@@ -131,6 +133,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_FAILURE
+    finally:
+        logger.propagate = propagate  # as the embedding program had it (main may run in-process)
 
 
 if __name__ == "__main__":
