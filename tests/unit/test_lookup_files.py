@@ -99,6 +99,16 @@ def test_list_state_values_and_prefix_keys() -> None:
     rows = [b"\x00" + b"r1" * 4, b"\x00" + b"row2" * 2]
     merged = b",".join(struct.pack("<i", len(r)) + r for r in rows)
     assert list(multiple_values(merged, "w")) == [r[1:] for r in rows]
+    # Written in one piece (Spark's offline repartition): back to back, no ','. A row that
+    # starts with ',' after its version byte, or a size whose low byte is ',', reads the same.
+    comma = [b"\x00" + b",x", b"\x00" * 44]
+    for values in (rows, comma, rows + comma):
+        whole = b"".join(struct.pack("<i", len(r)) + r for r in values)
+        assert list(multiple_values(whole, "w")) == [r[1:] for r in values]
+        assert list(multiple_values(b",".join(struct.pack("<i", len(r)) + r for r in values), "w")) == \
+            [r[1:] for r in values]
+    with pytest.raises(CorruptionError, match="truncated list-state value"):
+        list(multiple_values(merged + b"\x00", "w"))
     key = prefix_scan_key(b"PREFIX", b"REST", 7)
     assert key.startswith(prefix_scan_key(b"PREFIX", None, 7))
     assert split_prefix_key(key, True, "w") == (b"PREFIX", b"REST")

@@ -143,7 +143,7 @@ def lookup_key(
     check_codec(codec)
     provider = _provider(src)
     reads = Reads()
-    schemas = _schemas(src, op, cache, reads)
+    schemas = operator_schemas(src, op, cache, reads)
 
     if kind != "join" and src.conf.get(STRICT_DISTRIBUTION_CONF, "false").lower() != "true":
         raise UnsupportedCheckpointError(
@@ -409,8 +409,8 @@ def _result(src: StateSource, op: OperatorView, store: str, values: list[Any], s
                      key_schema=schema, value_schema=value_schema)
 
 
-def _schemas(src: StateSource, op: OperatorView, cache: PartitionCache,
-             reads: Reads) -> dict[str, ColumnFamilySchema]:
+def operator_schemas(src: StateSource, op: OperatorView, cache: PartitionCache,
+                     reads: Reads) -> dict[str, ColumnFamilySchema]:
     """Store (or column family) name -> schema, from the operator's own schema files."""
     files = src.operator_files(op.operator_id)
     ident = ("schema", op.operator_id, tuple(sorted((f.path, f.identity) for f in files)))

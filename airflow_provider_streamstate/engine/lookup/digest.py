@@ -21,14 +21,16 @@ from airflow_provider_streamstate.engine.checkpoint.reader import (
     PROVIDER_CONF,
     CheckpointReader,
 )
+from airflow_provider_streamstate.engine.core.errors import UnsupportedCheckpointError
 from airflow_provider_streamstate.engine.lookup import rocksdb_keys as rk
+from airflow_provider_streamstate.engine.lookup.api import operator_schemas
 from airflow_provider_streamstate.engine.lookup.cache import PartitionCache
 from airflow_provider_streamstate.engine.lookup.codec import check_codec, codec_name
 from airflow_provider_streamstate.engine.lookup.layouts import JOIN, TRANSFORM_WITH_STATE
 from airflow_provider_streamstate.engine.lookup.murmur3 import partition_of
 from airflow_provider_streamstate.engine.lookup.partitions import Reads, partition_state
 from airflow_provider_streamstate.engine.lookup.rocksdb_state import RocksPartition
-from airflow_provider_streamstate.engine.lookup.schema import ColumnFamilySchema, read_schema_v2
+from airflow_provider_streamstate.engine.lookup.schema import ColumnFamilySchema
 from airflow_provider_streamstate.engine.lookup.sources import CheckpointSource, OperatorView
 from airflow_provider_streamstate.engine.lookup.unsafe_row import decode_row
 
@@ -97,25 +99,29 @@ class _Acc:
         self.total = (self.total + xxhash.xxh3_128_intdigest(len(key).to_bytes(4, "little") + key + value)) & _MASK
 
 
+def _list_value(value: bytes, where: str) -> bytes:
+    """A list-state value in one form whether its elements were merged (',' between them)
+    or written in one piece: the same list digests the same."""
+    return b"".join(len(e).to_bytes(4, "little") + e for e in rk.multiple_values(value, where))
+
+
 def _operator_ids(src: CheckpointSource) -> list[int]:
     fs = src.reader.fs
     return sorted(int(p) for p in fs.listdir("state") if p.isdigit()) if fs.is_dir("state") else []
 
 
-def _key_schemas(src: CheckpointSource, op: OperatorView, read: Callable[[Any], bytes]) -> dict[str, ColumnFamilySchema]:
+def _key_schemas(src: CheckpointSource, op: OperatorView, reads: Reads) -> dict[str, ColumnFamilySchema]:
     """The key schema of each store whose stored key is the partitioning key: a single-store
-    operator's, and a join side's key -> count store (its key -> rows store appends an index)."""
+    operator's, and a join side's key -> count store (its key -> rows store appends an index).
+    None for an operator without a schema file (Spark before 3.1): placement goes unchecked."""
     if op.name in TRANSFORM_WITH_STATE or op.state_variables:
         return {}
+    try:
+        schemas = operator_schemas(src, op, PartitionCache(max_entries=0, max_bytes=0), reads)
+    except UnsupportedCheckpointError:
+        return {}
     wanted = [s for s in op.stores if s.endswith("-keyToNumValues")] if op.name == JOIN else list(op.stores)
-    by_path = {f.path: f for f in src.operator_files(op.operator_id)}
-    out = {}
-    for store in wanted:
-        rel = f"state/{op.operator_id}/0/_metadata/schema" if store == "default" else \
-            f"state/{op.operator_id}/0/{store}/_metadata/schema"
-        if rel in by_path:
-            out[store] = read_schema_v2(read(by_path[rel]), rel)
-    return out
+    return {store: schemas[store] for store in wanted if store in schemas}
 
 
 def state_digest(location: str, batch_id: int | None = None, *, connection: Any = None,
@@ -129,9 +135,6 @@ def state_digest(location: str, batch_id: int | None = None, *, connection: Any 
     reads = Reads()
     no_cache = PartitionCache(max_entries=0, max_bytes=0)  # each partition is read once
 
-    def read(f: Any) -> bytes:
-        return reads.read(src, f)
-
     accs: dict[tuple[int, str, str], _Acc] = {}
     placement: dict[tuple[int, str], bool] = {}
     misplaced: list[str] = []
@@ -139,7 +142,8 @@ def state_digest(location: str, batch_id: int | None = None, *, connection: Any 
     for op_id in _operator_ids(src):
         op = src.operator(op_id)
         partitions[op_id] = op.partitions
-        schemas = _key_schemas(src, op, read)
+        schemas = _key_schemas(src, op, reads)
+        lists = {str(v["name"]) for v in op.state_variables if v.get("kind") == "ListState"}
         for store in op.stores:
             placement[(op_id, store)] = store in schemas
             for p in range(op.partitions):
@@ -149,7 +153,10 @@ def state_digest(location: str, batch_id: int | None = None, *, connection: Any 
                     label = store
                     if names:
                         cf_id = int.from_bytes(key[:2], "little", signed=True)
-                        label, key = f"{store}/{names.get(cf_id, f'cf{cf_id}')}", key[2:]
+                        cf_name = names.get(cf_id, f"cf{cf_id}")
+                        label, key = f"{store}/{cf_name}", key[2:]
+                        if cf_name in lists:
+                            value = _list_value(value, f"{cf_name} of {src.description}")
                     accs.setdefault((op_id, op.name, label), _Acc()).add(key, value)
                     if store in schemas and len(misplaced) < MAX_MISPLACED:
                         _check_place(key, provider, schemas[store], op, store, p, misplaced)

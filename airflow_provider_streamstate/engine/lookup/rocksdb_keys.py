@@ -13,7 +13,8 @@ All integers written with `Platform.put*`: native order, little-endian on x86.
   encoded prefix with its version byte; a prefix scan seeks `[cf] len 0x00 row(prefix)`;
 - RangeKeyScanStateEncoder (timers): the ordering columns as binary fields `marker (0x00
   negative, 0x01 positive, 0x02 null) | big-endian value`, the rest as a row;
-- values: single `0x00 row`; multiple (list state) `len(4) 0x00 row` joined with ','.
+- values: single `0x00 row`; multiple (list state) `len(4) 0x00 row` joined with ',' (merged
+  operands) or back to back (a list written in one piece, as Spark's offline repartition does).
 """
 
 from __future__ import annotations
@@ -61,7 +62,9 @@ def single_value(value: bytes, where: str) -> bytes:
 
 
 def multiple_values(value: bytes, where: str) -> Iterator[bytes]:
-    """The rows of a list-state value (merged operands), version bytes removed."""
+    """The rows of a list-state value, version bytes removed. Merged operands are joined by
+    ','; a list Spark wrote in one piece (its offline repartition does) has no separator.
+    A ',' is a separator when what follows it reads as an element (size, version byte 0)."""
     pos, n = 0, len(value)
     while pos < n:
         if pos + 4 > n:
@@ -71,4 +74,17 @@ def multiple_values(value: bytes, where: str) -> Iterator[bytes]:
         if size < 1 or pos + size > n:
             raise CorruptionError(f"{where} holds a list-state element of impossible size {size}")
         yield single_value(value[pos:pos + size], where)
-        pos += size + 1  # the ',' between operands
+        pos += size
+        if pos < n and value[pos] == _SEPARATOR and _element_at(value, pos + 1):
+            pos += 1
+
+
+_SEPARATOR = ord(",")
+
+
+def _element_at(value: bytes, pos: int) -> bool:
+    """Whether a list element (a size that fits, then the version byte 0) starts at `pos`."""
+    if pos + 5 > len(value):
+        return False
+    (size,) = _LEN.unpack_from(value, pos)
+    return 1 <= size <= len(value) - pos - 4 and value[pos + 4] == 0
