@@ -237,3 +237,97 @@ def test_a_location_that_is_no_standby_or_runs_a_stream_is_never_updated(tmp_pat
     write_heartbeat(str(standby), Heartbeat("q", "r", "n", "elsewhere", 1, "running", 3, 0, now_iso()))
     with pytest.raises(StreamRunningError, match="cannot update the standby"):
         update_standby(store, "s", standby)
+
+
+# --- the faces: CLI, operator, report ------------------------------------------------------
+
+
+def test_replicate_with_a_standby_keeps_it_holding_the_destination_s_newest_snapshot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from airflow_provider_streamstate.cli import main
+
+    root = checkpoint_at(tmp_path / "ck")
+    sid = create_snapshot(str(root), LocalStore(tmp_path / "src", fsync=False), "s").manifest.snapshot_id
+    args = ["replicate", "--from", str(tmp_path / "src"), "--to", str(tmp_path / "dst"), "--stream", "s",
+            "--standby", str(tmp_path / "standby"), "--json"]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["snapshots_published"] == 1
+    assert out["standby"]["snapshot_id"] == sid and out["standby"]["files_written"] == out["standby"]["files"]
+    assert main(args[:-1]) == 0
+    assert capsys.readouterr().out.strip().endswith(f"standby {tmp_path / 'standby'} holds {sid} (batch 2) already")
+
+    write(tmp_path / "not-a-standby" / "keep", "x")
+    assert main([*args[:-3], "--standby", str(tmp_path / "not-a-standby")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is not a standby and not empty" in err[0]
+
+
+@pytest.mark.parametrize(("extra", "words"), [
+    ([], "failover needs --target or --standby"),
+    (["--standby", "A", "--target", "B"], "is not the standby"),
+    (["--standby", "PROMOTED"], "was promoted"),
+    (["--standby", "OTHER"], "is not a standby and not empty"),
+])
+def test_failover_refuses_a_standby_it_cannot_promote_in_one_line_before_reaching_kafka(
+    tmp_path: Path, store: LocalStore, capsys: pytest.CaptureFixture[str], extra: list[str], words: str
+) -> None:
+    from airflow_provider_streamstate.cli import main
+
+    manifest = create_snapshot(str(checkpoint_at(tmp_path / "ck")), store, "s").manifest
+    promoted = tmp_path / "promoted"
+    update_standby(store, "s", promoted)
+    fs = open_checkpoint_fs(str(promoted))
+    promote_standby(store, manifest, fs, rewritten_files(store, manifest.files, DrRewrite(translation())))
+    checkpoint_at(tmp_path / "other")
+    names = {"A": str(tmp_path / "a"), "B": str(tmp_path / "b"), "PROMOTED": str(promoted),
+             "OTHER": str(tmp_path / "other")}
+    code = main(["failover", "--store", str(tmp_path / "store"), "--stream", "s", "--kafka-bootstrap", "127.0.0.1:1",
+                 *[names.get(x, x) for x in extra]])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and words in err[0], err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_the_replicate_operator_keeps_each_stream_s_standby_and_bad_input_fails_it_without_retry(
+    tmp_path: Path
+) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from airflow_provider_streamstate.operators.replicate import ReplicateSnapshotsOperator
+    from airflow_provider_streamstate.spec import StreamSpec
+
+    root = checkpoint_at(tmp_path / "ck")
+    sid = create_snapshot(str(root), LocalStore(tmp_path / "src", fsync=False), "orders").manifest.snapshot_id
+    spec = StreamSpec(name="orders", checkpoint=str(root), store=f"file://{tmp_path / 'src'}")
+    op = ReplicateSnapshotsOperator(task_id="r", stream=spec, destination_store=f"file://{tmp_path / 'dst'}",
+                                    standby=str(tmp_path / "standby" / "{stream}"), parallelism=2)
+    out = op.execute({})
+    assert out["standby"]["snapshot_id"] == sid and out["standby"]["location"] == str(tmp_path / "standby/orders")
+    assert op.execute({})["standby"]["unchanged"] is True
+    bad = ReplicateSnapshotsOperator(task_id="r", stream=spec, destination_store=f"file://{tmp_path / 'dst'}",
+                                     standby=str(root))
+    with pytest.raises(AirflowFailException, match="is not a standby and not empty"):
+        bad.execute({})
+
+
+def test_the_failover_report_says_whether_the_standby_was_promoted_or_why_not(tmp_path: Path) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from airflow_provider_streamstate.engine.dr.report import failover_report
+
+    start = datetime(2026, 11, 22, 12, 0, 0, tzinfo=UTC)
+    (tmp_path / "ckpt" / "commits").mkdir(parents=True)
+    base = {"stream": "orders", "snapshot_id": "s7", "batch_id": 7, "events_behind": 0, "seconds_choose": 0.5,
+            "seconds_restore": 0.0, "seconds_rewrite": 0.01, "seconds_verify_standby": 0.2}
+    used = {"location": "/dr/orders", "used": True, "reason": None, "files": 40, "files_read": 0}
+    stale = {**used, "used": False, "reason": "stale: it holds s5 (batch 5), the failover chose s7"}
+    for standby, line in ((used, "warm standby /dr/orders: promoted, 40 files verified, 0 read"),
+                          (stale, "warm standby /dr/orders: not used (stale: it holds s5 (batch 5), the failover "
+                                  "chose s7); restored over it")):
+        out = failover_report(start, {"checkpoint": str(tmp_path / "ckpt")}, {"outcome": "not-running"},
+                              {**base, "standby": standby}, {"started_at": (start + timedelta(seconds=5)).isoformat()},
+                              {"total_lag": 0}, now=start + timedelta(seconds=20))
+        assert out["lines"][-1] == line and out["standby"]["used"] is standby["used"]
+        assert out["rto_parts"]["verify_standby_s"] == 0.2

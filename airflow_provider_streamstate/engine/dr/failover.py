@@ -303,9 +303,17 @@ class FailoverResult:
             "events_behind": self.events_behind, "rewritten": self.rewritten,
             "seconds_choose": round(self.seconds_choose, 3), "seconds_restore": round(self.seconds_restore, 3),
             "seconds_rewrite": round(self.seconds_rewrite, 3), "seconds_translate": round(self.seconds_translate, 3),
-            "standby": None if self.standby is None else {**self.standby.to_json(), "used": self.standby.usable},
+            "standby": self._standby_json(),
             "seconds_verify_standby": round(self.standby.seconds, 3) if self.standby is not None else 0.0,
         }
+
+    def _standby_json(self) -> dict[str, Any] | None:
+        """The standby's check, `used` in the place of `usable` (it was promoted, or not)."""
+        if self.standby is None:
+            return None
+        out = self.standby.to_json()
+        out["used"] = out.pop("usable")
+        return out
 
 
 def _candidates(
