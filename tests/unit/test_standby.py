@@ -331,3 +331,37 @@ def test_the_failover_report_says_whether_the_standby_was_promoted_or_why_not(tm
                               {"total_lag": 0}, now=start + timedelta(seconds=20))
         assert out["lines"][-1] == line and out["standby"]["used"] is standby["used"]
         assert out["rto_parts"]["verify_standby_s"] == 0.2
+
+
+def test_a_promotion_that_crashed_is_refused_by_the_launcher_and_updates_and_finished_by_a_failover_run_again(
+    tmp_path: Path, store: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manifest = create_snapshot(str(checkpoint_at(tmp_path / "ck")), store, "s").manifest
+    standby = tmp_path / "standby"
+    update_standby(store, "s", standby)
+    fs = open_checkpoint_fs(str(standby))
+    rewritten = rewritten_files(store, manifest.files, DrRewrite(translation()))
+    real = type(fs).write_record
+
+    def crash_at_the_second_offsets_file(self, rel, data, **kw):  # noqa: ANN001, ANN202
+        if rel == "offsets/1":
+            raise KeyboardInterrupt("power cut")
+        return real(self, rel, data, **kw)
+
+    monkeypatch.setattr(type(fs), "write_record", crash_at_the_second_offsets_file)
+    with pytest.raises(KeyboardInterrupt):
+        promote_standby(store, manifest, fs, rewritten)
+    monkeypatch.setattr(type(fs), "write_record", real)
+    assert read_standby(fs).status == "promoting"  # type: ignore[union-attr]
+    with pytest.raises(UnsupportedCheckpointError, match="promoting"):
+        refuse_unfinished_restore(fs)
+    with pytest.raises(UsageError, match="was promoting the standby .* did not finish"):
+        update_standby(store, "s", standby)
+
+    check = check_standby(store, "s", fs, manifest.snapshot_id, skip=frozenset(rewritten))
+    assert check.usable and check.files_read == 0
+    promote_standby(store, manifest, fs, rewritten)
+    restore_snapshot(store, "s", manifest.snapshot_id, tmp_path / "restored", fsync=False,
+                     rewrite=DrRewrite(translation()))
+    assert data_files(standby) == data_files(tmp_path / "restored")
+    refuse_unfinished_restore(fs)

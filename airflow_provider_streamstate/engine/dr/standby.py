@@ -280,6 +280,9 @@ def update_standby(
         fs = open_target(location, store, connection)
         manifest = resolve_snapshot(store, stream, snapshot)
         record = standby_at(fs)
+        if record is not None and record.status == "promoting":
+            raise UsageError(f"a failover was promoting the standby at {fs.location} ({record.updated_at}) and did "
+                             "not finish", hint="run the failover with --standby again to finish it")
         assert_not_running(Sidecar(fs), "update the standby")
         try:
             stamps = _read_files(fs, record)
