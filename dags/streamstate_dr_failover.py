@@ -2,7 +2,9 @@
 
 fence the primary (stop it if reachable; refuse unless `force` when its state is unknown)
 -> fail over (the newest snapshot in the DR store whose Kafka anchors the mirror holds,
-restored into the DR checkpoint with topics and offsets translated for the DR cluster)
+restored into the DR checkpoint with topics and offsets translated for the DR cluster; with
+`standby`, the DR checkpoint is the warm standby replication keeps: promoted in place, only
+its offset files written, when it holds that snapshot and verifies, else restored over)
 -> start the stream in DR (the `stream` spec: DR checkpoint, DR store, DR Kafka connection,
 DR sinks) -> wait, deferred, for its first committed batch, then for its lag to fall to
 `max_lag` -> report RTO (trigger to first committed DR batch, and to caught up, with the
@@ -49,6 +51,12 @@ with DAG(
                                     description="MirrorMaker 2's naming: <source alias>.<topic>, or the same"),
         "source_alias": Param("primary", type="string", description="the primary cluster's alias in MirrorMaker 2"),
         "suite": Param("", type="string", description="only snapshots that passed this validation suite"),
+        "standby": Param(False, type="boolean", description="the stream's DR checkpoint is a warm standby kept by "
+                         "replication (the scheduled snapshot DAG's dr_standby): promote it when it holds the chosen "
+                         "snapshot and verifies, else restore over it"),
+        "verify_standby": Param("checksums", enum=["checksums", "full"],
+                                description="checksums: each file's sha256 as written, while its version is the "
+                                "same; full: every byte read"),
         "max_lag": Param(0, type="integer", minimum=0, description="caught up: at most this many records behind"),
         "startup_timeout_minutes": Param(10, type="number", exclusiveMinimum=0),
     },
@@ -60,7 +68,8 @@ with DAG(
         task_id="failover", stream="{{ params.stream }}", snapshot="{{ params.snapshot }}",
         topic_map="{{ params.topic_map }}", replication_policy="{{ params.replication_policy }}",
         source_alias="{{ params.source_alias }}", suite="{{ params.suite }}",
-        kafka_conn_id="{{ params.kafka_conn_id }}",
+        kafka_conn_id="{{ params.kafka_conn_id }}", standby="{{ params.standby }}",
+        verify_standby="{{ params.verify_standby }}",
     )
     start = StartStreamOperator(task_id="start_in_dr", stream="{{ params.stream }}",
                                 startup_timeout="{{ params.startup_timeout_minutes * 60 }}")

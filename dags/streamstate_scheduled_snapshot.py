@@ -5,7 +5,9 @@ retention in both stores.
 Per stream (a mapped task group, so one slow or failing stream does not hold up others):
 
     snapshot -> validate            (Param `suite`: a GX suite file; a failure alerts, deletes nothing)
-             -> replicate -> replica_complete -> retention_dr   (Param `dr_store`)
+             -> replicate -> replica_complete -> retention_dr   (Param `dr_store`; with
+                                     `dr_standby`, replicate also keeps the stream's warm
+                                     standby in DR holding its newest snapshot)
              -> retention           (Param `retention`; after validation, so the newest
                                      known-good snapshot is kept; null: no retention)
 
@@ -60,6 +62,9 @@ with DAG(
         "suite": Param("", type="string", description="a GX suite JSON file to validate each snapshot with; empty: none"),
         "dr_store": Param("", type="string", description="the DR snapshot store (s3://bucket/prefix); empty: none"),
         "dr_aws_conn_id": Param("", type="string", description="the DR store's Airflow aws connection"),
+        "dr_standby": Param("", type="string", description="each stream's warm standby in DR, `{stream}` for its "
+                            "name (s3a://bucket/standby/{stream}), kept holding its newest snapshot (only changed "
+                            "files written); `streamstate_dr_failover` with standby promotes it; empty: none"),
         "retention": Param(
             {"keep_last": 96, "max_age": "1d", "keep_hourly": "7d", "keep_daily": "30d", "abandoned_max_age": "1d"},
             type=["object", "null"], description="the retention policy of both stores; null: keep everything",
@@ -91,7 +96,7 @@ with DAG(
         replicate = _Replicate(
             task_id="replicate", stream=stream, destination_store="{{ params.dr_store }}",
             destination_aws_conn_id="{{ params.dr_aws_conn_id or None }}", snapshots=[snapshot_id], retries=2,
-            retry_delay=timedelta(minutes=1),
+            retry_delay=timedelta(minutes=1), standby="{{ params.dr_standby or None }}",
         )
         replica = _ReplicaComplete(
             task_id="replica_complete", stream=stream, store="{{ params.dr_store }}",
@@ -140,6 +145,9 @@ with DAG(
                     problems.append(f"{spec['name']}: {snap['snapshot_id']} not replicated to {params['dr_store']}")
                 else:
                     line += f"; {copied.get('bytes_copied', 0)} bytes replicated to DR"
+                    if copied.get("standby"):
+                        line += (f"; standby holds {copied['standby']['snapshot_id']} "
+                                 f"({copied['standby']['bytes_written']} bytes written)")
             print(line)
         if problems:
             raise AirflowFailException(f"{len(problems)} problem(s): {'; '.join(problems)} (each failed task says why)")

@@ -1,7 +1,11 @@
 """`streamstate replicate`: copy snapshots of a stream from one store to another.
 
     streamstate replicate --from STORE --to STORE --stream NAME [SNAPSHOT...|--all|--since ID]
-                          [--parallelism N] [--json]
+                          [--standby LOCATION] [--parallelism N] [--json]
+
+`--standby` then brings the warm standby at LOCATION (a checkpoint location in the destination's
+region) to the destination's newest snapshot, writing only the files that changed
+(engine/dr/standby.py); `failover --standby` promotes it.
 
 Each side of an S3 to S3 replication has its own client: by default both take endpoint and
 credentials from the AWS_* environment; `--from-aws-conn-id`/`--to-aws-conn-id` take them
@@ -45,6 +49,9 @@ def register(commands: Any) -> dict[tuple[str, str | None], Any]:
         )
         p.add_argument(f"--{side}-region", metavar="REGION", default=None, help=f"the {what}'s S3 region")
         p.add_argument(f"--{side}-profile", metavar="PROFILE", default=None, help=f"the {what}'s AWS profile")
+    p.add_argument("--standby", metavar="LOCATION", default=None,
+                   help="then keep the warm standby at LOCATION (a new or empty location, or a standby) holding the "
+                        "destination's newest snapshot: only the files that changed are written")
     add_parallelism(p)
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     return {("replicate", None): cmd_replicate}
@@ -144,5 +151,15 @@ def cmd_replicate(args: argparse.Namespace) -> int:
             f"{' (server-side)' if result.server_side_copy else ''}, skipped {human_bytes(result.bytes_skipped)}; "
             f"{result.seconds:.2f}s"
         )
-    print_result(args, result.to_json(), "\n".join(lines))
+    out = result.to_json()
+    if args.standby is not None:
+        from airflow_provider_streamstate.engine.dr.standby import update_standby
+
+        up = update_standby(destination, args.stream, args.standby, parallelism=args.parallelism)
+        out["standby"] = up.to_json()
+        lines.append(
+            f"standby {up.location} holds {up.snapshot_id} (batch {up.batch_id})"
+            + (" already" if up.unchanged else f": wrote {human_bytes(up.bytes_written)} in {up.files_written} files, "
+               f"removed {up.files_removed}, kept {up.files_kept}; {up.seconds:.2f}s"))
+    print_result(args, out, "\n".join(lines))
     return EXIT_OK

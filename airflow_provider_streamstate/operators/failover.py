@@ -79,9 +79,14 @@ class FailoverStreamOperator(StreamTask):
     application started there resumes with the next batch: nothing read twice, nothing
     skipped (engine.dr.failover). The snapshot is the given one, else the newest on the
     current timeline that translates exactly (and passed `suite`, when given). Nothing is
-    written to the target unless all of it succeeded. Returns `{"stream", "store", "snapshot_id",
-    "batch_id", "target", "translated", "skipped_snapshots", "events_behind", "rewritten",
-    "seconds_choose", "seconds_restore", "seconds_rewrite", "seconds_translate"}`.
+    written to the target unless all of it succeeded. With `standby`, the DR checkpoint is
+    the warm standby replication keeps (engine.dr.standby): promoted in place (only the
+    offset files written) when it holds that snapshot and verifies byte for byte, else the
+    snapshot is restored over it. Returns `{"stream", "store", "snapshot_id", "batch_id",
+    "target", "translated", "skipped_snapshots", "events_behind", "rewritten",
+    "seconds_choose", "seconds_restore", "seconds_rewrite", "seconds_translate", "standby",
+    "seconds_verify_standby"}`; `standby` (null without one) says whether it was `used`, and
+    why not (`reason`), with what its verification read.
 
     Emits an event on the DR stream's checkpoint asset (assets.py; outlet: the
     `streamstate-failovers` alias) with `{"stream", "store", "checkpoint", "snapshot_id",
@@ -102,17 +107,22 @@ class FailoverStreamOperator(StreamTask):
         (templated)
     :param mirror_timeout: with `snapshot`: seconds to wait for the mirror to hold its last
         records (a failback's final snapshot, taken just now) before refusing. (templated)
+    :param standby: the spec's checkpoint is a warm standby (`replicate --standby`, the
+        scheduled snapshot DAG's `dr_standby`). (templated)
+    :param verify_standby: `checksums` (each file's sha256 recorded as it was written, while
+        the filesystem gives it the same version) or `full` (every byte read). (templated)
     :param parallelism: concurrent file transfers.
     """
 
     template_fields: Sequence[str] = ("stream", "snapshot", "topic_map", "replication_policy", "source_alias",
-                                      "suite", "kafka_conn_id", "mirror_timeout")
+                                      "suite", "kafka_conn_id", "mirror_timeout", "standby", "verify_standby")
     operator_extra_links = (SnapshotLink(),)
 
     def __init__(
         self, *, snapshot: str | None = None, topic_map: dict[str, str] | list[str] | None = None,
         replication_policy: str = "default", source_alias: str = "primary", suite: str | None = None,
-        kafka_conn_id: str | None = None, mirror_timeout: float | str = 0.0, **kwargs: Any,
+        kafka_conn_id: str | None = None, mirror_timeout: float | str = 0.0, standby: bool | str = False,
+        verify_standby: str = "checksums", **kwargs: Any,
     ) -> None:
         super().__init__(**with_outlet(kwargs, FAILOVERS))
         self._result: dict[str, Any] | None = None  # for lineage, once executed
@@ -124,6 +134,8 @@ class FailoverStreamOperator(StreamTask):
         self.suite = suite
         self.kafka_conn_id = kafka_conn_id
         self.mirror_timeout = mirror_timeout
+        self.standby = standby
+        self.verify_standby = verify_standby
 
     def _topic_map(self) -> Any:
         from airflow_provider_streamstate.engine.dr.failover import TopicMap
@@ -142,15 +154,21 @@ class FailoverStreamOperator(StreamTask):
         with engine_errors():
             topic_map = self._topic_map()
             mirror_wait = optional_duration(self.mirror_timeout or None, "mirror_timeout") or 0.0
-        self.log.info("failover of %s from %s into %s for %s", spec.name, spec.store, spec.checkpoint, bootstrap)
+            standby = parse_flag(self.standby, "standby")
+        self.log.info("failover of %s from %s into %s%s for %s", spec.name, spec.store, spec.checkpoint,
+                      " (a warm standby)" if standby else "", bootstrap)
         with self.cancellable():
             result = failover(
                 self.hook.store, spec.name, spec.checkpoint, bootstrap,
                 snapshot=self.snapshot or None, topic_map=topic_map, suite=self.suite or None,
                 kafka_config=config or None, parallelism=self.parallelism, mirror_wait_s=mirror_wait,
-                connection=self.checkpoint_connection(spec.checkpoint),
+                connection=self.checkpoint_connection(spec.checkpoint), standby=standby,
+                verify_standby=self.verify_standby or "checksums",
             )
         out = {**result.to_json(), "store": spec.store}
+        if result.standby is not None:
+            self.log.info("warm standby %s", "promoted" if result.standby.usable
+                          else f"not used ({result.standby.reason}): restored over it")
         for skipped in out["skipped_snapshots"]:
             self.log.info("skipped %s: %s", skipped["snapshot_id"], skipped["reason"])
         self.log.info("restored %s (batch %s) for DR; %s record(s) to catch up", out["snapshot_id"], out["batch_id"],

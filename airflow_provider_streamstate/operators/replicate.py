@@ -71,7 +71,8 @@ class ReplicateSnapshotsOperator(StreamstateTask):
     "batch_id", "blobs_copied", "blobs_skipped", "bytes_copied", "bytes_skipped", "blobs_refreshed",
     "seconds", "lag_seconds", "already_present", "records_copied"}], "snapshots_published",
     "blobs_copied", "blobs_skipped", "bytes_copied", "bytes_skipped", "blobs_refreshed", "seconds",
-    "snapshots_handled"}`; `snapshots` lists the newest 20 handled, the totals count all of them.
+    "snapshots_handled", "standby"}`; `snapshots` lists the newest 20 handled, the totals count all
+    of them; `standby` is the warm standby's update (null without `standby`).
 
     Each of those 20 that was published at the destination (not already there) emits an event
     on the stream's snapshots asset in the destination store (assets.py; outlet: the
@@ -88,12 +89,17 @@ class ReplicateSnapshotsOperator(StreamstateTask):
     :param snapshots: `latest` (the newest on the source's current timeline), `all` (every
         snapshot the destination lacks), a snapshot id, or a list of ids. (templated)
     :param since: instead of `snapshots`: this snapshot and every one created after it. (templated)
+    :param standby: then keep a warm standby at this checkpoint location (in the
+        destination's region, reached with `destination_aws_conn_id`) holding the
+        destination's newest snapshot, writing only the files that changed
+        (engine.dr.standby); `{stream}` is replaced by the stream's name. Its update is in the
+        result's `standby`. (templated)
     :param parallelism: concurrent blob copies.
     """
 
     template_fields: Sequence[str] = (
         "stream", "destination_store", "destination_aws_conn_id", "source_store", "source_aws_conn_id",
-        "snapshots", "since",
+        "snapshots", "since", "standby",
     )
     operator_extra_links = (SnapshotLink(),)
 
@@ -101,7 +107,7 @@ class ReplicateSnapshotsOperator(StreamstateTask):
         self, *, stream: StreamSpec | dict[str, Any] | str, destination_store: str,
         destination_aws_conn_id: str | None = None, source_store: str | None = None,
         source_aws_conn_id: str | None = None, snapshots: str | list[str] = "latest", since: str | None = None,
-        **kwargs: Any,
+        standby: str | None = None, **kwargs: Any,
     ) -> None:
         super().__init__(**with_outlet(kwargs, REPLICAS))
         self._result: dict[str, Any] | None = None  # for lineage, once executed
@@ -112,6 +118,7 @@ class ReplicateSnapshotsOperator(StreamstateTask):
         self.source_aws_conn_id = source_aws_conn_id
         self.snapshots = snapshots
         self.since = since
+        self.standby = standby
 
     def subject(self) -> Subject:
         with engine_errors():
@@ -133,10 +140,12 @@ class ReplicateSnapshotsOperator(StreamstateTask):
             name, source_url, self.destination_store,
         )
         with self.cancellable():  # opening the stores too: an unknown connection is bad input
+            destination = self.store_at(self.destination_store, self.destination_aws_conn_id)
             result = replicate(
-                self.hook.store, self.store_at(self.destination_store, self.destination_aws_conn_id), name,
+                self.hook.store, destination, name,
                 snapshots=ids, since=since, all_missing=all_missing, parallelism=self.parallelism,
             )
+            standby = self._update_standby(destination, name)
         for s in result.snapshots:
             self.log.info(
                 "%s: %s, %d bytes copied in %d blobs, %d bytes already there, lag %s s", s.snapshot_id,
@@ -147,6 +156,7 @@ class ReplicateSnapshotsOperator(StreamstateTask):
         if len(out["snapshots"]) > XCOM_SNAPSHOTS:  # XCom stays small however long the history
             out["snapshots"] = out["snapshots"][-XCOM_SNAPSHOTS:]
         out["snapshots_handled"] = len(result.snapshots)
+        out["standby"] = standby
         destination_asset = snapshots_asset(name, self.destination_store)
         for s in out["snapshots"]:
             if not s["already_present"]:
@@ -156,6 +166,21 @@ class ReplicateSnapshotsOperator(StreamstateTask):
                 })
         self._result = out
         return out
+
+    def _update_standby(self, destination: Any, name: str) -> dict[str, Any] | None:
+        """The warm standby brought to the destination's newest snapshot (None without one)."""
+        if not self.standby:
+            return None
+        from airflow_provider_streamstate.engine.dr.standby import update_standby
+        from airflow_provider_streamstate.hooks.store import open_checkpoint
+
+        location = str(self.standby).replace("{stream}", name)
+        conn = self.destination_aws_conn_id or None  # else the destination store's own client, or the environment's
+        target = open_checkpoint(location, conn, max_connections=self.parallelism * 2) if conn else location
+        up = update_standby(destination, name, target, parallelism=self.parallelism)
+        self.log.info("standby %s holds %s: %d file(s) written (%d bytes), %d removed, %d kept", up.location,
+                      up.snapshot_id, up.files_written, up.bytes_written, up.files_removed, up.files_kept)
+        return up.to_json()
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """Input: the stream's snapshots in the source; output: the same in the destination,

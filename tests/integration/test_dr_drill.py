@@ -1,7 +1,9 @@
 """The DR drill, run by Airflow itself: the primary region dies, `streamstate_dr_failover`
 resumes the stream in DR, new input reaches it there, and its state counts every event that
-reached the DR cluster exactly once. Then (default policy) the primary region comes back
-and `streamstate_dr_failback` moves the stream home through a reverse mirror, again exactly.
+reached the DR cluster exactly once. With the identity policy the DR checkpoint is a warm
+standby kept by replication, which the failover promotes (only its offsets written). Then
+(default policy) the primary region comes back and `streamstate_dr_failback` moves the stream
+home through a reverse mirror, again exactly.
 
 A private region pair per test (its own primary broker and S3 endpoints, a DR broker and
 MirrorMaker 2), so killing the primary never touches the shared stack. The producers are
@@ -15,6 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from airflow_provider_streamstate.engine.dr.standby import update_standby
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.stores.local import LocalStore
 from airflow_provider_streamstate.jobs.generator import (
@@ -91,6 +94,11 @@ def test_the_dr_failover_dag_resumes_the_stream_in_dr_after_the_primary_region_d
     dr_store_url = f"s3://streamstate/dr-{uuid.uuid4().hex[:8]}"
     dr_store = StreamstateStoreHook(dr_store_url, aws_conn_id="s3_dr_region").store
     replicate(primary_store, dr_store, "orders")
+    # With the identity policy, the DR checkpoint is a warm standby the replication keeps:
+    # the failover promotes it, writing only its offset files.
+    standby = dr.policy == "identity"
+    if standby:
+        update_standby(dr_store, "orders", str(tmp_path / "dr" / "orders"))
     # More input after the last snapshot: mirrored, then the primary region dies.
     produce_transactionally(primary.kafka_bootstrap, topic, second)
     wait_mirrored(dr, topic, sum(1 for spec in (first, second) for _ in messages(spec)))
@@ -105,11 +113,17 @@ def test_the_dr_failover_dag_resumes_the_stream_in_dr_after_the_primary_region_d
     try:
         result = run_dag("streamstate_dr_failover", {
             "stream": dr_spec.to_dict(), "primary": primary_spec.to_dict(), "replication_policy": dr.policy,
-            "source_alias": dr.source_alias, "max_lag": 0,
+            "source_alias": dr.source_alias, "max_lag": 0, "standby": standby,
         })
         assert result.state == "success", result.log[-4000:]
         restored, report = result.tasks["failover"].xcom, result.tasks["report"].xcom
         assert restored["snapshot_id"] == snap.manifest.snapshot_id
+        if standby:
+            assert restored["standby"]["used"] is True and restored["seconds_restore"] == 0.0
+            assert restored["rewritten"] and all(r.startswith(("offsets/", "sources/")) for r in restored["rewritten"])
+            assert report["standby"]["used"] is True
+        else:
+            assert restored["standby"] is None
         assert restored["events_behind"] == sum(1 for _ in messages(second))
         assert result.tasks["fence_primary"].xcom["outcome"] == "not-running"
         assert report["resumed_after_batch"] == snap.manifest.batch_id

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -56,15 +57,18 @@ def mirror(bootstrap: str, source: str, dest: str, partitions: int) -> int:
             if high <= low:
                 continue
             consumer.assign([TopicPartition(source, p, low)])
-            while True:
-                msgs = consumer.consume(500, timeout=5)
-                for m in msgs:
+            # Up to `high`, however slow the first fetch: an empty poll on a loaded machine is
+            # not the end of the partition (stopping there mirrored only part of it).
+            deadline, done = time.monotonic() + 120, low
+            while done < high:
+                assert time.monotonic() < deadline, f"{source}[{p}]: copied up to {done} of {high} in 120 s"
+                for m in consumer.consume(500, timeout=5):
                     assert m.error() is None, m.error()
                     producer.produce(dest, key=m.key(), value=m.value(), headers=m.headers(), partition=p,
                                      timestamp=m.timestamp()[1])
                     copied += 1
-                if not msgs or msgs[-1].offset() + 1 >= high:
-                    break
+                    done = m.offset() + 1
+                done = max(done, consumer.position([TopicPartition(source, p)])[0].offset)  # past commit markers
         assert producer.flush(30) == 0
     finally:
         consumer.close()

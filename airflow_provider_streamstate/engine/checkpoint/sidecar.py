@@ -21,6 +21,7 @@ location for the process (a driver beats every few seconds), and only those.
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 
@@ -37,6 +38,9 @@ from airflow_provider_streamstate.engine.core.errors import UnsupportedCheckpoin
 # a restore that replaces the checkpoint, so launch generations (the drivers' fencing tokens)
 # keep counting up across it.
 LAUNCHES_DIR = f"{SIDECAR_DIR}/launches"
+# A warm standby's record (engine/dr/standby.py): until a failover promotes it, the
+# checkpoint is a copy kept up to date in the DR region, never a stream's to run.
+STANDBY_FILE = f"{SIDECAR_DIR}/standby.json"
 
 
 class Sidecar:
@@ -127,3 +131,21 @@ def refuse_unfinished_restore(checkpoint: Sidecar | CheckpointFS) -> None:
             f"checkpoint {fs.location} is the target of a restore that did not finish",
             hint="run the restore into it again (with --force) to finish it",
         )
+    standby = fs.read_record(STANDBY_FILE)
+    if standby is not None and standby_status(standby) != "promoted":
+        raise UnsupportedCheckpointError(
+            f"checkpoint {fs.location} is a warm standby (its record says {standby_status(standby)}), not a "
+            "stream's checkpoint: it is started only once a failover has promoted it",
+            hint="fence the primary, then `streamstate failover --standby` it (docs/runbooks/dr-failover.md)",
+        )
+
+
+def standby_status(data: bytes) -> str:
+    """The `status` a standby record states (`promoted` once a failover made it a stream's
+    checkpoint); `unreadable` for a damaged or hostile record, which is never `promoted`."""
+    try:
+        value = json.loads(data)
+    except (ValueError, RecursionError):
+        return "unreadable"
+    status = value.get("status") if isinstance(value, dict) else None
+    return status if isinstance(status, str) and status.isalpha() and len(status) <= 20 else "unreadable"

@@ -43,6 +43,14 @@ from airflow_provider_streamstate.engine.core.errors import (
     UsageError,
 )
 from airflow_provider_streamstate.engine.core.manifest import Manifest
+from airflow_provider_streamstate.engine.dr.standby import (
+    VERIFY_MODES,
+    StandbyCheck,
+    check_standby,
+    mark_restored,
+    promote_standby,
+    standby_at,
+)
 from airflow_provider_streamstate.engine.kafka.anchors import (
     DEFAULT_TIMEOUT_S,
     kafka_consumer,
@@ -51,7 +59,11 @@ from airflow_provider_streamstate.engine.kafka.anchors import (
     offset_for_time,
     scan,
 )
-from airflow_provider_streamstate.engine.lifecycle.restore import open_target, restore_snapshot
+from airflow_provider_streamstate.engine.lifecycle.restore import (
+    open_target,
+    restore_snapshot,
+    rewritten_files,
+)
 from airflow_provider_streamstate.engine.stores.base import SnapshotStore
 
 log = logging.getLogger("streamstate.failover")
@@ -272,10 +284,16 @@ class FailoverResult:
     seconds_restore: float
     seconds_rewrite: float
     seconds_translate: float = 0.0  # the chosen snapshot's translation alone (part of seconds_choose)
+    # With a warm standby: how it was checked, and whether it was promoted (else restored over).
+    standby: StandbyCheck | None = None
 
     @property
     def events_behind(self) -> int:
         return sum(p.behind for p in self.translated)
+
+    @property
+    def standby_used(self) -> bool:
+        return self.standby is not None and self.standby.usable
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -285,7 +303,17 @@ class FailoverResult:
             "events_behind": self.events_behind, "rewritten": self.rewritten,
             "seconds_choose": round(self.seconds_choose, 3), "seconds_restore": round(self.seconds_restore, 3),
             "seconds_rewrite": round(self.seconds_rewrite, 3), "seconds_translate": round(self.seconds_translate, 3),
+            "standby": self._standby_json(),
+            "seconds_verify_standby": round(self.standby.seconds, 3) if self.standby is not None else 0.0,
         }
+
+    def _standby_json(self) -> dict[str, Any] | None:
+        """The standby's check, `used` in the place of `usable` (it was promoted, or not)."""
+        if self.standby is None:
+            return None
+        out = self.standby.to_json()
+        out["used"] = out.pop("usable")
+        return out
 
 
 def _candidates(
@@ -327,6 +355,8 @@ def failover(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     mirror_wait_s: float = 0.0,
     connection: Any = None,
+    standby: bool = False,
+    verify_standby: str = "checksums",
 ) -> FailoverResult:
     """Restore `stream` from `store` into `target` (new or empty) for the DR cluster at
     `kafka_bootstrap`: the given `snapshot`, else the newest translatable one (that passed
@@ -337,12 +367,66 @@ def failover(
 
     The target, on any checkpoint filesystem (a remote one written through `connection`,
     else the store's own when on the same service, else the environment's), is restored
-    with the offsets already rewritten and published once (engine/lifecycle/restore.py)."""
+    with the offsets already rewritten and published once (engine/lifecycle/restore.py).
+
+    `standby`: `target` is a warm standby (engine/dr/standby.py). When it holds the chosen
+    snapshot and verifies byte for byte (`verify_standby`: `checksums` or `full`), only the
+    files naming Kafka offsets are rewritten in place and it is promoted; otherwise the
+    snapshot is restored over it, and the result says why the standby was not used."""
 
     topic_map = topic_map or TopicMap()
+    if verify_standby not in VERIFY_MODES:
+        raise UsageError(f"unknown standby verification {verify_standby!r}", hint="use checksums or full")
     target_fs = open_target(target, store, connection)
-    _check_target(target_fs)
+    if standby:
+        standby_at(target_fs)  # a promoted standby, or a checkpoint that is none, is refused before anything
+    else:
+        _check_target(target_fs)
     started = time.monotonic()
+    manifest, translation, skipped = _choose(store, stream, kafka_bootstrap, snapshot=snapshot, topic_map=topic_map,
+                                             suite=suite, kafka_config=kafka_config, timeout_s=timeout_s,
+                                             mirror_wait_s=mirror_wait_s)
+    chose_s = time.monotonic() - started
+    rewrite = DrRewrite(translation)
+    check: StandbyCheck | None = None
+    if standby:
+        # The bytes a restore for DR would write differently (small files, read and verified).
+        t_rewrite = time.monotonic()
+        rewritten = rewritten_files(store, manifest.files, rewrite)
+        seconds_rewrite = time.monotonic() - t_rewrite
+        check = check_standby(store, stream, target_fs, manifest.snapshot_id, verify=verify_standby,
+                              skip=frozenset(rewritten), parallelism=parallelism)
+        if check.usable:
+            promoted = promote_standby(store, manifest, target_fs, rewritten)
+            log.info("failover of %s: standby %s promoted with %s for %s, %d record(s) to catch up", stream,
+                     target_fs.location, manifest.snapshot_id, kafka_bootstrap, translation.events_behind)
+            return FailoverResult(stream, manifest.snapshot_id, manifest.batch_id, target_fs.shared_location,
+                                  translation.partitions, skipped,
+                                  [r for r in promoted.rewritten if not r.endswith(".crc")], chose_s, 0.0,
+                                  seconds_rewrite + promoted.seconds, translation.seconds, standby=check)
+        log.warning("failover of %s: the standby at %s is not used (%s): restoring %s into it", stream,
+                    target_fs.location, check.reason, manifest.snapshot_id)
+    # One restore, local or S3, written once with the DR offsets (and, for transformWithState,
+    # the schema paths of the target itself), published whole or not at all; over a standby
+    # that could not be used, replacing it whole.
+    restored = restore_snapshot(store, stream, manifest.snapshot_id, target_fs, parallelism=parallelism,
+                                rewrite=rewrite, force=standby)
+    if check is not None:
+        mark_restored(target_fs, store, manifest, check.reason or "")
+    log.info("failover of %s: %s restored into %s for %s, %d record(s) to catch up",
+             stream, manifest.snapshot_id, restored.target, kafka_bootstrap, translation.events_behind)
+    return FailoverResult(stream, manifest.snapshot_id, manifest.batch_id, restored.target, translation.partitions,
+                          skipped, [r for r in restored.rewritten if not r.endswith(".crc")], chose_s,
+                          restored.seconds - restored.seconds_rewrite, restored.seconds_rewrite, translation.seconds,
+                          standby=check)
+
+
+def _choose(
+    store: SnapshotStore, stream: str, kafka_bootstrap: str, *, snapshot: str | None, topic_map: TopicMap,
+    suite: str | None, kafka_config: dict[str, Any] | None, timeout_s: float, mirror_wait_s: float,
+) -> tuple[Manifest, Translation, list[tuple[str, str]]]:
+    """The snapshot to resume from and its translation for the DR cluster, with the newer
+    snapshots skipped and why (see `failover`)."""
     consumer, topics = dr_consumer(kafka_bootstrap, kafka_config, timeout_s)
     try:
         candidates = _candidates(store, stream, snapshot, suite)
@@ -382,14 +466,4 @@ def failover(
         reasons = "; ".join(f"{s}: {r}" for s, r in skipped[:3])
         raise NotFoundError(f"no snapshot of {stream} can resume exactly on the DR cluster ({reasons})",
                             hint="wait for the mirror to catch up, or take a snapshot with --kafka-bootstrap")
-    manifest, translation = chosen
-    chose_s = time.monotonic() - started
-    # One restore, local or S3, written once with the DR offsets (and, for transformWithState,
-    # the schema paths of the target itself), published whole or not at all.
-    restored = restore_snapshot(store, stream, manifest.snapshot_id, target_fs, parallelism=parallelism,
-                                rewrite=DrRewrite(translation))
-    log.info("failover of %s: %s restored into %s for %s, %d record(s) to catch up",
-             stream, manifest.snapshot_id, restored.target, kafka_bootstrap, translation.events_behind)
-    return FailoverResult(stream, manifest.snapshot_id, manifest.batch_id, restored.target, translation.partitions,
-                          skipped, [r for r in restored.rewritten if not r.endswith(".crc")], chose_s,
-                          restored.seconds - restored.seconds_rewrite, restored.seconds_rewrite, translation.seconds)
+    return chosen[0], chosen[1], skipped

@@ -54,6 +54,7 @@ def failover_report(
         "choose_snapshot_s": restored["seconds_choose"],
         "restore_s": restored["seconds_restore"],
         "rewrite_offsets_s": restored["seconds_rewrite"],
+        "verify_standby_s": restored.get("seconds_verify_standby", 0.0),
         "launched_at_s": since(launched_at),
         "spark_start_to_first_batch_s": round((first - launched_at).total_seconds(), 3)
         if first is not None and launched_at is not None else None,
@@ -82,4 +83,10 @@ def failover_report(
         "RTO parts: " + ", ".join(f"{k} {v}" for k, v in parts.items()),
         f"replayed from the mirror: {out['replayed_from_mirror']} record(s); RPO: {out['rpo_note']}",
     ]
+    standby = restored.get("standby")
+    if standby:
+        out["standby"] = {k: standby.get(k) for k in ("location", "used", "reason", "files", "files_read")}
+        out["lines"].append(f"warm standby {standby['location']}: promoted, {standby['files']} files verified, "
+                            f"{standby['files_read']} read" if standby["used"] else
+                            f"warm standby {standby['location']}: not used ({standby['reason']}); restored over it")
     return out

@@ -181,6 +181,28 @@ class CheckpointFS(ABC):
         half-done swap); what was done."""
         return []
 
+    # --- keeping a copy up to date in place (a warm standby: engine/dr/standby.py) ---------
+
+    def versions(self) -> dict[str, tuple[int, str]]:
+        """Every regular file below the location now, from a fresh listing: rel -> (size, a
+        token that changes whenever the file is written again). A file found later with
+        the token it had right after it was written and verified still holds those bytes,
+        and need not be read again: here (size, mtime, the backend's own identity: S3's
+        ETag, HDFS's inode id)."""
+        self.refresh()
+        out: dict[str, tuple[int, str]] = {}
+        for d, _, names in self.walk(""):
+            for name in names:
+                rel = f"{d}/{name}" if d not in ("", ".") else name
+                st = self.stat(rel)
+                if st is not None and st.regular:
+                    out[rel] = (st.size, f"{st.mtime_ns}:{st.etag or ''}")
+        return out
+
+    def sync(self, rels: list[str]) -> None:  # noqa: B027 - a capability: most filesystems need nothing
+        """Make the files `rels`, written in place, and their names durable; nothing to do
+        where a write is durable when it returns (S3, HDFS)."""
+
     def host_dir(self) -> Path:
         """Where this host keeps what belongs to this location but not on it (a stream's
         driver logs, the launch lock): the directory itself when it is local."""

@@ -163,6 +163,34 @@ class LocalCheckpointFS(CheckpointFS):
                 out[path.relative_to(self.root).as_posix()] = path.stat().st_size
         return out
 
+    def versions(self) -> dict[str, tuple[int, str]]:
+        """The token is (device, inode, mtime, ctime): a file written again, or replaced by
+        another under its name, changes it, and the ctime cannot be set back by anyone."""
+        out: dict[str, tuple[int, str]] = {}
+        for dirpath, _, filenames in os.walk(self.root):
+            for name in filenames:
+                path = Path(dirpath) / name
+                st = os.lstat(path)
+                if stat.S_ISREG(st.st_mode):
+                    out[path.relative_to(self.root).as_posix()] = (
+                        st.st_size, f"{st.st_dev}:{st.st_ino}:{st.st_mtime_ns}:{st.st_ctime_ns}")
+        return out
+
+    def sync(self, rels: list[str]) -> None:
+        dirs: set[Path] = set()
+        for rel in rels:
+            path = _destination(self.root, rel)
+            if path.exists():
+                fsync_path(path)
+            parent = path.parent
+            while parent != self.root and self.root in parent.parents:  # new directories' names too
+                dirs.add(parent)
+                parent = parent.parent
+            dirs.add(self.root)
+        for d in sorted(dirs, key=lambda p: len(p.parts), reverse=True):
+            if d.is_dir():
+                fsync_path(d)
+
     def delete_all(self) -> int:
         n = sum(len(f) for _, _, f in os.walk(self.root)) if self.root.exists() else 0
         shutil.rmtree(self.root, ignore_errors=True)
