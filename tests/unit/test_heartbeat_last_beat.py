@@ -22,7 +22,7 @@ class _Streams:
 
 
 def test_a_progress_event_after_the_last_beat_leaves_it_stopped(tmp_path: Path) -> None:
-    spark = SimpleNamespace(streams=_Streams())
+    spark = SimpleNamespace(streams=_Streams(), version="4.1.3")
     listener: Any = attach_heartbeat(spark, str(tmp_path), interval_s=3600)  # type: ignore[arg-type]
     listener.onQueryStarted(SimpleNamespace(id="q1", runId="r1", name="orders"))
     progress = SimpleNamespace(progress=SimpleNamespace(id="q1", batchId=3, numInputRows=10))

@@ -66,7 +66,7 @@ def test_the_record_lives_beside_the_checkpoint_and_round_trips(tmp_path: Path) 
     assert read_heartbeat(tmp_path) == beat()
     assert read_heartbeat(tmp_path / "elsewhere") is None
     assert set(good()) == {"format", "query_id", "run_id", "query_name", "host", "pid", "state", "batch_id",
-                           "input_rows", "updated_at", "interval_s", "exception", "launch_id"}
+                           "input_rows", "updated_at", "interval_s", "exception", "launch_id", "spark_version"}
 
 
 def test_the_snapshot_planner_leaves_the_record_out(tmp_path: Path) -> None:
