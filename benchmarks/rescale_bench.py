@@ -1,0 +1,379 @@
+"""Rescale benchmark: catching up after a burst of input, with and without rescaling the state.
+
+    .venv/bin/python benchmarks/rescale_bench.py [--keys 1000000] [--rate auto] [--burst-seconds 30] [--quick]
+
+The example stream (deduplication within a 10-minute watermark, then per-account count, sum
+and max: RocksDB state with changelog checkpointing) on the Spark 4.3 line's own virtualenv
+(dev/spark_versions.py: offline repartition needs Spark >= 4.2), launched by the engine's
+launcher with spark-submit on local masters, reading a 6-partition topic of a private local
+stack (`.bench/rescale-*`, stopped afterwards):
+
+* **history**: `--keys` transactions, one per account (`acct-<i>`), so the aggregation holds
+  exactly `--keys` keys; the stream (4 state partitions, `local[2]`) reads them all; its
+  read rate sets the steady rate R (`--rate auto`: a twentieth of it);
+* **steady input**: one producer writes generator transactions over the same accounts (the
+  state's key count does not change) at R records/s, in event-time order, for the rest of
+  the run; "caught up" is the stream's lag (records in the topic minus records its newest
+  committed batch has read) back under the threshold seen at steady state (the largest lag
+  sampled over `--warmup` seconds, x1.5, at least 2 R);
+* a **burst** is 10 R records/s for `--burst-seconds`; each scenario starts at a burst's
+  first record (t0) and ends when the stream is caught up:
+
+  (a) the stream left as it is (4 partitions, `local[2]`);
+  (b) at t0 the stream is stopped, rescaled in place to 12 partitions (`rescale_spec`: a
+      snapshot, its restore to a work copy, Spark's repartition job, the digest check, a
+      snapshot of the copy, the swap) and started again on `local[6]`; all of it counts;
+  (c) at t0 the stream is stopped and a fresh checkpoint (12 partitions, `local[6]`, its
+      own alerts topic) replays the whole topic from the earliest offset: what there is
+      without a rescale.
+
+  They run one after the other on the same topic, so (b) starts from the state (a) left and
+  (c) replays everything written so far (the record count is printed).
+* **rescale cost**: the rescale's own parts, against a plain `restore_snapshot` (fsync, 8
+  parallel transfers) of the same source snapshot into a new directory, timed after the
+  scenarios with nothing else of this benchmark running.
+
+`--quick`: 20,000 keys, 8 s bursts and warm-up, 5 s between scenarios, 20,000 offsets per
+trigger (a smoke run; the figures mean little).
+Prints Markdown tables; writes nothing outside its work directory, which it removes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from bench_common import WORK, MiB  # this folder is on sys.path; it puts the repo there too
+
+from dev import spark_versions
+from dev import stack as stack_mod
+
+STEP_MS = 10  # event time per transaction: the 10-minute watermark spans 60,000 records
+TOPIC_PARTITIONS = 6
+SEED = 23
+BURST = 10  # the burst's rate, in steady rates
+
+
+class _Log:
+    def info(self, *a: object) -> None: ...
+
+    warning = info
+
+
+class Producer(threading.Thread):
+    """One producer, in event-time order, at R records/s, or BURST x R while a burst lasts.
+    `written`: the records in the topic (history included), counted on delivery."""
+
+    def __init__(self, bootstrap: str, topic: str, keys: int, rate: float, written: int) -> None:
+        super().__init__(daemon=True)
+        from confluent_kafka import Producer as KafkaProducer
+
+        self.producer = KafkaProducer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                                       "linger.ms": 5})
+        self.topic, self.keys, self.rate = topic, keys, rate
+        self.written = written
+        self.index = keys  # generator indices after the history's: event time continues
+        self.burst_until = 0.0
+        self.burst_sent = 0
+        self.stopping = threading.Event()
+        self.errors: list[str] = []
+
+    def _delivered(self, err: object, _msg: object) -> None:
+        if err is not None:
+            self.errors.append(str(err))
+        else:
+            self.written += 1
+
+    def burst(self, seconds: float) -> float:
+        """Start a burst now; returns its t0."""
+        t0 = time.monotonic()
+        self.burst_sent = 0
+        self.burst_until = t0 + seconds
+        return t0
+
+    def run(self) -> None:
+        from airflow_provider_streamstate.jobs.generator import transaction
+
+        budget, last, in_burst = 0.0, time.monotonic(), False
+        while not self.stopping.is_set():
+            now = time.monotonic()
+            bursting = now < self.burst_until
+            if in_burst and not bursting:
+                budget = min(budget, 0.0)  # what the burst could not write is dropped, not written late
+            in_burst = bursting
+            budget += (self.rate * BURST if bursting else self.rate) * (now - last)
+            last = now
+            n = min(int(budget), 2000)
+            if n <= 0:
+                self.producer.poll(0.005)
+                continue
+            for _ in range(n):
+                txn = transaction(SEED, self.index, self.keys, STEP_MS)
+                while True:
+                    try:
+                        self.producer.produce(self.topic, key=txn.account.encode(), value=txn.to_json(),
+                                              on_delivery=self._delivered)
+                        break
+                    except BufferError:
+                        self.producer.poll(0.05)
+                self.index += 1
+            budget -= n
+            if bursting:
+                self.burst_sent += n
+            self.producer.poll(0)
+        self.producer.flush(60)
+
+
+def produce_history(bootstrap: str, topic: str, keys: int) -> int:
+    """One transaction per account `acct-<i>` (the generator's naming), as fast as one
+    producer goes, in event-time order."""
+    from confluent_kafka import Producer as KafkaProducer
+
+    from airflow_provider_streamstate.jobs.generator import START_MS
+
+    producer = KafkaProducer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                              "linger.ms": 20, "batch.size": 1 << 20})
+    for i in range(keys):
+        account = f"acct-{i:05d}"
+        value = json.dumps({"txn_id": f"h-{i:09d}", "account": account, "amount_cents": 1 + (i * 7919) % 100_000,
+                            "ts_ms": START_MS + i * STEP_MS}, separators=(",", ":")).encode()
+        while True:
+            try:
+                producer.produce(topic, key=account.encode(), value=value)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    if producer.flush(120):
+        raise SystemExit("the history was not delivered")
+    return keys
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--keys", type=int, default=1_000_000, help="accounts in the state (one history record each)")
+    p.add_argument("--rate", default="auto", help="steady rate R, records/s ('auto': the build's read rate / 20)")
+    p.add_argument("--burst-seconds", type=float, default=30.0)
+    p.add_argument("--warmup", type=float, default=30.0, help="seconds of steady input before the first burst")
+    p.add_argument("--settle", type=float, default=15.0, help="seconds of steady input between scenarios")
+    p.add_argument("--max-offsets", type=int, default=100_000, help="maxOffsetsPerTrigger of every run")
+    p.add_argument("--partitions", type=int, default=4, help="state partitions of the stream; (b), (c): 3x")
+    p.add_argument("--timeout", type=float, default=1800.0, help="give up on a scenario after this many seconds")
+    p.add_argument("--quick", action="store_true", help="20,000 keys, 8 s bursts and warm-up")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.keys, args.burst_seconds, args.warmup, args.settle = 20_000, 8.0, 8.0, 5.0
+        args.max_offsets = min(args.max_offsets, 20_000)
+
+    line = spark_versions.get("4.3").require()
+    WORK.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="rescale-", dir=WORK))
+    os.environ["STREAMSTATE_HOME"] = str(work / "home")  # the repartition job's logs
+    stack = stack_mod.up(work / "stack")  # a private stack: others' stacks are left alone
+    try:
+        return _run(args, line, stack, work)
+    finally:
+        stack_mod.down(work / "stack")
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run(args: argparse.Namespace, line: Any, stack: Any, work: Path) -> int:
+    import airflow_provider_streamstate.jobs.example_stream as job
+    from airflow_provider_streamstate.engine.streams import launcher
+    from airflow_provider_streamstate.jobs.generator import ensure_topic
+    from airflow_provider_streamstate.spec import StreamSpec
+
+    os.environ["AIRFLOW_CONN_SPARK_BENCH"] = json.dumps({"conn_type": "spark", "host": "local[2]"})
+    os.environ["AIRFLOW_CONN_KAFKA_BENCH"] = json.dumps(
+        {"conn_type": "kafka", "extra": {"bootstrap.servers": stack.kafka_bootstrap}})
+    topic = f"bench-rescale-{int(time.time())}"
+    ensure_topic(stack.kafka_bootstrap, topic, partitions=TOPIC_PARTITIONS)
+    wide = args.partitions * 3
+
+    def spec_for(name: str, partitions: int, master: str) -> Any:
+        return StreamSpec(
+            name=name, application=job.__file__,
+            application_args=["--bootstrap-servers", stack.kafka_bootstrap, "--checkpoint", "{checkpoint}",
+                              "--source-topic", topic, "--alerts-topic", "{sinks[alerts]}",
+                              "--trigger", "processing:1 second", "--max-offsets-per-trigger", str(args.max_offsets),
+                              "--state-store", "rocksdb-changelog", "--shuffle-partitions", str(partitions),
+                              "--partitions", str(TOPIC_PARTITIONS)],
+            checkpoint=str(work / name), store=f"file://{work / 'store'}", spark_conn_id="spark_bench",
+            kafka_conn_id="kafka_bench", master=master, jars=line.kafka_jars(),
+            env=line.env({"PATH": os.environ["PATH"]}), sinks={"alerts": f"{topic}-{name}-alerts"},
+            heartbeat_interval_s=1.0,
+            conf={"spark.ui.enabled": "false", "spark.driver.host": "127.0.0.1",
+                  "spark.driver.bindAddress": "127.0.0.1", "spark.driver.memory": "2g"},
+        )
+
+    base = spec_for("orders", args.partitions, "local[2]")
+    wide_spec = base.derive(master="local[6]")  # after the rescale: same checkpoint, 3x the cores
+    replay = spec_for("orders-replay", wide, "local[6]")
+    try:
+        return _scenarios(args, work, topic, base, wide_spec, replay, wide)
+    finally:
+        for checkpoint in (base.checkpoint, replay.checkpoint):  # whatever ended the run
+            if Path(checkpoint).exists():
+                try:
+                    launcher.stop(checkpoint, timeout_s=60)
+                except Exception as exc:  # noqa: BLE001 - cleaning up; the run's own error matters
+                    print(f"could not stop the stream on {checkpoint}: {exc}", file=sys.stderr)
+
+
+def _scenarios(args: argparse.Namespace, work: Path, topic: str, base: Any, wide_spec: Any, replay: Any,
+               wide: int) -> int:
+    from airflow_provider_streamstate.engine.catalog.snapshots import get_snapshot
+    from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
+    from airflow_provider_streamstate.engine.stores import open_store
+    from airflow_provider_streamstate.engine.streams import launcher
+    from airflow_provider_streamstate.stream_rescale import rescale_spec
+    from airflow_provider_streamstate.stream_start import start_stream
+    from tests.streams import consumed_records
+
+    bootstrap = base.application_args[1]
+    results: dict[str, Any] = {"keys": args.keys}
+
+    t = time.monotonic()
+    written = produce_history(bootstrap, topic, args.keys)
+    results["history produced s"] = time.monotonic() - t
+    print(f"history: {written:,} records in {results['history produced s']:.1f} s", flush=True)
+
+    def wait_consumed(checkpoint: str, n: int, timeout: float) -> float:
+        t = time.monotonic()
+        while consumed_records(checkpoint) < n:
+            if time.monotonic() - t > timeout:
+                raise SystemExit(f"timed out waiting for {checkpoint} to read {n} records")
+            time.sleep(0.25)
+        return time.monotonic()
+
+    t = time.monotonic()
+    start_stream(base, startup_timeout_s=900, log=_Log())
+    running = time.monotonic()
+    done = wait_consumed(base.checkpoint, written, args.timeout)
+    results["build: start s"] = running - t
+    results["build: read s"] = done - running
+    build_rate = written / (done - running)
+    rate = build_rate / 20 if args.rate == "auto" else float(args.rate)
+    rate = max(10.0, round(rate, -1) if rate >= 100 else round(rate))
+    results["build read rate (records/s)"] = round(build_rate)
+    results["steady rate R (records/s)"] = rate
+    print(f"built: {written:,} keys read in {done - running:.1f} s ({build_rate:,.0f}/s); R = {rate:,.0f}/s",
+          flush=True)
+
+    producer = Producer(bootstrap, topic, args.keys, rate, written)
+    producer.start()
+
+    def lag(checkpoint: str) -> int:
+        return producer.written - consumed_records(checkpoint)
+
+    samples = []
+    t = time.monotonic()
+    while time.monotonic() - t < args.warmup:
+        samples.append(lag(base.checkpoint))
+        time.sleep(0.25)
+    threshold = max(int(max(samples) * 1.5), int(2 * rate))
+    results["steady lag: max sampled"] = max(samples)
+    results["caught-up threshold (records)"] = threshold
+    print(f"steady: lag max {max(samples)}, threshold {threshold}", flush=True)
+
+    def caught_up(checkpoint: str, t0: float, label: str) -> dict[str, Any]:
+        end = t0 + args.burst_seconds
+        peak = 0
+        while True:
+            now = time.monotonic()
+            if now - t0 > args.timeout:
+                return {"s": None, "peak lag": peak}
+            try:
+                behind = lag(checkpoint)
+            except Exception:  # noqa: BLE001 - a fresh checkpoint before its first batch
+                behind = producer.written
+            peak = max(peak, behind)
+            if now >= end and behind <= threshold:
+                out = {"s": now - t0, "peak lag": peak, "burst records": producer.burst_sent,
+                       "burst rate": producer.burst_sent / args.burst_seconds}
+                print(f"{label}: caught up after {out['s']:.1f} s (peak lag {peak:,}, burst {producer.burst_sent:,} "
+                      f"records = {out['burst rate']:,.0f}/s)", flush=True)
+                return out
+            time.sleep(0.25)
+
+    # (a) left as it is
+    a = caught_up(base.checkpoint, producer.burst(args.burst_seconds), "(a) as it is")
+    time.sleep(args.settle)
+
+    # (b) stop, rescale in place to 3x the partitions, start on 3x the cores
+    t0 = producer.burst(args.burst_seconds)
+    launcher.stop(base.checkpoint, timeout_s=300)
+    stopped = time.monotonic()
+    rescaled = rescale_spec(wide_spec, wide, timeout_s=args.timeout)
+    done_rescale = time.monotonic()
+    start_stream(wide_spec, startup_timeout_s=900, log=_Log())
+    started = time.monotonic()
+    b = caught_up(wide_spec.checkpoint, t0, f"(b) rescaled {args.partitions} -> {wide}")
+    b.update({"stop s": stopped - t0, "rescale s": done_rescale - stopped, "start s": started - done_rescale})
+    time.sleep(args.settle)
+
+    # (c) stop, replay everything into a fresh checkpoint with 3x the partitions and cores
+    t0 = producer.burst(args.burst_seconds)
+    launcher.stop(wide_spec.checkpoint, timeout_s=300)
+    in_topic = producer.written
+    start_stream(replay, startup_timeout_s=900, log=_Log())
+    c = caught_up(replay.checkpoint, t0, "(c) fresh checkpoint replaying")
+    c["replayed records (at t0)"] = in_topic
+    producer.stopping.set()
+    producer.join(120)
+    launcher.stop(replay.checkpoint, timeout_s=300)
+    if producer.errors:
+        print(f"producer errors: {producer.errors[:3]}", file=sys.stderr)
+
+    # The rescale's own cost against a plain restore of the same snapshot.
+    store = open_store(base.store)
+    source = get_snapshot(store, base.name, rescaled.source_snapshot)
+    size = sum(f.size for f in source.files)
+    t = time.monotonic()
+    restore_snapshot(store, base.name, rescaled.source_snapshot, str(work / "plain-restore"))
+    plain = time.monotonic() - t
+
+    def s(x: float | None) -> str:
+        return f"> {args.timeout:.0f}" if x is None else f"{x:.1f}"
+
+    def ratio(x: float | None, y: float | None) -> str:
+        return "-" if x is None or y is None else f"{x / y:.2f}x"
+
+    stores = ", ".join(f"op {st['operator_id']} {st['store']}: {st['entries']:,} entries" for st in rescaled.stores)
+    print(f"\nstate: {stores}; source snapshot {size / MiB:.0f} MiB in {len(source.files)} files")
+    print("\n| measure | value |\n|---|---|")
+    for k, v in results.items():
+        print(f"| {k} | {v:.1f} |" if isinstance(v, float) else f"| {k} | {v:,} |")
+
+    print(f"\n| scenario (burst: {BURST} R = {BURST * rate:,.0f}/s for {args.burst_seconds:.0f} s) | caught up (s) "
+          "| / (a) | peak lag | burst achieved (records/s) | parts (s) |")
+    print("|---|---:|---:|---:|---:|---|")
+    print(f"| (a) as it is: {args.partitions} partitions, local[2] | {s(a['s'])} | 1.00x | {a['peak lag']:,} "
+          f"| {a.get('burst rate', 0):,.0f} | - |")
+    print(f"| (b) rescaled to {wide} partitions, local[6] | {s(b['s'])} | {ratio(b['s'], a['s'])} | {b['peak lag']:,} "
+          f"| {b.get('burst rate', 0):,.0f} | stop {b['stop s']:.1f}, rescale {b['rescale s']:.1f}, start "
+          f"{b['start s']:.1f}, catch-up {s(b['s'] and b['s'] - b['stop s'] - b['rescale s'] - b['start s'])} |")
+    print(f"| (c) fresh checkpoint, {wide} partitions, local[6], replaying {c['replayed records (at t0)']:,} records "
+          f"| {s(c['s'])} | {ratio(c['s'], a['s'])} | {c['peak lag']:,} | {c.get('burst rate', 0):,.0f} | - |")
+    print(f"\n(c) / (b): {ratio(c['s'], b['s'])}")
+
+    sec = rescaled.seconds
+    print(f"\n| rescale {args.partitions} -> {wide} part | s | / plain restore |\n|---|---:|---:|")
+    for k in ("snapshot", "restore", "repartition", "verify", "snapshot_rescaled", "swap", "total"):
+        if k in sec:
+            print(f"| {k} | {sec[k]:.2f} | {ratio(sec[k], plain)} |")
+    print(f"| plain `restore_snapshot` of the same snapshot ({size / MiB:.0f} MiB) | {plain:.2f} | 1.00x |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
