@@ -269,7 +269,7 @@ def _check_paths(entries: Sequence[FileEntry], sid: str) -> None:
 class _Body:
     """A v3 manifest's second line, parsed and checked against its header on first use."""
 
-    def __init__(self, raw: bytes, sha256: str, sid: str, delta: bool) -> None:
+    def __init__(self, raw: bytes | memoryview, sha256: str, sid: str, delta: bool) -> None:
         self.raw, self.sha256, self.sid, self.delta = raw, sha256, sid, delta
         self._parsed: tuple[list[FileEntry], list[str]] | None = None
         self._lock = threading.Lock()
@@ -285,7 +285,7 @@ class _Body:
         if hashlib.sha256(self.raw).hexdigest() != self.sha256:
             raise UnsafeManifestError(f"manifest {self.sid}: its file list does not match the sha256 its header names")
         try:
-            d = json.loads(self.raw)
+            d = json.loads(bytes(self.raw))
         except (ValueError, UnicodeDecodeError) as exc:
             raise UnsafeManifestError(f"manifest {self.sid}: its file list is not valid JSON: {exc}") from None
         if not isinstance(d, dict) or not isinstance(d.get("files"), list):
@@ -433,13 +433,15 @@ class Manifest:
         anything off. The file list is read and validated when first used: a full one from
         these bytes, a delta's through `fetch` (the manifests it builds on, each checked
         against the sha256 the delta names; BrokenChainError when one is gone)."""
-        line1, _, rest = data.partition(b"\n")
+        end = data.find(b"\n")
+        line1 = data if end < 0 else data[:end]
         try:
             head = json.loads(line1)
         except (ValueError, UnicodeDecodeError):
             head = None
         if isinstance(head, dict) and head.get("format") == FORMAT:
-            body = rest[:-1] if rest.endswith(b"\n") else rest
+            # The file list stays unparsed, and uncopied, until it is used.
+            body = memoryview(data)[len(line1) + 1: len(data) - 1 if data.endswith(b"\n") else len(data)]
             return cls._from_v3(head, hashlib.sha256(line1).hexdigest(), body, expect_stream, expect_id, fetch)
         try:
             d = json.loads(data)
@@ -463,7 +465,7 @@ class Manifest:
         return cls(files=files, format=d["format"], **common)
 
     @classmethod
-    def _from_v3(cls, head: dict[str, Any], header_sha: str, raw_body: bytes, expect_stream: str | None,
+    def _from_v3(cls, head: dict[str, Any], header_sha: str, raw_body: bytes | memoryview, expect_stream: str | None,
                  expect_id: str | None, fetch: Fetch | None) -> Manifest:
         common = _common_fields(head, expect_stream, expect_id)
         sid, f = common["snapshot_id"], Fields(head, common["snapshot_id"])
