@@ -139,8 +139,9 @@ def _creator() -> str:
 def _timeline_for(
     fs: CheckpointFS, store: SnapshotStore, stream: str, query_id: str, tls: Timelines, recent: RecentRefs, *,
     new_line: bool,
-) -> int:
-    """Which timeline of `stream` this checkpoint continues.
+) -> tuple[int, Manifest | None]:
+    """Which timeline of `stream` this checkpoint continues, and its newest snapshot when
+    finding the timeline read it already (the parent).
 
     A checkpoint restored by streamstate says so in its lineage file; one that never was is
     on a root timeline whose history has its query id. A checkpoint with another query id
@@ -149,18 +150,19 @@ def _timeline_for(
     """
     lineage = read_lineage(fs)
     if lineage is not None and lineage.stream == stream and lineage.query_id == query_id:
-        return lineage.branch(store)
+        return lineage.branch(store), None
     if new_line:
-        return new_timeline(store, stream, branch_from=None, reason=f"new line of history for query {query_id}").timeline
+        line = new_timeline(store, stream, branch_from=None, reason=f"new line of history for query {query_id}")
+        return line.timeline, None
     roots = sorted((t for t in {1, *tls.records} if tls.is_root(t)), reverse=True)
     heads = 0
     for tl in roots:
         head = latest_snapshot(store, stream, timeline=tl, timelines=tls, recent=recent)
         heads += head is not None
         if head is not None and head.query_id == query_id:
-            return tl
+            return tl, head
     if not heads and not (recent.refs if recent.complete else snapshot_refs(store, stream)):
-        return 1  # the stream's first snapshot
+        return 1, None  # the stream's first snapshot
     raise UsageError(
         f"checkpoint {checkpoint_where(fs)} (query id {query_id}) is not a checkpoint of stream {stream}'s history: "
         "its snapshots come from another query",
@@ -236,10 +238,11 @@ def _create_snapshot(
         spark_version = beat.spark_version if beat is not None and beat.query_id == query_id else None
     recent = recent_refs(store, stream)
     tls = load_timelines(store, stream, recent.refs)
-    timeline = _timeline_for(fs, store, stream, query_id, tls, recent, new_line=new_timeline)
-    if timeline > tls.current or timeline not in tls.records:
-        tls = load_timelines(store, stream, recent.refs)  # a timeline this call (or a restore) just started
-    parent = latest_snapshot(store, stream, timeline=timeline, timelines=tls, recent=recent)
+    timeline, parent = _timeline_for(fs, store, stream, query_id, tls, recent, new_line=new_timeline)
+    if parent is None:
+        if timeline > tls.current or timeline not in tls.records:
+            tls = load_timelines(store, stream, recent.refs)  # a timeline this call (or a restore) just started
+        parent = latest_snapshot(store, stream, timeline=timeline, timelines=tls, recent=recent)
     labels = dict(labels or {})
     committed = committed_batches(fs)  # what Spark's commit log says, from two listings
     if not committed and not fs.is_dir("offsets"):
