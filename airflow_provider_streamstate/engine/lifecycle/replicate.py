@@ -56,8 +56,6 @@ from airflow_provider_streamstate.engine.catalog.gc import max_snapshot_seconds
 from airflow_provider_streamstate.engine.catalog.manifests import manifest_fetcher, read_manifest
 from airflow_provider_streamstate.engine.catalog.snapshots import (
     LATEST,
-    LATEST_GOOD_PREFIX,
-    no_snapshots_error,
     resolve_snapshot,
 )
 from airflow_provider_streamstate.engine.catalog.timeline import load_timelines
@@ -73,12 +71,11 @@ from airflow_provider_streamstate.engine.core.errors import (
 )
 from airflow_provider_streamstate.engine.core.manifest import (
     Manifest,
-    SnapshotRef,
-    validate_snapshot_id,
     validate_stream_name,
 )
 from airflow_provider_streamstate.engine.core.parallel import run_parallel
 from airflow_provider_streamstate.engine.lifecycle.blob_refresh import RefreshedBlobs
+from airflow_provider_streamstate.engine.lifecycle.replicate_select import checked_id, select_snapshots
 from airflow_provider_streamstate.engine.stores.base import (
     PART_SIZE,
     ManifestExistsError,
@@ -194,73 +191,6 @@ class ReplicationResult:
             "blobs_refreshed": sum(s.blobs_refreshed for s in self.snapshots),
             "seconds": round(self.seconds, 3),
         }
-
-
-# --- which snapshots ----------------------------------------------------------------------
-
-
-def select_snapshots(
-    source: SnapshotStore, destination: SnapshotStore, stream: str, *, snapshots: Sequence[str] = (),
-    since: str | None = None, all_missing: bool = False,
-) -> list[str]:
-    """Source snapshot ids to replicate, oldest first (by creation time).
-
-    Exactly one way of choosing: `snapshots` (ids or `latest`, the newest on the source's
-    current timeline; the default when nothing is given), `since` (that snapshot and every
-    one created after it, on any timeline), or `all_missing` (every snapshot the
-    destination does not hold and has not deleted: a snapshot retention deleted there,
-    whose tombstone remains, stays deleted rather than coming back on every run).
-    """
-    validate_stream_name(stream)
-    chosen = sum(1 for x in (bool(snapshots), since is not None, all_missing) if x)
-    if chosen > 1:
-        raise UsageError("choose the snapshots one way", hint="give snapshot ids, or --since ID, or --all")
-    ids = source.list_snapshot_ids(stream)
-    if not ids:
-        raise no_snapshots_error(source, stream)
-    refs = sorted(SnapshotRef.parse(i) for i in ids if _valid_id(i))
-    if all_missing:
-        present = set(destination.list_snapshot_ids(stream)) | set(destination.list_tombstones(stream))
-        return [r.snapshot_id for r in refs if r.snapshot_id not in present]
-    if since is not None:
-        try:
-            start = SnapshotRef.parse(since)
-        except UsageError as exc:
-            raise UsageError(exc.message, hint="--since takes a snapshot id; see `streamstate snapshot list`") from None
-        if since not in ids:
-            raise NotFoundError(
-                f"no snapshot {since} of stream {stream} in {source.url}",
-                hint=f"list them with `streamstate snapshot list --store {source.url} --stream {stream}`",
-            )
-        return [r.snapshot_id for r in refs if r.created >= start.created]
-    wanted: list[str] = []
-    for spec in snapshots or [LATEST]:
-        named = spec == LATEST or spec.startswith(LATEST_GOOD_PREFIX)  # `latest-good:<suite>` too
-        sid = resolve_snapshot(source, stream, spec).snapshot_id if named else _checked_id(spec)
-        if sid not in ids:
-            raise NotFoundError(
-                f"no snapshot {sid} of stream {stream} in {source.url}",
-                hint=f"list them with `streamstate snapshot list --store {source.url} --stream {stream}`",
-            )
-        if sid not in wanted:
-            wanted.append(sid)
-    return sorted(wanted, key=lambda s: SnapshotRef.parse(s))
-
-
-def _valid_id(sid: str) -> bool:
-    try:
-        validate_snapshot_id(sid)
-        return True
-    except UsageError:
-        log.warning("ignoring a manifest with an invalid id %r", sid)
-        return False
-
-
-def _checked_id(spec: str) -> str:
-    try:
-        return validate_snapshot_id(spec)
-    except UsageError as exc:
-        raise UsageError(exc.message, hint="give snapshot ids or `latest`; see `streamstate snapshot list`") from None
 
 
 # --- copying blobs ------------------------------------------------------------------------
@@ -684,7 +614,7 @@ def check_replica(
             return ReplicaCheck("waiting", f"no snapshot of {stream} in {where.url} yet", None, store.url)
         snapshot_id = resolve_snapshot(where, stream, LATEST).snapshot_id
     else:
-        snapshot_id = _checked_id(snapshot)
+        snapshot_id = checked_id(snapshot)
     try:
         data = store.get_manifest(stream, snapshot_id)
     except NotFoundError:
