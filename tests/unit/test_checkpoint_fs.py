@@ -596,7 +596,7 @@ def test_a_restore_into_an_empty_prefix_copies_each_file_once_and_a_failure_leav
     m = create_snapshot(str(root), store, "orders").manifest
     requests: Counter[str] = Counter()
     s3.meta.events.register("before-call.s3.*", lambda model, **_: requests.update([model.name]))
-    restore_snapshot(store, "orders", m.snapshot_id, f"s3a://{BUCKET}/once/orders")
+    restore_snapshot(store, "orders", m.snapshot_id, f"s3a://{BUCKET}/restored-once/orders")
     assert requests["CopyObject"] == len(m.files)  # one each: from its blob, or from the first of identical files
 
     def keys(prefix: str) -> list[str]:
@@ -611,19 +611,19 @@ def test_a_restore_into_an_empty_prefix_copies_each_file_once_and_a_failure_leav
         real(self, store_, entry)
     monkeypatch.setattr(S3Staging, "write_blob", failing)
     with pytest.raises(OSError):
-        restore_snapshot(store, "orders", m.snapshot_id, f"s3a://{BUCKET}/twice/orders", parallelism=1)
-    assert keys("twice/") == []  # as it was: empty, marker included
+        restore_snapshot(store, "orders", m.snapshot_id, f"s3a://{BUCKET}/interrupted/orders", parallelism=1)
+    assert keys("interrupted/") == []  # as it was: empty, marker included
     # A crash (nothing cleaned up) leaves the marker: refused until the restore is run again.
     calls.clear()
     monkeypatch.setattr(S3Staging, "discard", lambda self: None)
     with pytest.raises(OSError):
-        restore_snapshot(store, "orders", m.snapshot_id, f"s3a://{BUCKET}/twice/orders", parallelism=1)
-    assert f"twice/orders/{INCOMPLETE_FILE}" in keys("twice/")
+        restore_snapshot(store, "orders", m.snapshot_id, f"s3a://{BUCKET}/interrupted/orders", parallelism=1)
+    assert f"interrupted/orders/{INCOMPLETE_FILE}" in keys("interrupted/")
     with pytest.raises(UnsupportedCheckpointError, match="restore that did not finish"):
-        create_snapshot(f"s3a://{BUCKET}/twice/orders", store, "orders-copy")
+        create_snapshot(f"s3a://{BUCKET}/interrupted/orders", store, "orders-copy")
     monkeypatch.undo()
-    restore_snapshot(store, "orders", m.snapshot_id, f"s3a://{BUCKET}/twice/orders", force=True)
-    assert f"twice/orders/{INCOMPLETE_FILE}" not in keys("twice/")
+    restore_snapshot(store, "orders", m.snapshot_id, f"s3a://{BUCKET}/interrupted/orders", force=True)
+    assert f"interrupted/orders/{INCOMPLETE_FILE}" not in keys("interrupted/")
 
 
 def test_a_checkpoint_whose_restore_did_not_finish_is_refused_by_snapshots(tmp_path, s3) -> None:
