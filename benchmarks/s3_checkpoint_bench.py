@@ -1,6 +1,8 @@
 """S3 checkpoint benchmark: planning cost of a large checkpoint in S3, and a snapshot of it
-into an S3 store on the same endpoint (hash once + server-side copy) against a plain boto3
-server-side copy of the same objects.
+into an S3 store on the same endpoint (one server-side copy per object, to a blob under a
+unique id named by the SHA-256 S3 computes) against a plain boto3 server-side copy of the
+same objects; then a restore of it into an empty prefix on the same endpoint against the
+same plain copy.
 
     .venv/bin/python benchmarks/s3_checkpoint_bench.py [--partitions N] [--files-per-store N] [--file-kib N]
 
@@ -9,14 +11,16 @@ operator metadata, one snapshot + deltas + Hadoop .crc sidecars per partition st
 `partitions * (2 * files_per_store)` objects in a moto S3 server on loopback, then:
 
 * plan: one `CheckpointReader.plan()`, counting the HTTP requests boto3 sends by operation;
-* snapshot: `create_snapshot` into an S3 store in the same bucket (every file streamed once
-  to hash it, then CopyObject), vs `copy_object` of the same planned objects with the same
-  concurrency and no hashing (the floor for "no bytes through this host");
-* an unchanged second snapshot after one garbage collection (every hash reused from object
-  identity; the parent's blobs relied on without a request each, on the GC's census);
+* snapshot: `create_snapshot` into an S3 store in the same bucket (one CopyObject per file,
+  asking for the copy's SHA-256), vs `copy_object` of the same planned objects with the same
+  concurrency and no checksum (the floor for "no bytes through this host");
+* restore: `restore_snapshot` of it into an empty prefix (one CopyObject per file, checked
+  by the SHA-256 S3 returns, behind the incomplete marker) vs the same plain copy;
+* an unchanged second snapshot after one garbage collection (the commit log says nothing
+  changed: no listing of the checkpoint, a delta of no change; the parent's blobs relied on
+  without a request each, on the GC's census), with its requests counted;
 * the same objects written with their SHA-256 attached (as S3A writes them with
-  `fs.s3a.create.checksum.algorithm=SHA256`): a first snapshot names each by a HEAD and
-  copies it server side, reading no byte here, against the same plain copy.
+  `fs.s3a.create.checksum.algorithm=SHA256`): a first snapshot of them, the same way.
 
 Prints a Markdown table and writes .bench/s3_checkpoint_results.json.
 """
@@ -53,6 +57,7 @@ def main() -> None:
         PROVIDER_CONF,
         CheckpointReader,
     )
+    from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
     from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
     from airflow_provider_streamstate.engine.stores import S3Store
 
@@ -112,6 +117,17 @@ def main() -> None:
                                               CopySource={"Bucket": BUCKET, "Key": f"{prefix}/{f.path}"}), plan.files))
     plain_s = time.monotonic() - t
 
+    requests.clear()
+    t = time.monotonic()
+    restore_snapshot(store, "bench", snap.manifest.snapshot_id, f"s3a://{BUCKET}/restored", parallelism=PARALLELISM)
+    restore_s = time.monotonic() - t
+    restore_requests = dict(requests)
+    t = time.monotonic()
+    with ThreadPoolExecutor(PARALLELISM) as pool:
+        list(pool.map(lambda f: c.copy_object(Bucket=BUCKET, Key=f"plain2/{f.path}",
+                                              CopySource={"Bucket": BUCKET, "Key": f"{prefix}/{f.path}"}), plan.files))
+    plain2_s = time.monotonic() - t
+
     from airflow_provider_streamstate.engine.catalog.gc import collect_garbage
 
     collect_garbage(store)  # its census lets the next snapshot rely on the parent's blobs
@@ -134,7 +150,12 @@ def main() -> None:
         "plan_seconds": round(plan_s, 3), "plan_requests": plan_requests,
         "snapshot_seconds": round(snap_s, 3), "snapshot_requests": snap_requests,
         "snapshot_files_hashed": snap.files_hashed, "snapshot_blobs_stored": snap.blobs_uploaded,
+        "snapshot_manifest_bytes": snap.manifest_bytes,
         "plain_copy_object_seconds": round(plain_s, 3),
+        "restore_seconds": round(restore_s, 3), "restore_requests": restore_requests,
+        "plain_copy_object_again_seconds": round(plain2_s, 3),
+        "restore_over_plain_copy": round(restore_s / plain2_s, 2),
+        "unchanged_snapshot_unchanged": again.unchanged, "unchanged_snapshot_manifest_bytes": again.manifest_bytes,
         "unchanged_snapshot_seconds": round(again_s, 3), "unchanged_snapshot_files_hashed": again.files_hashed,
         "unchanged_snapshot_requests": again_requests,
         "unchanged_snapshot_blobs_inherited": again.blobs_inherited,

@@ -1,7 +1,8 @@
 """S3 checkpoint benchmark, real RocksDB state: a snapshot of a checkpoint that lives in S3
-into an S3 store on the same endpoint (hash, then server-side copy) and on another endpoint
-(streamed through this host, hashed on the way), each against plain boto3 doing the same
-copy of the same objects with the same concurrency and no hashing, in the same run.
+into an S3 store on the same endpoint (one server-side copy per object, to a blob under a
+unique id named by the SHA-256 S3 computes) and on another endpoint (streamed through this
+host, hashed on the way), and a restore into the same endpoint, each against plain boto3
+doing the same copy of the same objects with the same concurrency, in the same run.
 
     .venv/bin/python benchmarks/s3_rocksdb_checkpoint_bench.py [--rows-per-batch 300000] [--batches 8]
 
@@ -11,7 +12,10 @@ checkpoint, uploads that checkpoint as-is to the stack's `primary` S3 endpoint (
 S3A writes: one object per file), then times, with 8 parallel transfers for everyone:
 
 * same endpoint: `create_snapshot("s3a://...")` into a store in the same bucket, against
-  `copy_object` of every planned object (no bytes through this host, the floor);
+  `copy_object` of every planned object (no bytes through this host, the floor), without
+  and with the objects carrying their SHA-256;
+* restore, same endpoint: `restore_snapshot` of that snapshot into an empty prefix of the
+  bucket, against `copy_object` of the same objects;
 * other endpoint: `create_snapshot` into a store on the `dr` endpoint, against a
   `get_object` -> `put_object` of every planned object through this host.
 
@@ -60,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     args = state_options(argparse.ArgumentParser(description=__doc__.split("\n")[0])).parse_args(argv)
 
     from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
+    from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
     from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
     from airflow_provider_streamstate.engine.state.spark import spark_session
     from airflow_provider_streamstate.engine.stores import S3Store
@@ -115,6 +120,14 @@ def main(argv: list[str] | None = None) -> int:
         r["same_snapshot_requests"] = dict(seen)
         r["same_snapshot_bytes_uploaded"] = snap.bytes_uploaded
 
+        # Restore into the same endpoint, an empty prefix: one checked copy per file, in place.
+        r["restore_plain_copy_s"], _ = timed(lambda: parallel(lambda f: primary.copy_object(
+            Bucket=bucket, Key=f"plain-restore/{f[0]}", CopySource={"Bucket": bucket, "Key": f"ckpt/{f[0]}"}), files, n))
+        seen.clear()
+        r["restore_s"], _ = timed(lambda: restore_snapshot(same, "bench", snap.manifest.snapshot_id,
+                                                           f"s3a://{bucket}/restored", parallelism=n))
+        r["restore_requests"] = dict(seen)
+
         # Same endpoint, the objects carrying their SHA-256 (as S3A writes them with
         # fs.s3a.create.checksum.algorithm=SHA256): named by a HEAD, no byte read here.
         parallel(lambda rel: primary.put_object(Bucket=bucket, Key=f"summed/{rel}", Body=(root / rel).read_bytes(),
@@ -145,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(run, ignore_errors=True)
 
     r["same_ratio"] = round(r["same_plain_copy_s"] / r["same_snapshot_s"], 2)
+    r["same_ratio_to_checksummed_copy"] = round(r["same_plain_copy_checksum_s"] / r["same_snapshot_s"], 2)
+    r["restore_ratio"] = round(r["restore_plain_copy_s"] / r["restore_s"], 2)
     r["other_ratio"] = round(r["other_plain_copy_s"] / r["other_snapshot_s"], 2)
     r["summed_ratio"] = round(r["same_plain_copy_s"] / r["summed_snapshot_s"], 2)
     r["summed_ratio_to_checksummed_copy"] = round(r["same_plain_copy_checksum_s"] / r["summed_snapshot_s"], 2)
@@ -156,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---:|---:|---|---:|---:|")
     print(f"| S3 store, same endpoint | {r['same_snapshot_s']:.2f} | {mb / r['same_snapshot_s']:.0f} | "
           f"boto3 copy_object | {r['same_plain_copy_s']:.2f} | {r['same_ratio']} |")
+    print(f"| S3 store, same endpoint | {r['same_snapshot_s']:.2f} | {mb / r['same_snapshot_s']:.0f} | "
+          f"boto3 copy_object asking for SHA-256 | {r['same_plain_copy_checksum_s']:.2f} | "
+          f"{r['same_ratio_to_checksummed_copy']} |")
     print(f"| S3 store, same endpoint, objects with SHA-256 | {r['summed_snapshot_s']:.2f} | "
           f"{mb / r['summed_snapshot_s']:.0f} | boto3 copy_object | {r['same_plain_copy_s']:.2f} | {r['summed_ratio']} |")
     print(f"| S3 store, same endpoint, objects with SHA-256 | {r['summed_snapshot_s']:.2f} | "
@@ -163,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{r['same_plain_copy_checksum_s']:.2f} | {r['summed_ratio_to_checksummed_copy']} |")
     print(f"| S3 store, other endpoint | {r['other_snapshot_s']:.2f} | {mb / r['other_snapshot_s']:.0f} | "
           f"boto3 get_object + put_object | {r['other_plain_copy_s']:.2f} | {r['other_ratio']} |")
+    print(f"| restore into the same endpoint | {r['restore_s']:.2f} | {mb / r['restore_s']:.0f} | "
+          f"boto3 copy_object | {r['restore_plain_copy_s']:.2f} | {r['restore_ratio']} |")
     (WORK / "s3_rocksdb_checkpoint_results.json").write_text(json.dumps(r, indent=1))
     return 0
 

@@ -1,6 +1,7 @@
-"""Every store backend keeps the same contract: content-addressed blobs, write-once manifests;
-on each kind of `store_kind` (a local directory, S3 on two independent implementations, moto
-and s3proxy, and HDFS)."""
+"""Every store backend keeps the same contract: content-addressed blobs and blobs under unique
+ids checked against the sha256 a manifest names, write-once manifests each announced by a
+journal hint, listings that start after a key; on each kind of `store_kind` (a local
+directory, S3 on two independent implementations, moto and s3proxy, and HDFS)."""
 
 from __future__ import annotations
 
@@ -94,6 +95,47 @@ def test_manifests_are_written_once(make_store, store_kind) -> None:
     assert store.list_streams() == ["s", "t"]
     with pytest.raises(NotFoundError, match="no snapshot"):
         store.get_manifest("s", "000000000009-20261121T000000000000Z")
+
+
+def test_blobs_under_unique_ids_are_stored_checked_listed_and_collected_like_the_others(
+    make_store, tmp_path, store_kind
+) -> None:
+    """What replication does with a blob an S3 snapshot copied to a unique key: every store
+    takes it under that id, refuses bytes that are not the sha256 the manifest names, and
+    lists it (garbage collection sees it) beside content-addressed blobs."""
+    import io
+
+    from airflow_provider_streamstate.engine.stores.base import new_unique_blob_id
+
+    store, _, _ = make_store(store_kind)
+    data = b"unique " * 500
+    digest, blob = hashlib.sha256(data).hexdigest(), new_unique_blob_id()
+    with pytest.raises(CorruptionError):
+        store.put_blob_stream(blob, io.BytesIO(data + b"!"), len(data) + 1, sha256=digest)
+    assert not store.has_blob(blob)
+    assert store.put_blob_stream(blob, io.BytesIO(data), len(data), sha256=digest) == len(data)
+    assert store.put_blob_stream(blob, io.BytesIO(data), len(data), sha256=digest) == 0  # present: kept
+    with store.open_blob(blob) as f:
+        assert f.read() == data
+    assert dict(store.iter_blobs()) == {blob: len(data)}
+    modified = store.blob_modified(blob)
+    assert modified is not None and store.refresh_blob(blob)
+    assert store.delete_blob(blob, written_before=modified - 3600) is False  # young: kept
+    assert store.delete_blob(blob, written_before=modified + 3600) is True
+    assert not store.has_blob(blob)
+
+
+def test_manifests_are_announced_in_the_journal_and_listed_after_a_known_id(make_store, store_kind) -> None:
+    store, _, _ = make_store(store_kind)
+    ids = [f"00000000000{b}-20261121T000000000000Z" for b in range(1, 5)]
+    for sid in (ids[0], ids[2], ids[3], f"{ids[1]}-t2", ids[1]):
+        store.put_manifest("s", sid, b"{}")
+    assert store.list_snapshot_ids_after("s", ids[1]) == [f"{ids[1]}-t2", ids[2], ids[3]]
+    hints = store.list_records("streams/s/journal/")
+    assert len(hints) == 5 and all("-p-" in k for k in hints)
+    assert store.list_records_after("streams/s/journal/", hints[2]) == hints[3:]
+    assert store.delete_manifest("s", ids[0])
+    assert [k for k in store.list_records("streams/s/journal/") if "-d-" in k][0].endswith(f"-d-{ids[0]}.json")
 
 
 def test_s3_store_from_url_uses_the_standard_aws_environment(stack, monkeypatch) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_streamstate.engine.catalog.gc import collect_garbage
 from airflow_provider_streamstate.engine.checkpoint.reader import ROCKSDB_PROVIDER as ROCKSDB
 from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
 from airflow_provider_streamstate.engine.checkpoint.sidecar import INCOMPLETE_FILE
@@ -108,16 +109,23 @@ def test_a_snapshot_of_an_s3_checkpoint_copies_server_side_restores_byte_for_byt
     root = hdfs_checkpoint(tmp_path / "c")
     url = upload(s3, root, "snap")
     store = S3Store(s3, BUCKET, "store-a")
+    requests: Counter[str] = Counter()
+    s3.meta.events.register("before-call.s3.*", lambda model, **_: requests.update([model.name]))
     first = create_snapshot(url, store, "orders")
     m = first.manifest
     assert m.checkpoint == url
-    assert first.files_hashed == len(m.files) and first.blobs_uploaded > 0
+    # Each file: one CopyObject to a blob under a unique id, named by the SHA-256 S3 computed.
+    assert (first.files_hashed, first.files_from_checksum, first.blobs_uploaded) == (0, len(m.files), len(m.files))
+    assert all(e.blob is not None for e in m.files) and requests["CopyObject"] == len(m.files)
+    assert requests["HeadObject"] == 0
+    for e in m.files:
+        assert e.sha256 == hashlib.sha256((root / e.path).read_bytes()).hexdigest(), e.path
     target = tmp_path / "restored"
     restore_snapshot(store, "orders", m.snapshot_id, target)
     for e in m.files:
         assert (target / e.path).read_bytes() == (root / e.path).read_bytes(), e.path
 
-    # One more batch: only its files are read again; unchanged objects are known by identity.
+    # One more batch: only its files are copied again; unchanged objects are known by identity.
     write(root / "offsets/4", (root / "offsets/3").read_text())
     write(root / "commits/4", (root / "commits/3").read_text())
     for d in store_dirs(root):
@@ -127,13 +135,25 @@ def test_a_snapshot_of_an_s3_checkpoint_copies_server_side_restores_byte_for_byt
     assert second.manifest.batch_id == 4
     assert second.manifest.parent == m.snapshot_id
     # Objects re-put with identical bytes keep their ETag but get a new LastModified second,
-    # so they may be hashed again; the blobs uploaded are only the new content.
+    # so they may be copied again; by the checksum S3 returns, their entries name the parent's blob.
     new_paths = {"offsets/4", "commits/4", *(f"{d.relative_to(root).as_posix()}/5.delta" for d in store_dirs(root))}
-    new_blobs = {e.sha256 for e in second.manifest.files if e.path in new_paths} - set(m.blobs)
-    assert second.blobs_uploaded == len(new_blobs)
+    kept = {e.blob_id for e in second.manifest.files if e.path not in new_paths}
+    assert kept <= set(m.blobs)
+    new_blobs = {e.blob_id for e in second.manifest.files if e.path in new_paths} - set(m.blobs)
+    assert len(new_blobs) == len({e.sha256 for e in second.manifest.files if e.path in new_paths} - set(
+        m.blob_sha256.values()))
+    assert second.manifest.delta is not None  # a delta of the first: what changed
+    restore_snapshot(store, "orders", second.manifest.snapshot_id, tmp_path / "second")
+    for e in second.manifest.files:
+        assert (tmp_path / "second" / e.path).read_bytes() == (root / e.path).read_bytes(), e.path
 
+    collect_garbage(store)  # its census: the parent's blobs are relied on without a request each
+    requests.clear()
     third = create_snapshot(url, store, "orders", always=True)
-    assert third.files_hashed == 0  # nothing changed: every hash reused from (size, LastModified+ETag)
+    assert third.unchanged and third.files_hashed == third.blobs_uploaded == 0  # the commit log says: nothing new
+    assert requests["CopyObject"] == requests["HeadObject"] == 0 and requests["PutObject"] == 2  # a hint, the manifest
+    assert third.manifest.delta is not None and third.manifest_bytes < 2000
+    assert list(third.manifest.files) == list(second.manifest.files)
 
 
 def upload_with_sha256(c: Any, root: Path, prefix: str) -> str:
@@ -172,7 +192,7 @@ def test_objects_carrying_their_sha256_are_named_by_it_and_copied_without_a_byte
         assert (target / e.path).read_bytes() == (root / e.path).read_bytes(), e.path
 
 
-def test_objects_listed_without_a_sha256_are_read_and_hashed_with_no_request_for_a_checksum(tmp_path, s3) -> None:
+def test_objects_listed_without_a_sha256_are_copied_too_with_no_byte_read_and_no_head(tmp_path, s3) -> None:
     root = hdfs_checkpoint(tmp_path / "c", batches=6)
     url = upload(s3, root, "unsummed")
     heads: list[str] = []
@@ -185,37 +205,43 @@ def test_objects_listed_without_a_sha256_are_read_and_hashed_with_no_request_for
         taken = create_snapshot(url, S3Store(s3, BUCKET, "store-unsummed"), "orders", parallelism=1)
     finally:
         s3.meta.events.unregister("before-parameter-build.s3.HeadObject", seen)
-    assert (taken.files_from_checksum, taken.files_hashed) == (0, len(taken.manifest.files))
+    assert (taken.files_from_checksum, taken.files_hashed) == (len(taken.manifest.files), 0)
     assert heads == []
 
 
 @pytest.mark.parametrize("copy_reports_checksum", [True, False], ids=["copy-checksum", "read-back"])
-def test_a_stored_checksum_that_is_not_the_sha256_of_the_bytes_fails_the_snapshot_and_deletes_the_copy(
+def test_a_copy_whose_reported_checksum_is_not_its_bytes_makes_the_snapshot_fail_to_restore_not_restore_wrong(
     tmp_path, s3, monkeypatch, copy_reports_checksum
 ) -> None:
-    """The blob's name must be the sha256 of its bytes even when nothing here read them: the
-    copy's own checksum, or (an endpoint whose copies report none) a read of the copy, decides."""
-    from airflow_provider_streamstate.engine.checkpoint.filesystems.s3 import S3CheckpointFS
-
+    """A blob under a unique id is named by the checksum its copy reported, never checked
+    here when it was written: a restore checks every byte against it. An endpoint that
+    misreports a copy's checksum yields a snapshot that fails to restore (naming the file),
+    never one that restores other bytes; one that reports none has its copies read back."""
     root = hdfs_checkpoint(tmp_path / "c")
-    url = upload_with_sha256(s3, root, f"lying-{copy_reports_checksum}")
+    url = upload(s3, root, f"lying-{copy_reports_checksum}")
     store = S3Store(s3, BUCKET, f"store-lying-{copy_reports_checksum}")
-    victim = "offsets/3"
-    lie = hashlib.sha256(b"not these bytes").hexdigest()
-    real = S3CheckpointFS.stored_sha256
-    monkeypatch.setattr(S3CheckpointFS, "stored_sha256",
-                        lambda fs, rel, expected: lie if rel == victim else real(fs, rel, expected))
-    if not copy_reports_checksum:
-        copy = s3.copy_object
+    victim = f"lying-{copy_reports_checksum}/offsets/3"
+    lie = hashlib.sha256(b"not these bytes").digest()
+    copy = s3.copy_object
 
-        def without_checksum(**kwargs: Any) -> Any:
-            r = copy(**kwargs)
+    def reported(**kwargs: Any) -> Any:
+        r = copy(**kwargs)
+        if kwargs["CopySource"]["Key"] == victim:
+            r.setdefault("CopyObjectResult", {})["ChecksumSHA256"] = __import__("base64").b64encode(lie).decode()
+        elif not copy_reports_checksum:
             r.get("CopyObjectResult", {}).pop("ChecksumSHA256", None)
-            return r
-        monkeypatch.setattr(s3, "copy_object", without_checksum)
-    with pytest.raises(CorruptionError, match=f"{victim}: the server-side copy has sha256 .* not {lie}"):
-        create_snapshot(url, store, "orders")
-    assert not store.has_blob(lie) and store.list_snapshot_ids("orders") == []
+        return r
+    monkeypatch.setattr(s3, "copy_object", reported)
+    m = create_snapshot(url, store, "orders").manifest
+    entry = next(e for e in m.files if e.path == "offsets/3")
+    assert entry.sha256 == lie.hex()
+    target = tmp_path / "restored"
+    with pytest.raises(CorruptionError, match="offsets/3: stored blob"):
+        restore_snapshot(store, "orders", m.snapshot_id, target)
+    assert not target.exists()
+    for e in m.files:  # every other file is named by its bytes, reported or read back
+        if e.path != "offsets/3":
+            assert e.sha256 == hashlib.sha256((root / e.path).read_bytes()).hexdigest(), e.path
 
 
 def test_a_copy_reporting_no_checksum_is_read_back_to_confirm_a_digest_nothing_here_computed(
@@ -250,8 +276,15 @@ def test_an_object_rewritten_with_other_bytes_of_the_same_size_is_hashed_again(t
     first = create_snapshot(url, store, "orders", checkpoint_connection=s3)
     rel = next(e.path for e in first.manifest.files if e.path.endswith("4.delta"))
     s3.put_object(Bucket=BUCKET, Key=f"rewrite/{rel}", Body=(root / rel).read_bytes().upper())
-    second = create_snapshot(url, store, "orders", always=True, checkpoint_connection=s3)
-    assert second.files_hashed >= 1
+    # A snapshot of the same batch trusts the commit log (a committed batch's files are final)...
+    assert create_snapshot(url, store, "orders", always=True, checkpoint_connection=s3).unchanged
+    # ...the next batch's plans the cut, and the object's new identity has it hashed again.
+    for b in ("offsets", "commits"):
+        s3.put_object(Bucket=BUCKET, Key=f"rewrite/{b}/4", Body=(root / f"{b}/3").read_bytes())
+    for d in store_dirs(root):
+        s3.put_object(Bucket=BUCKET, Key=f"rewrite/{d.relative_to(root).as_posix()}/5.delta", Body=b"v5")
+    second = create_snapshot(url, store, "orders", checkpoint_connection=s3)
+    assert not second.unchanged and second.files_hashed >= 1
     by_path = {e.path: e.sha256 for e in second.manifest.files}
     assert by_path[rel] != {e.path: e.sha256 for e in first.manifest.files}[rel]
 
@@ -429,9 +462,9 @@ def test_an_object_rewritten_after_the_plan_is_planned_again_not_stored(tmp_path
 def test_objects_above_the_read_once_size_are_hashed_then_streamed(tmp_path, s3, dr, monkeypatch) -> None:
     """Above READ_ONCE_BYTES (a part of the S3 store) memory would not be bounded by a part:
     such an object is read twice, once to hash, once streamed into the store."""
-    from airflow_provider_streamstate.engine.lifecycle import snapshot
+    from airflow_provider_streamstate.engine.lifecycle import snapshot_files
 
-    monkeypatch.setattr(snapshot, "READ_ONCE_BYTES", 5000)
+    monkeypatch.setattr(snapshot_files, "READ_ONCE_BYTES", 5000)
     root = sized_checkpoint(tmp_path / "c")
     url = upload(s3, root, "twice")
     reads = requests_by_key(s3, "GetObject")
@@ -549,6 +582,48 @@ def test_a_restore_onto_s3_refuses_a_non_empty_target_and_publishes_exactly_the_
     # The restored prefix is a checkpoint the engine reads like the original.
     assert plan_view(CheckpointReader(target, connection=s3).plan())[-3:] == plan_view(
         CheckpointReader(str(root)).plan())[-3:]
+
+
+def test_a_restore_into_an_empty_prefix_copies_each_file_once_and_a_failure_leaves_it_empty(
+    tmp_path, s3, monkeypatch
+) -> None:
+    """Nothing to replace: the files are copied in place behind the incomplete marker (one
+    CopyObject each, checked by the SHA-256 S3 returns), not staged and copied again."""
+    from airflow_provider_streamstate.engine.checkpoint.filesystems.s3 import S3Staging
+
+    root = hdfs_checkpoint(tmp_path / "c")
+    store = S3Store(s3, BUCKET, "store-once")
+    m = create_snapshot(str(root), store, "orders").manifest
+    requests: Counter[str] = Counter()
+    s3.meta.events.register("before-call.s3.*", lambda model, **_: requests.update([model.name]))
+    restore_snapshot(store, "orders", m.snapshot_id, f"s3a://{BUCKET}/restored-once/orders")
+    assert requests["CopyObject"] == len(m.files)  # one each: from its blob, or from the first of identical files
+
+    def keys(prefix: str) -> list[str]:
+        return [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("Contents", [])]
+    real = S3Staging.write_blob
+    calls: list[str] = []
+
+    def failing(self: Any, store_: Any, entry: Any) -> None:
+        calls.append(entry.path)
+        if len(calls) == 3:
+            raise OSError("connection reset while copying")
+        real(self, store_, entry)
+    monkeypatch.setattr(S3Staging, "write_blob", failing)
+    with pytest.raises(OSError):
+        restore_snapshot(store, "orders", m.snapshot_id, f"s3a://{BUCKET}/interrupted/orders", parallelism=1)
+    assert keys("interrupted/") == []  # as it was: empty, marker included
+    # A crash (nothing cleaned up) leaves the marker: refused until the restore is run again.
+    calls.clear()
+    monkeypatch.setattr(S3Staging, "discard", lambda self: None)
+    with pytest.raises(OSError):
+        restore_snapshot(store, "orders", m.snapshot_id, f"s3a://{BUCKET}/interrupted/orders", parallelism=1)
+    assert f"interrupted/orders/{INCOMPLETE_FILE}" in keys("interrupted/")
+    with pytest.raises(UnsupportedCheckpointError, match="restore that did not finish"):
+        create_snapshot(f"s3a://{BUCKET}/interrupted/orders", store, "orders-copy")
+    monkeypatch.undo()
+    restore_snapshot(store, "orders", m.snapshot_id, f"s3a://{BUCKET}/interrupted/orders", force=True)
+    assert f"interrupted/orders/{INCOMPLETE_FILE}" not in keys("interrupted/")
 
 
 def test_a_checkpoint_whose_restore_did_not_finish_is_refused_by_snapshots(tmp_path, s3) -> None:

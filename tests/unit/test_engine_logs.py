@@ -30,7 +30,8 @@ def test_snapshot_restore_and_verify_log_what_they_did(tmp_path, monkeypatch, ca
     said = _messages(caplog, "streamstate.snapshot")
     assert any(x.startswith("stream s: cut at batch 3:") and "(attempt 1)" in x for x in said), said
     assert any("the checkpoint changed while it was read" in x and "planning the cut again" in x for x in said), said
-    assert any(x.startswith(f"stream s: published {m.snapshot_id} (batch 3, timeline 1): uploaded") for x in said), said
+    assert any(x.startswith(f"stream s: published {m.snapshot_id} (batch 3, timeline 1, full manifest of ")
+               and "): uploaded" in x for x in said), said
 
     restore_snapshot(store, "s", m.snapshot_id, str(tmp_path / "copy"), fsync=False)
     assert any(m.snapshot_id in x and "copy" in x for x in _messages(caplog, "streamstate.restore"))

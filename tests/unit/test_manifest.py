@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -10,6 +11,7 @@ from airflow_provider_streamstate.engine.core.errors import UnsafeManifestError,
 from airflow_provider_streamstate.engine.core.manifest import (
     FORMAT,
     FORMAT_V1,
+    FORMAT_V2,
     Manifest,
     SnapshotRef,
     new_snapshot_id,
@@ -22,8 +24,9 @@ SHA = "a" * 64
 
 
 def doc(**over):
+    """A v2 manifest (one document): what older engines wrote, and every field's checks."""
     d = {
-        "format": FORMAT, "snapshot_id": "000000000007-20261121T101500123456Z", "stream": "s", "batch_id": 7,
+        "format": FORMAT_V2, "snapshot_id": "000000000007-20261121T101500123456Z", "stream": "s", "batch_id": 7,
         "created_at": "2026-11-21T10:15:00Z", "files": [{"path": "metadata", "size": 3, "sha256": SHA}],
         "timeline": 1,
     }
@@ -44,12 +47,18 @@ def test_escaping_or_odd_paths_are_refused(path) -> None:
         safe_relative_path(path)
 
 
+def header(data: bytes) -> dict:
+    """A v3 manifest's first line: its header."""
+    return json.loads(data.split(b"\n", 1)[0])
+
+
 def test_a_valid_manifest_round_trips() -> None:
     m = Manifest.from_json(doc())
     assert m.batch_id == 7 and m.files[0].path == "metadata"
     again = Manifest.from_json(m.to_json())
-    assert again == m
-    assert json.loads(m.to_json())["totals"] == {"files": 1, "bytes": 3, "blobs": 1}
+    assert again == replace(m, format=FORMAT)  # the v2 document, written again as v3
+    assert header(m.to_json())["totals"] == {"files": 1, "bytes": 3, "blobs": 1}
+    assert header(m.to_json())["format"] == FORMAT  # written as v3
 
 
 @pytest.mark.parametrize(
@@ -130,7 +139,7 @@ def test_v1_manifests_are_read_as_timeline_1() -> None:
     del d["timeline"]
     m = Manifest.from_json(json.dumps(d).encode())
     assert m.timeline == 1
-    assert json.loads(m.to_json())["format"] == FORMAT  # rewritten (e.g. replicated) as v2
+    assert header(m.to_json())["format"] == FORMAT  # written again as v3
 
 
 def test_snapshot_ids_name_their_timeline_after_the_first() -> None:

@@ -55,17 +55,22 @@ def blob_files(store: LocalStore) -> set[str]:
 def test_a_snapshot_arrives_byte_identical_with_its_blobs_and_provenance(stores) -> None:
     _, src, dst, ids = stores
     result = replicate(src, dst, "s", snapshots=["latest"])
-    assert [s.snapshot_id for s in result.snapshots] == [ids[1]]
-    assert dst.get_manifest("s", ids[1]) == src.get_manifest("s", ids[1])
-    m = resolve_snapshot(src, "s", ids[1])
-    assert blob_files(dst) == set(m.blobs)
-    one = result.snapshots[0]
-    assert (one.blobs_copied, one.bytes_copied) == (len(m.blobs), sum(m.blobs.values()))
-    assert (one.blobs_skipped, one.bytes_skipped, one.already_present) == (0, 0, False)
+    # The newest is a delta of the first: what it builds on arrives first, as a snapshot of its own.
+    assert resolve_snapshot(src, "s", ids[1]).chain_ids == [ids[0]]
+    assert [s.snapshot_id for s in result.snapshots] == ids
+    for sid in ids:
+        assert dst.get_manifest("s", sid) == src.get_manifest("s", sid)
+    m0, m = resolve_snapshot(src, "s", ids[0]), resolve_snapshot(src, "s", ids[1])
+    assert blob_files(dst) == set(m.blobs) | set(m0.blobs)
+    base, one = result.snapshots
+    assert (base.blobs_copied, base.bytes_copied) == (len(m0.blobs), sum(m0.blobs.values()))
+    new = set(m.blobs) - set(m0.blobs)
+    assert (one.blobs_copied, one.bytes_copied) == (len(new), sum(m.blobs[d] for d in new))
+    assert (one.blobs_skipped, one.already_present) == (len(m.blobs) - len(new), False)
     assert one.lag_seconds is not None and 0 <= one.lag_seconds < 60
     origin = replica_origin(dst, "s", ids[1])
     assert (origin["source"], origin["bytes_copied"]) == (src.url, one.bytes_copied)
-    assert snapshot_origins(dst, "s") == {ids[1]: src.url}
+    assert snapshot_origins(dst, "s") == {ids[0]: src.url, ids[1]: src.url}
     assert snapshot_origins(src, "s") == {}
     assert check_replica(dst, "s", "latest", source=src).outcome == "ready"
 
@@ -131,8 +136,8 @@ def test_a_cancelled_replication_publishes_nothing_and_a_rerun_copies_only_what_
     copied: list[str] = []
     real = dst.put_blob_stream
 
-    def put_then_cancel(digest, body, size):  # noqa: ANN001, ANN202 - a kill after the third blob
-        written = real(digest, body, size)
+    def put_then_cancel(digest, body, size, **kw):  # noqa: ANN001, ANN003, ANN202 - a kill after the third blob
+        written = real(digest, body, size, **kw)
         copied.append(digest)
         if len(copied) == 3:
             token.cancel("killed")
@@ -196,7 +201,9 @@ def test_timeline_records_come_before_the_manifest_and_validations_after(tmp_pat
 
         setattr(dst, name, spy)
     replicate(src, dst, "s", snapshots=["latest"])
-    assert order == [
+    assert t2.chain_ids == [ids[3]]  # a delta of the snapshot the rollback restored: it arrives first
+    assert [k for k in order if "/journal/" not in k] == [
+        f"manifest {ids[3]}", f"streams/s/replicas/{ids[3]}.json",
         "streams/s/timelines/000000002.json", f"manifest {t2.snapshot_id}",
         f"streams/s/replicas/{t2.snapshot_id}.json", suite,
     ]
@@ -312,8 +319,8 @@ def test_a_blob_deleted_right_after_the_replication_refreshed_it_is_copied_again
     for d in orphans:
         with src.open_blob(d) as body:
             dst.put_blob_stream(d, body, m.blobs[d])
-    one = replicate(src, dst, "s", snapshots=[ids[1]]).snapshots[0]
-    assert one.blobs_refreshed == 3
+    done = replicate(src, dst, "s", snapshots=[ids[1]]).snapshots  # the delta's base first
+    assert sum(one.blobs_refreshed for one in done) == 3
     assert blob_files(dst) >= set(m.blobs)
     assert check_replica(dst, "s", ids[1]).outcome == "ready"
 

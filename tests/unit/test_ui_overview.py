@@ -146,7 +146,7 @@ def test_a_store_without_an_index_is_read_from_its_manifests_once_per_process(ro
     put_validation(dr, "s", ids["11'"], "shape", True)
     first = summaries(dr, "s")  # replication copies manifests, not index segments
     again = summaries(dr, "s")
-    assert (first.manifests_read, again.manifests_read) == (3, 0)
+    assert (first.manifests_read, again.manifests_read) == (len(first.snapshots), 0)
     assert [s.snapshot_id for s in again.snapshots] == [s.snapshot_id for s in first.snapshots]
     assert again.validations == first.validations and again.validations[ids["11'"]] == {"shape": True}
     assert dr.list_records("streams/s/index/") == []  # remembered in memory, never written

@@ -8,7 +8,7 @@ one through the narrow window retention.md leaves open. Garbage collection lists
 blob of the store anyway, so at no extra request it finds each blob a live manifest
 references that is not there, and records them here:
 
-    gc/census.json   {"format", "taken_at", "manifests", "missing": [sha256...], "missing_total"}
+    gc/census.json   {"format", "taken_at", "manifests", "missing": [blob id...], "missing_total"}
 
 written by the collection holding the store's GC lease, replaced by each later one. A
 snapshot reads it once (one GET) and checks, and stores again, only the parent blobs it
@@ -25,8 +25,8 @@ import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from airflow_provider_streamstate.engine.core.digest import SHA256_RE
 from airflow_provider_streamstate.engine.core.errors import StreamstateError
+from airflow_provider_streamstate.engine.core.manifest import is_blob_id
 from airflow_provider_streamstate.engine.stores.base import SnapshotStore
 
 log = logging.getLogger("streamstate.gc")
@@ -43,7 +43,7 @@ class BlobCensus:
 
     taken_at: str  # when the collection's blob listing began (ISO 8601, UTC)
     manifests: int  # live manifests whose references were counted
-    missing: frozenset[str]  # sha256 digests, at most MAX_LISTED_MISSING of them
+    missing: frozenset[str]  # blob ids (sha256 or unique), at most MAX_LISTED_MISSING of them
     missing_total: int  # how many were missing in all
 
     def age_seconds(self, now: datetime | None = None) -> float:
@@ -93,8 +93,8 @@ def read_census(store: SnapshotStore) -> BlobCensus | None:
         if d.get("format") != CENSUS_FORMAT:
             raise ValueError(f"format {d.get('format')!r}")
         missing = [str(x) for x in d["missing"]]
-        if not all(SHA256_RE.match(x) for x in missing):
-            raise ValueError("a missing blob is not a sha256")
+        if not all(is_blob_id(x) for x in missing):
+            raise ValueError("a missing blob is not a blob id")
         census = BlobCensus(str(d["taken_at"]), int(d["manifests"]), frozenset(missing), int(d["missing_total"]))
         if census.missing_total < len(census.missing):
             raise ValueError("missing_total is below the blobs it names")
@@ -102,3 +102,26 @@ def read_census(store: SnapshotStore) -> BlobCensus | None:
         return census
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise UnreadableCensus(f"{CENSUS_KEY} in {store.url} is unreadable ({exc})") from None
+
+
+def suspect_blobs(store: SnapshotStore) -> frozenset[str] | None:
+    """The blobs the store's census names as lost, or None (check every blob a writer
+    inherits) when it cannot say: no census, one too old, incomplete or unreadable."""
+    try:
+        census = read_census(store)
+    except StreamstateError as exc:  # unreadable, or the store did not answer: check instead
+        log.warning("%s: checking every blob the parent snapshot references", exc.one_line())
+        return None
+    if census is None:
+        log.info("%s has no blob census (no garbage collection has listed it): checking every blob the parent "
+                 "manifest references; `streamstate gc` writes one", store.url)
+        return None
+    if census.age_seconds() > MAX_CENSUS_AGE_SECONDS:
+        log.warning("the blob census of %s is from %s, older than %d days (is garbage collection running?): "
+                    "checking every parent blob", store.url, census.taken_at, MAX_CENSUS_AGE_SECONDS // 86400)
+        return None
+    if not census.complete:
+        log.warning("the blob census of %s (%s) found %d lost blobs and names %d: checking every parent blob",
+                    store.url, census.taken_at, census.missing_total, len(census.missing))
+        return None
+    return census.missing

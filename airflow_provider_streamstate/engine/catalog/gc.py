@@ -7,6 +7,12 @@ docs/concepts.md ("Blobs, and what may delete them"):
    (a manifest retention deleted); a tombstone younger than the grace period `G` counts
    as a live manifest. Manifests first: retention writes the tombstone before removing
    the manifest, so a manifest that vanishes between the two listings is in the second.
+   Each manifest marks the entries it lists itself; a delta (docs/manifest.md) lists only
+   what changed, and the rest of its files are listed by the manifests it builds on, which
+   are marked too: every one a live manifest or live tombstone builds on counts as live,
+   published or a tombstone of any age (that tombstone is not expired while it is needed).
+   A live delta whose chain names a manifest that is neither stops the collection: what it
+   references cannot be known.
 2. Sweep: stream the blob listing; an unmarked blob whose last write is older than `G`
    is deleted, its age re-read right before (a writer may have refreshed it since the
    listing). Temp files and incomplete multipart uploads older than `G`, and tombstones
@@ -36,17 +42,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from airflow_provider_streamstate.engine.catalog import journal
 from airflow_provider_streamstate.engine.catalog.blob_census import census_of, write_census
 from airflow_provider_streamstate.engine.catalog.gc_lease import DEFAULT_TTL_SECONDS, GcLease
 from airflow_provider_streamstate.engine.core.cancel import CancelToken, cancellation, check_cancelled
-from airflow_provider_streamstate.engine.core.digest import SHA256_RE
 from airflow_provider_streamstate.engine.core.errors import (
     NotFoundError,
     StreamstateError,
     UnsafeManifestError,
     UsageError,
 )
-from airflow_provider_streamstate.engine.core.manifest import Manifest
+from airflow_provider_streamstate.engine.core.manifest import Manifest, is_blob_id
 from airflow_provider_streamstate.engine.core.parallel import run_parallel
 from airflow_provider_streamstate.engine.core.records import load_record
 from airflow_provider_streamstate.engine.stores.base import (
@@ -109,6 +115,8 @@ class GcResult:
     temp_deleted: int  # stale temp files and aborted multipart uploads
     tombstones_deleted: int  # tombstones older than the grace period, removed
     seconds: float
+    tombstones_needed: int = 0  # older than the grace period, kept: a live delta builds on them
+    hints_pruned: int = 0  # journal hints older than journal.KEEP_SECONDS, removed
     # Why blobs that looked unreferenced were kept: reason -> {"blobs", "bytes", "examples"}.
     kept_unreferenced: dict[str, dict[str, Any]] = field(default_factory=dict)
     missing_examples: tuple[str, ...] = ()  # a few of the missing blobs (all are in gc/census.json)
@@ -129,23 +137,39 @@ class GcResult:
             "blobs_missing": self.blobs_missing,
             "temp_deleted": self.temp_deleted,
             "tombstones_deleted": self.tombstones_deleted,
+            "tombstones_needed": self.tombstones_needed,
+            "hints_pruned": self.hints_pruned,
             "kept_unreferenced": self.kept_unreferenced,
             "missing_examples": list(self.missing_examples),
             "seconds": round(self.seconds, 3),
         }
 
 
-def _referenced(data: bytes, what: str) -> list[str]:
-    """The blobs a manifest references. One that does not validate is still read for its
-    digests (its blobs stay); one that is not even JSON stops GC: sweeping without
-    knowing what it references could delete a snapshot's state."""
+def _referenced(data: bytes, what: str) -> tuple[list[str], list[str]]:
+    """The blobs a manifest lists itself, and the ids of the manifests it builds on (a
+    delta). One that does not validate is still read for both (its blobs stay); one that
+    is not even JSON stops GC: sweeping without knowing what it references could delete a
+    snapshot's state."""
     try:
-        return [f.sha256 for f in Manifest.from_json(data).files]
+        m = Manifest.from_json(data)
+        return [f.blob_id for f in m.own_files], m.chain_ids
     except StreamstateError:
         pass
     try:
-        files = json.loads(data).get("files", [])
-        return [f["sha256"] for f in files if isinstance(f, dict) and SHA256_RE.match(str(f.get("sha256", "")))]
+        head, _, body = data.partition(b"\n")
+        try:
+            doc, chain = json.loads(data), []
+        except ValueError:  # v3: a header line, then the file list
+            doc = json.loads(body)
+            delta = json.loads(head).get("delta") or {}
+            chain = [str(link[0]) for link in delta.get("chain", []) if isinstance(link, list) and link]
+        blobs = []
+        for f in doc.get("files", []):
+            if isinstance(f, dict):
+                blob = f.get("blob") or f.get("sha256")
+                if is_blob_id(blob):
+                    blobs.append(str(blob))
+        return blobs, chain
     except (ValueError, AttributeError, TypeError) as exc:
         raise UnsafeManifestError(
             f"{what} is unreadable ({exc}); GC cannot tell which blobs it references",
@@ -204,22 +228,29 @@ def _collect(store: SnapshotStore, grace: float, dry_run: bool, parallelism: int
     # Mark, 1: every published manifest (all streams share blobs).
     live: set[bytes] = set()
     manifests = 0
+    read_ids: dict[str, set[str]] = {}  # stream -> manifests read
+    needs: dict[str, dict[str, str]] = {}  # stream -> id a live delta builds on -> that delta
     for stream in streams:
         ids = store.list_snapshot_ids(stream)
 
-        def read(sid: str, s: str = stream) -> list[str]:
+        def read(sid: str, s: str = stream) -> tuple[str, list[str], list[str]] | None:
             try:
-                return _referenced(store.get_manifest(s, sid), f"manifest {s}/{sid}")
+                return (sid, *_referenced(store.get_manifest(s, sid), f"manifest {s}/{sid}"))
             except NotFoundError:
-                return []  # deleted meanwhile: its tombstone is read below
-        for digests in run_parallel(read, ids, parallelism):
-            live.update(bytes.fromhex(x) for x in digests)
+                return None  # deleted meanwhile: its tombstone is read below
+        for got in run_parallel(read, ids, parallelism):
+            if got is None:
+                continue
+            sid, blobs, chain = got
+            live.update(bytes.fromhex(x) for x in blobs)
+            read_ids.setdefault(stream, set()).add(sid)
+            needs.setdefault(stream, {}).update((c, sid) for c in chain)
             manifests += 1
         check_cancelled()
 
     # Mark, 2: tombstones (after the manifests, see the module docstring).
     protected: dict[bytes, str] = {}  # blob -> the deleted snapshot that keeps it
-    expired: list[tuple[str, str]] = []
+    expired: dict[tuple[str, str], Tombstone] = {}
     tombstones_live = 0
     for stream in streams:
         ids = store.list_tombstones(stream)
@@ -231,15 +262,34 @@ def _collect(store: SnapshotStore, grace: float, dry_run: bool, parallelism: int
             if t is None:
                 continue
             if t.deleted_at < cutoff:
-                expired.append((t.stream, t.snapshot_id))
+                expired[(t.stream, t.snapshot_id)] = t
                 continue
             tombstones_live += 1
-            for x in _referenced(t.manifest, f"tombstone {t.stream}/{t.snapshot_id}"):
+            blobs, chain = _referenced(t.manifest, f"tombstone {t.stream}/{t.snapshot_id}")
+            read_ids.setdefault(stream, set()).add(t.snapshot_id)
+            needs.setdefault(stream, {}).update((c, t.snapshot_id) for c in chain)
+            for x in blobs:
                 ref = bytes.fromhex(x)
                 if ref not in live:
                     protected.setdefault(ref, f"{t.stream}/{t.snapshot_id}")
-    log.info("gc %s: %d manifests and %d live tombstones reference %d + %d blobs",
-             store.url, manifests, tombstones_live, len(live), len(protected))
+
+    # Mark, 3: what live deltas build on (published, a live tombstone, or one kept past its time).
+    needed = 0
+    for stream, wanted in needs.items():
+        for sid, by in sorted(wanted.items()):
+            if sid in read_ids.get(stream, set()):
+                continue
+            t = expired.pop((stream, sid), None)
+            if t is None:
+                raise UnsafeManifestError(
+                    f"snapshot {by} of {stream} builds on manifest {sid}, which {store.url} holds neither published "
+                    "nor as a tombstone; GC cannot tell which blobs it references",
+                    hint=f"replicate {sid} back from a store that holds it, or delete {by} (it cannot be "
+                         "restored), then run GC again")
+            needed += 1
+            live.update(bytes.fromhex(x) for x in _referenced(t.manifest, f"tombstone {stream}/{sid}")[0])
+    log.info("gc %s: %d manifests and %d live tombstones reference %d + %d blobs (%d tombstones kept for deltas)",
+             store.url, manifests, tombstones_live, len(live), len(protected), needed)
 
     # Sweep: stream the listing; blobs are checked and deleted in parallel batches.
     reasons = _Reasons()
@@ -269,7 +319,7 @@ def _collect(store: SnapshotStore, grace: float, dry_run: bool, parallelism: int
 
     listing_began = datetime.now(UTC)
     for blob in _blobs(store):
-        key = bytes.fromhex(blob.digest) if SHA256_RE.match(blob.digest) else None
+        key = bytes.fromhex(blob.digest) if is_blob_id(blob.digest) else None
         if key is not None and key in live:
             live.discard(key)  # each blob is listed once: what is left at the end is missing
             kept, kept_bytes = kept + 1, kept_bytes + blob.size
@@ -284,7 +334,7 @@ def _collect(store: SnapshotStore, grace: float, dry_run: bool, parallelism: int
             young, young_bytes = young + 1, young_bytes + blob.size
             continue
         if key is None:
-            reasons.add("not named by a sha256 (not a blob streamstate wrote)", blob)
+            reasons.add("not named by a blob id (not a blob streamstate wrote)", blob)
             continue
         batch.append(blob)
         if len(batch) >= DELETE_BATCH:
@@ -294,11 +344,15 @@ def _collect(store: SnapshotStore, grace: float, dry_run: bool, parallelism: int
         n, nb = sweep(batch)
         deleted, deleted_bytes = deleted + n, deleted_bytes + nb
 
-    # Leftovers of crashed writers, and tombstones that protect nothing any more.
+    # Leftovers of crashed writers, tombstones that protect nothing any more, old journal hints.
     temps = list(store.iter_stale_temp(cutoff))
+    hints = 0
     if not dry_run:
         run_parallel(lambda t: held(lambda: store.delete_temp(t)), temps, parallelism)
-        run_parallel(lambda st: held(lambda: store.delete_record(tombstone_key(*st))), expired, parallelism)
+        run_parallel(lambda st: held(lambda: store.delete_record(tombstone_key(*st))), list(expired), parallelism)
+        old_hints = datetime.fromtimestamp(clock - journal.KEEP_SECONDS, UTC)
+        still_held = lease.assert_held if lease is not None else None
+        hints = sum(journal.prune(store, stream, old_hints, still_held) for stream in streams)
     # What is left of `live` was referenced by a manifest marked before the listing began,
     # so its blob was stored before then: not listed means lost (this sweep keeps marked blobs).
     missing = sorted(x.hex() for x in live)
@@ -314,7 +368,7 @@ def _collect(store: SnapshotStore, grace: float, dry_run: bool, parallelism: int
         blobs_kept=kept, bytes_kept=kept_bytes, blobs_deleted=deleted, bytes_deleted=deleted_bytes,
         blobs_young=young, bytes_young=young_bytes, blobs_missing=len(live), temp_deleted=len(temps),
         tombstones_deleted=len(expired), seconds=time.monotonic() - started, kept_unreferenced=reasons.by,
-        missing_examples=tuple(missing[:EXAMPLES]),
+        missing_examples=tuple(missing[:EXAMPLES]), tombstones_needed=needed, hints_pruned=hints,
     )
     log.info("gc %s%s: deleted %d blobs (%d bytes), kept %d, young %d, %d temp, %d tombstones in %.1fs",
              store.url, " (dry run)" if dry_run else "", deleted, deleted_bytes, kept, young, len(temps),

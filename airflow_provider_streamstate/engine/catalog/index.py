@@ -1,27 +1,39 @@
-"""The catalog index: a stream's snapshots and validation outcomes without reading every manifest.
+"""The catalog index: a stream's snapshots and validation outcomes without reading every
+manifest, nor listing every manifest id.
 
-A manifest lists every file of the state (a 1,000-file state makes a ~150 KB manifest), so
-listing a history of 10,000 snapshots by reading them all is minutes of GETs. What
-`snapshot list`, retention, failover and the UI need of each is a few fields, and manifests
-and validation records are write-once, so those fields never change once read. The index
-keeps them in segments beside the manifests:
+What `snapshot list`, retention, failover and the UI need of each snapshot is a few fields
+of its manifest, and manifests and validation records are write-once, so those fields never
+change once read. The index keeps them in segments beside the manifests:
 
-    streams/<stream>/index/<time>-<id>.json
-        {"format", "stream", "snapshots": [summary...], "validations": {id: {suite: passed}}}
+    streams/<stream>/index/<time>-<tag>-<b|d>-<newest id>.json
+        {"format", "stream", "kind": "base"|"delta", "horizon" (base), "snapshots": [summary...],
+         "validations": {id: {suite: passed}}, "deleted": [id...] (delta)}
+
+A *base* segment is written from a full listing of the stream's manifest ids: it lists every
+snapshot that existed when that listing began (its horizon H). What changed since is in the
+journal (catalog/journal.py): one listing of the hints after H - skew. So a listing reads
+the segments and that short journal, checks each snapshot a hint names (a hint is a
+pointer, not the truth: a published one must have its manifest, a deleted one must not),
+and lists no manifest id at all. *Delta* segments keep what such listings learned (new
+summaries, snapshots found deleted) so the next reader does not ask again.
 
 It is a cache, never the truth:
-- The listing of manifest ids is authoritative. A listed snapshot the index does not cover
-  is read from its manifest (and added to a new segment); a summary whose snapshot is no
-  longer listed is ignored. So a lost or stale index can cost reads, never hide a snapshot
-  or bring back a deleted one.
-- Likewise the listing of validation records decides which outcomes exist; the index only
-  saves reading records it has seen.
-- Segments are written once (a new name each time). Once there are more than
-  `MAX_SEGMENTS`, a reader writes one segment with everything still listed and deletes the
-  segments it merged; a reader that misses a segment deleted meanwhile reads manifests.
+- A lost base (none, an unreadable one, one deleted while it was read), one older than half
+  the journal's keep time, `MAX_SEGMENTS` segments or more, or more than `MAX_CHANGES`
+  hints since the base: the manifest ids are listed in full, as before the index existed,
+  and a new base is written from that listing (the segments it replaces are deleted).
+- A summary whose snapshot is not in the base nor published since is ignored, and one
+  listed since but not yet summarised is read from its manifest: a stale index costs reads,
+  never hides a snapshot or brings back a deleted one. (A manifest added or deleted by hand,
+  outside streamstate, leaves no hint: it is seen at the next full listing.)
+- The listing of validation records decides which outcomes exist; the index only saves
+  reading records it has seen.
 - Segment contents are validated like manifests; an unreadable segment is skipped with a
   warning. Retention re-reads the manifest of every snapshot it is about to delete and
   refuses when the index disagrees with it.
+
+The names of the segments carry the newest snapshot id each knew: `latest` lists the ids
+after it (catalog/snapshots.py) instead of every id.
 """
 
 from __future__ import annotations
@@ -29,11 +41,13 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from airflow_provider_streamstate.engine.catalog.snapshots import get_snapshot, no_snapshots_error
+from airflow_provider_streamstate.engine.catalog import journal
+from airflow_provider_streamstate.engine.catalog.manifests import get_snapshot, no_snapshots_error
 from airflow_provider_streamstate.engine.catalog.timeline import Timelines, load_timelines, snapshot_refs
 from airflow_provider_streamstate.engine.catalog.validation_records import (
     VALIDATIONS_KIND,
@@ -45,7 +59,12 @@ from airflow_provider_streamstate.engine.core.errors import (
     UnsafeManifestError,
     UsageError,
 )
-from airflow_provider_streamstate.engine.core.manifest import Manifest, SnapshotRef, validate_snapshot_id
+from airflow_provider_streamstate.engine.core.manifest import (
+    SNAPSHOT_ID_RE,
+    Manifest,
+    SnapshotRef,
+    validate_snapshot_id,
+)
 from airflow_provider_streamstate.engine.core.parallel import run_parallel
 from airflow_provider_streamstate.engine.stores.base import (
     MANIFEST_SUFFIX,
@@ -57,8 +76,11 @@ from airflow_provider_streamstate.engine.stores.base import (
 log = logging.getLogger("streamstate.catalog")
 
 INDEX_KIND = "index"
-INDEX_FORMAT = "streamstate.catalog-index/v1"
-MAX_SEGMENTS = 8  # more than this and a reader merges them into one
+INDEX_FORMAT = "streamstate.catalog-index/v2"
+INDEX_FORMAT_V1 = "streamstate.catalog-index/v1"  # before bases and the journal: summaries only
+MAX_SEGMENTS = 8  # this many and a reader lists every id and writes one base instead
+MAX_CHANGES = 1000  # hints since the base: more, and the next listing writes a new base
+REBASE_SECONDS = journal.KEEP_SECONDS / 2  # a base older than this is rebuilt before it is trusted
 # A summary's creation time must be its id's (the id is written from the same clock moments
 # before): the order retention keeps by cannot be forged by a segment.
 MAX_CREATED_SKEW_SECONDS = 60.0
@@ -85,13 +107,17 @@ class SnapshotSummary:
     watermark_ms: int | None
     checkpoint: str | None
     spark_version: str | None
+    chain: tuple[str, ...] = ()  # the manifests a delta builds on (retention keeps them with it)
 
     @classmethod
     def of(cls, m: Manifest) -> SnapshotSummary:
+        """From the manifest's header alone (its totals; the file list is not read)."""
+        t = m.totals
         return cls(
             m.snapshot_id, m.stream, m.batch_id, m.timeline, m.created_at, m.parent, m.query_id, dict(m.labels),
-            len(m.files), len(m.blobs), m.bytes_total, m.state_store,
+            t.files, t.blobs, t.bytes, m.state_store,
             {t: dict(p) for t, p in m.kafka_offsets.items()}, m.watermark_ms, m.checkpoint, m.spark_version,
+            tuple(m.chain_ids),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -101,6 +127,7 @@ class SnapshotSummary:
             "query_id": self.query_id, "labels": self.labels, "files": self.files, "blobs": self.blobs,
             "bytes_total": self.bytes_total, "state_store": self.state_store, "kafka_offsets": self.kafka_offsets,
             "watermark_ms": self.watermark_ms, "checkpoint": self.checkpoint, "spark_version": self.spark_version,
+            "chain": list(self.chain),
         }
 
     @classmethod
@@ -122,11 +149,15 @@ class SnapshotSummary:
         if not (isinstance(offsets, dict) and all(
                 isinstance(p, dict) and all(isinstance(o, int) for o in p.values()) for p in offsets.values())):
             raise ValueError("kafka_offsets are not offsets")
+        chain = d.get("chain", [])  # absent in v1 segments: they summarise v1/v2 manifests only
+        if not isinstance(chain, list):
+            raise ValueError("chain is not a list of ids")
         s = cls(
             sid, stream, int(d["batch_id"]), int(d["timeline"]), str(d["created_at"]), opt("parent", str),
             str(d["query_id"]), dict(labels), int(d["files"]), int(d["blobs"]), int(d["bytes_total"]),
             str(d["state_store"]), {str(t): {str(k): int(v) for k, v in p.items()} for t, p in offsets.items()},
             opt("watermark_ms", int), opt("checkpoint", str), opt("spark_version", str),
+            tuple(validate_snapshot_id(str(x)) for x in chain),
         )
         if (s.batch_id, s.timeline) != (ref.batch_id, ref.timeline):
             raise ValueError(f"{sid}: batch or timeline disagrees with the id")
@@ -146,6 +177,7 @@ class SummaryListing:
     timelines: Timelines
     validations: dict[str, dict[str, bool | None]]
     manifests_read: int  # manifests read because the index did not cover them
+    full_listing: bool = True  # every manifest id was listed (else: the base and the journal since)
 
     def on_current_timeline(self, s: SnapshotSummary) -> bool:
         return self.timelines.contains(SnapshotRef.parse(s.snapshot_id))
@@ -153,6 +185,32 @@ class SummaryListing:
 
 def _segment_prefix(stream: str) -> str:
     return f"{STREAMS_PREFIX}/{stream}/{INDEX_KIND}/"
+
+
+@dataclass
+class _Segment:
+    key: str
+    kind: str  # base | delta | legacy (a v1 segment: summaries only)
+    horizon: datetime | None  # base: when the full listing it was written from began
+    summaries: list[SnapshotSummary]
+    validations: dict[str, dict[str, bool]]
+    deleted: set[str] = field(default_factory=set)
+
+
+def segment_hint(key: str) -> str | None:
+    """The newest snapshot id a segment's name carries (None for v1 names)."""
+    name = key.rsplit("/", 1)[-1].removesuffix(MANIFEST_SUFFIX)
+    parts = name.split("-", 3)
+    if len(parts) == 4 and parts[2] in ("b", "d") and SNAPSHOT_ID_RE.match(parts[3]):
+        return parts[3]
+    return None
+
+
+def newest_hint(store: SnapshotStore, stream: str) -> str | None:
+    """The newest snapshot id any index segment knew when it was written (one listing of
+    the segments' names, none read): where `latest` starts its listing of ids."""
+    hints = [h for h in (segment_hint(k) for k in store.list_records(_segment_prefix(stream))) if h is not None]
+    return max(hints) if hints else None
 
 
 def _validation_keys(store: SnapshotStore, stream: str) -> dict[str, list[str]]:
@@ -166,74 +224,172 @@ def _validation_keys(store: SnapshotStore, stream: str) -> dict[str, list[str]]:
     return out
 
 
-def _read_segments(
-    store: SnapshotStore, stream: str, parallelism: int
-) -> tuple[list[str], dict[str, SnapshotSummary], dict[str, dict[str, bool]]]:
+class _LostSegment(Exception):
+    """A base segment listed but gone when read (replaced by a newer base meanwhile)."""
+
+
+def _read_segments(store: SnapshotStore, stream: str, parallelism: int) -> tuple[list[str], list[_Segment], bool]:
+    """(segment keys, the readable segments, whether a base was lost while it was read)."""
     keys = store.list_records(_segment_prefix(stream))
 
-    def read(key: str) -> tuple[list[SnapshotSummary], dict[str, dict[str, bool]]] | None:
+    def read(key: str) -> _Segment | None:
         data = store.get_record(key)
         if data is None:
+            if segment_hint(key) is not None and key.rsplit("/", 1)[-1].split("-", 3)[2] == "b":
+                raise _LostSegment(key)
             return None  # merged and deleted by another reader meanwhile
         try:
             d = json.loads(data)
-            if d.get("format") != INDEX_FORMAT or d.get("stream") != stream:
+            if d.get("format") not in (INDEX_FORMAT, INDEX_FORMAT_V1) or d.get("stream") != stream:
                 raise ValueError(f"format {d.get('format')!r} of stream {d.get('stream')!r}")
             summaries = [SnapshotSummary.from_json(x, stream=stream) for x in d["snapshots"]]
             validations = {validate_snapshot_id(str(sid)): {str(suite): ok for suite, ok in v.items() if isinstance(ok, bool)}
                            for sid, v in d["validations"].items()}
-            return summaries, validations
+            if d["format"] == INDEX_FORMAT_V1:
+                return _Segment(key, "legacy", None, summaries, validations)
+            kind = d.get("kind", "delta")  # a segment of summaries alone (the UI's in-memory one) is a delta
+            if kind == "base":
+                horizon = datetime.fromisoformat(str(d["horizon"]).replace("Z", "+00:00"))
+                if horizon.tzinfo is None:
+                    raise ValueError("the horizon has no time zone")
+                return _Segment(key, kind, horizon, summaries, validations)
+            if kind != "delta":
+                raise ValueError(f"kind {kind!r}")
+            deleted = {validate_snapshot_id(str(x)) for x in d.get("deleted", [])}
+            return _Segment(key, kind, None, summaries, validations, deleted)
         except (ValueError, KeyError, TypeError, AttributeError, StreamstateError) as exc:
             log.warning("ignoring unreadable catalog index segment %s in %s: %s", key, store.url, exc)
             return None
 
-    summaries: dict[str, SnapshotSummary] = {}
-    validations: dict[str, dict[str, bool]] = {}
-    for got in run_parallel(read, keys, parallelism):
-        if got is None:
-            continue
-        for s in got[0]:
-            summaries[s.snapshot_id] = s
-        for sid, v in got[1].items():
-            validations.setdefault(sid, {}).update(v)
-    return keys, summaries, validations
+    try:
+        got = run_parallel(read, keys, parallelism)
+    except _LostSegment:
+        return keys, [], True
+    return keys, [g for g in got if g is not None], False
 
 
-def _write_segment(store: SnapshotStore, stream: str, summaries: list[SnapshotSummary],
-                   validations: dict[str, dict[str, bool]]) -> str:
-    name = f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%S%fZ')}-{uuid.uuid4().hex[:8]}"
+def _write_segment(store: SnapshotStore, stream: str, kind: str, summaries: Iterable[SnapshotSummary],
+                   validations: dict[str, dict[str, bool]], *, newest: str | None, horizon: datetime | None = None,
+                   deleted: Iterable[str] = ()) -> str:
+    name = f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%S%fZ')}-{uuid.uuid4().hex[:8]}-{kind[0]}-{newest or 'none'}"
     key = record_key(stream, INDEX_KIND, name)
-    body = {"format": INDEX_FORMAT, "stream": stream, "snapshots": [s.to_json() for s in summaries],
-            "validations": validations}
+    body: dict[str, Any] = {"format": INDEX_FORMAT, "stream": stream, "kind": kind,
+                            "snapshots": [s.to_json() for s in summaries], "validations": validations}
+    if horizon is not None:
+        body["horizon"] = horizon.isoformat().replace("+00:00", "Z")
+    if kind == "delta":
+        body["deleted"] = sorted(deleted)
     store.put_record(key, json.dumps(body, separators=(",", ":")).encode())
     return key
+
+
+@dataclass
+class _Known:
+    """What the segments say: summaries, outcomes, snapshots found deleted, the base."""
+
+    summaries: dict[str, SnapshotSummary]
+    validations: dict[str, dict[str, bool]]
+    deleted: set[str]
+    base: _Segment | None
+
+
+def _known(segments: list[_Segment]) -> _Known:
+    summaries: dict[str, SnapshotSummary] = {}
+    validations: dict[str, dict[str, bool]] = {}
+    deleted: set[str] = set()
+    for seg in segments:
+        for s in seg.summaries:
+            summaries[s.snapshot_id] = s
+        for sid, v in seg.validations.items():
+            validations.setdefault(sid, {}).update(v)
+        deleted |= seg.deleted
+    bases = [s for s in segments if s.kind == "base" and s.horizon is not None]
+    base = max(bases, key=lambda s: s.horizon or datetime.min.replace(tzinfo=UTC)) if bases else None
+    return _Known(summaries, validations, deleted, base)
+
+
+def _since_base(
+    store: SnapshotStore, stream: str, known: _Known, events: list[journal.Event], parallelism: int,
+) -> tuple[dict[str, SnapshotSummary], dict[str, SnapshotSummary], set[str]]:
+    """The snapshots that exist now, from the base and the hints since it: (summaries by id,
+    summaries read from manifests now, ids found deleted now). Each hinted snapshot is
+    checked: a published one must have its manifest (none: in flight, or its writer died),
+    a deleted one must not (still there: its deletion was interrupted)."""
+    assert known.base is not None
+    present = {s.snapshot_id: s for s in known.base.summaries}
+    last = {e.snapshot_id: e for e in events}  # oldest first: the last hint of each id wins
+    now_text = journal.time_text(datetime.now(UTC) - timedelta(seconds=journal.SKEW_SECONDS))
+    to_read: list[tuple[str, str]] = []  # (id, the hint's kind)
+    for sid, e in last.items():
+        if e.kind == journal.PUBLISHED:
+            if sid in known.summaries and sid not in known.deleted:
+                present[sid] = known.summaries[sid]
+            else:
+                to_read.append((sid, e.kind))
+        elif sid in known.deleted:
+            present.pop(sid, None)
+        else:
+            to_read.append((sid, e.kind))
+
+    def read(item: tuple[str, str]) -> SnapshotSummary | None:
+        try:  # a damaged manifest stops the listing, naming it, as reading every manifest did
+            return SnapshotSummary.of(get_snapshot(store, stream, item[0]))
+        except NotFoundError:
+            return None
+    learned: dict[str, SnapshotSummary] = {}
+    gone: set[str] = set()
+    for (sid, kind), summary in zip(to_read, run_parallel(read, to_read, parallelism), strict=True):
+        if summary is not None:
+            present[sid] = learned[sid] = summary
+            continue
+        present.pop(sid, None)
+        if kind == journal.DELETED or last[sid].when < now_text:
+            gone.add(sid)  # deleted, or a hint whose writer died: not asked again
+    return present, learned, gone
 
 
 def list_summaries(
     store: SnapshotStore, stream: str, *, parallelism: int = 8, update_index: bool = True
 ) -> SummaryListing:
     """Every snapshot of `stream` (oldest first) as a summary, through the catalog index;
-    NotFoundError when it has none. `update_index` adds what the index lacked (a new
-    segment, or one merged segment) so the next call reads fewer manifests."""
-    refs = snapshot_refs(store, stream)
-    if not refs:
-        raise no_snapshots_error(store, stream)
-    listed = {r.snapshot_id for r in refs}
-    segments, indexed, known = _read_segments(store, stream, parallelism)
-    missing = [r.snapshot_id for r in refs if r.snapshot_id not in indexed]
+    NotFoundError when it has none. `update_index` writes what the index lacked (a delta
+    segment, or a new base after a full listing) so the next call reads less."""
+    keys, segments, lost = _read_segments(store, stream, parallelism)
+    known = _known(segments)
+    started = datetime.now(UTC)  # a new base's horizon: before its listing begins
+    by_id: dict[str, SnapshotSummary] | None = None
+    learned: dict[str, SnapshotSummary] = {}
+    gone: set[str] = set()
+    base = known.base
+    if (base is not None and not lost and base.horizon is not None and len(keys) < MAX_SEGMENTS
+            and (started - base.horizon).total_seconds() < REBASE_SECONDS):
+        events = journal.changes_since(store, stream, base.horizon)
+        if len(events) <= MAX_CHANGES:
+            by_id, learned, gone = _since_base(store, stream, known, events, parallelism)
+    full = by_id is None
+    if by_id is None:
+        refs = snapshot_refs(store, stream)
+        missing = [r.snapshot_id for r in refs if r.snapshot_id not in known.summaries]
 
-    def summarise(sid: str) -> SnapshotSummary | None:
-        try:  # a damaged manifest stops the listing, naming it, as reading every manifest did
-            return SnapshotSummary.of(get_snapshot(store, stream, sid))
-        except NotFoundError:
-            return None  # deleted since the listing
-    new = [s for s in run_parallel(summarise, missing, parallelism) if s is not None]
-    by_id = {**{sid: s for sid, s in indexed.items() if sid in listed}, **{s.snapshot_id: s for s in new}}
+        def summarise(sid: str) -> SnapshotSummary | None:
+            try:  # a damaged manifest stops the listing, naming it, as reading every manifest did
+                return SnapshotSummary.of(get_snapshot(store, stream, sid))
+            except NotFoundError:
+                return None  # deleted since the listing
+        learned = {s.snapshot_id: s for s in run_parallel(summarise, missing, parallelism) if s is not None}
+        by_id = {}
+        for r in refs:
+            found = known.summaries.get(r.snapshot_id) or learned.get(r.snapshot_id)
+            if found is not None:
+                by_id[r.snapshot_id] = found
+    if not by_id:
+        raise no_snapshots_error(store, stream)
+    refs = sorted(SnapshotRef.parse(sid) for sid in by_id)
 
     stored = _validation_keys(store, stream)
     outcomes: dict[str, dict[str, bool | None]] = {}
     unknown = [(sid, suite) for sid, suites in stored.items() if sid in by_id
-               for suite in suites if suite not in known.get(sid, {})]
+               for suite in suites if suite not in known.validations.get(sid, {})]
 
     def outcome(item: tuple[str, str]) -> bool | None:
         try:
@@ -242,35 +398,40 @@ def list_summaries(
         except (UnsafeManifestError, UsageError) as exc:
             log.warning("unreadable validation record of %s, suite %s: %s", item[0], item[1], exc.one_line())
             return None
-    learned: dict[str, dict[str, bool]] = {}
+    learned_outcomes: dict[str, dict[str, bool]] = {}
     for (sid, suite), ok in zip(unknown, run_parallel(outcome, unknown, parallelism), strict=True):
         outcomes.setdefault(sid, {})[suite] = ok
         if ok is not None:
-            learned.setdefault(sid, {})[suite] = ok
+            learned_outcomes.setdefault(sid, {})[suite] = ok
     for sid, suites in stored.items():
         for suite in suites:
-            if sid in by_id and suite in known.get(sid, {}):
-                outcomes.setdefault(sid, {})[suite] = known[sid][suite]
+            if sid in by_id and suite in known.validations.get(sid, {}):
+                outcomes.setdefault(sid, {})[suite] = known.validations[sid][suite]
 
-    if update_index and (new or learned):
-        _update_index(store, stream, segments, by_id, known, new, learned)
-    ordered = [by_id[r.snapshot_id] for r in refs if r.snapshot_id in by_id]
-    return SummaryListing(ordered, load_timelines(store, stream, refs), outcomes, len(missing))
+    if update_index:
+        _update_index(store, stream, keys, by_id, known, learned, learned_outcomes, gone, started if full else None)
+    ordered = [by_id[r.snapshot_id] for r in refs]
+    return SummaryListing(ordered, load_timelines(store, stream, refs), outcomes,
+                          len(learned) + (0 if full else len(gone)), full_listing=full)
 
 
 def _update_index(
-    store: SnapshotStore, stream: str, segments: list[str], by_id: dict[str, SnapshotSummary],
-    known: dict[str, dict[str, bool]], new: list[SnapshotSummary], learned: dict[str, dict[str, bool]],
+    store: SnapshotStore, stream: str, keys: list[str], by_id: dict[str, SnapshotSummary], known: _Known,
+    learned: dict[str, SnapshotSummary], learned_outcomes: dict[str, dict[str, bool]], gone: set[str],
+    horizon: datetime | None,
 ) -> None:
-    """Add a segment with what was read, or merge everything still listed into one."""
+    """After a full listing (`horizon` set): a new base with everything still listed, and the
+    segments it replaces deleted. Else a delta segment with what was learned, if anything."""
+    newest = max(by_id) if by_id else None
     try:
-        if len(segments) + 1 <= MAX_SEGMENTS:
-            _write_segment(store, stream, new, learned)
-            return
-        merged = {sid: {**known.get(sid, {}), **learned.get(sid, {})} for sid in by_id}
-        _write_segment(store, stream, list(by_id.values()), {k: v for k, v in merged.items() if v})
-        for key in segments:
-            store.delete_record(key)
+        if horizon is not None:
+            merged = {sid: {**known.validations.get(sid, {}), **learned_outcomes.get(sid, {})} for sid in by_id}
+            _write_segment(store, stream, "base", by_id.values(), {k: v for k, v in merged.items() if v},
+                           newest=newest, horizon=horizon)
+            for key in keys:
+                store.delete_record(key)
+        elif learned or learned_outcomes or gone:
+            _write_segment(store, stream, "delta", learned.values(), learned_outcomes, newest=newest, deleted=gone)
     except (StreamstateError, OSError) as exc:  # a cache: failing to write it costs the next reader time only
         why = exc.one_line() if isinstance(exc, StreamstateError) else str(exc)
         log.warning("could not update the catalog index of %s in %s: %s", stream, store.url, why)

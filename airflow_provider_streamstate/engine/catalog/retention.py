@@ -12,11 +12,16 @@ A policy is evaluated on each snapshot's creation time and timeline, never on id
   validation suite (newest on the current history, else newest anywhere), the newest
   snapshot of the current timeline, and at least one snapshot.
 
+- and every manifest a kept snapshot's delta manifest builds on (docs/manifest.md): a
+  delta lists only what changed since its parent, so the manifests back to its full one
+  are part of it. Deleting any snapshot therefore never breaks a kept one.
+
 Retention deletes manifests only, never blobs: each goes aside as a tombstone carrying its
 deletion time (`SnapshotStore.delete_manifest`), and garbage collection keeps its blobs
-for its grace period (docs/concepts.md, "Blobs"). Snapshots are self-contained (a
-manifest lists every file it restores), so deleting one never breaks another. A
-snapshot's validation records go with it.
+for its grace period (docs/concepts.md, "Blobs"). (Should a manifest a live delta needs be
+moved aside anyway, by a retention run that did not see the delta yet, its tombstone is
+where readers find it, and garbage collection keeps it and its blobs as long as a live
+manifest builds on it.) A snapshot's validation records go with it.
 """
 
 from __future__ import annotations
@@ -247,6 +252,16 @@ def evaluate(
     if ms and not any(reasons.values()):
         last = max(ms, key=lambda m: (_epoch(m.created_at), m.snapshot_id))
         keep(last, "keep at least one snapshot")
+    # What kept deltas build on, and what those build on (to a fixed point).
+    by_id = {m.snapshot_id: m for m in ms}
+    todo = [m for m in ms if reasons[m.snapshot_id]]
+    while todo:
+        m = todo.pop()
+        for sid in m.chain:
+            if sid in by_id and not any(r.startswith("a kept delta") for r in reasons[sid]):
+                if not reasons[sid]:
+                    todo.append(by_id[sid])
+                keep(by_id[sid], f"a kept delta builds on it ({m.snapshot_id})")
     out = []
     for m in ms:
         why = reasons[m.snapshot_id]

@@ -1,14 +1,22 @@
 """Finding snapshots in a store: list, show, newest on a timeline, streams. Every manifest
 read is validated; a stream or store with nothing in it is an error that names what the
-store does hold, so a typo never passes for an empty history."""
+store does hold, so a typo never passes for an empty history.
+
+`latest` lists only the ids at and after the newest one the catalog index knew (the names of
+its segments carry it: catalog/index.py), not every id: any snapshot newer than that one
+sorts after it (ids sort by batch, then time), so the newest on a timeline is among them
+whenever any of them is on that timeline's history; otherwise, and when none of them can be
+read, every id is listed, as before.
+"""
 
 from __future__ import annotations
 
-import difflib
 import logging
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_streamstate.engine.catalog.index import newest_hint
+from airflow_provider_streamstate.engine.catalog.manifests import get_snapshot, no_snapshots_error
 from airflow_provider_streamstate.engine.catalog.timeline import Timelines, load_timelines, snapshot_refs
 from airflow_provider_streamstate.engine.catalog.validation_records import get_validation, validate_suite_name
 from airflow_provider_streamstate.engine.core.errors import NotFoundError, UnsafeManifestError, UsageError
@@ -21,38 +29,16 @@ from airflow_provider_streamstate.engine.core.manifest import (
 from airflow_provider_streamstate.engine.core.parallel import run_parallel
 from airflow_provider_streamstate.engine.stores.base import SnapshotStore
 
+__all__ = [  # get_snapshot and no_snapshots_error live in catalog.manifests; callers import them here too
+    "LATEST", "LATEST_GOOD_PREFIX", "RecentRefs", "SnapshotListing", "StreamSummary", "get_snapshot",
+    "latest_good_snapshot", "latest_ref", "latest_snapshot", "list_snapshots", "list_streams",
+    "no_snapshots_error", "recent_refs", "resolve_snapshot",
+]
+
 log = logging.getLogger("streamstate.catalog")
 
 LATEST = "latest"
 LATEST_GOOD_PREFIX = "latest-good:"  # `latest-good:<suite>`
-
-
-def get_snapshot(store: SnapshotStore, stream: str, snapshot_id: str) -> Manifest:
-    validate_stream_name(stream)
-    validate_snapshot_id(snapshot_id)
-    try:
-        return Manifest.from_json(store.get_manifest(stream, snapshot_id), expect_stream=stream, expect_id=snapshot_id)
-    except UnsafeManifestError as exc:  # name the snapshot, and say what to do about it
-        raise UnsafeManifestError(
-            f"snapshot {snapshot_id} of {stream} in {store.url}: {exc.message}",
-            hint=exc.hint,
-        ) from None
-
-
-def no_snapshots_error(store: SnapshotStore, stream: str) -> NotFoundError:
-    """'stream X has no snapshots in S', naming the streams S does hold, closest first."""
-    streams = store.list_streams()
-    if not streams:
-        return NotFoundError(
-            f"stream {stream} has no snapshots in {store.url}, which holds no snapshots of any stream",
-            hint="check the store URL (bucket, prefix, endpoint) or take a snapshot first",
-        )
-    close = difflib.get_close_matches(stream, streams, n=len(streams), cutoff=0.0)
-    shown = ", ".join(close[:8]) + (f" (+{len(close) - 8} more)" if len(close) > 8 else "")
-    return NotFoundError(
-        f"stream {stream} has no snapshots in {store.url}",
-        hint=f"streams there: {shown}; check --stream (see `streamstate streams --store {store.url}`)",
-    )
 
 
 @dataclass(frozen=True)
@@ -85,20 +71,58 @@ def latest_ref(
     return max(on, key=lambda r: (r.batch_id, r.created)) if on else None
 
 
+@dataclass(frozen=True)
+class RecentRefs:
+    """The ids `latest` looks at: every id (`complete`), or the one the index knew as newest
+    and every id after it (which may not exist any more: it is read, never assumed)."""
+
+    refs: list[SnapshotRef]
+    complete: bool
+
+
+def recent_refs(store: SnapshotStore, stream: str) -> RecentRefs:
+    """Ids from the index's newest on (two listings: segment names, ids after), or all."""
+    hint = newest_hint(store, stream)
+    if hint is None:
+        return RecentRefs(snapshot_refs(store, stream), True)
+    refs = []
+    for sid in [hint, *store.list_snapshot_ids_after(stream, hint)]:
+        try:
+            refs.append(SnapshotRef.parse(sid))
+        except UsageError:
+            log.warning("ignoring a manifest with an invalid id %r in stream %s", sid, stream)
+    return RecentRefs(sorted(refs), False)
+
+
 def latest_snapshot(
     store: SnapshotStore, stream: str, *, timeline: int | None = None, timelines: Timelines | None = None,
-    refs: list[SnapshotRef] | None = None,
+    refs: list[SnapshotRef] | None = None, recent: RecentRefs | None = None,
 ) -> Manifest | None:
     """The newest readable snapshot on the history of `timeline` (default: the current
     timeline); an unreadable newest one is skipped with a warning. `refs`: the stream's
-    snapshot ids, when the caller listed them already."""
-    refs = snapshot_refs(store, stream) if refs is None else refs
-    tls = timelines or load_timelines(store, stream, refs)
-    for ref in sorted((r for r in refs if tls.contains(r, timeline)), key=lambda r: (r.batch_id, r.created), reverse=True):
-        try:
-            return get_snapshot(store, stream, ref.snapshot_id)
-        except UnsafeManifestError as exc:
-            log.warning("skipped an unreadable manifest: %s", exc.message)
+    snapshot ids, when the caller listed them already; `recent`: what `recent_refs` found
+    (default: found now)."""
+    if refs is not None:
+        recent = RecentRefs(refs, True)
+    elif recent is None:
+        recent = recent_refs(store, stream)
+    tls = timelines or load_timelines(store, stream, recent.refs)
+    tried: set[str] = set()
+    for source in (recent, None):
+        if source is None:
+            if recent.complete:
+                break
+            source = RecentRefs(snapshot_refs(store, stream), True)  # none of the recent ones: all ids
+        on = sorted((r for r in source.refs if tls.contains(r, timeline) and r.snapshot_id not in tried),
+                    key=lambda r: (r.batch_id, r.created), reverse=True)
+        for ref in on:
+            tried.add(ref.snapshot_id)
+            try:
+                return get_snapshot(store, stream, ref.snapshot_id)
+            except NotFoundError:
+                continue  # deleted since it was listed (or the index's newest is gone)
+            except UnsafeManifestError as exc:
+                log.warning("skipped an unreadable manifest: %s", exc.message)
     return None
 
 
@@ -129,9 +153,12 @@ def resolve_snapshot(store: SnapshotStore, stream: str, spec: str, *, labels: di
         validate_snapshot_id(spec)
     except UsageError as exc:
         raise UsageError(exc.message, hint="give a snapshot id, `latest` or `latest-good:<suite>`; see `streamstate snapshot list`") from None
-    if not store.list_snapshot_ids(stream):
-        raise no_snapshots_error(store, stream)
-    m = get_snapshot(store, stream, spec)
+    try:
+        m = get_snapshot(store, stream, spec)
+    except NotFoundError:
+        if not store.list_snapshot_ids(stream):
+            raise no_snapshots_error(store, stream) from None
+        raise
     if labels and not labels.items() <= m.labels.items():
         raise NotFoundError(f"snapshot {spec} of {stream} does not carry labels {labels}", hint="drop the labels or name another snapshot")
     return m
@@ -183,8 +210,9 @@ def list_streams(store: SnapshotStore, *, parallelism: int = 8) -> list[StreamSu
         def read(ref: SnapshotRef, s: str = stream) -> Manifest:
             return get_snapshot(store, s, ref.snapshot_id)
 
+        # Each manifest's own entries: a delta's others are its chain's, listed here too.
         for m in run_parallel(read, refs, parallelism):
-            blobs.update(m.blobs)
+            blobs.update((f.blob_id, f.size) for f in m.own_files)
         newest = latest_ref(store, stream, timelines=tls)
         out.append(StreamSummary(stream, len(refs), newest.snapshot_id if newest else None, tls.current, sum(blobs.values())))
     return out

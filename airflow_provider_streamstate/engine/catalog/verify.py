@@ -87,10 +87,10 @@ class VerifyResult:
         return f"{len(self.problems)} problem(s) in stream {self.stream}: {shown}{more}; {WHAT_TO_DO}"
 
 
-def _check_blob(store: SnapshotStore, digest: str, size: int) -> tuple[ProblemKind, str] | None:
-    """None when the blob is intact, else what is wrong with it."""
+def _check_blob(store: SnapshotStore, blob: str, digest: str, size: int) -> tuple[ProblemKind, str] | None:
+    """None when blob `blob` is intact (`size` bytes hashing to `digest`), else what is wrong with it."""
     try:
-        with store.open_blob(digest) as f:
+        with store.open_blob(blob) as f:
             got, n = sha256_stream(f)
     except MissingBlobError:
         return ProblemKind.BLOB_MISSING, ""
@@ -123,35 +123,36 @@ def _verify(store: SnapshotStore, stream: str, snapshot_id: str | None, parallel
     validate_stream_name(stream)
     ids = [snapshot_id] if snapshot_id else store.list_snapshot_ids(stream)
     result = VerifyResult(stream, ids)
-    # digest -> (size, [(snapshot id, path), ...]): each blob is read once however often it is used.
-    uses: dict[str, tuple[int, list[tuple[str, str]]]] = {}
+    # blob id -> (size, sha256, [(snapshot id, path), ...]): each blob is read once however often it is used.
+    uses: dict[str, tuple[int, str, list[tuple[str, str]]]] = {}
     for sid in ids:
         try:
             manifest = get_snapshot(store, stream, sid)
+            files = list(manifest.files)  # a delta's whole list: a broken chain is a finding too
         except StreamstateError as exc:
             if snapshot_id:
                 raise
             result.problems.append(Problem(ProblemKind.MANIFEST_UNREADABLE, sid, detail=exc.one_line()))
             continue
-        for f in manifest.files:
-            uses.setdefault(f.sha256, (f.size, []))[1].append((sid, f.path))
-    progress.start("verify", len(uses), sum(s for s, _ in uses.values()))
+        for f in files:
+            uses.setdefault(f.blob_id, (f.size, f.sha256, []))[2].append((sid, f.path))
+    progress.start("verify", len(uses), sum(s for s, _, _ in uses.values()))
 
-    def check(item: tuple[str, tuple[int, list[tuple[str, str]]]]) -> tuple[str, tuple[ProblemKind, str] | None]:
-        digest, (size, _) = item
-        problem = _check_blob(store, digest, size)
+    def check(item: tuple[str, tuple[int, str, list[tuple[str, str]]]]) -> tuple[str, tuple[ProblemKind, str] | None]:
+        blob, (size, digest, _) = item
+        problem = _check_blob(store, blob, digest, size)
         progress.advance(size)
-        return digest, problem
+        return blob, problem
 
     log.info("stream %s: verifying %d snapshot(s) in %s: %d blobs, %d bytes",
-             stream, len(ids), store.url, len(uses), sum(s for s, _ in uses.values()))
-    for digest, problem in run_parallel(check, list(uses.items()), parallelism):
-        size, where = uses[digest]
+             stream, len(ids), store.url, len(uses), sum(s for s, _, _ in uses.values()))
+    for blob, problem in run_parallel(check, list(uses.items()), parallelism):
+        size, digest, where = uses[blob]
         result.blobs_checked += 1
         result.bytes_checked += size
         if problem:
             kind, detail = problem
-            log.warning("%s: %s (%s, used %d time(s)): %s", kind.value, digest[:12], where[0][1], len(where), detail)
+            log.warning("%s: %s (%s, used %d time(s)): %s", kind.value, blob[:12], where[0][1], len(where), detail)
             result.problems.extend(Problem(kind, sid, path, digest, detail) for sid, path in where)
     progress.finish()
     result.seconds = time.monotonic() - started

@@ -140,6 +140,54 @@ def state_partitions(conf: dict[str, str]) -> int | None:
     return None
 
 
+def checkpoint_where(fs: CheckpointFS) -> str:
+    """How manifests name the checkpoint (`Manifest.checkpoint`, `CheckpointReader.where`):
+    its local directory, or its URL."""
+    return str(fs.local_path) if fs.local_path is not None else fs.location
+
+
+def read_query_id(fs: CheckpointFS) -> str:
+    """The query id in the checkpoint's `metadata`, read now (one read, no listing)."""
+    where = checkpoint_where(fs)
+    data = fs.read_record("metadata")
+    if data is None:
+        raise UnsupportedCheckpointError(f"{where} has no metadata file", hint="Spark writes it when a query first starts")
+    try:
+        return str(json.loads(data)["id"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UnsupportedCheckpointError(
+            f"{where}/metadata is unreadable: {exc}",
+            hint="check that --checkpoint is the query's checkpoint directory, as Spark wrote it",
+        ) from None
+
+
+def committed_batches(fs: CheckpointFS) -> list[int]:
+    """Batch ids whose offsets and commit are both present, ascending, from two listings of
+    the metadata logs now (not of the whole checkpoint): what Spark's commit log says."""
+    commits = {int(n) for n in fs.record_names("commits") if n.isdigit()}
+    return sorted(commits & {int(n) for n in fs.record_names("offsets") if n.isdigit()})
+
+
+def resolve_committed(committed: list[int], batch_id: int | None, where: str) -> int:
+    """`batch_id`, checked against the committed batches (default: the newest)."""
+    if not committed:
+        raise NotFoundError(
+            f"checkpoint {where} has no committed batch yet",
+            hint="wait until the stream commits its first batch",
+        )
+    if batch_id is None:
+        return committed[-1]
+    if batch_id < 0:
+        raise UsageError(f"batch id must be >= 0, got {batch_id}",
+                         hint="give a committed batch id, or leave --batch out for the newest")
+    if batch_id not in committed:
+        raise NotFoundError(
+            f"batch {batch_id} is not a committed batch still retained in {where}",
+            hint=f"retained committed batches are {committed[0]}..{committed[-1]}",
+        )
+    return batch_id
+
+
 class CheckpointReader:
     """Read-only view of one checkpoint, on any filesystem (engine/checkpoint/filesystems/).
 
@@ -189,17 +237,7 @@ class CheckpointReader:
         return [b for b in self._log_ids("commits") if b in offsets]
 
     def query_id(self) -> str:
-        try:
-            return str(json.loads(self.fs.read_bytes("metadata"))["id"])
-        except FileNotFoundError:
-            raise UnsupportedCheckpointError(
-                f"{self.where} has no metadata file", hint="Spark writes it when a query first starts"
-            ) from None
-        except (ValueError, KeyError) as exc:
-            raise UnsupportedCheckpointError(
-                f"{self._path('metadata')} is unreadable: {exc}",
-                hint="check that --checkpoint is the query's checkpoint directory, as Spark wrote it",
-            ) from None
+        return read_query_id(self.fs)
 
     def offset_batches(self) -> list[int]:
         """Batch ids with an offsets entry (planned, committed or not), ascending."""
@@ -243,23 +281,7 @@ class CheckpointReader:
         return 2 if "stateUniqueIds" in self.commit(batch_id) else 1
 
     def resolve_batch(self, batch_id: int | None) -> int:
-        committed = self.committed_batches()
-        if not committed:
-            raise NotFoundError(
-                f"checkpoint {self.where} has no committed batch yet",
-                hint="wait until the stream commits its first batch",
-            )
-        if batch_id is None:
-            return committed[-1]
-        if batch_id < 0:
-            raise UsageError(f"batch id must be >= 0, got {batch_id}",
-                             hint="give a committed batch id, or leave --batch out for the newest")
-        if batch_id not in committed:
-            raise NotFoundError(
-                f"batch {batch_id} is not a committed batch still retained in {self.where}",
-                hint=f"retained committed batches are {committed[0]}..{committed[-1]}",
-            )
-        return batch_id
+        return resolve_committed(self.committed_batches(), batch_id, self.where)
 
     # --- the cut -----------------------------------------------------------------
 

@@ -77,6 +77,15 @@ class MissingBlobError(CorruptionError):
     """A blob a manifest references is absent from the store (deleted, or never copied)."""
 
 
+class BrokenChainError(CorruptionError):
+    """A delta manifest builds on a manifest the store no longer holds (nor keeps aside)."""
+
+    default_hint = (
+        "replicate the missing manifest back from a store that holds it (or restore another "
+        "snapshot); `streamstate verify` names every snapshot it breaks"
+    )
+
+
 class StreamRunningError(StreamstateError):
     """The stream is running on the checkpoint an operation would replace."""
 

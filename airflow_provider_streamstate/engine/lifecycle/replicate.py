@@ -5,7 +5,10 @@ The guarantee is the one a snapshot gives: a snapshot is visible at the destinat
 when it is complete there, and it is byte-identical to the source's. For each snapshot:
 
 1. The source manifest is read and validated (it is untrusted input), and its timeline
-   records are read: the records its timeline relies on are copied first, write-once.
+   records are read: the records its timeline relies on are copied first, write-once. A
+   delta manifest (docs/manifest.md) builds on earlier manifests of the stream: each one the
+   destination holds neither published nor as a tombstone, byte for byte, is replicated
+   first, as a snapshot of its own.
 2. Only blobs the destination lacks are copied, in parallel; every byte is hashed while
    it streams from the source to the destination (`SnapshotStore.put_blob_stream`), and a
    blob whose bytes do not match its name is refused, naming it and the files of the
@@ -26,8 +29,10 @@ replication stops as for any corrupt source blob.
 
 The destination's blobs follow the blob protocol of docs/concepts.md ("Blobs, and what may
 delete them"): a blob present at the destination is relied on only when a destination
-manifest read in this operation references it (checked with a HEAD, rule 3) or this
-operation stored it; any other present blob is refreshed first (rule 4), so garbage
+manifest read in this operation references it (the snapshot itself, already there; or the
+parent a delta builds on, published there: rule 3, without a request unless the
+destination's blob census names the blob as lost) or this operation stored it; any other
+present blob is refreshed first (rule 4), so garbage
 collection's grace period covers the replication, and checked once more right before the
 manifest that needs it is published (a GC that read its age before the refresh may have
 deleted it after: it is copied again); and each manifest is published within
@@ -36,6 +41,7 @@ deleted it after: it is copied again); and each manifest is published within
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import threading
@@ -45,16 +51,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from airflow_provider_streamstate.engine.catalog.blob_census import suspect_blobs
 from airflow_provider_streamstate.engine.catalog.gc import max_snapshot_seconds
+from airflow_provider_streamstate.engine.catalog.manifests import manifest_fetcher, read_manifest
 from airflow_provider_streamstate.engine.catalog.snapshots import (
     LATEST,
-    LATEST_GOOD_PREFIX,
-    no_snapshots_error,
     resolve_snapshot,
 )
 from airflow_provider_streamstate.engine.catalog.timeline import load_timelines
 from airflow_provider_streamstate.engine.core.cancel import CancelToken, cancellation, check_cancelled
 from airflow_provider_streamstate.engine.core.errors import (
+    BrokenChainError,
     CorruptionError,
     MissingBlobError,
     NotFoundError,
@@ -64,12 +71,11 @@ from airflow_provider_streamstate.engine.core.errors import (
 )
 from airflow_provider_streamstate.engine.core.manifest import (
     Manifest,
-    SnapshotRef,
-    validate_snapshot_id,
     validate_stream_name,
 )
 from airflow_provider_streamstate.engine.core.parallel import run_parallel
 from airflow_provider_streamstate.engine.lifecycle.blob_refresh import RefreshedBlobs
+from airflow_provider_streamstate.engine.lifecycle.replicate_select import checked_id, select_snapshots
 from airflow_provider_streamstate.engine.stores.base import (
     PART_SIZE,
     ManifestExistsError,
@@ -187,73 +193,6 @@ class ReplicationResult:
         }
 
 
-# --- which snapshots ----------------------------------------------------------------------
-
-
-def select_snapshots(
-    source: SnapshotStore, destination: SnapshotStore, stream: str, *, snapshots: Sequence[str] = (),
-    since: str | None = None, all_missing: bool = False,
-) -> list[str]:
-    """Source snapshot ids to replicate, oldest first (by creation time).
-
-    Exactly one way of choosing: `snapshots` (ids or `latest`, the newest on the source's
-    current timeline; the default when nothing is given), `since` (that snapshot and every
-    one created after it, on any timeline), or `all_missing` (every snapshot the
-    destination does not hold and has not deleted: a snapshot retention deleted there,
-    whose tombstone remains, stays deleted rather than coming back on every run).
-    """
-    validate_stream_name(stream)
-    chosen = sum(1 for x in (bool(snapshots), since is not None, all_missing) if x)
-    if chosen > 1:
-        raise UsageError("choose the snapshots one way", hint="give snapshot ids, or --since ID, or --all")
-    ids = source.list_snapshot_ids(stream)
-    if not ids:
-        raise no_snapshots_error(source, stream)
-    refs = sorted(SnapshotRef.parse(i) for i in ids if _valid_id(i))
-    if all_missing:
-        present = set(destination.list_snapshot_ids(stream)) | set(destination.list_tombstones(stream))
-        return [r.snapshot_id for r in refs if r.snapshot_id not in present]
-    if since is not None:
-        try:
-            start = SnapshotRef.parse(since)
-        except UsageError as exc:
-            raise UsageError(exc.message, hint="--since takes a snapshot id; see `streamstate snapshot list`") from None
-        if since not in ids:
-            raise NotFoundError(
-                f"no snapshot {since} of stream {stream} in {source.url}",
-                hint=f"list them with `streamstate snapshot list --store {source.url} --stream {stream}`",
-            )
-        return [r.snapshot_id for r in refs if r.created >= start.created]
-    wanted: list[str] = []
-    for spec in snapshots or [LATEST]:
-        named = spec == LATEST or spec.startswith(LATEST_GOOD_PREFIX)  # `latest-good:<suite>` too
-        sid = resolve_snapshot(source, stream, spec).snapshot_id if named else _checked_id(spec)
-        if sid not in ids:
-            raise NotFoundError(
-                f"no snapshot {sid} of stream {stream} in {source.url}",
-                hint=f"list them with `streamstate snapshot list --store {source.url} --stream {stream}`",
-            )
-        if sid not in wanted:
-            wanted.append(sid)
-    return sorted(wanted, key=lambda s: SnapshotRef.parse(s))
-
-
-def _valid_id(sid: str) -> bool:
-    try:
-        validate_snapshot_id(sid)
-        return True
-    except UsageError:
-        log.warning("ignoring a manifest with an invalid id %r", sid)
-        return False
-
-
-def _checked_id(spec: str) -> str:
-    try:
-        return validate_snapshot_id(spec)
-    except UsageError as exc:
-        raise UsageError(exc.message, hint="give snapshot ids or `latest`; see `streamstate snapshot list`") from None
-
-
 # --- copying blobs ------------------------------------------------------------------------
 
 
@@ -279,6 +218,14 @@ class _Replicator:
         self.ready: dict[str, float] = {}
         self.refreshed = RefreshedBlobs()  # rule 4: checked again before publishing
         self.lock = threading.Lock()
+        self._suspect: frozenset[str] | None = None
+        self._suspect_read = False
+
+    def suspect(self) -> frozenset[str] | None:
+        """The destination blobs its census names as lost (None: check every vouched one)."""
+        if not self._suspect_read:
+            self._suspect, self._suspect_read = suspect_blobs(self.dst), True
+        return self._suspect
 
     # rule 1: what a manifest relies on must be younger than D when it is published
     def _forget_old(self) -> None:
@@ -287,18 +234,18 @@ class _Replicator:
             for d in [d for d, t in self.ready.items() if t < limit]:
                 del self.ready[d]  # checked (and refreshed) again before it is relied on
 
-    def _copy_blob(self, digest: str, size: int) -> int:
+    def _copy_blob(self, digest: str, size: int, sha256: str) -> int:
         if self.server_side:
             ref = self.src.blob_ref(digest)
             assert ref is not None
             try:
-                return self.dst.copy_in(ref, digest, size, confirm=True)
+                return self.dst.copy_in(ref, digest, size, confirm=True, sha256=sha256)
             except FileNotFoundError:
                 raise MissingBlobError(f"blob {digest} is missing from {self.src.url}") from None
         with self.src.open_blob(digest) as body:
-            return self.dst.put_blob_stream(digest, body, size)
+            return self.dst.put_blob_stream(digest, body, size, sha256=sha256)
 
-    def _place(self, digest: str, size: int, vouched: bool) -> tuple[int, bool]:
+    def _place(self, digest: str, size: int, sha256: str, vouched: bool) -> tuple[int, bool]:
         """Make one blob safe at the destination: (bytes copied, refreshed).
 
         Presence is asked first (a HEAD) only where a wrong guess costs more than the
@@ -311,6 +258,11 @@ class _Replicator:
         were vouched for by nothing, so they are refreshed (rule 4).
         """
         started = time.monotonic()
+        suspect = self.suspect() if vouched else None
+        if vouched and suspect is not None and digest not in suspect:
+            with self.lock:  # rule 3: a destination manifest marks it, and no collection found it lost
+                self.ready[digest] = started
+            return 0, False
         ask = vouched or size > PART_SIZE
         present = self.dst.has_blob(digest) if ask else False
         refreshed = False
@@ -319,11 +271,11 @@ class _Replicator:
             refreshed = self.dst.refresh_blob(digest)  # rule 4; False: it vanished meanwhile
             present = refreshed
         if not present:
-            written = self._copy_blob(digest, size)
+            written = self._copy_blob(digest, size, sha256)
             if not written:  # present after all: an orphan, another writer's, a concurrent copy
                 refreshed = self.dst.refresh_blob(digest)
                 if not refreshed:
-                    written = self._copy_blob(digest, size)
+                    written = self._copy_blob(digest, size, sha256)
         with self.lock:
             self.ready[digest] = started
         if refreshed:
@@ -334,28 +286,30 @@ class _Replicator:
         """Right before publishing `m`, copy again any blob refreshed for it that a concurrent
         GC deleted since (`blob_refresh`). Returns the blobs copied again."""
 
+        sizes, shas = m.blobs, m.blob_sha256
+
         def again(d: str) -> None:
             log.warning("blob %s vanished after it was refreshed (a concurrent GC): copying it again", d[:12])
             try:
-                self._copy_blob(d, m.blobs[d])  # absent a moment ago: stored now, or just now by another writer
+                self._copy_blob(d, sizes[d], shas[d])  # absent a moment ago: stored now, or just now by another writer
             except CorruptionError as exc:
                 raise self._damaged(m, d, exc) from None
 
-        gone = self.refreshed.vanished(self.dst, m.blobs, self.parallelism)
+        gone = self.refreshed.vanished(self.dst, sizes, self.parallelism)
         run_parallel(again, gone, self.parallelism)
         return len(gone)
 
     def place_blobs(self, m: Manifest, vouched: set[str]) -> tuple[int, int, int, int, int]:
         """(blobs copied, bytes copied, blobs skipped, bytes skipped, blobs refreshed)."""
         self._forget_old()
-        blobs = m.blobs
+        blobs, shas = m.blobs, m.blob_sha256
         with self.lock:
             todo = [(d, s) for d, s in blobs.items() if d not in self.ready]
 
         def place(item: tuple[str, int]) -> tuple[str, int, bool]:
             d, s = item
             try:
-                written, refreshed = self._place(d, s, d in vouched)
+                written, refreshed = self._place(d, s, shas[d], d in vouched)
             except CorruptionError as exc:  # MissingBlobError too: the source lost it
                 raise self._damaged(m, d, exc) from None
             return d, written, refreshed
@@ -367,7 +321,7 @@ class _Replicator:
         return len(copied), sum(copied.values()), len(skipped), sum(blobs[d] for d in skipped), refreshed
 
     def _damaged(self, m: Manifest, digest: str, exc: StreamstateError) -> CorruptionError:
-        paths = sorted(f.path for f in m.files if f.sha256 == digest)
+        paths = sorted(f.path for f in m.files if f.blob_id == digest)
         shown = ", ".join(paths[:5]) + (f" (+{len(paths) - 5} more)" if len(paths) > 5 else "")
         missing = isinstance(exc, MissingBlobError)
         what = "is missing from" if missing else "is corrupt in"
@@ -436,11 +390,45 @@ def _lag(created_at: str, published: datetime) -> float | None:
     return (published - created).total_seconds() if created else None
 
 
-def _replicate_one(r: _Replicator, snapshot_id: str) -> SnapshotReplication:
+def _header_sha(data: bytes) -> str:
+    return hashlib.sha256(data.partition(b"\n")[0]).hexdigest()
+
+
+def _chain_first(r: _Replicator, m: Manifest) -> tuple[list[SnapshotReplication], bool]:
+    """Replicate, oldest first, each manifest `m`'s delta builds on that the destination
+    holds neither published nor as a tombstone with the same bytes (the sha256 of its header,
+    as the link names it). Returns those replications, and whether the delta's parent is
+    published at the destination (its blobs are then relied on per rule 3)."""
+    done: list[SnapshotReplication] = []
+    parent_published = False
+    fetch_dst = manifest_fetcher(r.dst, r.stream)
+    for i, link in enumerate(m.delta.chain if m.delta is not None else ()):
+        try:
+            have = r.dst.get_manifest(r.stream, link.snapshot_id)
+            published = True
+        except NotFoundError:
+            published = False
+            try:
+                have = fetch_dst(link.snapshot_id)  # retention's tombstone
+            except NotFoundError:
+                done.extend(_replicate_one(r, link.snapshot_id))
+                have, published = r.dst.get_manifest(r.stream, link.snapshot_id), True
+        if _header_sha(have) != link.sha256:
+            raise CorruptionError(
+                f"{r.dst.url} holds another manifest under snapshot id {link.snapshot_id} of {r.stream}, which "
+                f"snapshot {m.snapshot_id} builds on",
+                hint="the two stores hold different histories of this stream; replicate into another store or prefix",
+            )
+        parent_published = published and i == len(m.delta.chain) - 1 if m.delta is not None else False
+    return done, parent_published
+
+
+def _replicate_one(r: _Replicator, snapshot_id: str) -> list[SnapshotReplication]:
+    """Replicate one snapshot (after what its delta builds on): the replications done, oldest first."""
     started = time.monotonic()
     check_cancelled()
     data = r.src.get_manifest(r.stream, snapshot_id)
-    m = Manifest.from_json(data, expect_stream=r.stream, expect_id=snapshot_id)
+    m = read_manifest(r.src, r.stream, snapshot_id, data)
     try:
         have = r.dst.get_manifest(r.stream, snapshot_id)
     except NotFoundError:
@@ -450,11 +438,18 @@ def _replicate_one(r: _Replicator, snapshot_id: str) -> SnapshotReplication:
             f"{r.dst.url} holds another manifest under snapshot id {snapshot_id} of {r.stream}",
             hint="the two stores hold different histories of this stream; replicate into another store or prefix",
         )
+    before: list[SnapshotReplication] = []
+    if have is None:
+        before, parent_published = _chain_first(r, m)
+        # A delta's unchanged files are its parent's: published at the destination, it vouches for them.
+        changed = {e.path for e in m.delta.changed} if m.delta is not None and parent_published else None
+        vouched = set() if changed is None else {e.blob_id for e in m.files if e.path not in changed}
+    else:
+        vouched = set(m.blobs)  # a manifest already there vouches for its own blobs (repaired when lost)
     records = 0
     if have is None:
         records += r.copy_timelines(m)
-    # A manifest already there vouches for its own blobs (checked, and repaired when missing).
-    copied, nbytes, skipped, bskipped, refreshed = r.place_blobs(m, set(m.blobs) if have is not None else set())
+    copied, nbytes, skipped, bskipped, refreshed = r.place_blobs(m, vouched)
     lag = None
     if have is None:
         copied += r.recheck_refreshed(m)
@@ -493,11 +488,11 @@ def _replicate_one(r: _Replicator, snapshot_id: str) -> SnapshotReplication:
     if lag is None:
         lag = replica_origin(r.dst, r.stream, snapshot_id).get("lag_seconds")
     records += r.copy_validations(snapshot_id)
-    return SnapshotReplication(
+    return [*before, SnapshotReplication(
         snapshot_id=snapshot_id, batch_id=m.batch_id, blobs_copied=copied, blobs_skipped=skipped,
         bytes_copied=nbytes, bytes_skipped=bskipped, blobs_refreshed=refreshed, seconds=time.monotonic() - started,
         lag_seconds=lag, already_present=have is not None, records_copied=records,
-    )
+    )]
 
 
 def replicate(
@@ -538,7 +533,11 @@ def replicate(
             "stream %s: replicating %d snapshot(s) from %s to %s%s", stream, len(ids), source.url, destination.url,
             " (server-side copy)" if use_server_side else "",
         )
-        done = [_replicate_one(r, sid) for sid in ids]
+        done: list[SnapshotReplication] = []
+        for sid in ids:
+            if any(d.snapshot_id == sid for d in done):
+                continue  # replicated already, as what a later one builds on
+            done.extend(_replicate_one(r, sid))
         return ReplicationResult(
             stream=stream, source=source.url, destination=destination.url, server_side_copy=use_server_side,
             snapshots=tuple(done), seconds=time.monotonic() - started,
@@ -615,13 +614,16 @@ def check_replica(
             return ReplicaCheck("waiting", f"no snapshot of {stream} in {where.url} yet", None, store.url)
         snapshot_id = resolve_snapshot(where, stream, LATEST).snapshot_id
     else:
-        snapshot_id = _checked_id(snapshot)
+        snapshot_id = checked_id(snapshot)
     try:
         data = store.get_manifest(stream, snapshot_id)
     except NotFoundError:
         return ReplicaCheck("waiting", f"snapshot {snapshot_id} is not in {store.url} yet", snapshot_id, store.url)
-    m = Manifest.from_json(data, expect_stream=stream, expect_id=snapshot_id)
-    digests = sorted(m.blobs)
+    m = read_manifest(store, stream, snapshot_id, data)
+    try:
+        digests = sorted(m.blobs)
+    except BrokenChainError as exc:
+        return ReplicaCheck("failed", f"{exc.message}; replicate it again to repair it", snapshot_id, store.url)
     present = run_parallel(store.has_blob, digests, parallelism)
     missing = [d for d, ok in zip(digests, present, strict=True) if not ok]
     lag = replica_origin(store, stream, snapshot_id).get("lag_seconds")

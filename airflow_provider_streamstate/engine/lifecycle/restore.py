@@ -114,9 +114,11 @@ def _restore(
         assert_not_running(Sidecar(fs), "replace its checkpoint")
     lineage = lineage_for(store, manifest, new_query_id)
     progress = progress or NoProgress()
+    # The whole file list (a delta's through the manifests it builds on): a broken chain fails
+    # here, before anything is written.
+    files = [e for e in manifest.files if not (new_query_id and e.path == ".metadata.crc")]
     log.info("restoring %s of %s (batch %d, %d files, %d bytes) to %s", manifest.snapshot_id, stream,
              manifest.batch_id, len(manifest.files), manifest.bytes_total, fs.location)
-    files = [e for e in manifest.files if not (new_query_id and e.path == ".metadata.crc")]
     # The copy's own location in its operator metadata v2 (transformWithState), as Spark will
     # name it, and where it resumes in Kafka when asked.
     t_rewrite = time.monotonic()
@@ -128,7 +130,7 @@ def _restore(
     if new_query_id:
         extra["metadata"] = json.dumps({"id": query_id}).encode()
     extra[LINEAGE_FILE] = lineage.to_json()
-    staging = fs.stage(fsync=fsync)
+    staging = fs.stage(fsync=fsync, empty=not existing)
     try:
         _stage(store, staging, [e for e in files if e.path not in extra], parallelism, progress)
         for rel, data in extra.items():
@@ -171,7 +173,7 @@ def _stage(store: SnapshotStore, staging: Any, files: Sequence[FileEntry], paral
     copies of the first."""
     by_blob: dict[str, list[FileEntry]] = {}
     for e in files:
-        by_blob.setdefault(e.sha256, []).append(e)
+        by_blob.setdefault(e.blob_id, []).append(e)
     progress.start("restore", len(files), sum(e.size for e in files))
 
     def write(entries: list[FileEntry]) -> None:
@@ -202,10 +204,10 @@ def rewritten_files(store: SnapshotStore, files: Sequence[FileEntry], rewrite: F
     wanted = sorted((e for e in files if rewrite.wants(e.path)), key=lambda e: e.path.endswith(".crc"))
     for e in wanted:
         check_cancelled()
-        with store.open_blob(e.sha256) as src:
+        with store.open_blob(e.blob_id) as src:
             data = src.read()
         if hashlib.sha256(data).hexdigest() != e.sha256 or len(data) != e.size:
-            raise CorruptionError(f"{e.path}: stored blob {e.sha256} is corrupt",
+            raise CorruptionError(f"{e.path}: stored blob {e.blob_id} is corrupt",
                                   hint="restore another snapshot, or re-replicate this one from a healthy store")
         new = rewrite.rewrite(e.path, data, out)
         if new is not None:

@@ -37,7 +37,7 @@ class RestoreResult:
             "stream": self.manifest.stream,
             "batch_id": self.manifest.batch_id,
             "target": self.target,
-            "files": len(self.manifest.files),
+            "files": self.manifest.totals.files,
             "bytes": self.manifest.bytes_total,
             "query_id": self.query_id,
             "clone": self.timeline is None,

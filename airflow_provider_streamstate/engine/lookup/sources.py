@@ -196,6 +196,7 @@ class SnapshotSource(StateSource):
         self.checkpoint_format = m.checkpoint_format
         self.description = f"snapshot {m.snapshot_id} of {m.stream}"
         self._files = [StateFile(e.path, e.size, ("sha256", e.sha256)) for e in m.files]
+        self._blobs = {e.path: e.blob_id for e in m.files}  # the blob holding each file (its sha256, or a unique id)
 
     def operator(self, op: int | str) -> OperatorView:
         views = [OperatorView(o.operator_id, o.name, tuple(o.stores), o.partitions, tuple(o.state_variables))
@@ -219,7 +220,7 @@ class SnapshotSource(StateSource):
 
     def read(self, f: StateFile) -> bytes:
         digest = f.identity[1]
-        with self.store.open_blob(digest) as fh:
+        with self.store.open_blob(self._blobs.get(f.path, digest)) as fh:
             data = fh.read()
         if len(data) != f.size or hashlib.sha256(data).hexdigest() != digest:
             raise CorruptionError(f"{f.path} of {self.description} (blob {digest[:12]}) does not match its sha256",

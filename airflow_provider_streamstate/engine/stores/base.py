@@ -1,17 +1,24 @@
-"""The snapshot store interface: content-addressed blobs plus per-stream manifests.
+"""The snapshot store interface: blobs plus per-stream manifests.
 
 Layout (the same on every backend, below the store's root or prefix):
 
-    blobs/sha256/<first two hex digits>/<sha256>     file contents, stored once
+    blobs/sha256/<first two hex digits>/<sha256>     file contents named by their sha256
+    blobs/unique/<first two hex digits>/<32 hex>     file contents under a unique key
     streams/<stream>/snapshots/<snapshot id>.json    manifests, written last and atomically
     streams/<stream>/<kind>/<name>.json              small write-once records beside them
                                                      (timelines; later validations, pins...)
     streams/<stream>/deleted/<snapshot id>.json      tombstones: manifests retention deleted,
                                                      with their deletion time (GC keeps their
                                                      blobs for its grace period)
+    streams/<stream>/journal/<time>-<p|d>-<id>.json  a hint per manifest published (p) or
+                                                     deleted (d), written just before it, named
+                                                     by the writer's clock: lets the catalog
+                                                     list only what changed since its index
 
-A blob's key is its content's sha256, so identical files across snapshots and streams
-are stored once and any blob can be verified against its own name.
+A blob has an id: its content's sha256 (content-addressed: identical files across snapshots
+and streams are stored once and any blob can be verified against its own name), or a unique
+id (a blob copied server side before anyone knew its sha256; the manifest entry names the
+blob and the sha256 of its content, which every read checks). The manifest says which.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
@@ -27,9 +35,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from airflow_provider_streamstate.engine.core.cancel import check_cancelled
+from airflow_provider_streamstate.engine.core.digest import SHA256_RE
 from airflow_provider_streamstate.engine.core.errors import NotFoundError, StreamstateError, UsageError
+from airflow_provider_streamstate.engine.core.manifest import UNIQUE_BLOB_RE
 
 BLOB_PREFIX = "blobs/sha256"
+UNIQUE_BLOB_PREFIX = "blobs/unique"
+BLOB_PREFIXES = (BLOB_PREFIX, UNIQUE_BLOB_PREFIX)
 # A write larger than this goes to a store in parts (S3's multipart upload), and a reader
 # buffers at most this much of one file: what callers size their memory and requests by.
 PART_SIZE = 16 << 20
@@ -58,8 +71,30 @@ def record_key(stream: str, kind: str, name: str) -> str:
     return key
 
 
-def blob_key(digest: str) -> str:
-    return f"{BLOB_PREFIX}/{digest[:2]}/{digest}"
+def blob_key(blob: str) -> str:
+    """Where blob `blob` (a sha256, or a unique id) is stored below the store's root."""
+    if SHA256_RE.match(blob):
+        return f"{BLOB_PREFIX}/{blob[:2]}/{blob}"
+    if UNIQUE_BLOB_RE.match(blob):
+        return f"{UNIQUE_BLOB_PREFIX}/{blob[:2]}/{blob}"
+    raise ValueError(f"invalid blob id {blob!r}")
+
+
+def new_unique_blob_id() -> str:
+    """A blob id no writer has used (128 random bits): a server-side copy's destination
+    before the sha256 of its content is known."""
+    return secrets.token_hex(16)
+
+
+JOURNAL_KIND = "journal"
+PUBLISHED, DELETED = "p", "d"
+JOURNAL_NAME_RE = re.compile(r"^(\d{8}T\d{12}Z)-([pd])-(.+)$")
+
+
+def journal_key(stream: str, event: str, snapshot_id: str, now: datetime | None = None) -> str:
+    """`streams/<stream>/journal/<UTC time to the µs>Z-<p|d>-<snapshot id>.json`."""
+    when = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%S%f")
+    return record_key(stream, JOURNAL_KIND, f"{when}Z-{event}-{snapshot_id}")
 
 
 def manifest_key(stream: str, snapshot_id: str) -> str:
@@ -79,7 +114,7 @@ def tombstone_key(stream: str, snapshot_id: str) -> str:
 class BlobInfo:
     """A stored blob as a listing sees it; `modified` is its last write (or refresh), epoch seconds."""
 
-    digest: str
+    digest: str  # the blob's id: its sha256, or a unique id
     size: int
     modified: float
 
@@ -137,6 +172,9 @@ class SnapshotStore(ABC):
     url: str
     # True when `store_file` can hash while it stores (one read instead of two).
     hashes_while_storing: bool = False
+    # True when `copy_in_unique` works (for objects `can_copy_in` accepts): a server-side
+    # copy to a blob under a unique id, named by the checksum the service computes.
+    copies_to_unique_blobs: bool = False
     # How long after refreshing a blob a writer waits before its last check that the blob is
     # still there (writer rule 4): long enough for a GC that read the blob's age before the
     # refresh to have deleted it, when checking the age and deleting are two requests.
@@ -151,50 +189,68 @@ class SnapshotStore(ABC):
         raise NotImplementedError
 
     @abstractmethod
-    def has_blob(self, digest: str) -> bool: ...
+    def has_blob(self, blob: str) -> bool:
+        """Whether blob `blob` (a sha256 or a unique id) is stored."""
 
     @abstractmethod
     def put_blob(self, digest: str, source: Path, size: int) -> int:
-        """Store `source` under `digest` unless present; return bytes written (0 if present).
+        """Store `source` under its sha256 `digest` unless present; return bytes written (0 if present).
 
         The implementation re-hashes what it sends and refuses to publish a blob whose
         bytes do not match `digest` (the source changed since it was hashed).
         """
 
-    def put_blob_stream(self, digest: str, src: BinaryIO, size: int) -> int:
-        """Store the bytes read from `src` (another store's blob) under `digest` unless
-        present; return bytes written (0 if present).
+    def put_blob_stream(self, blob: str, src: BinaryIO, size: int, *, sha256: str | None = None) -> int:
+        """Store the bytes read from `src` (another store's blob) as blob `blob` unless
+        present; return bytes written (0 if present). `sha256` is the content's (default:
+        `blob` itself, a content-addressed id; required for a unique id).
 
         Every byte is hashed as it is read, in chunks (memory stays bounded, nothing goes
         to a temp file beyond what the backend itself needs), and nothing is published
-        unless the bytes hash to `digest` and number `size`: a CorruptionError says what
+        unless the bytes hash to `sha256` and number `size`: a CorruptionError says what
         was read instead. Replication uses it to copy between any two stores.
         """
         raise NotImplementedError
 
     def put_blob_bytes(self, digest: str, data: bytes | bytearray) -> int:
-        """Store bytes already in memory under `digest` unless present; return bytes written
-        (0 if present). `digest` must be the sha256 of exactly `data`, computed from these
-        bytes by the caller (`digest.sha256_read`): a snapshot hashes a checkpoint object
-        while it reads it once, then stores that same buffer, never a second read. Writes
-        are as conditional as `put_blob`'s; by default the bytes go through
+        """Store bytes already in memory under their sha256 `digest` unless present; return
+        bytes written (0 if present). `digest` must be the sha256 of exactly `data`, computed
+        from these bytes by the caller (`digest.sha256_read`): a snapshot hashes a checkpoint
+        object while it reads it once, then stores that same buffer, never a second read.
+        Writes are as conditional as `put_blob`'s; by default the bytes go through
         `put_blob_stream`, which hashes them again as it writes."""
         return self.put_blob_stream(digest, io.BytesIO(data), len(data))
 
     @abstractmethod
-    def open_blob(self, digest: str) -> AbstractContextManager[BinaryIO]:
-        """A readable stream of the blob; MissingBlobError when it is absent.
+    def open_blob(self, blob: str) -> AbstractContextManager[BinaryIO]:
+        """A readable stream of blob `blob`; MissingBlobError when it is absent. The caller
+        checks the bytes against the sha256 the manifest records.
 
         A failure while the stream is read (a connection cut mid-body) is a TransientError.
         """
 
     @abstractmethod
     def iter_blobs(self) -> Iterator[tuple[str, int]]:
-        """Every stored blob as (digest, size)."""
+        """Every stored blob as (blob id, size)."""
+
+    def put_manifest(self, stream: str, snapshot_id: str, data: bytes) -> None:
+        """Publish a manifest atomically; ManifestExistsError if the id is taken. A journal
+        hint is written first (see the module docstring): a reader that finds the hint may
+        not find the manifest yet (or ever, if this writer dies); one that lists after the
+        manifest appeared finds both."""
+        check_cancelled()  # the commit point of a snapshot: a cancelled one publishes nothing, not even a hint
+        self._journal(stream, PUBLISHED, snapshot_id)
+        self._put_manifest_object(stream, snapshot_id, data)
+
+    def _journal(self, stream: str, event: str, snapshot_id: str) -> None:
+        try:
+            self.put_record(journal_key(stream, event, snapshot_id), b"{}")
+        except ManifestExistsError:
+            pass  # the same event in the same microsecond: the hint is there
 
     @abstractmethod
-    def put_manifest(self, stream: str, snapshot_id: str, data: bytes) -> None:
-        """Publish a manifest atomically; ManifestExistsError if the id is taken."""
+    def _put_manifest_object(self, stream: str, snapshot_id: str, data: bytes) -> None:
+        """The manifest's own atomic, never-overwriting put; ManifestExistsError if taken."""
 
     @abstractmethod
     def get_manifest(self, stream: str, snapshot_id: str) -> bytes:
@@ -203,6 +259,11 @@ class SnapshotStore(ABC):
     @abstractmethod
     def list_snapshot_ids(self, stream: str) -> list[str]:
         """Snapshot ids of a stream, ascending (by batch, then time)."""
+
+    def list_snapshot_ids_after(self, stream: str, after: str) -> list[str]:
+        """Snapshot ids of a stream that sort after `after`, ascending: the ids a listing
+        past a known one finds (S3: `StartAfter`; elsewhere the names are filtered)."""
+        return [i for i in self.list_snapshot_ids(stream) if i > after]
 
     @abstractmethod
     def list_streams(self) -> list[str]: ...
@@ -233,7 +294,7 @@ class SnapshotStore(ABC):
         for a store the cluster reaches by itself (a shared path, HDFS)."""
         return {}, {}
 
-    def blob_ref(self, digest: str) -> ObjectRef | None:
+    def blob_ref(self, blob: str) -> ObjectRef | None:
         """The blob as an object a sibling on the same service can copy server side; None
         where there is no such copy."""
         return None
@@ -242,12 +303,21 @@ class SnapshotStore(ABC):
         """Whether `copy_in` can copy `ref` server side (same endpoint, same credentials)."""
         return False
 
-    def copy_in(self, ref: ObjectRef, digest: str, size: int, *, confirm: bool) -> int:
-        """Store object `ref` as blob `digest` by a server-side copy unless present; the bytes
-        copied (0 if present). The copy is checked against `digest` where the service returns
-        a checksum; else, with `confirm`, by reading the copy back (a digest nobody here
-        computed from these bytes). A copy that does not match is deleted: CorruptionError.
-        FileNotFoundError when `ref` is gone; CheckpointChanged when it is not `ref.etag`."""
+    def copy_in(self, ref: ObjectRef, blob: str, size: int, *, confirm: bool, sha256: str | None = None) -> int:
+        """Store object `ref` as blob `blob` by a server-side copy unless present; the bytes
+        copied (0 if present). `sha256` is the content's (default: `blob`, a content-addressed
+        id). The copy is checked against it where the service returns a checksum; else, with
+        `confirm`, by reading the copy back (a digest nobody here computed from these bytes).
+        A copy that does not match is deleted: CorruptionError. FileNotFoundError when `ref`
+        is gone; CheckpointChanged when it is not `ref.etag`."""
+        raise NotImplementedError(f"store {self.url} cannot copy objects server side")
+
+    def copy_in_unique(self, ref: ObjectRef, size: int) -> tuple[str, str]:
+        """Copy object `ref` server side into a new blob under a unique id, in one request
+        where the service computes the copy's SHA-256 (else the copy is read back and
+        hashed): (blob id, sha256 of its content). Nothing is asked first: no blob has that
+        id. FileNotFoundError when `ref` is gone; CheckpointChanged when it is not `ref.etag`;
+        a copy of another size is deleted (CheckpointChanged)."""
         raise NotImplementedError(f"store {self.url} cannot copy objects server side")
 
     # --- small write-once records beside the manifests (timelines, ...) ---------------
@@ -263,6 +333,11 @@ class SnapshotStore(ABC):
     @abstractmethod
     def list_records(self, prefix: str) -> list[str]:
         """Keys of the records below `prefix` (e.g. `streams/orders/timelines/`), sorted."""
+
+    def list_records_after(self, prefix: str, after: str) -> list[str]:
+        """Keys of the records below `prefix` that sort after the key `after`, sorted (S3:
+        one listing from `StartAfter`; elsewhere the names are filtered)."""
+        return [k for k in self.list_records(prefix) if k > after]
 
     def list_record_tree(self, prefix: str) -> list[str]:
         """Keys of the records at any depth below `prefix`, sorted: one listing of a
@@ -286,13 +361,15 @@ class SnapshotStore(ABC):
 
     def delete_manifest(self, stream: str, snapshot_id: str, *, now: datetime | None = None) -> bool:
         """Move a manifest aside as a tombstone carrying its bytes and deletion time; False
-        when there was no such manifest. The tombstone is written before the manifest
-        disappears, so a GC that misses the manifest in its listing finds the tombstone."""
+        when there was no such manifest. A journal hint and the tombstone are written before
+        the manifest disappears, so a GC that misses the manifest in its listing finds the
+        tombstone, and a catalog that lists only what changed finds the hint."""
 
         try:
             data = self.get_manifest(stream, snapshot_id)
         except NotFoundError:
             return False
+        self._journal(stream, DELETED, snapshot_id)
         deleted_at = (now or datetime.now(UTC)).isoformat().replace("+00:00", "Z")
         body = {"format": TOMBSTONE_FORMAT, "stream": stream, "snapshot_id": snapshot_id,
                 "deleted_at": deleted_at, "manifest": data.decode("utf-8", errors="replace")}
@@ -305,7 +382,7 @@ class SnapshotStore(ABC):
         prefix = f"{STREAMS_PREFIX}/{stream}/{TOMBSTONE_KIND}/"
         return [k[len(prefix) : -len(MANIFEST_SUFFIX)] for k in self.list_records(prefix) if "/" not in k[len(prefix) :]]
 
-    def refresh_blob(self, digest: str) -> bool:
+    def refresh_blob(self, blob: str) -> bool:
         """Start a present blob's age again, so GC's grace period covers a writer about to
         rely on it (writer rule 4); False when the blob is absent (store it instead)."""
         raise NotImplementedError
@@ -314,11 +391,11 @@ class SnapshotStore(ABC):
         """Every stored blob with its size and last write, streamed (never the whole listing in memory)."""
         raise NotImplementedError
 
-    def blob_modified(self, digest: str) -> float | None:
+    def blob_modified(self, blob: str) -> float | None:
         """The blob's last write (or refresh) in epoch seconds, read now; None when it is absent."""
         raise NotImplementedError
 
-    def delete_blob(self, digest: str, *, written_before: float,
+    def delete_blob(self, blob: str, *, written_before: float,
                     still_held: Callable[[], None] | None = None) -> bool:
         """Delete the blob only if its last write, re-read right now, is before `written_before`
         (epoch seconds); True when it was deleted. A blob refreshed meanwhile stays.

@@ -31,7 +31,7 @@ from airflow_provider_streamstate.engine.core.errors import (
     NotFoundError,
 )
 from airflow_provider_streamstate.engine.stores.base import (
-    BLOB_PREFIX,
+    BLOB_PREFIXES,
     MANIFEST_SUFFIX,
     STREAMS_PREFIX,
     BlobInfo,
@@ -80,8 +80,8 @@ class HdfsStore(SnapshotStore):
 
     # --- blobs -------------------------------------------------------------------------------
 
-    def has_blob(self, digest: str) -> bool:
-        return self.client.status(self._path(blob_key(digest))) is not None
+    def has_blob(self, blob: str) -> bool:
+        return self.client.status(self._path(blob_key(blob))) is not None
 
     def _upload_hashing(self, src: BinaryIO) -> tuple[str, str, int]:
         """Stream `src` into a temp file, hashing it: (temp path, sha256, size)."""
@@ -104,9 +104,9 @@ class HdfsStore(SnapshotStore):
             raise
         return tmp, h.hexdigest(), n
 
-    def _publish_blob(self, tmp: str, digest: str, size: int) -> int:
+    def _publish_blob(self, tmp: str, blob: str, size: int) -> int:
         """Give a complete temp file its blob name; exactly one concurrent writer wins."""
-        final = self._path(blob_key(digest))
+        final = self._path(blob_key(blob))
         self.client.mkdirs(final.rpartition("/")[0])
         if self.client.rename(tmp, final):
             return size
@@ -127,27 +127,28 @@ class HdfsStore(SnapshotStore):
             raise CheckpointChanged(f"{source} changed while it was being stored (sha256 {got[:12]} != {digest[:12]})")
         return written
 
-    def put_blob_stream(self, digest: str, src: BinaryIO, size: int) -> int:
-        if self.has_blob(digest):
+    def put_blob_stream(self, blob: str, src: BinaryIO, size: int, *, sha256: str | None = None) -> int:
+        if self.has_blob(blob):
             return 0
+        expected = sha256 or blob
         tmp, got, n = self._upload_hashing(src)
-        if got != digest or n != size:
+        if got != expected or n != size:
             self.client.delete(tmp)
             raise CorruptionError(
-                f"the bytes read for blob {digest} hash to {got} ({n} bytes, expected {size})",
+                f"the bytes read for blob {blob} hash to {got} ({n} bytes, expected {expected}, {size} bytes)",
                 hint="the source copy of this blob is damaged",
             )
-        return self._publish_blob(tmp, digest, n)
+        return self._publish_blob(tmp, blob, n)
 
-    def open_blob(self, digest: str) -> AbstractContextManager[BinaryIO]:
+    def open_blob(self, blob: str) -> AbstractContextManager[BinaryIO]:
         @contextmanager
         def opened() -> Iterator[BinaryIO]:
             try:
-                cm = self.client.open(self._path(blob_key(digest)))
+                cm = self.client.open(self._path(blob_key(blob)))
                 f = cm.__enter__()
             except FileNotFoundError:
                 raise MissingBlobError(
-                    f"blob {digest} is missing from {self.url}",
+                    f"blob {blob} is missing from {self.url}",
                     hint="restore another snapshot, or re-replicate this one from a healthy store",
                 ) from None
             try:
@@ -157,36 +158,37 @@ class HdfsStore(SnapshotStore):
 
         return opened()
 
-    def _shards(self) -> list[str]:
-        entries = self.client.list(self._path(BLOB_PREFIX)) or []
+    def _shards(self, prefix: str) -> list[str]:
+        entries = self.client.list(self._path(prefix)) or []
         return sorted(e["pathSuffix"] for e in entries if e.get("type") == "DIRECTORY")
 
     def iter_blob_info(self) -> Iterator[BlobInfo]:
-        for shard in self._shards():
-            entries = self.client.list(self._path(f"{BLOB_PREFIX}/{shard}")) or []
-            for e in sorted(entries, key=lambda e: e["pathSuffix"]):
-                if e.get("type") == "FILE":
-                    yield BlobInfo(e["pathSuffix"], int(e["length"]), int(e["modificationTime"]) / 1000)
+        for prefix in BLOB_PREFIXES:
+            for shard in self._shards(prefix):
+                entries = self.client.list(self._path(f"{prefix}/{shard}")) or []
+                for e in sorted(entries, key=lambda e: e["pathSuffix"]):
+                    if e.get("type") == "FILE":
+                        yield BlobInfo(e["pathSuffix"], int(e["length"]), int(e["modificationTime"]) / 1000)
 
     def iter_blobs(self) -> Iterator[tuple[str, int]]:
         for info in self.iter_blob_info():
             yield info.digest, info.size
 
-    def refresh_blob(self, digest: str) -> bool:
-        return self.client.set_modified(self._path(blob_key(digest)), int(time.time() * 1000))
+    def refresh_blob(self, blob: str) -> bool:
+        return self.client.set_modified(self._path(blob_key(blob)), int(time.time() * 1000))
 
-    def blob_modified(self, digest: str) -> float | None:
-        s = self.client.status(self._path(blob_key(digest)))
+    def blob_modified(self, blob: str) -> float | None:
+        s = self.client.status(self._path(blob_key(blob)))
         return None if s is None else int(s["modificationTime"]) / 1000
 
-    def delete_blob(self, digest: str, *, written_before: float,
+    def delete_blob(self, blob: str, *, written_before: float,
                     still_held: Callable[[], None] | None = None) -> bool:
         """Rename the blob out of its name first (atomic; a rename keeps its modification
         time), then check its age on the renamed file: a writer that refreshed it before the
         rename is seen and the blob is put back; one that refreshes it after finds it absent
         and stores it again."""
-        final = self._path(blob_key(digest))
-        modified = self.blob_modified(digest)
+        final = self._path(blob_key(blob))
+        modified = self.blob_modified(blob)
         if modified is None or modified >= written_before:
             return False
         doomed = self._tmp("gc")
@@ -224,7 +226,7 @@ class HdfsStore(SnapshotStore):
             self.client.delete(tmp)
             raise ManifestExistsError(f"{what} already exists in {self.url}")
 
-    def put_manifest(self, stream: str, snapshot_id: str, data: bytes) -> None:
+    def _put_manifest_object(self, stream: str, snapshot_id: str, data: bytes) -> None:
         check_cancelled()  # the commit point of a snapshot: a cancelled one publishes nothing
         self._publish_once(manifest_key(stream, snapshot_id), data, what=f"snapshot {snapshot_id} of {stream}")
 

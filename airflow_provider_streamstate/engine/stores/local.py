@@ -23,7 +23,7 @@ from airflow_provider_streamstate.engine.core.errors import (
     UsageError,
 )
 from airflow_provider_streamstate.engine.stores.base import (
-    BLOB_PREFIX,
+    BLOB_PREFIXES,
     MANIFEST_SUFFIX,
     STREAMS_PREFIX,
     BlobInfo,
@@ -61,8 +61,8 @@ class LocalStore(SnapshotStore):
     def location_of(self, rel: str) -> str:
         return str(self.root / rel)
 
-    def has_blob(self, digest: str) -> bool:
-        return (self.root / blob_key(digest)).is_file()
+    def has_blob(self, blob: str) -> bool:
+        return (self.root / blob_key(blob)).is_file()
 
     def _durable_later(self, *dirs: Path) -> None:
         """Directories whose entries must reach the disk before the next manifest does."""
@@ -91,10 +91,11 @@ class LocalStore(SnapshotStore):
             raise CheckpointChanged(f"{source} changed while it was being stored (sha256 {got[:12]} != {digest[:12]})")
         return written
 
-    def put_blob_stream(self, digest: str, src: BinaryIO, size: int) -> int:
-        if self.has_blob(digest):
-            self._durable_later((self.root / blob_key(digest)).parent)
+    def put_blob_stream(self, blob: str, src: BinaryIO, size: int, *, sha256: str | None = None) -> int:
+        if self.has_blob(blob):
+            self._durable_later((self.root / blob_key(blob)).parent)
             return 0
+        expected = sha256 or blob
         tmp = self._tmp_path()
         try:
             with open(tmp, "wb") as dst:
@@ -102,18 +103,18 @@ class LocalStore(SnapshotStore):
                 if self.fsync:
                     dst.flush()
                     os.fsync(dst.fileno())
-            if got != digest or n != size:
+            if got != expected or n != size:
                 raise CorruptionError(
-                    f"the bytes read for blob {digest} hash to {got} ({n} bytes, expected {size})",
+                    f"the bytes read for blob {blob} hash to {got} ({n} bytes, expected {expected}, {size} bytes)",
                     hint="the source copy of this blob is damaged",
                 )
-            return self._publish_blob(tmp, digest, n)
+            return self._publish_blob(tmp, blob, n)
         finally:
             tmp.unlink(missing_ok=True)
 
-    def _publish_blob(self, tmp: Path, digest: str, size: int) -> int:
+    def _publish_blob(self, tmp: Path, blob: str, size: int) -> int:
         """Give a fully written temp file its blob name; exactly one concurrent writer wins."""
-        final = self.root / blob_key(digest)
+        final = self.root / blob_key(blob)
         self._durable_later(*self._makedirs(final.parent))
         try:
             os.link(tmp, final)
@@ -135,24 +136,20 @@ class LocalStore(SnapshotStore):
         finally:
             tmp.unlink(missing_ok=True)
 
-    def open_blob(self, digest: str) -> AbstractContextManager[BinaryIO]:
+    def open_blob(self, blob: str) -> AbstractContextManager[BinaryIO]:
         try:
-            return open(self.root / blob_key(digest), "rb")
+            return open(self.root / blob_key(blob), "rb")
         except FileNotFoundError:
             raise MissingBlobError(
-                f"blob {digest} is missing from {self.url}",
+                f"blob {blob} is missing from {self.url}",
                 hint="restore another snapshot, or re-replicate this one from a healthy store",
             ) from None
 
     def iter_blobs(self) -> Iterator[tuple[str, int]]:
-        top = self.root / BLOB_PREFIX
-        if not top.is_dir():
-            return
-        for shard in sorted(os.listdir(top)):
-            for name in sorted(os.listdir(top / shard)):
-                yield name, (top / shard / name).stat().st_size
+        for info in self.iter_blob_info():
+            yield info.digest, info.size
 
-    def put_manifest(self, stream: str, snapshot_id: str, data: bytes) -> None:
+    def _put_manifest_object(self, stream: str, snapshot_id: str, data: bytes) -> None:
         check_cancelled()  # the commit point of a snapshot: a cancelled one publishes nothing
         if self.fsync:
             # The blobs' names must be durable before the manifest that points at them.
@@ -243,42 +240,43 @@ class LocalStore(SnapshotStore):
     def _delete_manifest_object(self, stream: str, snapshot_id: str) -> None:
         self.delete_record(manifest_key(stream, snapshot_id))
 
-    def refresh_blob(self, digest: str) -> bool:
+    def refresh_blob(self, blob: str) -> bool:
         try:
-            os.utime(self.root / blob_key(digest))  # its age starts again
+            os.utime(self.root / blob_key(blob))  # its age starts again
         except FileNotFoundError:
             return False
         return True
 
     def iter_blob_info(self) -> Iterator[BlobInfo]:
-        top = self.root / BLOB_PREFIX
-        if not top.is_dir():
-            return
-        for shard in sorted(os.listdir(top)):
-            try:
-                entries = sorted(os.scandir(top / shard), key=lambda e: e.name)
-            except FileNotFoundError:
+        for prefix in BLOB_PREFIXES:
+            top = self.root / prefix
+            if not top.is_dir():
                 continue
-            for e in entries:
+            for shard in sorted(os.listdir(top)):
                 try:
-                    st = e.stat()
+                    entries = sorted(os.scandir(top / shard), key=lambda e: e.name)
                 except FileNotFoundError:
-                    continue  # deleted by a concurrent GC
-                yield BlobInfo(e.name, st.st_size, st.st_mtime)
+                    continue
+                for e in entries:
+                    try:
+                        st = e.stat()
+                    except FileNotFoundError:
+                        continue  # deleted by a concurrent GC
+                    yield BlobInfo(e.name, st.st_size, st.st_mtime)
 
-    def blob_modified(self, digest: str) -> float | None:
+    def blob_modified(self, blob: str) -> float | None:
         try:
-            return (self.root / blob_key(digest)).stat().st_mtime
+            return (self.root / blob_key(blob)).stat().st_mtime
         except FileNotFoundError:
             return None
 
-    def delete_blob(self, digest: str, *, written_before: float,
+    def delete_blob(self, blob: str, *, written_before: float,
                     still_held: Callable[[], None] | None = None) -> bool:
         """Rename the blob out of its name first (atomic), then check its age on the renamed
         file: a writer that refreshed it before the rename is seen and the blob is put back;
         one that refreshes it after finds it absent and stores it again."""
-        final = self.root / blob_key(digest)
-        st = self.blob_modified(digest)
+        final = self.root / blob_key(blob)
+        st = self.blob_modified(blob)
         if st is None or st >= written_before:
             return False
         self._tmp.mkdir(parents=True, exist_ok=True)

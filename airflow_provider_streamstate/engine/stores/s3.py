@@ -29,7 +29,7 @@ from airflow_provider_streamstate.engine.core.errors import (
     StreamstateError,
 )
 from airflow_provider_streamstate.engine.stores.base import (
-    BLOB_PREFIX,
+    BLOB_PREFIXES,
     MANIFEST_SUFFIX,
     PART_SIZE,
     STREAMS_PREFIX,
@@ -42,6 +42,7 @@ from airflow_provider_streamstate.engine.stores.base import (
     StoreOptions,
     blob_key,
     manifest_key,
+    new_unique_blob_id,
 )
 from airflow_provider_streamstate.engine.stores.s3_clients import (
     S3Access,
@@ -112,6 +113,7 @@ def _check_stream(digest: str, size: int, h: Any, n: int) -> None:
 
 class S3Store(SnapshotStore):
     refresh_settle_seconds = REFRESH_SETTLE_SECONDS
+    copies_to_unique_blobs = True
 
     def __init__(self, client: Any, bucket: str, prefix: str = "", *, aws_conn_id: str | None = None) -> None:
         """`aws_conn_id`: the Airflow connection the client came from, named in error hints."""
@@ -156,33 +158,24 @@ class S3Store(SnapshotStore):
     def checkpoint_connection(self, location: str) -> Any:
         return self.client if location.startswith(("s3://", "s3a://")) else None
 
-    def blob_ref(self, digest: str) -> ObjectRef:
-        return ObjectRef(self.client, self.bucket, self._key(blob_key(digest)))
+    def blob_ref(self, blob: str) -> ObjectRef:
+        return ObjectRef(self.client, self.bucket, self._key(blob_key(blob)))
 
     def can_copy_in(self, ref: ObjectRef) -> bool:
         return same_s3_account(ref.client, self.client)
 
-    def copy_in(self, ref: ObjectRef, digest: str, size: int, *, confirm: bool) -> int:
-        """CopyObject asking for a SHA-256 checksum of the new object (`CopySourceIfMatch`
-        when `ref` names a version); when the endpoint returns a full-object checksum it must
-        equal the blob's name, else (moto and s3proxy return none for copies) the copy is
-        read back when `confirm`. A blob already stored is not copied (HEAD first); a
-        concurrent writer of the same blob writes the same bytes."""
+    def _copy_object(self, ref: ObjectRef, key: str, what: str) -> dict[str, Any]:
+        """CopyObject of `ref` (its planned version: `CopySourceIfMatch`) to `key`, asking S3
+        for a SHA-256 checksum of the new object."""
         from botocore.exceptions import ClientError
 
-        check_cancelled()
-        if not self.can_copy_in(ref):
-            raise NotImplementedError(f"{ref.bucket}/{ref.key} is not on {self.url}'s endpoint with its credentials")
-        if self.has_blob(digest):
-            return 0
-        key = self._key(blob_key(digest))
         args: dict[str, Any] = {"Bucket": self.bucket, "Key": key, "CopySource": {"Bucket": ref.bucket, "Key": ref.key},
                                 "ChecksumAlgorithm": "SHA256"}
         if ref.etag:
             args["CopySourceIfMatch"] = ref.etag
-        with self._errors(f"copy s3://{ref.bucket}/{ref.key} to blob {digest[:12]}"):
+        with self._errors(what):
             try:
-                r = self.client.copy_object(**args)
+                return dict(self.client.copy_object(**args))
             except ClientError as exc:
                 if status(exc) == 404 or code(exc) in ("NoSuchKey", "404"):
                     raise FileNotFoundError(f"s3://{ref.bucket}/{ref.key}") from None
@@ -190,34 +183,71 @@ class S3Store(SnapshotStore):
                     raise CheckpointChanged(f"s3://{ref.bucket}/{ref.key}: the object changed since it was "
                                             "listed") from None
                 raise
+
+    def _copy_sha256(self, r: dict[str, Any], blob: str, size: int, confirm: bool) -> str | None:
+        """The sha256 of a copy: the full-object checksum CopyObject returned, else (with
+        `confirm`) the copy read back and hashed (its size checked too); None: neither."""
         checksum = (r.get("CopyObjectResult") or {}).get("ChecksumSHA256")
         if checksum and "-" not in checksum:
-            actual = base64.b64decode(checksum).hex()
-        elif confirm:
-            with self.open_blob(digest) as f:
-                actual, n = sha256_stream(f)
-            if n != size:
-                actual = f"{actual} ({n} bytes, expected {size})"
-        else:
-            return size  # the bytes were hashed to `digest` as they were read, and this is that version
-        if actual != digest:
-            with self._errors(f"delete a bad copy of blob {digest[:12]}"):
-                self.client.delete_object(Bucket=self.bucket, Key=key)
+            return base64.b64decode(checksum).hex()
+        if not confirm:
+            return None
+        with self.open_blob(blob) as f:
+            actual, n = sha256_stream(f)
+        return actual if n == size else f"{actual} ({n} bytes, expected {size})"
+
+    def _delete_copy(self, key: str, blob: str) -> None:
+        with self._errors(f"delete a bad copy of blob {blob[:12]}"):
+            self.client.delete_object(Bucket=self.bucket, Key=key)
+
+    def copy_in(self, ref: ObjectRef, blob: str, size: int, *, confirm: bool, sha256: str | None = None) -> int:
+        """CopyObject asking for a SHA-256 checksum of the new object (`CopySourceIfMatch`
+        when `ref` names a version); when the endpoint returns a full-object checksum it must
+        equal the content's sha256, else (moto and s3proxy return none for copies) the copy
+        is read back when `confirm`. A blob already stored is not copied (HEAD first); a
+        concurrent writer of the same blob writes the same bytes."""
+        check_cancelled()
+        if not self.can_copy_in(ref):
+            raise NotImplementedError(f"{ref.bucket}/{ref.key} is not on {self.url}'s endpoint with its credentials")
+        if self.has_blob(blob):
+            return 0
+        expected = sha256 or blob
+        key = self._key(blob_key(blob))
+        r = self._copy_object(ref, key, f"copy s3://{ref.bucket}/{ref.key} to blob {blob[:12]}")
+        actual = self._copy_sha256(r, blob, size, confirm)
+        if actual is not None and actual != expected:
+            self._delete_copy(key, blob)
             raise CorruptionError(
-                f"s3://{ref.bucket}/{ref.key}: the server-side copy has sha256 {actual}, not {digest}",
+                f"s3://{ref.bucket}/{ref.key}: the server-side copy has sha256 {actual}, not {expected}",
                 hint="retry; if it persists, the S3 endpoint corrupts copies or misreports checksums",
             )
-        return size
+        return size  # unchecked only when not `confirm`: the bytes were hashed as they were read, and this is that version
+
+    def copy_in_unique(self, ref: ObjectRef, size: int) -> tuple[str, str]:
+        """One CopyObject into `blobs/unique/`: S3 computes the copy's SHA-256 and returns it;
+        an endpoint that returns none (s3proxy) has the copy read back and hashed here."""
+        check_cancelled()
+        if not self.can_copy_in(ref):
+            raise NotImplementedError(f"{ref.bucket}/{ref.key} is not on {self.url}'s endpoint with its credentials")
+        blob = new_unique_blob_id()
+        key = self._key(blob_key(blob))
+        r = self._copy_object(ref, key, f"copy s3://{ref.bucket}/{ref.key} to a new blob")
+        actual = self._copy_sha256(r, blob, size, confirm=True)
+        assert actual is not None
+        if len(actual) != 64:  # read back with another size: the object changed under its ETag
+            self._delete_copy(key, blob)
+            raise CheckpointChanged(f"s3://{ref.bucket}/{ref.key}: its copy is {actual.split(' ', 1)[1]}")
+        return blob, actual
 
     def spark_access(self) -> tuple[dict[str, str], dict[str, str]]:
         return S3Access.from_client(self.client).spark_access(self.bucket)
 
-    def has_blob(self, digest: str) -> bool:
+    def has_blob(self, blob: str) -> bool:
         from botocore.exceptions import ClientError
 
-        with self._errors(f"check blob {digest[:12]}"):
+        with self._errors(f"check blob {blob[:12]}"):
             try:
-                self.client.head_object(Bucket=self.bucket, Key=self._key(blob_key(digest)))
+                self.client.head_object(Bucket=self.bucket, Key=self._key(blob_key(blob)))
                 return True
             except ClientError as exc:
                 if status(exc) == 404 or code(exc) in ("404", "NoSuchKey", "NotFound"):
@@ -254,7 +284,7 @@ class S3Store(SnapshotStore):
                     return 0
                 raise
 
-    def put_blob_stream(self, digest: str, src: BinaryIO, size: int) -> int:
+    def put_blob_stream(self, blob: str, src: BinaryIO, size: int, *, sha256: str | None = None) -> int:
         """Up to PART_SIZE: read whole (hashing chunk by chunk), checked, then one conditional
         PUT that also asks S3 to verify the sha256; larger: a multipart upload whose parts
         are hashed as they go, completed only when the whole hash matches (else aborted).
@@ -264,8 +294,9 @@ class S3Store(SnapshotStore):
         from botocore.exceptions import ClientError
 
         check_cancelled()
-        key = self._key(blob_key(digest))
-        with self._errors(f"upload blob {digest[:12]}"):
+        digest = sha256 or blob
+        key = self._key(blob_key(blob))
+        with self._errors(f"upload blob {blob[:12]}"):
             try:
                 if size <= PART_SIZE:
                     h = hashlib.sha256()
@@ -284,7 +315,7 @@ class S3Store(SnapshotStore):
                     return len(buf)
                 return self._put_multipart_stream(digest, src, size, key)
             except ClientError as exc:
-                if self._already_stored(exc, digest):
+                if self._already_stored(exc, blob):
                     return 0
                 raise
 
@@ -314,12 +345,12 @@ class S3Store(SnapshotStore):
                 raise
         return len(data)
 
-    def _already_stored(self, exc: Exception, digest: str) -> bool:
+    def _already_stored(self, exc: Exception, blob: str) -> bool:
         """A conditional blob write refused because the blob is there: stored before (412),
         or by a concurrent writer of the same content that won the race (409, then present)."""
         if code(exc) == "PreconditionFailed" or status(exc) == 412:
             return True
-        return code(exc) == "ConditionalRequestConflict" and self.has_blob(digest)
+        return code(exc) == "ConditionalRequestConflict" and self.has_blob(blob)
 
     def _upload_parts(self, key: str, parts: Iterator[bytes | bytearray], verify: Callable[[], None]) -> int:
         """One multipart upload of `parts`; `verify()` runs after the last part, before the
@@ -392,34 +423,35 @@ class S3Store(SnapshotStore):
 
             return self._upload_parts(key, parts(), verify)
 
-    def open_blob(self, digest: str) -> AbstractContextManager[BinaryIO]:
+    def open_blob(self, blob: str) -> AbstractContextManager[BinaryIO]:
         from botocore.exceptions import ClientError
 
-        with self._errors(f"read blob {digest[:12]}"):
+        with self._errors(f"read blob {blob[:12]}"):
             try:
-                body = self.client.get_object(Bucket=self.bucket, Key=self._key(blob_key(digest)))["Body"]
+                body = self.client.get_object(Bucket=self.bucket, Key=self._key(blob_key(blob)))["Body"]
             except ClientError as exc:
                 if code(exc) in ("NoSuchKey", "404") or status(exc) == 404:
                     raise MissingBlobError(
-                        f"blob {digest} is missing from {self.url}",
+                        f"blob {blob} is missing from {self.url}",
                         hint="restore another snapshot, or re-replicate this one from a healthy store",
                     ) from None
                 raise
-        return cast("AbstractContextManager[BinaryIO]", _Body(body, f"blob {digest[:12]}", self.url))
+        return cast("AbstractContextManager[BinaryIO]", _Body(body, f"blob {blob[:12]}", self.url))
 
-    def _list(self, prefix: str, delimiter: str | None = None) -> Iterator[dict[str, Any]]:
+    def _list(self, prefix: str, delimiter: str | None = None, start_after: str | None = None) -> Iterator[dict[str, Any]]:
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self._key(prefix)}
         if delimiter:
             kwargs["Delimiter"] = delimiter
+        if start_after:
+            kwargs["StartAfter"] = self._key(start_after)
         with self._errors(f"list {prefix}"):
             yield from self.client.get_paginator("list_objects_v2").paginate(**kwargs)
 
     def iter_blobs(self) -> Iterator[tuple[str, int]]:
-        for page in self._list(f"{BLOB_PREFIX}/"):
-            for obj in page.get("Contents", []):
-                yield obj["Key"].rsplit("/", 1)[-1], int(obj["Size"])
+        for info in self.iter_blob_info():
+            yield info.digest, info.size
 
-    def put_manifest(self, stream: str, snapshot_id: str, data: bytes) -> None:
+    def _put_manifest_object(self, stream: str, snapshot_id: str, data: bytes) -> None:
         check_cancelled()  # the commit point of a snapshot: a cancelled one publishes nothing
         self._put_once(manifest_key(stream, snapshot_id), data, what=f"snapshot {snapshot_id} of {stream}")
 
@@ -453,8 +485,15 @@ class S3Store(SnapshotStore):
                 raise
 
     def list_snapshot_ids(self, stream: str) -> list[str]:
+        return self._snapshot_ids(stream, None)
+
+    def list_snapshot_ids_after(self, stream: str, after: str) -> list[str]:
+        # From the id itself, not `<id>.json`: `<id>-t2.json` sorts between the two.
+        return [i for i in self._snapshot_ids(stream, f"{STREAMS_PREFIX}/{stream}/snapshots/{after}") if i > after]
+
+    def _snapshot_ids(self, stream: str, start_after: str | None) -> list[str]:
         ids = []
-        for page in self._list(f"{STREAMS_PREFIX}/{stream}/snapshots/"):
+        for page in self._list(f"{STREAMS_PREFIX}/{stream}/snapshots/", start_after=start_after):
             for obj in page.get("Contents", []):
                 name = obj["Key"].rsplit("/", 1)[-1]
                 if name.endswith(MANIFEST_SUFFIX):
@@ -492,6 +531,16 @@ class S3Store(SnapshotStore):
         ]
         return sorted(keys)
 
+    def list_records_after(self, prefix: str, after: str) -> list[str]:
+        strip = len(self._key(""))
+        keys = [
+            obj["Key"][strip:]
+            for page in self._list(prefix, start_after=after)
+            for obj in page.get("Contents", [])
+            if obj["Key"].endswith(MANIFEST_SUFFIX)
+        ]
+        return sorted(k for k in keys if k > after)
+
     def list_record_tree(self, prefix: str) -> list[str]:
         return self.list_records(prefix)  # an S3 listing of a prefix is already every depth
 
@@ -508,13 +557,13 @@ class S3Store(SnapshotStore):
     def _delete_manifest_object(self, stream: str, snapshot_id: str) -> None:
         self.delete_record(manifest_key(stream, snapshot_id))
 
-    def refresh_blob(self, digest: str) -> bool:
+    def refresh_blob(self, blob: str) -> bool:
         """A server-side copy of the blob onto itself: a new LastModified, no bytes moved
         through this host (S3 refuses a self-copy that changes nothing, hence REPLACE)."""
         from botocore.exceptions import ClientError
 
-        key = self._key(blob_key(digest))
-        with self._errors(f"refresh blob {digest[:12]}"):
+        key = self._key(blob_key(blob))
+        with self._errors(f"refresh blob {blob[:12]}"):
             try:
                 self.client.copy_object(
                     Bucket=self.bucket, Key=key, CopySource={"Bucket": self.bucket, "Key": key},
@@ -527,23 +576,24 @@ class S3Store(SnapshotStore):
         return True
 
     def iter_blob_info(self) -> Iterator[BlobInfo]:
-        for page in self._list(f"{BLOB_PREFIX}/"):
-            for obj in page.get("Contents", []):
-                yield BlobInfo(obj["Key"].rsplit("/", 1)[-1], int(obj["Size"]), obj["LastModified"].timestamp())
+        for prefix in BLOB_PREFIXES:
+            for page in self._list(f"{prefix}/"):
+                for obj in page.get("Contents", []):
+                    yield BlobInfo(obj["Key"].rsplit("/", 1)[-1], int(obj["Size"]), obj["LastModified"].timestamp())
 
-    def blob_modified(self, digest: str) -> float | None:
+    def blob_modified(self, blob: str) -> float | None:
         from botocore.exceptions import ClientError
 
-        with self._errors(f"check blob {digest[:12]}"):
+        with self._errors(f"check blob {blob[:12]}"):
             try:
-                head = self.client.head_object(Bucket=self.bucket, Key=self._key(blob_key(digest)))
+                head = self.client.head_object(Bucket=self.bucket, Key=self._key(blob_key(blob)))
             except ClientError as exc:
                 if status(exc) == 404 or code(exc) in ("404", "NoSuchKey", "NotFound"):
                     return None
                 raise
         return float(head["LastModified"].timestamp())
 
-    def delete_blob(self, digest: str, *, written_before: float,
+    def delete_blob(self, blob: str, *, written_before: float,
                     still_held: Callable[[], None] | None = None) -> bool:
         """HEAD right before DELETE: a blob refreshed since the listing stays. S3 has no
         delete conditional on the last write for general-purpose buckets, so the DELETE is
@@ -551,15 +601,15 @@ class S3Store(SnapshotStore):
         the blob in between finds it gone when it re-checks (`refresh_settle_seconds` after
         its refresh) and stores it again."""
         asked = time.monotonic()
-        modified = self.blob_modified(digest)
+        modified = self.blob_modified(blob)
         if modified is None or modified >= written_before:
             return False
         if time.monotonic() - asked > DELETE_DECISION_SECONDS:
             return False  # the answer is too old to act on; the next GC asks again
         if still_held is not None:
             still_held()
-        with self._errors(f"delete blob {digest[:12]}"):
-            self.client.delete_object(Bucket=self.bucket, Key=self._key(blob_key(digest)))
+        with self._errors(f"delete blob {blob[:12]}"):
+            self.client.delete_object(Bucket=self.bucket, Key=self._key(blob_key(blob)))
         return True
 
     def iter_stale_temp(self, written_before: float) -> Iterator[StaleTemp]:

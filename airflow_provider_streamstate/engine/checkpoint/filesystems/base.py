@@ -171,10 +171,12 @@ class CheckpointFS(ABC):
         """Delete everything below the location (what is there now); how many files went."""
 
     @abstractmethod
-    def stage(self, *, fsync: bool = True, direct: bool = False) -> Staging:
+    def stage(self, *, fsync: bool = True, direct: bool = False, empty: bool = False) -> Staging:
         """Begin writing a new checkpoint for this location: beside it, published whole by
         `Staging.publish`; `direct` writes straight into the location (a scratch copy
-        nobody runs: nothing to publish)."""
+        nobody runs: nothing to publish). `empty`: the caller found nothing at the location
+        to replace, so a filesystem that cannot rename may write in place behind its
+        incomplete marker (a failure removes what it wrote; a crash leaves the marker)."""
 
     def recover(self) -> list[str]:
         """Repair what a restore of this location that crashed left (its staging, a

@@ -204,7 +204,7 @@ class HdfsCheckpointFS(CheckpointFS):
                 out.append((m.group("kind"), f"{parent}/{e['pathSuffix']}"))
         return out
 
-    def stage(self, *, fsync: bool = True, direct: bool = False) -> HdfsStaging:
+    def stage(self, *, fsync: bool = True, direct: bool = False, empty: bool = False) -> HdfsStaging:
         """Staging of crashed restores of this target is garbage: removed first."""
         if direct:
             return HdfsStaging(self, self.where_.path, direct=True)
@@ -258,7 +258,7 @@ class HdfsStaging(Staging):
 
         def chunks() -> Iterator[bytes]:
             nonlocal n
-            with store.open_blob(entry.sha256) as src:
+            with store.open_blob(entry.blob_id) as src:
                 while chunk := src.read(CHUNK):
                     check_cancelled()
                     h.update(chunk)
@@ -269,7 +269,7 @@ class HdfsStaging(Staging):
         if h.hexdigest() != entry.sha256 or n != entry.size:
             self.client.delete(dest)
             raise CorruptionError(
-                f"{entry.path}: stored blob {entry.sha256} is corrupt (read {n} bytes with sha256 {h.hexdigest()})",
+                f"{entry.path}: stored blob {entry.blob_id} is corrupt (read {n} bytes with sha256 {h.hexdigest()})",
                 hint="restore another snapshot, or re-replicate this one from a healthy store",
             )
 

@@ -196,7 +196,7 @@ class LocalCheckpointFS(CheckpointFS):
         shutil.rmtree(self.root, ignore_errors=True)
         return n
 
-    def stage(self, *, fsync: bool = True, direct: bool = False) -> LocalStaging:
+    def stage(self, *, fsync: bool = True, direct: bool = False, empty: bool = False) -> LocalStaging:
         self.root.parent.mkdir(parents=True, exist_ok=True)
         if direct:
             self.root.mkdir(parents=True, exist_ok=True)
@@ -260,14 +260,14 @@ class LocalStaging(Staging):
     def write_blob(self, store: SnapshotStore, entry: FileEntry) -> None:
         dest = _destination(self.root, entry.path)
         dest.parent.mkdir(parents=True, exist_ok=True)
-        with store.open_blob(entry.sha256) as src, open(dest, "xb") as out:
+        with store.open_blob(entry.blob_id) as src, open(dest, "xb") as out:
             digest, size = copy_hashing(src, out)
             if self.fsync:
                 out.flush()
                 os.fsync(out.fileno())
         if digest != entry.sha256 or size != entry.size:
             raise CorruptionError(
-                f"{entry.path}: stored blob {entry.sha256} is corrupt (read {size} bytes with sha256 {digest})",
+                f"{entry.path}: stored blob {entry.blob_id} is corrupt (read {size} bytes with sha256 {digest})",
                 hint="restore another snapshot, or re-replicate this one from a healthy store",
             )
 
