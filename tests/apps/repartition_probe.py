@@ -3,7 +3,10 @@ counts and sums per key of the JSON lines in ROOT/in, checkpointed at CKPT.
 
     python repartition_probe.py run CKPT ROOT PROVIDER PARTITIONS   (to the end of its input)
     python repartition_probe.py repartition CKPT N                  (Spark's own API, called directly)
-    python repartition_probe.py state CKPT                          (its state, as Spark reads it)
+    python repartition_probe.py state CKPT [STATE_VAR]              (its state, as Spark reads it)
+
+PROVIDER `tws` runs a transformWithStateInPandas count instead (RocksDB): a value state
+`total` and a list state `seen` of every value of the key, in arrival order.
 
 Each prints one JSON line on stdout: the batches run, Spark's error class, or the state."""
 
@@ -29,9 +32,43 @@ def session(conf: dict[str, str]) -> SparkSession:
     return spark
 
 
+def tws_counts(df):  # noqa: ANN001, ANN201 - a DataFrame in, a DataFrame out
+    import pandas as pd
+    from pyspark.sql.streaming import StatefulProcessor
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    class Count(StatefulProcessor):
+        def init(self, handle) -> None:  # noqa: ANN001
+            self.total = handle.getValueState("total", StructType([StructField("n", LongType())]))
+            self.seen = handle.getListState("seen", StructType([StructField("v", LongType())]))
+
+        def handleInputRows(self, key, rows, timerValues):  # noqa: ANN001, ANN201, N802, N803
+            n = self.total.get()[0] if self.total.exists() else 0
+            for pdf in rows:
+                n += len(pdf)
+                self.seen.appendList([(int(v),) for v in pdf["v"]])
+            self.total.update((n,))
+            yield pd.DataFrame({"k": [key[0]], "n": [n]})
+
+        def close(self) -> None:
+            pass
+
+    return df.groupBy("k").transformWithStateInPandas(Count(), outputStructType="k string, n long",
+                                                      outputMode="Update", timeMode="None")
+
+
 def main(argv: list[str]) -> int:
     mode, ckpt = argv[1], argv[2]
-    if mode == "run":
+    if mode == "run" and argv[4] == "tws":
+        root, partitions = argv[3], argv[5]
+        spark = session({"spark.sql.shuffle.partitions": partitions,
+                         "spark.sql.streaming.stateStore.providerClass": PROVIDERS["rocksdb"]})
+        df = spark.readStream.schema("k string, v long").json(f"{root}/in")
+        q = tws_counts(df).writeStream.foreachBatch(lambda d, b: d.count()).outputMode("update") \
+            .option("checkpointLocation", ckpt).trigger(availableNow=True).start()
+        q.awaitTermination()
+        print(json.dumps({"batch": q.lastProgress["batchId"] if q.lastProgress else None}))
+    elif mode == "run":
         root, provider, partitions = argv[3], argv[4], argv[5]
         spark = session({"spark.sql.shuffle.partitions": partitions,
                          "spark.sql.streaming.stateStore.providerClass": PROVIDERS[provider]})
@@ -49,6 +86,14 @@ def main(argv: list[str]) -> int:
         except Exception as exc:  # noqa: BLE001 - the error class is the answer
             line = next((ln for ln in str(exc).splitlines() if "[" in ln and "]" in ln), str(exc))
             print(json.dumps({"ok": False, "error": line.strip()}))
+    elif len(argv) > 3:  # a transformWithState variable: a list's elements, a value's fields
+        spark = session({})
+        rows = spark.read.format("statestore").option("stateVarName", argv[3]).load(ckpt).collect()
+        state: dict[str, list[object]] = {}
+        for r in rows:
+            state.setdefault(r.key.k, []).extend(
+                [r.list_element.v] if "list_element" in r.__fields__ else list(r.value))
+        print(json.dumps(state))
     else:
         spark = session({})
         rows = spark.read.format("statestore").load(ckpt).collect()

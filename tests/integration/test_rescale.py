@@ -29,6 +29,7 @@ import pytest
 
 from airflow_provider_streamstate.cli import main
 from airflow_provider_streamstate.engine.catalog.retention import pinned_ids
+from airflow_provider_streamstate.engine.catalog.snapshots import get_snapshot
 from airflow_provider_streamstate.engine.checkpoint.liveness import Heartbeat, now_iso, write_heartbeat
 from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
 from airflow_provider_streamstate.engine.checkpoint.repartition import repartition_at
@@ -112,7 +113,7 @@ def test_a_stream_grown_4_to_12_by_the_dag_under_lag_and_shrunk_12_to_3_by_the_c
         assert grown.tasks["caught_up"].xcom["total_lag"] == 0
         store = open_store(spec.store)
         assert rescaled["pinned"] == rescaled["source_snapshot"] in pinned_ids(store, spec.name)
-        labels = store.get_manifest(spec.name, rescaled["rescaled_snapshot"]).labels
+        labels = get_snapshot(store, spec.name, rescaled["rescaled_snapshot"]).labels
         assert labels == {"rescaled-from": rescaled["source_snapshot"], "partitions": "4->12"}
         repartition = repartition_at(CheckpointReader(spec.checkpoint), rescaled["repartition_batch"])
         assert repartition is not None and (repartition.from_partitions, repartition.to_partitions) == (4, 12)
@@ -158,7 +159,7 @@ def test_a_format_2_checkpoint_rescaled_as_a_clone_verifies_and_the_clone_contin
     assert reader.checkpoint_format(reader.resolve_batch(None)) == 2
     assert state_digest(spec.checkpoint) == before  # production untouched: 4 partitions, the same entries
     assert state_digest(clone).partitions == {0: 6, 1: 6}
-    assert open_store(spec.store).get_manifest("orders-x6", result.rescaled_snapshot).labels["source-stream"] == "orders"
+    assert get_snapshot(open_store(spec.store), "orders-x6", result.rescaled_snapshot).labels["source-stream"] == "orders"
 
     # The clone, with its own sinks, continues exactly over the same input and more.
     clone_spec = spec.derive(name="orders-x6", checkpoint=clone, sinks={"alerts": f"{topic}-x6"})
@@ -180,6 +181,13 @@ def test_a_format_2_checkpoint_rescaled_as_a_clone_verifies_and_the_clone_contin
         a.rename(swapped / "tmp")
         b.rename(a)
         (swapped / "tmp").rename(b)
+        (b / "_metadata").rename(a / "_metadata")  # the schema stays where Spark keeps it: partition 0
+    for commit in (p for p in (swapped / "commits").iterdir() if p.name.isdigit()):  # format 2: the ids too
+        version, body = commit.read_text().split("\n", 1)
+        entry = json.loads(body)
+        for ids in entry["stateUniqueIds"].values():
+            ids[0], ids[1] = ids[1], ids[0]
+        commit.write_text(f"{version}\n{json.dumps(entry)}")
     digest = state_digest(str(swapped))
     assert digest.same_entries(state_digest(clone)) == []
     assert digest.misplaced and "Spark looks for it in" in digest.misplaced[0]
@@ -280,3 +288,61 @@ def test_a_repartition_spark_left_unfinished_is_reported_and_a_restore_is_the_wa
     run("run", ckpt, str(root), "hdfs", "4")
     state = run("state", ckpt)
     assert state["k0"] == [6, sum(range(0, 25, 5)) + 1000]
+
+
+def test_a_transform_with_state_stream_rescaled_keeps_its_value_and_list_state_and_continues_exactly(
+    stack, topic, tmp_path, connections, spark43, capsys
+) -> None:
+    """transformWithStateInPandas (a value state and a list state, RocksDB) rescaled 4 -> 8
+    as a clone: Spark writes each list back in one piece (no ',' between its elements, unlike
+    merged appends); the verification, Spark's state reader and the engine's lookups see the
+    same lists in the same order, and the clone continues exactly on Spark 4.3."""
+    root, ckpt, clone = tmp_path / "tws", str(tmp_path / "ckpt-tws"), str(tmp_path / "tws-x8")
+    (root / "in").mkdir(parents=True)
+    files = [[(f"k{i % 30}", i) for i in range(60)], [(f"k{20 + i % 30}", 100 + i) for i in range(60)],
+             [(f"k{45 + i % 15}", 1000 + i) for i in range(30)]]
+
+    def probe(*args: str) -> Any:
+        out = subprocess.run([str(spark43.python), str(APP), *args], capture_output=True, text=True, timeout=600,
+                             env=spark43.env())
+        assert out.returncode == 0, out.stderr[-3000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    def feed(n: int, checkpoint: str) -> None:
+        (root / "in" / f"{n}.json").write_text(
+            "".join(json.dumps({"k": k, "v": v}) + "\n" for k, v in files[n - 1]))
+        probe("run", checkpoint, str(root), "tws", "4")
+
+    feed(1, ckpt)
+    feed(2, ckpt)
+    spec = spec_on(spark43, stack, topic, tmp_path, name="tws").derive(checkpoint=ckpt, store=str(tmp_path / "store"))
+    spec_file = tmp_path / "tws.json"
+    spec_file.write_text(json.dumps(spec.to_dict()))
+    code = main(["rescale", "--spec", str(spec_file), "--partitions", "8", "--target", clone,
+                 "--clone-name", "tws-x8", "--json"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    result = json.loads(out)
+    assert (result["from_partitions"], result["to_partitions"]) == (4, 8)
+    assert {s["store"] for s in result["stores"]} >= {"default/seen", "default/total"}
+    assert state_digest(clone).partitions == {0: 8}
+
+    def spark_state(checkpoint: str, var: str) -> dict[str, list[int]]:
+        return {k: sorted(v) for k, v in probe("state", checkpoint, var).items()}
+
+    for var in ("seen", "total"):
+        assert spark_state(clone, var) == spark_state(ckpt, var)
+    for key in ("k5", "k25", "k49"):  # the first file only, both, the second only
+        before = lookup_key(ckpt, key={"k": key}, state_var="seen")
+        after = lookup_key(clone, key={"k": key}, state_var="seen")
+        assert after.found and after.value == before.value, key
+        assert [r["v"] for r in after.value] == [v for f in files[:2] for k, v in f if k == key]
+
+    feed(3, clone)  # the clone continues: 8 partitions from here
+    expected: dict[str, list[int]] = {}
+    for f in files:
+        for k, v in f:
+            expected.setdefault(k, []).append(v)
+    assert spark_state(clone, "seen") == {k: sorted(v) for k, v in expected.items()}
+    assert spark_state(clone, "total") == {k: [len(v)] for k, v in expected.items()}
+    assert [r["v"] for r in lookup_key(clone, key={"k": "k50"}, state_var="seen").value] == expected["k50"]
