@@ -55,11 +55,9 @@ def test_a_history_fetches_each_blob_of_the_keys_partition_once_and_nothing_for_
     agg, store, ids = build(tmp_path)
     h = key_history(store, "s", key=KEY)
     p = agg.partition(KEY)
-    manifests = [store.get_manifest("s", i) for i in ids]
-    from airflow_provider_streamstate.engine.core.manifest import Manifest
+    from airflow_provider_streamstate.engine.catalog.snapshots import get_snapshot
 
-    files = [f for raw, i in zip(manifests, ids, strict=True)
-             for f in Manifest.from_json(raw, expect_stream="s", expect_id=i).files]
+    files = [f for i in ids for f in get_snapshot(store, "s", i).files]  # deltas read with their chain
     deltas = {f.sha256 for f in files if f.path.startswith(f"state/0/{p}/") and f.path.endswith(".delta")}
     schema = {f.sha256 for f in files if f.path == "state/0/0/_metadata/schema"}
     # Seven deltas in the key's partition, three of them empty (the same bytes: one blob),
