@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -56,7 +57,7 @@ def test_cli_create_list_show_restore_verify(checkpoint, make_store, store_kind,
 
     shown = json.loads(cli("snapshot", "show", "--store", url, "--stream", "s1", created["snapshot_id"], "--json",
                            env=env).stdout)
-    assert shown["format"] == "streamstate.manifest/v2" and shown["timeline"] == 1
+    assert shown["format"] == "streamstate.manifest/v3" and shown["timeline"] == 1
     assert shown["batch_id"] == created["batch_id"]
     assert sum(shown["kafka_offsets"][next(iter(shown["kafka_offsets"]))].values()) == 800
     people = cli("snapshot", "show", "--store", url, "--stream", "s1", created["snapshot_id"], env=env).stdout
@@ -175,11 +176,12 @@ def test_a_flipped_byte_fails_verify_and_restore_naming_the_file(checkpoint, mak
 def test_a_manifest_with_an_escaping_path_is_refused_before_writing(checkpoint, make_store, tmp_path, bad_path) -> None:
     store, url, _ = make_store("local")
     sid = json.loads(cli("snapshot", "create", "--checkpoint", checkpoint, "--store", url, "--stream", "e", "--json").stdout)["snapshot_id"]
-    doc = json.loads(store.get_manifest("e", sid))
-    doc["files"][-1]["path"] = bad_path  # keep a real blob: only the path is hostile
+    header, files = (json.loads(line) for line in store.get_manifest("e", sid).splitlines()[:2])  # format v3
+    files["files"][-1]["path"] = bad_path  # keep a real blob: only the path is hostile
+    listing = json.dumps(files).encode()
     evil_id = sid[:13] + "20300101T000000000000Z"
-    doc["snapshot_id"] = evil_id
-    store.put_manifest("e", evil_id, json.dumps(doc).encode())
+    header.update(snapshot_id=evil_id, files_sha256=hashlib.sha256(listing).hexdigest())  # whole, but hostile
+    store.put_manifest("e", evil_id, json.dumps(header).encode() + b"\n" + listing + b"\n")
 
     work = tmp_path / "work"
     work.mkdir()

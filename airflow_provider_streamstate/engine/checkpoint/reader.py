@@ -151,6 +151,9 @@ def read_query_id(fs: CheckpointFS) -> str:
     where = checkpoint_where(fs)
     data = fs.read_record("metadata")
     if data is None:
+        if not fs.is_dir(""):
+            raise NotFoundError(f"checkpoint {where} does not exist or is not a directory",
+                                hint="pass the stream's checkpointLocation")
         raise UnsupportedCheckpointError(f"{where} has no metadata file", hint="Spark writes it when a query first starts")
     try:
         return str(json.loads(data)["id"])
