@@ -69,8 +69,12 @@ def test_snapshot_validate_replicate_and_retention_run_per_stream_and_a_failed_s
     assert result.tasks["stream.replicate[0]"].xcom["bytes_copied"] > 0
     assert result.tasks["stream.replica_complete[0]"].state == "success"
     kept = result.tasks["stream.retention[0]"].xcom
-    assert kept["snapshots_deleted"] == 1 and kept["snapshots_kept"] == 1, kept
-    assert ids(primary, "orders") == [snap["snapshot_id"]] == ids(dr, "orders")
+    # keep_last 1 keeps the new snapshot, and the older one too: the new manifest is a delta
+    # that builds on it (docs/retention.md), so deleting it would break the kept one.
+    assert kept["snapshots_deleted"] == 0 and kept["snapshots_kept"] == 2, kept
+    reasons = {v["snapshot_id"]: " ".join(v["reasons"]) for v in kept["kept"]}
+    assert "a kept delta builds on it" in reasons[older], reasons
+    assert ids(primary, "orders") == sorted([older, snap["snapshot_id"]]) == ids(dr, "orders")
     assert f"orders: new {snap['snapshot_id']}" in result.log and "suite accounts-sane: passed" in result.log
 
     # The same batch again with a suite that cannot pass: the run fails naming it, and
@@ -78,9 +82,9 @@ def test_snapshot_validate_replicate_and_retention_run_per_stream_and_a_failed_s
     strict = tmp_path / "strict.json"
     strict.write_text(json.dumps({**suite(1), "name": "accounts-strict"}))
     failed = run_dag("streamstate_scheduled_snapshot", {**conf, "suite": str(strict)})
-    assert failed.state == "failed"
+    assert failed.state == "failed", (failed.tasks["stream.snapshot[0]"].xcom, failed.tasks["stream.validate[0]"].xcom)
     assert failed.tasks["stream.validate[0]"].state == "failed"
     assert "suite accounts-strict failed" in failed.log
     assert "1 problem(s): orders:" in failed.log and "not validated" in failed.log
     assert failed.tasks["stream.snapshot[0]"].xcom["reused"] is True
-    assert ids(primary, "orders") == [snap["snapshot_id"]] == ids(dr, "orders")
+    assert ids(primary, "orders") == sorted([older, snap["snapshot_id"]]) == ids(dr, "orders")
