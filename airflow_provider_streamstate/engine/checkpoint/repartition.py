@@ -11,7 +11,7 @@ restore of the newest good snapshot is the way out. Pure Python.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader, state_partitions
@@ -33,8 +33,7 @@ class Repartition:
     committed: bool
 
     def to_json(self) -> dict[str, Any]:
-        return {"batch_id": self.batch_id, "from_partitions": self.from_partitions,
-                "to_partitions": self.to_partitions, "committed": self.committed}
+        return asdict(self)
 
     def describe(self) -> str:
         done = "" if self.committed else ", not committed: Spark will not start the query on it"

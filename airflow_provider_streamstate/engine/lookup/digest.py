@@ -89,14 +89,15 @@ class StateDigest:
 
 class _Acc:
     def __init__(self) -> None:
+        import xxhash  # once per store, not per entry: a digest adds millions of them
+
+        self._hash = xxhash.xxh3_128_intdigest
         self.entries = 0
         self.total = 0
 
     def add(self, key: bytes, value: bytes) -> None:
-        import xxhash
-
         self.entries += 1
-        self.total = (self.total + xxhash.xxh3_128_intdigest(len(key).to_bytes(4, "little") + key + value)) & _MASK
+        self.total = (self.total + self._hash(len(key).to_bytes(4, "little") + key + value)) & _MASK
 
 
 def _list_value(value: bytes, where: str) -> bytes:
