@@ -6,9 +6,12 @@ counts and sums per key of the JSON lines in ROOT/in, checkpointed at CKPT.
     python repartition_probe.py state CKPT [STATE_VAR]              (its state, as Spark reads it)
 
 PROVIDER `tws` runs a transformWithStateInPandas count instead (RocksDB): a value state
-`total` and a list state `seen` of every value of the key, in arrival order.
+`total` and a list state `seen` of every value of the key, in arrival order. `run` reads one
+file a batch.
 
-Each prints one JSON line on stdout: the batches run, Spark's error class, or the state."""
+Commands joined by `--` run in order in one Spark session (one JVM start, the dearest part
+of each), each printing one JSON line on stdout: the batches run, Spark's error class, or
+the state."""
 
 from __future__ import annotations
 
@@ -23,12 +26,13 @@ PROVIDERS = {"hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedS
 
 
 def session(conf: dict[str, str]) -> SparkSession:
-    builder = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false") \
-        .config("spark.ui.showConsoleProgress", "false").config("spark.driver.host", "127.0.0.1")
-    for k, v in conf.items():
-        builder = builder.config(k, v)
-    spark = builder.getOrCreate()
+    """The process's one local session, with `conf` set for what runs next (the SQL confs a
+    query reads when it starts)."""
+    spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false") \
+        .config("spark.ui.showConsoleProgress", "false").config("spark.driver.host", "127.0.0.1").getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    for k, v in conf.items():
+        spark.conf.set(k, v)
     return spark
 
 
@@ -57,13 +61,13 @@ def tws_counts(df):  # noqa: ANN001, ANN201 - a DataFrame in, a DataFrame out
                                                       outputMode="Update", timeMode="None")
 
 
-def main(argv: list[str]) -> int:
+def command(argv: list[str]) -> None:
     mode, ckpt = argv[1], argv[2]
     if mode == "run" and argv[4] == "tws":
         root, partitions = argv[3], argv[5]
         spark = session({"spark.sql.shuffle.partitions": partitions,
                          "spark.sql.streaming.stateStore.providerClass": PROVIDERS["rocksdb"]})
-        df = spark.readStream.schema("k string, v long").json(f"{root}/in")
+        df = spark.readStream.schema("k string, v long").option("maxFilesPerTrigger", 1).json(f"{root}/in")
         q = tws_counts(df).writeStream.foreachBatch(lambda d, b: d.count()).outputMode("update") \
             .option("checkpointLocation", ckpt).trigger(availableNow=True).start()
         q.awaitTermination()
@@ -98,6 +102,14 @@ def main(argv: list[str]) -> int:
         spark = session({})
         rows = spark.read.format("statestore").load(ckpt).collect()
         print(json.dumps({r.key.k: list(r.value)[:2] for r in rows}))
+
+
+def main(argv: list[str]) -> int:
+    args = argv[1:]
+    while args:
+        cut = args.index("--") if "--" in args else len(args)
+        command([argv[0], *args[:cut]])
+        args = args[cut + 1:]
     return 0
 
 

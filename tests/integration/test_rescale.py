@@ -88,6 +88,18 @@ def accounts_exact(checkpoint: str, rounds: list[GeneratorSpec]) -> None:
     assert got == expected
 
 
+def probe(line: spark_versions.SparkVersion, *commands: list[str]) -> list[Any]:
+    """tests/apps/repartition_probe.py's commands, in order, in one Spark process of `line`:
+    each one's JSON answer."""
+    argv = [a for i, c in enumerate(commands) for a in ([*c] if i == 0 else ["--", *c])]
+    out = subprocess.run([str(line.python), str(APP), *argv], capture_output=True, text=True, timeout=600,
+                         env=line.env())
+    assert out.returncode == 0, out.stderr[-3000:]
+    answers = [json.loads(ln) for ln in out.stdout.strip().splitlines() if ln.startswith(("{", "["))]
+    assert len(answers) == len(commands), out.stdout[-3000:]
+    return answers
+
+
 def test_a_stream_grown_4_to_12_by_the_dag_under_lag_and_shrunk_12_to_3_by_the_cli_continues_exactly(
     stack, topic, tmp_path, connections, spark43, run_dag, capsys
 ) -> None:
@@ -211,12 +223,8 @@ def test_rescales_that_cannot_work_are_refused_in_one_line_with_nothing_changed(
     root = tmp_path / "probe"
     (root / "in").mkdir(parents=True)
     (root / "in" / "1.json").write_text("".join(json.dumps({"k": f"k{i % 7}", "v": i}) + "\n" for i in range(40)))
-    ckpts = {}
-    for provider in ("rocksdb", "hdfs"):
-        ckpts[provider] = str(tmp_path / f"ckpt-{provider}")
-        out = subprocess.run([str(spark43.python), str(APP), "run", ckpts[provider], str(root), provider, "4"],
-                             capture_output=True, text=True, timeout=600, env=spark43.env())
-        assert out.returncode == 0, out.stderr[-3000:]
+    ckpts = {provider: str(tmp_path / f"ckpt-{provider}") for provider in ("rocksdb", "hdfs")}
+    probe(spark43, *(["run", ckpt, str(root), provider, "4"] for provider, ckpt in ckpts.items()))
     store_dir = tmp_path / "store"
     spec = spec_on(spark43, stack, topic, tmp_path, name="probe").derive(store=str(store_dir))
     store = open_store(str(store_dir))
@@ -268,15 +276,7 @@ def test_a_repartition_spark_left_unfinished_is_reported_and_a_restore_is_the_wa
     (root / "in").mkdir(parents=True)
     (root / "in" / "1.json").write_text("".join(json.dumps({"k": f"k{i % 5}", "v": i}) + "\n" for i in range(25)))
     ckpt = str(tmp_path / "ckpt")
-
-    def run(*args: str) -> dict[str, Any]:
-        out = subprocess.run([str(spark43.python), str(APP), *args], capture_output=True, text=True, timeout=600,
-                             env=spark43.env())
-        assert out.returncode == 0, out.stderr[-3000:]
-        return dict(json.loads(out.stdout.strip().splitlines()[-1]))
-
-    run("run", ckpt, str(root), "hdfs", "4")
-    failed = run("repartition", ckpt, "8")
+    _, failed = probe(spark43, ["run", ckpt, str(root), "hdfs", "4"], ["repartition", ckpt, "8"])
     assert not failed["ok"] and "UNSUPPORTED_PROVIDER" in failed["error"]
     store = open_store(str(tmp_path / "store"))
     snap = create_snapshot(ckpt, store, "probe").manifest
@@ -288,8 +288,7 @@ def test_a_repartition_spark_left_unfinished_is_reported_and_a_restore_is_the_wa
 
     restore_snapshot(store, "probe", snap.snapshot_id, ckpt, force=True)
     (root / "in" / "2.json").write_text(json.dumps({"k": "k0", "v": 1000}) + "\n")
-    run("run", ckpt, str(root), "hdfs", "4")
-    state = run("state", ckpt)
+    _, state = probe(spark43, ["run", ckpt, str(root), "hdfs", "4"], ["state", ckpt])
     assert state["k0"] == [6, sum(range(0, 25, 5)) + 1000]
 
 
@@ -305,19 +304,14 @@ def test_a_transform_with_state_stream_rescaled_keeps_its_value_and_list_state_a
     files = [[(f"k{i % 30}", i) for i in range(60)], [(f"k{20 + i % 30}", 100 + i) for i in range(60)],
              [(f"k{45 + i % 15}", 1000 + i) for i in range(30)]]
 
-    def probe(*args: str) -> Any:
-        out = subprocess.run([str(spark43.python), str(APP), *args], capture_output=True, text=True, timeout=600,
-                             env=spark43.env())
-        assert out.returncode == 0, out.stderr[-3000:]
-        return json.loads(out.stdout.strip().splitlines()[-1])
+    def write(n: int) -> None:  # one file a batch, in the order of their times
+        path = root / "in" / f"{n}.json"
+        path.write_text("".join(json.dumps({"k": k, "v": v}) + "\n" for k, v in files[n - 1]))
+        os.utime(path, (1_700_000_000 + n, 1_700_000_000 + n))
 
-    def feed(n: int, checkpoint: str) -> None:
-        (root / "in" / f"{n}.json").write_text(
-            "".join(json.dumps({"k": k, "v": v}) + "\n" for k, v in files[n - 1]))
-        probe("run", checkpoint, str(root), "tws", "4")
-
-    feed(1, ckpt)
-    feed(2, ckpt)
+    write(1)
+    write(2)
+    assert probe(spark43, ["run", ckpt, str(root), "tws", "4"])[0]["batch"] == 1  # file 1, then file 2
     spec = spec_on(spark43, stack, topic, tmp_path, name="tws").derive(checkpoint=ckpt, store=str(tmp_path / "store"))
     spec_file = tmp_path / "tws.json"
     spec_file.write_text(json.dumps(spec.to_dict()))
@@ -330,22 +324,25 @@ def test_a_transform_with_state_stream_rescaled_keeps_its_value_and_list_state_a
     assert {s["store"] for s in result["stores"]} >= {"default/seen", "default/total"}
     assert state_digest(clone).partitions == {0: 8}
 
-    def spark_state(checkpoint: str, var: str) -> dict[str, list[int]]:
-        return {k: sorted(v) for k, v in probe("state", checkpoint, var).items()}
+    def sorted_state(answer: dict[str, list[int]]) -> dict[str, list[int]]:
+        return {k: sorted(v) for k, v in answer.items()}
 
-    for var in ("seen", "total"):
-        assert spark_state(clone, var) == spark_state(ckpt, var)
+    clone_seen, clone_total, seen, total = probe(
+        spark43, ["state", clone, "seen"], ["state", clone, "total"], ["state", ckpt, "seen"], ["state", ckpt, "total"])
+    assert sorted_state(clone_seen) == sorted_state(seen) and sorted_state(clone_total) == sorted_state(total)
     for key in ("k5", "k25", "k49"):  # the first file only, both, the second only
         before = lookup_key(ckpt, key={"k": key}, state_var="seen")
         after = lookup_key(clone, key={"k": key}, state_var="seen")
         assert after.found and after.value == before.value, key
         assert [r["v"] for r in after.value] == [v for f in files[:2] for k, v in f if k == key]
 
-    feed(3, clone)  # the clone continues: 8 partitions from here
+    write(3)
+    _, seen, total = probe(spark43, ["run", clone, str(root), "tws", "4"], ["state", clone, "seen"],
+                           ["state", clone, "total"])  # the clone continues: 8 partitions from here
     expected: dict[str, list[int]] = {}
     for f in files:
         for k, v in f:
             expected.setdefault(k, []).append(v)
-    assert spark_state(clone, "seen") == {k: sorted(v) for k, v in expected.items()}
-    assert spark_state(clone, "total") == {k: [len(v)] for k, v in expected.items()}
+    assert sorted_state(seen) == {k: sorted(v) for k, v in expected.items()}
+    assert sorted_state(total) == {k: [len(v)] for k, v in expected.items()}
     assert [r["v"] for r in lookup_key(clone, key={"k": "k50"}, state_var="seen").value] == expected["k50"]
