@@ -4,6 +4,7 @@ session per test session, both from the same code the demo and benchmarks use.""
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import tempfile
 import uuid
@@ -27,6 +28,10 @@ if airflow_harness.HOME is None:
 _AIRFLOW_HOME = airflow_harness.HOME
 
 from dev import stack as stack_mod  # noqa: E402
+
+# Every Spark JVM the suite starts through spark-submit (sessions here, drivers, state jobs,
+# the other Spark lines) inherits this: the suite is CPU-bound on two cores.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", stack_mod.SHORT_LIVED_JVM)
 
 # py4j logs at interpreter exit, after pytest closed its capture streams.
 logging.getLogger("py4j").setLevel(logging.WARNING)

@@ -51,7 +51,8 @@ def _cluster_spec(stack, topic, tmp_path, master, checkpoint, *, name):  # noqa:
     spec = example_stream_spec(stack, topic, tmp_path, name=name, extra_args=["--shuffle-partitions", "2"])
     return spec.derive(
         master=master, checkpoint=checkpoint, env={"PYSPARK_PYTHON": sys.executable, **stack.s3_env("primary")},
-        conf={**spec.conf, **stack.s3a_conf("primary"), "spark.executor.memory": "512m", "spark.cores.max": "2"},
+        conf={**spec.conf, **stack.s3a_conf("primary"), "spark.executor.memory": "512m", "spark.cores.max": "2",
+              "spark.executor.extraJavaOptions": stack_mod.SHORT_LIVED_JVM},
     )
 
 

@@ -119,7 +119,8 @@ def test_state_jobs_on_a_standalone_cluster_answer_as_the_local_path_does_and_le
     job = ["--store", h.url, "--stream", "accounts", "--json", "--master", spark_cluster,
            "--jars", ",".join(stack.spark_jars), "--conf", "spark.driver.host=127.0.0.1",
            "--conf", "spark.driver.bindAddress=127.0.0.1", "--conf", "spark.executor.memory=512m",
-           "--conf", "spark.cores.max=1", "--conf", "spark.sql.shuffle.partitions=2"]
+           "--conf", "spark.cores.max=1", "--conf", "spark.sql.shuffle.partitions=2",
+           "--conf", f"spark.executor.extraJavaOptions={stack_mod.SHORT_LIVED_JVM}"]
     first, last = h.ids[0], h.ids[-1]
 
     # Bisect validates (and records) good and bad snapshots in one application.
