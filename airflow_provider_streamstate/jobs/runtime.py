@@ -24,7 +24,12 @@ def attach_heartbeat(
     event (Spark emits one on idle too) and once more when it stops or fails, and a timer
     thread keeps beating during a long batch. Follows the first query started after it is
     attached, or the one named `query_name`. Returns the listener (remove it with
-    `spark.streams.removeListener`)."""
+    `spark.streams.removeListener`).
+
+    One listener per session and checkpoint: an application that attaches its own under the
+    supervised wrapper (which attached one first) gets the wrapper's, so the last beat has
+    one writer (two would let the one that never saw the stop write `running` over the
+    other's `stopped`). A listener whose query ended (`stopped` set) is not handed out again."""
     import socket
 
     from pyspark.sql.streaming import StreamingQueryListener
@@ -32,6 +37,10 @@ def attach_heartbeat(
     from airflow_provider_streamstate.engine.checkpoint.liveness import Heartbeat, now_iso, write_heartbeat
     from airflow_provider_streamstate.engine.core.errors import StreamstateError
 
+    key = _checkpoint_key(checkpoint)
+    attached: dict[str, Any] = spark.__dict__.setdefault("_streamstate_heartbeats", {})
+    if key in attached and not attached[key].stopped.is_set():
+        return attached[key]
     spark_version = str(spark.version)
 
     class HeartbeatListener(StreamingQueryListener):
@@ -117,7 +126,15 @@ def attach_heartbeat(
 
     listener = HeartbeatListener()
     spark.streams.addListener(listener)
+    attached[key] = listener
     return listener
+
+
+def _checkpoint_key(checkpoint: str) -> str:
+    """A local checkpoint's absolute path (with or without `file:`), else its URI."""
+    if "://" in checkpoint and not checkpoint.startswith("file:"):
+        return checkpoint.rstrip("/")
+    return os.path.abspath(checkpoint.removeprefix("file://").removeprefix("file:"))
 
 
 def attach_batch_log(spark: SparkSession, out: TextIO | None = None) -> object:

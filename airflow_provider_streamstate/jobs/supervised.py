@@ -217,6 +217,11 @@ class Supervisor:
             time.sleep(0.05)
         _say(f"stopping query {query.name or query.id}")
         query.stop()
+        for listener in list(self.listeners):  # the last beat now: Spark's event may come late or never
+            try:
+                listener.finish(query)
+            except Exception as exc:  # noqa: BLE001 - the session may be stopping under us
+                _say(f"cannot write the last heartbeat: {type(exc).__name__}: {exc}")
 
     def finish(self, exit_code: int, error: str | None = None) -> None:
         """Wait briefly for each query's last beat (listener events are asynchronous),

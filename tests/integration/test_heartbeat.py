@@ -10,6 +10,7 @@ import socket
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.errors import StreamingQueryException
@@ -131,3 +132,30 @@ def test_spark_resumes_a_checkpoint_with_the_record_beside_it(stack, spark, topi
     assert second > first  # resumed after batch `first`, not from scratch
     assert account_state(spark, checkpoint) == expected_aggregates([spec, spec.next_round(200)])
     assert not [f.path for f in CheckpointReader(checkpoint).plan().files if f.path.startswith("_streamstate")]
+
+
+def test_an_application_attaching_its_own_heartbeat_under_the_wrapper_shares_the_wrappers_listener(
+    spark, tmp_path
+) -> None:
+    """One writer per checkpoint and session (the supervised wrapper attaches first): a
+    second attach, with or without `file:`, gets the same listener; once that listener's
+    query ended, a new attach gets a new one."""
+    from airflow_provider_streamstate.jobs.runtime import attach_heartbeat
+
+    checkpoint = str(tmp_path / "ckpt")
+    attached: list[Any] = []
+
+    def attach(where: str) -> Any:
+        attached.append(attach_heartbeat(spark, where, interval_s=1.0, query_name="shared"))
+        return attached[-1]
+
+    try:
+        first = attach(checkpoint)
+        assert attach(f"file:{checkpoint}") is first
+        assert attach(str(tmp_path / "other")) is not first
+        first.stopped.set()
+        assert attach(checkpoint) is not first
+    finally:
+        for listener in {id(x): x for x in attached}.values():
+            listener.stopped.set()
+            spark.streams.removeListener(listener)
