@@ -48,7 +48,8 @@ def attach_heartbeat(
             self.lock = threading.Lock()
             self.query_id: str | None = None
             self.beat: Heartbeat | None = None
-            self.stopped = threading.Event()
+            self.stopped = threading.Event()  # the last beat is written
+            self.terminated = threading.Event()  # Spark's own event for it came
             self.muted = False
             threading.Thread(target=self._timer, name="streamstate-heartbeat", daemon=True).start()
 
@@ -109,6 +110,7 @@ def attach_heartbeat(
             exc = event.exception  # type: ignore[attr-defined]
             self._write(state="failed" if exc else "stopped", exception=error_line(exc))
             self.stopped.set()
+            self.terminated.set()
 
         def finish(self, query: Any) -> None:
             """Write the last beat now, from the driver's own view of its stopped `query`:

@@ -224,15 +224,16 @@ class Supervisor:
                 _say(f"cannot write the last heartbeat: {type(exc).__name__}: {exc}")
 
     def finish(self, exit_code: int, error: str | None = None) -> None:
-        """Wait briefly for each query's last beat (listener events are asynchronous),
-        then record how the driver ended (and the error it died of)."""
+        """Wait briefly for Spark's event that each query ended (listener events are
+        asynchronous, and a driver that exits before the JVM delivers one logs a Py4J error;
+        the last beat may already be written, by whoever stopped the query), then record how
+        the driver ended (and the error it died of)."""
         self.done.set()
         if self.superseded:  # the driver record is the newer launch's now
             return
         for listener in list(self.listeners):
-            beat = getattr(listener, "beat", None)
-            if beat is not None and beat.state in ("starting", "running"):
-                listener.stopped.wait(10)
+            if getattr(listener, "beat", None) is not None:
+                listener.terminated.wait(10)
         try:
             write_driver(self.checkpoint, DriverRecord(
                 self.launch_id, socket.gethostname(), os.getpid(), self.started_at,
