@@ -50,6 +50,7 @@ def attach_heartbeat(
             self.beat: Heartbeat | None = None
             self.stopped = threading.Event()  # the last beat is written
             self.terminated = threading.Event()  # Spark's own event for it came
+            self.stopping = False  # the driver stopped the query: an interrupted batch is no failure
             self.muted = False
             threading.Thread(target=self._timer, name="streamstate-heartbeat", daemon=True).start()
 
@@ -108,6 +109,8 @@ def attach_heartbeat(
             if self.beat is None or not self._ours(str(event.id)):  # type: ignore[attr-defined]
                 return
             exc = event.exception  # type: ignore[attr-defined]
+            if exc and self.stopping and interrupted_by_stop(exc):
+                exc = None
             self._write(state="failed" if exc else "stopped", exception=error_line(exc))
             self.stopped.set()
             self.terminated.set()
@@ -119,6 +122,8 @@ def attach_heartbeat(
             if self.beat is None or query.isActive or str(query.id) != self.query_id or self.stopped.is_set():
                 return
             exc = query.exception()
+            if exc is not None and self.stopping and interrupted_by_stop(str(exc)):
+                exc = None
             last = query.lastProgress or {}
             # A batch's progress comes after its commit; an idle trigger's names the next batch.
             batch = last.get("batchId") if "addBatch" in (last.get("durationMs") or {}) else self.beat.batch_id
@@ -267,6 +272,13 @@ class StopSignals:
         self.requested.set()
 
 
+def interrupted_by_stop(error: str) -> bool:
+    """Whether a query's error is the stop's own interrupt of a batch that had just begun
+    (Spark can report it as a task failure when a state store's abort is interrupted): that
+    batch was not committed and runs again after a restart, so the stop was clean."""
+    return "InterruptedException" in error or "ClosedByInterruptException" in error
+
+
 def stop_query(query: Any, *, batch_wait_s: float = 60.0) -> None:
     """Stop `query` once the batch in flight has committed (at most `batch_wait_s`): an
     interrupted batch is run again after a restart, and Spark logs its abort as errors.
@@ -297,9 +309,17 @@ def run_until_stopped(
             query.awaitTermination(1)
         except StreamingQueryException:
             break  # reported below
-    if query.isActive:
+    stopped_by_us = query.isActive
+    if stopped_by_us:
+        if heartbeat is not None:
+            heartbeat.stopping = True
         stop_query(query, batch_wait_s=batch_wait_s)
     error = query.exception()
+    stopped_by_us = stopped_by_us or bool(getattr(heartbeat, "stopping", False))  # or the supervised wrapper did
+    if error is not None and stopped_by_us and interrupted_by_stop(str(error)):
+        print("streamstate: the stop interrupted a batch that had just begun; it runs again on restart",
+              file=sys.stderr, flush=True)
+        error = None
     if heartbeat is not None:
         heartbeat.finish(query)
     spark.stop()

@@ -216,6 +216,8 @@ class Supervisor:
                 break
             time.sleep(0.05)
         _say(f"stopping query {query.name or query.id}")
+        for listener in list(self.listeners):
+            listener.stopping = True
         query.stop()
         for listener in list(self.listeners):  # the last beat now: Spark's event may come late or never
             try:

@@ -67,3 +67,49 @@ def test_a_second_sigterm_exits_with_143(monkeypatch) -> None:
     stop.request("SIGTERM", source="jvm")
     stop.request("SIGTERM", source="jvm")
     assert (stop.reason, exits) == ("SIGTERM", [143])
+
+
+class _Query:
+    """What run_until_stopped asks of a StreamingQuery: active until stopped, then `error`."""
+
+    name, id, lastProgress, status = "accounts", "q", None, {"isTriggerActive": False}  # noqa: N815
+
+    def __init__(self, error: str | None, *, ends_by_itself: bool = False) -> None:
+        self.isActive, self.error = not ends_by_itself, error  # noqa: N815
+
+    def awaitTermination(self, _timeout: float) -> None:  # noqa: N802
+        pass
+
+    def stop(self) -> None:
+        self.isActive = False
+
+    def exception(self) -> str | None:
+        return None if self.isActive else self.error
+
+
+class _Spark:
+    def stop(self) -> None:
+        pass
+
+
+INTERRUPTED = ("org.apache.spark.SparkException: Job aborted due to stage failure: Task 1 failed: "
+               "java.lang.InterruptedException\n\tat java.base/java.util.concurrent.locks.AbstractQueuedSynchronizer"
+               ".acquireSharedInterruptibly(AbstractQueuedSynchronizer.java:1048)")
+
+
+@pytest.mark.parametrize(
+    ("error", "ends_by_itself", "code", "said"),
+    [
+        (INTERRUPTED, False, 0, "the stop interrupted a batch that had just begun"),
+        (INTERRUPTED, True, 1, "the query failed"),  # nobody stopped it: an interrupt is a failure
+        (SPARK, False, 1, "the query failed"),  # stopped, but failed of something else
+        (None, False, 0, "stopped on signal SIGTERM"),
+    ],
+)
+def test_a_batch_the_stop_itself_interrupted_is_a_clean_stop_and_nothing_else_is(
+    capsys, error: str | None, ends_by_itself: bool, code: int, said: str
+) -> None:
+    stop = StopSignals()
+    stop.request("signal SIGTERM")
+    assert runtime.run_until_stopped(_Spark(), _Query(error, ends_by_itself=ends_by_itself), stop) == code  # type: ignore[arg-type]
+    assert said in capsys.readouterr().err
