@@ -138,11 +138,10 @@ with DAG(
             if params.get("suite"):
                 if not checked:
                     problems.append(f"{spec['name']}: {snap['snapshot_id']} not validated")
-                elif not checked["success"]:  # a failed suite records its outcome before failing
-                    problems.append(f"{spec['name']}: {snap['snapshot_id']} failed suite {checked['suite']}")
-                    line += f"; suite {checked['suite']}: FAILED"
                 else:
                     line += f"; suite {checked['suite']}: {'passed' if checked['success'] else 'FAILED'}"
+                    if not checked["success"]:  # a failed suite records its outcome before failing
+                        problems.append(f"{spec['name']}: {snap['snapshot_id']} failed suite {checked['suite']}")
             if params.get("dr_store"):
                 if not copied:
                     problems.append(f"{spec['name']}: {snap['snapshot_id']} not replicated to {params['dr_store']}")

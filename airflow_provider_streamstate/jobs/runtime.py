@@ -108,9 +108,7 @@ def attach_heartbeat(
         def onQueryTerminated(self, event: object) -> None:
             if self.beat is None or not self._ours(str(event.id)):  # type: ignore[attr-defined]
                 return
-            exc = event.exception  # type: ignore[attr-defined]
-            if exc and self.stopping and interrupted_by_stop(exc):
-                exc = None
+            exc = query_error(event.exception, stopping=self.stopping)  # type: ignore[attr-defined]
             self._write(state="failed" if exc else "stopped", exception=error_line(exc))
             self.stopped.set()
             self.terminated.set()
@@ -121,14 +119,11 @@ def attach_heartbeat(
             stops, which would leave a `running` record until it goes stale."""
             if self.beat is None or query.isActive or str(query.id) != self.query_id or self.stopped.is_set():
                 return
-            exc = query.exception()
-            if exc is not None and self.stopping and interrupted_by_stop(str(exc)):
-                exc = None
+            exc = query_error(query.exception(), stopping=self.stopping)
             last = query.lastProgress or {}
             # A batch's progress comes after its commit; an idle trigger's names the next batch.
             batch = last.get("batchId") if "addBatch" in (last.get("durationMs") or {}) else self.beat.batch_id
-            self._write(state="failed" if exc is not None else "stopped", batch_id=batch,
-                        exception=error_line(str(exc)) if exc is not None else None)
+            self._write(state="failed" if exc is not None else "stopped", batch_id=batch, exception=error_line(exc))
             self.stopped.set()
 
     listener = HeartbeatListener()
@@ -138,10 +133,12 @@ def attach_heartbeat(
 
 
 def _checkpoint_key(checkpoint: str) -> str:
-    """A local checkpoint's absolute path (with or without `file:`), else its URI."""
-    if "://" in checkpoint and not checkpoint.startswith("file:"):
+    """A local checkpoint's absolute path (however given), else its URL."""
+    from airflow_provider_streamstate.engine.checkpoint.filesystems import location_scheme, open_checkpoint_fs
+
+    if location_scheme(checkpoint) != "file":
         return checkpoint.rstrip("/")
-    return os.path.abspath(checkpoint.removeprefix("file://").removeprefix("file:"))
+    return str(open_checkpoint_fs(checkpoint).local_path)  # a local one: its resolved path, no client
 
 
 def attach_batch_log(spark: SparkSession, out: TextIO | None = None) -> object:
@@ -272,11 +269,15 @@ class StopSignals:
         self.requested.set()
 
 
-def interrupted_by_stop(error: str) -> bool:
-    """Whether a query's error is the stop's own interrupt of a batch that had just begun
-    (Spark can report it as a task failure when a state store's abort is interrupted): that
-    batch was not committed and runs again after a restart, so the stop was clean."""
-    return "InterruptedException" in error or "ClosedByInterruptException" in error
+def query_error(error: object, *, stopping: bool) -> str | None:
+    """A query's error as text, or None when there is none or, on a stop the driver asked
+    for (`stopping`), it is that stop's own interrupt of a batch that had just begun (Spark
+    can report it as a task failure when a state store's abort is interrupted): that batch
+    was not committed and runs again after a restart, so the stop was clean."""
+    text = None if error is None else str(error)
+    if text and stopping and ("InterruptedException" in text or "ClosedByInterruptException" in text):
+        return None
+    return text
 
 
 def stop_query(query: Any, *, batch_wait_s: float = 60.0) -> None:
@@ -309,22 +310,22 @@ def run_until_stopped(
             query.awaitTermination(1)
         except StreamingQueryException:
             break  # reported below
-    stopped_by_us = query.isActive
-    if stopped_by_us:
+    stopping = bool(getattr(heartbeat, "stopping", False))  # the supervised wrapper stopped it
+    if query.isActive:
+        stopping = True
         if heartbeat is not None:
             heartbeat.stopping = True
         stop_query(query, batch_wait_s=batch_wait_s)
-    error = query.exception()
-    stopped_by_us = stopped_by_us or bool(getattr(heartbeat, "stopping", False))  # or the supervised wrapper did
-    if error is not None and stopped_by_us and interrupted_by_stop(str(error)):
+    raw = query.exception()
+    error = query_error(raw, stopping=stopping)
+    if raw is not None and error is None:
         print("streamstate: the stop interrupted a batch that had just begun; it runs again on restart",
               file=sys.stderr, flush=True)
-        error = None
     if heartbeat is not None:
         heartbeat.finish(query)
     spark.stop()
     if error is not None:
-        print(f"streamstate: the query failed: {error_line(str(error))}", file=sys.stderr, flush=True)
+        print(f"streamstate: the query failed: {error_line(error)}", file=sys.stderr, flush=True)
         return 1
     how = f"on {stop.reason}" if stop.reason else "(no more input)"
     print(f"streamstate: query {query.name or query.id} stopped {how}", file=sys.stderr, flush=True)
