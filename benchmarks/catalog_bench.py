@@ -11,7 +11,9 @@ times, in one run on the same store:
   retention did before the index);
 * `snapshot list` through the index, cold (no index yet: every manifest read once, one
   segment written) and warm (segments only);
-* `latest` (the newest snapshot's manifest, from the id listing);
+* `latest` through the catalog head the last snapshot's writer left (a record read and one
+  listing from its id), and without it (a store written before heads: from the index's
+  newest id);
 * a retention plan (dry run) of keep-last 100, warm;
 
 with the S3 requests each sent, by operation. Writes .bench/catalog_results.json.
@@ -43,9 +45,11 @@ def main() -> None:
 
 
     from airflow_provider_streamstate.engine.catalog import validation_records as vr
+    from airflow_provider_streamstate.engine.catalog.head import head_key, write_head
     from airflow_provider_streamstate.engine.catalog.index import list_summaries
     from airflow_provider_streamstate.engine.catalog.retention import RetentionPolicy, apply_retention
     from airflow_provider_streamstate.engine.catalog.snapshots import list_snapshots, resolve_snapshot
+    from airflow_provider_streamstate.engine.catalog.timeline import load_timelines
     from airflow_provider_streamstate.engine.core.manifest import FileEntry, Manifest, new_snapshot_id
     from airflow_provider_streamstate.engine.stores import S3Store
     from airflow_provider_streamstate.engine.stores.base import manifest_key
@@ -81,6 +85,8 @@ def main() -> None:
                                                b % (every * 3) != 0, None)],
             )
             backend.put_object(BUCKET, f"store/{vr.validation_key('orders', sid, 'shape')}", rec.to_bytes())
+    # The head the last snapshot's writer leaves (lifecycle/snapshot.py publishes, then writes it).
+    write_head(store, "orders", m, body, load_timelines(store, "orders"))
     print(f"built {a.snapshots} manifests ({manifest_bytes / a.snapshots / 1024:.0f} KiB each) "
           f"in {time.monotonic() - t:.0f}s", file=sys.stderr)
 
@@ -102,7 +108,10 @@ def main() -> None:
     cold = timed("list_cold_index", lambda: list_summaries(store, "orders", parallelism=16))
     warm = timed("list_warm_index", lambda: list_summaries(store, "orders", parallelism=16))
     assert [s.snapshot_id for s in warm.snapshots] == [m.snapshot_id for m in baseline.manifests]  # type: ignore[attr-defined]
-    timed("latest", lambda: resolve_snapshot(store, "orders", "latest"))
+    newest = timed("latest", lambda: resolve_snapshot(store, "orders", "latest"))
+    assert newest.snapshot_id == m.snapshot_id  # type: ignore[attr-defined]
+    store.delete_record(head_key("orders"))  # a store written before the head: from the index's newest id
+    timed("latest_without_head", lambda: resolve_snapshot(store, "orders", "latest"))
     plan = timed("retention_plan_warm", lambda: apply_retention(
         store, "orders", RetentionPolicy(keep_last=100), dry_run=True, parallelism=16,
         now=(start + timedelta(minutes=15 * a.snapshots)).timestamp()))

@@ -138,6 +138,19 @@ def test_manifests_are_announced_in_the_journal_and_listed_after_a_known_id(make
     assert [k for k in store.list_records("streams/s/journal/") if "-d-" in k][0].endswith(f"-d-{ids[0]}.json")
 
 
+def test_a_listing_from_an_id_shows_the_ids_at_and_after_it_and_every_timeline_record(make_store, store_kind) -> None:
+    store, _, _ = make_store(store_kind)
+    ids = [f"00000000000{b}-20261121T000000000000Z" for b in range(1, 5)]
+    for sid in (ids[0], ids[2], ids[3], f"{ids[1]}-t2", ids[1]):
+        store.put_manifest("s", sid, b"{}")
+    for name in ("state-jobs/j1-request", "timelines/000000002", "timelines/000000003", "validations/x/suite"):
+        store.put_record(f"streams/s/{name}.json", b"{}")
+    listing = store.list_from("s", ids[1])
+    assert listing.snapshot_ids == [ids[1], f"{ids[1]}-t2", ids[2], ids[3]]
+    assert listing.timeline_keys == ["streams/s/timelines/000000002.json", "streams/s/timelines/000000003.json"]
+    assert store.list_from("s", "000000000009-20261121T000000000000Z").snapshot_ids == []
+
+
 def test_s3_store_from_url_uses_the_standard_aws_environment(stack, monkeypatch) -> None:
     for key, value in stack.s3_env("dr").items():
         monkeypatch.setenv(key, value)

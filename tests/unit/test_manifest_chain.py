@@ -14,6 +14,7 @@ import pytest
 
 from airflow_provider_streamstate.engine.catalog import gc as gc_mod
 from airflow_provider_streamstate.engine.catalog.gc import collect_garbage
+from airflow_provider_streamstate.engine.catalog.head import head_key
 from airflow_provider_streamstate.engine.catalog.retention import (
     RetentionPolicy,
     apply_retention,
@@ -113,6 +114,7 @@ def test_v2_manifests_are_still_read_and_the_next_snapshot_starts_a_chain(tmp_pa
     m = get_snapshot(store, "s", ids[0])
     v2 = {**m.to_dict(), "format": FORMAT_V2}
     (store.root / manifest_key("s", ids[0])).write_bytes(json.dumps(v2, indent=1).encode())  # as older engines wrote it
+    store.delete_record(head_key("s"))  # ... and they wrote no catalog head
     old = get_snapshot(store, "s", ids[0])
     assert old.format == FORMAT_V2 and list(old.files) == list(m.files)
     grow(ckpt, 3)

@@ -2,19 +2,21 @@
 read is validated; a stream or store with nothing in it is an error that names what the
 store does hold, so a typo never passes for an empty history.
 
-`latest` lists only the ids at and after the newest one the catalog index knew (the names of
-its segments carry it: catalog/index.py), not every id: any snapshot newer than that one
-sorts after it (ids sort by batch, then time), so the newest on a timeline is among them
-whenever any of them is on that timeline's history; otherwise, and when none of them can be
-read, every id is listed, as before.
+`latest` lists only the ids at and after the one the catalog head names (catalog/head.py: a
+record read and one listing, which also shows the timelines, and the head carries the
+manifest), else the newest one the catalog index knew (the names of its segments carry it:
+catalog/index.py), not every id: any snapshot newer than that one sorts after it (ids sort
+by batch, then time), so the newest on a timeline is among them whenever any of them is on
+that timeline's history; otherwise, and when none of them can be read, every id is listed.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_provider_streamstate.engine.catalog.head import read_head_view, write_head
 from airflow_provider_streamstate.engine.catalog.index import newest_hint
 from airflow_provider_streamstate.engine.catalog.manifests import get_snapshot, no_snapshots_error
 from airflow_provider_streamstate.engine.catalog.timeline import Timelines, load_timelines, snapshot_refs
@@ -32,7 +34,7 @@ from airflow_provider_streamstate.engine.stores.base import SnapshotStore
 __all__ = [  # get_snapshot and no_snapshots_error live in catalog.manifests; callers import them here too
     "LATEST", "LATEST_GOOD_PREFIX", "RecentRefs", "SnapshotListing", "StreamSummary", "get_snapshot",
     "latest_good_snapshot", "latest_ref", "latest_snapshot", "list_snapshots", "list_streams",
-    "no_snapshots_error", "recent_refs", "resolve_snapshot",
+    "no_snapshots_error", "recent_refs", "refresh_head", "resolve_snapshot",
 ]
 
 log = logging.getLogger("streamstate.catalog")
@@ -73,15 +75,23 @@ def latest_ref(
 
 @dataclass(frozen=True)
 class RecentRefs:
-    """The ids `latest` looks at: every id (`complete`), or the one the index knew as newest
-    and every id after it (which may not exist any more: it is read, never assumed)."""
+    """The ids `latest` looks at: every id (`complete`), or those from the catalog head's
+    snapshot (or the one the index knew as newest) on; with the head, the stream's
+    timelines and the head's manifest too, from the same listing."""
 
     refs: list[SnapshotRef]
     complete: bool
+    timelines: Timelines | None = None
+    manifests: dict[str, Manifest] = field(default_factory=dict)
 
 
 def recent_refs(store: SnapshotStore, stream: str) -> RecentRefs:
-    """Ids from the index's newest on (two listings: segment names, ids after), or all."""
+    """Ids from the catalog head's snapshot on (a record read and one listing: catalog/head.py),
+    else from the index's newest on (two listings: segment names, ids after), else all."""
+    view = read_head_view(store, stream)
+    if view is not None:
+        carried = {view.manifest.snapshot_id: view.manifest} if view.manifest is not None else {}
+        return RecentRefs(view.refs, False, view.timelines, carried)
     hint = newest_hint(store, stream)
     if hint is None:
         return RecentRefs(snapshot_refs(store, stream), True)
@@ -106,7 +116,7 @@ def latest_snapshot(
         recent = RecentRefs(refs, True)
     elif recent is None:
         recent = recent_refs(store, stream)
-    tls = timelines or load_timelines(store, stream, recent.refs)
+    tls = timelines or recent.timelines or load_timelines(store, stream, recent.refs)
     tried: set[str] = set()
     for source in (recent, None):
         if source is None:
@@ -117,6 +127,8 @@ def latest_snapshot(
                     key=lambda r: (r.batch_id, r.created), reverse=True)
         for ref in on:
             tried.add(ref.snapshot_id)
+            if ref.snapshot_id in recent.manifests:
+                return recent.manifests[ref.snapshot_id]  # the head's copy: listed just now, so still published
             try:
                 return get_snapshot(store, stream, ref.snapshot_id)
             except NotFoundError:
@@ -124,6 +136,16 @@ def latest_snapshot(
             except UnsafeManifestError as exc:
                 log.warning("skipped an unreadable manifest: %s", exc.message)
     return None
+
+
+def refresh_head(store: SnapshotStore, stream: str) -> None:
+    """Point the catalog head at the newest snapshot on the current timeline, found as `latest`
+    finds it: for writers that publish several snapshots, or older ones (replication)."""
+    recent = recent_refs(store, stream)
+    tls = recent.timelines or load_timelines(store, stream, recent.refs)
+    newest = latest_snapshot(store, stream, timelines=tls, recent=recent)
+    if newest is not None and newest.snapshot_id not in recent.manifests:
+        write_head(store, stream, newest, store.get_manifest(stream, newest.snapshot_id), tls)
 
 
 def resolve_snapshot(store: SnapshotStore, stream: str, spec: str, *, labels: dict[str, str] | None = None) -> Manifest:

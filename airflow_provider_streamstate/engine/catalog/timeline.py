@@ -40,7 +40,12 @@ from airflow_provider_streamstate.engine.core.manifest import (
     validate_stream_name,
 )
 from airflow_provider_streamstate.engine.core.records import dump_record, load_record
-from airflow_provider_streamstate.engine.stores.base import ManifestExistsError, SnapshotStore, record_key
+from airflow_provider_streamstate.engine.stores.base import (
+    TIMELINES_KIND,
+    ManifestExistsError,
+    SnapshotStore,
+    record_key,
+)
 
 log = logging.getLogger("streamstate.timeline")
 
@@ -158,19 +163,35 @@ def snapshot_refs(store: SnapshotStore, stream: str) -> list[SnapshotRef]:
     return sorted(refs)
 
 
-def load_timelines(store: SnapshotStore, stream: str, refs: list[SnapshotRef] | None = None) -> Timelines:
+def timeline_key(stream: str, timeline: int) -> str:
+    return record_key(stream, TIMELINES_KIND, _record_name(timeline))
+
+
+def read_timeline_records(
+    store: SnapshotStore, stream: str, keys: list[str], known: dict[int, TimelineRecord] | None = None,
+) -> dict[int, TimelineRecord]:
+    """The records behind the listed `keys`: those in `known` taken as they are (records are
+    write-once), the others read."""
+    prefix = f"streams/{validate_stream_name(stream)}/{TIMELINES_KIND}/"
     records: dict[int, TimelineRecord] = {}
-    prefix = f"streams/{validate_stream_name(stream)}/timelines/"
-    for key in store.list_records(prefix):
-        name = key[len(prefix):].removesuffix(".json")
+    for key in keys:
+        name = key[len(prefix):].removesuffix(".json") if key.startswith(prefix) else ""
         if not name.isdigit():
+            continue
+        if known and int(name) in known:
+            records[int(name)] = known[int(name)]
             continue
         data = store.get_record(key)
         if data is not None:
             records[int(name)] = TimelineRecord.from_json(data, expect=int(name))
+    return records
+
+
+def load_timelines(store: SnapshotStore, stream: str, refs: list[SnapshotRef] | None = None) -> Timelines:
+    keys = store.list_records(f"streams/{validate_stream_name(stream)}/{TIMELINES_KIND}/")
+    records = read_timeline_records(store, stream, keys)
     refs = snapshot_refs(store, stream) if refs is None else refs
-    current = max([1, *records, *(r.timeline for r in refs)])
-    return Timelines(records, current)
+    return Timelines(records, max([1, *records, *(r.timeline for r in refs)]))
 
 
 def new_timeline(
@@ -196,7 +217,7 @@ def new_timeline(
             restore_id=restore_id,
         )
         try:
-            store.put_record(record_key(stream, "timelines", _record_name(tl)), rec.to_json())
+            store.put_record(timeline_key(stream, tl), rec.to_json())
         except ManifestExistsError:
             continue
         log.info("stream %s: timeline %d starts (%s)", stream, tl, reason)

@@ -56,9 +56,10 @@ from airflow_provider_streamstate.engine.catalog.gc import max_snapshot_seconds
 from airflow_provider_streamstate.engine.catalog.manifests import manifest_fetcher, read_manifest
 from airflow_provider_streamstate.engine.catalog.snapshots import (
     LATEST,
+    refresh_head,
     resolve_snapshot,
 )
-from airflow_provider_streamstate.engine.catalog.timeline import load_timelines
+from airflow_provider_streamstate.engine.catalog.timeline import load_timelines, timeline_key
 from airflow_provider_streamstate.engine.core.cancel import CancelToken, cancellation, check_cancelled
 from airflow_provider_streamstate.engine.core.errors import (
     BrokenChainError,
@@ -88,7 +89,6 @@ log = logging.getLogger("streamstate.replicate")
 REPLICA_KIND = "replicas"
 REPLICA_FORMAT = "streamstate.replica/v1"
 VALIDATIONS_KIND = "validations"
-TIMELINES_KIND = "timelines"
 ALL = "all"
 
 
@@ -371,7 +371,7 @@ class _Replicator:
             rec = tls.records.get(tl)
             if rec is None:
                 break  # a root timeline without a record (timeline 1)
-            copied += self._copy_record(record_key(self.stream, TIMELINES_KIND, f"{tl:09d}"), must_match=True)
+            copied += self._copy_record(timeline_key(self.stream, tl), must_match=True)
             tl = rec.parent_timeline
         return copied
 
@@ -538,6 +538,8 @@ def replicate(
             if any(d.snapshot_id == sid for d in done):
                 continue  # replicated already, as what a later one builds on
             done.extend(_replicate_one(r, sid))
+        if any(not d.already_present for d in done):
+            refresh_head(destination, stream)  # `latest` there: one record and one listing
         return ReplicationResult(
             stream=stream, source=source.url, destination=destination.url, server_side_copy=use_server_side,
             snapshots=tuple(done), seconds=time.monotonic() - started,

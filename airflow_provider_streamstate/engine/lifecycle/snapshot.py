@@ -33,6 +33,7 @@ from typing import Any
 
 from airflow_provider_streamstate.engine.catalog.blob_census import suspect_blobs
 from airflow_provider_streamstate.engine.catalog.gc import max_snapshot_seconds
+from airflow_provider_streamstate.engine.catalog.head import write_head
 from airflow_provider_streamstate.engine.catalog.snapshots import RecentRefs, latest_snapshot, recent_refs
 from airflow_provider_streamstate.engine.catalog.timeline import (
     Timelines,
@@ -62,6 +63,7 @@ from airflow_provider_streamstate.engine.core.errors import (
 from airflow_provider_streamstate.engine.core.manifest import (
     Manifest,
     OperatorInfo,
+    SnapshotRef,
     new_snapshot_id,
     plan_delta,
     unchanged_delta,
@@ -237,7 +239,7 @@ def _create_snapshot(
         beat = read_heartbeat(fs)
         spark_version = beat.spark_version if beat is not None and beat.query_id == query_id else None
     recent = recent_refs(store, stream)
-    tls = load_timelines(store, stream, recent.refs)
+    tls = recent.timelines or load_timelines(store, stream, recent.refs)
     timeline, parent = _timeline_for(fs, store, stream, query_id, tls, recent, new_line=new_timeline)
     if parent is None:
         if timeline > tls.current or timeline not in tls.records:
@@ -270,7 +272,7 @@ def _create_snapshot(
             return _publish(store, stream, parent, replace(
                 parent, parent=parent.snapshot_id, spark_version=spark_version, labels=labels, created_by=_creator(),
                 timeline=timeline, delta=delta, kafka_anchors=None, stored_sha256=None,
-            ), started, protected_since, kafka_bootstrap, kafka_config, blobs_checked=checked)
+            ), started, protected_since, kafka_bootstrap, kafka_config, tls, blobs_checked=checked)
     reader = CheckpointReader(fs.location, fs=fs)
     worker = CutFiles(
         reader, store, {f.path: f for f in parent.files} if parent and same_source else {},
@@ -309,16 +311,17 @@ def _create_snapshot(
         checkpoint=reader.where, created_by=_creator(), timeline=timeline, checkpoint_format=plan.checkpoint_format,
         delta=plan_delta(parent, entries),
     )
-    return _publish(store, stream, parent, new, started, protected_since, kafka_bootstrap, kafka_config,
+    return _publish(store, stream, parent, new, started, protected_since, kafka_bootstrap, kafka_config, tls,
                     worker=worker, attempts=attempt)
 
 
 def _publish(
     store: SnapshotStore, stream: str, parent: Manifest | None, new: Manifest, started: float, protected_since: float,
-    kafka_bootstrap: str | None, kafka_config: dict[str, Any] | None, *, worker: CutFiles | None = None,
-    attempts: int = 0, blobs_checked: int = 0,
+    kafka_bootstrap: str | None, kafka_config: dict[str, Any] | None, timelines: Timelines, *,
+    worker: CutFiles | None = None, attempts: int = 0, blobs_checked: int = 0,
 ) -> SnapshotResult:
-    """Publish `new` (everything but its id and time) under a fresh id, last and atomically."""
+    """Publish `new` (everything but its id and time) under a fresh id, last and atomically;
+    then, when it is on the current timeline, record it as the catalog head."""
     anchors, anchor_problems = _anchors(new.kafka_offsets, kafka_bootstrap, kafka_config)
     check_cancelled()  # the last moment a cancellation can still stop the publish
     for _ in range(3):
@@ -343,6 +346,8 @@ def _publish(
         raise StreamstateError(
             f"could not find a free snapshot id for {stream} batch {new.batch_id}", hint="retry the snapshot"
         )
+    if timelines.contains(SnapshotRef.parse(manifest.snapshot_id)):
+        write_head(store, stream, manifest, data, timelines)
     manifest = replace(manifest, stored_sha256=header_sha)
     manifest.remember_files(header_sha)  # the next snapshot of this line reads it from memory
     log.info(

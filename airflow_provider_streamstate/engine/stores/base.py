@@ -30,7 +30,7 @@ import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -108,6 +108,25 @@ TOMBSTONE_FORMAT = "streamstate.tombstone/v1"
 def tombstone_key(stream: str, snapshot_id: str) -> str:
     """Where a deleted manifest is kept, with its deletion time, until GC's grace period ends."""
     return record_key(stream, TOMBSTONE_KIND, snapshot_id)
+
+
+TIMELINES_KIND = "timelines"
+
+
+def timelines_prefix(stream: str) -> str:
+    return f"{STREAMS_PREFIX}/{stream}/{TIMELINES_KIND}/"
+
+
+@dataclass(frozen=True)
+class RecentListing:
+    """A listing from a snapshot id on (`SnapshotStore.list_from`)."""
+
+    snapshot_ids: list[str]  # at and after the first id, ascending
+    timeline_keys: list[str]  # every timeline record of the stream
+    # What the listing says of each manifest's stored object, where the store tells: its size,
+    # and (S3) its ETag. A copy of a manifest is checked against them (catalog/head.py).
+    sizes: dict[str, int] = field(default_factory=dict)
+    etags: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -264,6 +283,14 @@ class SnapshotStore(ABC):
         """Snapshot ids of a stream that sort after `after`, ascending: the ids a listing
         past a known one finds (S3: `StartAfter`; elsewhere the names are filtered)."""
         return [i for i in self.list_snapshot_ids(stream) if i > after]
+
+    def list_from(self, stream: str, first: str) -> RecentListing:
+        """The snapshot ids of a stream at and after `first`, ascending, and the keys of its
+        timeline records: what the catalog head is checked against (catalog/head.py). S3
+        answers both from one listing that starts at `first` (the timeline records sort
+        after the manifests); elsewhere two listings."""
+        ids = [i for i in self.list_snapshot_ids(stream) if i >= first]
+        return RecentListing(ids, self.list_records(timelines_prefix(stream)))
 
     @abstractmethod
     def list_streams(self) -> list[str]: ...

@@ -33,9 +33,11 @@ from airflow_provider_streamstate.engine.stores.base import (
     MANIFEST_SUFFIX,
     PART_SIZE,
     STREAMS_PREFIX,
+    TIMELINES_KIND,
     BlobInfo,
     ManifestExistsError,
     ObjectRef,
+    RecentListing,
     RecordChanged,
     SnapshotStore,
     StaleTemp,
@@ -109,6 +111,9 @@ def _check_stream(digest: str, size: int, h: Any, n: int) -> None:
             f"the bytes read for blob {digest} hash to {h.hexdigest()} ({what}, expected {size})",
             hint="the source copy of this blob is damaged",
         )
+
+
+LIST_PAGE_KEYS = 1000  # S3's own maximum: a listing's requests are its keys / 1000
 
 
 class S3Store(SnapshotStore):
@@ -445,7 +450,8 @@ class S3Store(SnapshotStore):
         if start_after:
             kwargs["StartAfter"] = self._key(start_after)
         with self._errors(f"list {prefix}"):
-            yield from self.client.get_paginator("list_objects_v2").paginate(**kwargs)
+            yield from self.client.get_paginator("list_objects_v2").paginate(
+                **kwargs, PaginationConfig={"PageSize": LIST_PAGE_KEYS})
 
     def iter_blobs(self) -> Iterator[tuple[str, int]]:
         for info in self.iter_blob_info():
@@ -490,6 +496,35 @@ class S3Store(SnapshotStore):
     def list_snapshot_ids_after(self, stream: str, after: str) -> list[str]:
         # From the id itself, not `<id>.json`: `<id>-t2.json` sorts between the two.
         return [i for i in self._snapshot_ids(stream, f"{STREAMS_PREFIX}/{stream}/snapshots/{after}") if i > after]
+
+    def list_from(self, stream: str, first: str) -> RecentListing:
+        # One listing of the stream's records from `first`: its manifests, then the records
+        # sorting between them and the timelines (state-jobs), then the timeline records;
+        # later pages are asked for only while the timelines may not all have been seen.
+        base = f"{STREAMS_PREFIX}/{stream}/"
+        snapshots, timelines = f"{base}snapshots/", f"{base}{TIMELINES_KIND}/"
+        beyond = f"{base}{TIMELINES_KIND}0"  # '0' follows '/': every timeline record sorts before
+        strip = len(self._key(""))
+        found = RecentListing([], [])
+        for page in self._list(base, start_after=snapshots + first):  # `<first>.json` sorts after `<first>`
+            last = ""
+            for obj in page.get("Contents", []):
+                last = key = obj["Key"][strip:]
+                if not key.endswith(MANIFEST_SUFFIX):
+                    continue
+                if key.startswith(snapshots) and "/" not in key[len(snapshots):]:
+                    sid = key[len(snapshots):-len(MANIFEST_SUFFIX)]
+                    if sid >= first:
+                        found.snapshot_ids.append(sid)
+                        found.sizes[sid] = int(obj["Size"])
+                        found.etags[sid] = str(obj.get("ETag", "")).strip('"')
+                elif key.startswith(timelines):
+                    found.timeline_keys.append(key)
+            if not last or last >= beyond:
+                break
+        found.snapshot_ids.sort()
+        found.timeline_keys.sort()
+        return found
 
     def _snapshot_ids(self, stream: str, start_after: str | None) -> list[str]:
         ids = []

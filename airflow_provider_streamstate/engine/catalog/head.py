@@ -1,0 +1,130 @@
+"""The catalog head: what `latest` needs, in one record read and one listing.
+
+`latest` (and every snapshot, which finds its parent the same way) needs the newest
+snapshot on the current timeline: the ids that may be it, the timeline records that say
+which of them are on that history, and its manifest. Each publish on the current timeline
+writes all three into one record,
+
+    streams/<stream>/head/newest.json
+        {"format", "stream", "snapshot_id", "manifest": <its stored text> | null,
+         "timelines": {"<N>": <timeline record text>}}
+
+and a reader checks it with one listing that starts at that id (`SnapshotStore.list_from`:
+on S3 one `StartAfter` page, which shows the ids at and after it and, as the names sort
+after them, every timeline record). A head is a cache, never the truth:
+- its snapshot counts only when the listing shows it (one deleted since is ignored), and
+  every id listed after it is considered (a later or concurrent writer): the newest on a
+  history among them is the newest of all, as every other id sorts before;
+- a timeline record listed but not in the head is read, one in the head but not listed is
+  dropped: a rollback since the head was written is followed;
+- when none of the listed ids is on the wanted history (a rollback below the head, a head
+  whose snapshot is gone), every id is listed, as without a head (catalog/snapshots.py);
+- an unreadable or foreign head is ignored with a warning.
+Manifests and timeline records are write-once, so the copies a head carries are those
+objects' bytes, validated as if read from them; the manifest's copy is used only while the
+listing shows the stored object with its size (and, on S3, its ETag: the copy's MD5), so a
+manifest damaged by hand is read and reported, not hidden. A manifest larger than
+`MAX_EMBEDDED` is named, not carried: `latest` then reads it (one more request).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+
+from airflow_provider_streamstate.engine.catalog.manifests import read_manifest
+from airflow_provider_streamstate.engine.catalog.timeline import (
+    TimelineRecord,
+    Timelines,
+    read_timeline_records,
+)
+from airflow_provider_streamstate.engine.core.errors import StreamstateError, UnsafeManifestError
+from airflow_provider_streamstate.engine.core.manifest import Manifest, SnapshotRef, validate_snapshot_id
+from airflow_provider_streamstate.engine.core.records import dump_record, load_record
+from airflow_provider_streamstate.engine.stores.base import RecentListing, SnapshotStore, record_key
+
+log = logging.getLogger("streamstate.catalog")
+
+HEAD_FORMAT = "streamstate.catalog-head/v1"
+HEAD_KIND = "head"
+MAX_EMBEDDED = 256 << 10  # a delta manifest is far smaller; a large full one is named only
+
+
+def head_key(stream: str) -> str:
+    return record_key(stream, HEAD_KIND, "newest")
+
+
+@dataclass(frozen=True)
+class HeadView:
+    """What a head and the listing from its snapshot on say: the ids at and after it (the
+    head's own only if it is still there), the stream's timelines when the listing showed
+    every record, and the head's manifest when it is among the ids and was carried."""
+
+    refs: list[SnapshotRef]
+    timelines: Timelines
+    manifest: Manifest | None
+
+
+def write_head(store: SnapshotStore, stream: str, manifest: Manifest, data: bytes, timelines: Timelines) -> None:
+    """Record `manifest` (stored as `data`) as the newest snapshot of `stream`, with the
+    timeline records the writer knew; a failure only costs readers requests."""
+    carried = data.decode() if len(data) <= MAX_EMBEDDED and data.isascii() else None
+    body = dump_record(HEAD_FORMAT, {
+        "stream": stream, "snapshot_id": manifest.snapshot_id, "manifest": carried,
+        "timelines": {str(n): rec.to_json().decode() for n, rec in sorted(timelines.records.items())},
+    })
+    try:
+        store.replace_record(head_key(stream), body)
+    except (StreamstateError, OSError, NotImplementedError) as exc:
+        why = exc.one_line() if isinstance(exc, StreamstateError) else str(exc) or type(exc).__name__
+        log.warning("could not update the catalog head of %s in %s: %s", stream, store.url, why)
+
+
+def read_head_view(store: SnapshotStore, stream: str) -> HeadView | None:
+    """The head checked by one listing from its snapshot on; None when there is no usable head."""
+    data = store.get_record(head_key(stream))
+    if data is None:
+        return None
+    try:
+        d = load_record(data, HEAD_FORMAT, "catalog head")
+        if d.get("stream") != stream:
+            raise ValueError(f"it is stream {d.get('stream')!r}'s")
+        newest = validate_snapshot_id(str(d["snapshot_id"]))
+        carried = d.get("manifest")
+        if carried is not None and not isinstance(carried, str):
+            raise ValueError("its manifest is not text")
+        records = {int(n): TimelineRecord.from_json(str(text).encode(), expect=int(n))
+                   for n, text in dict(d.get("timelines") or {}).items()}
+    except (ValueError, KeyError, TypeError, StreamstateError) as exc:
+        why = exc.one_line() if isinstance(exc, StreamstateError) else str(exc)
+        log.warning("ignoring the unreadable catalog head of %s in %s: %s", stream, store.url, why)
+        return None
+    listing = store.list_from(stream, newest)
+    refs = []
+    for sid in listing.snapshot_ids:
+        try:
+            refs.append(SnapshotRef.parse(sid))
+        except StreamstateError:
+            log.warning("ignoring a manifest with an invalid id %r in stream %s", sid, stream)
+    # Records are write-once: the head's copies of the listed ones stand; one started since
+    # the head was written (a rollback) is read.
+    known = read_timeline_records(store, stream, listing.timeline_keys, records)
+    timelines = Timelines(known, max([1, *known, *(r.timeline for r in refs)]))
+    manifest = None
+    if carried is not None and newest in listing.snapshot_ids and _as_listed(carried.encode(), listing, newest):
+        try:
+            manifest = read_manifest(store, stream, newest, carried.encode())
+        except UnsafeManifestError as exc:  # read from the store instead, where it is checked again
+            log.warning("ignoring the catalog head's copy of a manifest: %s", exc.one_line())
+    return HeadView(sorted(refs), timelines, manifest)
+
+
+def _as_listed(data: bytes, listing: RecentListing, snapshot_id: str) -> bool:
+    """Whether the stored manifest is, as far as the listing tells, the bytes the head carries:
+    its size, and on S3 its ETag (the MD5 of a single PUT; an encrypted bucket's ETag is not,
+    and the copy is then not used). A manifest damaged since it was published is read."""
+    if listing.sizes.get(snapshot_id) != len(data):
+        return False
+    etag = listing.etags.get(snapshot_id)
+    return etag is None or etag == hashlib.md5(data, usedforsecurity=False).hexdigest()

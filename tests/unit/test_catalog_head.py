@@ -1,0 +1,201 @@
+"""The catalog head: `latest` is one record read and one listing, whatever the number of
+snapshots, and a head that is stale, lost, damaged, foreign or about a deleted snapshot or
+an abandoned timeline costs requests, never a wrong answer."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_provider_streamstate.engine.catalog import head as head_mod
+from airflow_provider_streamstate.engine.catalog.head import head_key, read_head_view
+from airflow_provider_streamstate.engine.catalog.retention import delete_snapshots
+from airflow_provider_streamstate.engine.catalog.snapshots import latest_ref, resolve_snapshot
+from airflow_provider_streamstate.engine.catalog.timeline import load_timelines
+from airflow_provider_streamstate.engine.lifecycle.replicate import replicate
+from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
+from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.stores import LocalStore, S3Store
+from airflow_provider_streamstate.engine.stores.base import SnapshotStore, manifest_key
+from tests.unit.fake_checkpoint import make_checkpoint
+from tests.unit.test_timelines import grow
+
+BUCKET = "heads"
+
+
+@pytest.fixture(scope="module")
+def s3() -> Any:
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    c = boto3.client("s3", endpoint_url=f"http://{host}:{port}", region_name="us-east-1",
+                     aws_access_key_id="test", aws_secret_access_key="secret")
+    c.create_bucket(Bucket=BUCKET)
+    yield c
+    server.stop()
+
+
+def requests_of(c: Any) -> Counter[str]:
+    seen: Counter[str] = Counter()
+    c.meta.events.register("before-call.s3.*", lambda model, **_: seen.update([model.name]))
+    return seen
+
+
+def snapshots_at(ckpt: Path, store: SnapshotStore, batches: list[int]) -> dict[int, str]:
+    ids = {}
+    for b in batches:
+        grow(ckpt, b)
+        ids[b] = create_snapshot(str(ckpt), store, "s").manifest.snapshot_id
+    return ids
+
+
+def newest_by_full_listing(store: SnapshotStore) -> str | None:
+    ref = latest_ref(store, "s", timelines=load_timelines(store, "s"))
+    return ref.snapshot_id if ref else None
+
+
+def test_latest_in_s3_is_one_record_read_and_one_listing_however_many_snapshots(tmp_path, s3) -> None:
+    ckpt = make_checkpoint(tmp_path / "ckpt", batches=1)
+    store = S3Store(s3, BUCKET, "many")
+    ids = snapshots_at(ckpt, store, list(range(2, 14)))
+    for b in range(10):  # validation-like records after the timelines: not read, not paged through
+        store.put_record(f"streams/s/validations/{ids[2]}/suite{b}.json", b"{}")
+    assert newest_by_full_listing(store) == ids[13]
+    seen = requests_of(s3)
+    m = resolve_snapshot(store, "s", "latest")
+    assert m.snapshot_id == ids[13]
+    assert dict(seen) == {"GetObject": 1, "ListObjectsV2": 1}
+    assert list(m.files) == list(resolve_snapshot(store, "s", ids[13]).files)  # the carried copy is the manifest
+
+
+def test_a_rollback_after_the_head_is_followed_and_its_timeline_record_read(tmp_path, s3) -> None:
+    ckpt = make_checkpoint(tmp_path / "ckpt", batches=1)
+    store = S3Store(s3, BUCKET, "rollback")
+    ids = snapshots_at(ckpt, store, [3, 6, 9])
+    restore_snapshot(store, "s", ids[3], ckpt, force=True, fsync=False)  # timeline 2, branched at batch 3
+    assert newest_by_full_listing(store) == ids[3]
+    seen = requests_of(s3)
+    assert resolve_snapshot(store, "s", "latest").snapshot_id == ids[3]
+    # The head, the timeline record it did not carry; none of the ids from the head's on is
+    # on timeline 2's history: every id listed, the branch snapshot read.
+    assert seen["GetObject"] == 3 and seen["ListObjectsV2"] == 2
+    grow(ckpt, 5)
+    t2 = create_snapshot(str(ckpt), store, "s").manifest
+    assert t2.timeline == 2 and t2.snapshot_id < ids[9]  # below the old head's id in the listing
+    seen.clear()
+    assert resolve_snapshot(store, "s", "latest").snapshot_id == t2.snapshot_id
+    assert dict(seen) == {"GetObject": 1, "ListObjectsV2": 1}  # the new head carries timeline 2's record
+
+
+def test_a_stale_head_costs_a_read_and_a_deleted_one_a_full_listing(tmp_path) -> None:
+    ckpt = make_checkpoint(tmp_path / "ckpt", batches=1)
+    store = LocalStore(tmp_path / "store", fsync=False)
+    ids = snapshots_at(ckpt, store, [2, 3])
+    old_head = store.get_record(head_key("s"))
+    assert old_head is not None
+    ids |= snapshots_at(ckpt, store, [4])
+    store.replace_record(head_key("s"), old_head)  # a concurrent writer's older head landed last
+    view = read_head_view(store, "s")
+    assert view is not None and [r.snapshot_id for r in view.refs] == [ids[3], ids[4]]
+    assert view.manifest is not None and view.manifest.snapshot_id == ids[3]
+    assert resolve_snapshot(store, "s", "latest").snapshot_id == ids[4]
+    delete_snapshots(store, "s", [ids[4]])  # the newest, deleted: the head names a snapshot that is gone
+    store.replace_record(head_key("s"), store.get_record(head_key("s")) or b"")
+    assert resolve_snapshot(store, "s", "latest").snapshot_id == ids[3]
+    delete_snapshots(store, "s", [ids[3]])
+    assert resolve_snapshot(store, "s", "latest").snapshot_id == ids[2] == newest_by_full_listing(store)
+
+
+@pytest.mark.parametrize("damage", ["not json", "another stream", "bad timeline", "bad manifest", "no head"])
+def test_a_damaged_or_foreign_head_is_ignored_and_latest_is_still_right(tmp_path, caplog, damage) -> None:
+    ckpt = make_checkpoint(tmp_path / "ckpt", batches=1)
+    store = LocalStore(tmp_path / "store", fsync=False)
+    ids = snapshots_at(ckpt, store, [2, 3])
+    d = json.loads(store.get_record(head_key("s")) or b"")
+    if damage == "not json":
+        body = b"{"
+    elif damage == "another stream":
+        body = json.dumps({**d, "stream": "t"}).encode()
+    elif damage == "bad timeline":
+        body = json.dumps({**d, "timelines": {"2": "{}"}}).encode()
+    elif damage == "bad manifest":
+        body = json.dumps({**d, "manifest": d["manifest"].replace(ids[3], ids[2])}).encode()
+    else:
+        body = b""
+    if body:
+        store.replace_record(head_key("s"), body)
+    else:
+        store.delete_record(head_key("s"))
+    with caplog.at_level(logging.WARNING, logger="streamstate.catalog"):
+        assert resolve_snapshot(store, "s", "latest").snapshot_id == ids[3]
+    assert (damage == "no head") == ("catalog head" not in caplog.text)
+
+
+def test_a_manifest_too_large_to_carry_is_named_and_read(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(head_mod, "MAX_EMBEDDED", 10)
+    ckpt = make_checkpoint(tmp_path / "ckpt", batches=1)
+    store = LocalStore(tmp_path / "store", fsync=False)
+    ids = snapshots_at(ckpt, store, [2])
+    assert json.loads(store.get_record(head_key("s")) or b"")["manifest"] is None
+    view = read_head_view(store, "s")
+    assert view is not None and view.manifest is None
+    assert resolve_snapshot(store, "s", "latest").snapshot_id == ids[2]
+
+
+def test_replication_points_the_destination_head_at_its_newest_snapshot(tmp_path, s3) -> None:
+    ckpt = make_checkpoint(tmp_path / "ckpt", batches=1)
+    source = LocalStore(tmp_path / "primary", fsync=False)
+    ids = snapshots_at(ckpt, source, [2, 3, 4])
+    dr = S3Store(s3, BUCKET, "dr")
+    replicate(source, dr, "s", snapshots=[ids[3]])
+    replicate(source, dr, "s", snapshots=[ids[2]])  # an older one after: the head stays on the newest
+    seen = requests_of(s3)
+    assert resolve_snapshot(dr, "s", "latest").snapshot_id == ids[3]
+    assert dict(seen) == {"GetObject": 1, "ListObjectsV2": 1}
+    replicate(source, dr, "s", snapshots=[ids[4]])
+    seen.clear()
+    assert resolve_snapshot(dr, "s", "latest").snapshot_id == ids[4]
+    assert dict(seen) == {"GetObject": 1, "ListObjectsV2": 1}
+
+
+def test_the_s3_listing_pages_on_until_it_has_passed_the_timeline_records(s3, monkeypatch) -> None:
+    from airflow_provider_streamstate.engine.stores import s3 as s3_mod
+
+    monkeypatch.setattr(s3_mod, "LIST_PAGE_KEYS", 4)
+    store = S3Store(s3, BUCKET, "paged")
+    first = "000000000001-20261121T000000000000Z"
+    store.put_manifest("s", first, b"{}")
+    for i in range(5):  # more records between the manifests and the timelines than one page holds
+        store.put_record(f"streams/s/state-jobs/{i:05d}-request.json", b"{}")
+    store.put_record("streams/s/timelines/000000002.json", b"{}")
+    store.put_record("streams/s/validations/x/suite.json", b"{}")
+    seen = requests_of(s3)
+    listing = store.list_from("s", first)
+    assert listing.snapshot_ids == [first] and listing.timeline_keys == ["streams/s/timelines/000000002.json"]
+    assert seen["ListObjectsV2"] == 2
+
+
+@pytest.mark.parametrize("kind", ["local", "s3"])
+def test_a_manifest_damaged_after_it_was_published_is_read_and_skipped_not_hidden_by_the_head(
+    tmp_path, s3, caplog, kind
+) -> None:
+    ckpt = make_checkpoint(tmp_path / "ckpt", batches=1)
+    store: SnapshotStore = LocalStore(tmp_path / "store", fsync=False) if kind == "local" else S3Store(s3, BUCKET, "damaged")
+    ids = snapshots_at(ckpt, store, [2, 3])
+    stored = store.get_manifest("s", ids[3])
+    damaged = b"{" + b" " * (len(stored) - 1)  # the same size: on S3 only the ETag tells
+    if kind == "local":
+        (tmp_path / "store" / manifest_key("s", ids[3])).write_bytes(b"{not json")
+    else:
+        s3.put_object(Bucket=BUCKET, Key=f"damaged/{manifest_key('s', ids[3])}", Body=damaged)
+    with caplog.at_level(logging.WARNING, logger="streamstate.catalog"):
+        assert resolve_snapshot(store, "s", "latest").snapshot_id == ids[2]
+    assert f"skipped an unreadable manifest: snapshot {ids[3]}" in caplog.text
