@@ -170,17 +170,28 @@ def test_objects_carrying_their_sha256_are_named_by_it_and_copied_without_a_byte
     url = upload_with_sha256(s3, root, "summed")
     store = S3Store(s3, BUCKET, "store-summed")
     reads: list[str] = []
+    copies: list[str | None] = []  # the checksum each CopyObject asked S3 to compute
 
     def seen(params: dict[str, Any], **_: Any) -> None:
         if params["Key"].startswith("summed/"):
             reads.append(params["Key"])
+
+    def copied(params: dict[str, Any], **_: Any) -> None:
+        copies.append(params.get("ChecksumAlgorithm"))
     s3.meta.events.register("before-parameter-build.s3.GetObject", seen)
+    s3.meta.events.register("before-parameter-build.s3.CopyObject", copied)
     try:
         taken = create_snapshot(url, store, "orders")
     finally:
         s3.meta.events.unregister("before-parameter-build.s3.GetObject", seen)
     m = taken.manifest
     assert (taken.files_from_checksum, taken.files_hashed, taken.bytes_hashed) == (len(m.files), 0, 0)
+    # One plain CopyObject each: the copy keeps the object's checksum, S3 computes none.
+    assert copies == [None] * len(m.files)
+    copies.clear()
+    restore_snapshot(store, "orders", m.snapshot_id, f"s3a://{BUCKET}/summed-restored/orders")
+    s3.meta.events.unregister("before-parameter-build.s3.CopyObject", copied)
+    assert copies == [None] * len(m.files)  # the blobs carry it on: checked against the manifest, computed by none
     # Only what the plan parses (metadata logs, the newest offsets and commits) is read here, no state file.
     state_files = {f"summed/{e.path}" for e in m.files if e.path.startswith("state/") and "_metadata" not in e.path}
     assert reads and not state_files & set(reads), reads
@@ -701,12 +712,13 @@ def test_a_restore_onto_s3_that_fails_while_staging_leaves_the_target_untouched_
 
     published: list[str] = []
 
-    def failing_publish(self: Any, key: str, source: dict[str, str], digest: str, size: int, what: str) -> None:
+    def failing_publish(self: Any, key: str, source: dict[str, str], digest: str, size: int, what: str,
+                        carried: bool | None = None) -> None:
         if "/orders/" in key and "streamstate-restore" not in key:
             published.append(key)
             if len(published) == 4:
                 raise OSError("connection reset while publishing")
-        real_copy(self, key, source, digest, size, what)
+        real_copy(self, key, source, digest, size, what, carried)
 
     monkeypatch.setattr(S3CheckpointFS, "_checked_copy", failing_publish)
     with pytest.raises(OSError):

@@ -157,6 +157,9 @@ class ObjectRef:
     bucket: str
     key: str
     etag: str | None = None  # copy only this version
+    # Whether it carries a SHA-256 checksum (S3 checked it when the object was written, and a
+    # copy keeps it): True or False as its listing said, None when unknown (a store's blob).
+    sha256: bool | None = None
 
 
 @dataclass(frozen=True)

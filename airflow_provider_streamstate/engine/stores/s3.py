@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, cast
 
 from airflow_provider_streamstate.engine.core.cancel import check_cancelled
-from airflow_provider_streamstate.engine.core.digest import sha256_stream
+from airflow_provider_streamstate.engine.core.digest import SHA256_RE, sha256_stream
 from airflow_provider_streamstate.engine.core.errors import (
     CheckpointChanged,
     CorruptionError,
@@ -48,6 +48,7 @@ from airflow_provider_streamstate.engine.stores.base import (
 )
 from airflow_provider_streamstate.engine.stores.s3_clients import (
     S3Access,
+    copy_with_sha256,
     parse_s3_url,
     s3_client_from_env,
     same_s3_account,
@@ -164,18 +165,22 @@ class S3Store(SnapshotStore):
         return self.client if location.startswith(("s3://", "s3a://")) else None
 
     def blob_ref(self, blob: str) -> ObjectRef:
-        return ObjectRef(self.client, self.bucket, self._key(blob_key(blob)))
+        # A unique blob was made by a CopyObject that kept or computed a SHA-256: it carries one
+        # (an endpoint may not return it: s3proxy). A blob named by its sha256 was put with that
+        # checksum, which an endpoint may not keep (moto): a copy asks for one.
+        return ObjectRef(self.client, self.bucket, self._key(blob_key(blob)), sha256=not SHA256_RE.match(blob))
 
     def can_copy_in(self, ref: ObjectRef) -> bool:
         return same_s3_account(ref.client, self.client)
 
-    def _copy_object(self, ref: ObjectRef, key: str, what: str) -> dict[str, Any]:
-        """CopyObject of `ref` (its planned version: `CopySourceIfMatch`) to `key`, asking S3
-        for a SHA-256 checksum of the new object."""
+    def _copy_object(self, ref: ObjectRef, key: str, what: str, *, ask: bool) -> dict[str, Any]:
+        """CopyObject of `ref` (its planned version: `CopySourceIfMatch`) to `key`; with `ask`,
+        S3 computes a SHA-256 checksum of the new object."""
         from botocore.exceptions import ClientError
 
-        args: dict[str, Any] = {"Bucket": self.bucket, "Key": key, "CopySource": {"Bucket": ref.bucket, "Key": ref.key},
-                                "ChecksumAlgorithm": "SHA256"}
+        args: dict[str, Any] = {"Bucket": self.bucket, "Key": key, "CopySource": {"Bucket": ref.bucket, "Key": ref.key}}
+        if ask:
+            args["ChecksumAlgorithm"] = "SHA256"
         if ref.etag:
             args["CopySourceIfMatch"] = ref.etag
         with self._errors(what):
@@ -189,14 +194,13 @@ class S3Store(SnapshotStore):
                                             "listed") from None
                 raise
 
-    def _copy_sha256(self, r: dict[str, Any], blob: str, size: int, confirm: bool) -> str | None:
-        """The sha256 of a copy: the full-object checksum CopyObject returned, else (with
+    def _copy_blob(self, ref: ObjectRef, key: str, blob: str, size: int, what: str, *, confirm: bool) -> str | None:
+        """Copy `ref` to blob `blob` (at `key`): its sha256 is the full-object checksum S3
+        returned (`copy_with_sha256`: the source's own when it carries one), else (with
         `confirm`) the copy read back and hashed (its size checked too); None: neither."""
-        checksum = (r.get("CopyObjectResult") or {}).get("ChecksumSHA256")
-        if checksum and "-" not in checksum:
-            return base64.b64decode(checksum).hex()
-        if not confirm:
-            return None
+        _, sha = copy_with_sha256(lambda ask: self._copy_object(ref, key, what, ask=ask), ref.sha256)
+        if sha is not None or not confirm:
+            return sha
         with self.open_blob(blob) as f:
             actual, n = sha256_stream(f)
         return actual if n == size else f"{actual} ({n} bytes, expected {size})"
@@ -218,8 +222,8 @@ class S3Store(SnapshotStore):
             return 0
         expected = sha256 or blob
         key = self._key(blob_key(blob))
-        r = self._copy_object(ref, key, f"copy s3://{ref.bucket}/{ref.key} to blob {blob[:12]}")
-        actual = self._copy_sha256(r, blob, size, confirm)
+        actual = self._copy_blob(ref, key, blob, size, f"copy s3://{ref.bucket}/{ref.key} to blob {blob[:12]}",
+                                 confirm=confirm)
         if actual is not None and actual != expected:
             self._delete_copy(key, blob)
             raise CorruptionError(
@@ -236,8 +240,7 @@ class S3Store(SnapshotStore):
             raise NotImplementedError(f"{ref.bucket}/{ref.key} is not on {self.url}'s endpoint with its credentials")
         blob = new_unique_blob_id()
         key = self._key(blob_key(blob))
-        r = self._copy_object(ref, key, f"copy s3://{ref.bucket}/{ref.key} to a new blob")
-        actual = self._copy_sha256(r, blob, size, confirm=True)
+        actual = self._copy_blob(ref, key, blob, size, f"copy s3://{ref.bucket}/{ref.key} to a new blob", confirm=True)
         assert actual is not None
         if len(actual) != 64:  # read back with another size: the object changed under its ETag
             self._delete_copy(key, blob)

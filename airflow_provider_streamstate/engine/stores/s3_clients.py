@@ -191,3 +191,31 @@ class S3Access:
 
     def spark_access(self, bucket: str) -> tuple[dict[str, str], dict[str, str]]:
         return self.s3a_confs(bucket), self.driver_env()
+
+
+def copied_sha256(response: dict[str, Any]) -> str | None:
+    """The full-object SHA-256 (hex) a CopyObject returned; None when it returned none or a
+    composite one (of a multipart upload's parts: not the object's sha256)."""
+    import base64
+
+    value = (response.get("CopyObjectResult") or {}).get("ChecksumSHA256")
+    if not value or "-" in value:
+        return None
+    raw = base64.b64decode(value)
+    return raw.hex() if len(raw) == 32 else None
+
+
+def copy_with_sha256(copy: Callable[[bool], dict[str, Any]], carried: bool | None) -> tuple[dict[str, Any], str | None]:
+    """One CopyObject and the copy's SHA-256, at a plain copy's cost where the source carries
+    one: `copy(ask)` sends it, asking S3 to compute the copy's checksum when `ask`. A source
+    that carries a SHA-256 (`carried`, or unknown: None) is copied without asking: S3 keeps
+    and returns its checksum. It is sent again asking for one when the source was not known
+    to carry one and none came back, or a composite one did (a multipart upload's). None: the
+    endpoint returns none for copies (s3proxy); the caller reads the copy back."""
+    r = copy(carried is False)
+    sha = copied_sha256(r)
+    composite = "-" in str((r.get("CopyObjectResult") or {}).get("ChecksumSHA256") or "")
+    if sha is None and carried is not False and (carried is None or composite):
+        r = copy(True)
+        sha = copied_sha256(r)
+    return r, sha

@@ -65,7 +65,7 @@ from airflow_provider_streamstate.engine.core.errors import (
 from airflow_provider_streamstate.engine.core.manifest import FileEntry
 from airflow_provider_streamstate.engine.stores import parse_s3_url
 from airflow_provider_streamstate.engine.stores.base import ObjectRef, SnapshotStore
-from airflow_provider_streamstate.engine.stores.s3_clients import same_s3_account
+from airflow_provider_streamstate.engine.stores.s3_clients import copy_with_sha256, same_s3_account
 from airflow_provider_streamstate.engine.stores.s3_errors import code, request_error, status
 from airflow_provider_streamstate.engine.stores.webhdfs import WebHdfs
 
@@ -255,7 +255,8 @@ class S3CheckpointFS(CheckpointFS):
         return raw.hex() if len(raw) == 32 else None
 
     def object_ref(self, rel: str, expected: FileStat | None = None) -> ObjectRef:
-        return ObjectRef(self.client, self.bucket, self.key(rel), expected.etag if expected else None)
+        carried = (rel in self._sha256) if self._files is not None else None  # as the listing said
+        return ObjectRef(self.client, self.bucket, self.key(rel), expected.etag if expected else None, carried)
 
     # --- records -------------------------------------------------------------------------
 
@@ -354,16 +355,22 @@ class S3CheckpointFS(CheckpointFS):
         credentials, verified (S3's returned SHA-256, else read back); False when it is not."""
         if not same_s3_account(ref.client, self.client):
             return False
-        self._checked_copy(key, {"Bucket": ref.bucket, "Key": ref.key}, digest, size, what)
+        self._checked_copy(key, {"Bucket": ref.bucket, "Key": ref.key}, digest, size, what, ref.sha256)
         return True
 
-    def _checked_copy(self, key: str, source: dict[str, str], digest: str, size: int, what: str) -> None:
+    def _checked_copy(self, key: str, source: dict[str, str], digest: str, size: int, what: str,
+                      carried: bool | None = None) -> None:
+        """CopyObject verified by the SHA-256 S3 returns (`copy_with_sha256`: the source's own
+        when it carries one, as a store's blobs do), else by reading the copy back."""
         c = self.client
-        with self.errors(what):
-            r = c.copy_object(Bucket=self.bucket, Key=key, CopySource=source, ChecksumAlgorithm="SHA256")
-        checksum = (r.get("CopyObjectResult") or {}).get("ChecksumSHA256")
-        if checksum and "-" not in checksum:
-            ok = checksum == base64.b64encode(bytes.fromhex(digest)).decode()
+
+        def copy(ask: bool) -> dict[str, Any]:
+            with self.errors(what):
+                extra = {"ChecksumAlgorithm": "SHA256"} if ask else {}
+                return dict(c.copy_object(Bucket=self.bucket, Key=key, CopySource=source, **extra))
+        _, sha = copy_with_sha256(copy, carried)
+        if sha is not None:
+            ok = sha == digest
         else:
             with self.errors(what):
                 body = c.get_object(Bucket=self.bucket, Key=key)["Body"]
