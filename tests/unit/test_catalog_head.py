@@ -22,25 +22,16 @@ from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapsh
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.stores import LocalStore, S3Store
 from airflow_provider_streamstate.engine.stores.base import SnapshotStore, manifest_key
+from tests.unit.conftest import moto_bucket
 from tests.unit.fake_checkpoint import make_checkpoint
 from tests.unit.test_timelines import grow
 
 BUCKET = "heads"
 
 
-@pytest.fixture(scope="module")
-def s3() -> Any:
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    c = boto3.client("s3", endpoint_url=f"http://{host}:{port}", region_name="us-east-1",
-                     aws_access_key_id="test", aws_secret_access_key="secret")
-    c.create_bucket(Bucket=BUCKET)
-    yield c
-    server.stop()
+@pytest.fixture
+def s3(moto_endpoint: str) -> Any:
+    return moto_bucket(moto_endpoint, BUCKET)
 
 
 def requests_of(c: Any) -> Counter[str]:

@@ -29,37 +29,21 @@ from airflow_provider_streamstate.engine.core.errors import (
 from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.stores import LocalStore, S3Store
+from tests.unit.conftest import moto_bucket, serve_moto
 from tests.unit.fake_checkpoint import make_checkpoint, rocksdb_zip, store_dirs, write
 
 BUCKET = "ckpts"
 
 
-@pytest.fixture(scope="module")
-def endpoint() -> Any:
-    from moto.server import ThreadedMotoServer
+@pytest.fixture
+def endpoint(moto_endpoint: str) -> str:
+    return moto_endpoint
 
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
-
-
-def client(endpoint: str, key: str = "test") -> Any:
-    import boto3
-
-    return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                        aws_access_key_id=key, aws_secret_access_key="secret")
 
 
 @pytest.fixture
 def s3(endpoint: str, request: pytest.FixtureRequest) -> Any:
-    c = client(endpoint)
-    try:
-        c.create_bucket(Bucket=BUCKET)
-    except c.exceptions.BucketAlreadyOwnedByYou:
-        pass
-    return c
+    return moto_bucket(endpoint, BUCKET)
 
 
 def upload(c: Any, root: Path, prefix: str) -> str:
@@ -339,23 +323,12 @@ def test_a_file_rewritten_between_plan_and_read_fails_the_read(tmp_path, s3) -> 
 @pytest.fixture(scope="module")
 def other_endpoint() -> Any:
     """A second S3 endpoint (another region): no server-side copy from the checkpoint's."""
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
+    yield from serve_moto()
 
 
 @pytest.fixture
 def dr(other_endpoint: str) -> Any:
-    c = client(other_endpoint)
-    try:
-        c.create_bucket(Bucket=BUCKET)
-    except c.exceptions.BucketAlreadyOwnedByYou:
-        pass
-    return c
+    return moto_bucket(other_endpoint, BUCKET)
 
 
 def requests_by_key(c: Any, *operations: str) -> Counter[tuple[str, str]]:
