@@ -115,6 +115,7 @@ def _check_stream(digest: str, size: int, h: Any, n: int) -> None:
 
 
 LIST_PAGE_KEYS = 1000  # S3's own maximum: a listing's requests are its keys / 1000
+FIRST_PAGE_KEYS = 100  # the catalog head's check: the newest ids, state jobs' and timeline records
 
 
 class S3Store(SnapshotStore):
@@ -502,14 +503,21 @@ class S3Store(SnapshotStore):
 
     def list_from(self, stream: str, first: str) -> RecentListing:
         # One listing of the stream's records from `first`: its manifests, then the records
-        # sorting between them and the timelines (state-jobs), then the timeline records;
-        # later pages are asked for only while the timelines may not all have been seen.
+        # sorting between them and the timelines (state-jobs), then the timeline records.
+        # The first page is short (the validation records that follow are not wanted, and a
+        # page of 1,000 keys costs more to send and parse than the rest of `latest`); more
+        # pages only while the timelines may not all have been seen.
         base = f"{STREAMS_PREFIX}/{stream}/"
         snapshots, timelines = f"{base}snapshots/", f"{base}{TIMELINES_KIND}/"
         beyond = f"{base}{TIMELINES_KIND}0"  # '0' follows '/': every timeline record sorts before
         strip = len(self._key(""))
         found = RecentListing([], [])
-        for page in self._list(base, start_after=snapshots + first):  # `<first>.json` sorts after `<first>`
+        # `<first>.json` (and `<first>-t2.json`) sort after `<first>`
+        args: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self._key(base), "StartAfter": self._key(snapshots + first),
+                                "MaxKeys": min(FIRST_PAGE_KEYS, LIST_PAGE_KEYS)}
+        while True:
+            with self._errors(f"list {base}"):
+                page = self.client.list_objects_v2(**args)
             last = ""
             for obj in page.get("Contents", []):
                 last = key = obj["Key"][strip:]
@@ -523,8 +531,9 @@ class S3Store(SnapshotStore):
                         found.etags[sid] = str(obj.get("ETag", "")).strip('"')
                 elif key.startswith(timelines):
                     found.timeline_keys.append(key)
-            if not last or last >= beyond:
+            if not last or last >= beyond or not page.get("IsTruncated"):
                 break
+            args.update(ContinuationToken=page["NextContinuationToken"], MaxKeys=LIST_PAGE_KEYS)
         found.snapshot_ids.sort()
         found.timeline_keys.sort()
         return found
