@@ -17,6 +17,8 @@ from airflow_provider_streamstate.engine.catalog.head import head_key, read_head
 from airflow_provider_streamstate.engine.catalog.retention import delete_snapshots
 from airflow_provider_streamstate.engine.catalog.snapshots import latest_ref, resolve_snapshot
 from airflow_provider_streamstate.engine.catalog.timeline import load_timelines
+from airflow_provider_streamstate.engine.core import manifest as manifest_mod
+from airflow_provider_streamstate.engine.core.manifest import Manifest
 from airflow_provider_streamstate.engine.lifecycle.replicate import replicate
 from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
@@ -130,15 +132,25 @@ def test_a_damaged_or_foreign_head_is_ignored_and_latest_is_still_right(tmp_path
     assert (damage == "no head") == ("catalog head" not in caplog.text)
 
 
-def test_a_manifest_too_large_to_carry_is_named_and_read(tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(head_mod, "MAX_EMBEDDED", 10)
-    ckpt = make_checkpoint(tmp_path / "ckpt", batches=1)
-    store = LocalStore(tmp_path / "store", fsync=False)
+def test_of_a_manifest_too_large_to_carry_the_head_carries_the_header_and_the_file_list_is_read_when_used(
+    tmp_path, s3, monkeypatch
+) -> None:
+    monkeypatch.setattr(head_mod, "MAX_EMBEDDED", 4096)
+    ckpt = make_checkpoint(tmp_path / "ckpt", batches=1, partitions=8)
+    store = S3Store(s3, BUCKET, "large")
     ids = snapshots_at(ckpt, store, [2])
-    assert json.loads(store.get_record(head_key("s")) or b"")["manifest"] is None
-    view = read_head_view(store, "s")
-    assert view is not None and view.manifest is None
-    assert resolve_snapshot(store, "s", "latest").snapshot_id == ids[2]
+    stored = store.get_manifest("s", ids[2])
+    assert len(stored) > 4096
+    assert json.loads(store.get_record(head_key("s")) or b"")["manifest"].encode() == stored.split(b"\n")[0]
+    monkeypatch.setattr(manifest_mod, "_RESOLVED", manifest_mod.ResolvedLists(4))  # as in another process
+    seen = requests_of(s3)
+    m = resolve_snapshot(store, "s", "latest")
+    assert m.snapshot_id == ids[2] and dict(seen) == {"GetObject": 1, "ListObjectsV2": 1}  # the header is enough
+    files = list(m.files)
+    assert seen["GetObject"] == 2  # the file list, read when first used
+    assert files == list(Manifest.from_json(stored).files)
+    grow(ckpt, 3)
+    assert create_snapshot(str(ckpt), store, "s").manifest.parent == ids[2]  # a delta of it
 
 
 def test_replication_points_the_destination_head_at_its_newest_snapshot(tmp_path, s3) -> None:

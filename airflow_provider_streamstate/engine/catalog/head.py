@@ -6,8 +6,8 @@ which of them are on that history, and its manifest. Each publish on the current
 writes all three into one record,
 
     streams/<stream>/head/newest.json
-        {"format", "stream", "snapshot_id", "manifest": <its stored text> | null,
-         "timelines": {"<N>": <timeline record text>}}
+        {"format", "stream", "snapshot_id", "manifest": <its stored text, or header line>,
+         "manifest_size", "manifest_md5", "timelines": {"<N>": <timeline record text>}}
 
 and a reader checks it with one listing that starts at that id (`SnapshotStore.list_from`:
 on S3 one `StartAfter` page, which shows the ids at and after it and, as the names sort
@@ -22,9 +22,11 @@ after them, every timeline record). A head is a cache, never the truth:
 - an unreadable or foreign head is ignored with a warning.
 Manifests and timeline records are write-once, so the copies a head carries are those
 objects' bytes, validated as if read from them; the manifest's copy is used only while the
-listing shows the stored object with its size (and, on S3, its ETag: the copy's MD5), so a
-manifest damaged by hand is read and reported, not hidden. A manifest larger than
-`MAX_EMBEDDED` is named, not carried: `latest` then reads it (one more request).
+listing shows the stored object with its size (and, on S3, its ETag: its MD5), so a
+manifest damaged by hand is read and reported, not hidden. Of a manifest larger than
+`MAX_EMBEDDED` the head carries the header line only (what `latest`, and a snapshot of an
+unchanged checkpoint, read); its file list is read from the stored manifest when first used,
+checked against the sha256 the header names.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from airflow_provider_streamstate.engine.catalog.timeline import (
     read_timeline_records,
 )
 from airflow_provider_streamstate.engine.core.errors import StreamstateError, UnsafeManifestError
+from airflow_provider_streamstate.engine.core.manifest import FORMAT as MANIFEST_FORMAT
 from airflow_provider_streamstate.engine.core.manifest import Manifest, SnapshotRef, validate_snapshot_id
 from airflow_provider_streamstate.engine.core.records import dump_record, load_record
 from airflow_provider_streamstate.engine.stores.base import RecentListing, SnapshotStore, record_key
@@ -48,7 +51,7 @@ log = logging.getLogger("streamstate.catalog")
 
 HEAD_FORMAT = "streamstate.catalog-head/v1"
 HEAD_KIND = "head"
-MAX_EMBEDDED = 256 << 10  # a delta manifest is far smaller; a large full one is named only
+MAX_EMBEDDED = 256 << 10  # a delta manifest is far smaller; of a large full one, the header only
 
 
 def head_key(stream: str) -> str:
@@ -69,9 +72,12 @@ class HeadView:
 def write_head(store: SnapshotStore, stream: str, manifest: Manifest, data: bytes, timelines: Timelines) -> None:
     """Record `manifest` (stored as `data`) as the newest snapshot of `stream`, with the
     timeline records the writer knew; a failure only costs readers requests."""
-    carried = data.decode() if len(data) <= MAX_EMBEDDED and data.isascii() else None
+    header = data.split(b"\n", 1)[0] if manifest.format == MANIFEST_FORMAT else b""  # v3: a header line, a file list
+    carried = data if len(data) <= MAX_EMBEDDED else header if 0 < len(header) <= MAX_EMBEDDED else None
     body = dump_record(HEAD_FORMAT, {
-        "stream": stream, "snapshot_id": manifest.snapshot_id, "manifest": carried,
+        "stream": stream, "snapshot_id": manifest.snapshot_id,
+        "manifest": carried.decode() if carried is not None and carried.isascii() else None,
+        "manifest_size": len(data), "manifest_md5": hashlib.md5(data, usedforsecurity=False).hexdigest(),
         "timelines": {str(n): rec.to_json().decode() for n, rec in sorted(timelines.records.items())},
     })
     try:
@@ -91,9 +97,11 @@ def read_head_view(store: SnapshotStore, stream: str) -> HeadView | None:
         if d.get("stream") != stream:
             raise ValueError(f"it is stream {d.get('stream')!r}'s")
         newest = validate_snapshot_id(str(d["snapshot_id"]))
-        carried = d.get("manifest")
-        if carried is not None and not isinstance(carried, str):
-            raise ValueError("its manifest is not text")
+        carried: tuple[str, int, str] | None = None  # the manifest (or its header), its size and MD5
+        if d.get("manifest") is not None:
+            carried = (d["manifest"], d["manifest_size"], d["manifest_md5"])
+            if not all(isinstance(v, t) for v, t in zip(carried, (str, int, str), strict=True)):
+                raise ValueError("its manifest is not text with a size and an MD5")
         records = {int(n): TimelineRecord.from_json(str(text).encode(), expect=int(n))
                    for n, text in dict(d.get("timelines") or {}).items()}
     except (ValueError, KeyError, TypeError, StreamstateError) as exc:
@@ -112,19 +120,27 @@ def read_head_view(store: SnapshotStore, stream: str) -> HeadView | None:
     known = read_timeline_records(store, stream, listing.timeline_keys, records)
     timelines = Timelines(known, max([1, *known, *(r.timeline for r in refs)]))
     manifest = None
-    if carried is not None and newest in listing.snapshot_ids and _as_listed(carried.encode(), listing, newest):
+    if carried is not None and newest in listing.snapshot_ids and _as_listed(*carried[1:], listing, newest):
+        header = carried[0].encode()
+
+        def file_list() -> bytes:  # of a manifest too large to carry: its header only is
+            stored = store.get_manifest(stream, newest)
+            line1, _, rest = stored.partition(b"\n")
+            if line1 != header:
+                raise UnsafeManifestError(f"manifest {newest} of {stream} is not the one its catalog head names")
+            return rest[:-1] if rest.endswith(b"\n") else rest
         try:
-            manifest = read_manifest(store, stream, newest, carried.encode())
+            manifest = read_manifest(store, stream, newest, header, file_list=file_list)
         except UnsafeManifestError as exc:  # read from the store instead, where it is checked again
             log.warning("ignoring the catalog head's copy of a manifest: %s", exc.one_line())
     return HeadView(sorted(refs), timelines, manifest)
 
 
-def _as_listed(data: bytes, listing: RecentListing, snapshot_id: str) -> bool:
-    """Whether the stored manifest is, as far as the listing tells, the bytes the head carries:
+def _as_listed(size: int, md5: str, listing: RecentListing, snapshot_id: str) -> bool:
+    """Whether the stored manifest is, as far as the listing tells, the one the head describes:
     its size, and on S3 its ETag (the MD5 of a single PUT; an encrypted bucket's ETag is not,
     and the copy is then not used). A manifest damaged since it was published is read."""
-    if listing.sizes.get(snapshot_id) != len(data):
+    if listing.sizes.get(snapshot_id) != size:
         return False
     etag = listing.etags.get(snapshot_id)
-    return etag is None or etag == hashlib.md5(data, usedforsecurity=False).hexdigest()
+    return etag is None or etag == md5

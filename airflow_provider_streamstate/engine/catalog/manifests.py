@@ -10,6 +10,7 @@ it, and garbage collection never expires the tombstone of one; docs/concepts.md)
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 
 from airflow_provider_streamstate.engine.catalog.gc import Tombstone
 from airflow_provider_streamstate.engine.core.errors import NotFoundError, UnsafeManifestError
@@ -39,12 +40,14 @@ def manifest_fetcher(store: SnapshotStore, stream: str) -> Fetch:
     return fetch
 
 
-def read_manifest(store: SnapshotStore, stream: str, snapshot_id: str, data: bytes) -> Manifest:
+def read_manifest(store: SnapshotStore, stream: str, snapshot_id: str, data: bytes, *,
+                  file_list: Callable[[], bytes] | None = None) -> Manifest:
     """Manifest `snapshot_id` of `stream` from bytes read from `store`, its file list read
-    (through the manifests it builds on) from the same store when first used."""
+    (through the manifests it builds on) from the same store when first used; `data` may be
+    a v3 header alone, its file-list line then read through `file_list`."""
     try:
         return Manifest.from_json(data, expect_stream=stream, expect_id=snapshot_id,
-                                  fetch=manifest_fetcher(store, stream))
+                                  fetch=manifest_fetcher(store, stream), file_list=file_list)
     except UnsafeManifestError as exc:  # name the snapshot, and say what to do about it
         raise UnsafeManifestError(
             f"snapshot {snapshot_id} of {stream} in {store.url}: {exc.message}",

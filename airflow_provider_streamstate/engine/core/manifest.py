@@ -269,8 +269,8 @@ def _check_paths(entries: Sequence[FileEntry], sid: str) -> None:
 class _Body:
     """A v3 manifest's second line, parsed and checked against its header on first use."""
 
-    def __init__(self, raw: bytes | memoryview, sha256: str, sid: str, delta: bool) -> None:
-        self.raw, self.sha256, self.sid, self.delta = raw, sha256, sid, delta
+    def __init__(self, raw: bytes | memoryview | Callable[[], bytes], sha256: str, sid: str, delta: bool) -> None:
+        self.raw, self.sha256, self.sid, self.delta = raw, sha256, sid, delta  # raw: the line, or how to read it
         self._parsed: tuple[list[FileEntry], list[str]] | None = None
         self._lock = threading.Lock()
 
@@ -282,6 +282,8 @@ class _Body:
             return self._parsed
 
     def _parse(self) -> tuple[list[FileEntry], list[str]]:
+        if callable(self.raw):
+            self.raw = self.raw()
         if hashlib.sha256(self.raw).hexdigest() != self.sha256:
             raise UnsafeManifestError(f"manifest {self.sid}: its file list does not match the sha256 its header names")
         try:
@@ -428,11 +430,13 @@ class Manifest:
 
     @classmethod
     def from_json(cls, data: bytes, *, expect_stream: str | None = None, expect_id: str | None = None,
-                  fetch: Fetch | None = None) -> Manifest:
+                  fetch: Fetch | None = None, file_list: Callable[[], bytes] | None = None) -> Manifest:
         """Parse and validate an untrusted manifest's header; raise UnsafeManifestError on
         anything off. The file list is read and validated when first used: a full one from
         these bytes, a delta's through `fetch` (the manifests it builds on, each checked
-        against the sha256 the delta names; BrokenChainError when one is gone)."""
+        against the sha256 the delta names; BrokenChainError when one is gone). `data` may be
+        a v3 header line alone, with `file_list` reading its second line when first used
+        (checked against the header's sha256 like any)."""
         end = data.find(b"\n")
         line1 = data if end < 0 else data[:end]
         try:
@@ -441,7 +445,8 @@ class Manifest:
             head = None
         if isinstance(head, dict) and head.get("format") == FORMAT:
             # The file list stays unparsed, and uncopied, until it is used.
-            body = memoryview(data)[len(line1) + 1: len(data) - 1 if data.endswith(b"\n") else len(data)]
+            line2 = memoryview(data)[len(line1) + 1: len(data) - 1 if data.endswith(b"\n") else len(data)]
+            body = file_list if file_list is not None and not len(line2) else line2
             return cls._from_v3(head, hashlib.sha256(line1).hexdigest(), body, expect_stream, expect_id, fetch)
         try:
             d = json.loads(data)
@@ -465,7 +470,8 @@ class Manifest:
         return cls(files=files, format=d["format"], **common)
 
     @classmethod
-    def _from_v3(cls, head: dict[str, Any], header_sha: str, raw_body: bytes | memoryview, expect_stream: str | None,
+    def _from_v3(cls, head: dict[str, Any], header_sha: str, raw_body: bytes | memoryview | Callable[[], bytes],
+                 expect_stream: str | None,
                  expect_id: str | None, fetch: Fetch | None) -> Manifest:
         common = _common_fields(head, expect_stream, expect_id)
         sid, f = common["snapshot_id"], Fields(head, common["snapshot_id"])
