@@ -88,9 +88,9 @@ def test_a_rollback_after_the_head_is_followed_and_its_timeline_record_read(tmp_
     assert dict(seen) == {"GetObject": 1, "ListObjectsV2": 1}  # the new head carries timeline 2's record
 
 
-def test_a_stale_head_costs_a_read_and_a_deleted_one_a_full_listing(tmp_path) -> None:
+def test_a_stale_head_costs_a_read_and_one_whose_snapshot_was_deleted_a_full_listing(tmp_path, s3) -> None:
     ckpt = make_checkpoint(tmp_path / "ckpt", batches=1)
-    store = LocalStore(tmp_path / "store", fsync=False)
+    store = S3Store(s3, BUCKET, "stale")
     ids = snapshots_at(ckpt, store, [2, 3])
     old_head = store.get_record(head_key("s"))
     assert old_head is not None
@@ -99,37 +99,59 @@ def test_a_stale_head_costs_a_read_and_a_deleted_one_a_full_listing(tmp_path) ->
     view = read_head_view(store, "s")
     assert view is not None and [r.snapshot_id for r in view.refs] == [ids[3], ids[4]]
     assert view.manifest is not None and view.manifest.snapshot_id == ids[3]
+    seen = requests_of(s3)
     assert resolve_snapshot(store, "s", "latest").snapshot_id == ids[4]
-    delete_snapshots(store, "s", [ids[4]])  # the newest, deleted: the head names a snapshot that is gone
-    store.replace_record(head_key("s"), store.get_record(head_key("s")) or b"")
-    assert resolve_snapshot(store, "s", "latest").snapshot_id == ids[3]
-    delete_snapshots(store, "s", [ids[3]])
+    assert dict(seen) == {"GetObject": 2, "ListObjectsV2": 1}  # the head, its listing, the newer manifest
+    delete_snapshots(store, "s", [ids[3]])  # the head's own snapshot, deleted: the newer one still wins
+    assert resolve_snapshot(store, "s", "latest").snapshot_id == ids[4]
+    delete_snapshots(store, "s", [ids[4]])  # nothing from the head's id on: every id is listed
+    seen.clear()
     assert resolve_snapshot(store, "s", "latest").snapshot_id == ids[2] == newest_by_full_listing(store)
+    assert seen["ListObjectsV2"] >= 2
 
 
-@pytest.mark.parametrize("damage", ["not json", "another stream", "bad timeline", "bad manifest", "no head"])
-def test_a_damaged_or_foreign_head_is_ignored_and_latest_is_still_right(tmp_path, caplog, damage) -> None:
+@pytest.mark.parametrize("damage", ["not json", "another stream", "invalid timeline", "invalid manifest",
+                                    "altered manifest", "no head"])
+def test_a_damaged_altered_or_foreign_head_is_not_used_and_latest_is_still_right(tmp_path, s3, caplog, damage) -> None:
+    """A head is checked against the listing: a copy whose MD5 is not the stored object's
+    ETag is not used, however valid it looks."""
     ckpt = make_checkpoint(tmp_path / "ckpt", batches=1)
-    store = LocalStore(tmp_path / "store", fsync=False)
+    store = S3Store(s3, BUCKET, f"damaged-head-{damage.replace(' ', '-')}")
     ids = snapshots_at(ckpt, store, [2, 3])
     d = json.loads(store.get_record(head_key("s")) or b"")
-    if damage == "not json":
-        body = b"{"
-    elif damage == "another stream":
-        body = json.dumps({**d, "stream": "t"}).encode()
-    elif damage == "bad timeline":
-        body = json.dumps({**d, "timelines": {"2": "{}"}}).encode()
-    elif damage == "bad manifest":
-        body = json.dumps({**d, "manifest": d["manifest"].replace(ids[3], ids[2])}).encode()
-    else:
-        body = b""
-    if body:
-        store.replace_record(head_key("s"), body)
+    bodies = {
+        "not json": b"{",
+        "another stream": json.dumps({**d, "stream": "t"}).encode(),
+        "invalid timeline": json.dumps({**d, "timelines": {"2": "{}"}}).encode(),
+        "invalid manifest": json.dumps({**d, "manifest": d["manifest"].replace(ids[3], ids[2])}).encode(),
+        "altered manifest": json.dumps({**d, "manifest": d["manifest"].replace('"query_id":"', '"query_id":"x')}).encode(),
+    }
+    if damage in bodies:
+        store.replace_record(head_key("s"), bodies[damage])
     else:
         store.delete_record(head_key("s"))
     with caplog.at_level(logging.WARNING, logger="streamstate.catalog"):
-        assert resolve_snapshot(store, "s", "latest").snapshot_id == ids[3]
-    assert (damage == "no head") == ("catalog head" not in caplog.text)
+        m = resolve_snapshot(store, "s", "latest")
+    assert m.snapshot_id == ids[3] and m.query_id == resolve_snapshot(store, "s", ids[3]).query_id
+    assert ("catalog head" in caplog.text) == (damage in ("not json", "another stream"))
+
+
+def test_a_timeline_record_altered_in_the_head_is_not_used_nor_carried_on(tmp_path, s3) -> None:
+    ckpt = make_checkpoint(tmp_path / "ckpt", batches=1)
+    store = S3Store(s3, BUCKET, "altered-timeline")
+    ids = snapshots_at(ckpt, store, [3, 6, 9])
+    restore_snapshot(store, "s", ids[3], ckpt, force=True, fsync=False)  # timeline 2, branched at batch 3
+    grow(ckpt, 5)
+    t2 = create_snapshot(str(ckpt), store, "s").manifest
+    d = json.loads(store.get_record(head_key("s")) or b"")
+    rec = json.loads(d["timelines"]["2"])
+    forged = {**rec, "branch_snapshot": ids[9], "branch_batch": 9}  # valid, and it would bring t1's batch 9 back
+    store.replace_record(head_key("s"), json.dumps({**d, "timelines": {"2": json.dumps(forged, indent=1)}}).encode())
+    assert resolve_snapshot(store, "s", "latest").snapshot_id == t2.snapshot_id
+    grow(ckpt, 7)
+    after = create_snapshot(str(ckpt), store, "s").manifest
+    assert after.parent == t2.snapshot_id
+    assert json.loads(json.loads(store.get_record(head_key("s")) or b"")["timelines"]["2"])["branch_batch"] == 3
 
 
 def test_of_a_manifest_too_large_to_carry_the_head_carries_the_header_and_the_file_list_is_read_when_used(
@@ -194,9 +216,9 @@ def test_a_manifest_damaged_after_it_was_published_is_read_and_skipped_not_hidde
     store: SnapshotStore = LocalStore(tmp_path / "store", fsync=False) if kind == "local" else S3Store(s3, BUCKET, "damaged")
     ids = snapshots_at(ckpt, store, [2, 3])
     stored = store.get_manifest("s", ids[3])
-    damaged = b"{" + b" " * (len(stored) - 1)  # the same size: on S3 only the ETag tells
+    damaged = b"{" + b" " * (len(stored) - 1)  # the same size: only the bytes tell
     if kind == "local":
-        (tmp_path / "store" / manifest_key("s", ids[3])).write_bytes(b"{not json")
+        (tmp_path / "store" / manifest_key("s", ids[3])).write_bytes(damaged)
     else:
         s3.put_object(Bucket=BUCKET, Key=f"damaged/{manifest_key('s', ids[3])}", Body=damaged)
     with caplog.at_level(logging.WARNING, logger="streamstate.catalog"):

@@ -15,15 +15,17 @@ after them, every timeline record). A head is a cache, never the truth:
 - its snapshot counts only when the listing shows it (one deleted since is ignored), and
   every id listed after it is considered (a later or concurrent writer): the newest on a
   history among them is the newest of all, as every other id sorts before;
-- a timeline record listed but not in the head is read, one in the head but not listed is
-  dropped: a rollback since the head was written is followed;
+- a timeline record listed but not carried (or not as stored) is read, one carried but not
+  listed is dropped: a rollback since the head was written is followed;
 - when none of the listed ids is on the wanted history (a rollback below the head, a head
   whose snapshot is gone), every id is listed, as without a head (catalog/snapshots.py);
 - an unreadable or foreign head is ignored with a warning.
 Manifests and timeline records are write-once, so the copies a head carries are those
-objects' bytes, validated as if read from them; the manifest's copy is used only while the
-listing shows the stored object with its size (and, on S3, its ETag: its MD5), so a
-manifest damaged by hand is read and reported, not hidden. Of a manifest larger than
+objects' bytes, validated as if read from them, and used only where the listing shows the
+stored object with the copy's MD5 as its ETag (S3; an encrypted bucket's ETag is no MD5, and
+a local or HDFS store gives none: there they are read, which is cheap): a manifest or record
+damaged by hand, or a head altered or copied from elsewhere, is read and reported, never
+taken for the stored one. Of a manifest larger than
 `MAX_EMBEDDED` the head carries the header line only (what `latest`, and a snapshot of an
 unchanged checkpoint, read); its file list is read from the stored manifest when first used,
 checked against the sha256 the header names.
@@ -40,6 +42,7 @@ from airflow_provider_streamstate.engine.catalog.timeline import (
     TimelineRecord,
     Timelines,
     read_timeline_records,
+    timeline_key,
 )
 from airflow_provider_streamstate.engine.core.errors import StreamstateError, UnsafeManifestError
 from airflow_provider_streamstate.engine.core.manifest import FORMAT as MANIFEST_FORMAT
@@ -77,7 +80,7 @@ def write_head(store: SnapshotStore, stream: str, manifest: Manifest, data: byte
     body = dump_record(HEAD_FORMAT, {
         "stream": stream, "snapshot_id": manifest.snapshot_id,
         "manifest": carried.decode() if carried is not None and carried.isascii() else None,
-        "manifest_size": len(data), "manifest_md5": hashlib.md5(data, usedforsecurity=False).hexdigest(),
+        "manifest_size": len(data), "manifest_md5": _md5(data),
         "timelines": {str(n): rec.to_json().decode() for n, rec in sorted(timelines.records.items())},
     })
     try:
@@ -102,8 +105,7 @@ def read_head_view(store: SnapshotStore, stream: str) -> HeadView | None:
             carried = (d["manifest"], d["manifest_size"], d["manifest_md5"])
             if not all(isinstance(v, t) for v, t in zip(carried, (str, int, str), strict=True)):
                 raise ValueError("its manifest is not text with a size and an MD5")
-        records = {int(n): TimelineRecord.from_json(str(text).encode(), expect=int(n))
-                   for n, text in dict(d.get("timelines") or {}).items()}
+        records = {int(n): str(text).encode() for n, text in dict(d.get("timelines") or {}).items()}
     except (ValueError, KeyError, TypeError, StreamstateError) as exc:
         why = exc.one_line() if isinstance(exc, StreamstateError) else str(exc)
         log.warning("ignoring the unreadable catalog head of %s in %s: %s", stream, store.url, why)
@@ -115,12 +117,15 @@ def read_head_view(store: SnapshotStore, stream: str) -> HeadView | None:
             refs.append(SnapshotRef.parse(sid))
         except StreamstateError:
             log.warning("ignoring a manifest with an invalid id %r in stream %s", sid, stream)
-    # Records are write-once: the head's copies of the listed ones stand; one started since
-    # the head was written (a rollback) is read.
-    known = read_timeline_records(store, stream, listing.timeline_keys, records)
+    # A carried record stands for the stored one only when the listing's ETag is its MD5;
+    # others (one started since the head was written: a rollback; a store that gives no ETag)
+    # are read.
+    verified = {n: TimelineRecord.from_json(text, expect=n) for n, text in records.items()
+                if _md5(text) == listing.etags.get(timeline_key(stream, n))}
+    known = read_timeline_records(store, stream, listing.timeline_keys, verified)
     timelines = Timelines(known, max([1, *known, *(r.timeline for r in refs)]))
     manifest = None
-    if carried is not None and newest in listing.snapshot_ids and _as_listed(*carried[1:], listing, newest):
+    if carried is not None and newest in listing.snapshot_ids and _as_listed(*carried, listing, newest):
         header = carried[0].encode()
 
         def file_list() -> bytes:  # of a manifest too large to carry: its header only is
@@ -136,11 +141,19 @@ def read_head_view(store: SnapshotStore, stream: str) -> HeadView | None:
     return HeadView(sorted(refs), timelines, manifest)
 
 
-def _as_listed(size: int, md5: str, listing: RecentListing, snapshot_id: str) -> bool:
-    """Whether the stored manifest is, as far as the listing tells, the one the head describes:
-    its size, and on S3 its ETag (the MD5 of a single PUT; an encrypted bucket's ETag is not,
-    and the copy is then not used). A manifest damaged since it was published is read."""
-    if listing.sizes.get(snapshot_id) != size:
+def _md5(data: bytes) -> str:
+    return hashlib.md5(data, usedforsecurity=False).hexdigest()
+
+
+def _as_listed(text: str, size: int, md5: str, listing: RecentListing, snapshot_id: str) -> bool:
+    """Whether the stored manifest is, as the listing tells, the one the head carries: its
+    size, and its ETag is the MD5 the head recorded (and that of the copy, when it is whole).
+    Where the listing gives no ETag (local, HDFS: a read there is cheap), or not an MD5 (an
+    encrypted bucket), the copy is not used: a manifest damaged since it was published is
+    read and reported, never hidden."""
+    data = text.encode()
+    if listing.sizes.get(snapshot_id) != size or listing.etags.get(snapshot_id) != md5:
         return False
-    etag = listing.etags.get(snapshot_id)
-    return etag is None or etag == md5
+    if len(data) == size:
+        return _md5(data) == md5
+    return len(data) < size and b"\n" not in data  # the header line alone

@@ -539,7 +539,11 @@ def replicate(
                 continue  # replicated already, as what a later one builds on
             done.extend(_replicate_one(r, sid))
         if any(not d.already_present for d in done):
-            refresh_head(destination, stream)  # `latest` there: one record and one listing
+            try:
+                refresh_head(destination, stream)  # `latest` there: one record and one listing
+            except (StreamstateError, OSError) as exc:  # a cache: the replication itself is done
+                why = exc.one_line() if isinstance(exc, StreamstateError) else str(exc)
+                log.warning("could not update the catalog head of %s in %s: %s", stream, destination.url, why)
         return ReplicationResult(
             stream=stream, source=source.url, destination=destination.url, server_side_copy=use_server_side,
             snapshots=tuple(done), seconds=time.monotonic() - started,

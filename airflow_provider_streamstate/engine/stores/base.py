@@ -123,8 +123,9 @@ class RecentListing:
 
     snapshot_ids: list[str]  # at and after the first id, ascending
     timeline_keys: list[str]  # every timeline record of the stream
-    # What the listing says of each manifest's stored object, where the store tells: its size,
-    # and (S3) its ETag. A copy of a manifest is checked against them (catalog/head.py).
+    # What the listing says of each stored object, where the store tells: a manifest's size,
+    # and (S3) the ETags of manifests (by id) and timeline records (by key). A copy the
+    # catalog head carries is used only when it matches them (catalog/head.py).
     sizes: dict[str, int] = field(default_factory=dict)
     etags: dict[str, str] = field(default_factory=dict)
 
@@ -157,8 +158,9 @@ class ObjectRef:
     bucket: str
     key: str
     etag: str | None = None  # copy only this version
-    # Whether it carries a SHA-256 checksum (S3 checked it when the object was written, and a
-    # copy keeps it): True or False as its listing said, None when unknown (a store's blob).
+    # Whether it carries a full-object SHA-256 checksum (S3 checked it when the object was
+    # written, and a copy keeps it): True as its listing said, False when it has none or one
+    # of its parts (a copy asks S3 for one), None when unknown (tried plain, then asked).
     sha256: bool | None = None
 
 

@@ -166,10 +166,11 @@ class S3Store(SnapshotStore):
         return self.client if location.startswith(("s3://", "s3a://")) else None
 
     def blob_ref(self, blob: str) -> ObjectRef:
-        # A unique blob was made by a CopyObject that kept or computed a SHA-256: it carries one
-        # (an endpoint may not return it: s3proxy). A blob named by its sha256 was put with that
-        # checksum, which an endpoint may not keep (moto): a copy asks for one.
-        return ObjectRef(self.client, self.bucket, self._key(blob_key(blob)), sha256=not SHA256_RE.match(blob))
+        # A unique blob made by a CopyObject carries a SHA-256 (kept or computed), one uploaded
+        # in parts by a replication none: unknown, tried plain. A blob named by its sha256 was
+        # put with that checksum, which an endpoint may not keep (moto): a copy asks for one.
+        return ObjectRef(self.client, self.bucket, self._key(blob_key(blob)),
+                         sha256=False if SHA256_RE.match(blob) else None)
 
     def can_copy_in(self, ref: ObjectRef) -> bool:
         return same_s3_account(ref.client, self.client)
@@ -531,7 +532,8 @@ class S3Store(SnapshotStore):
                         found.etags[sid] = str(obj.get("ETag", "")).strip('"')
                 elif key.startswith(timelines):
                     found.timeline_keys.append(key)
-            if not last or last >= beyond or not page.get("IsTruncated"):
+                    found.etags[key] = str(obj.get("ETag", "")).strip('"')
+            if last >= beyond or not page.get("IsTruncated"):
                 break
             args.update(ContinuationToken=page["NextContinuationToken"], MaxKeys=LIST_PAGE_KEYS)
         found.snapshot_ids.sort()

@@ -198,8 +198,9 @@ def copied_sha256(response: dict[str, Any]) -> str | None:
     composite one (of a multipart upload's parts: not the object's sha256)."""
     import base64
 
-    value = (response.get("CopyObjectResult") or {}).get("ChecksumSHA256")
-    if not value or "-" in value:
+    result = response.get("CopyObjectResult") or {}
+    value = result.get("ChecksumSHA256")
+    if not value or "-" in value or result.get("ChecksumType", "FULL_OBJECT") != "FULL_OBJECT":
         return None
     raw = base64.b64decode(value)
     return raw.hex() if len(raw) == 32 else None
@@ -214,7 +215,7 @@ def copy_with_sha256(copy: Callable[[bool], dict[str, Any]], carried: bool | Non
     endpoint returns none for copies (s3proxy); the caller reads the copy back."""
     r = copy(carried is False)
     sha = copied_sha256(r)
-    composite = "-" in str((r.get("CopyObjectResult") or {}).get("ChecksumSHA256") or "")
+    composite = bool((r.get("CopyObjectResult") or {}).get("ChecksumSHA256"))  # but not a full-object one
     if sha is None and carried is not False and (carried is None or composite):
         r = copy(True)
         sha = copied_sha256(r)

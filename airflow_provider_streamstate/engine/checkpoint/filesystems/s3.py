@@ -176,8 +176,8 @@ class S3CheckpointFS(CheckpointFS):
                             continue
                         etag = str(obj.get("ETag", "")).strip('"')
                         files[rel] = FileStat(int(obj["Size"]), _fingerprint_ns(obj["LastModified"], etag), etag)
-                        if "SHA256" in (obj.get("ChecksumAlgorithm") or ()):
-                            summed.add(rel)
+                        if "SHA256" in (obj.get("ChecksumAlgorithm") or ()) and obj.get("ChecksumType") != "COMPOSITE":
+                            summed.add(rel)  # a full-object one (a multipart upload's is of its parts)
                         parts = rel.split("/")
                         for i in range(len(parts)):
                             dirs.setdefault("/".join(parts[:i]), set()).add(parts[i])
