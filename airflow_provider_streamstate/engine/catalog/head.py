@@ -7,7 +7,7 @@ writes all three into one record,
 
     streams/<stream>/head/newest.json
         {"format", "stream", "snapshot_id", "manifest": <its stored text, or header line>,
-         "manifest_size", "manifest_md5", "timelines": {"<N>": <timeline record text>}}
+         "manifest_md5", "timelines": {"<N>": <timeline record text>}}
 
 and a reader checks it with one listing that starts at that id (`SnapshotStore.list_from`:
 on S3 one `StartAfter` page, which shows the ids at and after it and, as the names sort
@@ -80,12 +80,12 @@ def write_head(store: SnapshotStore, stream: str, manifest: Manifest, data: byte
     body = dump_record(HEAD_FORMAT, {
         "stream": stream, "snapshot_id": manifest.snapshot_id,
         "manifest": carried.decode() if carried is not None and carried.isascii() else None,
-        "manifest_size": len(data), "manifest_md5": _md5(data),
+        "manifest_md5": _md5(data),
         "timelines": {str(n): rec.to_json().decode() for n, rec in sorted(timelines.records.items())},
     })
     try:
         store.replace_record(head_key(stream), body)
-    except (StreamstateError, OSError, NotImplementedError) as exc:
+    except (StreamstateError, OSError) as exc:
         why = exc.one_line() if isinstance(exc, StreamstateError) else str(exc) or type(exc).__name__
         log.warning("could not update the catalog head of %s in %s: %s", stream, store.url, why)
 
@@ -100,11 +100,11 @@ def read_head_view(store: SnapshotStore, stream: str) -> HeadView | None:
         if d.get("stream") != stream:
             raise ValueError(f"it is stream {d.get('stream')!r}'s")
         newest = validate_snapshot_id(str(d["snapshot_id"]))
-        carried: tuple[str, int, str] | None = None  # the manifest (or its header), its size and MD5
+        carried: tuple[str, str] | None = None  # the manifest (or its header), the stored bytes' MD5
         if d.get("manifest") is not None:
-            carried = (d["manifest"], d["manifest_size"], d["manifest_md5"])
-            if not all(isinstance(v, t) for v, t in zip(carried, (str, int, str), strict=True)):
-                raise ValueError("its manifest is not text with a size and an MD5")
+            carried = (d["manifest"], d["manifest_md5"])
+            if not all(isinstance(v, str) for v in carried):
+                raise ValueError("its manifest is not text with an MD5")
         records = {int(n): str(text).encode() for n, text in dict(d.get("timelines") or {}).items()}
     except (ValueError, KeyError, TypeError, StreamstateError) as exc:
         why = exc.one_line() if isinstance(exc, StreamstateError) else str(exc)
@@ -145,15 +145,11 @@ def _md5(data: bytes) -> str:
     return hashlib.md5(data, usedforsecurity=False).hexdigest()
 
 
-def _as_listed(text: str, size: int, md5: str, listing: RecentListing, snapshot_id: str) -> bool:
+def _as_listed(text: str, md5: str, listing: RecentListing, snapshot_id: str) -> bool:
     """Whether the stored manifest is, as the listing tells, the one the head carries: its
-    size, and its ETag is the MD5 the head recorded (and that of the copy, when it is whole).
+    ETag is the MD5 the head recorded, and the copy is those bytes or their header line alone.
     Where the listing gives no ETag (local, HDFS: a read there is cheap), or not an MD5 (an
     encrypted bucket), the copy is not used: a manifest damaged since it was published is
     read and reported, never hidden."""
     data = text.encode()
-    if listing.sizes.get(snapshot_id) != size or listing.etags.get(snapshot_id) != md5:
-        return False
-    if len(data) == size:
-        return _md5(data) == md5
-    return len(data) < size and b"\n" not in data  # the header line alone
+    return listing.etags.get(snapshot_id) == md5 and (_md5(data) == md5 or b"\n" not in data)

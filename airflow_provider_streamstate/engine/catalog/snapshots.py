@@ -84,6 +84,10 @@ class RecentRefs:
     timelines: Timelines | None = None
     manifests: dict[str, Manifest] = field(default_factory=dict)
 
+    def stream_timelines(self, store: SnapshotStore, stream: str) -> Timelines:
+        """The stream's timelines: as the head's listing showed them, else loaded now."""
+        return self.timelines or load_timelines(store, stream, self.refs)
+
 
 def recent_refs(store: SnapshotStore, stream: str) -> RecentRefs:
     """Ids from the catalog head's snapshot on (a record read and one listing: catalog/head.py),
@@ -116,7 +120,7 @@ def latest_snapshot(
         recent = RecentRefs(refs, True)
     elif recent is None:
         recent = recent_refs(store, stream)
-    tls = timelines or recent.timelines or load_timelines(store, stream, recent.refs)
+    tls = timelines or recent.stream_timelines(store, stream)
     tried: set[str] = set()
     for source in (recent, None):
         if source is None:
@@ -142,7 +146,7 @@ def refresh_head(store: SnapshotStore, stream: str) -> None:
     """Point the catalog head at the newest snapshot on the current timeline, found as `latest`
     finds it: for writers that publish several snapshots, or older ones (replication)."""
     recent = recent_refs(store, stream)
-    tls = recent.timelines or load_timelines(store, stream, recent.refs)
+    tls = recent.stream_timelines(store, stream)
     newest = latest_snapshot(store, stream, timelines=tls, recent=recent)
     if newest is not None and newest.snapshot_id not in recent.manifests:
         write_head(store, stream, newest, store.get_manifest(stream, newest.snapshot_id), tls)

@@ -45,6 +45,7 @@ from airflow_provider_streamstate.engine.stores.base import (
     ManifestExistsError,
     SnapshotStore,
     record_key,
+    timelines_prefix,
 )
 
 log = logging.getLogger("streamstate.timeline")
@@ -172,7 +173,7 @@ def read_timeline_records(
 ) -> dict[int, TimelineRecord]:
     """The records behind the listed `keys`: those in `known` taken as they are (records are
     write-once), the others read."""
-    prefix = f"streams/{validate_stream_name(stream)}/{TIMELINES_KIND}/"
+    prefix = timelines_prefix(validate_stream_name(stream))
     records: dict[int, TimelineRecord] = {}
     for key in keys:
         name = key[len(prefix):].removesuffix(".json") if key.startswith(prefix) else ""
@@ -188,7 +189,7 @@ def read_timeline_records(
 
 
 def load_timelines(store: SnapshotStore, stream: str, refs: list[SnapshotRef] | None = None) -> Timelines:
-    keys = store.list_records(f"streams/{validate_stream_name(stream)}/{TIMELINES_KIND}/")
+    keys = store.list_records(timelines_prefix(validate_stream_name(stream)))
     records = read_timeline_records(store, stream, keys)
     refs = snapshot_refs(store, stream) if refs is None else refs
     return Timelines(records, max([1, *records, *(r.timeline for r in refs)]))

@@ -239,7 +239,7 @@ def _create_snapshot(
         beat = read_heartbeat(fs)
         spark_version = beat.spark_version if beat is not None and beat.query_id == query_id else None
     recent = recent_refs(store, stream)
-    tls = recent.timelines or load_timelines(store, stream, recent.refs)
+    tls = recent.stream_timelines(store, stream)
     timeline, parent = _timeline_for(fs, store, stream, query_id, tls, recent, new_line=new_timeline)
     if parent is None:
         if timeline > tls.current or timeline not in tls.records:

@@ -123,10 +123,8 @@ class RecentListing:
 
     snapshot_ids: list[str]  # at and after the first id, ascending
     timeline_keys: list[str]  # every timeline record of the stream
-    # What the listing says of each stored object, where the store tells: a manifest's size,
-    # and (S3) the ETags of manifests (by id) and timeline records (by key). A copy the
-    # catalog head carries is used only when it matches them (catalog/head.py).
-    sizes: dict[str, int] = field(default_factory=dict)
+    # The ETags of manifests (by id) and timeline records (by key), where the store gives
+    # them (S3): a copy the catalog head carries is used only when they are its MD5.
     etags: dict[str, str] = field(default_factory=dict)
 
 
@@ -293,7 +291,7 @@ class SnapshotStore(ABC):
         """The snapshot ids of a stream at and after `first`, ascending, and the keys of its
         timeline records: what the catalog head is checked against (catalog/head.py). S3
         answers both from one listing that starts at `first` (the timeline records sort
-        after the manifests); elsewhere two listings."""
+        after the manifests), with ETags; elsewhere two listings, without."""
         ids = [i for i in self.list_snapshot_ids(stream) if i >= first]
         return RecentListing(ids, self.list_records(timelines_prefix(stream)))
 

@@ -36,14 +36,12 @@ from airflow_provider_streamstate.engine.stores.base import (
     STREAMS_PREFIX,
     BlobInfo,
     ManifestExistsError,
-    RecentListing,
     RecordChanged,
     SnapshotStore,
     StaleTemp,
     StoreOptions,
     blob_key,
     manifest_key,
-    timelines_prefix,
 )
 from airflow_provider_streamstate.engine.stores.webhdfs import HdfsPath, WebHdfs
 
@@ -248,16 +246,6 @@ class HdfsStore(SnapshotStore):
     def list_snapshot_ids(self, stream: str) -> list[str]:
         return sorted(n[: -len(MANIFEST_SUFFIX)] for n in self._names(f"{STREAMS_PREFIX}/{stream}/snapshots")
                       if n.endswith(MANIFEST_SUFFIX))
-
-    def list_from(self, stream: str, first: str) -> RecentListing:
-        found = RecentListing([], self.list_records(timelines_prefix(stream)))
-        for e in self.client.list(self._path(f"{STREAMS_PREFIX}/{stream}/snapshots")) or []:
-            name = str(e.get("pathSuffix", ""))
-            if e.get("type") == "FILE" and name.endswith(MANIFEST_SUFFIX) and name[: -len(MANIFEST_SUFFIX)] >= first:
-                found.snapshot_ids.append(name[: -len(MANIFEST_SUFFIX)])
-                found.sizes[found.snapshot_ids[-1]] = int(e.get("length", -1))
-        found.snapshot_ids.sort()
-        return found
 
     def list_streams(self) -> list[str]:
         return self._names(STREAMS_PREFIX, files=False)

@@ -28,14 +28,12 @@ from airflow_provider_streamstate.engine.stores.base import (
     STREAMS_PREFIX,
     BlobInfo,
     ManifestExistsError,
-    RecentListing,
     RecordChanged,
     SnapshotStore,
     StaleTemp,
     StoreOptions,
     blob_key,
     manifest_key,
-    timelines_prefix,
 )
 
 
@@ -195,18 +193,6 @@ class LocalStore(SnapshotStore):
         if not d.is_dir():
             return []
         return sorted(n[: -len(MANIFEST_SUFFIX)] for n in os.listdir(d) if n.endswith(MANIFEST_SUFFIX))
-
-    def list_from(self, stream: str, first: str) -> RecentListing:
-        d = self.root / STREAMS_PREFIX / stream / "snapshots"
-        found = RecentListing([], self.list_records(timelines_prefix(stream)))
-        for sid in self.list_snapshot_ids(stream):
-            if sid >= first:
-                try:
-                    found.sizes[sid] = (d / f"{sid}{MANIFEST_SUFFIX}").stat().st_size
-                except FileNotFoundError:
-                    continue  # deleted since the listing
-                found.snapshot_ids.append(sid)
-        return found
 
     def list_streams(self) -> list[str]:
         d = self.root / STREAMS_PREFIX

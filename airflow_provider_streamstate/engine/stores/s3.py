@@ -200,7 +200,7 @@ class S3Store(SnapshotStore):
         """Copy `ref` to blob `blob` (at `key`): its sha256 is the full-object checksum S3
         returned (`copy_with_sha256`: the source's own when it carries one), else (with
         `confirm`) the copy read back and hashed (its size checked too); None: neither."""
-        _, sha = copy_with_sha256(lambda ask: self._copy_object(ref, key, what, ask=ask), ref.sha256)
+        sha = copy_with_sha256(lambda ask: self._copy_object(ref, key, what, ask=ask), ref.sha256)
         if sha is not None or not confirm:
             return sha
         with self.open_blob(blob) as f:
@@ -528,7 +528,6 @@ class S3Store(SnapshotStore):
                     sid = key[len(snapshots):-len(MANIFEST_SUFFIX)]
                     if sid >= first:
                         found.snapshot_ids.append(sid)
-                        found.sizes[sid] = int(obj["Size"])
                         found.etags[sid] = str(obj.get("ETag", "")).strip('"')
                 elif key.startswith(timelines):
                     found.timeline_keys.append(key)

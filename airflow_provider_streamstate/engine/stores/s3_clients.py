@@ -193,30 +193,36 @@ class S3Access:
         return self.s3a_confs(bucket), self.driver_env()
 
 
-def copied_sha256(response: dict[str, Any]) -> str | None:
-    """The full-object SHA-256 (hex) a CopyObject returned; None when it returned none or a
-    composite one (of a multipart upload's parts: not the object's sha256)."""
+def full_object_sha256(value: str | None, checksum_type: str | None) -> str | None:
+    """A SHA-256 checksum S3 reports (base64), as hex; None when there is none, or it is a
+    composite one (of a multipart upload's parts: not the object's sha256), or malformed."""
     import base64
+    import binascii
 
-    result = response.get("CopyObjectResult") or {}
-    value = result.get("ChecksumSHA256")
-    if not value or "-" in value or result.get("ChecksumType", "FULL_OBJECT") != "FULL_OBJECT":
+    if not value or "-" in value or (checksum_type or "FULL_OBJECT") != "FULL_OBJECT":
         return None
-    raw = base64.b64decode(value)
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except (ValueError, binascii.Error):
+        return None
     return raw.hex() if len(raw) == 32 else None
 
 
-def copy_with_sha256(copy: Callable[[bool], dict[str, Any]], carried: bool | None) -> tuple[dict[str, Any], str | None]:
-    """One CopyObject and the copy's SHA-256, at a plain copy's cost where the source carries
+def _copied_sha256(response: dict[str, Any]) -> str | None:
+    result = response.get("CopyObjectResult") or {}
+    return full_object_sha256(result.get("ChecksumSHA256"), result.get("ChecksumType"))
+
+
+def copy_with_sha256(copy: Callable[[bool], dict[str, Any]], carried: bool | None) -> str | None:
+    """The SHA-256 of one CopyObject's copy, at a plain copy's cost where the source carries
     one: `copy(ask)` sends it, asking S3 to compute the copy's checksum when `ask`. A source
     that carries a SHA-256 (`carried`, or unknown: None) is copied without asking: S3 keeps
     and returns its checksum. It is sent again asking for one when the source was not known
     to carry one and none came back, or a composite one did (a multipart upload's). None: the
     endpoint returns none for copies (s3proxy); the caller reads the copy back."""
     r = copy(carried is False)
-    sha = copied_sha256(r)
-    composite = bool((r.get("CopyObjectResult") or {}).get("ChecksumSHA256"))  # but not a full-object one
-    if sha is None and carried is not False and (carried is None or composite):
-        r = copy(True)
-        sha = copied_sha256(r)
-    return r, sha
+    sha = _copied_sha256(r)
+    returned = bool((r.get("CopyObjectResult") or {}).get("ChecksumSHA256"))  # a composite one, then
+    if sha is None and carried is not False and (carried is None or returned):
+        sha = _copied_sha256(copy(True))
+    return sha

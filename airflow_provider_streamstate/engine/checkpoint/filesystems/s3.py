@@ -36,7 +36,6 @@ restore again (with force) finishes the job from scratch.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import io
 import json
@@ -65,7 +64,11 @@ from airflow_provider_streamstate.engine.core.errors import (
 from airflow_provider_streamstate.engine.core.manifest import FileEntry
 from airflow_provider_streamstate.engine.stores import parse_s3_url
 from airflow_provider_streamstate.engine.stores.base import ObjectRef, SnapshotStore
-from airflow_provider_streamstate.engine.stores.s3_clients import copy_with_sha256, same_s3_account
+from airflow_provider_streamstate.engine.stores.s3_clients import (
+    copy_with_sha256,
+    full_object_sha256,
+    same_s3_account,
+)
 from airflow_provider_streamstate.engine.stores.s3_errors import code, request_error, status
 from airflow_provider_streamstate.engine.stores.webhdfs import WebHdfs
 
@@ -245,14 +248,7 @@ class S3CheckpointFS(CheckpointFS):
             args["IfMatch"] = f'"{expected.etag}"'  # a HEAD compares the quoted entity tag
         with self.errors(f"read the checksum of checkpoint file {rel}"):
             r = self.client.head_object(**args)
-        value = r.get("ChecksumSHA256")
-        if not value or "-" in value or r.get("ChecksumType", "FULL_OBJECT") != "FULL_OBJECT":
-            return None
-        try:
-            raw = base64.b64decode(value, validate=True)
-        except ValueError:
-            return None
-        return raw.hex() if len(raw) == 32 else None
+        return full_object_sha256(r.get("ChecksumSHA256"), r.get("ChecksumType"))
 
     def object_ref(self, rel: str, expected: FileStat | None = None) -> ObjectRef:
         carried = (rel in self._sha256) if self._files is not None else None  # as the listing said
@@ -368,7 +364,7 @@ class S3CheckpointFS(CheckpointFS):
             with self.errors(what):
                 extra = {"ChecksumAlgorithm": "SHA256"} if ask else {}
                 return dict(c.copy_object(Bucket=self.bucket, Key=key, CopySource=source, **extra))
-        _, sha = copy_with_sha256(copy, carried)
+        sha = copy_with_sha256(copy, carried)
         if sha is not None:
             ok = sha == digest
         else:
