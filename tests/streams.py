@@ -136,15 +136,17 @@ def heartbeat_query(
         spark.streams.removeListener(listener)
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
-    """Poll `predicate` until it returns something truthy (which is returned)."""
+def wait_for(
+    predicate: Callable[[], Any], timeout: float = 60.0, what: str = "condition", interval: float = 0.2
+) -> Any:
+    """Poll `predicate` every `interval` seconds until it returns something truthy (returned)."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         assert time.monotonic() < deadline, f"timed out after {timeout:.0f}s waiting for {what}"
-        time.sleep(0.2)
+        time.sleep(interval)
 
 
 # A state store snapshot the maintenance task writes (`3.zip`, `10.snapshot`) or one of its

@@ -51,6 +51,7 @@ def attach_heartbeat(
             self.stopped = threading.Event()  # the last beat is written
             self.terminated = threading.Event()  # Spark's own event for it came
             self.stopping = False  # the driver stopped the query: an interrupted batch is no failure
+            self.signalled: int | None = None  # a signal asked for the stop: its exit status (query_error)
             self.muted = False
             threading.Thread(target=self._timer, name="streamstate-heartbeat", daemon=True).start()
 
@@ -108,7 +109,8 @@ def attach_heartbeat(
         def onQueryTerminated(self, event: object) -> None:
             if self.beat is None or not self._ours(str(event.id)):  # type: ignore[attr-defined]
                 return
-            exc = query_error(event.exception, stopping=self.stopping)  # type: ignore[attr-defined]
+            exc = query_error(event.exception, stopping=self.stopping,  # type: ignore[attr-defined]
+                              signalled=self.signalled)
             self._write(state="failed" if exc else "stopped", exception=error_line(exc))
             self.stopped.set()
             self.terminated.set()
@@ -119,7 +121,8 @@ def attach_heartbeat(
             stops, which would leave a `running` record until it goes stale."""
             if self.beat is None or query.isActive or str(query.id) != self.query_id or self.stopped.is_set():
                 return
-            exc = query_error(query.exception(), stopping=self.stopping)
+            exc = query_error(query.exception(), stopping=self.stopping, signalled=self.signalled,
+                              trace=failure_trace(query))
             last = query.lastProgress or {}
             # A batch's progress comes after its commit; an idle trigger's names the next batch.
             batch = last.get("batchId") if "addBatch" in (last.get("durationMs") or {}) else self.beat.batch_id
@@ -204,8 +207,25 @@ class StopSignals:
         self.requested = threading.Event()
         self.reason: str | None = None
         self._counts = {"python": 0, "jvm": 0}  # a terminal's Ctrl-C reaches both processes once
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # taken in signal handlers, which run on the main thread
         self._jvm_handler: Any = None  # kept referenced: the JVM calls back into it
+        self._callbacks: list[Callable[[StopSignals], None]] = []
+
+    @property
+    def signal_exit(self) -> int | None:
+        """The exit status (128 + its number) the signal that asked for the stop gives a
+        process it kills, None when no signal did."""
+        name = (self.reason or "").rsplit(" ", 1)[-1]
+        sig = signal.Signals.__members__.get(name)
+        return None if sig is None else 128 + int(sig)
+
+    def on_request(self, callback: Callable[[StopSignals], None]) -> None:
+        """Call `callback(self)` when a stop is requested (now, if one was)."""
+        with self._lock:
+            self._callbacks.append(callback)
+            now = self.reason is not None
+        if now:
+            callback(self)
 
     def install(self) -> StopSignals:
         """Handle the signals in this (Python) process; call from the main thread."""
@@ -266,18 +286,47 @@ class StopSignals:
             os._exit(130 if reason.endswith("INT") else 143)
         if first:
             print(f"streamstate: {reason}: stopping the query after its batch in flight", file=sys.stderr, flush=True)
+            for callback in list(self._callbacks):
+                callback(self)
         self.requested.set()
 
 
-def query_error(error: object, *, stopping: bool) -> str | None:
-    """A query's error as text, or None when there is none or, on a stop the driver asked
-    for (`stopping`), it is that stop's own interrupt of a batch that had just begun (Spark
-    can report it as a task failure when a state store's abort is interrupted): that batch
-    was not committed and runs again after a restart, so the stop was clean."""
+def query_error(
+    error: object, *, stopping: bool, signalled: int | None = None, trace: str | None = None
+) -> str | None:
+    """A query's error as text, or None when there is none or it is the stop's own doing to
+    a batch not committed, which runs again after a restart (so the stop was clean):
+    - on a stop the driver asked for (`stopping`), its interrupt of a batch that had just
+      begun (Spark can report it as a task failure when a state store's abort is interrupted);
+    - on a stop a signal asked for (`signalled`: the exit status, 128 + its number, it gives
+      the processes it kills), a helper process of a file write killed by that signal. Spark's
+      local filesystem runs `chmod` for every file it writes, in the driver's process group,
+      which a terminal's Ctrl-C, or a SIGTERM to the group, reaches too.
+    `trace` (`failure_trace`) is looked at too: the error's own text may not name its cause."""
     text = None if error is None else str(error)
-    if text and stopping and ("InterruptedException" in text or "ClosedByInterruptException" in text):
+    if not text:
+        return text
+    evidence = text if trace is None else f"{text}\n{trace}"
+    if stopping and ("InterruptedException" in evidence or "ClosedByInterruptException" in evidence):
+        return None
+    if signalled is not None and f"ExitCodeException exitCode={signalled}" in evidence:
         return None
     return text
+
+
+def failure_trace(query: Any) -> str | None:
+    """`query`'s error with every cause and stack trace, as Spark's listener event gives it:
+    PySpark's `exception()` keeps the top message, and a file write that failed in the driver
+    names its cause only below it. None when there is no error or no JVM to ask (Connect)."""
+    try:
+        from pyspark import SparkContext
+
+        failure = query._jsq.exception()
+        if not failure.isDefined():
+            return None
+        return str(SparkContext._jvm.org.apache.spark.util.Utils.exceptionString(failure.get()))  # type: ignore[union-attr]
+    except Exception:  # noqa: BLE001 - the error's own text is then all there is
+        return None
 
 
 def stop_query(query: Any, *, batch_wait_s: float = 60.0) -> None:
@@ -317,9 +366,9 @@ def run_until_stopped(
             heartbeat.stopping = True
         stop_query(query, batch_wait_s=batch_wait_s)
     raw = query.exception()
-    error = query_error(raw, stopping=stopping)
+    error = query_error(raw, stopping=stopping, signalled=stop.signal_exit, trace=failure_trace(query))
     if raw is not None and error is None:
-        print("streamstate: the stop interrupted a batch that had just begun; it runs again on restart",
+        print("streamstate: the stop interrupted a batch that was not committed; it runs again on restart",
               file=sys.stderr, flush=True)
     if heartbeat is not None:
         heartbeat.finish(query)
@@ -353,6 +402,7 @@ def run_example_stream(
     heartbeat = None
     if "://" not in checkpoint or checkpoint.startswith("file:"):
         heartbeat = attach_heartbeat(spark, checkpoint.removeprefix("file://").removeprefix("file:"))
+        stop.on_request(lambda s: setattr(heartbeat, "signalled", s.signal_exit))
     if stop.requested.is_set():  # signalled while Spark started
         spark.stop()
         return 0

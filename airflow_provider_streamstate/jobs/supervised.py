@@ -98,6 +98,7 @@ class Supervisor:
         self.listeners: list[Any] = []
         self.stop_reason: str | None = None
         self.signals = 0
+        self.signalled: int | None = None  # the exit status the stop's signal gives what it kills
         self.done = threading.Event()
 
     def install(self) -> None:
@@ -131,12 +132,14 @@ class Supervisor:
                 return
             self.sessions.append(session)
         try:
-            listener = attach_heartbeat(session, self.checkpoint, interval_s=self.interval_s, query_name=self.query_name)
+            listener: Any = attach_heartbeat(
+                session, self.checkpoint, interval_s=self.interval_s, query_name=self.query_name)
         except Exception as exc:  # noqa: BLE001 - a session without listeners (Spark Connect) still runs
             _say(f"no heartbeat for this session ({type(exc).__name__}: {exc}); the stream will look dead")
             return
         with self.lock:
             self.listeners.append(listener)
+            listener.signalled = self.signalled
         _say(f"heartbeat every {self.interval_s:g}s beside {self.checkpoint}")
 
     # -- stop ----------------------------------------------------------------------------
@@ -147,6 +150,9 @@ class Supervisor:
         if self.signals > 1:
             _say(f"second {name}: exiting now")
             os._exit(128 + signum)
+        self.signalled = 128 + signum  # a batch whose file write it failed is no failure (runtime.query_error)
+        for listener in list(self.listeners):  # no lock in a handler: the main thread may hold it
+            listener.signalled = self.signalled
         self.request_stop(f"signal {name}")
 
     def _watch_requests(self) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -83,24 +84,47 @@ def test_windowed_query_keeps_event_time_windows_and_a_watermark(stack, spark, t
     assert 0 < len(rows) < 5 * (400 // 60 + 1)
 
 
-def spark_submit(stack, job_args: list[str], **popen: Any) -> subprocess.Popen[str]:  # noqa: ANN001
+def spark_submit(
+    stack, job_args: list[str], *, path_first: Path | None = None, **popen: Any  # noqa: ANN001
+) -> subprocess.Popen[str]:
     """The example stream under spark-submit, as getting-started runs it (local master, the
-    stack's connector jars, the venv's Python), in its own session like a terminal's job."""
+    stack's connector jars, the venv's Python), in its own session like a terminal's job;
+    `path_first`: a folder of commands found before the system's."""
     import pyspark
 
     import airflow_provider_streamstate.jobs.example_stream as job
 
     submit = Path(sys.executable).parent / "spark-submit"
+    path = os.environ["PATH"] if path_first is None else f"{path_first}{os.pathsep}{os.environ['PATH']}"
     return subprocess.Popen(
         [str(submit), "--master", "local[2]", "--jars", ",".join(stack.spark_jars),
          "--conf", "spark.ui.enabled=false", "--conf", "spark.driver.host=127.0.0.1",
          job.__file__, "--bootstrap-servers", stack.kafka_bootstrap, *job_args],
         text=True, start_new_session=True,
         # What an activated virtualenv gives spark-submit: Spark's home and this Python.
-        env={**os.environ, "SPARK_HOME": os.path.dirname(pyspark.__file__),
+        env={**os.environ, "SPARK_HOME": os.path.dirname(pyspark.__file__), "PATH": path,
              "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable},
         **popen,
     )
+
+
+def slow_chmod(folder: Path) -> Path:
+    """A `chmod` that takes half a second on a batch's own writes (state deltas, the commit
+    log) and leaves a mark while it does. Spark's local filesystem runs chmod for every file
+    it writes, in the driver's process group: a Ctrl-C then kills the write in flight."""
+    real = shutil.which("chmod")
+    (folder / "bin").mkdir()
+    (folder / "live").mkdir()
+    script = folder / "bin" / "chmod"
+    script.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in\n'
+        f'  */commits/*|*.delta*) touch "{folder}/live/$$"; sleep 0.5; rm -f "{folder}/live/$$" ;;\n'
+        "esac\n"
+        f'exec {real} "$@"\n'
+    )
+    script.chmod(0o755)
+    return folder / "bin"
 
 
 class Lines:
@@ -202,25 +226,36 @@ def test_started_before_its_topics_exist_it_creates_them_logs_batches_and_stops_
     assert _state_by_account(spark, str(checkpoint)) == expected
 
 
-def test_ctrl_c_stops_a_busy_stream_after_its_batch_and_it_resumes_exactly(stack, spark, topic, tmp_path) -> None:
-    """Ctrl-C in a terminal signals spark-submit's whole process group (JVM and Python)
-    while batches run back to back; the stream stops cleanly and resumes where it was."""
+@pytest.mark.parametrize("mid_write", [False, True], ids=["busy", "mid-file-write"])
+def test_ctrl_c_stops_a_busy_stream_after_its_batch_and_it_resumes_exactly(
+    stack, spark, topic, tmp_path, mid_write: bool
+) -> None:
+    """Ctrl-C in a terminal signals spark-submit's whole process group (JVM, Python, and the
+    `chmod` Spark runs for each file it writes) while batches run back to back; the stream
+    stops cleanly and resumes where it was. Mid-write, the Ctrl-C kills a batch's file write:
+    that batch was not committed, the stop is still clean, and the batch runs on restart."""
     spec = GeneratorSpec(seed=13, accounts=25, events=3000)
     produce(stack.kafka_bootstrap, topic, spec)
     checkpoint = tmp_path / "ckpt"
     proc = spark_submit(stack, ["--checkpoint", str(checkpoint), "--source-topic", topic,
                                 "--alerts-topic", f"{topic}-alerts", "--trigger", "processing:100 milliseconds",
                                 "--max-offsets-per-trigger", "60"],
+                        path_first=slow_chmod(tmp_path) if mid_write else None,
                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out, err = Lines(proc.stdout), Lines(proc.stderr)
     try:
         wait_for(lambda: len(batch_lines(out)) >= 3, timeout=240, what="three committed batches")
+        if mid_write:
+            wait_for(lambda: any((tmp_path / "live").iterdir()), timeout=60, interval=0.02,
+                     what="a batch's file write in flight")
         os.killpg(proc.pid, signal.SIGINT)
         printed = clean_exit(proc, out, err)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     assert "stopped on SIGINT" in printed
+    if mid_write:  # (busy, it may have hit one by chance: Spark writes files most of the time)
+        assert "the stop interrupted a batch that was not committed" in printed, printed[-3000:]
     beat = read_heartbeat(checkpoint)
     done = last_committed(checkpoint)
     assert beat is not None and (beat.state, beat.batch_id) == ("stopped", done)

@@ -100,7 +100,7 @@ INTERRUPTED = ("org.apache.spark.SparkException: Job aborted due to stage failur
 @pytest.mark.parametrize(
     ("error", "ends_by_itself", "code", "said"),
     [
-        (INTERRUPTED, False, 0, "the stop interrupted a batch that had just begun"),
+        (INTERRUPTED, False, 0, "the stop interrupted a batch that was not committed"),
         (INTERRUPTED, True, 1, "the query failed"),  # nobody stopped it: an interrupt is a failure
         (SPARK, False, 1, "the query failed"),  # stopped, but failed of something else
         (None, False, 0, "stopped on signal SIGTERM"),
@@ -113,3 +113,51 @@ def test_a_batch_the_stop_itself_interrupted_is_a_clean_stop_and_nothing_else_is
     stop.request("signal SIGTERM")
     assert runtime.run_until_stopped(_Spark(), _Query(error, ends_by_itself=ends_by_itself), stop) == code  # type: ignore[arg-type]
     assert said in capsys.readouterr().err
+
+
+# What a Ctrl-C to spark-submit's process group does to a batch writing a file on a local
+# checkpoint: it kills the `chmod` Spark's local filesystem runs for the file (exit 130).
+CHMOD_KILLED = ("org.apache.spark.SparkException: Job aborted due to stage failure: Task 2 in stage 7.0 failed 1 "
+                "times, most recent failure: Lost task 2.0 in stage 7.0 (TID 29) (127.0.0.1 executor driver): "
+                "java.io.IOException\n\tat org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStore"
+                ".commit(HDFSBackedStateStoreProvider.scala:150)\nCaused by: ExitCodeException exitCode=130: \n"
+                "\tat org.apache.hadoop.util.Shell.runCommand(Shell.java:1068)")
+
+
+@pytest.mark.parametrize(
+    ("reason", "code", "said"),
+    [
+        ("SIGINT", 0, "the stop interrupted a batch that was not committed"),  # Ctrl-C killed the write
+        ("signal SIGINT", 0, "the stop interrupted a batch that was not committed"),  # the supervised wrapper's
+        ("SIGTERM", 1, "the query failed"),  # 130 is SIGINT's mark: a SIGTERM did not kill that write
+        ("stop requested by task stop", 1, "the query failed"),  # no signal at all
+    ],
+)
+def test_a_file_write_killed_by_the_stops_own_signal_is_a_clean_stop_even_before_the_driver_stopped_the_query(
+    capsys, reason: str, code: int, said: str
+) -> None:
+    stop = StopSignals()
+    stop.request(reason)
+    # The signal reached the write before the driver's stop: the query ended by itself.
+    assert runtime.run_until_stopped(_Spark(), _Query(CHMOD_KILLED, ends_by_itself=True), stop) == code  # type: ignore[arg-type]
+    assert said in capsys.readouterr().err
+
+
+def test_the_cause_below_a_driver_side_error_counts_and_the_reported_error_stays_its_own_text() -> None:
+    top = "[STREAM_FAILED] Query [id = 1] terminated with exception: "  # PySpark's text of a failed commit-log write
+    trace = f"org.apache.spark.sql.streaming.StreamingQueryException: {top}\nCaused by: ExitCodeException exitCode=143: "
+    assert runtime.query_error(top, stopping=False, signalled=143, trace=trace) is None
+    assert runtime.query_error(top, stopping=False, signalled=130, trace=trace) == top
+    assert runtime.query_error(top, stopping=False, signalled=None, trace=trace) == top
+    assert runtime.query_error(None, stopping=True, signalled=143) is None
+
+
+def test_the_stops_signal_is_known_to_whoever_asked_when_it_comes_or_at_once_if_it_came() -> None:
+    stop = StopSignals()
+    early: list[int | None] = []
+    stop.on_request(lambda s: early.append(s.signal_exit))
+    assert early == [] and stop.signal_exit is None
+    stop.request("SIGTERM", source="jvm")
+    late: list[int | None] = []
+    stop.on_request(lambda s: late.append(s.signal_exit))
+    assert early == late == [143]
