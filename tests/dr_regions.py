@@ -13,13 +13,27 @@ from dev import stack as stack_mod
 
 
 def produce_transactionally(bootstrap: str, topic: str, spec: GeneratorSpec, per_txn: int = 25) -> int:
-    """`spec`'s messages in committed transactions of `per_txn` records each."""
-    return produce(bootstrap, topic, spec, per_transaction=per_txn)
+    """`spec`'s messages in committed transactions of `per_txn` records each, once the last
+    commit's markers are in the log: a commit returns when the coordinator has decided it and
+    the markers (which take offsets) follow, so an end offset read sooner falls short of them."""
+    sent = produce(bootstrap, topic, spec, per_transaction=per_txn)
+    deadline = time.monotonic() + 60
+    while (committed := end_offsets(bootstrap, topic, None)) != end_offsets(bootstrap, topic, None, committed=False):
+        assert time.monotonic() < deadline, f"the commit markers of {topic} were not written in 60s: {committed}"
+        time.sleep(0.1)
+    return sent
 
 
-def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "probe", "log_level": 0})
+def end_offsets(bootstrap: str, topic: str, partitions: int | None, *, committed: bool = True) -> dict[int, int]:
+    """Per partition (the first `partitions`, else all), the end a committed-read consumer
+    sees (the last stable offset: not past a transaction still open or whose markers are not
+    written yet), or with `committed=False` the high watermark."""
+    isolation = "read_committed" if committed else "read_uncommitted"
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "probe", "log_level": 0,
+                         "isolation.level": isolation})
     try:
+        if partitions is None:
+            partitions = len(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
         return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
     finally:
         consumer.close()
