@@ -213,11 +213,9 @@ class StopSignals:
 
     @property
     def signal_exit(self) -> int | None:
-        """The exit status (128 + its number) the signal that asked for the stop gives a
-        process it kills, None when no signal did."""
-        name = (self.reason or "").rsplit(" ", 1)[-1]
-        sig = signal.Signals.__members__.get(name)
-        return None if sig is None else 128 + int(sig)
+        """The exit status the signal that asked for the stop gives a process it kills, None
+        when no signal did."""
+        return _signal_exit(self.reason)
 
     def on_request(self, callback: Callable[[StopSignals], None]) -> None:
         """Call `callback(self)` when a stop is requested (now, if one was)."""
@@ -283,12 +281,18 @@ class StopSignals:
                 self.reason = reason
         if again:
             print(f"streamstate: {reason} again: exiting now", file=sys.stderr, flush=True)
-            os._exit(130 if reason.endswith("INT") else 143)
+            os._exit(_signal_exit(reason) or 143)
         if first:
             print(f"streamstate: {reason}: stopping the query after its batch in flight", file=sys.stderr, flush=True)
             for callback in list(self._callbacks):
                 callback(self)
         self.requested.set()
+
+
+def _signal_exit(reason: str | None) -> int | None:
+    """128 + the number of the signal a stop reason names ("SIGINT", "signal SIGTERM")."""
+    sig = signal.Signals.__members__.get((reason or "").rsplit(" ", 1)[-1])
+    return None if sig is None else 128 + int(sig)
 
 
 def query_error(
