@@ -172,8 +172,8 @@ def main() -> None:
 
     from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
     from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
-    from airflow_provider_streamstate.engine.lookup.murmur3 import partition_of
-    from airflow_provider_streamstate.engine.lookup.types import atomic
+    from airflow_provider_streamstate.engine.lookup.encodings.murmur3 import partition_of
+    from airflow_provider_streamstate.engine.lookup.encodings.types import atomic
     from airflow_provider_streamstate.engine.state.reader import StateReader
     from airflow_provider_streamstate.engine.state.spark import read_state
     from airflow_provider_streamstate.engine.stores.s3 import S3Store

@@ -13,7 +13,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_streamstate.engine.lookup.types import parse_struct
+from airflow_provider_streamstate.engine.lookup.encodings.types import parse_struct
 
 VECTORS = Path(__file__).resolve().parent / "unit" / "lookup_vectors.json"
 UTC = dt.UTC
@@ -136,7 +136,7 @@ def spark_norm(value: Any, spark_type: Any) -> Any:
 
 def ours_norm(value: Any, t: Any) -> Any:
     """`norm` of a value our decoder gave, guided by our type (maps are maps)."""
-    from airflow_provider_streamstate.engine.lookup import types as LT
+    from airflow_provider_streamstate.engine.lookup.encodings import types as LT
 
     if value is None:
         return None

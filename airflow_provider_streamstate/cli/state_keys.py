@@ -8,7 +8,7 @@ the live checkpoint, and across snapshots, without Spark (engine/lookup).
                               [--timeline N] [--limit N] [--all] [--first-where EXPR] [--operator ...] [--json]
 
 A key is `name=value` pairs, bare values in column order, or a JSON object
-(engine/lookup/keytext.py); `--first-where` takes a condition such as `total > 100`
+(engine/lookup/encodings/keytext.py); `--first-where` takes a condition such as `total > 100`
 (engine/lookup/predicate.py). Both commands answer in milliseconds to seconds: they read
 the key's partition only, never a whole snapshot, and start no Spark.
 """
@@ -100,7 +100,7 @@ def _selectors(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _show(value: Any) -> str:
-    from airflow_provider_streamstate.engine.lookup.values import to_jsonable
+    from airflow_provider_streamstate.engine.lookup.encodings.values import to_jsonable
 
     return json.dumps(to_jsonable(value), ensure_ascii=False)
 

@@ -130,8 +130,8 @@ class StateKeyCheckOperator(StreamTask):
 def _verdict(check: dict[str, Any], hit: Any) -> str | None:
     """None when the check holds, else why not (one short clause)."""
     from airflow_provider_streamstate.engine.lookup import parse_predicate
+    from airflow_provider_streamstate.engine.lookup.encodings.values import to_jsonable
     from airflow_provider_streamstate.engine.lookup.predicate import values_match
-    from airflow_provider_streamstate.engine.lookup.values import to_jsonable
 
     got = json.dumps(to_jsonable(hit.value), sort_keys=True, default=str)
     got = got if len(got) <= SHOWN_VALUE_CHARS else got[:SHOWN_VALUE_CHARS] + "..."

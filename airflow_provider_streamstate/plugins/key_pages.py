@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_streamstate.engine.lookup import KeyBisect, KeyHistory, KeyLookup, KeyVersion
-from airflow_provider_streamstate.engine.lookup.values import to_jsonable
+from airflow_provider_streamstate.engine.lookup.encodings.values import to_jsonable
 from airflow_provider_streamstate.engine.overview.snapshot import SnapshotDetail
 from airflow_provider_streamstate.plugins.pages import Urls, e, human_bytes, page
 
@@ -22,7 +22,7 @@ TIMERS = "$timers"
 @dataclass(frozen=True)
 class KeyQuery:
     """A key and the state it is looked up in, as a page's or the API's query parameters give
-    them (text; engine/lookup/keytext.py reads the key)."""
+    them (text; engine/lookup/encodings/keytext.py reads the key)."""
 
     key: str = ""
     operator: str = "0"

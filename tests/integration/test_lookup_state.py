@@ -31,9 +31,9 @@ from airflow_provider_streamstate.engine.lookup import (
     SnapshotSource,
     lookup_key,
 )
-from airflow_provider_streamstate.engine.lookup.codec import decompress
-from airflow_provider_streamstate.engine.lookup.hdfs_state import apply_records
-from airflow_provider_streamstate.engine.lookup.rocksdb_state import DELETE, parse_changelog
+from airflow_provider_streamstate.engine.lookup.formats.codec import decompress
+from airflow_provider_streamstate.engine.lookup.formats.hdfs_state import apply_records
+from airflow_provider_streamstate.engine.lookup.formats.rocksdb_state import DELETE, parse_changelog
 from airflow_provider_streamstate.engine.state.spark import read_state, state_store_confs
 from tests.lookup_cases import ours_norm, spark_norm, to_input
 
@@ -203,7 +203,7 @@ def removal_written(checkpoint: str, row: Any, key_t: Any, early: int, last: int
     """A delta or changelog of the key's partition after `early` records its removal."""
     hit = lookup_key(checkpoint, key=to_input(row.key, key_t), batch_id=early)
     part_dir = Path(checkpoint) / "state" / "0" / str(hit.partition)
-    from airflow_provider_streamstate.engine.lookup.unsafe_row import encode_row
+    from airflow_provider_streamstate.engine.lookup.encodings.unsafe_row import encode_row
 
     raw = encode_row(list(hit.key.values()), hit.key_schema)
     for v in range(early + 2, last + 2):

@@ -8,10 +8,10 @@ import json
 import struct
 from pathlib import Path
 
-from airflow_provider_streamstate.engine.lookup.murmur3 import partition_of
-from airflow_provider_streamstate.engine.lookup.types import atomic
-from airflow_provider_streamstate.engine.lookup.types import struct as struct_type
-from airflow_provider_streamstate.engine.lookup.unsafe_row import encode_row
+from airflow_provider_streamstate.engine.lookup.encodings.murmur3 import partition_of
+from airflow_provider_streamstate.engine.lookup.encodings.types import atomic
+from airflow_provider_streamstate.engine.lookup.encodings.types import struct as struct_type
+from airflow_provider_streamstate.engine.lookup.encodings.unsafe_row import encode_row
 from tests.unit.fake_checkpoint import make_checkpoint, write
 
 STRICT = {"spark.sql.streaming.statefulOperator.useStrictDistribution": "true"}

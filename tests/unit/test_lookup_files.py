@@ -10,14 +10,15 @@ import struct
 import pytest
 
 from airflow_provider_streamstate.engine.core.errors import CorruptionError, UnsupportedCheckpointError
-from airflow_provider_streamstate.engine.lookup.codec import decompress
-from airflow_provider_streamstate.engine.lookup.hdfs_state import load_partition
-from airflow_provider_streamstate.engine.lookup.rocksdb_keys import (
+from airflow_provider_streamstate.engine.lookup.encodings.rocksdb_keys import (
     multiple_values,
     prefix_scan_key,
     split_prefix_key,
 )
-from airflow_provider_streamstate.engine.lookup.rocksdb_state import (
+from airflow_provider_streamstate.engine.lookup.encodings.schema import read_schema_v2, read_schema_v3
+from airflow_provider_streamstate.engine.lookup.formats.codec import decompress
+from airflow_provider_streamstate.engine.lookup.formats.hdfs_state import load_partition
+from airflow_provider_streamstate.engine.lookup.formats.rocksdb_state import (
     DELETE,
     MERGE,
     PUT,
@@ -25,7 +26,6 @@ from airflow_provider_streamstate.engine.lookup.rocksdb_state import (
     parse_changelog,
     successor,
 )
-from airflow_provider_streamstate.engine.lookup.schema import read_schema_v2, read_schema_v3
 from tests.unit.state_files import lz4_stream, records, utf
 
 

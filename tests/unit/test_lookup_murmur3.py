@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_streamstate.engine.lookup.murmur3 import (
+from airflow_provider_streamstate.engine.lookup.encodings.murmur3 import (
     SEED,
     hash_bytes,
     hash_int,
@@ -23,7 +23,7 @@ def test_reference_values_of_the_primitives() -> None:
     assert hash_int(0, 42) == 933211791
     assert hash_long(0, 42) == -1670924195
     # `SELECT hash('Spark', array(123), 2)` is -1321691492 in Spark's docs.
-    from airflow_provider_streamstate.engine.lookup.types import ArrayType, atomic
+    from airflow_provider_streamstate.engine.lookup.encodings.types import ArrayType, atomic
 
     h = hash_value("Spark", atomic("string"), SEED)
     h = hash_value([123], ArrayType("array", atomic("integer")), h)

@@ -11,10 +11,10 @@ import pytest
 
 from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.engine.lookup.api import key_values
-from airflow_provider_streamstate.engine.lookup.keytext import parse_key_text
+from airflow_provider_streamstate.engine.lookup.encodings.keytext import parse_key_text
+from airflow_provider_streamstate.engine.lookup.encodings.types import parse_struct
+from airflow_provider_streamstate.engine.lookup.encodings.unsafe_row import encode_row
 from airflow_provider_streamstate.engine.lookup.predicate import parse_predicate
-from airflow_provider_streamstate.engine.lookup.types import parse_struct
-from airflow_provider_streamstate.engine.lookup.unsafe_row import encode_row
 from tests.lookup_cases import TYPED_SCHEMA
 
 
@@ -71,7 +71,7 @@ def test_every_type_a_key_can_hold_reads_back_from_its_json_form() -> None:
     """What `KeyLookup.to_json` prints for a key, given back as --key, is the same key."""
     import json
 
-    from airflow_provider_streamstate.engine.lookup.values import to_jsonable
+    from airflow_provider_streamstate.engine.lookup.encodings.values import to_jsonable
     from tests.lookup_cases import typed_rows
 
     fields = [f for f in TYPED_SCHEMA.fields if f.name not in ("bin", "m", "tsn")]  # see the binary note below

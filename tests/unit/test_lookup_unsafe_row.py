@@ -8,8 +8,12 @@ import decimal
 
 import pytest
 
-from airflow_provider_streamstate.engine.lookup.types import parse_struct
-from airflow_provider_streamstate.engine.lookup.unsafe_row import RowFormatError, decode_row, encode_row
+from airflow_provider_streamstate.engine.lookup.encodings.types import parse_struct
+from airflow_provider_streamstate.engine.lookup.encodings.unsafe_row import (
+    RowFormatError,
+    decode_row,
+    encode_row,
+)
 from tests.lookup_cases import TYPED_SCHEMA, load_vectors, ours_norm, typed_rows
 
 

@@ -33,10 +33,23 @@ from airflow_provider_streamstate.engine.core.errors import (
     UnsupportedCheckpointError,
     UsageError,
 )
-from airflow_provider_streamstate.engine.lookup import rocksdb_keys as rk
-from airflow_provider_streamstate.engine.lookup.cache import DEFAULT_CACHE, PartitionCache
-from airflow_provider_streamstate.engine.lookup.codec import check_codec, codec_name
-from airflow_provider_streamstate.engine.lookup.keytext import coerce
+from airflow_provider_streamstate.engine.lookup.encodings import rocksdb_keys as rk
+from airflow_provider_streamstate.engine.lookup.encodings.keytext import coerce
+from airflow_provider_streamstate.engine.lookup.encodings.murmur3 import partition_of
+from airflow_provider_streamstate.engine.lookup.encodings.schema import (
+    ColumnFamilySchema,
+    read_schema_v2,
+    read_schema_v3,
+)
+from airflow_provider_streamstate.engine.lookup.encodings.types import DataType, StructField, StructType
+from airflow_provider_streamstate.engine.lookup.encodings.unsafe_row import (
+    RowFormatError,
+    decode_row,
+    encode_row,
+    normalize_float_key,
+)
+from airflow_provider_streamstate.engine.lookup.formats.codec import check_codec, codec_name
+from airflow_provider_streamstate.engine.lookup.formats.rocksdb_state import RocksPartition
 from airflow_provider_streamstate.engine.lookup.layouts import (
     JOIN_SIDES,
     NORMALIZED_KEYS,
@@ -45,25 +58,12 @@ from airflow_provider_streamstate.engine.lookup.layouts import (
     join_stores,
     kind_of,
 )
-from airflow_provider_streamstate.engine.lookup.murmur3 import partition_of
-from airflow_provider_streamstate.engine.lookup.partitions import Reads, partition_state
-from airflow_provider_streamstate.engine.lookup.rocksdb_state import RocksPartition
-from airflow_provider_streamstate.engine.lookup.schema import (
-    ColumnFamilySchema,
-    read_schema_v2,
-    read_schema_v3,
-)
-from airflow_provider_streamstate.engine.lookup.sources import (
+from airflow_provider_streamstate.engine.lookup.reading.cache import DEFAULT_CACHE, PartitionCache
+from airflow_provider_streamstate.engine.lookup.reading.partitions import Reads, partition_state
+from airflow_provider_streamstate.engine.lookup.reading.sources import (
     CheckpointSource,
     OperatorView,
     StateSource,
-)
-from airflow_provider_streamstate.engine.lookup.types import DataType, StructField, StructType
-from airflow_provider_streamstate.engine.lookup.unsafe_row import (
-    RowFormatError,
-    decode_row,
-    encode_row,
-    normalize_float_key,
 )
 
 ENCODING_CONF = "spark.sql.streaming.stateStore.encodingFormat"
@@ -100,7 +100,7 @@ class KeyLookup:
     value_schema: StructType | None = field(default=None, repr=False)  # of one row / element / map value
 
     def to_json(self) -> dict[str, Any]:
-        from airflow_provider_streamstate.engine.lookup.values import to_jsonable
+        from airflow_provider_streamstate.engine.lookup.encodings.values import to_jsonable
 
         return {"found": self.found, "key": to_jsonable(self.key), "value": to_jsonable(self.value),
                 "kind": self.kind, "partition": self.partition, "operator_id": self.operator_id,

@@ -22,17 +22,17 @@ from airflow_provider_streamstate.engine.checkpoint.reader import (
     CheckpointReader,
 )
 from airflow_provider_streamstate.engine.core.errors import UnsupportedCheckpointError
-from airflow_provider_streamstate.engine.lookup import rocksdb_keys as rk
 from airflow_provider_streamstate.engine.lookup.api import operator_schemas
-from airflow_provider_streamstate.engine.lookup.cache import PartitionCache
-from airflow_provider_streamstate.engine.lookup.codec import check_codec, codec_name
+from airflow_provider_streamstate.engine.lookup.encodings import rocksdb_keys as rk
+from airflow_provider_streamstate.engine.lookup.encodings.murmur3 import partition_of
+from airflow_provider_streamstate.engine.lookup.encodings.schema import ColumnFamilySchema
+from airflow_provider_streamstate.engine.lookup.encodings.unsafe_row import decode_row
+from airflow_provider_streamstate.engine.lookup.formats.codec import check_codec, codec_name
+from airflow_provider_streamstate.engine.lookup.formats.rocksdb_state import RocksPartition
 from airflow_provider_streamstate.engine.lookup.layouts import JOIN, TRANSFORM_WITH_STATE
-from airflow_provider_streamstate.engine.lookup.murmur3 import partition_of
-from airflow_provider_streamstate.engine.lookup.partitions import Reads, partition_state
-from airflow_provider_streamstate.engine.lookup.rocksdb_state import RocksPartition
-from airflow_provider_streamstate.engine.lookup.schema import ColumnFamilySchema
-from airflow_provider_streamstate.engine.lookup.sources import CheckpointSource, OperatorView
-from airflow_provider_streamstate.engine.lookup.unsafe_row import decode_row
+from airflow_provider_streamstate.engine.lookup.reading.cache import PartitionCache
+from airflow_provider_streamstate.engine.lookup.reading.partitions import Reads, partition_state
+from airflow_provider_streamstate.engine.lookup.reading.sources import CheckpointSource, OperatorView
 
 _MASK = (1 << 128) - 1
 MAX_MISPLACED = 20  # keys named in a digest that found them in the wrong partition

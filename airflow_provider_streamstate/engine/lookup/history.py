@@ -11,7 +11,7 @@ Cost grows with what changed, not with the number of snapshots: every snapshot's
 is read (it says which files the cut holds, with their sha256s), but a snapshot whose files
 of the key's partition are those of the previous one is answered with the previous answer
 (nothing read or decoded), and one whose partition grew by a few deltas or changelogs is
-the previous decoded partition plus those files (engine/lookup/partitions.py): each blob
+the previous decoded partition plus those files (engine/lookup/reading/partitions.py): each blob
 of the partition is read once over the whole history. A snapshot's batch says when its
 state was cut, so a change seen at batch b happened in a batch after the previous
 snapshot's batch and at or before b: `KeyVersion.previous_batch_id` bounds it.
@@ -34,10 +34,10 @@ from airflow_provider_streamstate.engine.core.errors import NotFoundError, Usage
 from airflow_provider_streamstate.engine.core.manifest import Manifest, SnapshotRef
 from airflow_provider_streamstate.engine.core.parallel import run_parallel
 from airflow_provider_streamstate.engine.lookup.api import KeyLookup, lookup_key
-from airflow_provider_streamstate.engine.lookup.cache import PartitionCache
+from airflow_provider_streamstate.engine.lookup.encodings.values import to_jsonable
 from airflow_provider_streamstate.engine.lookup.predicate import KeyPredicate, parse_predicate
-from airflow_provider_streamstate.engine.lookup.sources import SnapshotSource, StateFile
-from airflow_provider_streamstate.engine.lookup.values import to_jsonable
+from airflow_provider_streamstate.engine.lookup.reading.cache import PartitionCache
+from airflow_provider_streamstate.engine.lookup.reading.sources import SnapshotSource, StateFile
 from airflow_provider_streamstate.engine.stores.base import SnapshotStore
 
 HISTORY_CACHE_BYTES = 256 << 20  # a history's own cache, when the caller gives none

@@ -20,16 +20,16 @@ from collections.abc import Hashable
 from typing import Any
 
 from airflow_provider_streamstate.engine.core.errors import NotFoundError, UnsupportedCheckpointError
-from airflow_provider_streamstate.engine.lookup.cache import PartitionCache
-from airflow_provider_streamstate.engine.lookup.codec import decompress
-from airflow_provider_streamstate.engine.lookup.hdfs_state import apply_records
-from airflow_provider_streamstate.engine.lookup.rocksdb_sst import SstFile
-from airflow_provider_streamstate.engine.lookup.rocksdb_state import (
+from airflow_provider_streamstate.engine.lookup.formats.codec import decompress
+from airflow_provider_streamstate.engine.lookup.formats.hdfs_state import apply_records
+from airflow_provider_streamstate.engine.lookup.formats.rocksdb_sst import SstFile
+from airflow_provider_streamstate.engine.lookup.formats.rocksdb_state import (
     DictPartition,
     RocksPartition,
     read_zip_metadata,
 )
-from airflow_provider_streamstate.engine.lookup.sources import OperatorView, StateFile, StateSource
+from airflow_provider_streamstate.engine.lookup.reading.cache import PartitionCache
+from airflow_provider_streamstate.engine.lookup.reading.sources import OperatorView, StateFile, StateSource
 
 VERSIONED = re.compile(r"^(\d+)(?:_[0-9a-fA-F-]+)?\.(delta|snapshot|zip|changelog)$")
 ENTRY_OVERHEAD = 64  # bytes a decoded key/value pair costs beyond its bytes, for the cache's bound

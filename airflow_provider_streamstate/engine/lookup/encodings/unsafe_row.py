@@ -30,7 +30,7 @@ import struct as _struct
 from collections.abc import Sequence
 from typing import Any
 
-from airflow_provider_streamstate.engine.lookup.murmur3 import (
+from airflow_provider_streamstate.engine.lookup.encodings.murmur3 import (
     EPOCH,
     EPOCH_DATE,
     big_integer_bytes,
@@ -42,7 +42,7 @@ from airflow_provider_streamstate.engine.lookup.murmur3 import (
     to_decimal,
     unscaled,
 )
-from airflow_provider_streamstate.engine.lookup.types import (
+from airflow_provider_streamstate.engine.lookup.encodings.types import (
     MAX_LONG_DIGITS,
     ArrayType,
     DataType,

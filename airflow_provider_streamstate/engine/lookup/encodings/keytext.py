@@ -23,7 +23,7 @@ import re
 from typing import Any
 
 from airflow_provider_streamstate.engine.core.errors import UsageError
-from airflow_provider_streamstate.engine.lookup.types import (
+from airflow_provider_streamstate.engine.lookup.encodings.types import (
     ArrayType,
     DataType,
     DecimalType,

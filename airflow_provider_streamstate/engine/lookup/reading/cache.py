@@ -3,7 +3,7 @@
 
 Entries (decoded partitions, parsed RocksDB tables, schemas) are keyed by the identities of
 the files they were decoded from (a blob's sha256, or a checkpoint file's path, size and
-mtime) and the store/codec they were read as (engine/lookup/partitions.py): a
+mtime) and the store/codec they were read as (engine/lookup/reading/partitions.py): a
 checkpoint that moved on to a newer batch has other files, hence other keys, and can
 never be answered from a stale entry. Only a partition that decoded completely is put
 in; a corrupted file raises before anything is cached.

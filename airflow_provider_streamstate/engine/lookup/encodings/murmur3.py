@@ -26,7 +26,7 @@ import struct as _struct
 from collections.abc import Sequence
 from typing import Any
 
-from airflow_provider_streamstate.engine.lookup.types import (
+from airflow_provider_streamstate.engine.lookup.encodings.types import (
     MAX_LONG_DIGITS,
     ArrayType,
     DataType,

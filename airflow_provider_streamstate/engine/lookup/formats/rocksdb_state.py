@@ -30,8 +30,8 @@ from bisect import bisect_left
 from typing import Any
 
 from airflow_provider_streamstate.engine.core.errors import CorruptionError, UnsupportedCheckpointError
-from airflow_provider_streamstate.engine.lookup.codec import decompress
-from airflow_provider_streamstate.engine.lookup.rocksdb_sst import SstFile, resolve
+from airflow_provider_streamstate.engine.lookup.formats.codec import decompress
+from airflow_provider_streamstate.engine.lookup.formats.rocksdb_sst import SstFile, resolve
 
 _INT = struct.Struct(">i")
 PUT, DELETE, MERGE, EOF = 0x01, 0x10, 0x11, 0x00

@@ -18,7 +18,7 @@ from __future__ import annotations
 import struct
 
 from airflow_provider_streamstate.engine.core.errors import CorruptionError
-from airflow_provider_streamstate.engine.lookup.codec import decompress
+from airflow_provider_streamstate.engine.lookup.formats.codec import decompress
 
 _INT = struct.Struct(">i")
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_streamstate.engine.core.errors import UnsupportedCheckpointError
-from airflow_provider_streamstate.engine.lookup.types import StructType, parse_struct
+from airflow_provider_streamstate.engine.lookup.encodings.types import StructType, parse_struct
 
 
 @dataclass(frozen=True)
