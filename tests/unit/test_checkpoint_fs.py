@@ -17,7 +17,7 @@ import pytest
 from airflow_provider_streamstate.engine.catalog.gc import collect_garbage
 from airflow_provider_streamstate.engine.checkpoint.reader import ROCKSDB_PROVIDER as ROCKSDB
 from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
-from airflow_provider_streamstate.engine.checkpoint.sidecar import INCOMPLETE_FILE
+from airflow_provider_streamstate.engine.checkpoint.swap import FENCE_TOKEN, SWAP_FILE, recover_swap
 from airflow_provider_streamstate.engine.core.errors import (
     CheckpointChanged,
     CorruptionError,
@@ -175,7 +175,9 @@ def test_objects_carrying_their_sha256_are_named_by_it_and_copied_without_a_byte
     copies.clear()
     restore_snapshot(store, "orders", m.snapshot_id, f"s3a://{BUCKET}/summed-restored/orders")
     s3.meta.events.unregister("before-parameter-build.s3.CopyObject", copied)
-    assert copies == [None] * len(m.files)  # the blobs carry it on: checked against the manifest, computed by none
+    # The blobs carry it on: checked against the manifest, computed by none (`metadata` is
+    # written, last, by the swap that lifts the fence).
+    assert copies == [None] * (len(m.files) - 1)
     # Only what the plan parses (metadata logs, the newest offsets and commits) is read here, no state file.
     state_files = {f"summed/{e.path}" for e in m.files if e.path.startswith("state/") and "_metadata" not in e.path}
     assert reads and not state_files & set(reads), reads
@@ -551,7 +553,8 @@ def test_a_restore_onto_s3_refuses_a_non_empty_target_and_publishes_exactly_the_
         return {k: s3.get_object(Bucket=BUCKET, Key=k)["Body"].read() for k in keys}
 
     got = listing()
-    assert {k.removeprefix("restored/orders/") for k in got} == {e.path for e in m.files} | {"_streamstate/lineage.json"}
+    assert {k.removeprefix("restored/orders/") for k in got} == {e.path for e in m.files} | {
+        "_streamstate/lineage.json", "_streamstate/last-swap.json"}
     for e in m.files:
         assert got[f"restored/orders/{e.path}"] == (root / e.path).read_bytes()
     assert not [k for k in got if "streamstate-restore" in k]  # staging removed
@@ -581,7 +584,8 @@ def test_a_restore_into_an_empty_prefix_copies_each_file_once_and_a_failure_leav
     requests: Counter[str] = Counter()
     s3.meta.events.register("before-call.s3.*", lambda model, **_: requests.update([model.name]))
     restore_snapshot(store, "orders", m.snapshot_id, f"s3a://{BUCKET}/restored-once/orders")
-    assert requests["CopyObject"] == len(m.files)  # one each: from its blob, or from the first of identical files
+    # One each, from its blob or from the first of identical files; `metadata` is written last, by the swap.
+    assert requests["CopyObject"] == len(m.files) - 1
 
     def keys(prefix: str) -> list[str]:
         return [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("Contents", [])]
@@ -596,25 +600,32 @@ def test_a_restore_into_an_empty_prefix_copies_each_file_once_and_a_failure_leav
     monkeypatch.setattr(S3Staging, "write_blob", failing)
     with pytest.raises(OSError):
         restore_snapshot(store, "orders", m.snapshot_id, f"s3a://{BUCKET}/interrupted/orders", parallelism=1)
-    assert keys("interrupted/") == []  # as it was: empty, marker included
-    # A crash (nothing cleaned up) leaves the marker: refused until the restore is run again.
+    assert keys("interrupted/") == []  # as it was: empty, its fence and swap record included
+    # A crash (nothing cleaned up) leaves it fenced: refused until the restore is run again.
     calls.clear()
+    from airflow_provider_streamstate.engine.lifecycle import restore as restore_mod
+
     monkeypatch.setattr(S3Staging, "discard", lambda self: None)
+    monkeypatch.setattr(restore_mod, "unfence_empty", lambda fs: None)
     with pytest.raises(OSError):
         restore_snapshot(store, "orders", m.snapshot_id, f"s3a://{BUCKET}/interrupted/orders", parallelism=1)
-    assert f"interrupted/orders/{INCOMPLETE_FILE}" in keys("interrupted/")
-    with pytest.raises(UnsupportedCheckpointError, match="restore that did not finish"):
+    assert f"interrupted/orders/{SWAP_FILE}" in keys("interrupted/")
+    metadata = s3.get_object(Bucket=BUCKET, Key="interrupted/orders/metadata")["Body"].read()
+    assert metadata.startswith(FENCE_TOKEN.encode())  # what every Spark refuses to start on
+    with pytest.raises(UnsupportedCheckpointError, match="in the middle of a swap"):
         create_snapshot(f"s3a://{BUCKET}/interrupted/orders", store, "orders-copy")
     monkeypatch.undo()
     restore_snapshot(store, "orders", m.snapshot_id, f"s3a://{BUCKET}/interrupted/orders", force=True)
-    assert f"interrupted/orders/{INCOMPLETE_FILE}" not in keys("interrupted/")
+    assert f"interrupted/orders/{SWAP_FILE}" not in keys("interrupted/")
+    metadata = s3.get_object(Bucket=BUCKET, Key="interrupted/orders/metadata")["Body"].read()
+    assert metadata == (root / "metadata").read_bytes()
 
 
-def test_a_checkpoint_whose_restore_did_not_finish_is_refused_by_snapshots(tmp_path, s3) -> None:
+def test_a_fenced_checkpoint_is_refused_by_snapshots(tmp_path, s3) -> None:
     root = hdfs_checkpoint(tmp_path / "c")
     url = upload(s3, root, "unfinished")
-    s3.put_object(Bucket=BUCKET, Key=f"unfinished/{INCOMPLETE_FILE}", Body=b"{}")
-    with pytest.raises(UnsupportedCheckpointError, match="restore that did not finish"):
+    s3.put_object(Bucket=BUCKET, Key="unfinished/metadata", Body=f"{FENCE_TOKEN} {{}}".encode())
+    with pytest.raises(UnsupportedCheckpointError, match="in the middle of a swap"):
         create_snapshot(url, LocalStore(tmp_path / "store"), "orders", checkpoint_connection=s3)
 
 
@@ -649,10 +660,10 @@ def test_a_missing_bucket_or_prefix_and_missing_credentials_are_one_line_errors(
     assert "credentials" in line.lower() and "\n" not in line
 
 
-def test_a_restore_onto_s3_that_fails_while_staging_leaves_the_target_untouched_and_one_that_fails_while_publishing_is_marked(
+def test_a_restore_onto_s3_that_fails_while_staging_leaves_the_target_untouched_and_one_that_fails_while_swapping_is_fenced(
     tmp_path, s3, monkeypatch
 ) -> None:
-    from airflow_provider_streamstate.engine.checkpoint.filesystems.s3 import S3Staging
+    from airflow_provider_streamstate.engine.checkpoint.filesystems.s3 import S3CheckpointFS, S3Staging
 
     root = hdfs_checkpoint(tmp_path / "c")
     store = S3Store(s3, BUCKET, "store-f")
@@ -665,9 +676,7 @@ def test_a_restore_onto_s3_that_fails_while_staging_leaves_the_target_untouched_
         return {o["Key"]: s3.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read() for o in objs}
 
     before = keys("failing/")
-    from airflow_provider_streamstate.engine.checkpoint.filesystems.s3 import S3CheckpointFS
-
-    real_copy = S3CheckpointFS._checked_copy
+    real_move = S3CheckpointFS.move_from
     real_write = S3Staging.write_blob
     calls: list[str] = []
 
@@ -683,29 +692,30 @@ def test_a_restore_onto_s3_that_fails_while_staging_leaves_the_target_untouched_
     assert keys("failing/") == before  # target as it was, staging removed
     monkeypatch.setattr(S3Staging, "write_blob", real_write)
 
-    published: list[str] = []
+    moved: list[str] = []
 
-    def failing_publish(self: Any, key: str, source: dict[str, str], digest: str, size: int, what: str,
-                        carried: bool | None = None) -> None:
-        if "/orders/" in key and "streamstate-restore" not in key:
-            published.append(key)
-            if len(published) == 4:
-                raise OSError("connection reset while publishing")
-        real_copy(self, key, source, digest, size, what, carried)
+    def failing_move(self: Any, src: Any, rel: str, *, exclusive: bool = False) -> bool:
+        moved.append(rel)
+        if len(moved) == 4:
+            raise OSError("connection reset while swapping")
+        return real_move(self, src, rel, exclusive=exclusive)
 
-    monkeypatch.setattr(S3CheckpointFS, "_checked_copy", failing_publish)
+    monkeypatch.setattr(S3CheckpointFS, "move_from", failing_move)
     with pytest.raises(OSError):
         restore_snapshot(store, "orders", m.snapshot_id, target, force=True)
-    assert f"failing/orders/{INCOMPLETE_FILE}" in keys("failing/")
-    with pytest.raises(UnsupportedCheckpointError, match="restore that did not finish"):
+    assert f"failing/orders/{SWAP_FILE}" in keys("failing/")
+    assert keys("failing/")["failing/orders/metadata"].startswith(FENCE_TOKEN.encode())
+    with pytest.raises(UnsupportedCheckpointError, match="in the middle of a swap"):
         create_snapshot(target, store, "orders-copy")
-    monkeypatch.setattr(S3CheckpointFS, "_checked_copy", real_copy)
-    restore_snapshot(store, "orders", m.snapshot_id, target, force=True)  # the same restore again finishes it
+    monkeypatch.setattr(S3CheckpointFS, "move_from", real_move)
+    actions = recover_swap(S3CheckpointFS(target, s3))  # what `streamstate stream recover` does
+    assert len(actions) == 1 and "finished the restore" in actions[0]
     after = keys("failing/")
-    assert f"failing/orders/{INCOMPLETE_FILE}" not in after
+    assert f"failing/orders/{SWAP_FILE}" not in after
     for e in m.files:
         assert after[f"failing/orders/{e.path}"] == (root / e.path).read_bytes()
-    assert not [k for k in after if "streamstate-restore" in k]
+    restore_snapshot(store, "orders", m.snapshot_id, target, force=True)  # and the staging goes with the next
+    assert not [k for k in keys("failing/") if "streamstate-restore" in k]
 
 
 @pytest.mark.parametrize(("url", "words"), [

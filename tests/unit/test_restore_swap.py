@@ -1,7 +1,8 @@
 """Replacing a checkpoint never leaves the target missing: the swap is one atomic exchange,
-and where the filesystem cannot exchange, a crash between the two renames is repaired by
-the next restore or snapshot of that target. A running stream's checkpoint is never
-replaced."""
+and where the filesystem cannot exchange, a swap behind a fence (engine/checkpoint/swap.py)
+that a crash leaves fenced and the next restore finishes. Leftovers of an earlier version's
+two-rename swap are repaired by the next restore or snapshot. A running stream's checkpoint
+is never replaced, and its records stay with it."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 
 from airflow_provider_streamstate.engine.checkpoint.filesystems import local as local_fs
 from airflow_provider_streamstate.engine.checkpoint.filesystems.local import recover_leftovers
+from airflow_provider_streamstate.engine.core.errors import UnsupportedCheckpointError
 from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.stores.local import LocalStore
@@ -54,39 +56,39 @@ def test_replacing_a_checkpoint_is_one_atomic_exchange(tmp_path, monkeypatch) ->
     assert not [p for p in tmp_path.iterdir() if ".streamstate-" in p.name]  # old contents removed
 
 
-def test_a_crash_between_the_fallback_renames_is_repaired_by_the_next_restore(tmp_path) -> None:
+def test_without_an_exchange_a_crash_mid_swap_leaves_a_fenced_checkpoint_the_next_restore_finishes(tmp_path) -> None:
+    from airflow_provider_streamstate.engine.checkpoint.swap import FENCE_TOKEN, SWAP_FILE
+
     store, sid = _store_with_snapshot(tmp_path)
     target = _old_checkpoint(tmp_path / "ckpt")
-    # A process that dies right after moving the old checkpoint aside (no RENAME_EXCHANGE).
+    # A process with no RENAME_EXCHANGE that dies halfway through moving the staged files in.
     crash = textwrap.dedent(f"""
-        import os, sys
+        import sys
         sys.path.insert(0, {str(REPO)!r})
         from airflow_provider_streamstate.engine.checkpoint.filesystems import local
         from airflow_provider_streamstate.engine.lifecycle import restore
         from airflow_provider_streamstate.engine.stores.local import LocalStore
         local._exchange = lambda a, b: False
-        real = os.rename
-        def rename(a, b):
-            real(a, b)
-            if "-old-" in str(b):
-                os._exit(9)
-        os.rename = rename
         restore.restore_snapshot(LocalStore({str(tmp_path / "store")!r}, fsync=False), "s", {sid!r},
                                  {str(target)!r}, force=True, fsync=False)
     """)
-    assert subprocess.run([sys.executable, "-c", crash]).returncode == 9
-    assert not target.exists()
-    leftovers = sorted(p.name.split(".streamstate-")[1].split("-")[0] for p in tmp_path.iterdir() if ".streamstate-" in p.name)
-    assert leftovers == ["old", "restore"]
+    env = {**os.environ, "STREAMSTATE_CRASH_AT": "swap.half-placed"}
+    assert subprocess.run([sys.executable, "-c", crash], env=env).returncode == -9
+    assert (target / "metadata").read_text().startswith(FENCE_TOKEN)  # no Spark starts on it
+    assert (target / SWAP_FILE).exists()
+    with pytest.raises(UnsupportedCheckpointError, match="in the middle of a swap") as refused:
+        create_snapshot(str(target), store, "other")
+    assert "streamstate stream recover --checkpoint" in refused.value.one_line()
 
-    actions = recover_leftovers(target)
-    assert (target / "metadata").read_text() == '{"id": "old"}'  # the restore did not happen
-    assert any("renamed" in a for a in actions) and not [p for p in tmp_path.iterdir() if ".streamstate-" in p.name]
+    restore_snapshot(store, "s", sid, str(target), force=True, fsync=False)
+    assert (target / "metadata").read_text() != '{"id": "old"}' and not (target / SWAP_FILE).exists()
+    assert not [p for p in tmp_path.iterdir() if ".streamstate-" in p.name]
 
 
 def test_the_next_restore_repairs_a_crashed_swap_by_itself_then_restores(tmp_path) -> None:
     """restore_snapshot runs the repair first: a user who simply runs the restore again gets
-    the snapshot in place and no leftovers, without knowing about recover_leftovers."""
+    the snapshot in place and no leftovers, without knowing about recover_leftovers (what an
+    earlier version's two-rename swap could leave)."""
     store, sid = _store_with_snapshot(tmp_path)
     target = _old_checkpoint(tmp_path / "ckpt")
     staging = tmp_path / f".ckpt.streamstate-restore-{2**22 + 9}-abcdef12"  # a pid no process has
@@ -162,15 +164,24 @@ def test_a_stream_that_is_not_running_any_more_does_not_block_a_restore(tmp_path
     assert (target / "metadata").read_text() != '{"id": "old"}'
 
 
-def test_a_restore_over_a_checkpoint_keeps_its_launch_generations_counting_up(tmp_path) -> None:
+@pytest.mark.parametrize("exchange", [True, False], ids=["exchange", "swap"])
+def test_a_restore_over_a_checkpoint_keeps_its_records_and_its_launch_generations_counting_up(
+    tmp_path, monkeypatch, exchange
+) -> None:
     """The launch records are the drivers' fence: a restore must not reset generation N to 1,
-    or a driver of an old generation would no longer see that it was superseded."""
-    from airflow_provider_streamstate.engine.checkpoint.sidecar import LAUNCHES_DIR
+    or a driver of an old generation would no longer see that it was superseded. The driver's
+    record and heartbeat stay too (what the stream did before the restore)."""
+    from airflow_provider_streamstate.engine.checkpoint.sidecar import LAUNCHES_DIR, SIDECAR_DIR
 
+    if not exchange:
+        monkeypatch.setattr(local_fs, "_exchange", lambda a, b: False)
     store, sid = _store_with_snapshot(tmp_path)
     target = _old_checkpoint(tmp_path / "ckpt")
     for generation in (1, 2):
         write(target / LAUNCHES_DIR / f"{generation:08d}.json", f"launch {generation}")
+    write(target / SIDECAR_DIR / "driver.json", "the driver's record")
     restore_snapshot(store, "s", sid, target, force=True, fsync=False)
     assert sorted(p.name for p in (target / LAUNCHES_DIR).iterdir()) == ["00000001.json", "00000002.json"]
+    assert (target / SIDECAR_DIR / "driver.json").read_text() == "the driver's record"
+    assert not [p for p in tmp_path.iterdir() if ".streamstate-" in p.name]
     assert (target / "offsets" / "0").read_text() != "old offsets"

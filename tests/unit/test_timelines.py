@@ -105,7 +105,7 @@ def test_a_failed_rollback_starts_no_timeline(history, monkeypatch) -> None:
     def boom(*_a: object, **_k: object) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(restore_mod, "_swap_into_place", boom)
+    monkeypatch.setattr(restore_mod, "_exchange", boom)
     with pytest.raises(OSError):
         restore_snapshot(store, "s", ids[5], ckpt, force=True, fsync=False)
     assert store.list_records("streams/s/timelines/") == []

@@ -31,6 +31,7 @@ from airflow_provider_streamstate.engine.checkpoint.operator_metadata import (
     parse_metadata_v2,
     schema_file_batch,
 )
+from airflow_provider_streamstate.engine.checkpoint.swap import fenced_error, is_fenced
 from airflow_provider_streamstate.engine.core.errors import (
     CheckpointChanged,
     NotFoundError,
@@ -155,6 +156,8 @@ def read_query_id(fs: CheckpointFS) -> str:
             raise NotFoundError(f"checkpoint {where} does not exist or is not a directory",
                                 hint="pass the stream's checkpointLocation")
         raise UnsupportedCheckpointError(f"{where} has no metadata file", hint="Spark writes it when a query first starts")
+    if is_fenced(data):
+        raise fenced_error(fs)
     try:
         return str(json.loads(data)["id"])
     except (ValueError, KeyError, TypeError) as exc:

@@ -30,8 +30,9 @@ from airflow_provider_streamstate.engine.checkpoint.filesystems import (
     CheckpointFS,
     open_checkpoint_fs,
 )
-from airflow_provider_streamstate.engine.checkpoint.filesystems.base import INCOMPLETE_FILE, SIDECAR_DIR
+from airflow_provider_streamstate.engine.checkpoint.filesystems.base import SIDECAR_DIR
 from airflow_provider_streamstate.engine.checkpoint.filesystems.local import given_path, open_local
+from airflow_provider_streamstate.engine.checkpoint.swap import fenced_error, swap_in_progress
 from airflow_provider_streamstate.engine.core.errors import UnsupportedCheckpointError, UsageError
 
 # The launches of the streams that ran on the checkpoint (engine/streams/records.py): kept by
@@ -122,15 +123,12 @@ def local_root(checkpoint: str | Path, *, refusal: tuple[str, str]) -> Path:
 
 
 def refuse_unfinished_restore(checkpoint: Sidecar | CheckpointFS) -> None:
-    """A checkpoint a restore left half-published is never run or read as a checkpoint:
-    Spark would start over on what is there and the state would be lost. Running the
-    restore again (with force) finishes it."""
+    """A checkpoint in the middle of a swap (a restore or a rescale that crashed: fenced,
+    engine/checkpoint/swap.py) is never run or read as a checkpoint; `streamstate stream
+    recover` finishes it. Nor is a warm standby that no failover promoted."""
     fs = checkpoint.fs if isinstance(checkpoint, Sidecar) else checkpoint
-    if fs.read_record(INCOMPLETE_FILE) is not None:
-        raise UnsupportedCheckpointError(
-            f"checkpoint {fs.location} is the target of a restore that did not finish",
-            hint="run the restore into it again (with --force) to finish it",
-        )
+    if swap_in_progress(fs):
+        raise fenced_error(fs)
     standby = fs.read_record(STANDBY_FILE)
     if standby is not None and standby_status(standby) != "promoted":
         raise UnsupportedCheckpointError(

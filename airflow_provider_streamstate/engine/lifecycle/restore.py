@@ -2,14 +2,15 @@
 filesystem a checkpoint lives on (engine/checkpoint/filesystems/).
 
 Everything is written beside the target first (`CheckpointFS.stage`), every byte checked
-against its sha256 on the way, and only then published whole (`Staging.publish`): by one
-atomic directory swap where the filesystem renames directories (a local directory, HDFS),
-behind an "incomplete" marker where it cannot (S3; the launcher and snapshots refuse a
-marked checkpoint until a restore finishes it). A failure at any point before the publish
-leaves the target exactly as it was; what a crash during one leaves is repaired by the next
-restore of the target (`CheckpointFS.recover`). The manifest is untrusted: its paths were
-validated when it was parsed, and each destination is checked again to stay below the
-staging root.
+against its sha256 on the way, and only then put in place whole: by one atomic exchange of
+the two directories where the filesystem has one (a local directory on Linux), else by a
+swap behind a fence (engine/checkpoint/swap.py: S3, HDFS), which no Spark starts on while it
+lasts. A failure before that leaves the target exactly as it was; a crash during a swap
+leaves it fenced, and `streamstate stream recover` (or the next restore of the target)
+finishes it. Into an empty target on S3 the files are written in place, behind the fence
+put up first. The target's records (`_streamstate/`: launches, the driver, its heartbeat)
+stay with it. The manifest is untrusted: its paths were validated when it was parsed, and
+each destination is checked again to stay below the staging root.
 
 A restore never touches the checkpoint of a running stream (`liveness`), and records in
 the checkpoint what it was restored as (`timeline.Lineage`): restoring a snapshot that is
@@ -33,9 +34,24 @@ from airflow_provider_streamstate.engine.catalog.timeline import LINEAGE_FILE
 from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS, open_checkpoint_fs
 from airflow_provider_streamstate.engine.checkpoint.liveness import assert_not_running
 from airflow_provider_streamstate.engine.checkpoint.operator_metadata import ChainedRewrite, SchemaPathRewrite
-from airflow_provider_streamstate.engine.checkpoint.sidecar import LAUNCHES_DIR, Sidecar
+from airflow_provider_streamstate.engine.checkpoint.sidecar import LAUNCHES_DIR, SIDECAR_DIR, Sidecar
+from airflow_provider_streamstate.engine.checkpoint.swap import (
+    METADATA,
+    SWAP_FILE,
+    Put,
+    apply_swap,
+    fence_in_place,
+    finish_in_place,
+    new_record,
+    recover_swap,
+    unfence_empty,
+)
 from airflow_provider_streamstate.engine.core.cancel import CancelToken, cancellation, check_cancelled
-from airflow_provider_streamstate.engine.core.errors import CorruptionError, UsageError
+from airflow_provider_streamstate.engine.core.errors import (
+    CorruptionError,
+    UnsupportedCheckpointError,
+    UsageError,
+)
 from airflow_provider_streamstate.engine.core.manifest import FileEntry, Manifest
 from airflow_provider_streamstate.engine.core.parallel import run_parallel
 from airflow_provider_streamstate.engine.core.progress import NoProgress, Progress
@@ -103,7 +119,7 @@ def _restore(
 ) -> RestoreResult:
     started = time.monotonic()
     manifest = resolve_snapshot(store, stream, snapshot_id)
-    fs.recover()  # what a crashed restore of this target left
+    _recover(fs, force=force)
     existing = _existing(fs)
     if existing:
         if not force:
@@ -128,18 +144,47 @@ def _restore(
     lineage = replace(lineage, query_id=query_id)
     extra: dict[str, bytes] = dict(rewritten)
     if new_query_id:
-        extra["metadata"] = json.dumps({"id": query_id}).encode()
+        extra[METADATA] = json.dumps({"id": query_id}).encode()
     extra[LINEAGE_FILE] = lineage.to_json()
+    # `metadata` is written last, whatever puts the copy in place: it lifts a swap's fence.
+    metadata = extra.pop(METADATA, None)
+    if metadata is None:
+        entry = next((e for e in files if e.path == METADATA), None)
+        metadata = read_verified(store, entry) if entry is not None else None
+    staged = [e for e in files if e.path not in extra and e.path != METADATA]
+    want = {e.path: e.size for e in staged} | {r: len(d) for r, d in extra.items()}
     staging = fs.stage(fsync=fsync, empty=not existing)
+    record = new_record(
+        "restore", f"restore of snapshot {manifest.snapshot_id} of {manifest.stream} (batch {manifest.batch_id})",
+        staging.source(), _put_order(want), _removes(existing, want), metadata=metadata,
+        metadata_before=fs.read_record(METADATA) if existing else None)
+
+    def not_running() -> None:
+        if existing:  # again: it may have started meanwhile
+            assert_not_running(Sidecar(fs), "replace its checkpoint")
+
+    if staging.in_place:
+        fence_in_place(fs, record)
     try:
-        _stage(store, staging, [e for e in files if e.path not in extra], parallelism, progress)
+        _stage(store, staging, staged, parallelism, progress)
         for rel, data in extra.items():
             staging.put(rel, data)
-        staging.check({e.path: e.size for e in files if e.path not in extra} | {r: len(d) for r, d in extra.items()})
+        if not staging.in_place and metadata is not None:
+            staging.put(METADATA, metadata)
+        staging.check(want if staging.in_place or metadata is None else want | {METADATA: len(metadata)})
         check_cancelled()
-        if existing:
-            assert_not_running(Sidecar(fs), "replace its checkpoint")  # again: it may have started meanwhile
-        staging.publish(carry=(LAUNCHES_DIR,))  # launch generations keep counting up (the drivers' fence)
+        if staging.in_place:
+            finish_in_place(fs, record)
+            staging.keep()
+        else:
+            not_running()
+            if not staging.exchange():
+                apply_swap(fs, staging.source(), record, check=not_running)
+    except BaseException:
+        if staging.in_place and not staging.kept:
+            staging.discard()
+            unfence_empty(fs)
+        raise
     finally:
         staging.discard()
     branched = lineage.stream is not None and lineage.timeline is None
@@ -155,6 +200,33 @@ def _restore(
         timeline=None if lineage.stream is None else lineage.timeline, branched=branched,
         rewritten=tuple(sorted(rewritten)), seconds_rewrite=seconds_rewrite,
     )
+
+
+def _recover(fs: CheckpointFS, *, force: bool) -> None:
+    """Finish a swap a crash left on the target (and clear leftovers beside it); with
+    `force`, a swap that cannot be finished is dropped: this restore replaces it all."""
+    try:
+        for action in recover_swap(fs):
+            log.warning("%s: %s", fs.location, action)
+    except UnsupportedCheckpointError:
+        if not force:
+            raise
+        log.warning("%s: dropping a swap that cannot be finished; the restore replaces the checkpoint", fs.location)
+        fs.delete_record(SWAP_FILE)
+    fs.recover()
+
+
+def _put_order(want: dict[str, int]) -> list[Put]:
+    """The staged files, the lineage record last (after it, a restore's files are known as its
+    own: liveness.unmanaged_writer)."""
+    return [Put(rel, want[rel]) for rel in sorted(want, key=lambda r: (r == LINEAGE_FILE, r))]
+
+
+def _removes(existing: dict[str, int], want: dict[str, int]) -> list[str]:
+    """The target's files the copy does not have: all but its records (which stay) and
+    `metadata` (which the swap replaces last)."""
+    return sorted(rel for rel in existing if rel not in want and rel != METADATA
+                  and not rel.startswith(SIDECAR_DIR + "/"))
 
 
 def _existing(fs: CheckpointFS) -> dict[str, int]:
@@ -198,18 +270,23 @@ def materialise(store: SnapshotStore, manifest: Manifest, target: CheckpointFS, 
         staging.put(rel, data)
 
 
+def read_verified(store: SnapshotStore, entry: FileEntry) -> bytes:
+    """A (small) file of a snapshot, from its blob, checked against its sha256."""
+    with store.open_blob(entry.blob_id) as src:
+        data = src.read()
+    if hashlib.sha256(data).hexdigest() != entry.sha256 or len(data) != entry.size:
+        raise CorruptionError(f"{entry.path}: stored blob {entry.blob_id} is corrupt",
+                              hint="restore another snapshot, or re-replicate this one from a healthy store")
+    return data
+
+
 def rewritten_files(store: SnapshotStore, files: Sequence[FileEntry], rewrite: FileRewrite) -> dict[str, bytes]:
     """The new content of the files `rewrite` changes, from their blobs read and verified."""
     out: dict[str, bytes] = {}
     wanted = sorted((e for e in files if rewrite.wants(e.path)), key=lambda e: e.path.endswith(".crc"))
     for e in wanted:
         check_cancelled()
-        with store.open_blob(e.blob_id) as src:
-            data = src.read()
-        if hashlib.sha256(data).hexdigest() != e.sha256 or len(data) != e.size:
-            raise CorruptionError(f"{e.path}: stored blob {e.blob_id} is corrupt",
-                                  hint="restore another snapshot, or re-replicate this one from a healthy store")
-        new = rewrite.rewrite(e.path, data, out)
+        new = rewrite.rewrite(e.path, read_verified(store, e), out)
         if new is not None:
             out[e.path] = new
     return out

@@ -5,8 +5,8 @@ Every backend (a local or mounted directory, an S3 prefix, an HDFS directory) im
 the abstract methods; the capabilities with a default (`local_path`, `stored_sha256`,
 `object_ref`) say where a backend can do better, and callers ask them instead of asking
 which kind of filesystem they hold. A restore stages the new checkpoint beside the target
-and publishes it whole (`stage`, `Staging`): by an atomic directory swap where the
-filesystem renames directories, behind an "incomplete" marker where it cannot (S3).
+(`stage`, `Staging`) and puts it in place whole: by an atomic directory exchange where the
+filesystem has one (Linux), else file by file behind a fence (engine/checkpoint/swap.py).
 """
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ if TYPE_CHECKING:
 
 MAX_RECORD_BYTES = 1 << 20  # records are small; a bigger one is refused as unreadable
 SIDECAR_DIR = "_streamstate"  # our files beside Spark's in a checkpoint; the one place it is spelled
-# A restore that publishes in steps (an S3 target) marks the target until it is whole.
-INCOMPLETE_FILE = f"{SIDECAR_DIR}/restore-incomplete.json"
+SWAP_FILE = f"{SIDECAR_DIR}/swap.json"  # a swap's record while it changes the checkpoint (engine/checkpoint/swap.py)
 LINEAGE_FILE = f"{SIDECAR_DIR}/lineage.json"  # the checkpoint's timeline (engine/catalog/timeline.py)
 ENV_HOME = "STREAMSTATE_HOME"
 
@@ -104,6 +103,20 @@ class CheckpointFS(ABC):
         with self.open_checked(rel, st) as f:
             return f.read()
 
+    def modified_times(self, rel_dir: str) -> dict[str, float]:
+        """The files directly in `rel_dir` and when each was last written (seconds since the
+        epoch, by the filesystem's clock), from one fresh listing; empty when it is absent."""
+        try:
+            names = self.fresh().listdir(rel_dir)
+        except FileNotFoundError:
+            return {}
+        out: dict[str, float] = {}
+        for name in names:
+            st = self.stat(f"{rel_dir}/{name}")
+            if st is not None and st.regular:
+                out[name] = st.mtime_ns / 1e9
+        return out
+
     @abstractmethod
     def walk(self, rel: str) -> Iterator[tuple[str, list[str], list[str]]]:
         """(dir rel, subdirectory names, file names) top-down, like os.walk."""
@@ -172,16 +185,36 @@ class CheckpointFS(ABC):
 
     @abstractmethod
     def stage(self, *, fsync: bool = True, direct: bool = False, empty: bool = False) -> Staging:
-        """Begin writing a new checkpoint for this location: beside it, published whole by
-        `Staging.publish`; `direct` writes straight into the location (a scratch copy
-        nobody runs: nothing to publish). `empty`: the caller found nothing at the location
-        to replace, so a filesystem that cannot rename may write in place behind its
-        incomplete marker (a failure removes what it wrote; a crash leaves the marker)."""
+        """Begin writing a new checkpoint for this location: beside it (`Staging`); `direct`
+        writes straight into the location (a scratch copy nobody runs: nothing to put in
+        place). `empty`: the caller found nothing at the location to replace, so a
+        filesystem that cannot rename may write into it (`Staging.in_place`: the caller
+        fences it first, engine/checkpoint/swap.py)."""
 
     def recover(self) -> list[str]:
-        """Repair what a restore of this location that crashed left (its staging, a
-        half-done swap); what was done."""
+        """Remove what restores of this location that crashed left beside it (staging of
+        a process that is gone); what was done. (A crashed swap is engine/checkpoint/swap.py's.)"""
         return []
+
+    # --- changing a checkpoint in place, file by file (engine/checkpoint/swap.py) ----------
+
+    @abstractmethod
+    def relocated(self, location: str) -> CheckpointFS:
+        """Another location on this filesystem, reached through this one's connection: the
+        work copy or staging a swap moves files from. UsageError when it is elsewhere."""
+
+    @abstractmethod
+    def move_from(self, src: CheckpointFS, rel: str, *, exclusive: bool = False) -> bool:
+        """Put file `rel` of `src` (a location of `relocated`) at `rel` here, atomically: a
+        reader sees no file (or the one it replaces) or the whole new one. `exclusive`
+        creates it only if there is none: False, nothing changed, when there is (how a swap
+        loses a race with a query that wrote the same batch). The source is gone after a
+        rename (local, HDFS) and stays after a copy (S3); FileNotFoundError when it is absent."""
+
+    def delete_files(self, rels: list[str]) -> None:
+        """Remove these files; absent ones are not an error."""
+        for rel in rels:
+            self.delete_record(rel)
 
     # --- keeping a copy up to date in place (a warm standby: engine/dr/standby.py) ---------
 
@@ -212,9 +245,18 @@ class CheckpointFS(ABC):
 
 
 class Staging(ABC):
-    """A checkpoint being written beside its target and published whole."""
+    """A checkpoint being written beside its target (or into the target itself: `direct` for
+    a copy nobody runs, `in_place` for an empty target behind a swap's fence), then put in
+    place whole: by `exchange` where the filesystem swaps directories atomically, else file
+    by file behind a fence (engine/checkpoint/swap.py) from `source()`."""
 
     target: CheckpointFS
+    in_place: bool = False  # written into the empty target itself (no second copy)
+    kept = False  # what was staged in place is the target's now: `discard` leaves it
+
+    def keep(self) -> None:
+        """What was written in place is the target's now (its swap finished)."""
+        self.kept = True
 
     @abstractmethod
     def write_blob(self, store: SnapshotStore, entry: FileEntry) -> None:
@@ -234,14 +276,18 @@ class Staging(ABC):
         """The staged files are exactly `want` (rel -> size), durably: CorruptionError else."""
 
     @abstractmethod
-    def publish(self, *, carry: tuple[str, ...] = ()) -> None:
-        """Put the staged checkpoint in place of the target's content, whole: a crash leaves
-        the old checkpoint, the new one, or (S3) a target marked incomplete. Files below
-        the `carry` directories of the old target are kept (launch generations)."""
+    def source(self) -> CheckpointFS:
+        """The staged files as a location on the target's filesystem: what a swap moves in."""
+
+    def exchange(self) -> bool:
+        """Put the staged checkpoint in place of the target in one atomic step, the target's
+        records beside it (`_streamstate/`) kept unless staged anew; False where the
+        filesystem has no such step (then a swap puts it in place file by file)."""
+        return False
 
     @abstractmethod
     def discard(self) -> None:
-        """Remove whatever was staged (after a failure)."""
+        """Remove whatever is left staged (after a failure, or after a swap moved it in)."""
 
     def stats(self) -> dict[str, Any]:
         """What the staging did that a result reports (bytes copied server side)."""

@@ -11,12 +11,12 @@ Records are files created complete under a hidden temp name and renamed into pla
 `RENAME` without overwrite is create-only (of racing writers exactly one wins), with
 `renameoptions=OVERWRITE` it replaces atomically.
 
-Restoring. HDFS renames directories atomically, so a restore is the local one: every file
-is written into a staging directory beside the target, hashed as it is streamed from the
-store and checked against its sha256 (a mismatch deletes it and fails the restore), the
-staging is listed and compared with the manifest, and then swapped in with two renames
-(the old checkpoint aside, the new one in place, the old one deleted); a crash between the
-two is repaired by the next restore of the target, which renames the old one back.
+Restoring. Every file is written into a staging directory beside the target, hashed as it
+is streamed from the store and checked against its sha256 (a mismatch deletes it and fails
+the restore), the staging is listed and compared with the manifest, and a swap then moves
+it in file by file (RENAME: no byte is copied) behind a fence (engine/checkpoint/swap.py):
+HDFS has no atomic exchange of two directories, and two renames would leave a moment with
+no checkpoint at the path, where Spark would start a new query from nothing.
 """
 
 from __future__ import annotations
@@ -37,12 +37,12 @@ from airflow_provider_streamstate.engine.checkpoint.filesystems.base import (
 )
 from airflow_provider_streamstate.engine.core.cancel import check_cancelled
 from airflow_provider_streamstate.engine.core.digest import CHUNK
-from airflow_provider_streamstate.engine.core.errors import CheckpointChanged, CorruptionError
+from airflow_provider_streamstate.engine.core.errors import CheckpointChanged, CorruptionError, UsageError
 from airflow_provider_streamstate.engine.core.manifest import FileEntry
 from airflow_provider_streamstate.engine.stores.base import SnapshotStore
 from airflow_provider_streamstate.engine.stores.webhdfs import HdfsPath, WebHdfs
 
-_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.streamstate-(?P<kind>restore|old)-[0-9a-f]+$")
+_LEFTOVER = re.compile(r"^\.(?P<name>.+)\.streamstate-(?P<kind>restore|old)-[0-9a-f]+$")  # old: before swaps
 
 
 def open_hdfs(location: str, client: Any = None, conn_id: str | None = None) -> HdfsCheckpointFS:
@@ -120,6 +120,11 @@ class HdfsCheckpointFS(CheckpointFS):
         for d in subdirs:
             yield from self.walk(f"{rel}/{d}" if rel else d)
 
+    def modified_times(self, rel_dir: str) -> dict[str, float]:
+        entries = self.client.list(self.path(rel_dir))
+        return {e["pathSuffix"]: int(e.get("modificationTime", 0)) / 1000 for e in entries or []
+                if e.get("type") == "FILE"}
+
     @contextmanager
     def open_checked(self, rel: str, expected: FileStat) -> Iterator[BinaryIO]:
         def same() -> bool:
@@ -189,46 +194,45 @@ class HdfsCheckpointFS(CheckpointFS):
         self.refresh()
         return n
 
+    def relocated(self, location: str) -> HdfsCheckpointFS:
+        where = HdfsPath.parse(location)
+        if where.authority != self.where_.authority:
+            raise UsageError(f"{location} is not on {self.where_.authority}, the NameNode of {self.location}",
+                             hint="keep the copy beside the checkpoint, on the same HDFS")
+        return HdfsCheckpointFS(where, self.client)
+
+    def move_from(self, src: CheckpointFS, rel: str, *, exclusive: bool = False) -> bool:
+        if not isinstance(src, HdfsCheckpointFS):
+            raise UsageError(f"cannot move {rel} from {src.location} into {self.location}: another filesystem")
+        dest = self.path(rel)
+        self.client.mkdirs(dest.rpartition("/")[0])
+        if self.client.rename(src.path(rel), dest, overwrite=not exclusive):
+            self._dirs.clear()
+            return True
+        if self.client.status(src.path(rel)) is None:
+            raise FileNotFoundError(src.where(rel))
+        return False  # exclusive, and the destination exists
+
     def _sibling(self, kind: str) -> str:
         parent, _, name = self.where_.path.rpartition("/")
         return f"{parent}/.{name}.streamstate-{kind}-{os.getpid():x}{uuid.uuid4().hex[:8]}"
 
-    def _leftovers(self) -> list[tuple[str, str]]:
-        """(kind, path) of what restores of this target left beside it: `restore` staging,
-        `old` checkpoints moved aside."""
-        parent, _, name = self.where_.path.rpartition("/")
-        out = []
-        for e in self.client.list(parent or "/") or []:
-            m = _LEFTOVER.match(e.get("pathSuffix", ""))
-            if m and m.group("name") == name:
-                out.append((m.group("kind"), f"{parent}/{e['pathSuffix']}"))
-        return out
-
     def stage(self, *, fsync: bool = True, direct: bool = False, empty: bool = False) -> HdfsStaging:
-        """Staging of crashed restores of this target is garbage: removed first."""
+        """Staging of crashed restores of this target is garbage: removed first (a swap that
+        still needed one was finished before: engine/checkpoint/swap.py)."""
         if direct:
             return HdfsStaging(self, self.where_.path, direct=True)
-        for kind, path in self._leftovers():
-            if kind == "restore":
-                self.client.delete(path, recursive=True)
+        self.recover()
         return HdfsStaging(self, self._sibling("restore"), direct=False)
 
     def recover(self) -> list[str]:
-        """A crash between the two renames of a swap left no target and the old checkpoint
-        aside: it is renamed back (the restore did not happen); old checkpoints a finished
-        swap left are removed."""
         actions: list[str] = []
-        target_there = self.client.status(self.where_.path) is not None
-        for kind, path in self._leftovers():
-            if kind != "old":
-                continue
-            if not target_there:
-                self.client.rename(path, self.where_.path)
-                target_there = True
-                actions.append(f"renamed {path.rpartition('/')[2]} back to {self.location}")
-            else:
-                self.client.delete(path, recursive=True)
-                actions.append(f"removed {path.rpartition('/')[2]}")
+        parent, _, name = self.where_.path.rpartition("/")
+        for e in self.client.list(parent or "/") or []:
+            m = _LEFTOVER.match(e.get("pathSuffix", ""))
+            if m and m.group("name") == name:
+                self.client.delete(f"{parent}/{e['pathSuffix']}", recursive=True)
+                actions.append(f"removed {e['pathSuffix']}")
         self.refresh()
         return actions
 
@@ -290,34 +294,8 @@ class HdfsStaging(Staging):
                 f"the restored staging does not match the manifest (missing {missing}, unexpected {extra}, "
                 f"wrong size {wrong})", hint="another writer may be using the target; retry the restore")
 
-    def publish(self, *, carry: tuple[str, ...] = ()) -> None:
-        if self.direct:
-            return
-        target = self.target.where_.path
-        if self.client.status(target) is None:
-            parent = target.rpartition("/")[0]
-            if parent:
-                self.client.mkdirs(parent)
-            if not self.client.rename(self.dir, target):
-                raise CorruptionError(f"could not move the restored checkpoint to {self.target.location}",
-                                      hint="another writer created it meanwhile; retry the restore with --force")
-        else:
-            for rel in carry:  # launch generations keep counting up (the drivers' fence)
-                kept = HdfsCheckpointFS(HdfsPath(self.target.where_.authority, f"{target}/{rel}"), self.client)
-                for name in kept.files():
-                    self.client.create(f"{self.dir}/{rel}/{name}", self.client.read(f"{target}/{rel}/{name}"),
-                                       overwrite=True)
-            old = self.target._sibling("old")
-            if not self.client.rename(target, old):
-                raise CorruptionError(f"could not move the old checkpoint at {self.target.location} aside",
-                                      hint="retry the restore")
-            # A crash here leaves no target: the next restore of it renames `old` back (recover).
-            if not self.client.rename(self.dir, target):
-                self.client.rename(old, target)
-                raise CorruptionError(f"could not move the restored checkpoint to {self.target.location}",
-                                      hint="retry the restore")
-            self.client.delete(old, recursive=True)
-        self.target.refresh()
+    def source(self) -> HdfsCheckpointFS:
+        return HdfsCheckpointFS(HdfsPath(self.target.where_.authority, self.dir), self.client)
 
     def discard(self) -> None:
         if not self.direct:

@@ -3,9 +3,10 @@
 Records are files replaced atomically (a temp file renamed over them) and created
 create-only with a hard link of a complete temp file (atomic on NFS too). A restore
 writes the new checkpoint into a staging directory beside the target, every byte checked
-against its sha256 and fsynced, and swaps it into place with one atomic
-`renameat2(RENAME_EXCHANGE)` where Linux has it; elsewhere with two renames, and a crash
-between them is repaired by the next restore or snapshot of the target (`recover`).
+against its sha256 and fsynced, and exchanges it with the target in one atomic
+`renameat2(RENAME_EXCHANGE)` where Linux has it; elsewhere a swap moves it in file by file
+behind a fence (engine/checkpoint/swap.py): two renames of the directories would leave a
+moment with no checkpoint at the path, where Spark would start a new query from nothing.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import BinaryIO
 
 from airflow_provider_streamstate.engine.checkpoint.filesystems.base import (
     MAX_RECORD_BYTES,
+    SIDECAR_DIR,
     CheckpointFS,
     FileStat,
     Staging,
@@ -85,6 +87,13 @@ class LocalCheckpointFS(CheckpointFS):
 
     def read_bytes(self, rel: str) -> bytes:
         return (self.root / rel).read_bytes()
+
+    def modified_times(self, rel_dir: str) -> dict[str, float]:
+        try:
+            with os.scandir(self.root / rel_dir) as it:
+                return {e.name: e.stat().st_mtime for e in it if e.is_file(follow_symlinks=False)}
+        except (FileNotFoundError, NotADirectoryError):
+            return {}
 
     def walk(self, rel: str) -> Iterator[tuple[str, list[str], list[str]]]:
         for dirpath, dirnames, filenames in os.walk(self.root / rel):
@@ -196,6 +205,46 @@ class LocalCheckpointFS(CheckpointFS):
         shutil.rmtree(self.root, ignore_errors=True)
         return n
 
+    def relocated(self, location: str) -> LocalCheckpointFS:
+        return open_local(location)
+
+    def move_from(self, src: CheckpointFS, rel: str, *, exclusive: bool = False) -> bool:
+        if not isinstance(src, LocalCheckpointFS):
+            raise UsageError(f"cannot move {rel} from {src.location} into {self.location}: another filesystem")
+        source, dest = _destination(src.root, rel), _destination(self.root, rel)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if not source.is_file():
+            raise FileNotFoundError(str(source))
+        if exclusive:
+            try:
+                os.link(source, dest)  # create-only and atomic
+            except FileExistsError:
+                return False
+            except OSError as exc:
+                if exc.errno != errno.EXDEV:
+                    raise
+                tmp = _copied_beside(source, dest)
+                try:
+                    os.link(tmp, dest)
+                except FileExistsError:
+                    return False
+                finally:
+                    tmp.unlink(missing_ok=True)
+            source.unlink()
+            return True
+        try:
+            os.replace(source, dest)
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                raise
+            os.replace(_copied_beside(source, dest), dest)
+            source.unlink()
+        return True
+
+    def delete_files(self, rels: list[str]) -> None:
+        for rel in rels:
+            _destination(self.root, rel).unlink(missing_ok=True)
+
     def stage(self, *, fsync: bool = True, direct: bool = False, empty: bool = False) -> LocalStaging:
         self.root.parent.mkdir(parents=True, exist_ok=True)
         if direct:
@@ -239,6 +288,15 @@ def open_local(location: str, connection: object = None, conn_id: str | None = N
     """The filesystem of a path or `file:` URI (no connection: this host's own)."""
     given = given_path(location)
     return LocalCheckpointFS(given.resolve(), given=given)
+
+
+def _copied_beside(source: Path, dest: Path) -> Path:
+    """A durable copy of `source` under a temp name in `dest`'s directory (a move across
+    devices: rename cannot)."""
+    tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex}.tmp")
+    shutil.copyfile(source, tmp)
+    fsync_path(tmp)
+    return tmp
 
 
 def _destination(root: Path, rel: str) -> Path:
@@ -288,17 +346,25 @@ class LocalStaging(Staging):
         if self.fsync:
             fsync_tree(self.root)  # every name in place before the swap publishes them
 
-    def publish(self, *, carry: tuple[str, ...] = ()) -> None:
+    def source(self) -> LocalCheckpointFS:
+        return LocalCheckpointFS(self.root, given=self.dir)
+
+    def exchange(self) -> bool:
         if self.direct:
-            return
+            return True
         target = self.target.root
-        if target.exists():
-            for rel in carry:  # launch generations keep counting up (the drivers' fence)
-                if (target / rel).is_dir():
-                    shutil.copytree(target / rel, self.root / rel, dirs_exist_ok=True)
-        _swap_into_place(self.dir, target)
+        if not target.exists():
+            os.rename(self.dir, target)
+        else:
+            records = target / SIDECAR_DIR  # the target's records stay with it, unless staged anew
+            if records.is_dir():
+                shutil.copytree(records, self.root / SIDECAR_DIR, dirs_exist_ok=True, copy_function=_copy_if_absent)
+            if not _exchange(self.dir, target):
+                return False
+            shutil.rmtree(self.dir, ignore_errors=True)  # now holds the old contents
         if self.fsync:
             fsync_path(target.parent)
+        return True
 
     def discard(self) -> None:
         if not self.direct:  # after a publish, nothing is left there (the swap moved or removed it)
@@ -339,32 +405,16 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(b))
 
 
-def _swap_into_place(staging: Path, target: Path) -> None:
-    """Replace `target` with `staging`; the old contents go only once the new are in."""
-    if not target.exists():
-        os.rename(staging, target)
-        return
-    if _exchange(staging, target):
-        shutil.rmtree(staging, ignore_errors=True)  # now holds the old contents
-        return
-    old = target.parent / f".{target.name}.streamstate-old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    os.rename(target, old)
-    # A crash here leaves no target: recover_leftovers() renames `old` back.
-    try:
-        os.rename(staging, target)
-    except BaseException:
-        os.rename(old, target)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
+def _copy_if_absent(src: str, dst: str) -> None:
+    """Copy a file unless the destination has one (a record the staging holds anew)."""
+    if not os.path.exists(dst):
+        shutil.copy2(src, dst)
 
 
 def recover_leftovers(target: Path) -> list[str]:
-    """Repair what a crashed restore left next to `target`; return what was done.
-
-    A crash between the two renames of the fallback swap leaves no target and the old
-    checkpoint under a `-old-` name: it is renamed back (the restore did not happen).
-    Staging and old directories of restores whose process is gone are removed.
-    """
+    """Remove what crashed restores left next to `target` (staging, and old directories of
+    an earlier version's two-rename swap: one is renamed back where it left no target);
+    return what was done."""
     actions: list[str] = []
     parent = target.parent
     if not parent.is_dir():

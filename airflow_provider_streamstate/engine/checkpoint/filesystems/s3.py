@@ -19,26 +19,21 @@ record and hash reuse compares — changes whenever the object's content does. R
 Records are objects, each written with one PUT (a reader sees the old object or the new)
 and created create-only with `If-None-Match: *`.
 
-Restoring. With no rename, a restore (1) stages every file below a prefix beside the
-target (`<parent>/.<name>.streamstate-restore-<id>/`), each verified against its sha256 —
-a server-side CopyObject from the store when it is on the same endpoint with the same
+Restoring. With no rename, a restore stages every file below a prefix beside the target
+(`<parent>/.<name>.streamstate-restore-<id>/`), each verified against its sha256 — a
+server-side CopyObject from the store when it is on the same endpoint with the same
 credentials (verified by the SHA-256 checksum S3 returns, or by reading the copy back when
 the endpoint returns none), else streamed from the store, hashed as it is read, and
-uploaded only once it matched — and (2) publishes: a marker
-`_streamstate/restore-incomplete.json` is written into the target first, the old objects
-are deleted, the staged files are copied into place server-side (same bucket: no bytes
-through this host) — state and sources first, then offsets and commits, the `metadata`
-file and the lineage last — the result is listed and compared with the manifest (every
-key, every size), and the marker is deleted last. A crash during (2) leaves the marker:
-snapshots refuse such a checkpoint and the launcher does not start on it; running the
-restore again (with force) finishes the job from scratch.
+uploaded only once it matched — and a swap then puts it in place behind a fence
+(engine/checkpoint/swap.py): server-side copies from the staging (same bucket: no bytes
+through this host), the old objects deleted, the `metadata` last. Into an empty target the
+files are written in place, behind the fence written first: one copy each instead of two.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
-import json
 import tempfile
 import uuid
 from collections.abc import Iterator, Sequence
@@ -46,9 +41,8 @@ from contextlib import contextmanager
 from typing import Any, BinaryIO
 
 from airflow_provider_streamstate.engine.checkpoint.filesystems.base import (
-    INCOMPLETE_FILE,
-    LINEAGE_FILE,
     MAX_RECORD_BYTES,
+    SWAP_FILE,
     CheckpointFS,
     FileStat,
     Staging,
@@ -73,7 +67,6 @@ from airflow_provider_streamstate.engine.stores.s3_errors import code, request_e
 from airflow_provider_streamstate.engine.stores.webhdfs import WebHdfs
 
 S3_SCHEMES = ("s3a://", "s3://")
-_LAST = ("metadata", LINEAGE_FILE)
 
 
 def parse_s3_location(location: str) -> tuple[str, str]:
@@ -271,13 +264,13 @@ class S3CheckpointFS(CheckpointFS):
         with self.errors(f"write {rel}"):
             self.client.put_object(Bucket=self.bucket, Key=self.key(rel), Body=data, ContentType=content_type)
 
-    def create_record(self, rel: str, data: bytes) -> bool:
+    def create_record(self, rel: str, data: bytes, *, content_type: str = "application/json") -> bool:
         from botocore.exceptions import ClientError
 
         with self.errors(f"create {rel}"):
             try:
                 self.client.put_object(Bucket=self.bucket, Key=self.key(rel), Body=data,
-                                       ContentType="application/json", IfNoneMatch="*")
+                                       ContentType=content_type, IfNoneMatch="*")
             except ClientError as exc:
                 err = exc.response.get("Error", {})
                 http = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
@@ -295,6 +288,17 @@ class S3CheckpointFS(CheckpointFS):
                 out.extend(o["Key"][len(prefix):] for o in page.get("Contents", []))
         return sorted(out)
 
+    def modified_times(self, rel_dir: str) -> dict[str, float]:
+        """One listing of that "directory" alone (with a delimiter): not the whole checkpoint."""
+        prefix = self.key(rel_dir).rstrip("/") + "/"
+        out: dict[str, float] = {}
+        with self.errors(f"list {rel_dir}"):
+            for page in self.client.get_paginator("list_objects_v2").paginate(
+                    Bucket=self.bucket, Prefix=prefix, Delimiter="/"):
+                for o in page.get("Contents", []):
+                    out[o["Key"][len(prefix):]] = o["LastModified"].timestamp()
+        return out
+
     def delete_record(self, rel: str) -> None:
         with self.errors(f"delete {rel}"):
             self.client.delete_object(Bucket=self.bucket, Key=self.key(rel))
@@ -303,6 +307,31 @@ class S3CheckpointFS(CheckpointFS):
 
     def child(self, rel: str) -> S3CheckpointFS:
         return S3CheckpointFS(f"{self.location}/{rel.strip('/')}", self.client, aws_conn_id=self.aws_conn_id)
+
+    def relocated(self, location: str) -> S3CheckpointFS:
+        return S3CheckpointFS(location, self.client, aws_conn_id=self.aws_conn_id)
+
+    def move_from(self, src: CheckpointFS, rel: str, *, exclusive: bool = False) -> bool:
+        """A server-side copy; with `exclusive`, the (small: a log file) object is read and
+        written create-only (`If-None-Match: *`)."""
+        if not isinstance(src, S3CheckpointFS):
+            raise UsageError(f"cannot move {rel} from {src.location} into {self.location}: another filesystem")
+        self._files = None
+        if exclusive:
+            data = src.read_record(rel, limit=MAX_RECORD_BYTES)
+            if data is None:
+                raise FileNotFoundError(src.where(rel))
+            if len(data) > MAX_RECORD_BYTES:
+                raise UsageError(f"{src.where(rel)} is too large to be written create-only")
+            return self.create_record(rel, data, content_type="application/octet-stream")
+        with self.errors(f"copy {rel} from {src.location}"):
+            self.client.copy_object(Bucket=self.bucket, Key=self.key(rel), ChecksumAlgorithm="SHA256",
+                                    CopySource={"Bucket": src.bucket, "Key": src.key(rel)})
+        return True
+
+    def delete_files(self, rels: list[str]) -> None:
+        self.delete_keys([self.key(rel) for rel in rels])
+        self._files = None
 
     def keys(self, prefix: str) -> dict[str, int]:
         """Every object below the key prefix `prefix` now (key -> size)."""
@@ -334,15 +363,14 @@ class S3CheckpointFS(CheckpointFS):
         return f"{parent}/.{name}.streamstate-restore-" if parent else f".{name}.streamstate-restore-"
 
     def stage(self, *, fsync: bool = True, direct: bool = False, empty: bool = False) -> S3Staging:
-        """Staging left by crashed restores of this target is garbage: removed first. (A
-        target they left incomplete stays marked until this restore finishes it.) Into an
-        `empty` target the files are copied in place, behind the incomplete marker written
-        first: one copy each instead of two (staged, then published)."""
+        """Staging left by crashed restores of this target is garbage: removed first (a swap
+        that still needed one was finished before: engine/checkpoint/swap.py). Into an
+        `empty` target the files are written in place (`in_place`), behind the fence the
+        caller puts up first."""
         if direct:
             return S3Staging(self, self.prefix + "/", direct=True)
         self.delete_keys(sorted(self.keys(self._staging_root())))
         if empty:
-            self.put_checked(self.key(INCOMPLETE_FILE), json.dumps({"staging": "in place"}).encode())
             return S3Staging(self, self.prefix + "/", direct=False, in_place=True)
         return S3Staging(self, f"{self._staging_root()}{uuid.uuid4().hex[:12]}/", direct=False)
 
@@ -389,14 +417,6 @@ class S3CheckpointFS(CheckpointFS):
             self.client.put_object(Bucket=self.bucket, Key=key, Body=data, ChecksumAlgorithm="SHA256")
 
 
-def _publish_order(rel: str) -> int:
-    if rel in _LAST:
-        return 3
-    if rel.startswith(("offsets/", "commits/")):
-        return 2 if rel.startswith("commits/") else 1
-    return 0
-
-
 class S3Staging(Staging):
     """Objects staged below a prefix beside the target (or the target itself, `direct`)."""
 
@@ -404,10 +424,7 @@ class S3Staging(Staging):
 
     def __init__(self, target: S3CheckpointFS, base: str, *, direct: bool, in_place: bool = False) -> None:
         self.target, self.base, self.direct, self.in_place = target, base, direct, in_place
-        self.published = False
         self.bytes_copied_server_side = 0
-        self._entries: dict[str, FileEntry] = {}  # staged from blobs: published by a verified copy
-        self._data: dict[str, bytes] = {}  # staged from bytes: published by writing them again
 
     def write_blob(self, store: SnapshotStore, entry: FileEntry) -> None:
         check_cancelled()
@@ -435,61 +452,32 @@ class S3Staging(Staging):
                 with fs.errors(what):
                     fs.client.upload_fileobj(spool, fs.bucket, self.base + entry.path,
                                              ExtraArgs={"ChecksumAlgorithm": "SHA256"})
-        self._entries[entry.path] = entry
 
     def copy(self, src_rel: str, entry: FileEntry) -> None:
         self.target._checked_copy(self.base + entry.path, {"Bucket": self.target.bucket, "Key": self.base + src_rel},
-                                  entry.sha256, entry.size, f"publish {entry.path}")
-        self._entries[entry.path] = entry
+                                  entry.sha256, entry.size, f"copy {entry.path}")
 
     def put(self, rel: str, data: bytes) -> None:
         self.target.put_checked(self.base + rel, data)
-        self._data[rel] = data
 
     def check(self, want: dict[str, int]) -> None:
         staged = self.target.keys(self.base)
-        if self.in_place:
-            staged.pop(self.base + INCOMPLETE_FILE, None)
+        if self.in_place:  # beside what the fence put there
+            for rel in (SWAP_FILE, "metadata"):
+                staged.pop(self.base + rel, None)
         _compare(staged, self.base, want, "staging")
 
-    def publish(self, *, carry: tuple[str, ...] = ()) -> None:
-        """Marker first, old objects out, staged objects in (in Spark's reading order),
-        compared with what was staged, marker last."""
-        if self.direct:
-            return
-        if self.in_place:  # written and checked in place: the marker goes, last
-            self.target.delete_keys([self.base + INCOMPLETE_FILE])
-            self.target._files = None
-            self.published = True
-            return
-        from airflow_provider_streamstate.engine.core.parallel import run_parallel
-
-        fs, base = self.target, self.target.prefix + "/"
-        kept = tuple(base + c.rstrip("/") + "/" for c in carry)
-        existing = [k for k in fs.keys(base) if not k.startswith(kept)]
-        fs.put_checked(base + INCOMPLETE_FILE, json.dumps({"staging": self.base}).encode())
-        fs.delete_keys(sorted(k for k in existing if k != base + INCOMPLETE_FILE))
-        for order in range(4):
-            todo = [e for rel, e in self._entries.items() if _publish_order(rel) == order]
-            run_parallel(lambda e: fs._checked_copy(base + e.path, {"Bucket": fs.bucket, "Key": self.base + e.path},
-                                                    e.sha256, e.size, f"publish {e.path}"), todo, 8)
-            for rel, data in self._data.items():
-                if _publish_order(rel) == order:
-                    fs.put_checked(base + rel, data)
-        published = {k: n for k, n in fs.keys(base).items() if not k.startswith(kept)}
-        published.pop(base + INCOMPLETE_FILE, None)
-        want = {rel: e.size for rel, e in self._entries.items()} | {rel: len(d) for rel, d in self._data.items()}
-        _compare(published, base, want, "target")
-        fs.delete_keys([base + INCOMPLETE_FILE])
-        fs._files = None
+    def source(self) -> S3CheckpointFS:
+        return self.target.relocated(f"s3a://{self.target.bucket}/{self.base.rstrip('/')}")
 
     def discard(self) -> None:
-        if self.in_place and not self.published:  # the target as it was: empty (the marker last)
-            written = sorted(k for k in self.target.keys(self.base) if k != self.base + INCOMPLETE_FILE)
+        if self.in_place and not self.kept:  # the target as it was: empty (its fence goes last, by the caller)
+            written = sorted(k for k in self.target.keys(self.base)
+                             if k not in (self.base + SWAP_FILE, self.base + "metadata"))
             self.target.delete_keys(written)
-            self.target.delete_keys([self.base + INCOMPLETE_FILE])
         elif not self.direct and not self.in_place:
             self.target.delete_keys(sorted(self.target.keys(self.base)))
+        self.target._files = None
 
     def stats(self) -> dict[str, Any]:
         return {"bytes_copied_server_side": self.bytes_copied_server_side}
