@@ -7,6 +7,15 @@ beside a remote checkpoint: engine/checkpoint/sidecar.py; Spark ignores the dire
 snapshots leave it out) when the query starts, on every progress event and on a timer, and once more when it stops or fails. Every worker that can reach the checkpoint
 can read it. A record is trusted only while fresh: a crashed driver stops beating.
 
+A query that was not started through streamstate (a plain spark-submit) keeps no heartbeat.
+What it cannot hide is its writes: each batch writes `offsets/<N>` and `commits/<N>`. A
+checkpoint whose newest batch is newer than its last heartbeat's (or that has none), written
+within the last `unmanaged_window_s()` seconds (and not by a restore: newer than its lineage
+record or a swap's), is taken for running under someone else (`unmanaged_writer`): in-place rescales and
+restores refuse it, and `stream status` says so. A query that idles longer than the window
+writes nothing to tell by; the swaps guard against it at the moment they change the
+checkpoint (engine/checkpoint/swap.py).
+
 The record is untrusted input (anyone who can write the checkpoint can write it): a
 record that is too big, malformed, or dated further in the future than its staleness
 window never claims a stream is running, and its text fields are single lines of bounded
@@ -16,15 +25,19 @@ length, so errors that quote them stay one line.
 from __future__ import annotations
 
 import json
+import os
 import socket
+import time
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS
+from airflow_provider_streamstate.engine.checkpoint.filesystems.base import LINEAGE_FILE
 from airflow_provider_streamstate.engine.checkpoint.filesystems.local import pid_alive
 from airflow_provider_streamstate.engine.checkpoint.sidecar import SIDECAR_DIR, Sidecar, open_sidecar
+from airflow_provider_streamstate.engine.checkpoint.swap import LAST_SWAP_FILE
 from airflow_provider_streamstate.engine.core.errors import StreamRunningError
 from airflow_provider_streamstate.engine.core.records import load_record
 
@@ -36,6 +49,11 @@ STALE_SLACK_S = 10.0  # on top of 3 intervals: GC pauses, slow disks
 MAX_RECORD_BYTES = 64 * 1024
 MAX_NAME_CHARS = 256  # query_id, run_id, query_name, host
 MAX_EXCEPTION_CHARS = 2048  # the first line of the query's exception; writers truncate
+# How long after its last write a checkpoint without a heartbeat is taken for running: a
+# trigger interval or two of most streams. STREAMSTATE_UNMANAGED_WINDOW_S overrides it (0: a
+# checkpoint without a heartbeat is never taken for running).
+UNMANAGED_WINDOW_S = 120.0
+ENV_UNMANAGED_WINDOW = "STREAMSTATE_UNMANAGED_WINDOW_S"
 
 
 @dataclass(frozen=True)
@@ -150,12 +168,64 @@ def is_running(checkpoint: str | Path | Sidecar | CheckpointFS, *, now: datetime
     return _running(read_heartbeat(checkpoint), now)
 
 
+def unmanaged_window_s() -> float:
+    try:
+        return max(0.0, float(os.environ.get(ENV_UNMANAGED_WINDOW, UNMANAGED_WINDOW_S)))
+    except ValueError:
+        return UNMANAGED_WINDOW_S
+
+
+def _newest(times: dict[str, float]) -> tuple[int, float] | None:
+    batches = [(int(n), t) for n, t in times.items() if n.isdigit()]
+    return max(batches) if batches else None
+
+
+_READ = object()
+
+
+def unmanaged_writer(checkpoint: str | Path | Sidecar | CheckpointFS, beat: Any = _READ, *,
+                     now: float | None = None) -> str | None:
+    """What says a query not started by streamstate is writing the checkpoint (its newest
+    batch written lately, after the last heartbeat's batch: `beat`, read here unless the
+    caller read it), or None; see the module docstring."""
+    window = unmanaged_window_s()
+    if window <= 0:
+        return None
+    side = open_sidecar(checkpoint)
+    if beat is _READ:
+        beat = read_heartbeat(side)
+    fs = side.fs
+    newest = [n for n in (_newest(fs.modified_times("offsets")), _newest(fs.modified_times("commits"))) if n]
+    if not newest:
+        return None
+    batch = max(b for b, _ in newest)
+    written = max(t for _, t in newest)
+    if beat is not None and beat.batch_id is not None and batch <= beat.batch_id + 1:
+        return None  # the heartbeat's own query wrote it (the next batch may be planned, not beaten)
+    age = (now if now is not None else time.time()) - written
+    if age > window:
+        return None
+    ours = fs.modified_times(SIDECAR_DIR)  # a restore's lineage and a swap's record, written after their files
+    if any(ours.get(rel.rpartition("/")[2], 0.0) >= written for rel in (LINEAGE_FILE, LAST_SWAP_FILE)):
+        return None  # streamstate wrote the files (a restore, a rescale)
+    return (f"its batch {batch} was written {max(age, 0):.0f}s ago and no streamstate heartbeat is beside it: a query "
+            "not started by streamstate is running on it")
+
+
 def assert_not_running(checkpoint: str | Path | Sidecar | CheckpointFS, what: str) -> None:
     """Raise StreamRunningError when a stream is running on `checkpoint` (`what`: the
-    operation refused, as in "cannot <what>")."""
+    operation refused, as in "cannot <what>"): a fresh heartbeat says so, or the
+    checkpoint's own writes do (`unmanaged_writer`)."""
     side = open_sidecar(checkpoint)
     beat = read_heartbeat(side)  # read once: the verdict and the message agree
     if beat is None or not _running(beat, None):
+        other = unmanaged_writer(side, beat)
+        if other is not None:
+            window = unmanaged_window_s()
+            raise StreamRunningError(
+                f"cannot {what}: {side.location} is being written: {other}",
+                hint=f"stop that query; a checkpoint is taken for stopped {window:.0f}s after its last write "
+                f"({ENV_UNMANAGED_WINDOW}=0 says it is stopped now)")
         return
     age = beat.age_s()
     raise StreamRunningError(

@@ -48,6 +48,7 @@ from airflow_provider_streamstate.engine.checkpoint.liveness import (
     is_running,
     now_iso,
     read_heartbeat,
+    unmanaged_writer,
 )
 from airflow_provider_streamstate.engine.checkpoint.sidecar import (
     Sidecar,
@@ -131,6 +132,7 @@ class StreamStatus:
     last_error: str | None  # the query's exception, or the log's last error line, once it died
     log: str | None  # the driver's log: a file on the launching host, or the cluster's container logs
     app: AppReport | None = None  # the cluster manager's view, for a driver on a cluster
+    writer: str | None = None  # running, but not through streamstate: what says so (liveness.unmanaged_writer)
 
     def to_json(self) -> dict[str, Any]:
         beat = self.heartbeat
@@ -147,6 +149,7 @@ class StreamStatus:
             "last_error": self.last_error,
             "log": self.log,
             "cluster_app": self.app.to_json() if self.app else None,
+            "unmanaged_writer": self.writer,
         }
 
 
@@ -200,6 +203,10 @@ def status(checkpoint: str | Path | Sidecar | CheckpointFS) -> StreamStatus:
     - `dead`: the driver is gone without saying so (killed, crashed, stale heartbeat),
       or it exited before its query started;
     - `absent`: nothing was ever launched or beaten on this checkpoint.
+
+    A checkpoint that is not `running`/`starting` by these records but whose own files say
+    a query is writing it (a plain spark-submit: `liveness.unmanaged_writer`) is `running`,
+    with `writer` saying so.
     """
     side = open_sidecar(checkpoint)
     launch = read_launch(side)
@@ -242,11 +249,14 @@ def status(checkpoint: str | Path | Sidecar | CheckpointFS) -> StreamStatus:
     else:
         state = "absent"
 
+    writer = unmanaged_writer(side, beat) if state not in ("running", "starting") else None
+    if writer is not None:
+        state = "running"
     last_error = None
     if state in ("failed", "dead"):  # the log is on the launching host; the driver record is everywhere
         last_error = ((beat.exception if beat and state == "failed" else None) or last_error_line(log_path)
                       or (driver.error if driver else None))
-    return StreamStatus(side.location, state, handle, beat, alive, exit_code, last_error, log_path)
+    return StreamStatus(side.location, state, handle, beat, alive, exit_code, last_error, log_path, writer=writer)
 
 
 def _cluster_status(side: Sidecar, launch: LaunchRecord, beat: Heartbeat | None,
