@@ -6,6 +6,7 @@ cluster manager, for drivers in cluster deploy mode).
                                  [--startup-timeout SECONDS] [--json]
     streamstate stream status    (--checkpoint CKPT | --spec SPEC) [--json]
     streamstate stream stop      (--checkpoint CKPT | --spec SPEC) [--timeout SECONDS] [--json]
+    streamstate stream recover   (--checkpoint CKPT | --spec SPEC) [--json]
     streamstate stream supervise --spec SPEC [--max-lag N] [--freshness SECONDS]
                                  [--restore checkpoint-errors|any-failure|never] [--snapshot SNAPSHOT]
                                  [--settle SECONDS] [--kafka-bootstrap HOST:PORT] [--json]
@@ -51,7 +52,8 @@ def register(commands: Any) -> Handlers:
     start.add_argument("--json", action="store_true", help="print one JSON document on stdout")
 
     for name, text in (("status", "the stream's state: the records beside its checkpoint and its cluster manager"),
-                       ("stop", "stop it gracefully (after its batch), then kill it after --timeout")):
+                       ("stop", "stop it gracefully (after its batch), then kill it after --timeout"),
+                       ("recover", "finish a rescale or restore a crash left half-swapped (fenced) on the checkpoint")):
         p = sub.add_parser(name, help=text)
         where = p.add_mutually_exclusive_group(required=True)
         where.add_argument("--checkpoint", help="the stream's checkpoint (a path or s3a://bucket/path)")
@@ -74,7 +76,7 @@ def register(commands: Any) -> Handlers:
     add_kafka_options(sup, required=False, help="the stream's Kafka cluster, for the lag checks")
     sup.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     return {("stream", "start"): cmd_start, ("stream", "status"): cmd_status, ("stream", "stop"): cmd_stop,
-            ("stream", "supervise"): cmd_supervise}
+            ("stream", "recover"): cmd_recover, ("stream", "supervise"): cmd_supervise}
 
 
 def _starter(spec: Any) -> Any:
@@ -119,6 +121,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     if beat is not None:
         lines.append(f"  query {beat.query_name or beat.query_id}: batch {beat.batch_id}, last beat "
                      f"{beat.age_s():.0f}s ago ({beat.host})")
+    if st.writer:
+        lines.append(f"  not started by streamstate: {st.writer}")
     if st.last_error:
         lines.append(f"  last error: {st.last_error}")
     unfinished = _unfinished_repartition(_checkpoint(args))
@@ -151,6 +155,17 @@ def cmd_stop(args: argparse.Namespace) -> int:
                            requested_by=f"streamstate stream stop on {socket.gethostname()}")
     print_result(args, result.to_json(), f"{result.checkpoint}: {result.outcome} in {result.seconds:.1f}s "
                                          f"(state {result.state}, exit code {result.exit_code})")
+    return EXIT_OK
+
+
+def cmd_recover(args: argparse.Namespace) -> int:
+    from airflow_provider_streamstate.engine.checkpoint.filesystems import open_checkpoint_fs
+    from airflow_provider_streamstate.engine.checkpoint.swap import recover_swap
+
+    location = _checkpoint(args)
+    actions = recover_swap(open_checkpoint_fs(location))
+    print_result(args, {"checkpoint": location, "actions": actions},
+                 "\n".join(f"{location}: {a}" for a in actions) or f"{location}: no swap to finish")
     return EXIT_OK
 
 

@@ -10,31 +10,44 @@ with no way back; it refuses HDFS-backed state only after writing the batch's of
 which leaves the checkpoint unstartable. `rescale_stream` composes it safely:
 
 1. Refuse what cannot work, before anything is written: fewer than one partition, the
-   number the state has already, a running stream (in place), HDFS-backed state, a
-   checkpoint without operator metadata (begun before Spark 4.0 and never run on 4.x), a
-   stream whose recorded Spark is older than 4.2.
+   number the state has already, a running stream (in place: a heartbeat, or a query not
+   started by streamstate whose writes show, `liveness.unmanaged_writer`), HDFS-backed
+   state, a checkpoint without operator metadata (begun before Spark 4.0 and never run on
+   4.x), a stream whose recorded Spark is older than 4.2, and (in place) a source snapshot
+   that is not the checkpoint's newest batch: the rescale would rewind it.
 2. The source: the given snapshot, else a new one of the (stopped) stream.
 3. Restore it to a work copy (in place: a sibling of the checkpoint; as a clone: the
-   target), run the repartition there as a Spark application through the stream's own
-   Spark and cluster manager (jobs/rescale_job.py, engine/streams/applications.py).
+   target) and run the repartition there as a Spark application through the stream's own
+   Spark and cluster manager (jobs/rescale_job.py, engine/streams/applications.py). The
+   source is read once and the state written once: the repartition batch's files are what
+   goes into production.
 4. Verify the copy: a digest of every operator's state at batch N and at N+1 without Spark
    (engine/lookup/digest.py): the same entries, byte for byte, in every store and column
-   family, each key in the partition Spark will look for it in.
-5. Snapshot the copy, labelled `rescaled-from=<source>` and `partitions=<a>-><b>`.
-6. In place: pin the source snapshot (rollback is one restore of it), restore the rescaled
-   snapshot onto the stopped stream's checkpoint (the restore's atomic swap), remove the
-   work copy. As a clone: the target is the clone (a new query id).
+   family, each key of N+1 in the partition Spark will look for it in.
+5. In place: pin the source snapshot (rollback is one restore of it), then swap the
+   repartition batch into the stopped stream's checkpoint (engine/checkpoint/swap.py): its
+   new files are moved in (renamed on a local disk and HDFS, copied server-side on S3)
+   behind a fence, with its offsets and commit created only if absent; the checkpoint must
+   still be at batch N with no query on it, checked before the fence goes up and after, so a
+   query that ran meanwhile (started by anyone) makes it refuse with nothing changed. The
+   checkpoint's records (`_streamstate/`) are not touched. Only then is the rescaled state
+   snapshotted (labelled `rescaled-from=<source>`, `partitions=<a>-><b>`): `latest` never
+   names state production does not have. As a clone: the target is the clone (a new query
+   id), snapshotted under the clone's name.
 
-The production checkpoint is untouched until the last step, and that step is a restore,
-which leaves it exactly as it was when it fails: a crash anywhere before leaves at most a
-work copy, which the next rescale replaces. Watermark and timers travel with the state:
-the repartition batch keeps batch N's watermark, and timers are state entries like any
-other (checked by the digest). Pure Python: the repartition itself runs in the stream's
-Spark, submitted with `command` (see `rescale_job_application`).
+What a crash leaves: before the swap, the production checkpoint untouched and at most a
+work copy (the next rescale replaces it); during it, a fenced checkpoint every Spark refuses
+to start, which `streamstate stream recover` (or the next restore or rescale) finishes from
+the work copy; after it, the rescaled checkpoint, and at worst no snapshot of it yet.
+Watermark and timers travel with the state: the repartition batch keeps batch N's
+watermark, and timers are state entries like any other (checked by the digest). Pure
+Python: the repartition itself runs in the stream's Spark, submitted with `command` (see
+`rescale_job_application`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -45,9 +58,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_streamstate.engine.catalog.retention import pin_snapshot
+from airflow_provider_streamstate.engine.catalog.retention import pin_snapshot, unpin_snapshot
 from airflow_provider_streamstate.engine.catalog.snapshots import resolve_snapshot
-from airflow_provider_streamstate.engine.checkpoint.filesystems import open_checkpoint_fs, streamstate_home
+from airflow_provider_streamstate.engine.checkpoint.filesystems import (
+    CheckpointFS,
+    open_checkpoint_fs,
+    streamstate_home,
+)
+from airflow_provider_streamstate.engine.checkpoint.filesystems.base import SIDECAR_DIR
 from airflow_provider_streamstate.engine.checkpoint.liveness import read_heartbeat
 from airflow_provider_streamstate.engine.checkpoint.reader import (
     HDFS_PROVIDER,
@@ -56,7 +74,9 @@ from airflow_provider_streamstate.engine.checkpoint.reader import (
     state_partitions,
 )
 from airflow_provider_streamstate.engine.checkpoint.repartition import REPARTITION_RECORD, repartition_at
+from airflow_provider_streamstate.engine.checkpoint.swap import Put, apply_swap, new_record, recover_swap
 from airflow_provider_streamstate.engine.core.errors import (
+    CheckpointChanged,
     CorruptionError,
     StreamRunningError,
     StreamstateError,
@@ -213,77 +233,145 @@ def rescale_stream(
     started = time.monotonic()
     seconds: dict[str, float] = {}
     in_place = target is None
+    fs = open_checkpoint_fs(checkpoint, connection=connection)
     if in_place:
-        st = launcher.status(open_checkpoint_fs(checkpoint, connection=connection))
-        if st.state in ("running", "starting"):
-            raise StreamRunningError(f"stream {stream} is {st.state} on {checkpoint}: stop it before rescaling it in "
-                                     "place", hint="stop it (StopStreamOperator, `streamstate stream stop`), or "
-                                     "rescale a clone with --target")
+        recover_swap(fs)  # a crashed swap of this checkpoint is finished first (it changes nothing else)
+        _refuse_running(fs, stream)
     elif target and target.rstrip("/") == checkpoint.rstrip("/"):
         raise UsageError("the clone's target is the stream's own checkpoint", hint="rescale in place instead")
-    beat_version = None
     if snapshot is None:
-        reader = CheckpointReader(checkpoint, connection=connection)
+        reader = CheckpointReader(fs)
         beat = read_heartbeat(reader.fs)
         beat_version = beat.spark_version if beat is not None else None
         _check_checkpoint(reader, partitions, beat_version)
-        source = create_snapshot(checkpoint, store, stream, parallelism=parallelism, checkpoint_connection=connection,
-                                 spark_version=beat_version).manifest
+        source = create_snapshot(fs, store, stream, parallelism=parallelism, spark_version=beat_version).manifest
         seconds["snapshot"] = time.monotonic() - started
     else:
         source = resolve_snapshot(store, stream, snapshot)
     before = _check_manifest(source, partitions)
+    if in_place:
+        _check_at_source(fs, source)
     work = target or work_location(checkpoint, partitions)
+    work_fs = fs.relocated(work) if in_place else open_checkpoint_fs(work, connection=connection)
     created = False  # a target the user gave is removed only once this call has written it
     log.info("rescaling %s from %d to %d state partitions: snapshot %s (batch %d) into %s", stream, before,
              partitions, source.snapshot_id, source.batch_id, work)
+    if in_place:
+        _remove(work_fs)  # what a crashed rescale left (a swap that needed it was finished above)
     try:
         t = time.monotonic()
-        restore_snapshot(store, stream, source.snapshot_id, work, force=in_place, connection=connection,
-                         new_query_id=not in_place, parallelism=parallelism)
+        restore_snapshot(store, stream, source.snapshot_id, work_fs, new_query_id=not in_place,
+                         parallelism=parallelism)
         created = True
+        restored = work_fs.versions()
         seconds["restore"] = time.monotonic() - t
         t = time.monotonic()
-        spark_version = _repartition(stream, work, partitions, command, timeout_s, on_submit, connection)
+        spark_version = _repartition(stream, work_fs, partitions, command, timeout_s, on_submit)
         seconds["repartition"] = time.monotonic() - t
         t = time.monotonic()
         batch, digest = _verify(work, source.batch_id, before, partitions, connection)
         seconds["verify"] = time.monotonic() - t
-        t = time.monotonic()
-        name = stream if in_place else (clone_name or f"{stream}-rescaled")
+        spark_version = spark_version or source.spark_version
         labels = {LABEL_FROM: source.snapshot_id, LABEL_PARTITIONS: f"{before}->{partitions}"}
-        if not in_place:
+        pinned = None
+        if in_place:
+            t = time.monotonic()
+            puts = _repartition_batch_files(work_fs, restored, batch)
+            pinned = source.snapshot_id if pin_snapshot(
+                store, stream, source.snapshot_id,
+                reason=f"before rescaling {before}->{partitions}: restore it to roll back") else None
+            try:
+                _swap(fs, work_fs, stream, source, puts, batch, f"{before}->{partitions}")
+            except BaseException:
+                if pinned is not None:  # nothing changed: the pin has nothing to roll back to
+                    unpin_snapshot(store, stream, pinned)
+                raise
+            pinned = source.snapshot_id
+            seconds["swap"] = time.monotonic() - t
+            snap_of, name = fs, stream
+        else:
             labels["source-stream"] = stream
-        rescaled = create_snapshot(work, store, name, labels=labels, parallelism=parallelism,
-                                   checkpoint_connection=connection, spark_version=spark_version or source.spark_version,
-                                   always=True).manifest
-        seconds["snapshot_rescaled"] = time.monotonic() - t
+            snap_of, name = work_fs, clone_name or f"{stream}-rescaled"
     except BaseException:
-        if created or in_place:  # a copy that did not verify is not left half made
-            _remove(work, connection)
+        if created or in_place:  # a copy that did not verify, or that the swap refused, is not left behind
+            _remove(work_fs)
         raise
-    pinned = None
+    t = time.monotonic()
+    rescaled = create_snapshot(snap_of, store, name, batch_id=batch, labels=labels, parallelism=parallelism,
+                               spark_version=spark_version, always=True).manifest
+    seconds["snapshot_rescaled"] = time.monotonic() - t
     if in_place:
-        t = time.monotonic()
-        pin_snapshot(store, stream, source.snapshot_id,
-                     reason=f"before rescaling {before}->{partitions} ({rescaled.snapshot_id}): restore it to roll back")
-        pinned = source.snapshot_id
-        restore_snapshot(store, stream, rescaled.snapshot_id, checkpoint, force=True, connection=connection,
-                         parallelism=parallelism)
-        _remove(work, connection)
-        seconds["swap"] = time.monotonic() - t
+        _remove(work_fs)
     seconds["total"] = time.monotonic() - started
     log.info("rescaled %s: %d -> %d partitions, snapshot %s (%s)", stream, before, partitions,
              rescaled.snapshot_id, "in place" if in_place else f"clone at {work}")
     return RescaleResult(stream, source.snapshot_id, rescaled.snapshot_id, before, partitions, batch,
-                         checkpoint if in_place else work, in_place, pinned, spark_version or source.spark_version,
+                         checkpoint if in_place else work, in_place, pinned, spark_version,
                          [s.to_json() for s in digest.stores], seconds)
 
 
-def _repartition(stream: str, location: str, partitions: int, command: CommandFor, timeout_s: float | None,
-                 on_submit: Callable[[Any], None] | None, connection: Any) -> str | None:
-    """Run the repartition job on `location` through the stream's Spark; Spark's version."""
-    argv, env = command(rescale_job_arguments(location, partitions))
+def _refuse_running(fs: CheckpointFS, stream: str) -> None:
+    """A stream running on the checkpoint, by its heartbeat, its launch, or its own writes."""
+    st = launcher.status(fs)
+    if st.state in ("running", "starting"):
+        why = f" ({st.writer})" if st.writer else ""
+        raise StreamRunningError(f"stream {stream} is {st.state} on {fs.location}{why}: stop it before rescaling it in "
+                                 "place", hint="stop it (StopStreamOperator, `streamstate stream stop`), or "
+                                 "rescale a clone with --target")
+
+
+def _check_at_source(fs: CheckpointFS, source: Manifest) -> None:
+    """The checkpoint is still where the source snapshot cut it: its newest offsets and
+    commit are batch N, the very files the snapshot holds. Else an in-place rescale would put
+    batch N+1 on top of other history (rewind it, or fork it)."""
+    reader = CheckpointReader(fs.fresh())
+    offsets, commits = reader.offset_batches(), reader.committed_batches()
+    newest = (offsets[-1] if offsets else None, commits[-1] if commits else None)
+    n = source.batch_id
+    if newest != (n, n):
+        raise CheckpointChanged(
+            f"checkpoint {fs.location} is at batch {newest[0]} (committed {newest[1]}), not at batch {n} of "
+            f"snapshot {source.snapshot_id}: rescaling it in place from that snapshot would rewind it",
+            hint="rescale without --snapshot (a new snapshot of the stopped stream is the source), or restore "
+                 "that snapshot first")
+    by_path = {e.path: e.sha256 for e in source.files}
+    for rel in (f"offsets/{n}", f"commits/{n}"):
+        if by_path.get(rel) != hashlib.sha256(fs.read_bytes(rel)).hexdigest():
+            raise CheckpointChanged(
+                f"{fs.where(rel)} is not the file snapshot {source.snapshot_id} holds: the checkpoint was changed "
+                "since it was taken", hint="rescale without --snapshot (a new snapshot is the source)")
+
+
+def _repartition_batch_files(work: CheckpointFS, restored: dict[str, tuple[int, str]], batch: int) -> list[Put]:
+    """What the repartition wrote into the work copy (new or changed since the restore, the
+    copy's own records aside): the files a swap moves into production. Its offsets and
+    commit are created only if absent (a query writing that batch meanwhile wins, and the
+    swap refuses)."""
+    exclusive = {f"offsets/{batch}", f"commits/{batch}"}
+    now = work.versions()
+    return [Put(rel, size, exclusive=rel in exclusive) for rel, (size, token) in sorted(now.items())
+            if restored.get(rel) != (size, token) and not rel.startswith(SIDECAR_DIR + "/")]
+
+
+def _swap(fs: CheckpointFS, work: CheckpointFS, stream: str, source: Manifest, puts: list[Put], batch: int,
+          change: str) -> None:
+    """The repartition batch into the checkpoint, behind a fence, while nothing runs on it
+    and it is still at the source's batch (checked before the fence and again after it)."""
+    metadata = fs.read_record("metadata")
+
+    def still_stopped_at_source() -> None:
+        _refuse_running(fs, stream)
+        _check_at_source(fs, source)
+
+    record = new_record("rescale", f"rescale {change} of {stream}: batch {batch} on batch {source.batch_id}", work,
+                        puts, (), metadata=metadata, metadata_before=metadata)
+    apply_swap(fs, work, record, check=still_stopped_at_source)
+
+
+def _repartition(stream: str, work: CheckpointFS, partitions: int, command: CommandFor, timeout_s: float | None,
+                 on_submit: Callable[[Any], None] | None) -> str | None:
+    """Run the repartition job on the work copy through the stream's Spark; Spark's version."""
+    argv, env = command(rescale_job_arguments(work.shared_location, partitions))
     logs = streamstate_home() / "rescale"
     logs.mkdir(parents=True, exist_ok=True)
     prune_logs(logs)
@@ -294,7 +382,7 @@ def _repartition(stream: str, location: str, partitions: int, command: CommandFo
                      on_submit=on_submit)
     raw = None
     try:
-        raw = open_checkpoint_fs(location, connection=connection).read_record(REPARTITION_RECORD)
+        raw = work.read_record(REPARTITION_RECORD)
     except (StreamstateError, OSError):
         pass
     record = json.loads(raw) if raw else {}
@@ -333,8 +421,9 @@ def _verify(location: str, batch: int, before: int, partitions: int, connection:
     return done.batch_id, new
 
 
-def _remove(location: str, connection: Any) -> None:
+def _remove(work: CheckpointFS) -> None:
     try:
-        open_checkpoint_fs(location, connection=connection).delete_all()
+        if work.exists():
+            work.delete_all()
     except (StreamstateError, OSError) as exc:
-        log.warning("could not remove the work copy %s: %s", location, exc)
+        log.warning("could not remove the work copy %s: %s", work.location, exc)
