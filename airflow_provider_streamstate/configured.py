@@ -4,7 +4,7 @@ is checked as a `StreamSpec` before any task touches a stream, so one typo fails
 at once with its name, instead of one mapped task per stream later.
 
 Secrets stay out of XCom and task logs: the specs a task returns carry their secrets
-(confs, environment and options with sensitive names: engine/core/redact.py) as `***`,
+(confs, environment and options with sensitive names: engine/core/config/redact.py) as `***`,
 and every task that resolves a spec registers its secrets with Airflow's secrets masker
 and completes a redacted spec from the configured streams by its name.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_provider_streamstate.engine.core.redact import REDACTED
+from airflow_provider_streamstate.engine.core.config.redact import REDACTED
 from airflow_provider_streamstate.spec import StreamSpec
 
 STREAMS_VARIABLE = "streamstate_streams"

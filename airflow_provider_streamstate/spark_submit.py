@@ -20,9 +20,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from airflow_provider_streamstate.engine.core.config.redact import redact_command, sensitive_values
+from airflow_provider_streamstate.engine.core.config.values import optional_duration
 from airflow_provider_streamstate.engine.core.errors import UsageError
-from airflow_provider_streamstate.engine.core.redact import redact_command, sensitive_values
-from airflow_provider_streamstate.engine.core.values import optional_duration
 
 _HOOK_LOG = logging.getLogger("streamstate.spark_submit")
 

@@ -23,14 +23,14 @@ import string
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, ClassVar
 
-from airflow_provider_streamstate.engine.core.errors import UsageError
-from airflow_provider_streamstate.engine.core.manifest import validate_stream_name
-from airflow_provider_streamstate.engine.core.redact import (
+from airflow_provider_streamstate.engine.core.config.redact import (
     REDACTED,
     redact_command,
     redact_mapping,
     sensitive_values,
 )
+from airflow_provider_streamstate.engine.core.errors import UsageError
+from airflow_provider_streamstate.engine.core.manifest import validate_stream_name
 
 _PLACEHOLDERS = {"checkpoint", "name", "sinks"}
 
@@ -100,7 +100,7 @@ class StreamSpec:
 
     def secret_values(self) -> list[str]:
         """The values of its confs, environment and argument options with sensitive names
-        (engine/core/redact.py): what must never be written down or shown."""
+        (engine/core/config/redact.py): what must never be written down or shown."""
         return sensitive_values(conf=self.conf, env=self.env, args=self.application_args)
 
     def redacted(self) -> StreamSpec:

@@ -129,8 +129,8 @@ def add_parallelism(p: argparse.ArgumentParser) -> None:
 
 def duration(text: str) -> float:
     """An argparse type for `7d`, `12h`, `30m`: a bad one is a usage error (exit 2)."""
+    from airflow_provider_streamstate.engine.core.config.values import parse_duration
     from airflow_provider_streamstate.engine.core.errors import UsageError
-    from airflow_provider_streamstate.engine.core.values import parse_duration
 
     try:
         return parse_duration(text)

@@ -12,8 +12,8 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_streamstate.assets import FAILOVERS, checkpoint_asset, emit, with_outlet
 from airflow_provider_streamstate.configured import stream_spec
+from airflow_provider_streamstate.engine.core.config.values import optional_duration, parse_flag
 from airflow_provider_streamstate.engine.core.errors import StreamstateError
-from airflow_provider_streamstate.engine.core.values import optional_duration, parse_flag
 from airflow_provider_streamstate.links import SnapshotLink
 from airflow_provider_streamstate.operators.base import StreamTask
 from airflow_provider_streamstate.spec import StreamSpec

@@ -76,7 +76,7 @@ class RestorePipelineOperator(PipelineTask):
         self.clone = clone
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_streamstate.engine.core.values import optional_duration
+        from airflow_provider_streamstate.engine.core.config.values import optional_duration
         from airflow_provider_streamstate.engine.pipeline.restore import PipelineClone, restore_pipeline
         from airflow_provider_streamstate.engine.pipeline.snapshots import get_pipeline_snapshot
 
@@ -273,7 +273,7 @@ class PipelineRetentionOperator(PipelineTask):
         self.dry_run: Any = dry_run
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_streamstate.engine.core.values import parse_flag
+        from airflow_provider_streamstate.engine.core.config.values import parse_flag
         from airflow_provider_streamstate.engine.pipeline.retention import apply_pipeline_retention
 
         c = self.configured

@@ -9,7 +9,7 @@ from typing import Any
 
 from airflow.sdk import Context
 
-from airflow_provider_streamstate.engine.core.values import optional_duration
+from airflow_provider_streamstate.engine.core.config.values import optional_duration
 from airflow_provider_streamstate.operators.base import StreamTask
 from airflow_provider_streamstate.task_errors import engine_errors
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from airflow.sdk import Context
 
-from airflow_provider_streamstate.engine.core.values import optional_duration, parse_flag
+from airflow_provider_streamstate.engine.core.config.values import optional_duration, parse_flag
 from airflow_provider_streamstate.operators.base import StreamTask, Subject
 from airflow_provider_streamstate.spec import StreamSpec
 from airflow_provider_streamstate.task_errors import engine_errors

@@ -19,7 +19,7 @@ from typing import Any
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider_streamstate.engine.core.values import parse_duration, parse_flag
+from airflow_provider_streamstate.engine.core.config.values import parse_duration, parse_flag
 from airflow_provider_streamstate.operators.base import StreamTask
 from airflow_provider_streamstate.spec import StreamSpec
 from airflow_provider_streamstate.task_errors import engine_errors

@@ -17,9 +17,9 @@ from airflow_provider_streamstate.engine.catalog.retention import (
     unpin_snapshot,
 )
 from airflow_provider_streamstate.engine.catalog.timeline import new_timeline
+from airflow_provider_streamstate.engine.core.config.values import parse_duration
 from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.engine.core.manifest import SnapshotRef
-from airflow_provider_streamstate.engine.core.values import parse_duration
 from airflow_provider_streamstate.engine.stores.base import tombstone_key
 from airflow_provider_streamstate.engine.stores.local import LocalStore
 from tests.unit.store_history import at, put_snapshot, put_validation
@@ -164,7 +164,7 @@ def test_a_negative_keep_last_is_refused() -> None:
 def test_durations_print_in_their_exact_unit_only_while_short() -> None:
     """An age that happens to be a whole number of minutes (a run at a minute boundary) is
     still printed in days, as any other age of that size."""
-    from airflow_provider_streamstate.engine.core.values import format_duration
+    from airflow_provider_streamstate.engine.core.config.values import format_duration
 
     assert [format_duration(s) for s in (22221 * 60, 90 * 60, 36 * 3600, 7 * 86400, 5)] == [
         "15.4d", "90m", "36h", "1w", "5s"]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_streamstate.engine.core.redact import (
+from airflow_provider_streamstate.engine.core.config.redact import (
     REDACTED,
     is_sensitive,
     redact_command,

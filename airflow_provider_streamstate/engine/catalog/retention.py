@@ -36,6 +36,7 @@ from typing import Any
 from airflow_provider_streamstate.engine.catalog.index import SnapshotSummary, SummaryListing, list_summaries
 from airflow_provider_streamstate.engine.catalog.snapshots import get_snapshot
 from airflow_provider_streamstate.engine.catalog.validation_records import get_validation
+from airflow_provider_streamstate.engine.core.config.values import format_duration
 from airflow_provider_streamstate.engine.core.errors import NotFoundError, UnsafeManifestError, UsageError
 from airflow_provider_streamstate.engine.core.manifest import (
     SnapshotRef,
@@ -43,7 +44,6 @@ from airflow_provider_streamstate.engine.core.manifest import (
     validate_stream_name,
 )
 from airflow_provider_streamstate.engine.core.parallel import run_parallel
-from airflow_provider_streamstate.engine.core.values import format_duration
 from airflow_provider_streamstate.engine.stores.base import (
     STREAMS_PREFIX,
     ManifestExistsError,

@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from airflow_provider_streamstate.engine.core import hadoop_conf
+from airflow_provider_streamstate.engine.core.config import hadoop_conf
 from airflow_provider_streamstate.engine.core.errors import StreamstateError, TransientError, UsageError
 
 DEFAULT_RPC_PORT = 8020

@@ -1,7 +1,7 @@
 """Keeping a stream's secrets off the spark-submit command line.
 
 A command line is public on its host (`ps`, /proc/<pid>/cmdline) and is what launchers log,
-so a Spark conf with a sensitive name (engine/core/redact.py: `spark.hadoop.fs.s3a.secret.key`,
+so a Spark conf with a sensitive name (engine/core/config/redact.py: `spark.hadoop.fs.s3a.secret.key`,
 `spark.yarn.appMasterEnv.AWS_SECRET_ACCESS_KEY`, a Kafka JAAS config) is moved from its
 `--conf KEY=VALUE` into a properties file readable by this user only, which spark-submit
 reads with `--properties-file`. spark-defaults.conf (which spark-submit then skips) and a
@@ -17,7 +17,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from airflow_provider_streamstate.engine.core.redact import is_sensitive
+from airflow_provider_streamstate.engine.core.config.redact import is_sensitive
 
 # The supervised driver deletes the file named here once it runs (Spark has read it by then).
 ENV_SECRETS_FILE = "STREAMSTATE_SECRETS_FILE"

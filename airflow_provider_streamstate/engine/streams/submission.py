@@ -21,8 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from airflow_provider_streamstate.engine.core.config.redact import redact_command, sensitive_values
 from airflow_provider_streamstate.engine.core.errors import UsageError
-from airflow_provider_streamstate.engine.core.redact import redact_command, sensitive_values
 from airflow_provider_streamstate.engine.streams import processes
 from airflow_provider_streamstate.engine.streams.command import master_of
 from airflow_provider_streamstate.engine.streams.managers import ClusterApp, ClusterManager, manager_for

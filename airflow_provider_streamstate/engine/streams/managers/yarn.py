@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_streamstate.engine.core import hadoop_conf
+from airflow_provider_streamstate.engine.core.config import hadoop_conf
 from airflow_provider_streamstate.engine.core.errors import (
     NotFoundError,
     StreamstateError,
