@@ -65,8 +65,10 @@ def cmd_rescale(args: argparse.Namespace) -> int:
     result = rescale_spec(spec, args.partitions, snapshot=args.snapshot, target=args.target,
                           clone_name=args.clone_name, timeout_s=args.timeout, parallelism=args.parallelism)
     where = "in place" if result.in_place else f"as a clone at {result.checkpoint}"
+    snapshot = (f"snapshot {result.rescaled_snapshot}" if result.rescaled_snapshot else
+                f"not snapshotted ({result.snapshot_error}: take one with `streamstate snapshot create`)")
     text = (f"rescaled {result.stream} {result.from_partitions} -> {result.to_partitions} state partitions {where}: "
-            f"snapshot {result.rescaled_snapshot} (from {result.source_snapshot}, repartition batch "
+            f"{snapshot} (from {result.source_snapshot}, repartition batch "
             f"{result.repartition_batch}, {sum(s['entries'] for s in result.stores)} entries verified)")
     if result.pinned:
         text += f"; {result.pinned} is pinned: restore it to roll back"

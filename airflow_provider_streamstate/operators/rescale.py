@@ -74,4 +74,6 @@ class RescaleStreamOperator(StreamTask):
                       result.from_partitions, result.to_partitions, result.rescaled_snapshot, result.source_snapshot,
                       result.repartition_batch,
                       f"; {result.pinned} is pinned for a rollback" if result.pinned else "")
+        if result.snapshot_error:
+            self.log.warning("the rescaled state is in place, but its snapshot failed: %s", result.snapshot_error)
         return dict(result.to_json())

@@ -2,21 +2,27 @@
 counts and sums per key of the JSON lines in ROOT/in, checkpointed at CKPT.
 
     python repartition_probe.py run CKPT ROOT PROVIDER PARTITIONS   (to the end of its input)
+    python repartition_probe.py follow CKPT ROOT PROVIDER PARTITIONS STOP
+                                                    (a batch a second, until the file STOP exists)
     python repartition_probe.py repartition CKPT N                  (Spark's own API, called directly)
     python repartition_probe.py state CKPT [STATE_VAR]              (its state, as Spark reads it)
+    python repartition_probe.py wait PATH                           (until the file PATH exists)
 
 PROVIDER `tws` runs a transformWithStateInPandas count instead (RocksDB): a value state
 `total` and a list state `seen` of every value of the key, in arrival order. `run` reads one
 file a batch.
 
 Commands joined by `--` run in order in one Spark session (one JVM start, the dearest part
-of each), each printing one JSON line on stdout: the batches run, Spark's error class, or
-the state."""
+of each), each printing one JSON line on stdout: the batches run (or `refused`: the error
+Spark's `start()` raised), Spark's error class, or the state. `PROBE_CONF` (JSON) adds Spark
+confs to the session (S3A for an s3a:// checkpoint; HDFS comes with HADOOP_CONF_DIR)."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -28,8 +34,11 @@ PROVIDERS = {"hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedS
 def session(conf: dict[str, str]) -> SparkSession:
     """The process's one local session, with `conf` set for what runs next (the SQL confs a
     query reads when it starts)."""
-    spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false") \
-        .config("spark.ui.showConsoleProgress", "false").config("spark.driver.host", "127.0.0.1").getOrCreate()
+    builder = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false") \
+        .config("spark.ui.showConsoleProgress", "false").config("spark.driver.host", "127.0.0.1")
+    for k, v in json.loads(os.environ.get("PROBE_CONF", "{}")).items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     for k, v in conf.items():
         spark.conf.set(k, v)
@@ -63,6 +72,11 @@ def tws_counts(df):  # noqa: ANN001, ANN201 - a DataFrame in, a DataFrame out
 
 def command(argv: list[str]) -> None:
     mode, ckpt = argv[1], argv[2]
+    if mode == "wait":  # the caller acts meanwhile (a recovery), on the answers so far
+        while not os.path.exists(ckpt):
+            time.sleep(0.2)
+        print(json.dumps({"waited": ckpt}))
+        return
     if mode == "run" and argv[4] == "tws":
         root, partitions = argv[3], argv[5]
         spark = session({"spark.sql.shuffle.partitions": partitions,
@@ -72,14 +86,26 @@ def command(argv: list[str]) -> None:
             .option("checkpointLocation", ckpt).trigger(availableNow=True).start()
         q.awaitTermination()
         print(json.dumps({"batch": q.lastProgress["batchId"] if q.lastProgress else None}))
-    elif mode == "run":
+    elif mode in ("run", "follow"):
         root, provider, partitions = argv[3], argv[4], argv[5]
         spark = session({"spark.sql.shuffle.partitions": partitions,
                          "spark.sql.streaming.stateStore.providerClass": PROVIDERS[provider]})
         df = spark.readStream.schema("k string, v long").json(f"{root}/in")
-        q = df.groupBy("k").agg(F.count("*").alias("c"), F.sum("v").alias("s")).writeStream \
-            .foreachBatch(lambda d, b: d.count()).outputMode("update").option("checkpointLocation", ckpt) \
-            .trigger(availableNow=True).start()
+        writer = df.groupBy("k").agg(F.count("*").alias("c"), F.sum("v").alias("s")).writeStream \
+            .foreachBatch(lambda d, b: d.count()).outputMode("update").option("checkpointLocation", ckpt)
+        try:
+            q = (writer.trigger(availableNow=True) if mode == "run" else writer.trigger(processingTime="1 second"))\
+                .start()
+        except Exception as exc:  # noqa: BLE001 - what a plain spark-submit would die of is the answer
+            print(json.dumps({"refused": " ".join(str(exc).split())[:2000]}))
+            return
+        if mode == "follow":
+            while not os.path.exists(argv[6]):
+                time.sleep(0.2)
+                if not q.isActive:
+                    break
+            q.processAllAvailable()
+            q.stop()
         q.awaitTermination()
         print(json.dumps({"batch": q.lastProgress["batchId"] if q.lastProgress else None}))
     elif mode == "repartition":
@@ -105,6 +131,7 @@ def command(argv: list[str]) -> None:
 
 
 def main(argv: list[str]) -> int:
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[attr-defined]  # each answer as it comes
     args = argv[1:]
     while args:
         cut = args.index("--") if "--" in args else len(args)

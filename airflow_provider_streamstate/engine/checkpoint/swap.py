@@ -27,7 +27,7 @@ checkpoint; after 6's `metadata` write the new one; in between a fenced checkpoi
 every Spark refuses to start (and our launcher, snapshots and restores too, naming the way
 out). `recover_swap` (`streamstate stream recover`) finishes a fenced swap from its record:
 every file still at its source or already in place is put, the removes are done again, the
-final `metadata` lifts the fence. A source that lost a file it still had to give (a work
+final `metadata` lifts the fence, and the source (a work copy, a staging) is deleted. A source that lost a file it still had to give (a work
 copy deleted by hand) cannot be finished: the checkpoint stays fenced, and restoring a
 snapshot into it is the way out.
 """
@@ -255,6 +255,8 @@ def recover_swap(fs: CheckpointFS) -> list[str]:
             hint="restore a snapshot into the checkpoint (`streamstate restore ... --force`)")
     done = {p.rel for p in record.puts if _in_place(fs, p) and (source is fs or not _at_source(source, p))}
     _finish(fs, source, record, done=done)
+    if source is not fs:  # the work copy or staging the swap came from: nothing needs it now
+        source.delete_all()
     return [f"finished the {record.kind} that a crash interrupted ({record.description})"]
 
 

@@ -75,6 +75,7 @@ from airflow_provider_streamstate.engine.checkpoint.reader import (
 )
 from airflow_provider_streamstate.engine.checkpoint.repartition import REPARTITION_RECORD, repartition_at
 from airflow_provider_streamstate.engine.checkpoint.swap import Put, apply_swap, new_record, recover_swap
+from airflow_provider_streamstate.engine.core.crash_points import crash_point
 from airflow_provider_streamstate.engine.core.errors import (
     CheckpointChanged,
     CorruptionError,
@@ -123,7 +124,7 @@ def rescale_job_arguments(location: str, partitions: int) -> list[str]:
 class RescaleResult:
     stream: str
     source_snapshot: str
-    rescaled_snapshot: str
+    rescaled_snapshot: str | None  # None: in place, but its snapshot failed (`snapshot_error`)
     from_partitions: int
     to_partitions: int
     repartition_batch: int
@@ -133,6 +134,7 @@ class RescaleResult:
     spark_version: str | None
     stores: list[dict[str, Any]]  # the verified digest, per operator and store
     seconds: dict[str, float] = field(default_factory=dict)
+    snapshot_error: str | None = None  # why the rescaled state in place has no snapshot yet
 
     def to_json(self) -> dict[str, Any]:
         return {"stream": self.stream, "source_snapshot": self.source_snapshot,
@@ -140,7 +142,7 @@ class RescaleResult:
                 "to_partitions": self.to_partitions, "repartition_batch": self.repartition_batch,
                 "checkpoint": self.checkpoint, "in_place": self.in_place, "pinned": self.pinned,
                 "spark_version": self.spark_version, "stores": self.stores,
-                "seconds": {k: round(v, 3) for k, v in self.seconds.items()}}
+                "seconds": {k: round(v, 3) for k, v in self.seconds.items()}, "snapshot_error": self.snapshot_error}
 
 
 def _spark_line(version: str | None) -> tuple[int, int] | None:
@@ -265,15 +267,18 @@ def rescale_stream(
         created = True
         restored = work_fs.versions()
         seconds["restore"] = time.monotonic() - t
+        crash_point("rescale.restored")
         t = time.monotonic()
         spark_version = _repartition(stream, work_fs, partitions, command, timeout_s, on_submit)
         seconds["repartition"] = time.monotonic() - t
+        crash_point("rescale.repartitioned")
         t = time.monotonic()
         batch, digest = _verify(work, source.batch_id, before, partitions, connection)
         seconds["verify"] = time.monotonic() - t
         spark_version = spark_version or source.spark_version
         labels = {LABEL_FROM: source.snapshot_id, LABEL_PARTITIONS: f"{before}->{partitions}"}
         pinned = None
+        crash_point("rescale.verified")
         if in_place:
             t = time.monotonic()
             puts = _repartition_batch_files(work_fs, restored, batch)
@@ -288,26 +293,37 @@ def rescale_stream(
                 raise
             pinned = source.snapshot_id
             seconds["swap"] = time.monotonic() - t
-            snap_of, name = fs, stream
+            crash_point("rescale.swapped")
         else:
             labels["source-stream"] = stream
-            snap_of, name = work_fs, clone_name or f"{stream}-rescaled"
+            t = time.monotonic()
+            rescaled_id: str | None = create_snapshot(
+                work_fs, store, clone_name or f"{stream}-rescaled", batch_id=batch, labels=labels,
+                parallelism=parallelism, spark_version=spark_version, always=True).manifest.snapshot_id
+            seconds["snapshot_rescaled"] = time.monotonic() - t
     except BaseException:
         if created or in_place:  # a copy that did not verify, or that the swap refused, is not left behind
             _remove(work_fs)
         raise
-    t = time.monotonic()
-    rescaled = create_snapshot(snap_of, store, name, batch_id=batch, labels=labels, parallelism=parallelism,
-                               spark_version=spark_version, always=True).manifest
-    seconds["snapshot_rescaled"] = time.monotonic() - t
+    snapshot_error = None
     if in_place:
+        # The rescaled state is in place: its snapshot, and the work copy's removal, can only
+        # fail to happen now, never undo it (the scheduled snapshot DAG takes one anyway).
         _remove(work_fs)
+        t = time.monotonic()
+        try:
+            rescaled_id = create_snapshot(fs, store, stream, batch_id=batch, labels=labels, parallelism=parallelism,
+                                          spark_version=spark_version, always=True).manifest.snapshot_id
+        except StreamstateError as exc:
+            rescaled_id, snapshot_error = None, exc.one_line()
+            log.warning("%s is rescaled in place, but its snapshot failed: %s", stream, snapshot_error)
+        seconds["snapshot_rescaled"] = time.monotonic() - t
     seconds["total"] = time.monotonic() - started
-    log.info("rescaled %s: %d -> %d partitions, snapshot %s (%s)", stream, before, partitions,
-             rescaled.snapshot_id, "in place" if in_place else f"clone at {work}")
-    return RescaleResult(stream, source.snapshot_id, rescaled.snapshot_id, before, partitions, batch,
+    log.info("rescaled %s: %d -> %d partitions, snapshot %s (%s)", stream, before, partitions, rescaled_id,
+             "in place" if in_place else f"clone at {work}")
+    return RescaleResult(stream, source.snapshot_id, rescaled_id, before, partitions, batch,
                          checkpoint if in_place else work, in_place, pinned, spark_version,
-                         [s.to_json() for s in digest.stores], seconds)
+                         [s.to_json() for s in digest.stores], seconds, snapshot_error)
 
 
 def _refuse_running(fs: CheckpointFS, stream: str) -> None:
