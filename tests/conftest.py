@@ -128,6 +128,19 @@ def spark(stack: stack_mod.Stack):  # noqa: ANN201 - pyspark is imported lazily
 
 
 @pytest.fixture(autouse=True)
+def _stopped_queries_say_so() -> Iterator[None]:
+    """The suite's checkpoints are written a moment before a test works on them, by queries
+    that have stopped (or by the test itself) and often keep no heartbeat: what a query not
+    started by streamstate looks like (liveness.unmanaged_writer). So its window is closed
+    here (a context of its own: a test's `monkeypatch.undo()` keeps it), and opened by the
+    tests of that detection (tests/unit/test_unmanaged_writer.py,
+    tests/integration/test_swap_crashes.py)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("STREAMSTATE_UNMANAGED_WINDOW_S", "0")
+        yield
+
+
+@pytest.fixture(autouse=True)
 def _spark_conf_restored(request: pytest.FixtureRequest) -> Iterator[None]:
     """A test that changes the shared session's conf (`use_state_store`, batches to retain...)
     leaves it as it found it: a later test's query must not inherit, say, a 5-batch log."""

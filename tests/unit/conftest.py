@@ -10,17 +10,6 @@ import pytest
 from tests.unit.fake_yarn import serve_fake_rm
 
 
-@pytest.fixture(autouse=True)
-def _no_query_writes_the_fake_checkpoints() -> Iterator[None]:
-    """The unit tests' checkpoints are files a test wrote a moment ago, without a heartbeat:
-    exactly what a query not started by streamstate looks like (liveness.unmanaged_writer),
-    so its window is closed here (a context of its own: a test's `monkeypatch.undo()` keeps
-    it); tests/unit/test_unmanaged_writer.py opens it."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("STREAMSTATE_UNMANAGED_WINDOW_S", "0")
-        yield
-
-
 @pytest.fixture
 def fake_rm() -> Iterator[str]:
     """A stand-in YARN ResourceManager (tests/unit/fake_yarn.py): its base URL."""
