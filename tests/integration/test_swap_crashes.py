@@ -177,7 +177,7 @@ def test_an_in_place_rescale_and_a_rollback_killed_mid_swap_are_refused_by_every
     root, ckpt, store_url = tmp_path / "input", place.location("ckpt"), f"file://{tmp_path / 'store'}"
     for n in (1, 2):
         write_input(root, n)
-    first = Probe(spark43, place, ["run", ckpt, str(root), "rocksdb", "4"])
+    first = Probe(spark43, place, ["run", ckpt, f"file://{root}", "rocksdb", "4"])
     assert first.answer()["batch"] == 0
     first.finish()
     store = open_store(store_url)
@@ -190,8 +190,8 @@ def test_an_in_place_rescale_and_a_rollback_killed_mid_swap_are_refused_by_every
                   STREAMSTATE_CRASH_AT=CRASH, STREAMSTATE_UNMANAGED_WINDOW_S="0")
     assert crashed.returncode == -9, crashed.stderr[-3000:]
     assert all(m.labels.get("rescaled-from") is None for m in list_snapshots(store, "probe").manifests)  # none yet
-    probe = Probe(spark43, place, ["run", ckpt, str(root), "rocksdb", "4"], ["wait", str(tmp_path / "go1")],
-                  ["run", ckpt, str(root), "rocksdb", "4"], ["state", ckpt])
+    probe = Probe(spark43, place, ["run", ckpt, f"file://{root}", "rocksdb", "4"], ["wait", str(tmp_path / "go1")],
+                  ["run", ckpt, f"file://{root}", "rocksdb", "4"], ["state", ckpt])
     refused_by_every_starter(probe.answer(), ckpt)
     assert main(["stream", "recover", "--checkpoint", ckpt, "--json"]) == 0
     assert "finished the rescale" in json.loads(capsys.readouterr().out)["actions"][0]
@@ -210,8 +210,8 @@ def test_an_in_place_rescale_and_a_rollback_killed_mid_swap_are_refused_by_every
     crashed = cli(["restore", "--store", store_url, "--stream", "probe", before.snapshot_id, "--target", ckpt,
                    "--force"], place, tmp_path, STREAMSTATE_CRASH_AT=CRASH, STREAMSTATE_UNMANAGED_WINDOW_S="0")
     assert crashed.returncode == -9, crashed.stderr[-3000:]
-    probe = Probe(spark43, place, ["run", ckpt, str(root), "rocksdb", "4"], ["wait", str(tmp_path / "go2")],
-                  ["run", ckpt, str(root), "rocksdb", "4"], ["state", ckpt])
+    probe = Probe(spark43, place, ["run", ckpt, f"file://{root}", "rocksdb", "4"], ["wait", str(tmp_path / "go2")],
+                  ["run", ckpt, f"file://{root}", "rocksdb", "4"], ["state", ckpt])
     refused_by_every_starter(probe.answer(), ckpt)
     assert main(["stream", "recover", "--checkpoint", ckpt, "--json"]) == 0
     assert "finished the restore" in json.loads(capsys.readouterr().out)["actions"][0]
@@ -279,7 +279,7 @@ def test_a_rescale_refuses_a_checkpoint_a_plain_query_wrote_while_it_ran_and_the
     root, ckpt, store_url = tmp_path / "input", place.location("ckpt"), f"file://{tmp_path / 'store'}"
     for n in (1, 2):
         write_input(root, n)
-    first = Probe(spark43, place, ["run", ckpt, str(root), "rocksdb", "4"])
+    first = Probe(spark43, place, ["run", ckpt, f"file://{root}", "rocksdb", "4"])
     assert first.answer()["batch"] == 0
     first.finish()
     then = time.time() - 600  # the stream stopped ten minutes ago
@@ -299,7 +299,7 @@ def test_a_rescale_refuses_a_checkpoint_a_plain_query_wrote_while_it_ran_and_the
 
     # A plain spark-submit of the stream starts meanwhile, with input arriving.
     stop = tmp_path / "stop-follow"
-    live = Probe(spark43, place, ["follow", ckpt, str(root), "rocksdb", "4", str(stop)], ["state", ckpt])
+    live = Probe(spark43, place, ["follow", ckpt, f"file://{root}", "rocksdb", "4", str(stop)], ["state", ckpt])
     write_input(root, 3)
     committed = Path(ckpt) / "commits"
     while not (committed / "1").exists():
@@ -330,8 +330,8 @@ def test_an_in_place_rescale_from_a_snapshot_the_checkpoint_moved_past_is_refuse
     place = Place("local", str(tmp_path / "ckpts"))
     root, ckpt, store_url = tmp_path / "input", place.location("ckpt"), f"file://{tmp_path / 'store'}"
     write_input(root, 1)
-    probe = Probe(spark43, place, ["run", ckpt, str(root), "rocksdb", "4"], ["wait", str(tmp_path / "go")],
-                  ["run", ckpt, str(root), "rocksdb", "4"])
+    probe = Probe(spark43, place, ["run", ckpt, f"file://{root}", "rocksdb", "4"], ["wait", str(tmp_path / "go")],
+                  ["run", ckpt, f"file://{root}", "rocksdb", "4"])
     probe.answer()
     old = create_snapshot(ckpt, open_store(store_url), "probe").manifest
     write_input(root, 2)

@@ -297,6 +297,26 @@ class HdfsStaging(Staging):
     def source(self) -> HdfsCheckpointFS:
         return HdfsCheckpointFS(HdfsPath(self.target.where_.authority, self.dir), self.client)
 
+    def exchange(self) -> bool:
+        """Into a target that does not exist (or is an empty directory) the staging is renamed
+        whole: there was nothing to keep. Over a checkpoint HDFS has no exchange: False."""
+        if self.direct:
+            return True
+        target = self.target.where_.path
+        status = self.client.status(target)
+        if status is not None:
+            if status.get("type") != "DIRECTORY" or self.client.list(target):
+                return False
+            self.client.delete(target)
+        parent = target.rpartition("/")[0]
+        if parent:
+            self.client.mkdirs(parent)
+        if not self.client.rename(self.dir, target):
+            raise CorruptionError(f"could not move the restored checkpoint to {self.target.location}",
+                                  hint="another writer created it meanwhile; retry the restore with --force")
+        self.target.refresh()
+        return True
+
     def discard(self) -> None:
         if not self.direct:
             self.client.delete(self.dir, recursive=True)
