@@ -247,7 +247,7 @@ def test_a_swap_on_hdfs_killed_at_any_point_leaves_the_old_checkpoint_a_fenced_o
                 if not rel.startswith("_streamstate/")}
 
     for point in POINTS:
-        ckpt, work = f"{base}/{point}/ckpt", f"{base}/{point}/work"
+        ckpt, work = f"{base}/{point}/ckpt", f"{base}/{point}/ckpt.streamstate-rescale-6"
         upload(local_ckpt, ckpt)
         upload(local_work, work)
         old = tree(ckpt)

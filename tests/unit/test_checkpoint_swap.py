@@ -103,7 +103,7 @@ def a_checkpoint_and_its_next_batch(tmp_path: Path, place: Place | None = None) 
     for d in store_dirs(ckpt):
         for v in range(1, 4):
             write(d / f"{v}.delta", f"delta {v} of {d.name}")
-    work = tmp_path / "work"
+    work = tmp_path / "ckpt.streamstate-rescale-6"  # a work copy is named after its checkpoint, beside it
     subprocess.run(["cp", "-a", str(ckpt), str(work)], check=True)
     new = {"offsets/3": "v1\n{}\n{}", "commits/3": "v1\n{}", "state/0/0/4.delta": "four",
            "state/0/1/4.delta": "four too", "state/0/7/4.delta": "a new partition"}
@@ -111,7 +111,7 @@ def a_checkpoint_and_its_next_batch(tmp_path: Path, place: Place | None = None) 
         write(work / rel, text)
     puts = [Put(rel, len(text), exclusive=rel.startswith(("offsets/", "commits/"))) for rel, text in new.items()]
     expected = tree(ckpt) | {rel: hashlib.sha256(t.encode()).hexdigest() for rel, t in new.items()}
-    return place.put(ckpt, "ckpt"), place.put(work, "work"), puts, expected
+    return place.put(ckpt, "ckpt"), place.put(work, work.name), puts, expected
 
 
 def _record(ckpt: str, work: str, puts: list[Put]) -> SwapRecord:
@@ -215,17 +215,21 @@ def test_one_swap_at_a_time_and_a_fenced_checkpoint_whose_source_lost_a_file_sta
     assert (Path(ckpt) / "metadata").read_bytes().startswith(FENCE_TOKEN.encode())
 
 
-@pytest.mark.parametrize("hostile", [
-    {"puts": [["../../etc/passwd", 1, False]]},
-    {"removes": ["/abs/path"]},
-    {"phase": "whatever"},
+@pytest.mark.parametrize(("hostile", "words"), [
+    ({"puts": [["../../etc/passwd", 1, False]]}, "is unreadable"),
+    ({"removes": ["/abs/path"]}, "is unreadable"),
+    ({"phase": "whatever"}, "is unreadable"),
+    ({"source": "SOMEWHERE"}, "which is no work copy of"),  # recovery deletes its source
 ])
-def test_a_hostile_swap_record_is_refused_before_anything_is_moved(tmp_path, hostile) -> None:
+def test_a_hostile_swap_record_is_refused_before_anything_is_moved_or_deleted(tmp_path, hostile, words) -> None:
     ckpt, work, puts, _ = a_checkpoint_and_its_next_batch(tmp_path)
+    elsewhere = tmp_path / "precious"
+    write(elsewhere / "data", "keep me")
+    hostile = {k: (str(elsewhere) if v == "SOMEWHERE" else v) for k, v in hostile.items()}
     record = json.loads(_record(ckpt, work, puts).to_json()) | hostile
     write(Path(ckpt) / SWAP_FILE, json.dumps(record))
     write(Path(ckpt) / "metadata", f"{FENCE_TOKEN} {{}}")
     before = tree(Path(ckpt))
-    with pytest.raises(UnsupportedCheckpointError, match="is unreadable"):
+    with pytest.raises(UnsupportedCheckpointError, match=words):
         recover_swap(open_checkpoint_fs(ckpt))
-    assert tree(Path(ckpt)) == before
+    assert tree(Path(ckpt)) == before and (elsewhere / "data").read_text() == "keep me"

@@ -37,6 +37,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import socket
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -246,7 +247,7 @@ def recover_swap(fs: CheckpointFS) -> list[str]:
         fs.delete_record(SWAP_FILE)
         what = "finished" if record.phase == "placed" else "had not begun"
         return [f"removed the record of a {record.kind} that {what} ({record.description})"]
-    source = fs if record.source == fs.location else fs.relocated(record.source)  # in place: nothing to move
+    source = fs if record.source == fs.location else fs.relocated(_beside(fs, record.source))  # in place: nothing to move
     missing = _unplaceable(fs, source, record)
     if missing:
         raise UnsupportedCheckpointError(
@@ -280,6 +281,20 @@ def unfence_empty(fs: CheckpointFS) -> None:
     """An in-place restore that failed has removed what it wrote: its fence and record go
     too, leaving the target as empty as it was."""
     _lift(fs, None)
+
+
+def _beside(fs: CheckpointFS, source: str) -> str:
+    """A record's source, once it is what a swap of `fs` moves from: a work copy or staging
+    beside the checkpoint, named after it. A record is untrusted, and recovery deletes its
+    source: it may name nothing else."""
+    parent, _, name = fs.location.rstrip("/").rpartition("/")
+    src_parent, _, src_name = source.rstrip("/").rpartition("/")
+    if src_parent != parent or not re.fullmatch(rf"\.?{re.escape(name)}\.streamstate-(restore|rescale)-[0-9a-f-]+",
+                                                  src_name):
+        raise UnsupportedCheckpointError(
+            f"{fs.where(SWAP_FILE)} names {source} as its source, which is no work copy of {fs.location}",
+            hint="restore a snapshot into the checkpoint (`streamstate restore ... --force`)")
+    return source
 
 
 def _at_source(source: CheckpointFS, put: Put) -> bool:
