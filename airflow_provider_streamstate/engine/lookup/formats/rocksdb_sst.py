@@ -226,7 +226,8 @@ class SstFile:
                 return cached
         if h.offset < 0 or h.offset + h.size + TRAILER > self.size:
             raise self._corrupt(f"names a block at {h.offset}+{h.size} beyond its {self.size} bytes")
-        out = self._checked(h, (read or self._read)(h.offset, h.size + TRAILER))
+        source = self._read if self.whole is not None or read is None else read
+        out = self._checked(h, source(h.offset, h.size + TRAILER))
         if self.whole is None:  # a whole file in memory needs no second copy of its blocks
             with self._lock:
                 if h.offset not in self._blocks:
