@@ -37,7 +37,26 @@ from airflow_provider_streamstate.cli.common import (
     print_result,
 )
 from airflow_provider_streamstate.cli.state_jobs import add_job_options, run_job, submitted
-from airflow_provider_streamstate.engine.state.jobs import EXPORT_FORMATS
+
+
+class _ExportFormats:
+    """The engine's export formats (`engine.state.jobs`), imported only when argparse checks a
+    value or prints them: `streamstate --help` and `state get` do not import the Spark jobs."""
+
+    @staticmethod
+    def _all() -> tuple[str, ...]:
+        from airflow_provider_streamstate.engine.state.jobs import EXPORT_FORMATS
+
+        return tuple(EXPORT_FORMATS)
+
+    def __contains__(self, value: object) -> bool:
+        return value in self._all()
+
+    def __iter__(self) -> Any:
+        return iter(self._all())
+
+
+EXPORT_FORMATS = _ExportFormats()
 
 EXIT_VALIDATION_FAILED = 3
 
