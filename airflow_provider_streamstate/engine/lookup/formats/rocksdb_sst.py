@@ -184,6 +184,7 @@ class SstFile:
         whole_keys = props.get(b"rocksdb.block.based.table.whole.key.filtering", b"1") not in (b"\0", b"0")
         prefix = props.get(b"rocksdb.prefix.extractor.name", b"nullptr")
         self.filter: BloomFilter | None = None
+        self.filter_bytes = decode_handle(meta[filter_name]).size if filter_name is not None else 0
         if filter_name is not None and whole_keys and prefix in (b"nullptr", b""):
             self.filter = parse_full_filter(self._meta_block(decode_handle(meta[filter_name])))
         self.filter_kind = (self.filter.kind if self.filter else
