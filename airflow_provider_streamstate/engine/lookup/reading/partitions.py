@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 from airflow_provider_streamstate.engine.core.errors import (
     NotFoundError,
@@ -248,9 +248,10 @@ class _OpenTable:
                 table = SstFile(self._read, name, size=f.size)
                 return table, table.meta_bytes + table.block_cache_bytes
 
-            self._table, hit = self._cache.get_or_load(("table", f.identity), load)
+            table, hit = self._cache.get_or_load(("table", f.identity), load)
             if not hit:
                 reads.all_cached = False
+            self._table = table
         return self._table
 
     def scan(self, lo: bytes, hi: bytes | None) -> list[Entry]:
@@ -268,7 +269,8 @@ def _rocks_partition(src: StateSource, op: OperatorView, partition: int, store: 
     part: RocksPartition = _cached_chain(
         ("partition", "rocksdb", codec, tables), chain, cache, reads,
         lambda done, base: _rocks(src, files, versioned, done, base, codec, reads))
-    return part.with_tables([_OpenTable(t, src, cache, reads, whole) for t in part.tables])
+    refs = cast("list[_TableRef]", part.tables)  # a cached partition names its tables, never opens them
+    return part.with_tables([_OpenTable(t, src, cache, reads, whole) for t in refs])
 
 
 def _rocks(src: StateSource, files: list[StateFile], versioned: list[StateFile], done: int,

@@ -232,8 +232,11 @@ class CheckpointSource(StateSource):
             raise CheckpointChanged(f"{f.path} of {self.description} vanished while it was read",
                                     hint="Spark's maintenance removed it: look up the key again") from None
 
+    def open_stream(self, f: StateFile) -> AbstractContextManager[Stream]:
+        return self._stream(f)
+
     @contextmanager
-    def open_stream(self, f: StateFile) -> Iterator[Stream]:
+    def _stream(self, f: StateFile) -> Iterator[Stream]:
         try:
             with self.reader.fs.open_checked(f.path, self._stat(f)) as fh:
                 yield Stream(fh.read)
@@ -299,8 +302,11 @@ class SnapshotSource(StateSource):
                                   f"{f.size} bytes", hint=f"run `streamstate verify --store {self.store.url}`")
         return data
 
+    def open_stream(self, f: StateFile) -> AbstractContextManager[Stream]:
+        return self._stream(f)
+
     @contextmanager
-    def open_stream(self, f: StateFile) -> Iterator[Stream]:
+    def _stream(self, f: StateFile) -> Iterator[Stream]:
         digest = f.identity[1]
         h = hashlib.sha256()
         seen = [0]
