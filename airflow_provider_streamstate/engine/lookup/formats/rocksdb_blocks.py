@@ -244,18 +244,26 @@ def restarts(block: bytes, where: str) -> tuple[int, list[int]]:
     limit = len(block) - 4 - 4 * packed
     if limit < 0:
         raise CorruptionError(f"{where} has a block with an impossible restart count")
-    return limit, [_U32.unpack_from(block, limit + 4 * i)[0] for i in range(packed)]
+    return limit, list(struct.unpack_from(f"<{packed}I", block, limit))
+
+
+Layout = tuple[int, list[int], frozenset[int]]  # a block's entries' end, restart offsets, and as a set
+
+
+def layout(block: bytes, where: str) -> Layout:
+    """A block's restart array, parsed once (an index block is searched by every lookup)."""
+    limit, offsets = restarts(block, where)
+    return limit, offsets, frozenset(offsets)
 
 
 def iter_entries(block: bytes, where: str, *, delta_values: bool = False, start: int = 0,
-                 limit: int | None = None, restart_set: frozenset[int] | set[int] | None = None
+                 limit: int | None = None, restart_set: frozenset[int] | None = None
                  ) -> Iterator[tuple[bytes, bytes]]:
     """(key, value) of a block's entries from `start` (a restart point) on. With
     `delta_values` (an index block of format version >= 4) each value is the entry's block
     handle re-encoded as (offset, size) varints."""
     if limit is None or (delta_values and restart_set is None):
-        limit, offsets = restarts(block, where)
-        restart_set = set(offsets)
+        limit, _, restart_set = layout(block, where)
     pos = start
     key = b""
     prev: Handle | None = None
@@ -303,12 +311,12 @@ def restart_key(block: bytes, offset: int, where: str, *, delta_values: bool = F
     return block[pos:pos + non_shared]
 
 
-def seek(block: bytes, where: str, target: bytes, *, user_keys: bool,
-         delta_values: bool = False) -> tuple[int, int, set[int]]:
+def seek(block: bytes, where: str, target: bytes, *, user_keys: bool, delta_values: bool = False,
+         parsed: Layout | None = None) -> tuple[int, int, frozenset[int]]:
     """(the last restart point whose key is below `target`, the entries' end, the restart
     offsets): where a scan for `target` starts. `user_keys`: the block's keys are user keys
-    (else internal keys, compared by their user key)."""
-    limit, offsets = restarts(block, where)
+    (else internal keys, compared by their user key). `parsed`: the block's `layout`."""
+    limit, offsets, offset_set = parsed or layout(block, where)
     lo, hi = 0, len(offsets) - 1
     while lo < hi:  # the last restart whose key < target
         mid = (lo + hi + 1) // 2
@@ -317,4 +325,4 @@ def seek(block: bytes, where: str, target: bytes, *, user_keys: bool,
             lo = mid
         else:
             hi = mid - 1
-    return (offsets[lo] if offsets else 0), limit, set(offsets)
+    return (offsets[lo] if offsets else 0), limit, offset_set

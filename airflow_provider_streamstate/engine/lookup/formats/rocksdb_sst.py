@@ -54,6 +54,7 @@ from airflow_provider_streamstate.engine.lookup.formats.rocksdb_blocks import (
     decode_handle,
     decompress_block,
     iter_entries,
+    layout,
     seek,
     varint,
 )
@@ -181,6 +182,7 @@ class SstFile:
         self.index_key_is_user_key = props.get(b"rocksdb.index.key.is.user.key", b"\0") not in (b"\0", b"")
         self.index_delta = props.get(b"rocksdb.index.value.is.delta.encoded", b"\0") not in (b"\0", b"")
         self._index_block = self._meta_block(self.index_handle)
+        self._index_layout = layout(self._index_block, self.name)
         whole_keys = props.get(b"rocksdb.block.based.table.whole.key.filtering", b"1") not in (b"\0", b"0")
         prefix = props.get(b"rocksdb.prefix.extractor.name", b"nullptr")
         self.filter: BloomFilter | None = None
@@ -243,7 +245,7 @@ class SstFile:
         """The data blocks from the first whose separator is at or above user key `target`."""
         user = self.index_key_is_user_key
         start, limit, offsets = seek(self._index_block, self.name, target, user_keys=user,
-                                     delta_values=self.index_delta)
+                                     delta_values=self.index_delta, parsed=self._index_layout)
         for key, value in iter_entries(self._index_block, self.name, delta_values=self.index_delta, start=start,
                                        limit=limit, restart_set=offsets):
             if (key if user else key[:-8]) >= target:
