@@ -6,9 +6,10 @@ changelogs `<s+1..V>.changelog` replayed on it (checkpoint format v2: `<v>_<id>.
 files; this module reads them:
 
 - the zip holds `metadata` (`v1` then JSON: `sstFiles` [{localFileName, dfsSstFileName,
-  sizeBytes}], `numKeys`, `columnFamilyMapping` {name: id}, ...), RocksDB's MANIFEST,
-  CURRENT and OPTIONS, and the (empty: Spark writes with the WAL off) log files; the table
-  files themselves are shared, `SSTs/<dfsSstFileName>`;
+  sizeBytes}], `numKeys`, `columnFamilyMapping` {name: id}, ...), RocksDB's MANIFEST (each
+  table's key range and sequence numbers: `rocksdb_manifest`), CURRENT and OPTIONS, and the
+  (empty: Spark writes with the WAL off) log files; the table files themselves are shared,
+  `SSTs/<dfsSstFileName>`, and read only as a key needs them (`RocksPartition`);
 - a changelog is the codec's stream (`codec`) of records, integers big-endian. Version 1
   (no header): `key size | key | value size | value`, a delete with value size -1, -1 at
   the end. Version 2: `writeUTF("v2")`, then `type (1) | key size | key | value size |
@@ -215,13 +216,14 @@ class RocksPartition:
     are asked, newest first, until one holds a put or deletion newer than every table left."""
 
     def __init__(self, tables: Sequence[Table], changelogs: list[tuple[str, bytes]], codec: str,
-                 column_families: dict[str, int] | None = None) -> None:
+                 column_families: dict[str, int] | None = None, *, refs: Sequence[Any] = ()) -> None:
         self.tables = list(tables)
+        self.refs = list(refs)  # what a cached partition keeps of its tables: their files, opened per lookup
         self.column_families = column_families or {}
         self.overlay: dict[bytes, Any] = {}
         self._sorted: list[bytes] | None = None
         self.changelog_bytes = 0
-        self.table_bytes = sum(t.size for t in self.tables)
+        self.table_bytes = sum(t.size for t in self.tables or self.refs)
         self._apply(changelogs, codec)
 
     def _apply(self, changelogs: list[tuple[str, bytes]], codec: str) -> None:
@@ -241,7 +243,7 @@ class RocksPartition:
     def extended(self, changelogs: list[tuple[str, bytes]], codec: str) -> RocksPartition:
         """This partition with more changelogs applied (a later version on the same tables);
         this one is left as it is."""
-        out = RocksPartition(self.tables, [], codec, self.column_families)
+        out = RocksPartition(self.tables, [], codec, self.column_families, refs=self.refs)
         out.overlay = {k: Merges(v) if isinstance(v, Merges) else v for k, v in self.overlay.items()}
         out.changelog_bytes = self.changelog_bytes
         out._apply(changelogs, codec)

@@ -217,12 +217,6 @@ class _TableRef:
     def __init__(self, f: StateFile, rng: TableRange | None) -> None:
         self.file, self.range, self.size = f, rng, f.size
 
-    def scan(self, lo: bytes, hi: bytes | None) -> list[Entry]:
-        raise AssertionError("a table is read through a lookup's `_OpenTable`")
-
-    def entries(self) -> Iterator[Entry]:
-        raise AssertionError("a table is read through a lookup's `_OpenTable`")
-
 
 class _OpenTable:
     """A table read for one request: opened on first use (from the cache when another lookup
@@ -269,7 +263,7 @@ def _rocks_partition(src: StateSource, op: OperatorView, partition: int, store: 
     part: RocksPartition = _cached_chain(
         ("partition", "rocksdb", codec, tables), chain, cache, reads,
         lambda done, base: _rocks(src, files, versioned, done, base, codec, reads))
-    refs = cast("list[_TableRef]", part.tables)  # a cached partition names its tables, never opens them
+    refs = cast("list[_TableRef]", part.refs)
     return part.with_tables([_OpenTable(t, src, cache, reads, whole) for t in refs])
 
 
@@ -284,7 +278,7 @@ def _rocks(src: StateSource, files: list[StateFile], versioned: list[StateFile],
         todo = [f for f in versioned[done:] if f in changelogs]
         named = [(f"{src.description}: {f.path}", reads.read(src, f)) for f in todo]
         part = base.extended(named, codec)
-        return part, part.changelog_bytes + ENTRY_OVERHEAD * (len(part.overlay) + len(part.tables))
+        return part, part.changelog_bytes + ENTRY_OVERHEAD * (len(part.overlay) + len(part.refs))
     tables: list[_TableRef] = []
     families: dict[str, int] = {}
     if zips:
@@ -301,8 +295,8 @@ def _rocks(src: StateSource, files: list[StateFile], versioned: list[StateFile],
                                     hint="the cut is incomplete; take the snapshot again")
             tables.append(_TableRef(f, ranges.get(name) if ranges else None))
     named = [(f"{src.description}: {f.path}", reads.read(src, f)) for f in changelogs]
-    part = RocksPartition(tables, named, codec, families)
-    return part, part.changelog_bytes + ENTRY_OVERHEAD * (len(part.overlay) + len(part.tables))
+    part = RocksPartition([], named, codec, families, refs=tables)
+    return part, part.changelog_bytes + ENTRY_OVERHEAD * (len(part.overlay) + len(part.refs))
 
 
 # --- HDFS-backed -----------------------------------------------------------------------------
