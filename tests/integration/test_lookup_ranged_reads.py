@@ -205,3 +205,43 @@ def test_an_hdfs_backed_lookup_stops_at_the_newest_file_that_decides_the_key(
     assert hit.found and {"n": hit.value["count"], "total": hit.value["sum"]} == state[older][1]
     assert len([p for p in hit.files_read if p.endswith(".delta")]) >= 2
     assert agrees_with_spark(spark, checkpoint, src, sample=200) == 2000
+
+
+def test_a_checkpoint_on_s3_or_hdfs_and_a_snapshot_in_an_hdfs_store_answer_by_ranged_reads(
+        spark, tmp_path: Path, stack, hdfs, make_store) -> None:
+    """The ranged reads of every backend (S3 `Range` with `If-Match`, WebHDFS `OPEN` offset and
+    length) give the answers of the local checkpoint, reading less than the partition."""
+    from airflow_provider_streamstate.engine.checkpoint.filesystems import open_checkpoint_fs
+    from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
+    from airflow_provider_streamstate.engine.stores.webhdfs import HdfsPath, WebHdfs
+    from tests.s3 import s3_client
+
+    local = tmp_path / "agg"
+    aggregate(spark, str(local), keys=3000, rows=4000, batches=2)
+    files = [p for p in local.rglob("*") if p.is_file()]
+    client = s3_client(stack, "primary")
+    bucket, prefix = stack.s3["primary"]["bucket"], f"tests/ranged-{tmp_path.name[-8:]}"
+    for p in files:
+        client.put_object(Bucket=bucket, Key=f"{prefix}/{p.relative_to(local).as_posix()}", Body=p.read_bytes())
+    hdfs_url = hdfs.url(f"/checkpoints/ranged-{tmp_path.name[-8:]}")
+    webhdfs = WebHdfs.for_authority(HdfsPath.parse(hdfs_url).authority, env=hdfs.env())
+    for p in files:
+        webhdfs.create(f"{HdfsPath.parse(hdfs_url).path}/{p.relative_to(local).as_posix()}", p.read_bytes())
+    store, _, _ = make_store("hdfs")
+    create_snapshot(str(local), store, "agg")
+    sources = {
+        "s3": CheckpointSource(f"s3a://{bucket}/{prefix}",
+                               reader=CheckpointReader(open_checkpoint_fs(f"s3a://{bucket}/{prefix}", connection=client))),
+        "hdfs": CheckpointSource(hdfs_url, reader=CheckpointReader(open_checkpoint_fs(hdfs_url, connection=webhdfs))),
+        "hdfs store": SnapshotSource(store, "agg", "latest"),
+    }
+    reference = CheckpointSource(str(local))
+    rnd = random.Random(9)
+    for name, src in sources.items():
+        for n in rnd.sample(range(3000), 25):
+            want = lookup_key(reference, key={"account": f"account-{n}"}, cache=PartitionCache())
+            got = lookup_key(src, key={"account": f"account-{n}"}, cache=PartitionCache())
+            assert (got.found, got.value, got.partition) == (want.found, want.value, want.partition), (name, n)
+            partition = sum(f.size for f in src.partition_files(0, got.partition, "default"))
+            assert 0 < got.bytes_read < partition, (name, got.bytes_read, partition)
+            assert any(p.endswith(".sst") for p in got.files_read), name
