@@ -239,7 +239,15 @@ class CheckpointSource(StateSource):
     def _stream(self, f: StateFile) -> Iterator[Stream]:
         try:
             with self.reader.fs.open_checked(f.path, self._stat(f)) as fh:
-                yield Stream(fh.read)
+                stream = Stream(fh.read)
+
+                def finish() -> None:  # read to its end: the file the plan saw, or a changed one
+                    if fh.read(1) or stream.bytes != f.size:
+                        raise CheckpointChanged(f"{f.path} of {self.description} changed while it was read",
+                                                hint="look up the key again")
+
+                stream._finish = finish
+                yield stream
         except FileNotFoundError:
             raise CheckpointChanged(f"{f.path} of {self.description} vanished while it was read",
                                     hint="Spark's maintenance removed it: look up the key again") from None
