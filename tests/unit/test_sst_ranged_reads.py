@@ -132,3 +132,17 @@ def _write(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 1_000_000))
     return path
+
+
+def test_a_lookup_past_its_byte_budget_is_refused_in_one_line_and_within_it_answers(tmp_path: Path) -> None:
+    from airflow_provider_streamstate.engine.lookup import PartitionCache, lookup_key
+    from tests.unit.state_files import Aggregation
+
+    agg = Aggregation(tmp_path / "ckpt", partitions=3)
+    for n in range(1, 4):
+        agg.commit({"a": n, "b": n})
+    with pytest.raises(ReadBudgetExceeded) as err:
+        lookup_key(str(agg.root), key="a", cache=PartitionCache(), max_bytes=10)
+    assert "more than its budget of 10 bytes" in err.value.one_line() and "\n" not in err.value.one_line()
+    hit = lookup_key(str(agg.root), key="a", cache=PartitionCache(), max_bytes=1 << 20)
+    assert hit.found and hit.value == {"n": 3} and 0 < hit.bytes_read <= 1 << 20
