@@ -177,8 +177,10 @@ class SstFile:
         index_type = _U32.unpack_from(raw_type)[0] if raw_type and len(raw_type) == 4 else 0
         if index_type not in (0, 1):
             raise UnsupportedCheckpointError(
-                f"{self.name} has a {_INDEX_TYPES.get(index_type, f'type {index_type}')} index",
-                hint="key lookups read binary-search indexes, the only kind Spark's RocksDB configuration writes")
+                f"{self.name} has a {_INDEX_TYPES.get(index_type, f'type {index_type}')} index "
+                "(RocksDB's BlockBasedTableOptions.index_type)",
+                hint="key lookups read binary-search indexes, the only kind Spark's RocksDB configuration writes; "
+                "read this state with Spark")
         self.index_key_is_user_key = props.get(b"rocksdb.index.key.is.user.key", b"\0") not in (b"\0", b"")
         self.index_delta = props.get(b"rocksdb.index.value.is.delta.encoded", b"\0") not in (b"\0", b"")
         self._index_block = self._meta_block(self.index_handle)
