@@ -5,11 +5,21 @@ Importing this package is cheap and makes no network call: Airflow imports it wh
 discovering providers and parsing DAGs.
 """
 
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("airflow-provider-streamstate")
-except PackageNotFoundError:  # running from a source tree that was not installed
-    __version__ = "0.0.0+unknown"
+from typing import Any
 
 __all__ = ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    """`__version__`, read from the installed distribution when first asked for (finding it
+    costs tens of milliseconds that `streamstate --help` and DAG parsing need not pay)."""
+    if name != "__version__":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        value = version("airflow-provider-streamstate")
+    except PackageNotFoundError:  # running from a source tree that was not installed
+        value = "0.0.0+unknown"
+    globals()["__version__"] = value
+    return value

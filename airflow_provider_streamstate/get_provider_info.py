@@ -84,4 +84,28 @@ def get_provider_info() -> dict[str, Any]:
                 "plugin-class": "airflow_provider_streamstate.plugins.streams_plugin.StreamstatePlugin",
             }
         ],
+        "config": {
+            "streamstate": {
+                "description": "Key lookups of the Streams pages and their JSON API, in the API server.",
+                "options": {
+                    "lookup_cache_mb": {
+                        "description": "Memory for what key lookups read (decoded partitions, RocksDB "
+                        "tables' indexes, filters and blocks), shared by all requests.",
+                        "version_added": "0.1.0",
+                        "type": "integer",
+                        "example": "512",
+                        "default": "256",
+                    },
+                    "lookup_max_mb": {
+                        "description": "The most one key request (a lookup, a live lookup, a key's "
+                        "history) may read from its store or checkpoint; past it the request is "
+                        "refused with HTTP 413 before the read.",
+                        "version_added": "0.1.0",
+                        "type": "float",
+                        "example": "256",
+                        "default": "64",
+                    },
+                },
+            }
+        },
     }

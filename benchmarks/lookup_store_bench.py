@@ -2,7 +2,8 @@
 snapshot, and a key's history over many snapshots (engine/lookup).
 
     .venv/bin/python benchmarks/lookup_store_bench.py [--keys 10000000] [--partitions 200] \
-        [--store rocksdb-changelog|hdfs] [--history 100] [--touch 2000] [--lookups 200]
+        [--store rocksdb-changelog|rocksdb|hdfs] [--history 100] [--touch 2000] [--lookups 200] \
+        [--no-spark] [--no-history]
 
 Builds once (kept in .bench/lookup-store-<store>-<keys>-<partitions>-<history>) an aggregation
 checkpoint: count and sum per `account-<n>`, n < --keys, over --partitions state partitions
@@ -14,9 +15,11 @@ writes a few keys of every partition: RocksDB changelogs, or HDFS-backed deltas;
   loopback, started here): incremental, so each uploads what changed;
 * cold lookup: a fresh process (nothing cached) opens the store, resolves `latest` and looks
   one key up (`state get` without the interpreter's start), with the bytes it read against
-  the size of the key's partition in the snapshot, and its peak RSS;
+  the size of the key's partition in the snapshot, the GETs it sent (ranged or whole), the
+  RocksDB tables it consulted and, for those, their index and filter sizes and the data
+  blocks read: what the bytes read are bounded by; and its peak RSS;
 * warm lookups: `--lookups` other keys of that partition in the same process (one source:
-  the partition decoded once), p50 and p95;
+  tables opened once, each key then a data block per table consulted), p50 and p95;
 * the CLI: `streamstate state get --json` on the same key, wall time including Python's start;
 * Spark: the same key through Spark's state reader on the same snapshot, as `streamstate state
   show --where` does it (the snapshot laid out from S3, then a filter on the state data
@@ -25,7 +28,8 @@ writes a few keys of every partition: RocksDB changelogs, or HDFS-backed deltas;
   blobs fetched (each once?) against the blobs of its partition that changed in the range,
   and its peak RSS.
 
-Writes .bench/lookup_store_results-<store>.json.
+Writes .bench/lookup_store_results-<store>-<keys>-<partitions>.json. `--no-spark` and
+`--no-history` leave out the Spark baseline and the history (the partition-growth run).
 """
 
 from __future__ import annotations
@@ -101,23 +105,37 @@ def child(args: argparse.Namespace) -> None:
     client = boto3.client("s3", endpoint_url=args.endpoint, region_name="us-east-1", aws_access_key_id="k",
                           aws_secret_access_key="s", config=Config(s3={"addressing_style": "path"}))
     store = S3Store(client, BUCKET, "store")
+    gets: list[tuple[str, int | None]] = []
+
+    def counted(params: dict[str, Any], **_: Any) -> None:
+        rng = params.get("headers", {}).get("Range")
+        lo_hi = rng.split("=")[1].split("-") if rng else None
+        gets.append((params.get("url_path", ""), int(lo_hi[1]) - int(lo_hi[0]) + 1 if lo_hi else None))
+
+    client.meta.events.register("before-call.s3.GetObject", counted)
     out: dict[str, Any] = {}
     if args.child == "lookup":
         cache = PartitionCache(max_bytes=1 << 30)
         t0 = time.perf_counter()
         source = SnapshotSource(store, "bench", "latest")
+        gets.clear()
         hit = lookup_key(source, key=[args.key], cache=cache)
         out["cold_ms"] = round((time.perf_counter() - t0) * 1000, 1)
         out.update(found=hit.found, value=hit.to_json()["value"], partition=hit.partition, bytes_read=hit.bytes_read,
                    files_read=len(hit.files_read), snapshot_id=source.manifest.snapshot_id,
-                   lookup_ms=round(hit.elapsed_ms, 1))
+                   lookup_ms=round(hit.elapsed_ms, 1), requests=hit.requests,
+                   gets_whole=sum(1 for _, n in gets if n is None), gets_ranged=sum(1 for _, n in gets if n),
+                   bytes_ranged=sum(n for _, n in gets if n))
+        out.update(tables_consulted(source, hit, cache))
         others = [k for k in json.loads(args.others)]
-        warm = []
+        warm, warm_bytes = [], []
         for k in others:
             t0 = time.perf_counter()
             h = lookup_key(source, key=[k], cache=cache)
             warm.append((time.perf_counter() - t0) * 1000)
-            assert h.partition == hit.partition and h.cached, k
+            warm_bytes.append(h.bytes_read)
+            assert h.partition == hit.partition, k
+        out.update(warm_bytes_p50=int(statistics.median(warm_bytes)))
         warm.sort()
         out.update(warm_p50_ms=round(statistics.median(warm), 3), warm_p95_ms=round(warm[int(0.95 * len(warm))], 3),
                    warm_lookups=len(warm))
@@ -129,6 +147,22 @@ def child(args: argparse.Namespace) -> None:
                    bytes_read=h.bytes_read, partition=h.versions[-1].partition)
     out["rss_mb"] = peak_rss_mb()
     print(json.dumps(out))
+
+
+def tables_consulted(source: Any, hit: Any, cache: Any) -> dict[str, Any]:
+    """The RocksDB tables the cold lookup opened: how many of the partition's, the sizes of
+    their index and filter blocks, and the data blocks read (what bounds the bytes read)."""
+    files = {f.path: f for s in ("default",) for f in source.partition_files(0, hit.partition, s)}
+    tables = [p for p in files if p.endswith(".sst")]
+    opened = [cache.peek(("table", files[p].identity)) for p in hit.files_read if p.endswith(".sst")]
+    opened = [t for t in opened if t is not None]
+    return {"tables_in_partition": len(tables), "tables_consulted": len(opened),
+            "consulted_index_bytes": sum(t.index_handle.size for t in opened),
+            "consulted_filter_bytes": sum(t.filter_bytes for t in opened),
+            "consulted_meta_bytes_read": sum(t.meta_bytes for t in opened),
+            "consulted_table_bytes": sum(t.size for t in opened),
+            "data_blocks_read": sum(len(t._blocks) for t in opened),
+            "data_block_bytes": sum(len(b) for t in opened for b in t._blocks.values())}
 
 
 def peak_rss_mb() -> float:
@@ -155,7 +189,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--keys", type=int, default=10_000_000)
     ap.add_argument("--partitions", type=int, default=200)
-    ap.add_argument("--store", default="rocksdb-changelog", choices=("rocksdb-changelog", "hdfs"))
+    ap.add_argument("--store", default="rocksdb-changelog", choices=("rocksdb-changelog", "rocksdb", "hdfs"))
+    ap.add_argument("--no-spark", action="store_true", help="leave out Spark's state reader (the baseline)")
+    ap.add_argument("--no-history", action="store_true", help="leave out the key's history")
     ap.add_argument("--history", type=int, default=100)
     ap.add_argument("--touch", type=int, default=2000)
     ap.add_argument("--lookups", type=int, default=200)
@@ -220,7 +256,7 @@ def main() -> None:
 
     spark_runs, filter_runs = [], []
     where = f"key_account = '{key}'"
-    for _ in range(2):
+    for _ in range(0 if args.no_spark else 2):
         t0 = time.perf_counter()
         with StateReader(store, spark=spark, workdir=WORK / "lookup-store-layout") as reader:
             rows = reader.state("bench", newest.snapshot_id).where(where).collect()
@@ -230,34 +266,38 @@ def main() -> None:
                 t1 = time.perf_counter()
                 direct = read_state(spark, str(location), batchId=newest.batch_id).where(f"key.account = '{key}'").collect()
                 filter_runs.append(time.perf_counter() - t1)
-    assert len(rows) == 1 and len(direct) == 1
-    # (state value fields are the aggregate buffers' names: count, sum)
-    assert [rows[0]["value_count"], rows[0]["value_sum"]] == [cold["value"]["count"], cold["value"]["sum"]], (rows, cold)
+    if spark_runs:
+        assert len(rows) == 1 and len(direct) == 1
+        # (state value fields are the aggregate buffers' names: count, sum)
+        assert [rows[0]["value_count"], rows[0]["value_sum"]] == [cold["value"]["count"], cold["value"]["sum"]], \
+            (rows, cold)
 
-    hist = in_child("history", endpoint, key, history=args.history)
+    hist = {} if args.no_history else in_child("history", endpoint, key, history=args.history)
     changed = set()
-    for m in manifests:
+    for m in manifests if hist else []:
         changed |= {f.sha256 for f in m.files if f.path.startswith(f"state/0/{hist['partition']}/")
                     or "/_metadata/" in f.path}
     all_blobs = {f.sha256 for m in manifests for f in m.files}
     server.stop()
 
-    spark_s = min(spark_runs)
+    spark_s = min(spark_runs) if spark_runs else float("nan")
     result = {
         "command": " ".join(sys.argv), "keys": args.keys, "partitions": args.partitions, "store": args.store,
         "snapshots": len(manifests), "snapshots_s": round(snapshot_s, 1), "state_mib": round(state_bytes / 2**20, 1),
         "key": key, "partition": partition, "partition_bytes": part_bytes,
         "cold_ms": cold["cold_ms"], "cold_bytes_read": cold["bytes_read"], "cold_files_read": cold["files_read"],
+        "cold": {k: v for k, v in cold.items() if k not in ("value",)},
         "bytes_read_over_partition": round(cold["bytes_read"] / max(1, part_bytes), 2),
         "warm_p50_ms": cold["warm_p50_ms"], "warm_p95_ms": cold["warm_p95_ms"], "lookup_rss_mb": cold["rss_mb"],
         "cli_wall_ms": round(cli_ms), "spark_show_where_s": [round(x, 1) for x in spark_runs],
         "spark_filter_on_copy_s": [round(x, 1) for x in filter_runs],
-        "cold_over_spark": round(cold["cold_ms"] / 1000 / spark_s, 4),
-        "cold_over_spark_filter_only": round(cold["cold_ms"] / 1000 / min(filter_runs), 4),
+        "cold_over_spark": round(cold["cold_ms"] / 1000 / spark_s, 4) if spark_runs else None,
+        "cold_over_spark_filter_only": round(cold["cold_ms"] / 1000 / min(filter_runs), 4) if filter_runs else None,
         "history": hist, "history_partition_blobs_in_range": len(changed), "blobs_in_range": len(all_blobs),
     }
     print(json.dumps(result, indent=1))
-    (WORK / f"lookup_store_results-{args.store}.json").write_text(json.dumps(result, indent=1) + "\n")
+    out = WORK / f"lookup_store_results-{args.store}-{args.keys}-{args.partitions}.json"
+    out.write_text(json.dumps(result, indent=1) + "\n")
     spark.stop()
 
 

@@ -20,7 +20,6 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from airflow_provider_streamstate import __version__
 from airflow_provider_streamstate.cli import (
     clone,
     failover,
@@ -44,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="streamstate",
         description="Consistent snapshots, restore and verification of Spark Structured Streaming state.",
     )
-    parser.add_argument("--version", action="version", version=f"streamstate {__version__}")
+    parser.add_argument("--version", action=_Version, nargs=0, help="show the version and exit")
     parser.add_argument("--debug", action="store_true", help="show tracebacks of failures")
     parser.add_argument("-v", "--verbose", action="store_true", help="log what the engine does on stderr")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
@@ -54,6 +53,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 COMMANDS: Handlers = {}
+
+
+class _Version(argparse.Action):
+    """`--version`: the installed distribution's version, looked up only when asked for."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        from airflow_provider_streamstate import __version__
+
+        print(f"streamstate {__version__}")
+        parser.exit()
 
 
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]

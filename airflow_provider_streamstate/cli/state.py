@@ -37,7 +37,28 @@ from airflow_provider_streamstate.cli.common import (
     print_result,
 )
 from airflow_provider_streamstate.cli.state_jobs import add_job_options, run_job, submitted
-from airflow_provider_streamstate.engine.state.jobs import EXPORT_FORMATS
+
+
+class _ExportFormats:
+    """The engine's export formats (`engine.state.jobs`), imported only when argparse checks a
+    value: `streamstate --help` and `state get` do not import the Spark jobs. (argparse formats
+    an argument's metavar when it is added: `EXPORT_METAVAR` spares it iterating these.)"""
+
+    @staticmethod
+    def _all() -> tuple[str, ...]:
+        from airflow_provider_streamstate.engine.state.jobs import EXPORT_FORMATS
+
+        return tuple(EXPORT_FORMATS)
+
+    def __contains__(self, value: object) -> bool:
+        return value in self._all()
+
+    def __iter__(self) -> Any:
+        return iter(self._all())
+
+
+EXPORT_FORMATS = _ExportFormats()
+EXPORT_METAVAR = "{parquet,csv,jsonl}"  # the same as the engine's, checked by the CLI's tests
 
 EXIT_VALIDATION_FAILED = 3
 
@@ -73,7 +94,7 @@ def register(commands: Any) -> Handlers:
     _snapshot_arg(export)
     _selector_args(export)
     export.add_argument("--where", default=None, metavar="SQL", help="a Spark SQL filter")
-    export.add_argument("--format", required=True, choices=EXPORT_FORMATS, dest="fmt")
+    export.add_argument("--format", required=True, choices=EXPORT_FORMATS, dest="fmt", metavar=EXPORT_METAVAR)
     export.add_argument("--output", required=True, metavar="PATH",
                         help="a directory to create (must not exist), or an s3a://bucket/path")
     add_job_options(export)

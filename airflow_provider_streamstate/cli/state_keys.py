@@ -39,6 +39,8 @@ def _key_options(p: argparse.ArgumentParser) -> None:
                    help="a stream-stream join: the side whose rows to show")
     p.add_argument("--state-var", default=None, metavar="NAME",
                    help="transformWithState: the state variable, or '$timers' for the key's registered timers")
+    p.add_argument("--max-bytes", type=int, default=None, metavar="N",
+                   help="refuse to read more than N bytes of state files (default: no limit)")
 
 
 def register(sub: Any) -> Handlers:
@@ -125,7 +127,7 @@ def cmd_state_get(args: argparse.Namespace) -> int:
             raise UsageError("--batch goes with --checkpoint; a snapshot is one batch",
                              hint="name the snapshot of that batch (`streamstate snapshot list`)")
         source = SnapshotSource(open_store_from_args(args), args.stream, args.snapshot_id)
-    hit = lookup_key(source, key=_key(args), **_selectors(args))
+    hit = lookup_key(source, key=_key(args), max_bytes=args.max_bytes, **_selectors(args))
     lines = [f"{'found' if hit.found else 'not found'}" + (f"  {_show(hit.value)}" if hit.found and hit.kind == "value"
                                                          else "")]
     if hit.found and hit.kind != "value":
@@ -134,7 +136,8 @@ def cmd_state_get(args: argparse.Namespace) -> int:
     lines += [f"key       {_show(hit.key)}",
               f"operator  {hit.operator_id} {hit.operator_name}, {what}, partition {hit.partition}",
               f"source    {hit.source}",
-              f"read      {len(hit.files_read)} files, {human_bytes(hit.bytes_read)} in {hit.elapsed_ms:.1f} ms"
+              f"read      {len(hit.files_read)} files, {human_bytes(hit.bytes_read)} in {hit.requests} reads, "
+              f"{hit.elapsed_ms:.1f} ms"
               + (" (cached)" if hit.cached else "")]
     print_result(args, hit.to_json(), "\n".join(lines))
     return EXIT_OK
@@ -167,13 +170,14 @@ def cmd_state_history(args: argparse.Namespace) -> int:
             raise UsageError("--first-where searches the range: it takes no --limit or --all",
                              hint="narrow the range with --from and --to")
         b = bisect_key(store, args.stream, key=_key(args), where=parse_predicate(args.first_where),
-                       start=args.start, end=args.end, timeline=args.timeline, **_selectors(args))
+                       start=args.start, end=args.end, timeline=args.timeline, max_bytes=args.max_bytes,
+                       **_selectors(args))
         lines = [b.summary()] + [f"  batch {s.batch_id:<8} {s.snapshot_id}  "
                                  f"{_show(s.value) if s.found else 'absent'}" for s in b.steps]
         print_result(args, b.to_json(), "\n".join(lines))
         return EXIT_OK
     h = key_history(store, args.stream, key=_key(args), start=args.start, end=args.end, timeline=args.timeline,
-                    limit=args.limit, **_selectors(args))
+                    limit=args.limit, max_bytes=args.max_bytes, **_selectors(args))
     shown = h.versions if args.all else tuple(h.changes)
     first, last = h.versions[0].batch_id, h.versions[-1].batch_id
     what = f", {h.state_var}" if h.state_var else f", {h.join_side} side" if h.join_side else ""

@@ -235,6 +235,7 @@ def _data_docs(snapshot_id: str) -> dict[str, str]:
 # --- key lookups (engine/lookup): no Spark, in this process, decoded partitions cached ----------
 
 LOOKUP_CACHE_MB = 256  # default of [streamstate] lookup_cache_mb
+LOOKUP_MAX_MB = 64  # default of [streamstate] lookup_max_mb: what one key request may read
 HISTORY_LIMIT = 100  # snapshots a key's history page reads by default (the newest)
 HISTORY_LIMIT_MAX = 1000
 _LOOKUP_CACHE: Any = None
@@ -255,6 +256,23 @@ def lookup_cache() -> Any:
             mb = conf.getint("streamstate", "lookup_cache_mb", fallback=LOOKUP_CACHE_MB)
             _LOOKUP_CACHE = PartitionCache(max_entries=512, max_bytes=max(1, mb) << 20)
         return _LOOKUP_CACHE
+
+
+def lookup_budget() -> int:
+    """The bytes one key request (a lookup, a live lookup, a key's history) may read from its
+    store or checkpoint, `[streamstate] lookup_max_mb`: what the cache answers is free; past
+    it the request is refused (413) before the read, whatever the partition's size."""
+    from airflow.configuration import conf
+
+    return max(1, int(conf.getfloat("streamstate", "lookup_max_mb", fallback=LOOKUP_MAX_MB) * (1 << 20)))
+
+
+def _key_error(exc: StreamstateError) -> HTTPException:
+    from airflow_provider_streamstate.engine.core.errors import ReadBudgetExceeded
+
+    if isinstance(exc, ReadBudgetExceeded):
+        return HTTPException(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, exc.one_line())
+    return _engine_error(exc)
 
 
 def _key(q: KeyQuery) -> Any:
@@ -279,9 +297,9 @@ def key_lookup_data(user: Any, stream: str, snapshot_id: str, store: str | None,
     try:
         opened = open_configured_store(url, conn)
         source = SnapshotSource(opened, stream, manifest=get_snapshot(opened, stream, snapshot_id))
-        return lookup_key(source, key=_key(q), cache=lookup_cache(), **q.lookup_args())
+        return lookup_key(source, key=_key(q), cache=lookup_cache(), max_bytes=lookup_budget(), **q.lookup_args())
     except StreamstateError as exc:
-        raise _engine_error(exc) from None
+        raise _key_error(exc) from None
 
 
 def live_lookup_data(user: Any, stream: str, q: KeyQuery, batch_id: int | None) -> Any:
@@ -298,9 +316,9 @@ def live_lookup_data(user: Any, stream: str, q: KeyQuery, batch_id: int | None) 
         fs = checkpoint_of(cs)
         assert fs is not None
         source = CheckpointSource(cs.checkpoint, batch_id, reader=CheckpointReader(fs))
-        return lookup_key(source, key=_key(q), cache=lookup_cache(), **q.lookup_args())
+        return lookup_key(source, key=_key(q), cache=lookup_cache(), max_bytes=lookup_budget(), **q.lookup_args())
     except StreamstateError as exc:
-        raise _engine_error(exc) from None
+        raise _key_error(exc) from None
 
 
 def key_history_data(user: Any, stream: str, store: str | None, q: KeyQuery, *, start: str | None,
@@ -317,11 +335,11 @@ def key_history_data(user: Any, stream: str, store: str | None, q: KeyQuery, *, 
         opened = open_configured_store(url, conn)
         if first_where:
             return bisect_key(opened, stream, key=_key(q), where=first_where, start=start or None, end=end or None,
-                              cache=lookup_cache(), **q.lookup_args())
+                              cache=lookup_cache(), max_bytes=lookup_budget(), **q.lookup_args())
         return key_history(opened, stream, key=_key(q), start=start or None, end=end or None, limit=limit,
-                           cache=lookup_cache(), **q.lookup_args())
+                           cache=lookup_cache(), max_bytes=lookup_budget(), **q.lookup_args())
     except StreamstateError as exc:
-        raise _engine_error(exc) from None
+        raise _key_error(exc) from None
 
 
 def data_docs_file(user: Any, stream: str, snapshot_id: str, suite: str, path: str, store: str | None) -> Any:

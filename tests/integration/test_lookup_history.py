@@ -54,12 +54,14 @@ class BlobGets:
     def __init__(self, store: Any) -> None:
         self.prefix = f"{store.prefix}/blobs/sha256/"
         self.keys: list[str] = []
+        self.ranges: list[tuple[str, str | None]] = []  # (blob, Range header): a RocksDB table is read by ranges
         store.client.meta.events.register("before-parameter-build.s3.GetObject", self._seen)
 
     def _seen(self, params: dict[str, Any], **_: Any) -> None:
         key = params.get("Key", "")
         if key.startswith(self.prefix):
             self.keys.append(key.rsplit("/", 1)[-1])
+            self.ranges.append((key.rsplit("/", 1)[-1], params.get("Range")))
 
 
 def test_a_keys_history_in_s3_matches_spark_at_every_snapshot_reading_each_changed_blob_of_its_partition_once(
@@ -82,7 +84,8 @@ def test_a_keys_history_in_s3_matches_spark_at_every_snapshot_reading_each_chang
     for key in (5, 6):
         before = len(gets.keys)
         h = key_history(store, "agg", key=[key], cache=cache)
-        fetched = gets.keys[before:]
+        requests = gets.ranges[before:]
+        fetched = list(dict.fromkeys(blob for blob, _ in requests))
         assert [v.batch_id for v in h.versions] == batches
         for v in h.versions:
             want = expected[v.batch_id].get(key)
@@ -91,7 +94,9 @@ def test_a_keys_history_in_s3_matches_spark_at_every_snapshot_reading_each_chang
                 assert ours_norm(v.value, h.value_schema) == want[0] and v.partition == want[1], (key, v.batch_id)
         assert [v.batch_id for v in h.changes] == sorted({b for b in batches if expected[b].get(key)
                                                           != expected.get(b - 1, {}).get(key)})
-        # Only blobs of the key's partition (and the operator's schema), each fetched once.
+        # Only blobs of the key's partition (and the operator's schema), each fetched once: whole,
+        # or (a table) by ranges, never the same range twice.
+        assert len(requests) == len(set(requests))
         partition = h.versions[-1].partition
         allowed = {f.sha256 for m in manifests for f in m.files
                    if f.path.startswith(f"state/0/{partition}/") or "/_metadata/" in f.path}

@@ -486,14 +486,19 @@ def test_a_corrupted_or_truncated_file_is_an_error_naming_it_and_nothing_is_cach
             assert victim.name in str(err.value) and "\n" not in err.value.one_line()
         assert len(cache) == 1  # the schema only
 
-    rocks = str(tmp_path / "rocks")
-    run_query(spark, df, rocks, store=ROCKS_CL, batches=4)
-    hit = lookup_key(rocks, key=key)
-    for pattern, damage in (("SSTs/*.sst", "flip"), ("*.changelog", "truncate")):
+    # A table is read block by block, each block checked as it is read: a damaged table is
+    # found by a lookup that reads it. Without changelogs every key is answered from the
+    # tables, the newest first (batch after batch each key is written again: the newest
+    # table decides it); with them the changelogs decide these keys.
+    for store, pattern, damage in ((ROCKS, "SSTs/*.sst", "flip"), (ROCKS_CL, "*.changelog", "truncate")):
+        rocks = str(tmp_path / f"rocks-{store}")
+        run_query(spark, df, rocks, store=store, batches=4)
+        hit = lookup_key(rocks, key=key)
         copy = tmp_path / f"rocks-{pattern[:3]}"
         shutil.copytree(rocks, copy)
         files = CheckpointSource(str(copy)).partition_files(0, hit.partition, "default")
-        victims = [f.path for f in files if Path(f.path).match(pattern)]
+        victims = sorted((f.path for f in files if Path(f.path).match(pattern)),
+                         key=lambda p: int(Path(p).name.split("-")[0].split(".")[0]))  # the newest last
         assert victims, pattern
         victim = copy / victims[-1]
         data = victim.read_bytes()

@@ -53,6 +53,12 @@ class CorruptionError(StreamstateError):
     )
 
 
+class ReadBudgetExceeded(StreamstateError):
+    """A request would read more bytes than it was allowed (a key lookup's `max_bytes`)."""
+
+    default_hint = "raise the byte budget, or read this state with Spark (`streamstate state show --where`)"
+
+
 class UnsafeManifestError(StreamstateError):
     """A manifest whose content could make a restore write outside its target."""
 

@@ -5,10 +5,11 @@
     hit = lookup_key(SnapshotSource(store, "orders", "latest"), key=["a-17"])
     hit.found, hit.value, hit.partition, hit.files_read, hit.bytes_read
 
-The key's partition is computed as Spark computes it (`murmur3`), only that partition's
-files are read (`sources`), decoded once into memory (`hdfs_state`, `rocksdb_state`) and
-kept in a bounded cache (`cache`); the key is encoded exactly as Spark's row writer
-would (`unsafe_row`, `rocksdb_keys`) and found by its bytes.
+The key's partition is computed as Spark computes it (`murmur3`), and of that partition's
+files only what the key needs is read (`partitions`): a RocksDB table's index, filter and
+one block, by ranged reads; HDFS-backed files newest first, streamed, up to the one that
+decides the key. What was read is kept in a bounded cache (`cache`); the key is encoded
+exactly as Spark's row writer would (`unsafe_row`, `rocksdb_keys`) and found by its bytes.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ from airflow_provider_streamstate.engine.lookup.layouts import (
     kind_of,
 )
 from airflow_provider_streamstate.engine.lookup.reading.cache import DEFAULT_CACHE, PartitionCache
-from airflow_provider_streamstate.engine.lookup.reading.partitions import Reads, partition_state
+from airflow_provider_streamstate.engine.lookup.reading.partitions import Reads, lookup_partition
 from airflow_provider_streamstate.engine.lookup.reading.sources import (
     CheckpointSource,
     OperatorView,
@@ -92,6 +93,7 @@ class KeyLookup:
     batch_id: int
     files_read: list[str] = field(default_factory=list)
     bytes_read: int = 0
+    requests: int = 0  # reads sent to the source (a whole file, a range, or a stream)
     cached: bool = False
     elapsed_ms: float = 0.0
     state_var: str | None = None
@@ -106,7 +108,8 @@ class KeyLookup:
                 "kind": self.kind, "partition": self.partition, "operator_id": self.operator_id,
                 "operator_name": self.operator_name, "store": self.store, "state_var": self.state_var,
                 "join_side": self.join_side, "source": self.source, "batch_id": self.batch_id,
-                "files_read": self.files_read, "bytes_read": self.bytes_read, "cached": self.cached,
+                "files_read": self.files_read, "bytes_read": self.bytes_read, "requests": self.requests,
+                "cached": self.cached,
                 "elapsed_ms": round(self.elapsed_ms, 3)}
 
 
@@ -120,13 +123,15 @@ def lookup_key(
     state_var: str | None = None,
     batch_id: int | None = None,
     cache: PartitionCache | None = None,
+    max_bytes: int | None = None,
 ) -> KeyLookup:
     """The state of one key. `source`: a checkpoint location (read at `batch_id`, default the
     newest committed batch) or a `StateSource` (`CheckpointSource`, `SnapshotSource`).
     `key`: the key columns by name ({"account": "a-17"}) or in order (["a-17"]; a single
     column may be given bare; timestamps as aware datetimes, naive ones (and timestamp_ntz)
     read as UTC wall-clock, or microseconds). A join needs `join_side`; a transformWithState
-    operator `state_var`."""
+    operator `state_var`. `max_bytes`: the most the lookup may read from its source (what the
+    cache answers is free); past it, ReadBudgetExceeded before the read."""
     started = time.perf_counter()
     if isinstance(source, StateSource):
         if batch_id is not None and batch_id != source.batch_id:
@@ -142,7 +147,7 @@ def lookup_key(
     codec = codec_name(src.conf)
     check_codec(codec)
     provider = _provider(src)
-    reads = Reads()
+    reads = Reads(max_bytes)
     schemas = operator_schemas(src, op, cache, reads)
 
     if kind != "join" and src.conf.get(STRICT_DISTRIBUTION_CONF, "false").lower() != "true":
@@ -174,7 +179,7 @@ def lookup_key(
     values = key_values(key, schema.key, op.name)
     partition = _partition(values, schema.key, op)
     cf_store, cf = _store_and_cf(op, store)
-    part = partition_state(src, op, partition, cf_store, provider, codec, cache, reads)
+    part = lookup_partition(src, op, partition, cf_store, provider, codec, cache, reads)
     raw = part.get(_encode_key(encode_row(values, schema.key), provider, _cf_id(part, cf, src, op)))
     value = None if raw is None else _decode(_strip(raw, provider, store), schema.value, store)
     return _result(src, op, store, values, schema.key, value, "value", partition, reads, started, schema.value)
@@ -193,12 +198,12 @@ def _lookup_join(src: StateSource, op: OperatorView, schemas: dict[str, ColumnFa
     found: list[dict[str, Any]] = []
     counts_store, counts_cf = _store_and_cf(op, counts_name)
     rows_store, rows_cf = _store_and_cf(op, rows_name)
-    part = partition_state(src, op, partition, counts_store, provider, codec, cache, reads)
+    part = lookup_partition(src, op, partition, counts_store, provider, codec, cache, reads)
     raw = part.get(_encode_key(encode_row(values, counts.key), provider, _cf_id(part, counts_cf, src, op)))
     if raw is not None:
         n = _decode(_strip(raw, provider, counts_name), counts.value, counts_name)
         count = next(iter(n.values())) if n else 0
-        rpart = partition_state(src, op, partition, rows_store, provider, codec, cache, reads)
+        rpart = lookup_partition(src, op, partition, rows_store, provider, codec, cache, reads)
         cf_id = _cf_id(rpart, rows_cf, src, op)
         for index in range(int(count or 0)):
             row_raw = rpart.get(_encode_key(encode_row([*values, index], rows.key), provider, cf_id))
@@ -251,7 +256,7 @@ def _lookup_tws(src: StateSource, op: OperatorView, schemas: dict[str, ColumnFam
         grouping = cf.key
     values = key_values(key, grouping, op.name)
     partition = _partition(values, grouping, op)
-    part = partition_state(src, op, partition, "default", provider, codec, cache, reads)
+    part = lookup_partition(src, op, partition, "default", provider, codec, cache, reads)
     cf_id = _cf_id(part, state_var, src, op)
     where = f"{state_var} of {src.description}"
     value: Any
@@ -404,7 +409,7 @@ def _result(src: StateSource, op: OperatorView, store: str, values: list[Any], s
     key = decode_row(encode_row(values, schema), schema)
     return KeyLookup(found=value is not None, key=key, value=value, kind=kind, partition=partition,
                      operator_id=op.operator_id, operator_name=op.name, store=store, source=src.description,
-                     batch_id=src.batch_id, files_read=reads.files, bytes_read=reads.bytes,
+                     batch_id=src.batch_id, files_read=reads.files, bytes_read=reads.bytes, requests=reads.requests,
                      cached=reads.all_cached, elapsed_ms=(time.perf_counter() - started) * 1000,
                      key_schema=schema, value_schema=value_schema)
 

@@ -12,15 +12,18 @@ is read (it says which files the cut holds, with their sha256s), but a snapshot 
 of the key's partition are those of the previous one is answered with the previous answer
 (nothing read or decoded), and one whose partition grew by a few deltas or changelogs is
 the previous decoded partition plus those files (engine/lookup/reading/partitions.py): each blob
-of the partition is read once over the whole history. A snapshot's batch says when its
+of the partition is read at most once over the whole history (RocksDB tables by the ranges
+the key needs, counted once per blob). A snapshot's batch says when its
 state was cut, so a change seen at batch b happened in a batch after the previous
 snapshot's batch and at or before b: `KeyVersion.previous_batch_id` bounds it.
 """
 
 from __future__ import annotations
 
+import io
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,14 +33,14 @@ from airflow_provider_streamstate.engine.catalog.snapshots import (
     resolve_snapshot,
 )
 from airflow_provider_streamstate.engine.catalog.timeline import load_timelines, snapshot_refs
-from airflow_provider_streamstate.engine.core.errors import NotFoundError, UsageError
+from airflow_provider_streamstate.engine.core.errors import NotFoundError, ReadBudgetExceeded, UsageError
 from airflow_provider_streamstate.engine.core.manifest import Manifest, SnapshotRef
 from airflow_provider_streamstate.engine.core.parallel import run_parallel
 from airflow_provider_streamstate.engine.lookup.api import KeyLookup, lookup_key
 from airflow_provider_streamstate.engine.lookup.encodings.values import to_jsonable
 from airflow_provider_streamstate.engine.lookup.predicate import KeyPredicate, parse_predicate
 from airflow_provider_streamstate.engine.lookup.reading.cache import PartitionCache
-from airflow_provider_streamstate.engine.lookup.reading.sources import SnapshotSource, StateFile
+from airflow_provider_streamstate.engine.lookup.reading.sources import SnapshotSource, StateFile, Stream
 from airflow_provider_streamstate.engine.stores.base import SnapshotStore
 
 HISTORY_CACHE_BYTES = 256 << 20  # a history's own cache, when the caller gives none
@@ -190,22 +193,66 @@ class _Walker:
     """Looks the key up snapshot after snapshot, skipping those whose partition is unchanged,
     and fetching each blob from the store once (`fetched`)."""
 
-    def __init__(self, store: SnapshotStore, stream: str, lookup: dict[str, Any], cache: PartitionCache) -> None:
+    def __init__(self, store: SnapshotStore, stream: str, lookup: dict[str, Any], cache: PartitionCache,
+                 max_bytes: int | None = None) -> None:
         self.store, self.stream, self.lookup, self.cache = store, stream, lookup, cache
+        self.max_bytes = max_bytes
         self.previous: tuple[Any, KeyLookup, int] | None = None  # (signature, answer, batch)
         self.memo: dict[str, bytes] = {}
         self.memo_bytes = 0
         self.fetched: list[str] = []  # digests of the blobs read from the store, in order
+        self._touched: set[str] = set()
         self.fetched_bytes = 0
         self.first: KeyLookup | None = None
+
+    def charge(self, n: int, what: str) -> None:
+        """ReadBudgetExceeded, before the read, when it would take the walk past `max_bytes`."""
+        if self.max_bytes is not None and self.fetched_bytes + n > self.max_bytes:
+            raise ReadBudgetExceeded(
+                f"the key's history would read more than its budget of {self.max_bytes:,} bytes "
+                f"({self.fetched_bytes:,} read, {n:,} more for {what})",
+                hint="narrow the range (--start/--end, a lower limit) or raise the byte budget")
+
+    def _fetched(self, digest: str, n: int) -> None:
+        if digest not in self._touched:
+            self._touched.add(digest)
+            self.fetched.append(digest)
+        self.fetched_bytes += n
+
+    def read_range(self, src: SnapshotSource, f: StateFile, offset: int, length: int) -> bytes:
+        digest = str(f.identity[1])
+        data = self.memo.get(digest)
+        if data is not None:
+            return data[offset:offset + length]
+        self.charge(length, f.path)
+        data = SnapshotSource.read_range(src, f, offset, length)
+        self._fetched(digest, len(data))
+        return data
+
+    @contextmanager
+    def open_stream(self, src: SnapshotSource, f: StateFile) -> Iterator[Stream]:
+        digest = str(f.identity[1])
+        data = self.memo.get(digest)
+        if data is not None:
+            view = io.BytesIO(data)
+            yield Stream(view.read)
+            return
+        with SnapshotSource.open_stream(src, f) as raw:
+            def read(n: int) -> bytes:
+                self.charge(min(n, max(0, f.size - raw.bytes)), f.path)
+                out = raw.read(n)
+                self._fetched(digest, len(out))
+                return out
+
+            yield Stream(read, raw.done)
 
     def read(self, src: SnapshotSource, f: StateFile) -> bytes:
         digest = str(f.identity[1])
         data = self.memo.get(digest)
         if data is None:
+            self.charge(f.size, f.path)
             data = SnapshotSource.read(src, f)
-            self.fetched.append(digest)
-            self.fetched_bytes += len(data)
+            self._fetched(digest, len(data))
             if len(data) <= MEMO_BLOB_BYTES and self.memo_bytes + len(data) <= MEMO_TOTAL_BYTES:
                 self.memo[digest] = data
                 self.memo_bytes += len(data)
@@ -251,6 +298,12 @@ class _WalkedSnapshot(SnapshotSource):
     def read(self, f: StateFile) -> bytes:
         return self._walker.read(self, f)
 
+    def read_range(self, f: StateFile, offset: int, length: int) -> bytes:
+        return self._walker.read_range(self, f, offset, length)
+
+    def open_stream(self, f: StateFile) -> AbstractContextManager[Stream]:
+        return self._walker.open_stream(self, f)
+
 
 def _lookup_args(operator: int | str, store_name: str | None, join_side: str | None, state_var: str | None,
                  key: Any) -> dict[str, Any]:
@@ -273,10 +326,12 @@ def key_history(
     limit: int | None = None,
     cache: PartitionCache | None = None,
     parallelism: int = 8,
+    max_bytes: int | None = None,
 ) -> KeyHistory:
     """The key in every snapshot on the history of `timeline` (default: the current one)
     whose batch is in `start`..`end` (batch ids, snapshot ids, `latest`), oldest first;
-    `limit`: only the newest that many. The key and selectors are as `lookup_key` takes them."""
+    `limit`: only the newest that many. The key and selectors are as `lookup_key` takes them;
+    `max_bytes`: the most the whole walk may read from the store."""
     started = time.perf_counter()
     line, refs = timeline_snapshots(store, stream, start=start, end=end, timeline=timeline)
     if limit is not None:
@@ -285,7 +340,7 @@ def key_history(
         refs = refs[-limit:]
     manifests = run_parallel(lambda r: get_snapshot(store, stream, r.snapshot_id), refs, parallelism)
     walker = _Walker(store, stream, _lookup_args(operator, store_name, join_side, state_var, key),
-                     cache if cache is not None else PartitionCache(max_bytes=HISTORY_CACHE_BYTES))
+                     cache if cache is not None else PartitionCache(max_bytes=HISTORY_CACHE_BYTES), max_bytes)
     versions = tuple(walker.step(m) for m in manifests)
     first = walker.first
     assert first is not None
@@ -309,6 +364,7 @@ def bisect_key(
     end: str | int | None = None,
     timeline: int | None = None,
     cache: PartitionCache | None = None,
+    max_bytes: int | None = None,
 ) -> KeyBisect:
     """The first snapshot in the range where `where` (a condition's text, a `KeyPredicate`
     or any callable on a `KeyLookup`) holds for the key: the newest snapshot is checked
@@ -318,7 +374,7 @@ def bisect_key(
     text = where if isinstance(where, str) else getattr(where, "text", getattr(where, "__name__", "condition"))
     _, refs = timeline_snapshots(store, stream, start=start, end=end, timeline=timeline)
     walker = _Walker(store, stream, _lookup_args(operator, store_name, join_side, state_var, key),
-                     cache if cache is not None else PartitionCache(max_bytes=HISTORY_CACHE_BYTES))
+                     cache if cache is not None else PartitionCache(max_bytes=HISTORY_CACHE_BYTES), max_bytes)
     seen: dict[int, tuple[bool, KeyVersion]] = {}
 
     def holds(i: int) -> bool:

@@ -251,6 +251,15 @@ class SnapshotStore(ABC):
         A failure while the stream is read (a connection cut mid-body) is a TransientError.
         """
 
+    def read_blob_range(self, blob: str, offset: int, length: int) -> bytes:
+        """`length` bytes of blob `blob` from `offset` (fewer only past its end);
+        MissingBlobError when it is absent. A range cannot be checked against the blob's
+        sha256: the caller verifies it by what it holds (a RocksDB block's own checksum).
+        This default reads the whole blob; stores that can read a range override it."""
+        with self.open_blob(blob) as f:
+            data = f.read()
+        return bytes(data[offset:offset + length])
+
     @abstractmethod
     def iter_blobs(self) -> Iterator[tuple[str, int]]:
         """Every stored blob as (blob id, size)."""

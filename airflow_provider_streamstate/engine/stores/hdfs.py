@@ -158,6 +158,18 @@ class HdfsStore(SnapshotStore):
 
         return opened()
 
+    def read_blob_range(self, blob: str, offset: int, length: int) -> bytes:
+        """One WebHDFS OPEN with `offset` and `length`."""
+        if length <= 0:
+            return b""
+        try:
+            return self.client.read(self._path(blob_key(blob)), offset=offset, length=length)
+        except FileNotFoundError:
+            raise MissingBlobError(
+                f"blob {blob} is missing from {self.url}",
+                hint="restore another snapshot, or re-replicate this one from a healthy store",
+            ) from None
+
     def _shards(self, prefix: str) -> list[str]:
         entries = self.client.list(self._path(prefix)) or []
         return sorted(e["pathSuffix"] for e in entries if e.get("type") == "DIRECTORY")

@@ -145,6 +145,11 @@ class LocalStore(SnapshotStore):
                 hint="restore another snapshot, or re-replicate this one from a healthy store",
             ) from None
 
+    def read_blob_range(self, blob: str, offset: int, length: int) -> bytes:
+        with self.open_blob(blob) as f:
+            f.seek(offset)
+            return f.read(length)
+
     def iter_blobs(self) -> Iterator[tuple[str, int]]:
         for info in self.iter_blob_info():
             yield info.digest, info.size

@@ -434,11 +434,22 @@ class S3Store(SnapshotStore):
             return self._upload_parts(key, parts(), verify)
 
     def open_blob(self, blob: str) -> AbstractContextManager[BinaryIO]:
+        return cast("AbstractContextManager[BinaryIO]", _Body(self._get_blob(blob), f"blob {blob[:12]}", self.url))
+
+    def read_blob_range(self, blob: str, offset: int, length: int) -> bytes:
+        """One ranged GetObject (`Range: bytes=offset-end`)."""
+        if length <= 0:
+            return b""
+        body = self._get_blob(blob, Range=f"bytes={offset}-{offset + length - 1}")
+        with _Body(body, f"blob {blob[:12]}", self.url) as f:
+            return f.read()
+
+    def _get_blob(self, blob: str, **extra: Any) -> Any:
         from botocore.exceptions import ClientError
 
         with self._errors(f"read blob {blob[:12]}"):
             try:
-                body = self.client.get_object(Bucket=self.bucket, Key=self._key(blob_key(blob)))["Body"]
+                return self.client.get_object(Bucket=self.bucket, Key=self._key(blob_key(blob)), **extra)["Body"]
             except ClientError as exc:
                 if code(exc) in ("NoSuchKey", "404") or status(exc) == 404:
                     raise MissingBlobError(
@@ -446,7 +457,6 @@ class S3Store(SnapshotStore):
                         hint="restore another snapshot, or re-replicate this one from a healthy store",
                     ) from None
                 raise
-        return cast("AbstractContextManager[BinaryIO]", _Body(body, f"blob {blob[:12]}", self.url))
 
     def _list(self, prefix: str, delimiter: str | None = None, start_after: str | None = None) -> Iterator[dict[str, Any]]:
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self._key(prefix)}

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
+from airflow_provider_streamstate.engine.core.errors import CheckpointChanged
+
 if TYPE_CHECKING:
     from airflow_provider_streamstate.engine.core.manifest import FileEntry
     from airflow_provider_streamstate.engine.stores.base import ObjectRef, SnapshotStore
@@ -125,6 +127,16 @@ class CheckpointFS(ABC):
     def open_checked(self, rel: str, expected: FileStat) -> AbstractContextManager[BinaryIO]:
         """Read a file the plan saw; CheckpointChanged when it is not that file any more
         (checked before the read where the backend can, else by the caller's stat after)."""
+
+    def read_range(self, rel: str, expected: FileStat, offset: int, length: int) -> bytes:
+        """`length` bytes of a file the plan saw, from `offset` (fewer only past its end);
+        CheckpointChanged when it is not that file any more. This default reads the whole
+        file; filesystems that can read a range override it."""
+        with self.open_checked(rel, expected) as f:
+            data = f.read()
+        if len(data) != expected.size:
+            raise CheckpointChanged(f"{self.where(rel)}: the file changed while it was read")
+        return bytes(data[offset:offset + length])
 
     def stored_sha256(self, rel: str, expected: FileStat) -> str | None:
         """The file's SHA-256 as the filesystem recorded it when it was written (hex), so

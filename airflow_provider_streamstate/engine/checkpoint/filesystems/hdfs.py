@@ -138,6 +138,15 @@ class HdfsCheckpointFS(CheckpointFS):
         if expected.etag and not same():  # replaced while it was read: what was read may be the new one
             raise CheckpointChanged(f"{self.where(rel)}: the file changed while it was read")
 
+    def read_range(self, rel: str, expected: FileStat, offset: int, length: int) -> bytes:
+        """One WebHDFS OPEN with `offset` and `length`, the file's identity checked first."""
+        if length <= 0:
+            return b""
+        s = self.client.status(self.path(rel))
+        if s is None or (expected.etag and _stat(s).etag != expected.etag) or int(s.get("length", -1)) != expected.size:
+            raise CheckpointChanged(f"{self.where(rel)}: the file changed since the plan listed it")
+        return self.client.read(self.path(rel), offset=offset, length=length)
+
     # --- records -------------------------------------------------------------------------
 
     def read_record(self, rel: str, *, limit: int = MAX_RECORD_BYTES) -> bytes | None:

@@ -40,6 +40,7 @@ from airflow_provider_streamstate.engine.core.durability import (
     write_file,
 )
 from airflow_provider_streamstate.engine.core.errors import (
+    CheckpointChanged,
     CorruptionError,
     UnsafeManifestError,
     UnsupportedCheckpointError,
@@ -104,6 +105,19 @@ class LocalCheckpointFS(CheckpointFS):
     def open_checked(self, rel: str, expected: FileStat) -> Iterator[BinaryIO]:
         with open(self.root / rel, "rb") as f:
             yield f
+
+    def read_range(self, rel: str, expected: FileStat, offset: int, length: int) -> bytes:
+        """A seek and a read; the file's size and mtime checked against the plan's after it."""
+        try:
+            with open(self.root / rel, "rb") as f:
+                f.seek(offset)
+                data = f.read(length)
+                st = os.fstat(f.fileno())
+        except FileNotFoundError:
+            raise CheckpointChanged(f"{self.where(rel)} vanished since the plan listed it") from None
+        if st.st_size != expected.size or (expected.mtime_ns and st.st_mtime_ns != expected.mtime_ns):
+            raise CheckpointChanged(f"{self.where(rel)}: the file changed since the plan listed it")
+        return data
 
     # --- records -------------------------------------------------------------------------
 

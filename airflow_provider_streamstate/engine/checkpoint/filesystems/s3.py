@@ -228,6 +228,21 @@ class S3CheckpointFS(CheckpointFS):
         finally:
             body.close()
 
+    def read_range(self, rel: str, expected: FileStat, offset: int, length: int) -> bytes:
+        """One ranged GetObject, conditional on the planned version (`If-Match`)."""
+        if length <= 0:
+            return b""
+        with self.errors(f"read checkpoint file {rel}"):
+            args: dict[str, Any] = {"Bucket": self.bucket, "Key": self.key(rel),
+                                    "Range": f"bytes={offset}-{offset + length - 1}"}
+            if expected.etag:
+                args["IfMatch"] = expected.etag
+            body = self.client.get_object(**args)["Body"]
+        try:
+            return _Reader(body, self, rel).read()
+        finally:
+            body.close()
+
     def stored_sha256(self, rel: str, expected: FileStat) -> str | None:
         """The SHA-256 of the whole object as S3 recorded it when the object was written
         (hex), read by a HEAD of the planned version: S3 checks a checksum the writer sends

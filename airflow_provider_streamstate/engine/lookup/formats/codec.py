@@ -18,6 +18,7 @@ installed; snappy and lzf are refused by name.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable, Iterator
 
 from airflow_provider_streamstate.engine.core.errors import CorruptionError, UnsupportedCheckpointError
 
@@ -70,6 +71,79 @@ def decompress(data: bytes, name: str, where: str) -> bytes:
         except zstandard.ZstdError as exc:
             raise CorruptionError(f"{where} is not a valid zstd stream: {exc}") from None
     return lz4_block_stream(data, where)
+
+
+def iter_decompressed(read: Callable[[int], bytes], name: str, where: str) -> Iterator[bytes]:
+    """A state file's decompressed bytes chunk by chunk, `read(n)` giving its raw bytes as
+    they come: an lz4 stream block by block (each block's checksum checked before it is
+    given), a zstd stream 1 MiB at a time. The caller may stop at any chunk."""
+    check_codec(name)
+    if name == "zstd":
+        import zstandard
+
+        d = zstandard.ZstdDecompressor().decompressobj()
+        while True:
+            raw = read(1 << 20)
+            if not raw:
+                if not d.eof:
+                    raise CorruptionError(f"{where} is truncated: its zstd stream does not end",
+                                          hint="restore an older snapshot, or re-read the checkpoint")
+                return
+            try:
+                out = d.decompress(raw)
+            except zstandard.ZstdError as exc:
+                raise CorruptionError(f"{where} is not a valid zstd stream: {exc}") from None
+            if out:
+                yield out
+    import lz4.block
+    import xxhash
+
+    at = 0
+    while True:
+        head = _read_exactly(read, 21)
+        if len(head) < 21:
+            raise CorruptionError(f"{where} is truncated: its LZ4 stream ends without an end block at byte {at}",
+                                  hint="the file is damaged; restore an older snapshot or re-read the checkpoint")
+        if head[:8] != _MAGIC:
+            raise CorruptionError(f"{where} is damaged: no LZ4 block header at byte {at}",
+                                  hint="check the state store codec; restore an older snapshot if the file is damaged")
+        token, clen, olen, check = _HEADER.unpack_from(head, 8)
+        method = token & 0xF0
+        if clen < 0 or olen < 0 or method not in (_RAW, _LZ4):
+            raise CorruptionError(f"{where} is damaged or truncated: an LZ4 block of {clen} bytes at byte {at}",
+                                  hint="restore an older snapshot, or re-read the checkpoint")
+        if olen == 0:
+            return
+        raw = _read_exactly(read, clen)
+        if len(raw) != clen:
+            raise CorruptionError(f"{where} is damaged or truncated: an LZ4 block of {clen} bytes at byte {at}",
+                                  hint="restore an older snapshot, or re-read the checkpoint")
+        at += 21 + clen
+        if method == _LZ4:
+            try:
+                raw = lz4.block.decompress(raw, uncompressed_size=olen)
+            except lz4.block.LZ4BlockError as exc:
+                raise CorruptionError(f"{where} is damaged: an LZ4 block does not decompress ({exc})") from None
+        if len(raw) != olen or (xxhash.xxh32_intdigest(raw, _SEED) & 0x0FFFFFFF) != check:
+            raise CorruptionError(f"{where} is damaged: an LZ4 block's checksum does not match",
+                                  hint="restore an older snapshot, or re-read the checkpoint")
+        yield raw
+
+
+def verified_per_block(name: str) -> bool:
+    """Whether a stream of this codec checks each block it gives (lz4-java's XXHash32): one
+    that is left early has still been verified as far as it was read."""
+    return name == "lz4"
+
+
+def _read_exactly(read: Callable[[int], bytes], n: int) -> bytes:
+    out = read(n)
+    while len(out) < n:
+        more = read(n - len(out))
+        if not more:
+            break
+        out += more
+    return out
 
 
 def lz4_block_stream(data: bytes, where: str) -> bytes:

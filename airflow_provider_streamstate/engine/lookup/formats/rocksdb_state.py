@@ -6,9 +6,10 @@ changelogs `<s+1..V>.changelog` replayed on it (checkpoint format v2: `<v>_<id>.
 files; this module reads them:
 
 - the zip holds `metadata` (`v1` then JSON: `sstFiles` [{localFileName, dfsSstFileName,
-  sizeBytes}], `numKeys`, `columnFamilyMapping` {name: id}, ...), RocksDB's MANIFEST,
-  CURRENT and OPTIONS, and the (empty: Spark writes with the WAL off) log files; the table
-  files themselves are shared, `SSTs/<dfsSstFileName>`;
+  sizeBytes}], `numKeys`, `columnFamilyMapping` {name: id}, ...), RocksDB's MANIFEST (each
+  table's key range and sequence numbers: `rocksdb_manifest`), CURRENT and OPTIONS, and the
+  (empty: Spark writes with the WAL off) log files; the table files themselves are shared,
+  `SSTs/<dfsSstFileName>`, and read only as a key needs them (`RocksPartition`);
 - a changelog is the codec's stream (`codec`) of records, integers big-endian. Version 1
   (no header): `key size | key | value size | value`, a delete with value size -1, -1 at
   the end. Version 2: `writeUTF("v2")`, then `type (1) | key size | key | value size |
@@ -22,16 +23,19 @@ Keys are as Spark's encoders write them (`rocksdb_keys`); this module only sees 
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 import struct
 import zipfile
 from bisect import bisect_left
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol
 
 from airflow_provider_streamstate.engine.core.errors import CorruptionError, UnsupportedCheckpointError
 from airflow_provider_streamstate.engine.lookup.formats.codec import decompress
-from airflow_provider_streamstate.engine.lookup.formats.rocksdb_sst import SstFile, resolve
+from airflow_provider_streamstate.engine.lookup.formats.rocksdb_manifest import TableRange, table_ranges
+from airflow_provider_streamstate.engine.lookup.formats.rocksdb_sst import TYPE_MERGE, Entry, resolve
 
 _INT = struct.Struct(">i")
 PUT, DELETE, MERGE, EOF = 0x01, 0x10, 0x11, 0x00
@@ -39,6 +43,13 @@ PUT, DELETE, MERGE, EOF = 0x01, 0x10, 0x11, 0x00
 
 def read_zip_metadata(data: bytes, where: str) -> dict[str, Any]:
     """The `metadata` of a RocksDB checkpoint zip; a non-empty WAL in it is refused."""
+    return read_zip(data, where)[0]
+
+
+def read_zip(data: bytes, where: str) -> tuple[dict[str, Any], dict[str, TableRange] | None]:
+    """(the `metadata` of a RocksDB checkpoint zip, each table's key range by its DFS file
+    name from the zip's MANIFEST, or None when that cannot be read)."""
+    manifest = b""
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as z:
             for info in z.infolist():
@@ -47,6 +58,9 @@ def read_zip_metadata(data: bytes, where: str) -> dict[str, Any]:
                         f"{where} holds a non-empty RocksDB write-ahead log {info.filename}",
                         hint="Spark writes its state with the WAL off; read this state with Spark")
             lines = z.read("metadata").decode("utf-8").split("\n")
+            current = z.read("CURRENT").decode("utf-8").strip() if "CURRENT" in z.namelist() else ""
+            if current.startswith("MANIFEST-") and current in z.namelist():
+                manifest = z.read(current)  # checked against the zip's CRC-32
     except (zipfile.BadZipFile, KeyError, EOFError, UnicodeDecodeError, zipfile.LargeZipFile) as exc:
         raise CorruptionError(f"{where} is not a readable RocksDB checkpoint zip: {exc}",
                               hint="restore an older snapshot, or re-read the checkpoint") from None
@@ -62,7 +76,20 @@ def read_zip_metadata(data: bytes, where: str) -> dict[str, Any]:
         if nonempty:
             raise UnsupportedCheckpointError(f"{where} names non-empty RocksDB write-ahead logs",
                                              hint="Spark writes its state with the WAL off; read this state with Spark")
-    return dict(meta)
+    return dict(meta), _ranges(meta, manifest)
+
+
+def _ranges(meta: dict[str, Any], manifest: bytes) -> dict[str, TableRange] | None:
+    if not manifest:
+        return None
+    try:
+        by_number = {int(str(f["localFileName"]).split(".")[0]): str(f["dfsSstFileName"])
+                     for f in meta.get("sstFiles") or []}
+        sizes = {int(str(f["localFileName"]).split(".")[0]): int(f["sizeBytes"]) for f in meta.get("sstFiles") or []}
+    except (KeyError, ValueError, TypeError):
+        return None
+    ranges = table_ranges(manifest, sizes)
+    return None if ranges is None else {by_number[n]: r for n, r in ranges.items()}
 
 
 class Merges(list):  # type: ignore[type-arg]
@@ -171,17 +198,32 @@ def successor(prefix: bytes) -> bytes | None:
     return bytes(p)
 
 
-class RocksPartition:
-    """A partition's state: its table files, with the changelogs after them overlaid."""
+class Table(Protocol):
+    """A table of a partition as the partition reads it (engine/lookup/reading/partitions.py
+    opens it on first use): its size, its key range when the MANIFEST gave one, and reads."""
 
-    def __init__(self, tables: list[SstFile], changelogs: list[tuple[str, bytes]], codec: str,
-                 column_families: dict[str, int] | None = None) -> None:
-        self.tables = tables
+    size: int
+    range: TableRange | None
+
+    def scan(self, lo: bytes, hi: bytes | None) -> list[Entry]: ...
+
+    def entries(self) -> Iterator[Entry]: ...
+
+
+class RocksPartition:
+    """A partition's state: its table files, with the changelogs after them overlaid. A key
+    the changelogs decide is answered from them; else the tables whose key range holds it
+    are asked, newest first, until one holds a put or deletion newer than every table left."""
+
+    def __init__(self, tables: Sequence[Table], changelogs: list[tuple[str, bytes]], codec: str,
+                 column_families: dict[str, int] | None = None, *, refs: Sequence[Any] = ()) -> None:
+        self.tables = list(tables)
+        self.refs = list(refs)  # what a cached partition keeps of its tables: their files, opened per lookup
         self.column_families = column_families or {}
         self.overlay: dict[bytes, Any] = {}
         self._sorted: list[bytes] | None = None
         self.changelog_bytes = 0
-        self.table_bytes = sum(len(t.data) for t in tables)
+        self.table_bytes = sum(t.size for t in self.tables or self.refs)
         self._apply(changelogs, codec)
 
     def _apply(self, changelogs: list[tuple[str, bytes]], codec: str) -> None:
@@ -189,19 +231,41 @@ class RocksPartition:
             data = decompress(raw, codec, name)
             self.changelog_bytes += len(data)
             apply_changelog(self.overlay, data, name)
+        self._sorted = None
+
+    def with_tables(self, tables: Sequence[Table]) -> RocksPartition:
+        """The same partition reading its tables through `tables` (the same files, opened
+        for another lookup): the overlay is shared, never changed."""
+        out = copy.copy(self)
+        out.tables = list(tables)
+        return out
 
     def extended(self, changelogs: list[tuple[str, bytes]], codec: str) -> RocksPartition:
         """This partition with more changelogs applied (a later version on the same tables);
         this one is left as it is."""
-        out = RocksPartition(self.tables, [], codec, self.column_families)
+        out = RocksPartition(self.tables, [], codec, self.column_families, refs=self.refs)
         out.overlay = {k: Merges(v) if isinstance(v, Merges) else v for k, v in self.overlay.items()}
         out.changelog_bytes = self.changelog_bytes
         out._apply(changelogs, codec)
         return out
 
     def _tables(self, lo: bytes, hi: bytes | None) -> dict[bytes, tuple[str, Any]]:
+        candidates = [t for t in self.tables if t.range is None or t.range.holds(lo, hi)]
+        if hi is None and all(t.range is not None for t in candidates):
+            candidates.sort(key=lambda t: t.range.largest_seq if t.range else 0, reverse=True)
+            entries: list[Entry] = []
+            decided = -1  # the newest put or deletion of the key seen so far
+            for t in candidates:
+                assert t.range is not None
+                if t.range.largest_seq < decided:
+                    continue  # everything in it is older than what decides the key
+                for e in t.scan(lo, None):
+                    entries.append(e)
+                    if e[2] != TYPE_MERGE:
+                        decided = max(decided, e[1])
+            return resolve(entries)
         entries = []
-        for t in self.tables:
+        for t in candidates:
             entries.extend(t.scan(lo, hi))
         return resolve(entries)
 
@@ -227,9 +291,9 @@ class RocksPartition:
 
     def items(self) -> list[tuple[bytes, bytes]]:
         """Every entry of the partition (key, value), in key order."""
-        entries = []
+        entries: list[Entry] = []
         for t in self.tables:
-            entries.extend(t.scan_all())
+            entries.extend(t.entries())
         tables = resolve(entries)
         keys = set(tables) | set(self.overlay)
         out = ((k, self._value(k, tables)) for k in keys)

@@ -5,19 +5,29 @@ description, and the files of one store partition *exactly as a cut holds them*.
 checkpoint is planned with the snapshot engine's own planner (`CheckpointReader.
 plan_partition`, the same rules as `plan`), so a lookup reads what a snapshot of that batch
 would contain; a snapshot's files come from its manifest and are read as blobs of the
-store, each verified against its sha256. Only the files of the key's partition (and the
-operator's schema files) are ever read.
+store. Only the files of the key's partition (and the operator's schema files) are ever read.
+
+Three ways to read a file, and what verifies each (invariant 4 for a snapshot's blobs):
+`read` (whole: a blob is checked against its sha256), `read_range` (a range, for RocksDB
+tables: no sha256 can be checked, and every block read is checked against its own RocksDB
+checksum instead), `open_stream` (a stream read until the reader has its answer: a blob read
+to its end is checked against its sha256; one the reader leaves early is checked by its
+codec's per-block checksums, lz4-java's XXHash32, and is read whole when its codec has none).
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import posixpath
 import re
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_streamstate.engine.catalog.snapshots import resolve_snapshot
+from airflow_provider_streamstate.engine.checkpoint.filesystems.base import FileStat
 from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader, PartitionPlan
 from airflow_provider_streamstate.engine.core.errors import CheckpointChanged, CorruptionError, NotFoundError
 from airflow_provider_streamstate.engine.core.manifest import Manifest
@@ -72,6 +82,37 @@ class StateSource:
 
     def read(self, f: StateFile) -> bytes:
         raise NotImplementedError
+
+    def read_range(self, f: StateFile, offset: int, length: int) -> bytes:
+        """`length` bytes of the file from `offset`; the caller checks them (block checksums)."""
+        return self.read(f)[offset:offset + length]
+
+    def open_stream(self, f: StateFile) -> AbstractContextManager[Stream]:
+        """The file's bytes as a stream (`Stream`), checked as the module docstring says."""
+        return _whole_stream(self.read(f))
+
+
+class Stream:
+    """Reads of one file, front to back. `done()` says the reader saw its end (a snapshot's
+    blob is then checked against its sha256)."""
+
+    def __init__(self, read: Callable[[int], bytes], finish: Callable[[], None] = lambda: None) -> None:
+        self._read, self._finish = read, finish
+        self.bytes = 0
+
+    def read(self, n: int) -> bytes:
+        data = self._read(n)
+        self.bytes += len(data)
+        return data
+
+    def done(self) -> None:
+        self._finish()
+
+
+@contextmanager
+def _whole_stream(data: bytes) -> Iterator[Stream]:
+    view = io.BytesIO(data)
+    yield Stream(view.read)
 
 
 def _pick(operators: list[OperatorView], op: int | str, where: str) -> OperatorView:
@@ -180,6 +221,37 @@ class CheckpointSource(StateSource):
                                     hint="look up the key again")
         return data
 
+    def _stat(self, f: StateFile) -> FileStat:
+        _, size, mtime_ns, etag = f.identity
+        return FileStat(int(size), int(mtime_ns or 0), etag)
+
+    def read_range(self, f: StateFile, offset: int, length: int) -> bytes:
+        try:
+            return self.reader.fs.read_range(f.path, self._stat(f), offset, length)
+        except FileNotFoundError:
+            raise CheckpointChanged(f"{f.path} of {self.description} vanished while it was read",
+                                    hint="Spark's maintenance removed it: look up the key again") from None
+
+    def open_stream(self, f: StateFile) -> AbstractContextManager[Stream]:
+        return self._stream(f)
+
+    @contextmanager
+    def _stream(self, f: StateFile) -> Iterator[Stream]:
+        try:
+            with self.reader.fs.open_checked(f.path, self._stat(f)) as fh:
+                stream = Stream(fh.read)
+
+                def finish() -> None:  # read to its end: the file the plan saw, or a changed one
+                    if fh.read(1) or stream.bytes != f.size:
+                        raise CheckpointChanged(f"{f.path} of {self.description} changed while it was read",
+                                                hint="look up the key again")
+
+                stream._finish = finish
+                yield stream
+        except FileNotFoundError:
+            raise CheckpointChanged(f"{f.path} of {self.description} vanished while it was read",
+                                    hint="Spark's maintenance removed it: look up the key again") from None
+
 
 class SnapshotSource(StateSource):
     """A snapshot in a store (id, `latest` or `latest-good:<suite>`): its manifest says which
@@ -223,6 +295,38 @@ class SnapshotSource(StateSource):
         with self.store.open_blob(self._blobs.get(f.path, digest)) as fh:
             data = fh.read()
         if len(data) != f.size or hashlib.sha256(data).hexdigest() != digest:
-            raise CorruptionError(f"{f.path} of {self.description} (blob {digest[:12]}) does not match its sha256",
-                                  hint=f"run `streamstate verify --store {self.store.url}` to list the damaged blobs")
+            raise self._damaged(f, digest)
         return data
+
+    def _damaged(self, f: StateFile, digest: str) -> CorruptionError:
+        return CorruptionError(f"{f.path} of {self.description} (blob {digest[:12]}) does not match its sha256",
+                               hint=f"run `streamstate verify --store {self.store.url}` to list the damaged blobs")
+
+    def read_range(self, f: StateFile, offset: int, length: int) -> bytes:
+        digest = f.identity[1]
+        data = self.store.read_blob_range(self._blobs.get(f.path, digest), offset, length)
+        if len(data) != min(length, max(0, f.size - offset)):
+            raise CorruptionError(f"{f.path} of {self.description} (blob {digest[:12]}) is shorter than its "
+                                  f"{f.size} bytes", hint=f"run `streamstate verify --store {self.store.url}`")
+        return data
+
+    def open_stream(self, f: StateFile) -> AbstractContextManager[Stream]:
+        return self._stream(f)
+
+    @contextmanager
+    def _stream(self, f: StateFile) -> Iterator[Stream]:
+        digest = f.identity[1]
+        h = hashlib.sha256()
+        seen = [0]
+        with self.store.open_blob(self._blobs.get(f.path, digest)) as fh:
+            def read(n: int) -> bytes:
+                data = fh.read(n)
+                h.update(data)
+                seen[0] += len(data)
+                return data
+
+            def finish() -> None:
+                if fh.read(1) or seen[0] != f.size or h.hexdigest() != digest:
+                    raise self._damaged(f, digest)
+
+            yield Stream(read, finish)
