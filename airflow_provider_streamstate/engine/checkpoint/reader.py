@@ -17,13 +17,11 @@ import io
 import json
 import re
 import zipfile
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from airflow_provider_streamstate.engine.checkpoint.filesystems import (
     CheckpointFS,
-    FileStat,
     open_checkpoint_fs,
 )
 from airflow_provider_streamstate.engine.checkpoint.operator_metadata import (
@@ -31,6 +29,7 @@ from airflow_provider_streamstate.engine.checkpoint.operator_metadata import (
     parse_metadata_v2,
     schema_file_batch,
 )
+from airflow_provider_streamstate.engine.checkpoint.plans import CutPlan, PartitionPlan, PlannedFile
 from airflow_provider_streamstate.engine.checkpoint.swap import fenced_error, is_fenced
 from airflow_provider_streamstate.engine.core.errors import (
     CheckpointChanged,
@@ -50,50 +49,6 @@ STORE_LAYOUT_DIRS = {"_metadata", "SSTs", "logs", "_stateSchema"}
 _VERSIONED = re.compile(r"^(\d+)\.(delta|snapshot|zip|changelog)$")
 _V2_VERSIONED = re.compile(r"^(\d+)_([0-9a-fA-F-]{8,})\.(zip|changelog)$")
 _UNIQUE_ID = re.compile(r"^[0-9a-fA-F-]{8,64}$")
-
-
-@dataclass(frozen=True)
-class PlannedFile:
-    path: str  # relative to the checkpoint root, POSIX
-    size: int
-    mtime_ns: int
-    essential: bool  # False: history that Spark may delete at any moment
-    etag: str | None = None  # S3 checkpoints: the object version the plan saw
-
-    @property
-    def identity(self) -> FileStat:
-        return FileStat(self.size, self.mtime_ns, self.etag)
-
-
-@dataclass
-class CutPlan:
-    """Everything a snapshot of batch N must contain, and what it says about the query."""
-
-    batch_id: int
-    query_id: str
-    files: list[PlannedFile]
-    sources: list[dict[str, Any]]
-    kafka_offsets: dict[str, dict[str, int]]
-    watermark_ms: int | None
-    next_watermark_ms: int | None
-    batch_timestamp_ms: int | None
-    conf: dict[str, str]
-    state_store: str
-    operators: list[dict[str, Any]] = field(default_factory=list)
-    checkpoint_format: int = 1  # 2: state files named <version>_<uniqueId> (RocksDB)
-
-
-@dataclass
-class PartitionPlan:
-    """The files of one store partition of one operator at batch N (`plan_partition`): the
-    operator's metadata and schema files and the state files that rebuild version N+1."""
-
-    batch_id: int
-    files: list[PlannedFile]
-    conf: dict[str, str]
-    state_store: str  # hdfs | rocksdb | rocksdb-changelog
-    operator: dict[str, Any]  # as CutPlan.operators describes it
-    checkpoint_format: int = 1
 
 
 def _read_log(fs: CheckpointFS, rel: str, path: str, versions: tuple[str, ...] = ("v1",)) -> list[str]:

@@ -19,7 +19,8 @@ import os
 import threading
 from collections.abc import Callable
 
-from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader, CutPlan, PlannedFile
+from airflow_provider_streamstate.engine.checkpoint.plans import CutPlan, PlannedFile
+from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
 from airflow_provider_streamstate.engine.core.digest import sha256_file, sha256_read, sha256_stream
 from airflow_provider_streamstate.engine.core.errors import CheckpointChanged, TransientError
 from airflow_provider_streamstate.engine.core.manifest import FileEntry

@@ -28,7 +28,8 @@ from typing import Any
 
 from airflow_provider_streamstate.engine.catalog.snapshots import resolve_snapshot
 from airflow_provider_streamstate.engine.checkpoint.filesystems.base import FileStat
-from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader, PartitionPlan
+from airflow_provider_streamstate.engine.checkpoint.plans import PartitionPlan
+from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
 from airflow_provider_streamstate.engine.core.errors import CheckpointChanged, CorruptionError, NotFoundError
 from airflow_provider_streamstate.engine.core.manifest import Manifest
 from airflow_provider_streamstate.engine.stores.base import SnapshotStore
