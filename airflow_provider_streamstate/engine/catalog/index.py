@@ -40,10 +40,14 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import cached_property
 from typing import Any
 
 from airflow_provider_streamstate.engine.catalog import journal
@@ -109,6 +113,11 @@ class SnapshotSummary:
     spark_version: str | None
     chain: tuple[str, ...] = ()  # the manifests a delta builds on (retention keeps them with it)
 
+    @cached_property
+    def ref(self) -> SnapshotRef:
+        """What its id says (parsed once: a process that keeps summaries sorts them often)."""
+        return SnapshotRef.parse(self.snapshot_id)
+
     @classmethod
     def of(cls, m: Manifest) -> SnapshotSummary:
         """From the manifest's header alone (its totals; the file list is not read)."""
@@ -157,7 +166,7 @@ class SnapshotSummary:
             str(d["query_id"]), dict(labels), int(d["files"]), int(d["blobs"]), int(d["bytes_total"]),
             str(d["state_store"]), {str(t): {str(k): int(v) for k, v in p.items()} for t, p in offsets.items()},
             opt("watermark_ms", int), opt("checkpoint", str), opt("spark_version", str),
-            tuple(validate_snapshot_id(str(x)) for x in chain),
+            tuple(sys.intern(validate_snapshot_id(str(x))) for x in chain),  # shared: ids recur in 16 chains
         )
         if (s.batch_id, s.timeline) != (ref.batch_id, ref.timeline):
             raise ValueError(f"{sid}: batch or timeline disagrees with the id")
@@ -180,14 +189,14 @@ class SummaryListing:
     full_listing: bool = True  # every manifest id was listed (else: the base and the journal since)
 
     def on_current_timeline(self, s: SnapshotSummary) -> bool:
-        return self.timelines.contains(SnapshotRef.parse(s.snapshot_id))
+        return self.timelines.contains(s.ref)
 
 
 def _segment_prefix(stream: str) -> str:
     return f"{STREAMS_PREFIX}/{stream}/{INDEX_KIND}/"
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Segment:
     key: str
     kind: str  # base | delta | legacy (a v1 segment: summaries only)
@@ -228,11 +237,55 @@ class _LostSegment(Exception):
     """A base segment listed but gone when read (replaced by a newer base meanwhile)."""
 
 
-def _read_segments(store: SnapshotStore, stream: str, parallelism: int) -> tuple[list[str], list[_Segment], bool]:
-    """(segment keys, the readable segments, whether a base was lost while it was read)."""
+class SegmentMemo:
+    """Segments a long-lived process (the Streams pages' API server) has parsed, by store and
+    key, so a listing that finds them again parses nothing: a segment is written once, under
+    a name no other segment has (its time and a random tag), so what was parsed from it is
+    what reading it again would give. The listing still decides which segments count, and a
+    segment deleted since it was listed is one whose contents were read just before it went.
+    Bounded by the summaries kept (least recently used first out; the newest segment stays
+    whatever its size)."""
+
+    def __init__(self, max_summaries: int) -> None:
+        self.max_summaries = max_summaries
+        self._segments: OrderedDict[tuple[str, str | None, str], _Segment] = OrderedDict()
+        self._summaries = 0
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _id(store: SnapshotStore, key: str) -> tuple[str, str | None, str]:
+        return store.url, store.endpoint, key  # one URL on two endpoints is two stores
+
+    def get(self, store: SnapshotStore, key: str) -> _Segment | None:
+        with self._lock:
+            seg = self._segments.get(self._id(store, key))
+            if seg is not None:
+                self._segments.move_to_end(self._id(store, key))
+            return seg
+
+    def put(self, store: SnapshotStore, seg: _Segment) -> None:
+        with self._lock:
+            old = self._segments.pop(self._id(store, seg.key), None)
+            self._summaries += len(seg.summaries) - (len(old.summaries) if old else 0)
+            self._segments[self._id(store, seg.key)] = seg
+            while self._summaries > self.max_summaries and len(self._segments) > 1:
+                self._summaries -= len(self._segments.popitem(last=False)[1].summaries)
+
+
+def _read_segments(store: SnapshotStore, stream: str, parallelism: int,
+                   memo: SegmentMemo | None = None) -> tuple[list[str], list[_Segment], bool]:
+    """(segment keys, the readable segments, whether a base was lost while it was read);
+    those `memo` holds are not read again."""
     keys = store.list_records(_segment_prefix(stream))
+    known = {k: seg for k in keys if memo is not None and (seg := memo.get(store, k)) is not None}
 
     def read(key: str) -> _Segment | None:
+        seg = load(key)
+        if seg is not None and memo is not None:
+            memo.put(store, seg)
+        return seg
+
+    def load(key: str) -> _Segment | None:
         data = store.get_record(key)
         if data is None:
             if segment_hint(key) is not None and key.rsplit("/", 1)[-1].split("-", 3)[2] == "b":
@@ -261,11 +314,13 @@ def _read_segments(store: SnapshotStore, stream: str, parallelism: int) -> tuple
             log.warning("ignoring unreadable catalog index segment %s in %s: %s", key, store.url, exc)
             return None
 
+    missing = [k for k in keys if k not in known]
     try:
-        got = run_parallel(read, keys, parallelism)
+        got = dict(zip(missing, run_parallel(read, missing, parallelism), strict=True))
     except _LostSegment:
         return keys, [], True
-    return keys, [g for g in got if g is not None], False
+    found = (known.get(k) or got.get(k) for k in keys)
+    return keys, [g for g in found if g is not None], False
 
 
 def _write_segment(store: SnapshotStore, stream: str, kind: str, summaries: Iterable[SnapshotSummary],
@@ -349,12 +404,14 @@ def _since_base(
 
 
 def list_summaries(
-    store: SnapshotStore, stream: str, *, parallelism: int = 8, update_index: bool = True
+    store: SnapshotStore, stream: str, *, parallelism: int = 8, update_index: bool = True,
+    memo: SegmentMemo | None = None,
 ) -> SummaryListing:
     """Every snapshot of `stream` (oldest first) as a summary, through the catalog index;
     NotFoundError when it has none. `update_index` writes what the index lacked (a delta
-    segment, or a new base after a full listing) so the next call reads less."""
-    keys, segments, lost = _read_segments(store, stream, parallelism)
+    segment, or a new base after a full listing) so the next call reads less; `memo` keeps
+    the segments parsed, for a process that lists again and again."""
+    keys, segments, lost = _read_segments(store, stream, parallelism, memo)
     known = _known(segments)
     started = datetime.now(UTC)  # a new base's horizon: before its listing begins
     by_id: dict[str, SnapshotSummary] | None = None
@@ -384,7 +441,7 @@ def list_summaries(
                 by_id[r.snapshot_id] = found
     if not by_id:
         raise no_snapshots_error(store, stream)
-    refs = sorted(SnapshotRef.parse(sid) for sid in by_id)
+    refs = sorted(s.ref for s in by_id.values())
 
     stored = _validation_keys(store, stream)
     outcomes: dict[str, dict[str, bool | None]] = {}

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 
 from airflow_provider_streamstate.engine.core.manifest import SNAPSHOT_ID_RE
 from airflow_provider_streamstate.engine.stores.base import (
@@ -60,6 +61,7 @@ def time_text(dt: datetime) -> str:
     return dt.astimezone(UTC).strftime("%Y%m%dT%H%M%S%f") + "Z"
 
 
+@lru_cache(maxsize=1 << 14)  # a hint's name never changes: a reader that lists again parses only new ones
 def parse(key: str, stream: str) -> Event | None:
     name = key[len(prefix(stream)):].removesuffix(MANIFEST_SUFFIX)
     m = JOURNAL_NAME_RE.match(name)

@@ -214,10 +214,10 @@ class LocalStore(SnapshotStore):
         return sorted(f"{prefix.rstrip('/')}/{n}" for n in os.listdir(d) if n.endswith(MANIFEST_SUFFIX))
 
     def list_record_tree(self, prefix: str) -> list[str]:
-        top = self.root / prefix
+        top, root = self.root / prefix, str(self.root).rstrip(os.sep) + os.sep
         out: list[str] = []
         for dirpath, _, names in os.walk(top):
-            rel = Path(dirpath).relative_to(self.root).as_posix()
+            rel = dirpath[len(root):].replace(os.sep, "/")  # below the root (os.walk starts from it)
             out.extend(f"{rel}/{n}" for n in names if n.endswith(MANIFEST_SUFFIX))
         return sorted(out)
 
