@@ -8,27 +8,34 @@ of reads (docs/performance.md, "Streams UI"). The index is read with `update_ind
 viewing never writes; a snapshot the index does not cover yet costs one manifest read. What
 those reads learn is remembered in this process (`_RememberedIndex`: manifests and validation
 records are write-once, and the listing still decides which snapshots exist), so a store
-whose index nobody built (a DR store without retention) is slow once, not at every view.
+whose index nobody built (a DR store without retention) is slow once, not at every view; and
+so are the index segments parsed (`SegmentMemo`: a segment is written once, under a name of
+its own), so a page viewed again costs listings and a few small records, not the parsing of
+a thousand summaries. Which snapshots are on the current timeline, and the newest there, is
+worked out once per catalog read (`StreamCatalog.current_line`), not once per use.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Any, cast
 
 from airflow_provider_streamstate.engine.catalog.index import (
     INDEX_FORMAT,
     INDEX_KIND,
+    SegmentMemo,
     SnapshotSummary,
     SummaryListing,
     list_summaries,
 )
 from airflow_provider_streamstate.engine.catalog.retention import PIN_LABEL, pinned_ids
-from airflow_provider_streamstate.engine.core.manifest import SnapshotRef, validate_stream_name
+from airflow_provider_streamstate.engine.core.manifest import validate_stream_name
 from airflow_provider_streamstate.engine.stores.base import MANIFEST_SUFFIX, STREAMS_PREFIX, SnapshotStore
 from airflow_provider_streamstate.engine.streams.clones import CloneRecord, list_clones
 
@@ -162,27 +169,41 @@ class StreamCatalog:
     def snapshots(self) -> list[SnapshotSummary]:
         return self.listing.snapshots if self.listing else []
 
+    @cached_property
+    def current_line(self) -> list[SnapshotSummary]:
+        """The snapshots on the current timeline's history, in the order of `latest` (highest
+        batch, then newest, last): worked out once, every part of a page asks."""
+        if self.listing is None:
+            return []
+        snaps, timelines = self.listing.snapshots, self.listing.timelines
+        on = [i for i, s in enumerate(snaps) if timelines.contains(s.ref)]
+        # Of two with the same batch and time (on two timelines), `latest` takes the first listed: last here.
+        on.sort(key=lambda i: (snaps[i].ref.batch_id, snaps[i].ref.created, -i))
+        return [snaps[i] for i in on]
+
+    @cached_property
+    def _current_ids(self) -> frozenset[str]:
+        return frozenset(s.snapshot_id for s in self.current_line)
+
     def on_current(self, s: SnapshotSummary) -> bool:
-        return self.listing is not None and self.listing.on_current_timeline(s)
+        return s.snapshot_id in self._current_ids
 
     def validations(self, snapshot_id: str) -> dict[str, bool | None]:
         return dict(self.listing.validations.get(snapshot_id, {})) if self.listing else {}
 
+    def known_good(self, snapshot_id: str) -> bool:
+        return self.listing is not None and known_good(self.listing.validations.get(snapshot_id, {}))
+
     def newest(self, *, good: bool = False) -> SnapshotSummary | None:
         """The newest (highest batch, then newest) on the current timeline; `good`: the
         newest of those that are known-good."""
-        on = [s for s in self.snapshots if self.on_current(s)
-              and (not good or known_good(self.validations(s.snapshot_id)))]
-        return max(on, key=newest_key) if on else None
-
-
-def newest_key(s: SnapshotSummary) -> tuple[int, str]:
-    """Order of `latest`: highest batch, then newest (catalog.snapshots.latest_ref)."""
-    return s.batch_id, SnapshotRef.parse(s.snapshot_id).created
+        return next((s for s in reversed(self.current_line) if not good or self.known_good(s.snapshot_id)), None)
 
 
 MEMO_STREAMS = 64  # (store, stream) pairs whose summaries a process remembers
-_MEMO: OrderedDict[tuple[str, str], bytes] = OrderedDict()
+MEMO_SUMMARIES = 20_000  # summaries of parsed index segments a process keeps (about 2 KB each)
+_SEGMENTS = SegmentMemo(MEMO_SUMMARIES)
+_MEMO: OrderedDict[tuple[str, str | None, str], tuple[str, bytes]] = OrderedDict()
 _MEMO_LOCK = threading.Lock()
 
 
@@ -191,10 +212,10 @@ class _RememberedIndex:
     summaries and validation outcomes earlier reads of the stream had to take from manifests
     and records. Read-only; everything else is the store's own."""
 
-    def __init__(self, store: SnapshotStore, stream: str, segment: bytes) -> None:
+    def __init__(self, store: SnapshotStore, stream: str, name: str, segment: bytes) -> None:
         self._store = store
         self._prefix = f"{STREAMS_PREFIX}/{stream}/{INDEX_KIND}/"
-        self._key = f"{self._prefix}in-memory{MANIFEST_SUFFIX}"
+        self._key = f"{self._prefix}{name}{MANIFEST_SUFFIX}"
         self._segment = segment
 
     def list_records(self, prefix: str) -> list[str]:
@@ -213,20 +234,23 @@ def _remember(store: SnapshotStore, stream: str, listing: SummaryListing) -> Non
                    for sid, v in listing.validations.items()}
     body = {"format": INDEX_FORMAT, "stream": stream, "snapshots": [s.to_json() for s in listing.snapshots],
             "validations": {sid: v for sid, v in validations.items() if v}}
+    # A new name for new contents: parsed segments are remembered by name (SegmentMemo).
+    remembered = (f"in-memory-{uuid.uuid4().hex}", json.dumps(body, separators=(",", ":")).encode())
     with _MEMO_LOCK:
-        _MEMO[(store.url, stream)] = json.dumps(body, separators=(",", ":")).encode()
-        _MEMO.move_to_end((store.url, stream))
+        _MEMO[(store.url, store.endpoint, stream)] = remembered
+        _MEMO.move_to_end((store.url, store.endpoint, stream))
         while len(_MEMO) > MEMO_STREAMS:
             _MEMO.popitem(last=False)
 
 
 def summaries(store: SnapshotStore, stream: str, *, parallelism: int = 8) -> SummaryListing:
     """`list_summaries` without writing the index, remembering in this process what the
-    index did not cover (NotFoundError when the stream has no snapshot)."""
+    index did not cover (NotFoundError when the stream has no snapshot), and the segments it
+    parsed."""
     with _MEMO_LOCK:
-        segment = _MEMO.get((store.url, stream))
-    view = cast(SnapshotStore, _RememberedIndex(store, stream, segment)) if segment else store
-    listing = list_summaries(view, stream, parallelism=parallelism, update_index=False)
+        remembered = _MEMO.get((store.url, store.endpoint, stream))
+    view = cast(SnapshotStore, _RememberedIndex(store, stream, *remembered)) if remembered else store
+    listing = list_summaries(view, stream, parallelism=parallelism, update_index=False, memo=_SEGMENTS)
     if listing.manifests_read:
         _remember(store, stream, listing)
     return listing
