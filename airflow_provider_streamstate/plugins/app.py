@@ -469,16 +469,19 @@ def create_app() -> FastAPI:
                                 status_code=exc.status_code)
         return HTMLResponse(pages.diff_page(urls(request), stream, snapshot_id, parent, store, result, None))
 
-    @app.get("/api/streams")
-    def streams_api(user: ReaderDep) -> dict[str, Any]:
+    # The JSON answers are JSON-safe already (every `to_json`): sent as they are, not walked
+    # again by FastAPI's response validation (a 1,000-snapshot history: ~2 ms of CPU a request).
+    @app.get("/api/streams", response_model=dict[str, Any])
+    def streams_api(user: ReaderDep) -> JSONResponse:
         config, rows = streams_data(user)
-        return {"streams": [{**row.to_json(), "configured": cs.configured, "kafka_conn_id": cs.kafka_conn_id,
-                             "runs": [r.to_json() for r in cs.runs]} for cs, row in rows],
-                "stores": sorted(config.stores), "problems": config.problems}
+        return JSONResponse({"streams": [{**row.to_json(), "configured": cs.configured,
+                                          "kafka_conn_id": cs.kafka_conn_id, "runs": [r.to_json() for r in cs.runs]}
+                                         for cs, row in rows],
+                             "stores": sorted(config.stores), "problems": config.problems})
 
-    @app.get("/api/streams/{stream}")
-    def history_api(stream: str, user: ReaderDep, store: str | None = None) -> dict[str, Any]:
-        return dict(history_data(user, stream, store)[1].to_json())
+    @app.get("/api/streams/{stream}", response_model=dict[str, Any])
+    def history_api(stream: str, user: ReaderDep, store: str | None = None) -> JSONResponse:
+        return JSONResponse(history_data(user, stream, store)[1].to_json())
 
     @app.get("/api/streams/{stream}/lag")
     def lag_api(stream: str, user: ReaderDep) -> dict[str, Any]:
@@ -495,11 +498,11 @@ def create_app() -> FastAPI:
             return {"available": False, "message": exc.one_line()}
         return dict(kafka_lag(checkpoint, offsets).to_json())
 
-    @app.get("/api/streams/{stream}/snapshots/{snapshot_id}")
+    @app.get("/api/streams/{stream}/snapshots/{snapshot_id}", response_model=dict[str, Any])
     def snapshot_api(stream: str, snapshot_id: str, user: ReaderDep,
-                     store: str | None = None) -> dict[str, Any]:
+                     store: str | None = None) -> JSONResponse:
         detail, calls, docs = snapshot_data(user, stream, snapshot_id, store)
-        return {**detail.to_json(), "calls": calls.to_json(), "data_docs": docs}
+        return JSONResponse({**detail.to_json(), "calls": calls.to_json(), "data_docs": docs})
 
     @app.get("/api/streams/{stream}/snapshots/{snapshot_id}/state")
     def key_api(stream: str, snapshot_id: str, user: ReaderDep, q: KeyQueryDep,

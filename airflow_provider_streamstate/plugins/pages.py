@@ -6,6 +6,8 @@ Elements a browser test looks for carry stable ids and classes: `#streams` rows 
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from datetime import UTC, datetime
 from html import escape
@@ -331,6 +333,29 @@ def time_svg(urls: Urls, h: StreamHistory, store: str | None) -> str:
     return "".join(out)
 
 
+SVG_KEPT = 16  # pictures kept drawn: a history unchanged since (the same object) is not drawn again
+_SVGS: OrderedDict[tuple[str, str, str | None], tuple[StreamHistory, str]] = OrderedDict()
+_SVGS_LOCK = threading.Lock()
+
+
+def drawn_svg(urls: Urls, h: StreamHistory, store: str | None) -> str:
+    """`timeline_svg`, kept for the history it was drawn from: the pages' server gets the same
+    `StreamHistory` again while nothing in the store changed (overview.history.stream_history),
+    and a 1,000-snapshot picture costs more to draw than the rest of its page."""
+    key = (urls.root, f"{h.store}\n{h.stream}\n{h.dr_store}", store)
+    with _SVGS_LOCK:
+        kept = _SVGS.get(key)
+    if kept is not None and kept[0] is h:
+        return kept[1]
+    svg = timeline_svg(urls, h, store)
+    with _SVGS_LOCK:
+        _SVGS[key] = (h, svg)
+        _SVGS.move_to_end(key)
+        while len(_SVGS) > SVG_KEPT:
+            _SVGS.popitem(last=False)
+    return svg
+
+
 PAGE_SIZE = 50  # rows of a history's snapshot table per page
 
 
@@ -357,7 +382,7 @@ def history_page(urls: Urls, h: StreamHistory, cs: ConfiguredStream | None, stor
                 "<span class=current>&#9711; on the current timeline</span><span>" + PIN + " pinned</span>"
                 "<span style='color:var(--info)'>&#9632; in the DR store</span>"
                 "<span class=warn>&#9670; clone taken</span></div>")
-    body.append(f"<div class=svgwrap id=svgwrap>{timeline_svg(urls, h, store)}</div>")
+    body.append(f"<div class=svgwrap id=svgwrap>{drawn_svg(urls, h, store)}</div>")
     body.append("<table class=small><thead><tr><th>Timeline</th><th>Branched from</th><th>Why</th>"
                 "<th>Snapshots</th></tr></thead><tbody>")
     for t in h.timelines:

@@ -1,18 +1,21 @@
 """What the Streams pages' API server keeps between requests saves work, never truth: a page
 viewed again parses no index segment and reads no manifest, yet shows snapshots published,
-replicated or deleted since, and the row's newest snapshot is the one `latest` resolves."""
+replicated, validated, pinned, cloned or deleted since, and the row's newest snapshot is the
+one `latest` resolves."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from airflow_provider_streamstate.engine.catalog.retention import delete_snapshots
+from airflow_provider_streamstate.engine.catalog.retention import delete_snapshots, pin_snapshot
 from airflow_provider_streamstate.engine.catalog.snapshots import resolve_snapshot
 from airflow_provider_streamstate.engine.lifecycle.replicate import replicate
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.overview.history import read_catalog, stream_history, summaries
 from airflow_provider_streamstate.engine.overview.streams import stream_row
 from airflow_provider_streamstate.engine.stores.local import LocalStore
+from airflow_provider_streamstate.engine.streams.clones import record_clone
+from tests.unit.store_history import put_validation
 from tests.unit.test_timelines import grow
 from tests.unit.test_ui_overview import rolled_back_history
 
@@ -76,3 +79,21 @@ def test_a_store_without_an_index_read_again_after_new_replicas_reads_each_manif
     assert (third.manifests_read, dr.manifests_read) == (0, 0)
     assert [s.snapshot_id for s in third.snapshots] == [ids[5], ids["9'"], ids["11'"]]
     assert dr.list_records("streams/s/index/") == []  # remembered in memory, never written
+
+
+def test_a_history_viewed_again_shows_what_was_validated_pinned_cloned_or_replicated_since(tmp_path: Path) -> None:
+    _, store, dr, ids = rolled_back_history(tmp_path)
+    first = stream_history(store, "s", dr_store=dr)
+    assert stream_history(store, "s", dr_store=dr) is first  # nothing changed: drawn once
+
+    def entry(sid: str):  # noqa: ANN202
+        return next(e for e in stream_history(store, "s", dr_store=dr).snapshots if e.snapshot_id == sid)
+    put_validation(store, "s", ids[9], "shape", False)
+    assert entry(ids[9]).failed
+    pin_snapshot(store, "s", ids[13], reason="keep")
+    assert entry(ids[13]).pinned
+    record_clone(store, clone="s-other", source_stream="s", checkpoint=str(tmp_path / "other"),
+                 snapshot_id=ids[13], expires_at="2099-01-01T00:00:00Z", sinks={})
+    assert entry(ids[13]).clones == ["s-other"]
+    replicate(store, dr, "s", snapshots=[ids["11'"]])
+    assert entry(ids["11'"]).in_dr

@@ -75,6 +75,7 @@ from airflow_provider_streamstate.engine.stores.base import (
     STREAMS_PREFIX,
     SnapshotStore,
     record_key,
+    timelines_prefix,
 )
 
 log = logging.getLogger("streamstate.catalog")
@@ -191,6 +192,20 @@ class SummaryListing:
     def on_current_timeline(self, s: SnapshotSummary) -> bool:
         return self.timelines.contains(s.ref)
 
+    @cached_property
+    def current_line(self) -> list[SnapshotSummary]:
+        """The snapshots on the current timeline's history in the order of `latest` (highest
+        batch, then newest, last), worked out once."""
+        snaps = self.snapshots
+        on = [i for i, s in enumerate(snaps) if self.timelines.contains(s.ref)]
+        # Of two with the same batch and time (on two timelines), `latest` takes the first listed: last here.
+        on.sort(key=lambda i: (snaps[i].ref.batch_id, snaps[i].ref.created, -i))
+        return [snaps[i] for i in on]
+
+    @cached_property
+    def current_ids(self) -> frozenset[str]:
+        return frozenset(s.snapshot_id for s in self.current_line)
+
 
 def _segment_prefix(stream: str) -> str:
     return f"{STREAMS_PREFIX}/{stream}/{INDEX_KIND}/"
@@ -237,18 +252,26 @@ class _LostSegment(Exception):
     """A base segment listed but gone when read (replaced by a newer base meanwhile)."""
 
 
-class SegmentMemo:
-    """Segments a long-lived process (the Streams pages' API server) has parsed, by store and
-    key, so a listing that finds them again parses nothing: a segment is written once, under
-    a name no other segment has (its time and a random tag), so what was parsed from it is
-    what reading it again would give. The listing still decides which segments count, and a
-    segment deleted since it was listed is one whose contents were read just before it went.
-    Bounded by the summaries kept (least recently used first out; the newest segment stays
-    whatever its size)."""
+class CatalogMemo:
+    """What a long-lived process (the Streams pages' API server) has worked out from a store,
+    so that listing a stream again costs the listings and nothing more when nothing changed.
 
-    def __init__(self, max_summaries: int) -> None:
-        self.max_summaries = max_summaries
+    - Segments parsed, by store and key: a segment is written once, under a name no other
+      segment has (its time and a random tag), so what was parsed from it is what reading it
+      again would give. The listing still decides which segments count, and a segment deleted
+      since it was listed is one whose contents were read just before it went. Bounded by the
+      summaries kept (least recently used first out; the newest segment stays whatever its size).
+    - The last listing of each stream, with the keys it was worked out from (the segments',
+      the journal's since the base or every manifest id, the validation and timeline
+      records'): those objects are write-once, so the same keys give the same listing. One
+      that had to read a manifest (a snapshot the index did not cover, a hint to check) is
+      not kept: whether that manifest is there depends on when it is asked.
+    """
+
+    def __init__(self, max_summaries: int, max_listings: int = 256) -> None:
+        self.max_summaries, self.max_listings = max_summaries, max_listings
         self._segments: OrderedDict[tuple[str, str | None, str], _Segment] = OrderedDict()
+        self._listings: OrderedDict[tuple[str, str | None, str], tuple[tuple[Any, ...], SummaryListing]] = OrderedDict()
         self._summaries = 0
         self._lock = threading.Lock()
 
@@ -271,9 +294,22 @@ class SegmentMemo:
             while self._summaries > self.max_summaries and len(self._segments) > 1:
                 self._summaries -= len(self._segments.popitem(last=False)[1].summaries)
 
+    def listing(self, store: SnapshotStore, stream: str, basis: tuple[Any, ...]) -> SummaryListing | None:
+        """The stream's last listing, if it was worked out from exactly `basis`."""
+        with self._lock:
+            kept = self._listings.get(self._id(store, stream))
+            return kept[1] if kept is not None and kept[0] == basis else None
+
+    def keep_listing(self, store: SnapshotStore, stream: str, basis: tuple[Any, ...], listing: SummaryListing) -> None:
+        with self._lock:
+            self._listings[self._id(store, stream)] = (basis, listing)
+            self._listings.move_to_end(self._id(store, stream))
+            while len(self._listings) > self.max_listings:
+                self._listings.popitem(last=False)
+
 
 def _read_segments(store: SnapshotStore, stream: str, parallelism: int,
-                   memo: SegmentMemo | None = None) -> tuple[list[str], list[_Segment], bool]:
+                   memo: CatalogMemo | None = None) -> tuple[list[str], list[_Segment], bool]:
     """(segment keys, the readable segments, whether a base was lost while it was read);
     those `memo` holds are not read again."""
     keys = store.list_records(_segment_prefix(stream))
@@ -358,18 +394,22 @@ def _known(segments: list[_Segment]) -> _Known:
         for sid, v in seg.validations.items():
             validations.setdefault(sid, {}).update(v)
         deleted |= seg.deleted
+    return _Known(summaries, validations, deleted, _newest_base(segments))
+
+
+def _newest_base(segments: list[_Segment]) -> _Segment | None:
     bases = [s for s in segments if s.kind == "base" and s.horizon is not None]
-    base = max(bases, key=lambda s: s.horizon or datetime.min.replace(tzinfo=UTC)) if bases else None
-    return _Known(summaries, validations, deleted, base)
+    return max(bases, key=lambda s: s.horizon or datetime.min.replace(tzinfo=UTC)) if bases else None
 
 
 def _since_base(
     store: SnapshotStore, stream: str, known: _Known, events: list[journal.Event], parallelism: int,
-) -> tuple[dict[str, SnapshotSummary], dict[str, SnapshotSummary], set[str]]:
+) -> tuple[dict[str, SnapshotSummary], dict[str, SnapshotSummary], set[str], int]:
     """The snapshots that exist now, from the base and the hints since it: (summaries by id,
-    summaries read from manifests now, ids found deleted now). Each hinted snapshot is
-    checked: a published one must have its manifest (none: in flight, or its writer died),
-    a deleted one must not (still there: its deletion was interrupted)."""
+    summaries read from manifests now, ids found deleted now, manifests asked for). Each
+    hinted snapshot the segments do not settle is checked: a published one must have its
+    manifest (none: in flight, or its writer died), a deleted one must not (still there: its
+    deletion was interrupted)."""
     assert known.base is not None
     present = {s.snapshot_id: s for s in known.base.summaries}
     last = {e.snapshot_id: e for e in events}  # oldest first: the last hint of each id wins
@@ -400,33 +440,46 @@ def _since_base(
         present.pop(sid, None)
         if kind == journal.DELETED or last[sid].when < now_text:
             gone.add(sid)  # deleted, or a hint whose writer died: not asked again
-    return present, learned, gone
+    return present, learned, gone, len(to_read)
 
 
 def list_summaries(
     store: SnapshotStore, stream: str, *, parallelism: int = 8, update_index: bool = True,
-    memo: SegmentMemo | None = None,
+    memo: CatalogMemo | None = None,
 ) -> SummaryListing:
     """Every snapshot of `stream` (oldest first) as a summary, through the catalog index;
     NotFoundError when it has none. `update_index` writes what the index lacked (a delta
     segment, or a new base after a full listing) so the next call reads less; `memo` keeps
-    the segments parsed, for a process that lists again and again."""
+    the segments parsed and, for a reader that does not update the index, the listing
+    itself while the keys it comes from stay the same: for a process that lists again and
+    again."""
     keys, segments, lost = _read_segments(store, stream, parallelism, memo)
-    known = _known(segments)
     started = datetime.now(UTC)  # a new base's horizon: before its listing begins
-    by_id: dict[str, SnapshotSummary] | None = None
-    learned: dict[str, SnapshotSummary] = {}
-    gone: set[str] = set()
-    base = known.base
+    base = _newest_base(segments)
+    events: list[journal.Event] | None = None
     if (base is not None and not lost and base.horizon is not None and len(keys) < MAX_SEGMENTS
             and (started - base.horizon).total_seconds() < REBASE_SECONDS):
         events = journal.changes_since(store, stream, base.horizon)
-        if len(events) <= MAX_CHANGES:
-            by_id, learned, gone = _since_base(store, stream, known, events, parallelism)
-    full = by_id is None
-    if by_id is None:
-        refs = snapshot_refs(store, stream)
-        missing = [r.snapshot_id for r in refs if r.snapshot_id not in known.summaries]
+        if len(events) > MAX_CHANGES:
+            events = None
+    listed = snapshot_refs(store, stream) if events is None else []  # no base to trust: every id
+    stored = _validation_keys(store, stream)
+    timeline_keys = store.list_records(timelines_prefix(stream))
+    basis = (tuple(keys), None if events is None else tuple(e.key for e in events),
+             tuple(r.snapshot_id for r in listed), tuple((sid, tuple(v)) for sid, v in stored.items()),
+             tuple(timeline_keys))
+    keep = memo is not None and not update_index
+    if keep and memo is not None and (kept := memo.listing(store, stream, basis)) is not None:
+        return kept
+
+    known = _known(segments)
+    learned: dict[str, SnapshotSummary] = {}
+    gone: set[str] = set()
+    if events is not None:
+        by_id, learned, gone, asked = _since_base(store, stream, known, events, parallelism)
+    else:
+        missing = [r.snapshot_id for r in listed if r.snapshot_id not in known.summaries]
+        asked = len(missing)
 
         def summarise(sid: str) -> SnapshotSummary | None:
             try:  # a damaged manifest stops the listing, naming it, as reading every manifest did
@@ -435,15 +488,15 @@ def list_summaries(
                 return None  # deleted since the listing
         learned = {s.snapshot_id: s for s in run_parallel(summarise, missing, parallelism) if s is not None}
         by_id = {}
-        for r in refs:
+        for r in listed:
             found = known.summaries.get(r.snapshot_id) or learned.get(r.snapshot_id)
             if found is not None:
                 by_id[r.snapshot_id] = found
+    full = events is None
     if not by_id:
         raise no_snapshots_error(store, stream)
     refs = sorted(s.ref for s in by_id.values())
 
-    stored = _validation_keys(store, stream)
     outcomes: dict[str, dict[str, bool | None]] = {}
     unknown = [(sid, suite) for sid, suites in stored.items() if sid in by_id
                for suite in suites if suite not in known.validations.get(sid, {})]
@@ -468,8 +521,11 @@ def list_summaries(
     if update_index:
         _update_index(store, stream, keys, by_id, known, learned, learned_outcomes, gone, started if full else None)
     ordered = [by_id[r.snapshot_id] for r in refs]
-    return SummaryListing(ordered, load_timelines(store, stream, refs), outcomes,
-                          len(learned) + (0 if full else len(gone)), full_listing=full)
+    listing = SummaryListing(ordered, load_timelines(store, stream, refs, keys=timeline_keys), outcomes,
+                             len(learned) + (0 if full else len(gone)), full_listing=full)
+    if keep and memo is not None and not asked:
+        memo.keep_listing(store, stream, basis, listing)
+    return listing
 
 
 def _update_index(

@@ -74,7 +74,11 @@ def changes_since(store: SnapshotStore, stream: str, since: datetime) -> list[Ev
     """The hints written after `since` - SKEW_SECONDS, oldest first."""
     start = prefix(stream) + time_text(since - timedelta(seconds=SKEW_SECONDS))
     events = (parse(k, stream) for k in store.list_records_after(prefix(stream), start))
-    return sorted(e for e in events if e is not None)
+    return sorted((e for e in events if e is not None), key=_order)
+
+
+def _order(e: Event) -> tuple[str, str, str, str]:
+    return e.when, e.kind, e.snapshot_id, e.key  # Event's own order, compared without a call per pair
 
 
 def prune(store: SnapshotStore, stream: str, older_than: datetime, held: Callable[[], None] | None = None) -> int:

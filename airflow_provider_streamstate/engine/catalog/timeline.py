@@ -198,8 +198,12 @@ def read_timeline_records(
     return records
 
 
-def load_timelines(store: SnapshotStore, stream: str, refs: list[SnapshotRef] | None = None) -> Timelines:
-    keys = store.list_records(timelines_prefix(validate_stream_name(stream)))
+def load_timelines(store: SnapshotStore, stream: str, refs: list[SnapshotRef] | None = None, *,
+                   keys: list[str] | None = None) -> Timelines:
+    """The stream's timelines (`refs`: its snapshots, listed when not given; `keys`: its
+    timeline records, the same)."""
+    if keys is None:
+        keys = store.list_records(timelines_prefix(validate_stream_name(stream)))
     records = read_timeline_records(store, stream, keys)
     refs = snapshot_refs(store, stream) if refs is None else refs
     return Timelines(records, max([1, *records, *(r.timeline for r in refs)]))

@@ -9,10 +9,13 @@ viewing never writes; a snapshot the index does not cover yet costs one manifest
 those reads learn is remembered in this process (`_RememberedIndex`: manifests and validation
 records are write-once, and the listing still decides which snapshots exist), so a store
 whose index nobody built (a DR store without retention) is slow once, not at every view; and
-so are the index segments parsed (`SegmentMemo`: a segment is written once, under a name of
-its own), so a page viewed again costs listings and a few small records, not the parsing of
-a thousand summaries. Which snapshots are on the current timeline, and the newest there, is
-worked out once per catalog read (`StreamCatalog.current_line`), not once per use.
+so is what the listings gave (`CatalogMemo`: index segments parsed, and each stream's last
+listing with the keys it was worked out from; segments, manifests, validation and timeline
+records are write-once), and the history last drawn from it: a page viewed again costs the
+listings and a few small records, not the parsing of a thousand summaries, while anything
+published, deleted, validated, pinned, cloned or replicated since shows at once. Which
+snapshots are on the current timeline, and the newest there, is worked out once per listing
+(`SummaryListing.current_line`), not once per use.
 """
 
 from __future__ import annotations
@@ -23,13 +26,12 @@ import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import cached_property
 from typing import Any, cast
 
 from airflow_provider_streamstate.engine.catalog.index import (
     INDEX_FORMAT,
     INDEX_KIND,
-    SegmentMemo,
+    CatalogMemo,
     SnapshotSummary,
     SummaryListing,
     list_summaries,
@@ -169,24 +171,22 @@ class StreamCatalog:
     def snapshots(self) -> list[SnapshotSummary]:
         return self.listing.snapshots if self.listing else []
 
-    @cached_property
+    @property
     def current_line(self) -> list[SnapshotSummary]:
         """The snapshots on the current timeline's history, in the order of `latest` (highest
-        batch, then newest, last): worked out once, every part of a page asks."""
-        if self.listing is None:
-            return []
-        snaps, timelines = self.listing.snapshots, self.listing.timelines
-        on = [i for i, s in enumerate(snaps) if timelines.contains(s.ref)]
-        # Of two with the same batch and time (on two timelines), `latest` takes the first listed: last here.
-        on.sort(key=lambda i: (snaps[i].ref.batch_id, snaps[i].ref.created, -i))
-        return [snaps[i] for i in on]
-
-    @cached_property
-    def _current_ids(self) -> frozenset[str]:
-        return frozenset(s.snapshot_id for s in self.current_line)
+        batch, then newest, last): worked out once per listing, every part of a page asks."""
+        return self.listing.current_line if self.listing else []
 
     def on_current(self, s: SnapshotSummary) -> bool:
-        return s.snapshot_id in self._current_ids
+        return self.listing is not None and s.snapshot_id in self.listing.current_ids
+
+    def same_as(self, other: StreamCatalog) -> bool:
+        """Whether `other` is this catalog read again with nothing changed: the same listing
+        (the memo gives the same object while the keys it came from stay the same), pins,
+        clones and DR copies."""
+        return (self.listing is other.listing and self.listing is not None and self.store == other.store
+                and self.pinned == other.pinned and self.clones == other.clones and self.dr_store == other.dr_store
+                and self.dr_ids == other.dr_ids and self.problems == other.problems)
 
     def validations(self, snapshot_id: str) -> dict[str, bool | None]:
         return dict(self.listing.validations.get(snapshot_id, {})) if self.listing else {}
@@ -202,7 +202,7 @@ class StreamCatalog:
 
 MEMO_STREAMS = 64  # (store, stream) pairs whose summaries a process remembers
 MEMO_SUMMARIES = 20_000  # summaries of parsed index segments a process keeps (about 2 KB each)
-_SEGMENTS = SegmentMemo(MEMO_SUMMARIES)
+_CATALOG = CatalogMemo(MEMO_SUMMARIES)
 _MEMO: OrderedDict[tuple[str, str | None, str], tuple[str, bytes]] = OrderedDict()
 _MEMO_LOCK = threading.Lock()
 
@@ -234,7 +234,7 @@ def _remember(store: SnapshotStore, stream: str, listing: SummaryListing) -> Non
                    for sid, v in listing.validations.items()}
     body = {"format": INDEX_FORMAT, "stream": stream, "snapshots": [s.to_json() for s in listing.snapshots],
             "validations": {sid: v for sid, v in validations.items() if v}}
-    # A new name for new contents: parsed segments are remembered by name (SegmentMemo).
+    # A new name for new contents: parsed segments are remembered by name (CatalogMemo).
     remembered = (f"in-memory-{uuid.uuid4().hex}", json.dumps(body, separators=(",", ":")).encode())
     with _MEMO_LOCK:
         _MEMO[(store.url, store.endpoint, stream)] = remembered
@@ -250,7 +250,7 @@ def summaries(store: SnapshotStore, stream: str, *, parallelism: int = 8) -> Sum
     with _MEMO_LOCK:
         remembered = _MEMO.get((store.url, store.endpoint, stream))
     view = cast(SnapshotStore, _RememberedIndex(store, stream, *remembered)) if remembered else store
-    listing = list_summaries(view, stream, parallelism=parallelism, update_index=False, memo=_SEGMENTS)
+    listing = list_summaries(view, stream, parallelism=parallelism, update_index=False, memo=_CATALOG)
     if listing.manifests_read:
         _remember(store, stream, listing)
     return listing
@@ -332,6 +332,24 @@ def history_of(catalog: StreamCatalog) -> StreamHistory:
                          [CloneBrief.of(c) for c in catalog.clones], list(catalog.problems))
 
 
+MEMO_HISTORIES = 16  # histories a process keeps drawn, with the catalog read they came from
+_HISTORIES: OrderedDict[tuple[str, str | None, str], tuple[StreamCatalog, StreamHistory]] = OrderedDict()
+
+
 def stream_history(store: SnapshotStore, stream: str, *, dr_store: SnapshotStore | None = None) -> StreamHistory:
-    """A stream's history in `store` (and which snapshots `dr_store` holds too)."""
-    return history_of(read_catalog(store, stream, dr_store=dr_store))
+    """A stream's history in `store` (and which snapshots `dr_store` holds too): the one this
+    process worked out last when its catalog, read again, has not changed."""
+    catalog = read_catalog(store, stream, dr_store=dr_store)
+    key = (store.url, store.endpoint, stream)
+    with _MEMO_LOCK:
+        kept = _HISTORIES.get(key)
+    if kept is not None and kept[0].same_as(catalog):
+        return kept[1]
+    history = history_of(catalog)
+    if catalog.listing is not None:
+        with _MEMO_LOCK:
+            _HISTORIES[key] = (catalog, history)
+            _HISTORIES.move_to_end(key)
+            while len(_HISTORIES) > MEMO_HISTORIES:
+                _HISTORIES.popitem(last=False)
+    return history

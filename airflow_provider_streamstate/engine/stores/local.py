@@ -214,11 +214,19 @@ class LocalStore(SnapshotStore):
         return sorted(f"{prefix.rstrip('/')}/{n}" for n in os.listdir(d) if n.endswith(MANIFEST_SUFFIX))
 
     def list_record_tree(self, prefix: str) -> list[str]:
-        top, root = self.root / prefix, str(self.root).rstrip(os.sep) + os.sep
         out: list[str] = []
-        for dirpath, _, names in os.walk(top):
-            rel = dirpath[len(root):].replace(os.sep, "/")  # below the root (os.walk starts from it)
-            out.extend(f"{rel}/{n}" for n in names if n.endswith(MANIFEST_SUFFIX))
+        dirs = [prefix.rstrip("/")]
+        while dirs:  # os.walk without its lstat per directory: entries' types come with the listing
+            rel = dirs.pop()
+            try:
+                entries = list(os.scandir(self.root / rel))
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            for e in entries:
+                if e.is_dir(follow_symlinks=False):
+                    dirs.append(f"{rel}/{e.name}")
+                elif e.name.endswith(MANIFEST_SUFFIX):
+                    out.append(f"{rel}/{e.name}")
         return sorted(out)
 
     # --- deletion (retention and GC) ------------------------------------------------------
