@@ -12,8 +12,11 @@ The primary store's catalog index is left as retention leaves it (warm). Then, i
 Airflow home (SQLite, SimpleAuthManager), times each request `--runs` times with a token
 Airflow minted and reports medians, next to the baseline `list_summaries` (the index read
 every page starts from), with the CPU each request cost the process (`time.process_time()`
-around it: the app's threads and the in-process client's; the floor, a signed-in request
-that reads nothing, shows what Airflow's auth, the configuration and the client cost). The DR store's history is timed once with its index never built
+around it: the app's threads and the in-process client's, Airflow's gzip of the answer too;
+the floor, a signed-in request that reads nothing, shows what Airflow's auth, the
+configuration and the client cost); then the Streams and history pages again with a new
+validation record written before each request (not timed), as when the store changed since
+the last view. The DR store's history is timed once with its index never built
 (replication copies manifests, not index segments), then again after `list_summaries` built
 it, as the scheduled DAG's `retention_dr` leaves it. `--workdir` keeps (and on a second run
 reuses) the built stores. Writes .bench/ui_results.json.
@@ -126,9 +129,11 @@ def main() -> None:
     results: dict[str, object] = {"snapshots": len(ids), "build_seconds": None if reused else round(built, 1),
                                   "runs": a.runs}
 
-    def timed(name: str, fn: object) -> None:
+    def timed(name: str, fn: object, before: object = None) -> None:
         times, cpu = [], []
         for _ in range(a.runs):
+            if before is not None:
+                before()  # type: ignore[operator]  # not timed
             t, c = time.monotonic(), time.process_time()
             fn()  # type: ignore[operator]
             cpu.append(time.process_time() - c)
@@ -168,6 +173,14 @@ def main() -> None:
         }
         for name, path in pages.items():
             timed(name, lambda p=path: get(p))
+        # The same pages when the store changed since the last view (a validation record each time:
+        # every listing worked out again, the history drawn again; the index segments stay parsed).
+        from tests.unit.store_history import put_validation
+
+        suite, fresh = f"fresh-{secrets.token_hex(4)}", iter(ids[1::3])  # a suite of this run's: new records
+        for name in ("streams_page", "history_page"):
+            timed(f"{name}_after_a_new_validation", lambda p=pages[name]: get(p),
+                  before=lambda: put_validation(store, "orders", next(fresh), suite, True))  # type: ignore[arg-type]
         results["history_page_kib"] = round(len(client.get(pages["history_page"], headers=headers).content) / 1024)
         rows = client.get("/streamstate/api/streams", headers=headers).json()["streams"]
         results["dr_snapshots_behind"] = rows[0]["dr"]["snapshots_behind"]
