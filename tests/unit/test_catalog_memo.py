@@ -152,3 +152,25 @@ def test_a_reader_that_updates_the_index_works_the_listing_out_each_time(tmp_pat
     memo = CatalogMemo(1000)
     list_summaries(store, "orders", memo=memo)
     assert list_summaries(store, "orders", memo=memo) is not list_summaries(store, "orders", memo=memo)
+
+
+def test_a_validation_record_the_index_lacks_is_read_once(tmp_path) -> None:
+    class ValidationCountingStore(LocalStore):
+        validations_read = 0
+
+        def get_record(self, key: str) -> bytes | None:
+            if "/validations/" in key:
+                self.validations_read += 1
+            return super().get_record(key)
+
+    store = ValidationCountingStore(tmp_path / "store", fsync=False)
+    ids = _history(store)
+    list_summaries(store, "orders")
+    memo = CatalogMemo(1000)
+    put_validation(store, "orders", ids[1], "shape", False)
+    store.validations_read = 0
+    assert list_summaries(store, "orders", update_index=False, memo=memo).validations == {ids[1]: {"shape": False}}
+    put_validation(store, "orders", ids[2], "shape", True)  # a new listing: the first record is not read again
+    again = list_summaries(store, "orders", update_index=False, memo=memo)
+    assert again.validations == {ids[1]: {"shape": False}, ids[2]: {"shape": True}}
+    assert store.validations_read == 2

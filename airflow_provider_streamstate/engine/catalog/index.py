@@ -261,6 +261,8 @@ class CatalogMemo:
       again would give. The listing still decides which segments count, and a segment deleted
       since it was listed is one whose contents were read just before it went. Bounded by the
       summaries kept (least recently used first out; the newest segment stays whatever its size).
+    - The outcomes of validation records the index did not hold, by record: records are
+      write-once too (an unreadable one is read again).
     - The last listing of each stream, with the keys it was worked out from (the segments',
       the journal's since the base or every manifest id, the validation and timeline
       records'): those objects are write-once, so the same keys give the same listing. One
@@ -268,9 +270,10 @@ class CatalogMemo:
       not kept: whether that manifest is there depends on when it is asked.
     """
 
-    def __init__(self, max_summaries: int, max_listings: int = 256) -> None:
-        self.max_summaries, self.max_listings = max_summaries, max_listings
+    def __init__(self, max_summaries: int, max_listings: int = 256, max_outcomes: int = 100_000) -> None:
+        self.max_summaries, self.max_listings, self.max_outcomes = max_summaries, max_listings, max_outcomes
         self._segments: OrderedDict[tuple[str, str | None, str], _Segment] = OrderedDict()
+        self._outcomes: OrderedDict[tuple[str, str | None, str], bool] = OrderedDict()
         self._listings: OrderedDict[tuple[str, str | None, str], tuple[tuple[Any, ...], SummaryListing]] = OrderedDict()
         self._summaries = 0
         self._lock = threading.Lock()
@@ -293,6 +296,16 @@ class CatalogMemo:
             self._segments[self._id(store, seg.key)] = seg
             while self._summaries > self.max_summaries and len(self._segments) > 1:
                 self._summaries -= len(self._segments.popitem(last=False)[1].summaries)
+
+    def outcome(self, store: SnapshotStore, stream: str, snapshot_id: str, suite: str) -> bool | None:
+        with self._lock:
+            return self._outcomes.get(self._id(store, f"{stream}/{snapshot_id}/{suite}"))
+
+    def keep_outcome(self, store: SnapshotStore, stream: str, snapshot_id: str, suite: str, passed: bool) -> None:
+        with self._lock:
+            self._outcomes[self._id(store, f"{stream}/{snapshot_id}/{suite}")] = passed
+            while len(self._outcomes) > self.max_outcomes:
+                self._outcomes.popitem(last=False)
 
     def listing(self, store: SnapshotStore, stream: str, basis: tuple[Any, ...]) -> SummaryListing | None:
         """The stream's last listing, if it was worked out from exactly `basis`."""
@@ -508,11 +521,18 @@ def list_summaries(
         except (UnsafeManifestError, UsageError) as exc:
             log.warning("unreadable validation record of %s, suite %s: %s", item[0], item[1], exc.one_line())
             return None
+    kept_outcomes = {} if memo is None else {
+        item: ok for item in unknown if (ok := memo.outcome(store, stream, *item)) is not None}
+    to_ask = [item for item in unknown if item not in kept_outcomes]
+    asked_outcomes = dict(zip(to_ask, run_parallel(outcome, to_ask, parallelism), strict=True))
     learned_outcomes: dict[str, dict[str, bool]] = {}
-    for (sid, suite), ok in zip(unknown, run_parallel(outcome, unknown, parallelism), strict=True):
+    for (sid, suite) in unknown:
+        ok = kept_outcomes.get((sid, suite), asked_outcomes.get((sid, suite)))
         outcomes.setdefault(sid, {})[suite] = ok
         if ok is not None:
             learned_outcomes.setdefault(sid, {})[suite] = ok
+            if memo is not None and (sid, suite) in asked_outcomes:
+                memo.keep_outcome(store, stream, sid, suite, ok)
     for sid, suites in stored.items():
         for suite in suites:
             if sid in by_id and suite in known.validations.get(sid, {}):
