@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
 from datetime import UTC, datetime
 from html import escape
 from typing import Any
@@ -106,11 +105,10 @@ class Urls:
     def snapshot(self, stream: str, snapshot_id: str, store: str | None = None) -> str:
         return f"{self.root}/streams/{quote(stream, safe='')}/snapshots/{quote(snapshot_id, safe='')}{self._q(store)}"
 
-    def snapshot_hrefs(self, stream: str, store: str | None = None) -> Callable[[str], str]:
-        """`e(snapshot(stream, id, store))` as a function of the id, the rest escaped once: a
-        history draws a link per snapshot (a quoted id holds nothing HTML escapes)."""
-        before, after = e(f"{self.root}/streams/{quote(stream, safe='')}/snapshots/"), e(self._q(store))
-        return lambda snapshot_id: f"{before}{quote(snapshot_id, safe='')}{after}"
+    def snapshot_hrefs(self, stream: str, store: str | None = None) -> tuple[str, str]:
+        """What comes before and after a quoted snapshot id in `e(snapshot(stream, id, store))`,
+        escaped once: a history draws a link per snapshot (a quoted id holds nothing HTML escapes)."""
+        return e(f"{self.root}/streams/{quote(stream, safe='')}/snapshots/"), e(self._q(store))
 
     def diff(self, stream: str, snapshot_id: str, store: str | None = None) -> str:
         return (f"{self.root}/streams/{quote(stream, safe='')}/snapshots/{quote(snapshot_id, safe='')}/diff"
@@ -249,7 +247,7 @@ def timeline_svg(urls: Urls, h: StreamHistory, store: str | None) -> str:
 def _tip(s: HistoryEntry) -> str:
     tip = (f"{s.snapshot_id}\nbatch {s.batch_id}, timeline {s.timeline}"
            f"{'' if s.on_current_timeline else ' (abandoned)'}\n{s.created_at}")
-    if s.validations or s.pinned or s.in_dr or s.clones:  # most ticks of a long history have none
+    if s.validations or s.pinned or s.in_dr or s.clones:
         tip += ("".join(f"\n{suite}: {'passed' if ok else 'FAILED' if ok is False else 'unreadable'}"
                         for suite, ok in s.validations.items())
                 + ("\npinned" if s.pinned else "") + ("\nin the DR store" if s.in_dr else "")
@@ -317,12 +315,13 @@ def time_svg(urls: Urls, h: StreamHistory, store: str | None) -> str:
             (x1, y1) = pos[line.branch_snapshot]
             y2 = PAD_Y + lanes[line.timeline] * LANE
             out.append(f"<path d='M{x1},{y1} L{x1 + 6},{y2}' fill=none style='stroke:var(--muted)' stroke-width='1.2'/>")
-    href = urls.snapshot_hrefs(h.stream, store)
+    before, after = urls.snapshot_hrefs(h.stream, store)
     for s in h.snapshots:
         x, y = pos[s.snapshot_id]
         marked = s.validations or s.pinned or s.clones or s.snapshot_id in branch_points
-        out.append(f"<a href='{href(s.snapshot_id)}' class='snapshot"
-                   f"{' marked' if marked else ''}' data-snapshot='{e(s.snapshot_id)}'><title>{e(_tip(s))}</title>")
+        sid = quote(s.snapshot_id, safe="")  # a valid id as it is, and nothing HTML escapes
+        out.append(f"<a href='{before}{sid}{after}' class='snapshot{' marked' if marked else ''}' "
+                   f"data-snapshot='{sid}'><title>{e(_tip(s))}</title>")
         if marked:
             out.append(f"<circle cx={x} cy={y} r=5 style='fill:{_color(s)};stroke:var(--bg)'/>")
             out += _marks(s, x, y)

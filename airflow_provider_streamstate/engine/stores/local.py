@@ -208,10 +208,10 @@ class LocalStore(SnapshotStore):
             return None
 
     def list_records(self, prefix: str) -> list[str]:
-        d = self.root / prefix
+        d, top = self.root / prefix, prefix.rstrip("/")
         if not d.is_dir():
             return []
-        return sorted(f"{prefix.rstrip('/')}/{n}" for n in os.listdir(d) if n.endswith(MANIFEST_SUFFIX))
+        return sorted(f"{top}/{n}" for n in os.listdir(d) if n.endswith(MANIFEST_SUFFIX))
 
     def list_record_tree(self, prefix: str) -> list[str]:
         out: list[str] = []
