@@ -2,14 +2,15 @@
 1,000 snapshots, through Airflow's own API server app (auth included), against the catalog
 read they are built on.
 
-    .venv/bin/python benchmarks/ui_bench.py [--snapshots 1000] [--runs 5] [--workdir DIR]
+    .venv/bin/python benchmarks/ui_bench.py [--snapshots 1000] [--runs 5] [--workdir DIR] [--dag-runs 200]
 
 Builds, with the engine's real snapshot path on a small fake checkpoint (tests/unit/
 fake_checkpoint.py), a LocalStore holding `--snapshots` snapshots of stream `orders`: a
 rollback at 70% of them (a second timeline), a validation record on every 10th (every 3rd of
 those failed), 3 pins, 2 clones, and a DR store holding all but the newest 20 (replicated).
 The primary store's catalog index is left as retention leaves it (warm). Then, in a private
-Airflow home (SQLite, SimpleAuthManager), times each request `--runs` times with a token
+Airflow home (SQLite, SimpleAuthManager) holding `--dag-runs` runs of the scheduled snapshot
+DAG, each given the stream and the DR store (every page reads the newest 200), times each request `--runs` times with a token
 Airflow minted and reports medians, next to the baseline `list_summaries` (the index read
 every page starts from), with the CPU each request cost the process (`time.process_time()`
 around it: the app's threads and the in-process client's, Airflow's gzip of the answer too;
@@ -91,6 +92,8 @@ def main() -> None:
     ap.add_argument("--snapshots", type=int, default=1000)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--workdir", type=Path, default=None, help="build here, or reuse what a run built here")
+    ap.add_argument("--dag-runs", type=int, default=200,
+                    help="runs of the scheduled snapshot DAG in the metadata DB (the pages read the newest 200)")
     a = ap.parse_args()
 
     work = a.workdir or Path(tempfile.mkdtemp(prefix="streamstate-ui-bench-"))
@@ -119,10 +122,8 @@ def main() -> None:
 
     spec = {"name": "orders", "checkpoint": str(ckpt), "store": store.url}  # type: ignore[attr-defined]
     Variable.set("streamstate_streams", [spec], serialize_json=True)
-    from airflow.models.dagrun import DagRun  # noqa: F401 - the run that names the DR store
-    # The DR store comes from a DAG run's conf, as the scheduled snapshot DAG takes it.
-    if not reused:
-        _record_dr_run(spec, dr.url)  # type: ignore[attr-defined]
+    # The DR store comes from the DAG runs' conf, as the scheduled snapshot DAG takes it.
+    _record_dr_runs(spec, dr.url, a.dag_runs)  # type: ignore[attr-defined]
     app = create_app()
     am = get_auth_manager()
     headers = {"Authorization": f"Bearer {am.generate_jwt(am.get_users()[0])}"}
@@ -192,17 +193,23 @@ def main() -> None:
     write_results("ui", results)
 
 
-def _record_dr_run(spec: dict[str, str], dr_store: str) -> None:
-    """A DAG run of streamstate_scheduled_snapshot that was given the stream and the DR store."""
-    from datetime import UTC, datetime
+def _record_dr_runs(spec: dict[str, str], dr_store: str, n: int) -> None:
+    """Up to `n` runs of streamstate_scheduled_snapshot, every 5 minutes, each given the stream
+    and the DR store (as the scheduled DAG takes them): the pages read the newest at every request."""
+    from datetime import UTC, datetime, timedelta
 
     from airflow.models.dagrun import DagRun
     from airflow.utils.session import create_session
+    from sqlalchemy import func, select
 
     with create_session() as session:
-        session.add(DagRun(dag_id="streamstate_scheduled_snapshot", run_id="bench", run_type="manual",
-                           conf={"streams": [spec], "dr_store": dr_store}, state="success",
-                           run_after=datetime.now(UTC)))
+        have = session.scalar(select(func.count()).select_from(DagRun)
+                              .where(DagRun.dag_id == "streamstate_scheduled_snapshot")) or 0
+        now = datetime.now(UTC)
+        for i in range(have, n):
+            session.add(DagRun(dag_id="streamstate_scheduled_snapshot", run_id=f"bench-{i}", run_type="manual",
+                               conf={"streams": [spec], "dr_store": dr_store}, state="success",
+                               run_after=now - timedelta(minutes=5 * i)))
 
 
 if __name__ == "__main__":
