@@ -17,6 +17,8 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
+from collections import OrderedDict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -89,16 +91,34 @@ def key_query(key: str = "", operator: str = "0", state_var: str = "", join_side
 KeyQueryDep = Annotated[KeyQuery, Depends(key_query)]
 
 
+CONFIGURATION_SECONDS = 5.0  # how long a configuration read is used again (a page and its lag requests)
+_CONFIGURATIONS: dict[frozenset[str], tuple[float, Configuration]] = {}
+_KEPT_LOCK = threading.Lock()  # what the server keeps between requests: configurations, histories as JSON
+
+
 def _configuration(user: Any) -> Configuration:
-    """Streams and stores, from the DAG runs this user may read."""
+    """Streams and stores, from the DAG runs this user may read: read again once it is
+    CONFIGURATION_SECONDS old (the Variables and up to 200 DAG runs, for every request
+    otherwise: a Streams page asks once for itself and once per stream for its lag), shared
+    by the users who may read the same DAGs."""
     from airflow.api_fastapi.app import get_auth_manager
     from airflow.utils.session import create_session
 
     from airflow_provider_streamstate.plugins.sources import load_configuration
 
     with create_session() as session:
-        dag_ids = get_auth_manager().get_authorized_dag_ids(user=user, method="GET", session=session)
-        return load_configuration(session, dag_ids=set(dag_ids))
+        dag_ids = frozenset(get_auth_manager().get_authorized_dag_ids(user=user, method="GET", session=session))
+        now = time.monotonic()
+        with _KEPT_LOCK:
+            kept = _CONFIGURATIONS.get(dag_ids)
+        if kept is not None and now - kept[0] < CONFIGURATION_SECONDS:
+            return kept[1]
+        config = load_configuration(session, dag_ids=set(dag_ids))
+    with _KEPT_LOCK:
+        for key in [k for k, (at, _) in _CONFIGURATIONS.items() if now - at >= CONFIGURATION_SECONDS]:
+            del _CONFIGURATIONS[key]
+        _CONFIGURATIONS[dag_ids] = (now, config)
+    return config
 
 
 def _stream(config: Configuration, stream: str, store: str | None) -> tuple[ConfiguredStream | None, str, str | None]:
@@ -230,6 +250,27 @@ def _data_docs(snapshot_id: str) -> dict[str, str]:
                     and isinstance(value.get("data_docs"), str) and isinstance(value.get("suite"), str)):
                 out.setdefault(value["suite"], value["data_docs"])
     return out
+
+
+HISTORIES_KEPT = 16  # histories kept as JSON: one unchanged since (the same object) is not encoded again
+_HISTORY_JSON: OrderedDict[tuple[str, str, str | None], tuple[Any, bytes]] = OrderedDict()
+
+
+def history_json(history: Any) -> bytes:
+    """A history's JSON answer, kept for the history it came from (engine/overview gives the
+    same `StreamHistory` again while nothing in the store changed)."""
+    key = (history.store, history.stream, history.dr_store)
+    with _KEPT_LOCK:
+        kept = _HISTORY_JSON.get(key)
+    if kept is not None and kept[0] is history:
+        return kept[1]
+    body = JSONResponse(history.to_json()).body  # Starlette's own encoding of a JSON answer
+    with _KEPT_LOCK:
+        _HISTORY_JSON[key] = (history, bytes(body))
+        _HISTORY_JSON.move_to_end(key)
+        while len(_HISTORY_JSON) > HISTORIES_KEPT:
+            _HISTORY_JSON.popitem(last=False)
+    return bytes(body)
 
 
 # --- key lookups (engine/lookup): no Spark, in this process, decoded partitions cached ----------
@@ -480,8 +521,8 @@ def create_app() -> FastAPI:
                              "stores": sorted(config.stores), "problems": config.problems})
 
     @app.get("/api/streams/{stream}", response_model=dict[str, Any])
-    def history_api(stream: str, user: ReaderDep, store: str | None = None) -> JSONResponse:
-        return JSONResponse(history_data(user, stream, store)[1].to_json())
+    def history_api(stream: str, user: ReaderDep, store: str | None = None) -> Response:
+        return Response(history_json(history_data(user, stream, store)[1]), media_type="application/json")
 
     @app.get("/api/streams/{stream}/lag")
     def lag_api(stream: str, user: ReaderDep) -> dict[str, Any]:
