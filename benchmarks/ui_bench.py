@@ -17,7 +17,8 @@ around it: the app's threads and the in-process client's, Airflow's gzip of the 
 the floor, a signed-in request that reads nothing, shows what Airflow's auth, the
 configuration and the client cost); then the Streams and history pages again with a new
 validation record written before each request (not timed), as when the store changed since
-the last view. The DR store's history is timed once with its index never built
+the last view, and the Streams page reading the configuration (the Variables and the DAG
+runs, read at most every 5 s otherwise) at every request. The DR store's history is timed once with its index never built
 (replication copies manifests, not index segments), then again after `list_summaries` built
 it, as the scheduled DAG's `retention_dr` leaves it. `--workdir` keeps (and on a second run
 reuses) the built stores. Writes .bench/ui_results.json.
@@ -182,6 +183,13 @@ def main() -> None:
         for name in ("streams_page", "history_page"):
             timed(f"{name}_after_a_new_validation", lambda p=pages[name]: get(p),
                   before=lambda: put_validation(store, "orders", next(fresh), suite, True))  # type: ignore[arg-type]
+        # The configuration (Variables, DAG runs) is read at most every CONFIGURATION_SECONDS: the
+        # Streams page when it is read at every request.
+        from airflow_provider_streamstate.plugins import app as pages_app
+
+        kept_for, pages_app.CONFIGURATION_SECONDS = pages_app.CONFIGURATION_SECONDS, 0.0
+        timed("streams_page_configuration_read", lambda: get(pages["streams_page"]))
+        pages_app.CONFIGURATION_SECONDS = kept_for
         results["history_page_kib"] = round(len(client.get(pages["history_page"], headers=headers).content) / 1024)
         rows = client.get("/streamstate/api/streams", headers=headers).json()["streams"]
         results["dr_snapshots_behind"] = rows[0]["dr"]["snapshots_behind"]
