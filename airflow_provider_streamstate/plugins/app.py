@@ -97,10 +97,9 @@ _KEPT_LOCK = threading.Lock()  # what the server keeps between requests: configu
 
 
 def _configuration(user: Any) -> Configuration:
-    """Streams and stores, from the DAG runs this user may read: read again once it is
-    CONFIGURATION_SECONDS old (the Variables and up to 200 DAG runs, for every request
-    otherwise: a Streams page asks once for itself and once per stream for its lag), shared
-    by the users who may read the same DAGs."""
+    """Streams and stores, from the DAG runs this user may read. What is read (the Variables
+    and up to 200 DAG runs) is used again for CONFIGURATION_SECONDS by the users who may read
+    the same DAGs: a Streams page asks once for itself and once per stream for its lag."""
     from airflow.api_fastapi.app import get_auth_manager
     from airflow.utils.session import create_session
 

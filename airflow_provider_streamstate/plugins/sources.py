@@ -150,8 +150,8 @@ def load_configuration(session: Session, *, dag_ids: set[str] | None = None) -> 
     except StreamstateError as exc:
         problems.append(exc.one_line())
 
-    # The columns the pages use, not DagRun objects (a page reads up to RECENT_RUNS runs at every
-    # request); a spec given to many runs is checked once.
+    # The columns the pages use, not DagRun objects (up to RECENT_RUNS runs each time the pages
+    # read the configuration); a spec given to many runs is checked once.
     query = (select(DagRun.dag_id, DagRun.run_id, DagRun.state, DagRun.run_after, DagRun.start_date,
                     DagRun.queued_at, DagRun.conf).order_by(DagRun.id.desc()).limit(RECENT_RUNS))
     if dag_ids is not None:
