@@ -12,8 +12,9 @@ times, in one run on the same store:
 * `snapshot list` through the index, cold (no index yet: every manifest read once, one
   segment written) and warm (segments only);
 * `latest` through the catalog head the last snapshot's writer left (a record read and one
-  listing from its id), and without it (a store written before heads: from the index's
-  newest id);
+  listing from its id; of manifests over 256 KiB, `--files 2000`, the head carries the header
+  line and the listing checks it against the split header), and without it (a store written
+  before heads: from the index's newest id);
 * a retention plan (dry run) of keep-last 100, warm;
 
 with the S3 requests each sent, by operation. Writes .bench/catalog_results.json.
@@ -45,7 +46,7 @@ def main() -> None:
 
 
     from airflow_provider_streamstate.engine.catalog import validation_records as vr
-    from airflow_provider_streamstate.engine.catalog.head import head_key, write_head
+    from airflow_provider_streamstate.engine.catalog.head import MAX_EMBEDDED, head_key, write_head
     from airflow_provider_streamstate.engine.catalog.index import list_summaries
     from airflow_provider_streamstate.engine.catalog.retention import RetentionPolicy, apply_retention
     from airflow_provider_streamstate.engine.catalog.snapshots import list_snapshots, resolve_snapshot
@@ -93,7 +94,9 @@ def main() -> None:
     requests: Counter[str] = Counter()
     c.meta.events.register("before-call.s3.*", lambda model, **_: requests.update([model.name]))
     results: dict[str, object] = {"snapshots": a.snapshots, "files_per_snapshot": a.files,
-                                  "manifest_kib": round(manifest_bytes / a.snapshots / 1024, 1)}
+                                  "manifest_kib": round(manifest_bytes / a.snapshots / 1024, 1),
+                                  # over MAX_EMBEDDED, the head carries the newest's header line alone
+                                  "head_carries": "header line" if len(body) > MAX_EMBEDDED else "whole manifest"}
 
     def timed(name: str, fn: object) -> object:
         requests.clear()

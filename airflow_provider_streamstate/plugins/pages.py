@@ -6,6 +6,8 @@ Elements a browser test looks for carry stable ids and classes: `#streams` rows 
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from datetime import UTC, datetime
 from html import escape
 from typing import Any
@@ -103,6 +105,11 @@ class Urls:
     def snapshot(self, stream: str, snapshot_id: str, store: str | None = None) -> str:
         return f"{self.root}/streams/{quote(stream, safe='')}/snapshots/{quote(snapshot_id, safe='')}{self._q(store)}"
 
+    def snapshot_hrefs(self, stream: str, store: str | None = None) -> tuple[str, str]:
+        """What comes before and after a quoted snapshot id in `e(snapshot(stream, id, store))`,
+        escaped once: a history draws a link per snapshot (a quoted id holds nothing HTML escapes)."""
+        return e(f"{self.root}/streams/{quote(stream, safe='')}/snapshots/"), e(self._q(store))
+
     def diff(self, stream: str, snapshot_id: str, store: str | None = None) -> str:
         return (f"{self.root}/streams/{quote(stream, safe='')}/snapshots/{quote(snapshot_id, safe='')}/diff"
                 f"{self._q(store)}")
@@ -197,6 +204,8 @@ PIN = "&#9873;"  # a flag: every system's fonts have it; an emoji pin is a blank
 
 
 def _color(s: HistoryEntry) -> str:
+    if not s.validations:
+        return "var(--muted)"
     if s.failed:
         return "var(--bad)"
     if s.known_good:
@@ -236,12 +245,14 @@ def timeline_svg(urls: Urls, h: StreamHistory, store: str | None) -> str:
 
 
 def _tip(s: HistoryEntry) -> str:
-    return (f"{s.snapshot_id}\nbatch {s.batch_id}, timeline {s.timeline}"
-            f"{'' if s.on_current_timeline else ' (abandoned)'}\n{s.created_at}"
-            + "".join(f"\n{suite}: {'passed' if ok else 'FAILED' if ok is False else 'unreadable'}"
-                      for suite, ok in s.validations.items())
-            + ("\npinned" if s.pinned else "") + ("\nin the DR store" if s.in_dr else "")
-            + "".join(f"\nclone {c}" for c in s.clones))
+    tip = (f"{s.snapshot_id}\nbatch {s.batch_id}, timeline {s.timeline}"
+           f"{'' if s.on_current_timeline else ' (abandoned)'}\n{s.created_at}")
+    if s.validations or s.pinned or s.in_dr or s.clones:
+        tip += ("".join(f"\n{suite}: {'passed' if ok else 'FAILED' if ok is False else 'unreadable'}"
+                        for suite, ok in s.validations.items())
+                + ("\npinned" if s.pinned else "") + ("\nin the DR store" if s.in_dr else "")
+                + "".join(f"\nclone {c}" for c in s.clones))
+    return tip
 
 
 def _lanes(h: StreamHistory, lanes: dict[int, int], width: int) -> list[str]:
@@ -304,11 +315,13 @@ def time_svg(urls: Urls, h: StreamHistory, store: str | None) -> str:
             (x1, y1) = pos[line.branch_snapshot]
             y2 = PAD_Y + lanes[line.timeline] * LANE
             out.append(f"<path d='M{x1},{y1} L{x1 + 6},{y2}' fill=none style='stroke:var(--muted)' stroke-width='1.2'/>")
+    before, after = urls.snapshot_hrefs(h.stream, store)
     for s in h.snapshots:
         x, y = pos[s.snapshot_id]
         marked = s.validations or s.pinned or s.clones or s.snapshot_id in branch_points
-        out.append(f"<a href='{e(urls.snapshot(h.stream, s.snapshot_id, store))}' class='snapshot"
-                   f"{' marked' if marked else ''}' data-snapshot='{e(s.snapshot_id)}'><title>{e(_tip(s))}</title>")
+        sid = quote(s.snapshot_id, safe="")  # a valid id as it is, and nothing HTML escapes
+        out.append(f"<a href='{before}{sid}{after}' class='snapshot{' marked' if marked else ''}' "
+                   f"data-snapshot='{sid}'><title>{e(_tip(s))}</title>")
         if marked:
             out.append(f"<circle cx={x} cy={y} r=5 style='fill:{_color(s)};stroke:var(--bg)'/>")
             out += _marks(s, x, y)
@@ -317,6 +330,29 @@ def time_svg(urls: Urls, h: StreamHistory, store: str | None) -> str:
         out.append("</a>")
     out.append("</svg>")
     return "".join(out)
+
+
+SVG_KEPT = 16  # pictures kept drawn: a history unchanged since (the same object) is not drawn again
+_SVGS: OrderedDict[tuple[str, str, str | None], tuple[StreamHistory, str]] = OrderedDict()
+_SVGS_LOCK = threading.Lock()
+
+
+def drawn_svg(urls: Urls, h: StreamHistory, store: str | None) -> str:
+    """`timeline_svg`, kept for the history it was drawn from: the pages' server gets the same
+    `StreamHistory` again while nothing in the store changed (overview.history.stream_history),
+    and a 1,000-snapshot picture costs more to draw than the rest of its page."""
+    key = (urls.root, f"{h.store}\n{h.stream}\n{h.dr_store}", store)
+    with _SVGS_LOCK:
+        kept = _SVGS.get(key)
+    if kept is not None and kept[0] is h:
+        return kept[1]
+    svg = timeline_svg(urls, h, store)
+    with _SVGS_LOCK:
+        _SVGS[key] = (h, svg)
+        _SVGS.move_to_end(key)
+        while len(_SVGS) > SVG_KEPT:
+            _SVGS.popitem(last=False)
+    return svg
 
 
 PAGE_SIZE = 50  # rows of a history's snapshot table per page
@@ -345,7 +381,7 @@ def history_page(urls: Urls, h: StreamHistory, cs: ConfiguredStream | None, stor
                 "<span class=current>&#9711; on the current timeline</span><span>" + PIN + " pinned</span>"
                 "<span style='color:var(--info)'>&#9632; in the DR store</span>"
                 "<span class=warn>&#9670; clone taken</span></div>")
-    body.append(f"<div class=svgwrap id=svgwrap>{timeline_svg(urls, h, store)}</div>")
+    body.append(f"<div class=svgwrap id=svgwrap>{drawn_svg(urls, h, store)}</div>")
     body.append("<table class=small><thead><tr><th>Timeline</th><th>Branched from</th><th>Why</th>"
                 "<th>Snapshots</th></tr></thead><tbody>")
     for t in h.timelines:

@@ -150,10 +150,24 @@ def load_configuration(session: Session, *, dag_ids: set[str] | None = None) -> 
     except StreamstateError as exc:
         problems.append(exc.one_line())
 
-    query = select(DagRun).order_by(DagRun.id.desc()).limit(RECENT_RUNS)
+    # The columns the pages use, not DagRun objects (up to RECENT_RUNS runs each time the pages
+    # read the configuration); a spec given to many runs is checked once.
+    query = (select(DagRun.dag_id, DagRun.run_id, DagRun.state, DagRun.run_after, DagRun.start_date,
+                    DagRun.queued_at, DagRun.conf).order_by(DagRun.id.desc()).limit(RECENT_RUNS))
     if dag_ids is not None:
         query = query.where(DagRun.dag_id.in_(dag_ids))
-    for run in session.scalars(query):
+    specs: dict[str, StreamSpec | None] = {}
+
+    def spec_of(value: Any) -> StreamSpec | None:
+        try:
+            key = json.dumps(value, sort_keys=True, default=str)
+        except (TypeError, ValueError):
+            return _spec(value)
+        if key not in specs:
+            specs[key] = _spec(value)
+        return specs[key]
+
+    for run in session.execute(query):
         conf = _conf(run)
         when = run.run_after or run.start_date or run.queued_at
         ref = RunRef(run.dag_id, run.run_id, str(run.state) if run.state else None,
@@ -165,7 +179,7 @@ def load_configuration(session: Session, *, dag_ids: set[str] | None = None) -> 
         dr_store = conf.get("dr_store") if isinstance(conf.get("dr_store"), str) else None
         dr_conn = conf.get("dr_aws_conn_id") if isinstance(conf.get("dr_aws_conn_id"), str) else None
         for value in given:
-            spec = _spec(value)
+            spec = spec_of(value)
             if spec is not None:
                 add(spec, configured=False, dr_store=dr_store, dr_conn=dr_conn, run=ref)
         if not given and run.dag_id.startswith("streamstate_") and "pipeline" not in run.dag_id:

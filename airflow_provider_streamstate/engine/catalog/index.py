@@ -40,10 +40,14 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import cached_property
 from typing import Any
 
 from airflow_provider_streamstate.engine.catalog import journal
@@ -71,6 +75,7 @@ from airflow_provider_streamstate.engine.stores.base import (
     STREAMS_PREFIX,
     SnapshotStore,
     record_key,
+    timelines_prefix,
 )
 
 log = logging.getLogger("streamstate.catalog")
@@ -108,6 +113,11 @@ class SnapshotSummary:
     checkpoint: str | None
     spark_version: str | None
     chain: tuple[str, ...] = ()  # the manifests a delta builds on (retention keeps them with it)
+
+    @cached_property
+    def ref(self) -> SnapshotRef:
+        """What its id says (parsed once: a process that keeps summaries sorts them often)."""
+        return SnapshotRef.parse(self.snapshot_id)
 
     @classmethod
     def of(cls, m: Manifest) -> SnapshotSummary:
@@ -157,7 +167,7 @@ class SnapshotSummary:
             str(d["query_id"]), dict(labels), int(d["files"]), int(d["blobs"]), int(d["bytes_total"]),
             str(d["state_store"]), {str(t): {str(k): int(v) for k, v in p.items()} for t, p in offsets.items()},
             opt("watermark_ms", int), opt("checkpoint", str), opt("spark_version", str),
-            tuple(validate_snapshot_id(str(x)) for x in chain),
+            tuple(sys.intern(validate_snapshot_id(str(x))) for x in chain),  # shared: ids recur in 16 chains
         )
         if (s.batch_id, s.timeline) != (ref.batch_id, ref.timeline):
             raise ValueError(f"{sid}: batch or timeline disagrees with the id")
@@ -180,14 +190,28 @@ class SummaryListing:
     full_listing: bool = True  # every manifest id was listed (else: the base and the journal since)
 
     def on_current_timeline(self, s: SnapshotSummary) -> bool:
-        return self.timelines.contains(SnapshotRef.parse(s.snapshot_id))
+        return self.timelines.contains(s.ref)
+
+    @cached_property
+    def current_line(self) -> list[SnapshotSummary]:
+        """The snapshots on the current timeline's history in the order of `latest` (highest
+        batch, then newest, last), worked out once."""
+        snaps = self.snapshots
+        on = [i for i, s in enumerate(snaps) if self.timelines.contains(s.ref)]
+        # Of two with the same batch and time (on two timelines), `latest` takes the first listed: last here.
+        on.sort(key=lambda i: (snaps[i].ref.batch_id, snaps[i].ref.created, -i))
+        return [snaps[i] for i in on]
+
+    @cached_property
+    def current_ids(self) -> frozenset[str]:
+        return frozenset(s.snapshot_id for s in self.current_line)
 
 
 def _segment_prefix(stream: str) -> str:
     return f"{STREAMS_PREFIX}/{stream}/{INDEX_KIND}/"
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Segment:
     key: str
     kind: str  # base | delta | legacy (a v1 segment: summaries only)
@@ -228,11 +252,89 @@ class _LostSegment(Exception):
     """A base segment listed but gone when read (replaced by a newer base meanwhile)."""
 
 
-def _read_segments(store: SnapshotStore, stream: str, parallelism: int) -> tuple[list[str], list[_Segment], bool]:
-    """(segment keys, the readable segments, whether a base was lost while it was read)."""
+class CatalogMemo:
+    """What a long-lived process (the Streams pages' API server) has worked out from a store,
+    so that listing a stream again costs the listings and nothing more when nothing changed.
+
+    - Segments parsed, by store and key: a segment is written once, under a name no other
+      segment has (its time and a random tag), so what was parsed from it is what reading it
+      again would give. The listing still decides which segments count, and a segment deleted
+      since it was listed is one whose contents were read just before it went. Bounded by the
+      summaries kept (least recently used first out; the newest segment stays whatever its size).
+    - The outcomes of validation records the index did not hold, by record: records are
+      write-once too (an unreadable one is read again).
+    - The last listing of each stream, with the keys it was worked out from (the segments',
+      the journal's since the base or every manifest id, the validation and timeline
+      records'): those objects are write-once, so the same keys give the same listing. One
+      that had to read a manifest (a snapshot the index did not cover, a hint to check) is
+      not kept: whether that manifest is there depends on when it is asked.
+    """
+
+    def __init__(self, max_summaries: int, max_listings: int = 256, max_outcomes: int = 100_000) -> None:
+        self.max_summaries, self.max_listings, self.max_outcomes = max_summaries, max_listings, max_outcomes
+        self._segments: OrderedDict[tuple[str, str | None, str], _Segment] = OrderedDict()
+        self._outcomes: OrderedDict[tuple[str, str | None, str], bool] = OrderedDict()
+        self._listings: OrderedDict[tuple[str, str | None, str], tuple[tuple[Any, ...], SummaryListing]] = OrderedDict()
+        self._summaries = 0
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _id(store: SnapshotStore, key: str) -> tuple[str, str | None, str]:
+        return store.url, store.endpoint, key  # one URL on two endpoints is two stores
+
+    def get(self, store: SnapshotStore, key: str) -> _Segment | None:
+        with self._lock:
+            seg = self._segments.get(self._id(store, key))
+            if seg is not None:
+                self._segments.move_to_end(self._id(store, key))
+            return seg
+
+    def put(self, store: SnapshotStore, seg: _Segment) -> None:
+        with self._lock:
+            old = self._segments.pop(self._id(store, seg.key), None)
+            self._summaries += len(seg.summaries) - (len(old.summaries) if old else 0)
+            self._segments[self._id(store, seg.key)] = seg
+            while self._summaries > self.max_summaries and len(self._segments) > 1:
+                self._summaries -= len(self._segments.popitem(last=False)[1].summaries)
+
+    def outcome(self, store: SnapshotStore, stream: str, snapshot_id: str, suite: str) -> bool | None:
+        with self._lock:
+            return self._outcomes.get(self._id(store, f"{stream}/{snapshot_id}/{suite}"))
+
+    def keep_outcome(self, store: SnapshotStore, stream: str, snapshot_id: str, suite: str, passed: bool) -> None:
+        with self._lock:
+            self._outcomes[self._id(store, f"{stream}/{snapshot_id}/{suite}")] = passed
+            while len(self._outcomes) > self.max_outcomes:
+                self._outcomes.popitem(last=False)
+
+    def listing(self, store: SnapshotStore, stream: str, basis: tuple[Any, ...]) -> SummaryListing | None:
+        """The stream's last listing, if it was worked out from exactly `basis`."""
+        with self._lock:
+            kept = self._listings.get(self._id(store, stream))
+            return kept[1] if kept is not None and kept[0] == basis else None
+
+    def keep_listing(self, store: SnapshotStore, stream: str, basis: tuple[Any, ...], listing: SummaryListing) -> None:
+        with self._lock:
+            self._listings[self._id(store, stream)] = (basis, listing)
+            self._listings.move_to_end(self._id(store, stream))
+            while len(self._listings) > self.max_listings:
+                self._listings.popitem(last=False)
+
+
+def _read_segments(store: SnapshotStore, stream: str, parallelism: int,
+                   memo: CatalogMemo | None = None) -> tuple[list[str], list[_Segment], bool]:
+    """(segment keys, the readable segments, whether a base was lost while it was read);
+    those `memo` holds are not read again."""
     keys = store.list_records(_segment_prefix(stream))
+    known = {k: seg for k in keys if memo is not None and (seg := memo.get(store, k)) is not None}
 
     def read(key: str) -> _Segment | None:
+        seg = load(key)
+        if seg is not None and memo is not None:
+            memo.put(store, seg)
+        return seg
+
+    def load(key: str) -> _Segment | None:
         data = store.get_record(key)
         if data is None:
             if segment_hint(key) is not None and key.rsplit("/", 1)[-1].split("-", 3)[2] == "b":
@@ -261,11 +363,13 @@ def _read_segments(store: SnapshotStore, stream: str, parallelism: int) -> tuple
             log.warning("ignoring unreadable catalog index segment %s in %s: %s", key, store.url, exc)
             return None
 
+    missing = [k for k in keys if k not in known]
     try:
-        got = run_parallel(read, keys, parallelism)
+        got = dict(zip(missing, run_parallel(read, missing, parallelism), strict=True))
     except _LostSegment:
         return keys, [], True
-    return keys, [g for g in got if g is not None], False
+    found = (known.get(k) or got.get(k) for k in keys)
+    return keys, [g for g in found if g is not None], False
 
 
 def _write_segment(store: SnapshotStore, stream: str, kind: str, summaries: Iterable[SnapshotSummary],
@@ -303,18 +407,22 @@ def _known(segments: list[_Segment]) -> _Known:
         for sid, v in seg.validations.items():
             validations.setdefault(sid, {}).update(v)
         deleted |= seg.deleted
+    return _Known(summaries, validations, deleted, _newest_base(segments))
+
+
+def _newest_base(segments: list[_Segment]) -> _Segment | None:
     bases = [s for s in segments if s.kind == "base" and s.horizon is not None]
-    base = max(bases, key=lambda s: s.horizon or datetime.min.replace(tzinfo=UTC)) if bases else None
-    return _Known(summaries, validations, deleted, base)
+    return max(bases, key=lambda s: s.horizon or datetime.min.replace(tzinfo=UTC)) if bases else None
 
 
 def _since_base(
     store: SnapshotStore, stream: str, known: _Known, events: list[journal.Event], parallelism: int,
-) -> tuple[dict[str, SnapshotSummary], dict[str, SnapshotSummary], set[str]]:
+) -> tuple[dict[str, SnapshotSummary], dict[str, SnapshotSummary], set[str], int]:
     """The snapshots that exist now, from the base and the hints since it: (summaries by id,
-    summaries read from manifests now, ids found deleted now). Each hinted snapshot is
-    checked: a published one must have its manifest (none: in flight, or its writer died),
-    a deleted one must not (still there: its deletion was interrupted)."""
+    summaries read from manifests now, ids found deleted now, manifests asked for). Each
+    hinted snapshot the segments do not settle is checked: a published one must have its
+    manifest (none: in flight, or its writer died), a deleted one must not (still there: its
+    deletion was interrupted)."""
     assert known.base is not None
     present = {s.snapshot_id: s for s in known.base.summaries}
     last = {e.snapshot_id: e for e in events}  # oldest first: the last hint of each id wins
@@ -345,31 +453,46 @@ def _since_base(
         present.pop(sid, None)
         if kind == journal.DELETED or last[sid].when < now_text:
             gone.add(sid)  # deleted, or a hint whose writer died: not asked again
-    return present, learned, gone
+    return present, learned, gone, len(to_read)
 
 
 def list_summaries(
-    store: SnapshotStore, stream: str, *, parallelism: int = 8, update_index: bool = True
+    store: SnapshotStore, stream: str, *, parallelism: int = 8, update_index: bool = True,
+    memo: CatalogMemo | None = None,
 ) -> SummaryListing:
     """Every snapshot of `stream` (oldest first) as a summary, through the catalog index;
     NotFoundError when it has none. `update_index` writes what the index lacked (a delta
-    segment, or a new base after a full listing) so the next call reads less."""
-    keys, segments, lost = _read_segments(store, stream, parallelism)
-    known = _known(segments)
+    segment, or a new base after a full listing) so the next call reads less; `memo` keeps
+    the segments parsed and, for a reader that does not update the index, the listing
+    itself while the keys it comes from stay the same: for a process that lists again and
+    again."""
+    keys, segments, lost = _read_segments(store, stream, parallelism, memo)
     started = datetime.now(UTC)  # a new base's horizon: before its listing begins
-    by_id: dict[str, SnapshotSummary] | None = None
-    learned: dict[str, SnapshotSummary] = {}
-    gone: set[str] = set()
-    base = known.base
+    base = _newest_base(segments)
+    events: list[journal.Event] | None = None
     if (base is not None and not lost and base.horizon is not None and len(keys) < MAX_SEGMENTS
             and (started - base.horizon).total_seconds() < REBASE_SECONDS):
         events = journal.changes_since(store, stream, base.horizon)
-        if len(events) <= MAX_CHANGES:
-            by_id, learned, gone = _since_base(store, stream, known, events, parallelism)
-    full = by_id is None
-    if by_id is None:
-        refs = snapshot_refs(store, stream)
-        missing = [r.snapshot_id for r in refs if r.snapshot_id not in known.summaries]
+        if len(events) > MAX_CHANGES:
+            events = None
+    listed = snapshot_refs(store, stream) if events is None else []  # no base to trust: every id
+    stored = _validation_keys(store, stream)
+    timeline_keys = store.list_records(timelines_prefix(stream))
+    basis = (tuple(keys), None if events is None else tuple(e.key for e in events),
+             tuple(r.snapshot_id for r in listed), tuple((sid, tuple(v)) for sid, v in stored.items()),
+             tuple(timeline_keys))
+    keep = memo is not None and not update_index
+    if keep and memo is not None and (kept := memo.listing(store, stream, basis)) is not None:
+        return kept
+
+    known = _known(segments)
+    learned: dict[str, SnapshotSummary] = {}
+    gone: set[str] = set()
+    if events is not None:
+        by_id, learned, gone, asked = _since_base(store, stream, known, events, parallelism)
+    else:
+        missing = [r.snapshot_id for r in listed if r.snapshot_id not in known.summaries]
+        asked = len(missing)
 
         def summarise(sid: str) -> SnapshotSummary | None:
             try:  # a damaged manifest stops the listing, naming it, as reading every manifest did
@@ -378,15 +501,15 @@ def list_summaries(
                 return None  # deleted since the listing
         learned = {s.snapshot_id: s for s in run_parallel(summarise, missing, parallelism) if s is not None}
         by_id = {}
-        for r in refs:
+        for r in listed:
             found = known.summaries.get(r.snapshot_id) or learned.get(r.snapshot_id)
             if found is not None:
                 by_id[r.snapshot_id] = found
+    full = events is None
     if not by_id:
         raise no_snapshots_error(store, stream)
-    refs = sorted(SnapshotRef.parse(sid) for sid in by_id)
+    refs = sorted(s.ref for s in by_id.values())
 
-    stored = _validation_keys(store, stream)
     outcomes: dict[str, dict[str, bool | None]] = {}
     unknown = [(sid, suite) for sid, suites in stored.items() if sid in by_id
                for suite in suites if suite not in known.validations.get(sid, {})]
@@ -398,11 +521,18 @@ def list_summaries(
         except (UnsafeManifestError, UsageError) as exc:
             log.warning("unreadable validation record of %s, suite %s: %s", item[0], item[1], exc.one_line())
             return None
+    kept_outcomes = {} if memo is None else {
+        item: ok for item in unknown if (ok := memo.outcome(store, stream, *item)) is not None}
+    to_ask = [item for item in unknown if item not in kept_outcomes]
+    asked_outcomes = dict(zip(to_ask, run_parallel(outcome, to_ask, parallelism), strict=True))
     learned_outcomes: dict[str, dict[str, bool]] = {}
-    for (sid, suite), ok in zip(unknown, run_parallel(outcome, unknown, parallelism), strict=True):
+    for (sid, suite) in unknown:
+        ok = kept_outcomes.get((sid, suite), asked_outcomes.get((sid, suite)))
         outcomes.setdefault(sid, {})[suite] = ok
         if ok is not None:
             learned_outcomes.setdefault(sid, {})[suite] = ok
+            if memo is not None and (sid, suite) in asked_outcomes:
+                memo.keep_outcome(store, stream, sid, suite, ok)
     for sid, suites in stored.items():
         for suite in suites:
             if sid in by_id and suite in known.validations.get(sid, {}):
@@ -411,8 +541,11 @@ def list_summaries(
     if update_index:
         _update_index(store, stream, keys, by_id, known, learned, learned_outcomes, gone, started if full else None)
     ordered = [by_id[r.snapshot_id] for r in refs]
-    return SummaryListing(ordered, load_timelines(store, stream, refs), outcomes,
-                          len(learned) + (0 if full else len(gone)), full_listing=full)
+    listing = SummaryListing(ordered, load_timelines(store, stream, refs, keys=timeline_keys), outcomes,
+                             len(learned) + (0 if full else len(gone)), full_listing=full)
+    if keep and memo is not None and not asked:
+        memo.keep_listing(store, stream, basis, listing)
+    return listing
 
 
 def _update_index(

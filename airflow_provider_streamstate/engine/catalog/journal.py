@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 
 from airflow_provider_streamstate.engine.core.manifest import SNAPSHOT_ID_RE
 from airflow_provider_streamstate.engine.stores.base import (
@@ -60,6 +61,7 @@ def time_text(dt: datetime) -> str:
     return dt.astimezone(UTC).strftime("%Y%m%dT%H%M%S%f") + "Z"
 
 
+@lru_cache(maxsize=1 << 14)  # a hint's name never changes: a reader that lists again parses only new ones
 def parse(key: str, stream: str) -> Event | None:
     name = key[len(prefix(stream)):].removesuffix(MANIFEST_SUFFIX)
     m = JOURNAL_NAME_RE.match(name)
@@ -72,7 +74,11 @@ def changes_since(store: SnapshotStore, stream: str, since: datetime) -> list[Ev
     """The hints written after `since` - SKEW_SECONDS, oldest first."""
     start = prefix(stream) + time_text(since - timedelta(seconds=SKEW_SECONDS))
     events = (parse(k, stream) for k in store.list_records_after(prefix(stream), start))
-    return sorted(e for e in events if e is not None)
+    return sorted((e for e in events if e is not None), key=_order)
+
+
+def _order(e: Event) -> tuple[str, str, str, str]:
+    return e.when, e.kind, e.snapshot_id, e.key  # Event's own order, compared without a call per pair
 
 
 def prune(store: SnapshotStore, stream: str, older_than: datetime, held: Callable[[], None] | None = None) -> int:

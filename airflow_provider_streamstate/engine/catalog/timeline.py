@@ -24,7 +24,7 @@ directory; snapshots read it to know which timeline the checkpoint continues.
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -123,6 +123,9 @@ class Timelines:
 
     records: dict[int, TimelineRecord]
     current: int
+    # Lineages worked out so far: `contains` asks for the same one for every snapshot.
+    _lineages: dict[int, tuple[tuple[int, int | None, str | None], ...]] = field(
+        default_factory=dict, init=False, compare=False, repr=False)
 
     def lineage(self, timeline: int) -> list[tuple[int, int | None, str | None]]:
         """(timeline, last batch on it, branch time) from `timeline` back to its root.
@@ -130,6 +133,12 @@ class Timelines:
         The first entry is `timeline` itself, unbounded; each ancestor is bounded by the
         batch and time at which the line left it.
         """
+        return list(self._lineage(timeline))
+
+    def _lineage(self, timeline: int) -> tuple[tuple[int, int | None, str | None], ...]:
+        known = self._lineages.get(timeline)
+        if known is not None:
+            return known
         out: list[tuple[int, int | None, str | None]] = [(timeline, None, None)]
         seen = {timeline}
         rec = self.records.get(timeline)
@@ -137,11 +146,12 @@ class Timelines:
             out.append((rec.parent_timeline, rec.branch_batch, _id_time(rec.created_at)))
             seen.add(rec.parent_timeline)
             rec = self.records.get(rec.parent_timeline)
-        return out
+        self._lineages[timeline] = found = tuple(out)
+        return found
 
     def contains(self, ref: SnapshotRef, timeline: int | None = None) -> bool:
         """Whether snapshot `ref` is on the history of `timeline` (default: the current one)."""
-        for tl, last_batch, branched in self.lineage(self.current if timeline is None else timeline):
+        for tl, last_batch, branched in self._lineage(self.current if timeline is None else timeline):
             if ref.timeline == tl:
                 if last_batch is None:
                     return True
@@ -188,8 +198,12 @@ def read_timeline_records(
     return records
 
 
-def load_timelines(store: SnapshotStore, stream: str, refs: list[SnapshotRef] | None = None) -> Timelines:
-    keys = store.list_records(timelines_prefix(validate_stream_name(stream)))
+def load_timelines(store: SnapshotStore, stream: str, refs: list[SnapshotRef] | None = None, *,
+                   keys: list[str] | None = None) -> Timelines:
+    """The stream's timelines (`refs`: its snapshots, listed when not given; `keys`: its
+    timeline records, the same)."""
+    if keys is None:
+        keys = store.list_records(timelines_prefix(validate_stream_name(stream)))
     records = read_timeline_records(store, stream, keys)
     refs = snapshot_refs(store, stream) if refs is None else refs
     return Timelines(records, max([1, *records, *(r.timeline for r in refs)]))

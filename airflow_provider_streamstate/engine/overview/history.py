@@ -8,13 +8,21 @@ of reads (docs/performance.md, "Streams UI"). The index is read with `update_ind
 viewing never writes; a snapshot the index does not cover yet costs one manifest read. What
 those reads learn is remembered in this process (`_RememberedIndex`: manifests and validation
 records are write-once, and the listing still decides which snapshots exist), so a store
-whose index nobody built (a DR store without retention) is slow once, not at every view.
+whose index nobody built (a DR store without retention) is slow once, not at every view; and
+so is what the listings gave (`CatalogMemo`: index segments parsed, and each stream's last
+listing with the keys it was worked out from; segments, manifests, validation and timeline
+records are write-once), and the history last drawn from it: a page viewed again costs the
+listings and a few small records, not the parsing of a thousand summaries, while anything
+published, deleted, validated, pinned, cloned or replicated since shows at once. Which
+snapshots are on the current timeline, and the newest there, is worked out once per listing
+(`SummaryListing.current_line`), not once per use.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -23,12 +31,13 @@ from typing import Any, cast
 from airflow_provider_streamstate.engine.catalog.index import (
     INDEX_FORMAT,
     INDEX_KIND,
+    CatalogMemo,
     SnapshotSummary,
     SummaryListing,
     list_summaries,
 )
 from airflow_provider_streamstate.engine.catalog.retention import PIN_LABEL, pinned_ids
-from airflow_provider_streamstate.engine.core.manifest import SnapshotRef, validate_stream_name
+from airflow_provider_streamstate.engine.core.manifest import validate_stream_name
 from airflow_provider_streamstate.engine.stores.base import MANIFEST_SUFFIX, STREAMS_PREFIX, SnapshotStore
 from airflow_provider_streamstate.engine.streams.clones import CloneRecord, list_clones
 
@@ -162,27 +171,39 @@ class StreamCatalog:
     def snapshots(self) -> list[SnapshotSummary]:
         return self.listing.snapshots if self.listing else []
 
+    @property
+    def current_line(self) -> list[SnapshotSummary]:
+        """The snapshots on the current timeline's history, in the order of `latest` (highest
+        batch, then newest, last): worked out once per listing, every part of a page asks."""
+        return self.listing.current_line if self.listing else []
+
     def on_current(self, s: SnapshotSummary) -> bool:
-        return self.listing is not None and self.listing.on_current_timeline(s)
+        return self.listing is not None and s.snapshot_id in self.listing.current_ids
+
+    def same_as(self, other: StreamCatalog) -> bool:
+        """Whether `other` is this catalog read again with nothing changed: the same listing
+        (the memo gives the same object while the keys it came from stay the same), pins,
+        clones and DR copies."""
+        return (self.listing is other.listing and self.listing is not None and self.store == other.store
+                and self.pinned == other.pinned and self.clones == other.clones and self.dr_store == other.dr_store
+                and self.dr_ids == other.dr_ids and self.problems == other.problems)
 
     def validations(self, snapshot_id: str) -> dict[str, bool | None]:
         return dict(self.listing.validations.get(snapshot_id, {})) if self.listing else {}
 
+    def known_good(self, snapshot_id: str) -> bool:
+        return self.listing is not None and known_good(self.listing.validations.get(snapshot_id, {}))
+
     def newest(self, *, good: bool = False) -> SnapshotSummary | None:
         """The newest (highest batch, then newest) on the current timeline; `good`: the
         newest of those that are known-good."""
-        on = [s for s in self.snapshots if self.on_current(s)
-              and (not good or known_good(self.validations(s.snapshot_id)))]
-        return max(on, key=newest_key) if on else None
-
-
-def newest_key(s: SnapshotSummary) -> tuple[int, str]:
-    """Order of `latest`: highest batch, then newest (catalog.snapshots.latest_ref)."""
-    return s.batch_id, SnapshotRef.parse(s.snapshot_id).created
+        return next((s for s in reversed(self.current_line) if not good or self.known_good(s.snapshot_id)), None)
 
 
 MEMO_STREAMS = 64  # (store, stream) pairs whose summaries a process remembers
-_MEMO: OrderedDict[tuple[str, str], bytes] = OrderedDict()
+MEMO_SUMMARIES = 20_000  # summaries of parsed index segments a process keeps (about 2 KB each)
+_CATALOG = CatalogMemo(MEMO_SUMMARIES)
+_MEMO: OrderedDict[tuple[str, str | None, str], tuple[str, bytes]] = OrderedDict()
 _MEMO_LOCK = threading.Lock()
 
 
@@ -191,10 +212,10 @@ class _RememberedIndex:
     summaries and validation outcomes earlier reads of the stream had to take from manifests
     and records. Read-only; everything else is the store's own."""
 
-    def __init__(self, store: SnapshotStore, stream: str, segment: bytes) -> None:
+    def __init__(self, store: SnapshotStore, stream: str, name: str, segment: bytes) -> None:
         self._store = store
         self._prefix = f"{STREAMS_PREFIX}/{stream}/{INDEX_KIND}/"
-        self._key = f"{self._prefix}in-memory{MANIFEST_SUFFIX}"
+        self._key = f"{self._prefix}{name}{MANIFEST_SUFFIX}"
         self._segment = segment
 
     def list_records(self, prefix: str) -> list[str]:
@@ -213,20 +234,23 @@ def _remember(store: SnapshotStore, stream: str, listing: SummaryListing) -> Non
                    for sid, v in listing.validations.items()}
     body = {"format": INDEX_FORMAT, "stream": stream, "snapshots": [s.to_json() for s in listing.snapshots],
             "validations": {sid: v for sid, v in validations.items() if v}}
+    # A new name for new contents: parsed segments are remembered by name (CatalogMemo).
+    remembered = (f"in-memory-{uuid.uuid4().hex}", json.dumps(body, separators=(",", ":")).encode())
     with _MEMO_LOCK:
-        _MEMO[(store.url, stream)] = json.dumps(body, separators=(",", ":")).encode()
-        _MEMO.move_to_end((store.url, stream))
+        _MEMO[(store.url, store.endpoint, stream)] = remembered
+        _MEMO.move_to_end((store.url, store.endpoint, stream))
         while len(_MEMO) > MEMO_STREAMS:
             _MEMO.popitem(last=False)
 
 
 def summaries(store: SnapshotStore, stream: str, *, parallelism: int = 8) -> SummaryListing:
     """`list_summaries` without writing the index, remembering in this process what the
-    index did not cover (NotFoundError when the stream has no snapshot)."""
+    index did not cover (NotFoundError when the stream has no snapshot), and the segments it
+    parsed."""
     with _MEMO_LOCK:
-        segment = _MEMO.get((store.url, stream))
-    view = cast(SnapshotStore, _RememberedIndex(store, stream, segment)) if segment else store
-    listing = list_summaries(view, stream, parallelism=parallelism, update_index=False)
+        remembered = _MEMO.get((store.url, store.endpoint, stream))
+    view = cast(SnapshotStore, _RememberedIndex(store, stream, *remembered)) if remembered else store
+    listing = list_summaries(view, stream, parallelism=parallelism, update_index=False, memo=_CATALOG)
     if listing.manifests_read:
         _remember(store, stream, listing)
     return listing
@@ -308,6 +332,24 @@ def history_of(catalog: StreamCatalog) -> StreamHistory:
                          [CloneBrief.of(c) for c in catalog.clones], list(catalog.problems))
 
 
+MEMO_HISTORIES = 16  # histories a process keeps drawn, with the catalog read they came from
+_HISTORIES: OrderedDict[tuple[str, str | None, str], tuple[StreamCatalog, StreamHistory]] = OrderedDict()
+
+
 def stream_history(store: SnapshotStore, stream: str, *, dr_store: SnapshotStore | None = None) -> StreamHistory:
-    """A stream's history in `store` (and which snapshots `dr_store` holds too)."""
-    return history_of(read_catalog(store, stream, dr_store=dr_store))
+    """A stream's history in `store` (and which snapshots `dr_store` holds too): the one this
+    process worked out last when its catalog, read again, has not changed."""
+    catalog = read_catalog(store, stream, dr_store=dr_store)
+    key = (store.url, store.endpoint, stream)
+    with _MEMO_LOCK:
+        kept = _HISTORIES.get(key)
+    if kept is not None and kept[0].same_as(catalog):
+        return kept[1]
+    history = history_of(catalog)
+    if catalog.listing is not None:
+        with _MEMO_LOCK:
+            _HISTORIES[key] = (catalog, history)
+            _HISTORIES.move_to_end(key)
+            while len(_HISTORIES) > MEMO_HISTORIES:
+                _HISTORIES.popitem(last=False)
+    return history

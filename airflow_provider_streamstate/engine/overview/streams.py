@@ -24,8 +24,6 @@ from airflow_provider_streamstate.engine.overview.history import (
     StreamCatalog,
     age_seconds,
     is_pinned,
-    known_good,
-    newest_key,
     read_catalog,
 )
 from airflow_provider_streamstate.engine.stores.base import SnapshotStore
@@ -144,15 +142,14 @@ def dr_lag(catalog: StreamCatalog, now: datetime | None = None) -> DrLag | None:
         return None
     if catalog.dr_ids is None:
         return DrLag(catalog.dr_store, None, None, None, "; ".join(catalog.problems) or "not readable")
-    current = sorted((s for s in catalog.snapshots if catalog.on_current(s)), key=newest_key)
+    current = catalog.current_line
     if not current:
         return DrLag(catalog.dr_store, 0, 0.0, None, "no snapshot on the primary's current timeline")
-    there = [s for s in current if s.snapshot_id in catalog.dr_ids]
-    if not there:
+    there = next((i for i in range(len(current) - 1, -1, -1) if current[i].snapshot_id in catalog.dr_ids), None)
+    if there is None:
         return DrLag(catalog.dr_store, len(current), None, None,
                      f"none of the {len(current)} snapshot(s) of the current timeline is in the DR store")
-    newest_dr = there[-1]
-    behind = current[current.index(newest_dr) + 1:]
+    newest_dr, behind = current[there], current[there + 1:]
     seconds = round(max(0.0, age_seconds(newest_dr.created_at, now) - age_seconds(current[-1].created_at, now)), 1)
     message = "up to date" if not behind else f"{len(behind)} snapshot(s) behind, {seconds:.0f}s"
     return DrLag(catalog.dr_store, len(behind), seconds, SnapshotBrief.of(newest_dr, now), message)
@@ -180,11 +177,11 @@ class RetentionSummary:
 
 def retention_summary(catalog: StreamCatalog, tombstones: int, now: datetime | None = None) -> RetentionSummary:
     snaps = catalog.snapshots
-    current = sum(1 for s in snaps if catalog.on_current(s))
+    current = len(catalog.current_line)
     newest = catalog.newest()
     return RetentionSummary(
         len(snaps), current, len(snaps) - current, sum(1 for s in snaps if is_pinned(s, catalog.pinned)),
-        sum(1 for s in snaps if known_good(catalog.validations(s.snapshot_id))), tombstones,
+        sum(1 for s in snaps if catalog.known_good(s.snapshot_id)), tombstones,
         SnapshotBrief.of(snaps[0], now) if snaps else None, newest.bytes_total if newest else None,
     )
 

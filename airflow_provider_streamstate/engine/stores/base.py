@@ -123,8 +123,9 @@ class RecentListing:
 
     snapshot_ids: list[str]  # at and after the first id, ascending
     timeline_keys: list[str]  # every timeline record of the stream
-    # The ETags of manifests (by id) and timeline records (by key), where the store gives
-    # them (S3): a copy the catalog head carries is used only when they are its MD5.
+    # The ETags of the manifests (by id) and of the records listed with them (by key: the
+    # timeline records, the catalog head's split header), where the store gives them (S3): a
+    # copy the catalog head carries is used only when they are its MD5.
     etags: dict[str, str] = field(default_factory=dict)
 
 
@@ -299,8 +300,9 @@ class SnapshotStore(ABC):
     def list_from(self, stream: str, first: str) -> RecentListing:
         """The snapshot ids of a stream at and after `first`, ascending, and the keys of its
         timeline records: what the catalog head is checked against (catalog/head.py). S3
-        answers both from one listing that starts at `first` (the timeline records sort
-        after the manifests), with ETags; elsewhere two listings, without."""
+        answers both from one listing that starts at `first` (the records of the kinds that
+        sort between `snapshots` and `timelines`, the timeline records too, sort after the
+        manifests), with ETags; elsewhere two listings, without."""
         ids = [i for i in self.list_snapshot_ids(stream) if i >= first]
         return RecentListing(ids, self.list_records(timelines_prefix(stream)))
 

@@ -213,17 +213,25 @@ class LocalStore(SnapshotStore):
             return None
 
     def list_records(self, prefix: str) -> list[str]:
-        d = self.root / prefix
+        d, top = self.root / prefix, prefix.rstrip("/")
         if not d.is_dir():
             return []
-        return sorted(f"{prefix.rstrip('/')}/{n}" for n in os.listdir(d) if n.endswith(MANIFEST_SUFFIX))
+        return sorted(f"{top}/{n}" for n in os.listdir(d) if n.endswith(MANIFEST_SUFFIX))
 
     def list_record_tree(self, prefix: str) -> list[str]:
-        top = self.root / prefix
         out: list[str] = []
-        for dirpath, _, names in os.walk(top):
-            rel = Path(dirpath).relative_to(self.root).as_posix()
-            out.extend(f"{rel}/{n}" for n in names if n.endswith(MANIFEST_SUFFIX))
+        dirs = [prefix.rstrip("/")]
+        while dirs:  # os.walk without its lstat per directory: entries' types come with the listing
+            rel = dirs.pop()
+            try:
+                entries = list(os.scandir(self.root / rel))
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            for e in entries:
+                if e.is_dir(follow_symlinks=False):
+                    dirs.append(f"{rel}/{e.name}")
+                elif e.name.endswith(MANIFEST_SUFFIX):
+                    out.append(f"{rel}/{e.name}")
         return sorted(out)
 
     # --- deletion (retention and GC) ------------------------------------------------------

@@ -514,7 +514,7 @@ class S3Store(SnapshotStore):
 
     def list_from(self, stream: str, first: str) -> RecentListing:
         # One listing of the stream's records from `first`: its manifests, then the records
-        # sorting between them and the timelines (state-jobs), then the timeline records.
+        # sorting between them and the timelines (split-header, state-jobs), then the timeline records.
         # The first page is short (the validation records that follow are not wanted, and a
         # page of 1,000 keys costs more to send and parse than the rest of `latest`); more
         # pages only while the timelines may not all have been seen.
@@ -534,14 +534,16 @@ class S3Store(SnapshotStore):
                 last = key = obj["Key"][strip:]
                 if not key.endswith(MANIFEST_SUFFIX):
                     continue
+                etag = str(obj.get("ETag", "")).strip('"')
                 if key.startswith(snapshots) and "/" not in key[len(snapshots):]:
                     sid = key[len(snapshots):-len(MANIFEST_SUFFIX)]
                     if sid >= first:
                         found.snapshot_ids.append(sid)
-                        found.etags[sid] = str(obj.get("ETag", "")).strip('"')
-                elif key.startswith(timelines):
+                        found.etags[sid] = etag
+                    continue
+                found.etags[key] = etag  # a record: a timeline's, the catalog head's split header
+                if key.startswith(timelines):
                     found.timeline_keys.append(key)
-                    found.etags[key] = str(obj.get("ETag", "")).strip('"')
             if last >= beyond or not page.get("IsTruncated"):
                 break
             args.update(ContinuationToken=page["NextContinuationToken"], MaxKeys=LIST_PAGE_KEYS)
