@@ -33,6 +33,13 @@ from dev import stack as stack_mod  # noqa: E402
 # the other Spark lines) inherits this: the suite is CPU-bound on two cores.
 os.environ.setdefault("SPARK_SUBMIT_OPTS", stack_mod.SHORT_LIVED_JVM)
 
+# The suite's checkpoints are written a moment before a test works on them, by queries that
+# have stopped (or by the test itself) and often keep no heartbeat: what a query not started
+# by streamstate looks like (liveness.unmanaged_writer). So its window is closed for every
+# test and fixture of the run, and opened again by the tests of that detection
+# (tests/unit/test_unmanaged_writer.py, tests/integration/test_swap_crashes.py).
+os.environ.setdefault("STREAMSTATE_UNMANAGED_WINDOW_S", "0")
+
 # py4j logs at interpreter exit, after pytest closed its capture streams.
 logging.getLogger("py4j").setLevel(logging.WARNING)
 
@@ -125,19 +132,6 @@ def spark(stack: stack_mod.Stack):  # noqa: ANN201 - pyspark is imported lazily
     for q in session.streams.active:
         q.stop()
     session.stop()
-
-
-@pytest.fixture(autouse=True)
-def _stopped_queries_say_so() -> Iterator[None]:
-    """The suite's checkpoints are written a moment before a test works on them, by queries
-    that have stopped (or by the test itself) and often keep no heartbeat: what a query not
-    started by streamstate looks like (liveness.unmanaged_writer). So its window is closed
-    here (a context of its own: a test's `monkeypatch.undo()` keeps it), and opened by the
-    tests of that detection (tests/unit/test_unmanaged_writer.py,
-    tests/integration/test_swap_crashes.py)."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("STREAMSTATE_UNMANAGED_WINDOW_S", "0")
-        yield
 
 
 @pytest.fixture(autouse=True)

@@ -8,9 +8,10 @@ from __future__ import annotations
 import hashlib
 import re
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from airflow_provider_streamstate.engine.core.cancel import check_cancelled
+from airflow_provider_streamstate.engine.core.errors import CorruptionError
 
 CHUNK = 1 << 20
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")  # a sha256 as blobs are named: 64 lowercase hex digits
@@ -67,3 +68,14 @@ def copy_hashing(src: BinaryIO, dst: BinaryIO) -> tuple[str, int]:
         dst.write(chunk)
         size += len(chunk)
     return h.hexdigest(), size
+
+
+def require_digest(digest: str, size: int, hasher: Any, read: int) -> None:
+    """Refuse bytes that are not the blob they were read as (`hasher` fed the `read` bytes):
+    a damaged source copy."""
+    if hasher.hexdigest() != digest or read != size:
+        what = f"{read}+ bytes" if read > size else f"{read} bytes"
+        raise CorruptionError(
+            f"the bytes read for blob {digest} hash to {hasher.hexdigest()} ({what}, expected {size})",
+            hint="the source copy of this blob is damaged",
+        )

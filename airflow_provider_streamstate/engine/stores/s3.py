@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, cast
 
 from airflow_provider_streamstate.engine.core.cancel import check_cancelled
-from airflow_provider_streamstate.engine.core.digest import SHA256_RE, sha256_stream
+from airflow_provider_streamstate.engine.core.digest import SHA256_RE, require_digest, sha256_stream
 from airflow_provider_streamstate.engine.core.errors import (
     CheckpointChanged,
     CorruptionError,
@@ -54,11 +54,11 @@ from airflow_provider_streamstate.engine.stores.s3_clients import (
     same_s3_account,
 )
 from airflow_provider_streamstate.engine.stores.s3_errors import (
+    S3Body,
     code,
-    is_stream_error,
     request_error,
     status,
-    stream_error,
+    stream_errors,
 )
 
 CHUNK = 1 << 20  # reads from a stream: a cancellation point each
@@ -67,51 +67,6 @@ CHUNK = 1 << 20  # reads from a stream: a cancellation point each
 # DELETE decided before a refresh has landed by then (the rest is the request's own latency).
 DELETE_DECISION_SECONDS = 2.0
 REFRESH_SETTLE_SECONDS = 5.0
-
-
-class _Body(io.RawIOBase):
-    """A response body whose reads raise TransientError, not urllib3's or botocore's errors,
-    when the connection breaks mid-stream (reset, timeout, fewer bytes than announced)."""
-
-    def __init__(self, body: Any, what: str, url: str) -> None:
-        super().__init__()
-        self._body, self._what, self._url = body, what, url
-
-    def readable(self) -> bool:
-        return True
-
-    def read(self, size: int | None = -1) -> bytes:
-        try:
-            return bytes(self._body.read(None if size is None or size < 0 else size))
-        except Exception as exc:
-            if is_stream_error(exc):
-                raise stream_error(exc, what=self._what, url=self._url) from None
-            raise
-
-    def readall(self) -> bytes:
-        return self.read(-1)
-
-    def readinto(self, buffer: Any) -> int:
-        data = self.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
-
-    def close(self) -> None:
-        if not self.closed:
-            try:
-                self._body.close()
-            finally:
-                super().close()
-
-
-def _check_stream(digest: str, size: int, h: Any, n: int) -> None:
-    """Refuse bytes that are not the blob they were read as (a damaged source copy)."""
-    if h.hexdigest() != digest or n != size:
-        what = f"{n}+ bytes" if n > size else f"{n} bytes"
-        raise CorruptionError(
-            f"the bytes read for blob {digest} hash to {h.hexdigest()} ({what}, expected {size})",
-            hint="the source copy of this blob is damaged",
-        )
 
 
 LIST_PAGE_KEYS = 1000  # S3's own maximum: a listing's requests are its keys / 1000
@@ -150,7 +105,7 @@ class S3Store(SnapshotStore):
 
     def _read(self, body: Any, what: str) -> bytes:
         """A whole (small) response body; a connection cut while reading is a TransientError."""
-        with _Body(body, what, self.url) as b:
+        with S3Body(body, lambda: stream_errors(what, self.url)) as b:
             return b.read()
 
     # --- capabilities ----------------------------------------------------------------------
@@ -317,7 +272,7 @@ class S3Store(SnapshotStore):
                         buf += chunk
                         if len(buf) > size:
                             break
-                    _check_stream(digest, size, h, len(buf))
+                    require_digest(digest, size, h, len(buf))
                     self.client.put_object(
                         Bucket=self.bucket, Key=key, Body=buf, IfNoneMatch="*",
                         ChecksumSHA256=base64.b64encode(h.digest()).decode(),
@@ -414,7 +369,7 @@ class S3Store(SnapshotStore):
                 if not chunk:
                     return
 
-        return self._upload_parts(key, parts(), lambda: _check_stream(digest, size, h, read))
+        return self._upload_parts(key, parts(), lambda: require_digest(digest, size, h, read))
 
     def _put_multipart(self, digest: str, source: Path, key: str) -> int:
         """Upload a file in parts, hashing as we go; the object appears only if the hash matches."""
@@ -434,14 +389,14 @@ class S3Store(SnapshotStore):
             return self._upload_parts(key, parts(), verify)
 
     def open_blob(self, blob: str) -> AbstractContextManager[BinaryIO]:
-        return cast("AbstractContextManager[BinaryIO]", _Body(self._get_blob(blob), f"blob {blob[:12]}", self.url))
+        return cast("AbstractContextManager[BinaryIO]", S3Body(self._get_blob(blob), lambda: stream_errors(f"blob {blob[:12]}", self.url)))
 
     def read_blob_range(self, blob: str, offset: int, length: int) -> bytes:
         """One ranged GetObject (`Range: bytes=offset-end`)."""
         if length <= 0:
             return b""
         body = self._get_blob(blob, Range=f"bytes={offset}-{offset + length - 1}")
-        with _Body(body, f"blob {blob[:12]}", self.url) as f:
+        with S3Body(body, lambda: stream_errors(f"blob {blob[:12]}", self.url)) as f:
             return f.read()
 
     def _get_blob(self, blob: str, **extra: Any) -> Any:

@@ -8,7 +8,11 @@ is cut while a body is read is transient: a retry may succeed.
 
 from __future__ import annotations
 
+import io
 import os
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
 
 from airflow_provider_streamstate.engine.core.errors import (
     NotFoundError,
@@ -206,3 +210,45 @@ def is_stream_error(exc: BaseException) -> bool:
 
     return isinstance(exc, BotoCoreError | Urllib3Error | ConnectionError | TimeoutError)
 
+
+@contextmanager
+def stream_errors(what: str, url: str) -> Iterator[None]:
+    """Errors of a response body cut while it is read, as `stream_error`s."""
+    try:
+        yield
+    except Exception as exc:
+        if is_stream_error(exc):
+            raise stream_error(exc, what=what, url=url) from None
+        raise
+
+
+class S3Body(io.RawIOBase):
+    """A GetObject body whose reads raise the caller's one-line errors (`errors`: a context
+    manager around each read), never urllib3's or botocore's, when the connection breaks
+    mid-stream (reset, timeout, fewer bytes than announced)."""
+
+    def __init__(self, body: Any, errors: Callable[[], AbstractContextManager[Any]]) -> None:
+        super().__init__()
+        self._body, self._errors = body, errors
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1) -> bytes:
+        with self._errors():
+            return bytes(self._body.read(None if size is None or size < 0 else size))
+
+    def readall(self) -> bytes:
+        return self.read(-1)
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        if not self.closed:
+            try:
+                self._body.close()
+            finally:
+                super().close()

@@ -63,7 +63,7 @@ from airflow_provider_streamstate.engine.stores.s3_clients import (
     full_object_sha256,
     same_s3_account,
 )
-from airflow_provider_streamstate.engine.stores.s3_errors import code, request_error, status
+from airflow_provider_streamstate.engine.stores.s3_errors import S3Body, code, request_error, status
 from airflow_provider_streamstate.engine.stores.webhdfs import WebHdfs
 
 S3_SCHEMES = ("s3a://", "s3://")
@@ -224,7 +224,7 @@ class S3CheckpointFS(CheckpointFS):
                 args["IfMatch"] = expected.etag
             body = self.client.get_object(**args)["Body"]
         try:
-            yield io.BufferedReader(_Reader(body, self, rel), buffer_size=1 << 20)  # type: ignore[arg-type]
+            yield io.BufferedReader(S3Body(body, lambda: self.errors(f"read checkpoint file {rel}")), buffer_size=1 << 20)  # type: ignore[arg-type]
         finally:
             body.close()
 
@@ -239,7 +239,7 @@ class S3CheckpointFS(CheckpointFS):
                 args["IfMatch"] = expected.etag
             body = self.client.get_object(**args)["Body"]
         try:
-            return _Reader(body, self, rel).read()
+            return S3Body(body, lambda: self.errors(f"read checkpoint file {rel}")).read()
         finally:
             body.close()
 
@@ -510,22 +510,3 @@ def _compare(listed: dict[str, int], base: str, want: dict[str, int], what: str)
             f"wrong size {wrong})",
             hint="another writer may be using the target; retry the restore with --force",
         )
-
-
-class _Reader(io.RawIOBase):
-    """A GetObject body whose connection errors are one-line, retryable errors."""
-
-    def __init__(self, body: Any, fs: S3CheckpointFS, rel: str) -> None:
-        self.body, self.fs, self.rel = body, fs, rel
-
-    def readable(self) -> bool:
-        return True
-
-    def read(self, size: int | None = -1) -> bytes:
-        with self.fs.errors(f"read checkpoint file {self.rel}"):
-            return bytes(self.body.read(None if size is None or size < 0 else size))
-
-    def readinto(self, buffer: Any) -> int:
-        data = self.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
