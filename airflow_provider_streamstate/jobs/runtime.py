@@ -305,7 +305,9 @@ def query_error(
     - on a stop a signal asked for (`signalled`: the exit status, 128 + its number, it gives
       the processes it kills), a helper process of a file write killed by that signal. Spark's
       local filesystem runs `chmod` for every file it writes, in the driver's process group,
-      which a terminal's Ctrl-C, or a SIGTERM to the group, reaches too.
+      which a terminal's Ctrl-C, or a SIGTERM to the group, reaches too; when the signal
+      reaches Java's spawn helper before it has started `chmod`, the write fails with
+      "Failed to exec spawn helper: ..., signal: <n>" instead.
     `trace` (`failure_trace`) is looked at too: the error's own text may not name its cause."""
     text = None if error is None else str(error)
     if not text:
@@ -313,7 +315,10 @@ def query_error(
     evidence = text if trace is None else f"{text}\n{trace}"
     if stopping and ("InterruptedException" in evidence or "ClosedByInterruptException" in evidence):
         return None
-    if signalled is not None and f"ExitCodeException exitCode={signalled}" in evidence:
+    if signalled is not None and (
+        f"ExitCodeException exitCode={signalled}" in evidence
+        or re.search(rf"Failed to exec spawn helper: pid: \d+, signal: {signalled - 128}\b", evidence)
+    ):
         return None
     return text
 

@@ -152,6 +152,17 @@ def test_the_cause_below_a_driver_side_error_counts_and_the_reported_error_stays
     assert runtime.query_error(None, stopping=True, signalled=143) is None
 
 
+def test_a_spawn_helper_the_stops_signal_killed_before_chmod_started_is_the_stops_doing_too() -> None:
+    """A Ctrl-C can reach Java's spawn helper before it has started `chmod`: the write then
+    fails with the helper's signal, not chmod's exit status."""
+    top = "[STREAM_FAILED] Query [id = 1] terminated with exception: "
+    trace = (f"{top}\nCaused by: java.io.IOException: Cannot run program \"chmod\": error=0, Failed to exec "
+             "spawn helper: pid: 25742, signal: 2\n\tat java.base/java.lang.ProcessBuilder.start")
+    assert runtime.query_error(top, stopping=False, signalled=130, trace=trace) is None  # SIGINT: 2
+    assert runtime.query_error(top, stopping=False, signalled=143, trace=trace) == top  # SIGTERM's is 15
+    assert runtime.query_error(top, stopping=False, signalled=None, trace=trace) == top
+
+
 def test_the_stops_signal_is_known_to_whoever_asked_when_it_comes_or_at_once_if_it_came() -> None:
     stop = StopSignals()
     early: list[int | None] = []
