@@ -30,7 +30,10 @@ import pytest
 
 from airflow_provider_streamstate.engine.checkpoint.filesystems import open_checkpoint_fs
 from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
-from airflow_provider_streamstate.engine.checkpoint.repartition import RepartitionRecord, read_repartition_record
+from airflow_provider_streamstate.engine.checkpoint.repartition import (
+    RepartitionRecord,
+    read_repartition_record,
+)
 from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.lookup.digest import StateDigest, state_digest
@@ -115,7 +118,7 @@ def test_the_executors_verify_a_repartition_on_yarn_alike_with_one_executor_or_t
         assert v.ok and v.problems == (), v.problems
         assert v.tasks == 2 * (4 + 8) and v.executors == executors  # 2 operators, 4 then 8 partitions
         runs[executors] = (checkpoint, v)
-    (one, v1), (two, v2) = runs[1], runs[2]
+    (_, v1), (two, v2) = runs[1], runs[2]
     assert same_digest(v1.before, v2.before) and same_digest(v1.after, v2.after)
     before, after = StateDigest.from_json(v1.before or {}), StateDigest.from_json(v1.after or {})
     assert (before.batch_id, after.batch_id, before.partitions, after.partitions) == (
@@ -155,7 +158,7 @@ def test_a_repartitioned_copy_damaged_for_real_is_refused_with_the_problem_named
     assert any("store default: key {'account': " in p and "is in partition 5, Spark looks for it in" in p
                for p in v.problems), v.problems
     assert not any("entries in" in p for p in v.problems)  # nothing lost or added
-    assert v.problems[-1].endswith("keys of batch %d are not in the partition Spark looks for them in" % (version - 1))
+    assert v.problems[-1].endswith(f"keys of batch {version - 1} are not in the partition Spark looks for them in")
 
     # Partition 3's table overwritten by partition 4's (a valid table): partition 3's
     # entries lost, partition 4's twice, the copies in the wrong place.
