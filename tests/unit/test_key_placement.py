@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_provider_streamstate.engine.lookup.encodings.murmur3 import partition_of
-from airflow_provider_streamstate.engine.lookup.encodings.placement import row_partitioner
+from airflow_provider_streamstate.engine.lookup.encodings.placement import row_partitioner, rows_partitioner
 from airflow_provider_streamstate.engine.lookup.encodings.types import StructType, atomic, struct
 from airflow_provider_streamstate.engine.lookup.encodings.unsafe_row import RowFormatError, encode_row
 from tests.lookup_cases import TYPED_SCHEMA, load_vectors, typed_rows
@@ -68,3 +68,26 @@ def test_a_global_key_is_in_partition_0_and_bytes_that_are_no_row_are_refused() 
     two = struct(("a", atomic("string")), ("b", atomic("long")))
     with pytest.raises(RowFormatError):
         row_partitioner(two, 8)(b"\x00" * 16, 0)
+
+
+def test_many_rows_at_once_get_the_partitions_one_row_at_a_time_gets() -> None:
+    pytest.importorskip("numpy")
+    schema = StructType("struct", tuple(TYPED_SCHEMA.fields[i] for i in FLAT))
+    rows = [b"\x00" + encode_row([values[i] for i in FLAT], schema) for values in typed_rows(200)]
+    for n in (1, 3, 200):
+        many = rows_partitioner(schema, n)
+        assert many is not None
+        assert many(rows, 1) == [row_partitioner(schema, n)(r, 1) for r in rows]
+    one = struct(("account", atomic("string")))
+    two = struct(("txn", atomic("string")), ("ts", atomic("timestamp")))
+    accounts = [f"acct-{i:0{i % 13}d}" for i in range(2000)] + [None] * 9
+    for s, values in ((one, [[a] for a in accounts]), (two, [[a, i * 977 if i % 5 else None] for i, a in
+                                                           enumerate(accounts)])):
+        keys = [encode_row(v, s) for v in values]
+        assert rows_partitioner(s, 16)(keys, 0) == [row_partitioner(s, 16)(k, 0) for k in keys]  # type: ignore[misc]
+    nested = rows_partitioner(TYPED_SCHEMA, 4)
+    assert nested is None  # structs, arrays, maps: one row at a time
+    bad = [encode_row([f"acct-{i:04d}"], one) for i in range(20)]
+    bad[7] = bad[7][:8] + ((1000 << 32) | 4).to_bytes(8, "little") + bad[7][16:]
+    with pytest.raises(RowFormatError):
+        rows_partitioner(one, 8)(bad, 0)  # type: ignore[misc]

@@ -35,7 +35,7 @@ from airflow_provider_streamstate.engine.core.errors import (
 )
 from airflow_provider_streamstate.engine.lookup.api import operator_schemas
 from airflow_provider_streamstate.engine.lookup.encodings import rocksdb_keys as rk
-from airflow_provider_streamstate.engine.lookup.encodings.placement import row_partitioner
+from airflow_provider_streamstate.engine.lookup.encodings.placement import row_partitioner, rows_partitioner
 from airflow_provider_streamstate.engine.lookup.encodings.types import StructType
 from airflow_provider_streamstate.engine.lookup.encodings.unsafe_row import RowFormatError, decode_row
 from airflow_provider_streamstate.engine.lookup.formats.codec import check_codec, codec_name
@@ -48,6 +48,7 @@ from airflow_provider_streamstate.engine.lookup.reading.sources import OperatorV
 
 MASK = (1 << 128) - 1
 MAX_MISPLACED = 20  # keys named in a digest that found them in the wrong partition
+PLACEMENT_CHUNK = 4096  # keys placed at once (numpy), when the key schema allows it
 
 
 @dataclass(frozen=True)
@@ -274,30 +275,55 @@ def _digest_entries(task: DigestTask, part: Any) -> tuple[tuple[tuple[str, int, 
             k = len(key)
             total += hash128((lengths[k] if k < 256 else k.to_bytes(4, "little")) + key + value)
         return ((task.store, n, total & MASK),), 0, 0, ()
-    place = row_partitioner(task.key_schema, task.partitions)
+    schema = task.key_schema
+    place = row_partitioner(schema, task.partitions)
+    many = rows_partitioner(schema, task.partitions)
     base = 0 if task.provider == "hdfs" else len(rk.VERSION)
     p = task.partition
-    misplaced_keys = 0
     misplaced: list[str] = []
+    wrong = 0
+
+    def check(keys: list[bytes]) -> None:
+        """The keys whose partition is not `p`: counted, the first ones named."""
+        nonlocal wrong
+        parts = None
+        if many is not None:
+            try:
+                parts = many(keys, base)
+            except RowFormatError:
+                parts = None  # one at a time below: each key that is no row is named
+        for i, key in enumerate(keys):
+            if parts is not None:
+                expected = parts[i]
+                if expected == p:
+                    continue
+            else:
+                try:
+                    expected = place(key, base)
+                except RowFormatError as exc:
+                    wrong += 1
+                    if len(misplaced) < MAX_MISPLACED:
+                        misplaced.append(f"operator {task.operator_id} store {task.store}: key {key.hex()} in "
+                                         f"partition {p} is not a row of its key schema ({exc})")
+                    continue
+                if expected == p:
+                    continue
+            wrong += 1
+            if len(misplaced) < MAX_MISPLACED:
+                misplaced.append(f"operator {task.operator_id} store {task.store}: key {decode_row(key[base:], schema)} "
+                                 f"is in partition {p}, Spark looks for it in {expected}")
+
+    chunk: list[bytes] = []
     for key, value in entries:
         n += 1
         k = len(key)
         total += hash128((lengths[k] if k < 256 else k.to_bytes(4, "little")) + key + value)
-        try:
-            expected = place(key, base)
-        except RowFormatError as exc:
-            misplaced_keys += 1
-            if len(misplaced) < MAX_MISPLACED:
-                misplaced.append(f"operator {task.operator_id} store {task.store}: key {key.hex()} in partition {p} "
-                                 f"is not a row of its key schema ({exc})")
-            continue
-        if expected != p:
-            misplaced_keys += 1
-            if len(misplaced) < MAX_MISPLACED:
-                values = decode_row(key[base:], task.key_schema)
-                misplaced.append(f"operator {task.operator_id} store {task.store}: key {values} is in partition {p}, "
-                                 f"Spark looks for it in {expected}")
-    return ((task.store, n, total & MASK),), n, misplaced_keys, tuple(misplaced)
+        chunk.append(key)
+        if len(chunk) == PLACEMENT_CHUNK:
+            check(chunk)
+            chunk = []
+    check(chunk)
+    return ((task.store, n, total & MASK),), n, wrong, tuple(misplaced)
 
 
 def _digest_families(task: DigestTask, entries: Any, families: dict[int, str],

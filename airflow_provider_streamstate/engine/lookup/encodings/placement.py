@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from typing import Any
 
 from airflow_provider_streamstate.engine.lookup.encodings.murmur3 import (
     SEED,
@@ -152,3 +153,123 @@ def row_partitioner(schema: StructType, partitions: int) -> Partitioner:
         return h % partitions
 
     return flat
+
+
+# --- many keys at once --------------------------------------------------------------------
+
+BatchPartitioner = Callable[[list[bytes], int], list[int]]
+_VECTOR_KINDS = (_BYTES, _INT, _SHORT, _BYTE, _BOOL, _LONG, _FLOAT, _DOUBLE, _SKIP)
+
+
+def rows_partitioner(schema: StructType, partitions: int) -> BatchPartitioner | None:
+    """The partitions of many key rows of `schema` at once, `row_partitioner`'s answers
+    computed with numpy over rows of one length at a time; None without numpy or for a
+    schema with nested or wide-decimal fields (use `row_partitioner`). A row whose bytes
+    are not a row of the schema raises RowFormatError."""
+    try:
+        import numpy as np
+    except ImportError:
+        return None
+    fields = schema.fields
+    kinds = [_kind(f.type) for f in fields]
+    if not fields or any(k not in _VECTOR_KINDS for k in kinds):
+        return None
+    n = len(fields)
+    fixed = bitset_width(n)
+    min_size = fixed + 8 * n
+    plan = [((i >> 6) * 8 + ((i & 63) >> 3), 1 << (i & 7), fixed + 8 * i, kind) for i, kind in enumerate(kinds)
+            if kind != _SKIP]
+    one_by_one = row_partitioner(schema, partitions)
+    u32 = np.uint32
+
+    def mix(h: Any, k: Any) -> Any:  # one 4-byte block into the running hashes
+        k = k * u32(0xCC9E2D51)
+        k = ((k << u32(15)) | (k >> u32(17))) * u32(0x1B873593)
+        h = h ^ k
+        h = (h << u32(13)) | (h >> u32(19))
+        return h * u32(5) + u32(0xE6546B64)
+
+    def fmix(h: Any, length: int) -> Any:
+        h = h ^ u32(length)
+        h = (h ^ (h >> u32(16))) * u32(0x85EBCA6B)
+        h = (h ^ (h >> u32(13))) * u32(0xC2B2AE35)
+        return h ^ (h >> u32(16))
+
+    def column(rows: Any, pos: int, width: int, dtype: str) -> Any:
+        return np.ascontiguousarray(rows[:, pos:pos + width]).view(dtype).ravel()
+
+    def hash_bytes_rows(data: Any, h: Any) -> Any:  # Spark's hashUnsafeBytes of equal-length byte strings
+        size = data.shape[1]
+        aligned = size & ~3
+        if aligned:
+            words = np.ascontiguousarray(data[:, :aligned]).view("<u4")
+            for j in range(aligned // 4):
+                h = mix(h, words[:, j])
+        for j in range(aligned, size):
+            h = mix(h, data[:, j].view(np.int8).astype(np.int32).view(u32))  # a sign-extended byte
+        return fmix(h, size)
+
+    def group(rows: Any) -> Any:
+        """Rows of one length (already checked to hold the fixed part): their hashes."""
+        m = rows.shape[0]
+        width = rows.shape[1]
+        h = np.full(m, 42, dtype=u32)
+        for null_byte, null_bit, slot, kind in plan:
+            present = (rows[:, null_byte] & null_bit) == 0
+            if kind == _BYTES:
+                word = column(rows, slot, 8, "<u8")
+                start, size = (word >> np.uint64(32)).astype(np.int64), (word & np.uint64(0xFFFFFFFF)).astype(np.int64)
+                if bool(np.any(present & ((start < min_size) | (start + size > width)))):
+                    raise RowFormatError("a field points outside its row")
+                pairs = np.unique(np.stack([start, size], axis=1)[present], axis=0)
+                new = h.copy()
+                for s, z in pairs:
+                    sel = present & (start == s) & (size == z)
+                    new[sel] = hash_bytes_rows(rows[sel, s:s + z], h[sel])
+                h = new
+                continue
+            if kind in (_LONG, _DOUBLE):
+                v = column(rows, slot, 8, "<u8")
+                if kind == _DOUBLE:
+                    d = v.view("<f8")
+                    v = np.where(d == 0.0, np.uint64(0), np.where(np.isnan(d), np.uint64(0x7FF8000000000000), v))
+                lo = (v & np.uint64(0xFFFFFFFF)).astype(u32)
+                hi = (v >> np.uint64(32)).astype(u32)
+                new = fmix(mix(mix(h, lo), hi), 8)
+            else:
+                if kind == _INT:
+                    k = column(rows, slot, 4, "<u4")
+                elif kind == _SHORT:
+                    k = column(rows, slot, 2, "<i2").astype(np.int32).view(u32)
+                elif kind == _BYTE:
+                    k = rows[:, slot].view(np.int8).astype(np.int32).view(u32)
+                elif kind == _BOOL:
+                    k = (rows[:, slot] != 0).astype(u32)
+                else:  # float
+                    k = column(rows, slot, 4, "<u4")
+                    f = k.view("<f4")
+                    k = np.where(f == 0.0, u32(0), np.where(np.isnan(f), u32(0x7FC00000), k))
+                new = fmix(mix(h, k), 4)
+            h = np.where(present, new, h)
+        return h.view(np.int32).astype(np.int64) % partitions
+
+    def partition_rows(keys: list[bytes], base: int) -> list[int]:
+        out = [0] * len(keys)
+        by_length: dict[int, list[int]] = {}
+        for i, k in enumerate(keys):
+            by_length.setdefault(len(k), []).append(i)
+        for length, idx in by_length.items():
+            if length - base < min_size or len(idx) < 8:  # too short to be a row, or not worth numpy
+                for i in idx:
+                    out[i] = one_by_one(keys[i], base)
+                continue
+            rows = np.frombuffer(b"".join(keys[i] for i in idx), dtype=np.uint8).reshape(len(idx), length)[:, base:]
+            try:
+                parts = group(rows).tolist()
+            except RowFormatError:
+                parts = [one_by_one(keys[i], base) for i in idx]  # names the row that is no row
+            for i, p in zip(idx, parts, strict=True):
+                out[i] = p
+        return out
+
+    return partition_rows
