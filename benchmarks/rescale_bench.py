@@ -35,6 +35,22 @@ stack (`.bench/rescale-*`, stopped afterwards):
 
 `--quick`: 20,000 keys, 8 s bursts and warm-up, 5 s between scenarios, 20,000 offsets per
 trigger (a smoke run; the figures mean little).
+
+    .venv/bin/python benchmarks/rescale_bench.py --verification [--keys 1000000] [--partitions 4] [--to 12]
+
+**The verification** (`--verification`, no Kafka): a stopped RocksDB stream with `--keys`
+accounts, built by a streaming aggregation over `--batches` large batches behind a
+deduplication with a 10-minute watermark (tests/apps/keyed_state.py: changelogs over
+tables, a second operator; one more batch updates 1% of the accounts), is rescaled from
+`--partitions` to `--to` partitions by the repartition job (jobs/rescale_job.py: Spark's
+repartition, then the state digests of batches N and N+1 as one Spark task per operator,
+store, partition and batch) on a `local-cluster[E,1,2048]` master with E = 1 and 2 executors
+of one core, each on a fresh copy; the job's record gives the repartition's seconds and the
+digest stage's. The same digests are then computed without Spark on the repartitioned copy,
+in one process, with the engine as it was before the digest ran as tasks (`--baseline`, a
+commit: its `airflow_provider_streamstate` exported with `git archive`) and as it is, and in
+2 worker processes. Each local digest runs in a fresh Python process; entries/s counts the
+entries of the batch digested.
 Prints Markdown tables; writes nothing outside its work directory, which it removes.
 """
 
@@ -44,6 +60,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -51,7 +68,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_common import WORK, MiB  # this folder is on sys.path; it puts the repo there too
+from bench_common import REPO, WORK, MiB  # this folder is on sys.path; it puts the repo there too
 
 from dev import spark_versions
 from dev import stack as stack_mod
@@ -169,7 +186,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--partitions", type=int, default=4, help="state partitions of the stream; (b), (c): 3x")
     p.add_argument("--timeout", type=float, default=1800.0, help="give up on a scenario after this many seconds")
     p.add_argument("--quick", action="store_true", help="20,000 keys, 8 s bursts and warm-up")
+    p.add_argument("--verification", action="store_true", help="measure the rescale's verification instead")
+    p.add_argument("--to", type=int, default=0, help="--verification: partitions after the rescale (default 3x)")
+    p.add_argument("--batches", type=int, default=4, help="--verification: batches that build the state")
+    p.add_argument("--baseline", default="fc891b1", help="--verification: the commit of the digest before")
     args = p.parse_args(argv)
+    if args.verification:
+        return verification_bench(args)
     if args.quick:
         args.keys, args.burst_seconds, args.warmup, args.settle = 20_000, 8.0, 8.0, 5.0
         args.max_offsets = min(args.max_offsets, 20_000)
@@ -372,6 +395,113 @@ def _scenarios(args: argparse.Namespace, work: Path, topic: str, base: Any, wide
         if k in sec:
             print(f"| {k} | {sec[k]:.2f} | {ratio(sec[k], plain)} |")
     print(f"| plain `restore_snapshot` of the same snapshot ({size / MiB:.0f} MiB) | {plain:.2f} | 1.00x |")
+    return 0
+
+
+def _local_digest(python: str, pythonpath: str, checkpoint: str, batch: int, **kwargs: Any) -> dict[str, Any]:
+    """`state_digest` in a fresh Python process (the engine found on `pythonpath`): its
+    seconds, entries and stores."""
+    code = ("import json, sys, time\n"
+            "from airflow_provider_streamstate.engine.lookup.digest import state_digest\n"
+            "t = time.perf_counter()\n"
+            f"d = state_digest({checkpoint!r}, {batch}, **{kwargs!r})\n"
+            "s = time.perf_counter() - t\n"
+            "print(json.dumps({'s': s, 'entries': sum(x.entries for x in d.stores),"
+            " 'stores': [[x.operator_id, x.store, x.entries, x.fingerprint] for x in d.stores]}))")
+    out = subprocess.run([python, "-c", code], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": pythonpath},
+                         timeout=7200)
+    if out.returncode:
+        raise SystemExit(f"the local digest failed: {out.stderr[-2000:]}")
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def verification_bench(args: argparse.Namespace) -> int:
+    from airflow_provider_streamstate.engine.checkpoint.filesystems import open_checkpoint_fs
+    from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
+    from airflow_provider_streamstate.engine.checkpoint.repartition import read_repartition_record
+    from airflow_provider_streamstate.engine.state.rescale import rescale_job_application
+
+    line = spark_versions.get("4.3").require()
+    to = args.to or args.partitions * 3
+    WORK.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="rescale-verify-", dir=WORK))
+    try:
+        built = work / "ckpt"
+        t = time.monotonic()
+        out = subprocess.run([str(line.python), str(REPO / "tests/apps/keyed_state.py"), str(built), str(work),
+                              str(args.keys), str(args.partitions), str(args.batches), "--dedup", "--touch",
+                              str(max(1, args.keys // 100))], capture_output=True, text=True, env=line.env())
+        if out.returncode:
+            raise SystemExit(f"building the state failed: {out.stderr[-3000:]}")
+        shutil.rmtree(work / "in")
+        batch = CheckpointReader(str(built)).resolve_batch(None)
+        size = sum(f.stat().st_size for f in (built / "state").rglob("*") if f.is_file())
+        print(f"built: {args.keys:,} keys, {args.partitions} partitions, batch {batch}, {size / MiB:.1f} MiB of state "
+              f"in {time.monotonic() - t:.0f} s", flush=True)
+
+        runs = {}
+        for executors in (1, 2):
+            copy = work / f"x{executors}"
+            shutil.copytree(built, copy)
+            command = line.submit_command(rescale_job_application(), [str(copy), str(to)],
+                                          master=f"local-cluster[{executors},1,2048]",
+                                          conf={"spark.executor.memory": "1g"})
+            t = time.monotonic()
+            out = subprocess.run(command, capture_output=True, text=True, env=line.env())
+            wall = time.monotonic() - t
+            record = read_repartition_record(open_checkpoint_fs(str(copy)))
+            v = record.verification if record is not None else None
+            if out.returncode or record is None or v is None or not v.ok:
+                raise SystemExit(f"the job with {executors} executor(s) failed ({out.returncode}): "
+                                 f"{v.problems if v else out.stderr[-3000:]}")
+            entries = {k: sum(s["entries"] for s in (getattr(v, k) or {})["stores"]) for k in ("before", "after")}
+            runs[executors] = {"wall": wall, "repartition": record.seconds or 0.0, "v": v, "entries": entries}
+            print(f"{executors} executor(s): job {wall:.0f} s, repartition {record.seconds:.1f} s, digests "
+                  f"{v.seconds['digests']:.1f} s ({v.tasks} tasks on {v.executors} executors)", flush=True)
+        ref = runs[1]["v"]
+        if ref.before["stores"] != runs[2]["v"].before["stores"] or ref.after["stores"] != runs[2]["v"].after["stores"]:
+            raise SystemExit("1 and 2 executors gave different digests")
+
+        # Without Spark, on the repartitioned copy: the digest before, as it is, in 2 processes.
+        baseline = work / "baseline"
+        baseline.mkdir()
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", args.baseline, "airflow_provider_streamstate"],
+                                 capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(baseline)], input=archive, check=True)
+        py, now, then, copy = sys.executable, str(REPO), str(baseline), str(work / "x1")
+        local = {
+            ("N", "before", "placement"): _local_digest(py, then, copy, batch),
+            ("N", "now", "placement"): _local_digest(py, now, copy, batch, workers=1),
+            ("N", "now", "none"): _local_digest(py, now, copy, batch, workers=1, placement=False),
+            ("N+1", "before", "placement"): _local_digest(py, then, copy, batch + 1),
+            ("N+1", "now", "placement"): _local_digest(py, now, copy, batch + 1, workers=1),
+            ("N+1", "now, 2 processes", "placement"): _local_digest(py, now, copy, batch + 1, workers=2),
+        }
+        for (b, _, _), r in local.items():
+            want = ref.before if b == "N" else ref.after
+            if r["stores"] != [[s["operator_id"], s["store"], s["entries"], s["fingerprint"]] for s in want["stores"]]:
+                raise SystemExit(f"a local digest of batch {b} differs from the job's")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    total = runs[1]["entries"]["before"] + runs[1]["entries"]["after"]
+    print(f"\nstate: {runs[1]['entries']['before']:,} entries at batch N (2 operators), rescaled "
+          f"{args.partitions} -> {to} partitions; the digests read {total:,} entries")
+    print("\n| local-cluster | repartition (s) | verification: digest stage (s) | verification / repartition "
+          "| entries/s | / 1 executor | task seconds | tasks |\n|---|---:|---:|---:|---:|---:|---:|---:|")
+    for e, r in runs.items():
+        v = r["v"]
+        rate = total / v.seconds["digests"]
+        base = total / runs[1]["v"].seconds["digests"]
+        print(f"| {e} executor{'s' if e > 1 else ''} x 1 core | {r['repartition']:.1f} | {v.seconds['digests']:.1f} "
+              f"| {v.seconds['digests'] / r['repartition']:.2f} | {rate:,.0f} | {rate / base:.2f}x "
+              f"| {v.seconds['task_total']:.1f} | {v.tasks} |")
+    print("\n| local digest, no Spark | batch | placement checked | s | entries/s | / before |\n"
+          "|---|---|---|---:|---:|---:|")
+    for (b, how, placement), r in local.items():
+        base = local[(b, "before", "placement")]
+        print(f"| {how} | {b} | {'yes' if placement == 'placement' else 'no'} | {r['s']:.1f} "
+              f"| {r['entries'] / r['s']:,.0f} | {base['s'] / r['s']:.2f}x |")
     return 0
 
 

@@ -74,9 +74,6 @@ class DigestTask:
     def size(self) -> int:
         return sum(f.size for f in self.files if "/_metadata/" not in f.path)
 
-    def label(self) -> str:
-        return f"operator {self.operator_id} store {self.store} partition {self.partition} at batch {self.batch_id}"
-
 
 @dataclass(frozen=True)
 class PartitionDigest:
@@ -114,6 +111,8 @@ def digest_on_worker(task: DigestTask, reach: Reach) -> PartitionDigest:
     key = (task.location, reach)
     fs = _opened.get(key)
     if fs is None:
+        if len(_opened) >= 8:  # a long-lived worker that served other checkpoints
+            _opened.clear()
         fs = _opened[key] = reach.open(task.location)
     return digest_partition(task, fs)
 
