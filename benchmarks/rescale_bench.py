@@ -190,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--to", type=int, default=0, help="--verification: partitions after the rescale (default 3x)")
     p.add_argument("--batches", type=int, default=4, help="--verification: batches that build the state")
     p.add_argument("--baseline", default="fc891b1", help="--verification: the commit of the digest before")
+    p.add_argument("--state", help="--verification: a checkpoint built by tests/apps/keyed_state.py to use (copied, "
+                                   "left as it is) instead of building one")
     args = p.parse_args(argv)
     if args.verification:
         return verification_bench(args)
@@ -417,29 +419,34 @@ def _local_digest(python: str, pythonpath: str, checkpoint: str, batch: int, **k
 
 def verification_bench(args: argparse.Namespace) -> int:
     from airflow_provider_streamstate.engine.checkpoint.filesystems import open_checkpoint_fs
-    from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
+    from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader, state_partitions
     from airflow_provider_streamstate.engine.checkpoint.repartition import read_repartition_record
     from airflow_provider_streamstate.engine.state.rescale import rescale_job_application
 
     line = spark_versions.get("4.3").require()
-    to = args.to or args.partitions * 3
     WORK.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="rescale-verify-", dir=WORK))
     try:
-        built = work / "ckpt"
+        built = Path(args.state) if args.state else work / "ckpt"
         t = time.monotonic()
-        out = subprocess.run([str(line.python), str(REPO / "tests/apps/keyed_state.py"), str(built), str(work),
-                              str(args.keys), str(args.partitions), str(args.batches), "--dedup", "--touch",
-                              str(max(1, args.keys // 100))], capture_output=True, text=True, env=line.env())
-        if out.returncode:
-            raise SystemExit(f"building the state failed: {out.stderr[-3000:]}")
-        shutil.rmtree(work / "in")
-        batch = CheckpointReader(str(built)).resolve_batch(None)
+        if not args.state:
+            out = subprocess.run([str(line.python), str(REPO / "tests/apps/keyed_state.py"), str(built), str(work),
+                                  str(args.keys), str(args.partitions), str(args.batches), "--dedup", "--touch",
+                                  str(max(1, args.keys // 100))], capture_output=True, text=True, env=line.env())
+            if out.returncode:
+                raise SystemExit(f"building the state failed: {out.stderr[-3000:]}")
+            shutil.rmtree(work / "in")
+        reader = CheckpointReader(str(built))
+        batch = reader.resolve_batch(None)
+        pinned = state_partitions({str(k): str(v) for k, v in (reader.offsets(batch)[0].get("conf") or {}).items()})
+        args.partitions = pinned or args.partitions
+        to = args.to or args.partitions * 3
         size = sum(f.stat().st_size for f in (built / "state").rglob("*") if f.is_file())
-        print(f"built: {args.keys:,} keys, {args.partitions} partitions, batch {batch}, {size / MiB:.1f} MiB of state "
-              f"in {time.monotonic() - t:.0f} s", flush=True)
+        print(f"{'given' if args.state else 'built'}: batch {batch}, {size / MiB:.1f} MiB of state"
+              + ("" if args.state else f" ({args.keys:,} keys, {args.partitions} partitions) in "
+                 f"{time.monotonic() - t:.0f} s"), flush=True)
 
-        runs = {}
+        runs: dict[int, dict[str, Any]] = {}
         for executors in (1, 2):
             copy = work / f"x{executors}"
             shutil.copytree(built, copy)
@@ -468,14 +475,14 @@ def verification_bench(args: argparse.Namespace) -> int:
         archive = subprocess.run(["git", "-C", str(REPO), "archive", args.baseline, "airflow_provider_streamstate"],
                                  capture_output=True, check=True).stdout
         subprocess.run(["tar", "-x", "-C", str(baseline)], input=archive, check=True)
-        py, now, then, copy = sys.executable, str(REPO), str(baseline), str(work / "x1")
+        py, now, then, rescaled = sys.executable, str(REPO), str(baseline), str(work / "x1")
         local = {
-            ("N", "before", "placement"): _local_digest(py, then, copy, batch),
-            ("N", "now", "placement"): _local_digest(py, now, copy, batch, workers=1),
-            ("N", "now", "none"): _local_digest(py, now, copy, batch, workers=1, placement=False),
-            ("N+1", "before", "placement"): _local_digest(py, then, copy, batch + 1),
-            ("N+1", "now", "placement"): _local_digest(py, now, copy, batch + 1, workers=1),
-            ("N+1", "now, 2 processes", "placement"): _local_digest(py, now, copy, batch + 1, workers=2),
+            ("N", "before", "placement"): _local_digest(py, then, rescaled, batch),
+            ("N", "now", "placement"): _local_digest(py, now, rescaled, batch, workers=1),
+            ("N", "now", "none"): _local_digest(py, now, rescaled, batch, workers=1, placement=False),
+            ("N+1", "before", "placement"): _local_digest(py, then, rescaled, batch + 1),
+            ("N+1", "now", "placement"): _local_digest(py, now, rescaled, batch + 1, workers=1),
+            ("N+1", "now, 2 processes", "placement"): _local_digest(py, now, rescaled, batch + 1, workers=2),
         }
         for (b, _, _), r in local.items():
             want = ref.before if b == "N" else ref.after

@@ -89,3 +89,14 @@ def test_a_key_in_several_tables_is_resolved_newest_first_across_them() -> None:
 def test_an_hdfs_backed_partition_streams_its_dict() -> None:
     part = DictPartition({b"b": b"2", b"a": b"1"})
     assert sorted(partition_entries(part)) == [(b"a", b"1"), (b"b", b"2")]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_tables_scanned_as_streams_merge_to_the_same_entries(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table reader that streams its entries (an iterator, not a list) is a drop-in."""
+    from airflow_provider_streamstate.engine.lookup.reading import entries
+
+    monkeypatch.setattr(entries, "_table_entries", lambda t: iter(t.scan_all()))
+    rng = random.Random(1000 + seed)
+    part = random_partition(rng, keys=rng.randrange(1, 60), tables=rng.randrange(1, 4), logs=rng.randrange(0, 3))
+    assert sorted(partition_entries(part)) == part.items()

@@ -43,7 +43,8 @@ def partition_entries(part: Any) -> Iterator[tuple[bytes, bytes]]:
 
 def _table_entries(table: SstFile) -> Iterable[Entry]:
     """One table's entries in its order. `scan_all` builds the table's list; a streaming scan
-    of the table reader (one block at a time) is the drop-in replacement here."""
+    of the table reader (one block at a time) is the drop-in replacement here: `merged_tables`
+    takes iterators too (it then always merges by key)."""
     return table.scan_all()
 
 
@@ -53,11 +54,12 @@ def merged_tables(tables: list[SstFile]) -> Iterator[Entry]:
     scans = [_table_entries(t) for t in tables]
     if len(scans) == 1:
         return iter(scans[0])
-    lists = [s if isinstance(s, list) else list(s) for s in scans]
-    ranged = sorted((s for s in lists if s), key=lambda s: s[0][0])
-    if all(a[-1][0] < b[0][0] for a, b in zip(ranged, ranged[1:], strict=False)):
-        return (e for s in ranged for e in s)  # disjoint key ranges: one after the other
-    return heapq.merge(*lists, key=lambda e: (e[0], -e[1]))
+    lists = [s for s in scans if isinstance(s, list)]
+    if len(lists) == len(scans):
+        ranged = sorted((s for s in lists if s), key=lambda s: s[0][0])
+        if all(a[-1][0] < b[0][0] for a, b in zip(ranged, ranged[1:], strict=False)):
+            return (e for s in ranged for e in s)  # disjoint key ranges: one after the other
+    return heapq.merge(*scans, key=lambda e: (e[0], -e[1]))
 
 
 def resolved_tables(tables: list[SstFile]) -> Iterator[tuple[bytes, tuple[str, Any]]]:
