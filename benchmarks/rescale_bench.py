@@ -50,7 +50,9 @@ digest stage's. The same digests are then computed without Spark on the repartit
 in one process, with the engine as it was before the digest ran as tasks (`--baseline`, a
 commit: its `airflow_provider_streamstate` exported with `git archive`) and as it is, and in
 2 worker processes. Each local digest runs in a fresh Python process; entries/s counts the
-entries of the batch digested.
+entries of the batch digested. CPU seconds (a local digest's process and its workers; the
+job's tasks, as they measured them) stand beside wall seconds: on a shared machine they say
+what the code costs, wall seconds what the run got.
 Prints Markdown tables; writes nothing outside its work directory, which it removes.
 """
 
@@ -403,12 +405,15 @@ def _scenarios(args: argparse.Namespace, work: Path, topic: str, base: Any, wide
 def _local_digest(python: str, pythonpath: str, checkpoint: str, batch: int, **kwargs: Any) -> dict[str, Any]:
     """`state_digest` in a fresh Python process (the engine found on `pythonpath`): its
     seconds, entries and stores."""
-    code = ("import json, sys, time\n"
+    code = ("import json, resource, sys, time\n"
             "from airflow_provider_streamstate.engine.lookup.digest import state_digest\n"
-            "t = time.perf_counter()\n"
+            "def cpu():\n"
+            "    r = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]\n"
+            "    return sum(x.ru_utime + x.ru_stime for x in r)\n"
+            "t, c = time.perf_counter(), cpu()\n"
             f"d = state_digest({checkpoint!r}, {batch}, **{kwargs!r})\n"
-            "s = time.perf_counter() - t\n"
-            "print(json.dumps({'s': s, 'entries': sum(x.entries for x in d.stores),"
+            "s, c = time.perf_counter() - t, cpu() - c\n"
+            "print(json.dumps({'s': s, 'cpu': c, 'entries': sum(x.entries for x in d.stores),"
             " 'stores': [[x.operator_id, x.store, x.entries, x.fingerprint] for x in d.stores]}))")
     out = subprocess.run([python, "-c", code], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": pythonpath},
                          timeout=7200)
@@ -453,7 +458,7 @@ def verification_bench(args: argparse.Namespace) -> int:
             command = line.submit_command(rescale_job_application(), [str(copy), str(to)],
                                           master=f"local-cluster[{executors},1,2048]",
                                           conf={"spark.executor.memory": "1g"})
-            t = time.monotonic()
+            t, load = time.monotonic(), os.getloadavg()[0]
             out = subprocess.run(command, capture_output=True, text=True, env=line.env())
             wall = time.monotonic() - t
             record = read_repartition_record(open_checkpoint_fs(str(copy)))
@@ -464,7 +469,8 @@ def verification_bench(args: argparse.Namespace) -> int:
             entries = {k: sum(s["entries"] for s in (getattr(v, k) or {})["stores"]) for k in ("before", "after")}
             runs[executors] = {"wall": wall, "repartition": record.seconds or 0.0, "v": v, "entries": entries}
             print(f"{executors} executor(s): job {wall:.0f} s, repartition {record.seconds:.1f} s, digests "
-                  f"{v.seconds['digests']:.1f} s ({v.tasks} tasks on {v.executors} executors)", flush=True)
+                  f"{v.seconds['digests']:.1f} s ({v.tasks} tasks on {v.executors} executors); load average "
+                  f"{load:.1f} before, {os.getloadavg()[0]:.1f} after", flush=True)
         ref = runs[1]["v"]
         if ref.before["stores"] != runs[2]["v"].before["stores"] or ref.after["stores"] != runs[2]["v"].after["stores"]:
             raise SystemExit("1 and 2 executors gave different digests")
@@ -495,20 +501,22 @@ def verification_bench(args: argparse.Namespace) -> int:
     print(f"\nstate: {runs[1]['entries']['before']:,} entries at batch N (2 operators), rescaled "
           f"{args.partitions} -> {to} partitions; the digests read {total:,} entries")
     print("\n| local-cluster | repartition (s) | verification: digest stage (s) | verification / repartition "
-          "| entries/s | / 1 executor | task seconds | tasks |\n|---|---:|---:|---:|---:|---:|---:|---:|")
+          "| entries/s | / 1 executor | tasks' wall s | tasks' CPU s | entries per task CPU s | tasks |\n"
+          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for e, r in runs.items():
         v = r["v"]
         rate = total / v.seconds["digests"]
         base = total / runs[1]["v"].seconds["digests"]
         print(f"| {e} executor{'s' if e > 1 else ''} x 1 core | {r['repartition']:.1f} | {v.seconds['digests']:.1f} "
               f"| {v.seconds['digests'] / r['repartition']:.2f} | {rate:,.0f} | {rate / base:.2f}x "
-              f"| {v.seconds['task_total']:.1f} | {v.tasks} |")
-    print("\n| local digest, no Spark | batch | placement checked | s | entries/s | / before |\n"
-          "|---|---|---|---:|---:|---:|")
+              f"| {v.seconds['task_total']:.1f} | {v.seconds['task_cpu']:.1f} | {total / v.seconds['task_cpu']:,.0f} "
+              f"| {v.tasks} |")
+    print("\n| local digest, no Spark | batch | placement checked | s | CPU s | entries per CPU s | / before (CPU) |\n"
+          "|---|---|---|---:|---:|---:|---:|")
     for (b, how, placement), r in local.items():
         base = local[(b, "before", "placement")]
-        print(f"| {how} | {b} | {'yes' if placement == 'placement' else 'no'} | {r['s']:.1f} "
-              f"| {r['entries'] / r['s']:,.0f} | {base['s'] / r['s']:.2f}x |")
+        print(f"| {how} | {b} | {'yes' if placement == 'placement' else 'no'} | {r['s']:.1f} | {r['cpu']:.1f} "
+              f"| {r['entries'] / r['cpu']:,.0f} | {base['cpu'] / r['cpu']:.2f}x |")
     return 0
 
 

@@ -101,7 +101,8 @@ def verify(spark: Any, checkpoint: str, reach: Reach, reader: CheckpointReader, 
     return Verification(tuple(repartition_problems(before, after, partitions)), before.to_json(), after.to_json(),
                         len(tasks), len({r.worker for r in results}),
                         {"plan": planned - started, "digests": digested - planned,
-                         "task_total": sum(r.seconds for r in results), "total": time.monotonic() - started})
+                         "task_total": sum(r.seconds for r in results),
+                         "task_cpu": sum(r.cpu_seconds for r in results), "total": time.monotonic() - started})
 
 
 def main(argv: list[str]) -> int:

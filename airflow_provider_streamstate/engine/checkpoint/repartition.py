@@ -90,7 +90,8 @@ class Verification:
     after: dict[str, Any] | None
     tasks: int  # Spark tasks: one per operator, store, partition and batch
     executors: int  # executors that ran them
-    seconds: dict[str, float] = field(default_factory=dict)  # plan, digests (the Spark stage), task_total
+    # plan, digests (the Spark stage), task_total (the tasks' wall seconds), task_cpu, total
+    seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

@@ -92,6 +92,7 @@ class PartitionDigest:
     misplaced: tuple[str, ...] = ()
     bytes_read: int = 0
     seconds: float = 0.0
+    cpu_seconds: float = 0.0  # of this process, while it ran the task
     worker: str = ""  # where it ran: an executor, a process
     error: tuple[str, str, str | None] | None = None  # (error class, message, hint)
     placement_checked: bool = False
@@ -231,7 +232,7 @@ def plan_digest(location: str, batch_id: int | None = None, *, connection: Any =
 
 def digest_partition(task: DigestTask, fs: CheckpointFS) -> PartitionDigest:
     """Run one task, reading its files through `fs` (the checkpoint, opened here)."""
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     reads = Reads()
     op = OperatorView(task.operator_id, task.operator, task.stores, task.partitions)
     try:
@@ -244,12 +245,12 @@ def digest_partition(task: DigestTask, fs: CheckpointFS) -> PartitionDigest:
         else:
             error = ("CheckpointChanged", f"{task.description}: {exc}", "digest it again")
         return PartitionDigest(task.batch_id, task.operator_id, task.operator, task.store, task.partition,
-                               bytes_read=reads.bytes, seconds=time.perf_counter() - started, worker=this_worker(),
-                               error=error)
+                               bytes_read=reads.bytes, seconds=time.perf_counter() - started,
+                               cpu_seconds=time.process_time() - cpu, worker=this_worker(), error=error)
     sums, placed, misplaced_keys, misplaced = out
     return PartitionDigest(task.batch_id, task.operator_id, task.operator, task.store, task.partition, sums, placed,
-                           misplaced_keys, misplaced, reads.bytes, time.perf_counter() - started, this_worker(),
-                           placement_checked=task.key_schema is not None)
+                           misplaced_keys, misplaced, reads.bytes, time.perf_counter() - started,
+                           time.process_time() - cpu, this_worker(), placement_checked=task.key_schema is not None)
 
 
 def _list_value(value: bytes, where: str) -> bytes:
