@@ -404,7 +404,7 @@ def _scenarios(args: argparse.Namespace, work: Path, topic: str, base: Any, wide
 
 def _local_digest(python: str, pythonpath: str, checkpoint: str, batch: int, **kwargs: Any) -> dict[str, Any]:
     """`state_digest` in a fresh Python process (the engine found on `pythonpath`): its
-    seconds, entries and stores."""
+    seconds, CPU seconds, entries and stores."""
     code = ("import json, resource, sys, time\n"
             "from airflow_provider_streamstate.engine.lookup.digest import state_digest\n"
             "def cpu():\n"
@@ -416,7 +416,7 @@ def _local_digest(python: str, pythonpath: str, checkpoint: str, batch: int, **k
             "print(json.dumps({'s': s, 'cpu': c, 'entries': sum(x.entries for x in d.stores),"
             " 'stores': [[x.operator_id, x.store, x.entries, x.fingerprint] for x in d.stores]}))")
     out = subprocess.run([python, "-c", code], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": pythonpath},
-                         timeout=7200)
+                         cwd=pythonpath, timeout=7200)  # `-c` puts the working directory first on sys.path
     if out.returncode:
         raise SystemExit(f"the local digest failed: {out.stderr[-2000:]}")
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
