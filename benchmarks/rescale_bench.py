@@ -35,6 +35,24 @@ stack (`.bench/rescale-*`, stopped afterwards):
 
 `--quick`: 20,000 keys, 8 s bursts and warm-up, 5 s between scenarios, 20,000 offsets per
 trigger (a smoke run; the figures mean little).
+
+    .venv/bin/python benchmarks/rescale_bench.py --verification [--keys 1000000] [--partitions 4] [--to 12]
+
+**The verification** (`--verification`, no Kafka): a stopped RocksDB stream with `--keys`
+accounts, built by a streaming aggregation over `--batches` large batches behind a
+deduplication with a 10-minute watermark (tests/apps/keyed_state.py: changelogs over
+tables, a second operator; one more batch updates 1% of the accounts), is rescaled from
+`--partitions` to `--to` partitions by the repartition job (jobs/rescale_job.py: Spark's
+repartition, then the state digests of batches N and N+1 as one Spark task per operator,
+store, partition and batch) on a `local-cluster[E,1,2048]` master with E = 1 and 2 executors
+of one core, each on a fresh copy; the job's record gives the repartition's seconds and the
+digest stage's. The same digests are then computed without Spark on the repartitioned copy,
+in one process, with the engine as it was before the digest ran as tasks (`--baseline`, a
+commit: its `airflow_provider_streamstate` exported with `git archive`) and as it is, and in
+2 worker processes. Each local digest runs in a fresh Python process; entries/s counts the
+entries of the batch digested. CPU seconds (a local digest's process and its workers; the
+job's tasks, as they measured them) stand beside wall seconds: on a shared machine they say
+what the code costs, wall seconds what the run got.
 Prints Markdown tables; writes nothing outside its work directory, which it removes.
 """
 
@@ -44,6 +62,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -51,7 +70,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_common import WORK, MiB  # this folder is on sys.path; it puts the repo there too
+from bench_common import REPO, WORK, MiB  # this folder is on sys.path; it puts the repo there too
 
 from dev import spark_versions
 from dev import stack as stack_mod
@@ -169,7 +188,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--partitions", type=int, default=4, help="state partitions of the stream; (b), (c): 3x")
     p.add_argument("--timeout", type=float, default=1800.0, help="give up on a scenario after this many seconds")
     p.add_argument("--quick", action="store_true", help="20,000 keys, 8 s bursts and warm-up")
+    p.add_argument("--verification", action="store_true", help="measure the rescale's verification instead")
+    p.add_argument("--to", type=int, default=0, help="--verification: partitions after the rescale (default 3x)")
+    p.add_argument("--batches", type=int, default=4, help="--verification: batches that build the state")
+    p.add_argument("--baseline", default="fc891b1", help="--verification: the commit of the digest before")
+    p.add_argument("--wait-load", type=float, default=0.0,
+                   help="--verification: before each job, wait (up to an hour) for the 1-minute load average to "
+                        "fall under this (a shared machine)")
+    p.add_argument("--jobs-only", action="store_true", help="--verification: the jobs, not the local digests")
+    p.add_argument("--state", help="--verification: a checkpoint built by tests/apps/keyed_state.py to use (copied, "
+                                   "left as it is) instead of building one")
     args = p.parse_args(argv)
+    if args.verification:
+        return verification_bench(args)
     if args.quick:
         args.keys, args.burst_seconds, args.warmup, args.settle = 20_000, 8.0, 8.0, 5.0
         args.max_offsets = min(args.max_offsets, 20_000)
@@ -372,6 +403,136 @@ def _scenarios(args: argparse.Namespace, work: Path, topic: str, base: Any, wide
         if k in sec:
             print(f"| {k} | {sec[k]:.2f} | {ratio(sec[k], plain)} |")
     print(f"| plain `restore_snapshot` of the same snapshot ({size / MiB:.0f} MiB) | {plain:.2f} | 1.00x |")
+    return 0
+
+
+def _local_digest(python: str, pythonpath: str, checkpoint: str, batch: int, **kwargs: Any) -> dict[str, Any]:
+    """`state_digest` in a fresh Python process (the engine found on `pythonpath`): its
+    seconds, CPU seconds, entries and stores."""
+    code = ("import json, resource, sys, time\n"
+            "from airflow_provider_streamstate.engine.lookup.digest import state_digest\n"
+            "def cpu():\n"
+            "    r = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]\n"
+            "    return sum(x.ru_utime + x.ru_stime for x in r)\n"
+            "t, c = time.perf_counter(), cpu()\n"
+            f"d = state_digest({checkpoint!r}, {batch}, **{kwargs!r})\n"
+            "s, c = time.perf_counter() - t, cpu() - c\n"
+            "print(json.dumps({'s': s, 'cpu': c, 'entries': sum(x.entries for x in d.stores),"
+            " 'stores': [[x.operator_id, x.store, x.entries, x.fingerprint] for x in d.stores]}))")
+    out = subprocess.run([python, "-c", code], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": pythonpath},
+                         cwd=pythonpath, timeout=7200)  # `-c` puts the working directory first on sys.path
+    if out.returncode:
+        raise SystemExit(f"the local digest failed: {out.stderr[-2000:]}")
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def verification_bench(args: argparse.Namespace) -> int:
+    from airflow_provider_streamstate.engine.checkpoint.filesystems import open_checkpoint_fs
+    from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader, state_partitions
+    from airflow_provider_streamstate.engine.checkpoint.repartition import read_repartition_record
+    from airflow_provider_streamstate.engine.state.rescale import rescale_job_application
+
+    line = spark_versions.get("4.3").require()
+    WORK.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="rescale-verify-", dir=WORK))
+    try:
+        built = Path(args.state) if args.state else work / "ckpt"
+        t = time.monotonic()
+        if not args.state:
+            out = subprocess.run([str(line.python), str(REPO / "tests/apps/keyed_state.py"), str(built), str(work),
+                                  str(args.keys), str(args.partitions), str(args.batches), "--dedup", "--touch",
+                                  str(max(1, args.keys // 100))], capture_output=True, text=True, env=line.env())
+            if out.returncode:
+                raise SystemExit(f"building the state failed: {out.stderr[-3000:]}")
+            shutil.rmtree(work / "in")
+        reader = CheckpointReader(str(built))
+        batch = reader.resolve_batch(None)
+        pinned = state_partitions({str(k): str(v) for k, v in (reader.offsets(batch)[0].get("conf") or {}).items()})
+        args.partitions = pinned or args.partitions
+        to = args.to or args.partitions * 3
+        size = sum(f.stat().st_size for f in (built / "state").rglob("*") if f.is_file())
+        print(f"{'given' if args.state else 'built'}: batch {batch}, {size / MiB:.1f} MiB of state"
+              + ("" if args.state else f" ({args.keys:,} keys, {args.partitions} partitions) in "
+                 f"{time.monotonic() - t:.0f} s"), flush=True)
+
+        runs: dict[int, dict[str, Any]] = {}
+        for executors in (1, 2):
+            copy = work / f"x{executors}"
+            shutil.copytree(built, copy)
+            command = line.submit_command(rescale_job_application(), [str(copy), str(to)],
+                                          master=f"local-cluster[{executors},1,2048]",
+                                          conf={"spark.executor.memory": "1g"})
+            quiet_until = time.monotonic() + 3600
+            while args.wait_load and os.getloadavg()[0] >= args.wait_load and time.monotonic() < quiet_until:
+                time.sleep(10)
+            t, load = time.monotonic(), os.getloadavg()[0]
+            out = subprocess.run(command, capture_output=True, text=True, env=line.env())
+            wall = time.monotonic() - t
+            record = read_repartition_record(open_checkpoint_fs(str(copy)))
+            v = record.verification if record is not None else None
+            if out.returncode or record is None or v is None or not v.ok:
+                raise SystemExit(f"the job with {executors} executor(s) failed ({out.returncode}): "
+                                 f"{v.problems if v else out.stderr[-3000:]}")
+            entries = {k: sum(s["entries"] for s in (getattr(v, k) or {})["stores"]) for k in ("before", "after")}
+            runs[executors] = {"wall": wall, "repartition": record.seconds or 0.0, "v": v, "entries": entries}
+            print(f"{executors} executor(s): job {wall:.0f} s, repartition {record.seconds:.1f} s, digests "
+                  f"{v.seconds['digests']:.1f} s ({v.tasks} tasks on {v.executors} executors); load average "
+                  f"{load:.1f} before, {os.getloadavg()[0]:.1f} after", flush=True)
+        ref = runs[1]["v"]
+        if ref.before["stores"] != runs[2]["v"].before["stores"] or ref.after["stores"] != runs[2]["v"].after["stores"]:
+            raise SystemExit("1 and 2 executors gave different digests")
+
+        local: dict[tuple[str, str, str], dict[str, Any]] = {}
+        if args.jobs_only:
+            return _print_verification(args, to, runs, local)
+        # Without Spark, on the repartitioned copy: the digest before, as it is, in 2 processes.
+        baseline = work / "baseline"
+        baseline.mkdir()
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", args.baseline, "airflow_provider_streamstate"],
+                                 capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(baseline)], input=archive, check=True)
+        py, now, then, rescaled = sys.executable, str(REPO), str(baseline), str(work / "x1")
+        local = {
+            ("N", "before", "placement"): _local_digest(py, then, rescaled, batch),
+            ("N", "now", "placement"): _local_digest(py, now, rescaled, batch, workers=1),
+            ("N", "now", "none"): _local_digest(py, now, rescaled, batch, workers=1, placement=False),
+            ("N+1", "before", "placement"): _local_digest(py, then, rescaled, batch + 1),
+            ("N+1", "now", "placement"): _local_digest(py, now, rescaled, batch + 1, workers=1),
+            ("N+1", "now, 2 processes", "placement"): _local_digest(py, now, rescaled, batch + 1, workers=2),
+        }
+        for (b, _, _), r in local.items():
+            want = ref.before if b == "N" else ref.after
+            if r["stores"] != [[s["operator_id"], s["store"], s["entries"], s["fingerprint"]] for s in want["stores"]]:
+                raise SystemExit(f"a local digest of batch {b} differs from the job's")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return _print_verification(args, to, runs, local)
+
+
+def _print_verification(args: argparse.Namespace, to: int, runs: dict[int, dict[str, Any]],
+                        local: dict[tuple[str, str, str], dict[str, Any]]) -> int:
+    total = runs[1]["entries"]["before"] + runs[1]["entries"]["after"]
+    print(f"\nstate: {runs[1]['entries']['before']:,} entries at batch N (2 operators), rescaled "
+          f"{args.partitions} -> {to} partitions; the digests read {total:,} entries")
+    print("\n| local-cluster | repartition (s) | verification: digest stage (s) | verification / repartition "
+          "| entries/s | / 1 executor | tasks' wall s | tasks' CPU s | entries per task CPU s | tasks |\n"
+          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for e, r in runs.items():
+        v = r["v"]
+        rate = total / v.seconds["digests"]
+        base = total / runs[1]["v"].seconds["digests"]
+        print(f"| {e} executor{'s' if e > 1 else ''} x 1 core | {r['repartition']:.1f} | {v.seconds['digests']:.1f} "
+              f"| {v.seconds['digests'] / r['repartition']:.2f} | {rate:,.0f} | {rate / base:.2f}x "
+              f"| {v.seconds['task_total']:.1f} | {v.seconds['task_cpu']:.1f} | {total / v.seconds['task_cpu']:,.0f} "
+              f"| {v.tasks} |")
+    if not local:
+        return 0
+    print("\n| local digest, no Spark | batch | placement checked | s | CPU s | entries per CPU s | / before (CPU) |\n"
+          "|---|---|---|---:|---:|---:|---:|")
+    for (b, how, placement), r in local.items():
+        base = local[(b, "before", "placement")]
+        print(f"| {how} | {b} | {'yes' if placement == 'placement' else 'no'} | {r['s']:.1f} | {r['cpu']:.1f} "
+              f"| {r['entries'] / r['cpu']:,.0f} | {base['cpu'] / r['cpu']:.2f}x |")
     return 0
 
 

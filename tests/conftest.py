@@ -50,6 +50,7 @@ DURATIONS = Path(__file__).resolve().parent / "durations.json"
 # Test files that share one worker (and so its session fixtures): the YARN minicluster.
 SHARED_WORKER = {
     "tests/integration/test_hdfs_on_yarn.py": "yarn-cluster",
+    "tests/integration/test_rescale_verification.py": "yarn-cluster",
     "tests/integration/test_state_jobs_on_cluster.py": "yarn-cluster",
     "tests/integration/test_yarn_cluster.py": "yarn-cluster",
 }

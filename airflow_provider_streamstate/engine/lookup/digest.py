@@ -6,36 +6,39 @@ partition `pmod(murmur3(key), partitions)` says.
 
 Two digests are equal exactly when the two states hold the same entries, wherever they are:
 how a rescale proves that Spark's offline repartition moved every entry and lost, added or
-changed none (engine/state/rescale.py), and that the moved keys are where Spark will look
-for them. Memory is one decoded partition at a time.
+changed none, and that the moved keys are where Spark will look for them
+(`repartition_problems`). Because the fingerprint is a sum, a digest is the sum of its
+partitions' digests, computed anywhere (engine/lookup/digest_tasks.py): here in worker
+processes (`state_digest`), or as Spark tasks on a cluster's executors (jobs/rescale_job.py),
+each reading one store partition at a time, streamed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+import os
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_provider_streamstate.engine.checkpoint.reader import (
-    HDFS_PROVIDER,
-    PROVIDER_CONF,
-    CheckpointReader,
+from airflow_provider_streamstate.engine.checkpoint.filesystems import open_checkpoint_fs
+from airflow_provider_streamstate.engine.core import errors
+from airflow_provider_streamstate.engine.lookup.digest_tasks import (
+    MASK,
+    MAX_MISPLACED,
+    DigestPlan,
+    PartitionDigest,
+    digest_partition,
+    plan_digest,
 )
-from airflow_provider_streamstate.engine.core.errors import UnsupportedCheckpointError
-from airflow_provider_streamstate.engine.lookup.api import operator_schemas
-from airflow_provider_streamstate.engine.lookup.encodings import rocksdb_keys as rk
-from airflow_provider_streamstate.engine.lookup.encodings.murmur3 import partition_of
-from airflow_provider_streamstate.engine.lookup.encodings.schema import ColumnFamilySchema
-from airflow_provider_streamstate.engine.lookup.encodings.unsafe_row import decode_row
-from airflow_provider_streamstate.engine.lookup.formats.codec import check_codec, codec_name
-from airflow_provider_streamstate.engine.lookup.formats.rocksdb_state import RocksPartition
-from airflow_provider_streamstate.engine.lookup.layouts import JOIN, TRANSFORM_WITH_STATE
-from airflow_provider_streamstate.engine.lookup.reading.cache import PartitionCache
-from airflow_provider_streamstate.engine.lookup.reading.partitions import Reads, partition_state
-from airflow_provider_streamstate.engine.lookup.reading.sources import CheckpointSource, OperatorView
+from airflow_provider_streamstate.engine.lookup.digest_workers import run_in_workers
+from airflow_provider_streamstate.engine.lookup.reading.reach import Reach
 
-_MASK = (1 << 128) - 1
-MAX_MISPLACED = 20  # keys named in a digest that found them in the wrong partition
+__all__ = ["MAX_MISPLACED", "StateDigest", "StoreDigest", "combine", "repartition_problems", "state_digest"]
+
+log = logging.getLogger("streamstate.digest")
+MAX_UNREADABLE = 50  # store partitions a digest names as unreadable (then how many more)
+PARALLEL_MIN_BYTES = 16 << 20  # below this much state, worker processes cost more than they save
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,11 @@ class StoreDigest:
                 "entries": self.entries, "fingerprint": self.fingerprint,
                 "placement_checked": self.placement_checked}
 
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> StoreDigest:
+        return cls(int(d["operator_id"]), str(d["operator"]), str(d["store"]), int(d["entries"]),
+                   str(d["fingerprint"]), bool(d["placement_checked"]))
+
 
 @dataclass(frozen=True)
 class StateDigest:
@@ -63,8 +71,12 @@ class StateDigest:
     batch_id: int
     partitions: dict[int, int]  # operator id -> partitions
     stores: tuple[StoreDigest, ...]
-    misplaced: tuple[str, ...] = field(default=())
+    misplaced: tuple[str, ...] = field(default=())  # up to MAX_MISPLACED, named
     bytes_read: int = 0
+    placement: bool = True  # whether keys' partitions were checked (where the operator allows it)
+    placed: int = 0  # keys whose partition was checked
+    misplaced_keys: int = 0  # all of them, named or not
+    unreadable: tuple[str, ...] = ()  # store partitions that could not be read, and why
 
     def same_entries(self, other: StateDigest) -> list[str]:
         """What differs between the entries of two digests (empty when they hold the same)."""
@@ -84,100 +96,130 @@ class StateDigest:
         return {"source": self.source, "batch_id": self.batch_id,
                 "partitions": {str(k): v for k, v in self.partitions.items()},
                 "stores": [s.to_json() for s in self.stores], "misplaced": list(self.misplaced),
-                "bytes_read": self.bytes_read}
+                "bytes_read": self.bytes_read, "placement": self.placement, "placed": self.placed,
+                "misplaced_keys": self.misplaced_keys, "unreadable": list(self.unreadable)}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> StateDigest:
+        """A digest as `to_json` wrote it (a job's record)."""
+        return cls(str(d["source"]), int(d["batch_id"]), {int(k): int(v) for k, v in d["partitions"].items()},
+                   tuple(StoreDigest.from_json(s) for s in d["stores"]), tuple(d.get("misplaced") or ()),
+                   int(d.get("bytes_read", 0)), bool(d.get("placement", True)), int(d.get("placed", 0)),
+                   int(d.get("misplaced_keys", len(d.get("misplaced") or ()))), tuple(d.get("unreadable") or ()))
 
 
-class _Acc:
-    def __init__(self) -> None:
-        import xxhash  # once per store, not per entry: a digest adds millions of them
+def combine(plan: DigestPlan, results: Iterable[PartitionDigest]) -> StateDigest:
+    """The digest of a plan's batch from its tasks' results (in any order)."""
+    sums: dict[tuple[int, str, str], list[int]] = {}
+    checked: set[tuple[int, str]] = set()
+    misplaced: list[tuple[tuple[int, str, int], str]] = []
+    unreadable: list[str] = []
+    placed = misplaced_keys = bytes_read = 0
+    for r in results:
+        bytes_read += r.bytes_read
+        if r.error is not None:
+            unreadable.append(f"operator {r.operator_id} store {r.store} partition {r.partition}: {r.error[1]}")
+            continue
+        for label, entries, total in r.sums:
+            acc = sums.setdefault((r.operator_id, r.operator, label), [0, 0])
+            acc[0] += entries
+            acc[1] = (acc[1] + total) & MASK
+        if r.placement_checked:
+            checked.add((r.operator_id, r.store))
+        placed += r.placed
+        misplaced_keys += r.misplaced_keys
+        misplaced += [((r.operator_id, r.store, r.partition), m) for m in r.misplaced]
+    stores = tuple(StoreDigest(op_id, name, label, a[0], f"{a[1]:032x}", (op_id, label) in checked)
+                   for (op_id, name, label), a in sorted(sums.items()))
+    named = tuple(m for _, m in sorted(misplaced, key=lambda x: x[0]))[:MAX_MISPLACED]
+    unreadable.sort()
+    if len(unreadable) > MAX_UNREADABLE:
+        unreadable[MAX_UNREADABLE:] = [f"and {len(unreadable) - MAX_UNREADABLE} more store partitions"]
+    return StateDigest(plan.source, plan.batch_id, dict(plan.partitions), stores, named, bytes_read, plan.placement,
+                       placed, misplaced_keys, tuple(unreadable))
 
-        self._hash = xxhash.xxh3_128_intdigest
-        self.entries = 0
-        self.total = 0
 
-    def add(self, key: bytes, value: bytes) -> None:
-        self.entries += 1
-        self.total = (self.total + self._hash(len(key).to_bytes(4, "little") + key + value)) & _MASK
+def repartition_problems(before: StateDigest, after: StateDigest, partitions: int) -> list[str]:
+    """What is wrong with a repartition to `partitions` partitions, from the digests of the
+    batch before it (`before`, placement need not be checked: Spark placed those keys) and
+    of the repartition batch (`after`, placement checked): empty when it holds exactly the
+    same entries, every key in the partition Spark will look for it in."""
+    problems = [f"batch {before.batch_id}: {u}" for u in before.unreadable]
+    problems += [f"batch {after.batch_id}: {u}" for u in after.unreadable]
+    if after.batch_id != before.batch_id + 1:
+        problems.append(f"the digests are of batches {before.batch_id} and {after.batch_id}, not of a batch and the "
+                        "repartition batch after it")
+    problems += before.same_entries(after)
+    counts = sorted(set(after.partitions.values()))
+    if counts != [partitions]:
+        problems.append(f"the repartitioned state has {counts} partitions, not {partitions}")
+    if not after.placement:
+        problems.append(f"the partitions of the keys of batch {after.batch_id} were not checked")
+    problems += list(after.misplaced)
+    if after.misplaced_keys > len(after.misplaced):
+        problems.append(f"{after.misplaced_keys - len(after.misplaced)} more keys of batch {after.batch_id} are not "
+                        "in the partition Spark looks for them in")
+    return problems
 
 
-def _list_value(value: bytes, where: str) -> bytes:
-    """A list-state value in one form whether its elements were merged (',' between them)
-    or written in one piece: the same list digests the same."""
-    return b"".join(len(e).to_bytes(4, "little") + e for e in rk.multiple_values(value, where))
+# --- running a plan here --------------------------------------------------------------------
+
+def _workers(plan: DigestPlan, workers: int | None) -> int:
+    if workers is None:
+        size = sum(t.size for t in plan.tasks)
+        workers = (os.cpu_count() or 1) if size >= PARALLEL_MIN_BYTES else 1
+    return max(1, min(workers, len(plan.tasks)))
 
 
-def _operator_ids(src: CheckpointSource) -> list[int]:
-    fs = src.reader.fs
-    return sorted(int(p) for p in fs.listdir("state") if p.isdigit()) if fs.is_dir("state") else []
+def run_plan(plan: DigestPlan, location: str, *, connection: Any = None, workers: int | None = None,
+             progress: Callable[[str], None] = lambda msg: None) -> list[PartitionDigest]:
+    """Every task of `plan`, in this process (`workers` 1) or in that many worker processes
+    (engine/lookup/digest_workers.py; default: one per core once the state is large enough
+    to pay for their start), each reaching the checkpoint as `connection` does."""
+    n = _workers(plan, workers)
+    done: list[PartitionDigest] = []
+
+    def report(r: PartitionDigest) -> None:
+        done.append(r)
+        entries = sum(s[1] for s in r.sums)
+        progress(f"operator {r.operator_id} store {r.store} partition {r.partition} of batch {r.batch_id}: "
+                 + (f"unreadable ({r.error[1]})" if r.error else f"{entries:,} entries") + f" [{len(done)}/"
+                 f"{len(plan.tasks)}]")
+
+    left = list(plan.tasks)
+    if n > 1:
+        left = run_in_workers(plan.tasks, Reach.of(connection), n, report)
+        if left:
+            log.warning("%d of the digest's %d tasks ran in no worker process: running them here", len(left),
+                        len(plan.tasks))
+    if left:
+        fs = open_checkpoint_fs(location, connection=connection)
+        for task in left:
+            report(digest_partition(task, fs))
+    return done
 
 
-def _key_schemas(src: CheckpointSource, op: OperatorView, reads: Reads) -> dict[str, ColumnFamilySchema]:
-    """The key schema of each store whose stored key is the partitioning key: a single-store
-    operator's, and a join side's key -> count store (its key -> rows store appends an index).
-    None for an operator without a schema file (Spark before 3.1): placement goes unchecked."""
-    if op.name in TRANSFORM_WITH_STATE or op.state_variables:
-        return {}
-    try:
-        schemas = operator_schemas(src, op, PartitionCache(max_entries=0, max_bytes=0), reads)
-    except UnsupportedCheckpointError:
-        return {}
-    wanted = [s for s in op.stores if s.endswith("-keyToNumValues")] if op.name == JOIN else list(op.stores)
-    return {store: schemas[store] for store in wanted if store in schemas}
+def raise_unreadable(results: Iterable[PartitionDigest]) -> None:
+    """The first unreadable partition's error, raised as the engine error it was."""
+    for r in results:
+        if r.error is not None:
+            kind, message, hint = r.error
+            cls = getattr(errors, kind, None)
+            if not (isinstance(cls, type) and issubclass(cls, errors.StreamstateError)):
+                cls = errors.CorruptionError
+            raise cls(message, hint=hint)
 
 
 def state_digest(location: str, batch_id: int | None = None, *, connection: Any = None,
-                 progress: Callable[[str], None] = lambda msg: None) -> StateDigest:
+                 progress: Callable[[str], None] = lambda msg: None, workers: int | None = None,
+                 placement: bool = True) -> StateDigest:
     """The digest of the checkpoint at `location` at committed batch `batch_id` (default the
-    newest), read through `connection` when it is remote (else the environment's)."""
-    src = CheckpointSource(location, batch_id, reader=CheckpointReader(location, connection=connection))
-    codec = codec_name(src.conf)
-    check_codec(codec)
-    provider = "hdfs" if src.conf.get(PROVIDER_CONF, HDFS_PROVIDER) == HDFS_PROVIDER else "rocksdb"
-    reads = Reads()
-    no_cache = PartitionCache(max_entries=0, max_bytes=0)  # each partition is read once
-
-    accs: dict[tuple[int, str, str], _Acc] = {}
-    placement: dict[tuple[int, str], bool] = {}
-    misplaced: list[str] = []
-    partitions: dict[int, int] = {}
-    for op_id in _operator_ids(src):
-        op = src.operator(op_id)
-        partitions[op_id] = op.partitions
-        schemas = _key_schemas(src, op, reads)
-        lists = {str(v["name"]) for v in op.state_variables if v.get("kind") == "ListState"}
-        for store in op.stores:
-            placement[(op_id, store)] = store in schemas
-            for p in range(op.partitions):
-                part = partition_state(src, op, p, store, provider, codec, no_cache, reads)
-                names = {v: k for k, v in part.column_families.items()} if isinstance(part, RocksPartition) else {}
-                for key, value in part.items():
-                    label = store
-                    if names:
-                        cf_id = int.from_bytes(key[:2], "little", signed=True)
-                        cf_name = names.get(cf_id, f"cf{cf_id}")
-                        label, key = f"{store}/{cf_name}", key[2:]
-                        if cf_name in lists:
-                            value = _list_value(value, f"{cf_name} of {src.description}")
-                    accs.setdefault((op_id, op.name, label), _Acc()).add(key, value)
-                    if store in schemas and len(misplaced) < MAX_MISPLACED:
-                        _check_place(key, provider, schemas[store], op, store, p, misplaced)
-            progress(f"operator {op_id} store {store}: {op.partitions} partitions read")
-    stores = tuple(
-        StoreDigest(op_id, name, label, a.entries, f"{a.total:032x}", placement.get((op_id, label), False))
-        for (op_id, name, label), a in sorted(accs.items()))
-    return StateDigest(src.description, src.batch_id, partitions, stores, tuple(misplaced), reads.bytes)
-
-
-def _check_place(key: bytes, provider: str, schema: ColumnFamilySchema, op: OperatorView, store: str,
-                 partition: int, misplaced: list[str]) -> None:
-    row = key if provider == "hdfs" else key[len(rk.VERSION):]
-    values = decode_row(row, schema.key)
-    names = [f.name for f in schema.key.fields]
-    if not names:
-        expected = 0  # a global aggregation keeps its one key in partition 0
-    else:
-        expected = partition_of([values[n] for n in names], [f.type for f in schema.key.fields], op.partitions)
-    if expected != partition:
-        misplaced.append(f"operator {op.operator_id} store {store}: key {values} is in partition {partition}, "
-                         f"Spark looks for it in {expected}")
-
+    newest), read through `connection` when it is remote (else the environment's), in
+    `workers` processes (default: see `run_plan`); with `placement`, every key's partition
+    is checked where the operator allows it. A partition that cannot be read raises its
+    error (engine/core/errors.py)."""
+    plan = plan_digest(location, batch_id, connection=connection, placement=placement)
+    results = run_plan(plan, location, connection=connection, workers=workers, progress=progress)
+    digest = combine(plan, results)
+    raise_unreadable(results)
+    return digest

@@ -39,26 +39,11 @@ SEED = 42  # Murmur3Hash's default seed, the one HashPartitioning uses
 _C1 = 0xCC9E2D51
 _C2 = 0x1B873593
 _M32 = 0xFFFFFFFF
+_WORDS = _struct.Struct("<I")
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 EPOCH_DATE = dt.date(1970, 1, 1)
 # Spark's decimals have up to 38 digits: Python's default context (28) would round them.
 DECIMAL_CONTEXT = decimal.Context(prec=80, Emax=999_999, Emin=-999_999)
-
-
-def _rotl(x: int, r: int) -> int:
-    return ((x << r) | (x >> (32 - r))) & _M32
-
-
-def _mix_k1(k1: int) -> int:
-    k1 = (k1 * _C1) & _M32
-    k1 = _rotl(k1, 15)
-    return (k1 * _C2) & _M32
-
-
-def _mix_h1(h1: int, k1: int) -> int:
-    h1 ^= k1
-    h1 = _rotl(h1, 13)
-    return (h1 * 5 + 0xE6546B64) & _M32
 
 
 def _fmix(h1: int, length: int) -> int:
@@ -78,28 +63,55 @@ def _signed(x: int) -> int:
 
 def hash_int(value: int, seed: int) -> int:
     """`Murmur3_x86_32.hashInt`: a signed 32-bit result."""
-    h1 = _mix_h1(seed & _M32, _mix_k1(value & _M32))
+    k1 = ((value & _M32) * _C1) & _M32
+    k1 = (((k1 << 15) | (k1 >> 17)) * _C2) & _M32
+    h1 = (seed & _M32) ^ k1
+    h1 = ((((h1 << 13) | (h1 >> 19)) & _M32) * 5 + 0xE6546B64) & _M32
     return _signed(_fmix(h1, 4))
 
 
 def hash_long(value: int, seed: int) -> int:
     """`Murmur3_x86_32.hashLong`: low word first, then the high word."""
     value &= 0xFFFFFFFFFFFFFFFF
-    h1 = _mix_h1(seed & _M32, _mix_k1(value & _M32))
-    h1 = _mix_h1(h1, _mix_k1(value >> 32))
+    k1 = ((value & _M32) * _C1) & _M32
+    k1 = (((k1 << 15) | (k1 >> 17)) * _C2) & _M32
+    h1 = (seed & _M32) ^ k1
+    h1 = ((((h1 << 13) | (h1 >> 19)) & _M32) * 5 + 0xE6546B64) & _M32
+    k1 = ((value >> 32) * _C1) & _M32
+    k1 = (((k1 << 15) | (k1 >> 17)) * _C2) & _M32
+    h1 ^= k1
+    h1 = ((((h1 << 13) | (h1 >> 19)) & _M32) * 5 + 0xE6546B64) & _M32
     return _signed(_fmix(h1, 8))
 
 
+def _tail_block(b: int) -> int:
+    k1 = ((b - 256 if b > 127 else b) * _C1) & _M32  # a sign-extended byte
+    return (((k1 << 15) | (k1 >> 17)) * _C2) & _M32
+
+
+_TAIL = tuple(_tail_block(b) for b in range(256))  # each trailing byte's mixed block
+
+
 def hash_bytes(data: bytes, seed: int) -> int:
-    """`Murmur3_x86_32.hashUnsafeBytes` (Spark's legacy tail handling)."""
+    """`Murmur3_x86_32.hashUnsafeBytes` (Spark's legacy tail handling). The rounds are
+    written out: this runs once per key of a state's placement check."""
     n = len(data)
-    aligned = n - n % 4
+    aligned = n & ~3
     h1 = seed & _M32
-    for (word,) in _struct.iter_unpack("<I", data[:aligned]):
-        h1 = _mix_h1(h1, _mix_k1(word))
+    for (k1,) in _WORDS.iter_unpack(data[:aligned] if aligned != n else data):
+        k1 = (k1 * _C1) & _M32
+        h1 ^= (((k1 << 15) | (k1 >> 17)) * _C2) & _M32
+        h1 = ((((h1 << 13) | (h1 >> 19)) & _M32) * 5 + 0xE6546B64) & _M32
     for b in data[aligned:]:
-        h1 = _mix_h1(h1, _mix_k1(b - 256 if b > 127 else b))  # a sign-extended byte
-    return _signed(_fmix(h1, n))
+        h1 ^= _TAIL[b]
+        h1 = ((((h1 << 13) | (h1 >> 19)) & _M32) * 5 + 0xE6546B64) & _M32
+    h1 ^= n
+    h1 ^= h1 >> 16
+    h1 = (h1 * 0x85EBCA6B) & _M32
+    h1 ^= h1 >> 13
+    h1 = (h1 * 0xC2B2AE35) & _M32
+    h1 ^= h1 >> 16
+    return h1 - 0x100000000 if h1 & 0x80000000 else h1
 
 
 def unscaled(value: Any, t: DecimalType) -> int:
