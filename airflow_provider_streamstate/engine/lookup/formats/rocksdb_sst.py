@@ -282,10 +282,6 @@ class SstFile:
             for ikey, value in iter_entries(self.block(handle, read), self.name):
                 yield self._entry(ikey, value)
 
-    def scan_all(self) -> list[Entry]:
-        """Every entry of the table, as a list (`entries()` without holding them all is better)."""
-        return list(self.entries())
-
     def scan(self, lo: bytes, hi: bytes | None, read: RangeRead | None = None) -> list[Entry]:
         """Every entry whose user key is in [lo, hi) (hi None: only lo itself, exactly) as
         (user key, sequence, type, value), in the table's order. A single key the filter

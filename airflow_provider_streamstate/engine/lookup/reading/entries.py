@@ -14,18 +14,15 @@ order from the tables and then in the overlay's order: whoever needs an order so
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-from airflow_provider_streamstate.engine.lookup.formats.rocksdb_sst import (
-    TYPE_MERGE,
-    TYPE_VALUE,
-    SstFile,
-)
+from airflow_provider_streamstate.engine.lookup.formats.rocksdb_sst import TYPE_MERGE, TYPE_VALUE
 from airflow_provider_streamstate.engine.lookup.formats.rocksdb_state import (
     DictPartition,
     Merges,
     RocksPartition,
+    Table,
 )
 
 Entry = tuple[bytes, int, int, bytes]  # (user key, sequence, value type, value): a table's entry
@@ -41,28 +38,23 @@ def partition_entries(part: Any) -> Iterator[tuple[bytes, bytes]]:
     raise TypeError(f"not a decoded partition: {type(part).__name__}")
 
 
-def _table_entries(table: SstFile) -> Iterable[Entry]:
-    """One table's entries in its order. `scan_all` builds the table's list; a streaming scan
-    of the table reader (one block at a time) is the drop-in replacement here: `merged_tables`
-    takes iterators too (it then always merges by key)."""
-    return table.scan_all()
-
-
-def merged_tables(tables: list[SstFile]) -> Iterator[Entry]:
+def merged_tables(tables: Sequence[Table]) -> Iterator[Entry]:
     """The entries of several tables in internal-key order: user key ascending, then newest
-    (highest sequence) first."""
-    scans = [_table_entries(t) for t in tables]
-    if len(scans) == 1:
-        return iter(scans[0])
-    lists = [s for s in scans if isinstance(s, list)]
-    if len(lists) == len(scans):
-        ranged = sorted((s for s in lists if s), key=lambda s: s[0][0])
-        if all(a[-1][0] < b[0][0] for a, b in zip(ranged, ranged[1:], strict=False)):
-            return (e for s in ranged for e in s)  # disjoint key ranges: one after the other
-    return heapq.merge(*scans, key=lambda e: (e[0], -e[1]))
+    (highest sequence) first. Each table is streamed a block at a time (`Table.entries`);
+    tables whose key ranges (from the MANIFEST) do not overlap are read one after the other,
+    others merged by key."""
+    if len(tables) == 1:
+        return tables[0].entries()
+    ranges = [t.range for t in tables]
+    if all(r is not None for r in ranges):
+        ordered = sorted(tables, key=lambda t: t.range.smallest if t.range else b"")
+        if all(a.range.largest < b.range.smallest  # type: ignore[union-attr]
+               for a, b in zip(ordered, ordered[1:], strict=False)):
+            return (e for t in ordered for e in t.entries())
+    return heapq.merge(*(t.entries() for t in tables), key=lambda e: (e[0], -e[1]))
 
 
-def resolved_tables(tables: list[SstFile]) -> Iterator[tuple[bytes, tuple[str, Any]]]:
+def resolved_tables(tables: Sequence[Table]) -> Iterator[tuple[bytes, tuple[str, Any]]]:
     """Each user key of the tables once, in key order, with what a read of the tables sees:
     ("V", value), ("D", b"") for a deleted key, or ("M", operands oldest first) for merge
     operands with nothing below them (rocksdb_sst.resolve, one key at a time)."""
