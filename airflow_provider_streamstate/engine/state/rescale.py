@@ -21,9 +21,13 @@ which leaves the checkpoint unstartable. `rescale_stream` composes it safely:
    Spark and cluster manager (jobs/rescale_job.py, engine/streams/applications.py). The
    source is read once and the state written once: the repartition batch's files are what
    goes into production.
-4. Verify the copy: a digest of every operator's state at batch N and at N+1 without Spark
+4. Verify the copy: a digest of every operator's state at batch N and at N+1
    (engine/lookup/digest.py): the same entries, byte for byte, in every store and column
-   family, each key of N+1 in the partition Spark will look for it in.
+   family, each key of N+1 in the partition Spark will look for it in. The repartition job
+   computes both on its executors, one task per store partition and batch, with the
+   engine's own decoders (not Spark's reader or writer), and records them beside the copy;
+   they are compared again here. Only when the job could not compute them (executors
+   without lz4/xxhash or this package) are they computed here, without Spark.
 5. In place: pin the source snapshot (rollback is one restore of it), then swap the
    repartition batch into the stopped stream's checkpoint (engine/checkpoint/swap.py): its
    new files are moved in (renamed on a local disk and HDFS, copied server-side on S3)
@@ -48,7 +52,6 @@ Python: the repartition itself runs in the stream's Spark, submitted with `comma
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import time
@@ -73,7 +76,12 @@ from airflow_provider_streamstate.engine.checkpoint.reader import (
     CheckpointReader,
     state_partitions,
 )
-from airflow_provider_streamstate.engine.checkpoint.repartition import REPARTITION_RECORD, repartition_at
+from airflow_provider_streamstate.engine.checkpoint.repartition import (
+    RepartitionRecord,
+    Verification,
+    read_repartition_record,
+    repartition_at,
+)
 from airflow_provider_streamstate.engine.checkpoint.swap import Put, apply_swap, new_record, recover_swap
 from airflow_provider_streamstate.engine.core.crash_points import crash_point
 from airflow_provider_streamstate.engine.core.errors import (
@@ -87,7 +95,7 @@ from airflow_provider_streamstate.engine.core.errors import (
 from airflow_provider_streamstate.engine.core.manifest import Manifest
 from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
-from airflow_provider_streamstate.engine.lookup.digest import StateDigest, state_digest
+from airflow_provider_streamstate.engine.lookup.digest import StateDigest, repartition_problems, state_digest
 from airflow_provider_streamstate.engine.stores.base import SnapshotStore
 from airflow_provider_streamstate.engine.streams import launcher
 from airflow_provider_streamstate.engine.streams.applications import run_to_end
@@ -269,13 +277,15 @@ def rescale_stream(
         seconds["restore"] = time.monotonic() - t
         crash_point("rescale.restored")
         t = time.monotonic()
-        spark_version = _repartition(stream, work_fs, partitions, command, timeout_s, on_submit)
+        record = _repartition(stream, work_fs, partitions, command, timeout_s, on_submit)
         seconds["repartition"] = time.monotonic() - t
         crash_point("rescale.repartitioned")
         t = time.monotonic()
-        batch, digest = _verify(work, source.batch_id, before, partitions, connection)
+        batch, digest = _verify(work_fs, source.batch_id, before, partitions, record, connection)
         seconds["verify"] = time.monotonic() - t
-        spark_version = spark_version or source.spark_version
+        if record is not None and record.verification is not None:
+            seconds.update({f"verify_{k}": v for k, v in record.verification.seconds.items()})
+        spark_version = (record.spark_version if record is not None else None) or source.spark_version
         labels = {LABEL_FROM: source.snapshot_id, LABEL_PARTITIONS: f"{before}->{partitions}"}
         pinned = None
         crash_point("rescale.verified")
@@ -385,8 +395,9 @@ def _swap(fs: CheckpointFS, work: CheckpointFS, stream: str, source: Manifest, p
 
 
 def _repartition(stream: str, work: CheckpointFS, partitions: int, command: CommandFor, timeout_s: float | None,
-                 on_submit: Callable[[Any], None] | None) -> str | None:
-    """Run the repartition job on the work copy through the stream's Spark; Spark's version."""
+                 on_submit: Callable[[Any], None] | None) -> RepartitionRecord | None:
+    """Run the repartition job on the work copy through the stream's Spark; what it recorded
+    (None without a record: the copy's own batches say whether it repartitioned)."""
     argv, env = command(rescale_job_arguments(work.shared_location, partitions))
     logs = streamstate_home() / "rescale"
     logs.mkdir(parents=True, exist_ok=True)
@@ -396,45 +407,67 @@ def _repartition(stream: str, work: CheckpointFS, partitions: int, command: Comm
                                     name=f"streamstate-rescale-{stream}", launch_id=job_id, secret_env=env)
     app = run_to_end(submission, f"the repartition of {stream} to {partitions} partitions", timeout_s=timeout_s,
                      on_submit=on_submit)
-    raw = None
+    record = None
     try:
-        raw = work.read_record(REPARTITION_RECORD)
-    except (StreamstateError, OSError):
-        pass
-    record = json.loads(raw) if raw else {}
+        record = read_repartition_record(work)
+    except (StreamstateError, OSError) as exc:  # the checkpoint itself says whether it repartitioned
+        log.warning("the repartition job's record is unreadable: %s", exc)
     code = app.proc.returncode if app.proc is not None else None
-    failed = record.get("ok") is False or (code not in (0, None) and app.report is None) or (
-        app.report is not None and app.report.stream_state() != "stopped")
+    repartitioned = record is not None and record.ok  # its verification, if it failed, is _verify's to report
+    failed = (record is not None and not record.ok) or not repartitioned and (
+        (code not in (0, None) and app.report is None)
+        or (app.report is not None and app.report.stream_state() != "stopped"))
     if failed:
-        error = record.get("error") or app.last_error()
-        if record.get("unsupported") or code == 3:
+        error = (record.error if record is not None else None) or app.last_error()
+        if (record is not None and record.unsupported) or code == 3:
             raise UnsupportedCheckpointError(f"{error}; the stream's Spark cannot rescale it",
                                              hint="run the stream on Spark 4.2 or later")
         raise RescaleError(f"Spark's repartition failed: {error}", hint=f"nothing was changed; its log: {app.log_path}")
-    return str(record["spark_version"]) if record.get("spark_version") else None
+    return record
 
 
-def _verify(location: str, batch: int, before: int, partitions: int, connection: Any) -> tuple[int, StateDigest]:
-    """The repartition batch, and the copy's digest there, once it matches batch `batch`'s."""
-    reader = CheckpointReader(location, connection=connection)
-    done = repartition_at(reader, batch + 1)
+def _verify(work: CheckpointFS, batch: int, before: int, partitions: int, record: RepartitionRecord | None,
+            connection: Any) -> tuple[int, StateDigest]:
+    """The repartition batch, and the copy's digest there, once it holds batch `batch`'s
+    entries, each key in the partition Spark looks for it in. The digests are the ones the
+    repartition job computed on its executors (`record`), compared here again; computed here
+    only when the job could not (its executors lack what the digest needs, an older job)."""
+    location = work.location
+    done = repartition_at(CheckpointReader(work), batch + 1)
     if done is None or not done.committed or done.to_partitions != partitions:
         raise RescaleError(f"the copy at {location} holds no committed repartition to {partitions} partitions "
                            f"after batch {batch}", hint="nothing was changed; retry the rescale")
-    old = state_digest(location, batch, connection=connection)
-    new = state_digest(location, batch + 1, connection=connection)
-    problems = old.same_entries(new)
-    if set(new.partitions.values()) != {partitions}:
-        problems.append(f"the repartitioned state has {sorted(set(new.partitions.values()))} partitions, "
-                        f"not {partitions}")
-    problems += list(new.misplaced)
+    checked = record.verification if record is not None else None
+    digests = _recorded_digests(checked)
+    if checked is not None and digests is not None:
+        old, new = digests
+        where = f"by {checked.tasks} Spark tasks on {checked.executors} executor(s)"
+    else:
+        why = "the repartition job recorded no verification" if checked is None else \
+            checked.problems[0] if checked.problems else "the repartition job's digests are unreadable"
+        log.warning("%s: verifying the copy here instead (%s)", why, location)
+        old = state_digest(location, batch, connection=connection, placement=False)
+        new = state_digest(location, batch + 1, connection=connection)
+        where = "here"
+    problems = repartition_problems(old, new, partitions)
+    if old.batch_id != batch:
+        problems.insert(0, f"the digest before is of batch {old.batch_id}, not of the snapshot's batch {batch}")
     if problems:
         raise CorruptionError(f"the repartitioned copy does not hold the snapshot's state: {problems[0]}"
                               + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""),
                               hint="nothing was put in place; report it with the copy's location, " + location)
-    log.info("verified %s: %d entries in %d stores moved %d -> %d partitions, none lost, added or misplaced",
-             location, sum(s.entries for s in new.stores), len(new.stores), before, partitions)
+    log.info("verified %s %s: %d entries in %d stores moved %d -> %d partitions, none lost, added or misplaced",
+             location, where, sum(s.entries for s in new.stores), len(new.stores), before, partitions)
     return done.batch_id, new
+
+
+def _recorded_digests(checked: Verification | None) -> tuple[StateDigest, StateDigest] | None:
+    if checked is None or checked.before is None or checked.after is None:
+        return None
+    try:
+        return StateDigest.from_json(checked.before), StateDigest.from_json(checked.after)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
 
 
 def _remove(work: CheckpointFS) -> None:
