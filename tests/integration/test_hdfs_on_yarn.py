@@ -38,7 +38,7 @@ from airflow_provider_streamstate.stream_start import start_stream
 from dev import stack as stack_mod
 from tests.streams import account_state, consumed_records, example_stream_spec, wait_for
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.yarn, pytest.mark.hdfs]
 log = logging.getLogger(__name__)
 
 
