@@ -44,31 +44,6 @@ logging.getLogger("py4j").setLevel(logging.WARNING)
 DURATIONS = Path(__file__).resolve().parent / "durations.json"
 
 
-# Test files that share one worker (and so its session fixtures): the YARN minicluster.
-SHARED_WORKER = {
-    "tests/integration/test_hdfs_on_yarn.py": "yarn-cluster",
-    "tests/integration/test_state_jobs_on_cluster.py": "yarn-cluster",
-    "tests/integration/test_yarn_cluster.py": "yarn-cluster",
-}
-
-
-@pytest.hookimpl(optionalhook=True)  # only xdist knows this hook
-def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-    """xdist's whole-file scheduling (`--dist loadfile`, what dev/run-tests.sh asks for), with
-    the files of SHARED_WORKER as one unit; any other `--dist` is xdist's own."""
-    from xdist.scheduler import LoadFileScheduling
-
-    if config.getoption("dist") != "loadfile":
-        return None
-
-    class SharedFileScheduling(LoadFileScheduling):  # type: ignore[misc]
-        def _split_scope(self, nodeid: str) -> str:
-            scope = str(super()._split_scope(nodeid))
-            return SHARED_WORKER.get(scope, scope)
-
-    return SharedFileScheduling(config, log)
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every component a test uses is in its marks (tests/components.py). Then longest files
     first (seconds per file in tests/durations.json, from a whole run by
@@ -96,6 +71,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: -weight(item))
 
 
+def throwaway_down(state_dir: Path) -> None:
+    """`down` for a test stack: its data goes with it, so no part is given long to stop."""
+    stack_mod.down(state_dir, grace_s=3.0)
+
+
 @pytest.fixture(scope="session")
 def shared_root(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Path:
     """The run's directory for the parts every test process shares (tests/shared_parts.py)."""
@@ -109,7 +89,7 @@ def stack(shared_root: Path) -> Iterator[stack_mod.Stack]:
     def start(state_dir: Path) -> dict[str, Any]:
         return stack_mod.up(state_dir).to_json()
 
-    for info in shared_parts.hold(shared_root, "stack", start, stack_mod.down):
+    for info in shared_parts.hold(shared_root, "stack", start, throwaway_down):
         state_dir = str((shared_root / "shared" / "stack").resolve())
         yield stack_mod.Stack(info["kafka_bootstrap"], dict(info["s3"]), list(info["spark_jars"]), state_dir)
 

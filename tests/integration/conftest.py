@@ -16,6 +16,12 @@ from dev import stack as stack_mod
 from tests import shared_parts
 
 
+def _throwaway_down(state_dir: Path) -> None:
+    """A test pair's `down`: its data goes with it, so MirrorMaker 2 and the brokers are not
+    given 20 s each to shut down cleanly."""
+    stack_mod.down(state_dir, grace_s=3.0)
+
+
 def _start_region_pair(state_dir: Path, policy: str) -> dict[str, Any]:
     primary = stack_mod.up(state_dir)
     dr = stack_mod.start_dr_kafka(state_dir, primary.kafka_bootstrap, policy=policy)
@@ -40,7 +46,7 @@ class RegionPairs:
     def get(self, policy: str) -> tuple[stack_mod.Stack, stack_mod.DrKafka]:
         if policy not in self.held:
             name = f"regions-{policy}"
-            holder = shared_parts.hold(self.root, name, lambda d: _start_region_pair(d, policy), stack_mod.down)
+            holder = shared_parts.hold(self.root, name, lambda d: _start_region_pair(d, policy), _throwaway_down)
             self.held[policy] = (holder, _region_pair(next(holder), (self.root / "shared" / name).resolve()))
         return self.held[policy][1]
 
@@ -78,15 +84,18 @@ def private_regions(request: pytest.FixtureRequest, tmp_path_factory: pytest.Tem
         dr = stack_mod.start_dr_kafka(state_dir, primary.kafka_bootstrap, policy=request.param)
         yield primary, dr
     finally:
-        stack_mod.down(state_dir)
+        _throwaway_down(state_dir)
 
 
 @pytest.fixture(scope="session")
 def yarn(shared_root: Path) -> Iterator[stack_mod.YarnCluster]:
     """The stack's YARN cluster (a ResourceManager and a NodeManager in one JVM), one for the
-    whole run, shared by the test processes: each test's applications are its own."""
+    whole run, shared by the test processes: each test's applications are its own. Its
+    NodeManager offers twice the stack's default (16 GiB, 8 vcores: bookkeeping, YARN does not
+    enforce them here), so that two tests' applications (a stream, a clone and a state job
+    each at most) are never queued behind each other."""
     def start(state_dir: Path) -> dict[str, Any]:
-        return stack_mod.start_yarn_cluster(state_dir).to_json()
+        return stack_mod.start_yarn_cluster(state_dir, memory_mb=16384, vcores=8).to_json()
 
     for info in shared_parts.hold(shared_root, "yarn", start, stack_mod.stop_yarn_cluster):
         yield stack_mod.YarnCluster(**info)
