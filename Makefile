@@ -16,7 +16,7 @@ GROUP_STATE_JOB := .jvm/group-state-job/streamstate-group-state-job.jar
 SPARK_LINES := 3.5 4.0 4.3
 SPARK_VENVS := .venv-spark
 
-setup: $(VENV)/.installed .jvm/.fetched $(GROUP_STATE_JOB) browser spark-envs
+setup: $(VENV)/.installed .jvm/.fetched $(GROUP_STATE_JOB) browser spark-envs spark-cds
 
 # A headless Chromium and its chromedriver for the Streams UI tests (Debian packages).
 browser:
@@ -32,6 +32,12 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 	@touch $@
 
 spark-envs: $(SPARK_LINES:%=$(SPARK_VENVS)/%/.installed)
+
+# The class data sharing archive of the main venv's Spark for this Java (dev/spark_cds.py):
+# the tests' Spark JVMs map the classes instead of loading them again. Kept once built; a new
+# pyspark or Java gets an archive of its own.
+spark-cds: $(VENV)/.installed .jvm/.fetched
+	@$(PY) dev/spark_cds.py
 
 # One line's virtualenv: its lock (dev/spark-envs/<line>.lock) synced by the main venv's uv
 # (one shared download cache), and this package, not its dependencies (Airflow stays out).

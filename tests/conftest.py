@@ -31,11 +31,14 @@ if airflow_harness.HOME is None:
     airflow_harness.configure_airflow_env(airflow_harness.HOME)
 _AIRFLOW_HOME = airflow_harness.HOME
 
+from dev import spark_cds  # noqa: E402
 from dev import stack as stack_mod  # noqa: E402
 
 # Every Spark JVM the suite starts through spark-submit (sessions here, drivers, state jobs,
-# the other Spark lines) inherits this: the suite is CPU-bound on two cores.
-os.environ.setdefault("SPARK_SUBMIT_OPTS", stack_mod.SHORT_LIVED_JVM)
+# the other Spark lines) inherits this: the suite is CPU-bound on two cores. With the class
+# data sharing archive `make setup` builds (dev/spark_cds.py), a JVM of the main venv's Spark
+# maps the classes it would load and verify again: about half the CPU of a short session.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", spark_cds.jvm_opts())
 
 # py4j logs at interpreter exit, after pytest closed its capture streams.
 logging.getLogger("py4j").setLevel(logging.WARNING)
