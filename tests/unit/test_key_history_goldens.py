@@ -1,50 +1,27 @@
-"""A key's history across the snapshots of a real stream in the S3 store (moto), without Spark:
+"""A key's history across the snapshots of a real stream in an S3 store (moto), without Spark:
 at every snapshot the value is what Spark's own state reader shows for that key at that
 batch (RocksDB state with changelog checkpointing, so its partition holds a zip, its tables
 and the changelogs after it), the S3 requests for state are GETs of the key's partition's
 blobs that changed between snapshots, each once (never another partition's, never the whole
 snapshot), a second history served from the cache fetches no state at all, and the first
-snapshot where a condition on the key holds is found by bisection."""
+snapshot where a condition on the key holds is found by bisection.
+
+The stream is a golden checkpoint (tests/goldens.py: `count_per_key_rocksdb_changelog`,
+written by real Spark, with Spark's reader's answer at every batch), snapshotted batch by
+batch as a running stream's would be."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.lookup import PartitionCache, bisect_key, key_history
-from airflow_provider_streamstate.engine.state.spark import read_state, state_store_confs
-from tests.lookup_cases import ours_norm, spark_norm
-
-pytestmark = pytest.mark.integration
-
-KEYS = 40  # 10 rows a batch: each key is written every fourth batch
-
-
-def run_stream(spark: Any, checkpoint: str, batches: int) -> list[int]:
-    from pyspark.sql import functions as F
-
-    settings = {**state_store_confs("rocksdb-changelog"), "spark.sql.shuffle.partitions": "4",
-                "spark.sql.streaming.stateStore.minDeltasForSnapshot": "3"}
-    for k, v in settings.items():
-        spark.conf.set(k, v)
-    df = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 10).load()
-          .groupBy((F.col("value") % KEYS).alias("k")).agg(F.count("*").alias("n"), F.max("value").alias("top")))
-    q = df.writeStream.format("noop").outputMode("update").option("checkpointLocation", checkpoint) \
-        .trigger(processingTime="100 milliseconds").start()
-    deadline = time.monotonic() + 240
-    try:
-        while not q.lastProgress or q.lastProgress["batchId"] < batches:
-            assert q.exception() is None, q.exception()
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
-    finally:
-        q.stop()
-    return CheckpointReader(checkpoint).committed_batches()
+from airflow_provider_streamstate.engine.stores import S3Store
+from tests.goldens import golden
+from tests.lookup_cases import ours_norm
+from tests.unit.conftest import moto_bucket
 
 
 class BlobGets:
@@ -63,19 +40,14 @@ class BlobGets:
 
 
 def test_a_keys_history_in_s3_matches_spark_at_every_snapshot_reading_each_changed_blob_of_its_partition_once(
-        spark, tmp_path: Path, make_store) -> None:
-    checkpoint = str(tmp_path / "agg")
-    batches = run_stream(spark, checkpoint, 8)
-    store, _, _ = make_store("s3")
-    manifests = [create_snapshot(checkpoint, store, "agg", batch_id=b).manifest for b in batches]
+        tmp_path: Path, moto_endpoint: str) -> None:
+    g = golden("count_per_key_rocksdb_changelog")
+    batches = CheckpointReader(g.checkpoint).committed_batches()
+    store = S3Store(moto_bucket(moto_endpoint, "history"), "history", f"t/{tmp_path.name}")
+    manifests = [create_snapshot(g.checkpoint, store, "agg", batch_id=b).manifest for b in batches]
     # Spark's answer at each snapshot's batch, for two keys of different partitions.
-    spark.conf.set("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
-    expected: dict[int, dict[int, Any]] = {}
-    value_type = None
-    for m in manifests:
-        df = read_state(spark, checkpoint, batchId=m.batch_id)
-        value_type = df.schema["value"].dataType
-        expected[m.batch_id] = {r.key[0]: (spark_norm(r.value, value_type), r.partition_id) for r in df.collect()}
+    expected: dict[int, dict[int, Any]] = {
+        m.batch_id: {r.key[0]: (r.value, r.partition_id) for r in g.state(batchId=m.batch_id).rows} for m in manifests}
 
     gets = BlobGets(store)
     cache = PartitionCache()
@@ -108,4 +80,3 @@ def test_a_keys_history_in_s3_matches_spark_at_every_snapshot_reading_each_chang
     b = bisect_key(store, "agg", key=[5], where="count >= 2")
     assert b.first is not None and b.first.snapshot_id == first_two.snapshot_id
     assert len(b.steps) <= 5 and not b.violations
-
