@@ -74,8 +74,9 @@ def test_a_stream_on_a_standalone_cluster_checkpointing_to_s3_is_launched_watche
         assert records.read_launch(side) is not None and side.read("_streamstate/heartbeat.json") is not None
         wait_for(lambda: consumed_records(spec.checkpoint) == 200, timeout=240, what="200 records on the cluster")
         ui = spark_standalone.status()
-        # The driver runs here; the cluster runs its executors (beside other tests' applications).
-        apps = [a for a in ui["activeapps"] if a["name"] == spec.name]
+        # The driver runs here; the cluster runs its executors (beside other tests' state jobs:
+        # this is the only example stream, `streamstate-example`, on the run's cluster).
+        apps = [a for a in ui["activeapps"] if a["name"] == "streamstate-example"]
         assert len(apps) == 1 and apps[0]["cores"] >= 1, ui["activeapps"]
         assert sum(w["state"] == "ALIVE" for w in ui["workers"]) == 2
         assert sum(w["coresused"] for w in ui["workers"]) >= 1  # executors run on the workers
