@@ -33,10 +33,10 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 
 spark-envs: $(SPARK_LINES:%=$(SPARK_VENVS)/%/.installed)
 
-# The class data sharing archive of the main venv's Spark for this Java (dev/spark_cds.py):
-# the tests' Spark JVMs map the classes instead of loading them again. Kept once built; a new
+# A class data sharing archive per installed Spark line for this Java (dev/spark_cds.py): the
+# tests' Spark JVMs map the classes instead of loading them again. Kept once built; a new
 # pyspark or Java gets an archive of its own.
-spark-cds: $(VENV)/.installed .jvm/.fetched
+spark-cds: $(VENV)/.installed .jvm/.fetched spark-envs
 	@$(PY) dev/spark_cds.py
 
 # One line's virtualenv: its lock (dev/spark-envs/<line>.lock) synced by the main venv's uv

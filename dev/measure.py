@@ -5,10 +5,10 @@ on a machine other work also runs on (docs/testing.md).
 
     .venv/bin/python dev/measure.py .venv/bin/pytest tests/integration/test_launcher.py -p no:cacheprovider
 
-The command's own CPU (with every child it waited for) is exact; the other processes are found
-by a marker in their environment, sampled twice a second from /proc: one that lives less than
-half a second may be missed, the last half second of one counted short, and one that runs on
-after the command ended (a stack part a later run reuses) is not counted past it. Linux only.
+The processes are found by a marker in their environment, sampled twice a second from /proc:
+one that lives less than half a second may be missed, the last half second of one is counted
+short, and one that runs on after the command ended (a stack part a later run reuses) is not
+counted past it. Linux only.
 """
 
 from __future__ import annotations
@@ -55,15 +55,15 @@ def main(argv: list[str]) -> int:
     proc = subprocess.Popen(argv, env={**os.environ, "STREAMSTATE_MEASURE": marker.split("=", 1)[1]})
     while True:
         _sample(needle, seen)
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        pid, status = os.waitpid(proc.pid, os.WNOHANG)
         if pid:
             break
         time.sleep(0.5)
     returncode = os.waitstatus_to_exitcode(status)
     wall = time.monotonic() - started
-    # The command and what it waited for, exactly; the others as last sampled.
-    mine = [k for k in seen if k[0] == str(proc.pid)]
-    cpu = usage.ru_utime + usage.ru_stime + sum(v for k, v in seen.items() if k not in mine) / tick
+    # Each process as last sampled (the rusage wait4 gives would count again what the command
+    # waited for, which the samples already hold).
+    cpu = sum(seen.values()) / tick
     with open("/proc/loadavg") as f:
         load = " ".join(f.read().split()[:3])
     print(f"measure: {wall:.0f} s wall, {cpu:.0f} CPU-s in {len(seen)} processes, machine busy "

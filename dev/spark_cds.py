@@ -4,18 +4,21 @@ mapped by every later Spark JVM of the same Spark and Java instead of loading an
 those classes again. On this 2-core machine a local session's start and one small query took
 4 CPU-seconds with it instead of 7 (see docs/testing.md).
 
-    .venv/bin/python dev/spark_cds.py          # build the main venv's archive (make setup does)
-    .venv/bin/python dev/spark_cds.py --opts   # print the JVM options that use it
+    .venv/bin/python dev/spark_cds.py          # build every installed Spark line's archive (make setup does)
+    .venv/bin/python dev/spark_cds.py --opts   # print the JVM options that use the main venv's
 
 `jvm_opts()` is what SPARK_SUBMIT_OPTS gets in tests (tests/conftest.py): SHORT_LIVED_JVM,
-plus the archive of this pyspark when it was built for this Java. A JVM whose classpath the
-archive does not match (another Spark line, a YARN container) runs as without it: the JVM
-checks, and its messages about it are off (they would go to the application's stdout).
+plus the archive of this pyspark when it was built for this Java; `with_archive_of()` swaps in
+another line's (dev/spark_versions.py's `env()` does for a driver of that line). A JVM whose
+classpath the archive does not match (a YARN container, a Spark without an archive) runs as
+without it: the JVM checks, and its messages about it are off (they would go to the
+application's stdout).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import re
 import subprocess
@@ -54,9 +57,10 @@ for provider, name in (("org.apache.spark.sql.execution.streaming.state.RocksDBS
     while not q.lastProgress or q.lastProgress["batchId"] < 2:
         time.sleep(0.1)
     q.stop()
-    _ = spark.streams.active
-    spark.read.format("statestore").load(ckpt).collect()
-    spark.read.format("state-metadata").load(ckpt).collect()
+    if int(spark.version.split(".")[0]) >= 4:  # Spark's state readers came in 4.0
+        _ = spark.streams.active
+        spark.read.format("statestore").load(ckpt).collect()
+        spark.read.format("state-metadata").load(ckpt).collect()
 spark.range(10).write.mode("overwrite").parquet(f"{out}/p")
 spark.read.parquet(f"{out}/p").count()
 spark.read.json(spark.sparkContext.parallelize(['{"a": 1}'])).collect()
@@ -64,6 +68,7 @@ spark.stop()
 """
 
 
+@functools.cache
 def _java_version() -> str:
     try:
         out = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=60).stderr
@@ -84,24 +89,34 @@ def archive_path(spark_home: Path | None = None, java: str | None = None) -> Pat
     return ARCHIVES / f"spark-{spark}-java-{java or _java_version()}.jsa"
 
 
-def jvm_opts() -> str:
-    """SHORT_LIVED_JVM, with the archive of this pyspark and Java when it exists."""
-    archive = archive_path()
+def jvm_opts(spark_home: Path | None = None) -> str:
+    """SHORT_LIVED_JVM, with the archive of this Spark (default: this pyspark) and Java when it
+    exists."""
+    archive = archive_path(spark_home)
     return f"{SHORT_LIVED_JVM} -XX:SharedArchiveFile={archive} {QUIET}" if archive.is_file() else SHORT_LIVED_JVM
 
 
-def build(python: str = sys.executable) -> Path:
-    """Run the training query under spark-submit with `-XX:ArchiveClassesAtExit` (the archive
-    is written when its JVM exits); the archive's path."""
-    archive = archive_path()
+def with_archive_of(opts: str, spark_home: Path) -> str:
+    """JVM options `opts` with the archive they name (if any) replaced by that Spark's (when it
+    was built): what a JVM of another Spark line gets from an environment made for this one."""
+    kept = [o for o in opts.split() if not o.startswith("-XX:SharedArchiveFile=") and o != QUIET]
+    archive = archive_path(spark_home)
+    return " ".join([*kept, f"-XX:SharedArchiveFile={archive}", QUIET] if archive.is_file() else kept)
+
+
+def build(python: str, spark_home: Path) -> Path:
+    """Run the training query under that Python's spark-submit with `-XX:ArchiveClassesAtExit`
+    (the archive is written when its JVM exits); the archive's path."""
+    archive = archive_path(spark_home)
     archive.parent.mkdir(parents=True, exist_ok=True)
-    spark_submit = Path(python).parent / "spark-submit"
+    spark_submit = spark_home / "bin" / "spark-submit"
     with tempfile.TemporaryDirectory(prefix="spark-cds-") as tmp:
         app = Path(tmp) / "training.py"
         app.write_text(TRAINING)
         partial = archive.with_suffix(".partial")
-        env = {**os.environ, "PYSPARK_PYTHON": python,
+        env = {**os.environ, "SPARK_HOME": str(spark_home), "PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python,
                "SPARK_SUBMIT_OPTS": f"{SHORT_LIVED_JVM} -XX:ArchiveClassesAtExit={partial} {QUIET}"}
+        env.pop("VIRTUAL_ENV", None)
         proc = subprocess.run([str(spark_submit), "--master", "local[1]", "--conf", "spark.driver.host=127.0.0.1",
                                "--conf", "spark.driver.bindAddress=127.0.0.1", str(app), tmp],
                               env=env, capture_output=True, text=True, timeout=900)
@@ -112,18 +127,23 @@ def build(python: str = sys.executable) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from dev import spark_versions
+
     parser = argparse.ArgumentParser(prog="dev/spark_cds.py", description=__doc__.split("\n")[0])
-    parser.add_argument("--opts", action="store_true", help="print the JVM options that use the archive")
+    parser.add_argument("--opts", action="store_true", help="print the JVM options that use the main venv's archive")
     args = parser.parse_args(argv)
     if args.opts:
         print(jvm_opts())
         return 0
-    archive = archive_path()
-    if archive.is_file():
-        print(f"{archive.relative_to(REPO)} is there")
-        return 0
-    built = build()
-    print(f"wrote {built.relative_to(REPO)} ({built.stat().st_size >> 20} MiB)")
+    for version in spark_versions.SUPPORTED:
+        if not version.installed():
+            continue
+        archive = archive_path(version.spark_home)
+        if archive.is_file():
+            print(f"{archive.relative_to(REPO)} is there")
+            continue
+        built = build(str(version.python), version.spark_home)
+        print(f"wrote {built.relative_to(REPO)} ({built.stat().st_size >> 20} MiB)")
     return 0
 
 
