@@ -97,8 +97,11 @@ def jvm_opts(spark_home: Path | None = None) -> str:
 
 
 def with_archive_of(opts: str, spark_home: Path) -> str:
-    """JVM options `opts` with the archive they name (if any) replaced by that Spark's (when it
-    was built): what a JVM of another Spark line gets from an environment made for this one."""
+    """JVM options `opts` with the archive they name replaced by that Spark's (dropped when it
+    was not built): what a JVM of another Spark line gets from an environment made for this
+    one. Options that name no archive stay as they are."""
+    if "-XX:SharedArchiveFile=" not in opts:
+        return opts
     kept = [o for o in opts.split() if not o.startswith("-XX:SharedArchiveFile=") and o != QUIET]
     archive = archive_path(spark_home)
     return " ".join([*kept, f"-XX:SharedArchiveFile={archive}", QUIET] if archive.is_file() else kept)
