@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 UV_VERSION := 0.13.9
 MVN    ?= mvn
 
-.PHONY: setup browser demo demo-dr test lint bench lock lock-spark spark-envs stack-up stack-down clean ui-screenshots
+.PHONY: setup browser spark-cds demo demo-dr test test-quick golden golden-check lint bench lock lock-spark spark-envs stack-up stack-down clean ui-screenshots
 
 GROUP_STATE_JOB := .jvm/group-state-job/streamstate-group-state-job.jar
 
@@ -16,7 +16,7 @@ GROUP_STATE_JOB := .jvm/group-state-job/streamstate-group-state-job.jar
 SPARK_LINES := 3.5 4.0 4.3
 SPARK_VENVS := .venv-spark
 
-setup: $(VENV)/.installed .jvm/.fetched $(GROUP_STATE_JOB) browser spark-envs
+setup: $(VENV)/.installed .jvm/.fetched $(GROUP_STATE_JOB) browser spark-envs spark-cds
 
 # A headless Chromium and its chromedriver for the Streams UI tests (Debian packages).
 browser:
@@ -32,6 +32,12 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 	@touch $@
 
 spark-envs: $(SPARK_LINES:%=$(SPARK_VENVS)/%/.installed)
+
+# A class data sharing archive per installed Spark line for this Java (dev/spark_cds.py): the
+# tests' Spark JVMs map the classes instead of loading them again. Kept once built; a new
+# pyspark or Java gets an archive of its own.
+spark-cds: $(VENV)/.installed .jvm/.fetched spark-envs
+	@$(PY) dev/spark_cds.py
 
 # One line's virtualenv: its lock (dev/spark-envs/<line>.lock) synced by the main venv's uv
 # (one shared download cache), and this package, not its dependencies (Airflow stays out).
@@ -67,8 +73,22 @@ demo: setup
 demo-dr: setup
 	@$(PY) dev/demo_dr.py
 
+# The whole suite against the real components (what CI runs): docs/testing.md.
 test: setup
 	bash dev/run-tests.sh
+
+# The fast inner loop: the unit tests and every test that needs no stack, cluster or Spark
+# (`-m "not integration"`), on two workers, in a few minutes. Only the main venv is needed.
+test-quick: $(VENV)/.installed
+	$(VENV)/bin/pytest -m "not integration" -n 2 -p no:cacheprovider -q
+
+# The golden checkpoints (tests/golden): every case on every installed Spark line, written by
+# real Spark (dev/golden.py). golden-check regenerates each and compares it with the committed one.
+golden: setup
+	$(PY) dev/golden.py
+
+golden-check: setup
+	$(PY) dev/golden.py --check
 
 # The screenshots in docs/ui.md: the Streams pages in headless Chromium, on seeded stores.
 ui-screenshots: setup

@@ -127,6 +127,10 @@ class SparkVersion:
             "VIRTUAL_ENV": str(self.venv),
             "PATH": os.pathsep.join([str(self.venv / "bin"), out.get("PATH", os.defpath)]),
         })
+        if "SPARK_SUBMIT_OPTS" in out:  # this line's class data sharing archive, not another's
+            from dev.spark_cds import with_archive_of
+
+            out["SPARK_SUBMIT_OPTS"] = with_archive_of(out["SPARK_SUBMIT_OPTS"], self.spark_home)
         return out
 
     def submit_command(

@@ -903,14 +903,16 @@ def restart_part(state_dir: Path | str, name: str) -> None:
         raise StackError(f"unknown part {name!r}; parts: {', '.join(_parts(state_dir))}")
 
 
-def down(state_dir: Path | str = DEFAULT_STATE_DIR) -> None:
-    """Stop only the processes this stack started (by pid file); safe to call twice."""
+def down(state_dir: Path | str = DEFAULT_STATE_DIR, *, grace_s: float = 20.0) -> None:
+    """Stop only the processes this stack started (by pid file); safe to call twice. Each part
+    gets `grace_s` to stop after SIGTERM, then SIGKILL: a throwaway stack (the tests') need not
+    wait for MirrorMaker 2 and the brokers to shut down cleanly, since its data goes with it."""
     state_dir = Path(state_dir).resolve()
     for name in _parts(state_dir):
         if name == YARN_PART:
             stop_yarn_cluster(state_dir)
         else:
-            stop_part(state_dir, name)
+            stop_part(state_dir, name, timeout=grace_s)
     (state_dir / "stack.json").unlink(missing_ok=True)
     # Broker and HDFS data go with the stack: a new `up` starts from empty clusters.
     shutil.rmtree(state_dir / "kafka-data", ignore_errors=True)

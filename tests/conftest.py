@@ -1,22 +1,26 @@
-"""Shared fixtures: one local stack (real Kafka broker, two S3 endpoints) and one Spark
-session per test session, both from the same code the demo and benchmarks use."""
+"""Shared fixtures: one local stack (real Kafka broker, two S3 endpoints) for the whole run,
+shared by the pytest-xdist workers (tests/shared_parts.py), and one Spark session per test
+process, both from the same code the demo and benchmarks use."""
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests import airflow_harness  # noqa: E402
+from tests import airflow_harness, shared_parts  # noqa: E402
+from tests.components import require_marker, unmarked_components  # noqa: E402
 from tests.s3 import s3_client  # noqa: E402
 
 # Airflow reads its home, DB and DAG folder at import: keep them out of the user's ~/airflow.
@@ -27,11 +31,14 @@ if airflow_harness.HOME is None:
     airflow_harness.configure_airflow_env(airflow_harness.HOME)
 _AIRFLOW_HOME = airflow_harness.HOME
 
+from dev import spark_cds  # noqa: E402
 from dev import stack as stack_mod  # noqa: E402
 
 # Every Spark JVM the suite starts through spark-submit (sessions here, drivers, state jobs,
-# the other Spark lines) inherits this: the suite is CPU-bound on two cores.
-os.environ.setdefault("SPARK_SUBMIT_OPTS", stack_mod.SHORT_LIVED_JVM)
+# the other Spark lines) inherits this: the suite is CPU-bound on two cores. With the class
+# data sharing archive `make setup` builds (dev/spark_cds.py), a JVM of the main venv's Spark
+# maps the classes it would load and verify again: about half the CPU of a short session.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", spark_cds.jvm_opts())
 
 # The suite's checkpoints are written a moment before a test works on them, by queries that
 # have stopped (or by the test itself) and often keep no heartbeat: what a query not started
@@ -47,38 +54,16 @@ logging.getLogger("py4j").setLevel(logging.WARNING)
 DURATIONS = Path(__file__).resolve().parent / "durations.json"
 
 
-# Test files that share one worker (and so its session fixtures): the YARN minicluster.
-SHARED_WORKER = {
-    "tests/integration/test_hdfs_on_yarn.py": "yarn-cluster",
-    "tests/integration/test_rescale_verification.py": "yarn-cluster",
-    "tests/integration/test_state_jobs_on_cluster.py": "yarn-cluster",
-    "tests/integration/test_yarn_cluster.py": "yarn-cluster",
-}
-
-
-@pytest.hookimpl(optionalhook=True)  # only xdist knows this hook
-def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-    """xdist's whole-file scheduling (`--dist loadfile`, what dev/run-tests.sh asks for), with
-    the files of SHARED_WORKER as one unit; any other `--dist` is xdist's own."""
-    from xdist.scheduler import LoadFileScheduling
-
-    if config.getoption("dist") != "loadfile":
-        return None
-
-    class SharedFileScheduling(LoadFileScheduling):  # type: ignore[misc]
-        def _split_scope(self, nodeid: str) -> str:
-            scope = str(super()._split_scope(nodeid))
-            return SHARED_WORKER.get(scope, scope)
-
-    return SharedFileScheduling(config, log)
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Longest files first (seconds per file in tests/durations.json, from a whole run by
+    """Every component a test uses is in its marks (tests/components.py). Then longest files
+    first (seconds per file in tests/durations.json, from a whole run by
     dev/test_durations.py): xdist hands whole files to whichever worker is free, so the two
     workers end together instead of one idling while the other runs the last heavy file.
     Files the record does not know run last, in collection order; tests within a file keep
     theirs."""
+    unmarked = unmarked_components(items)
+    if unmarked:
+        raise pytest.UsageError("tests that start a component without its marker:\n  " + "\n  ".join(unmarked))
     if not DURATIONS.exists():
         return
     import json
@@ -96,27 +81,43 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: -weight(item))
 
 
-@pytest.fixture(scope="session")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[stack_mod.Stack]:
-    state_dir = tmp_path_factory.mktemp("stack")
-    running = stack_mod.up(state_dir)
-    try:
-        yield running
-    finally:
-        stack_mod.down(state_dir)
+def throwaway_down(state_dir: Path) -> None:
+    """`down` for a test stack: its data goes with it, so no part is given long to stop."""
+    stack_mod.down(state_dir, grace_s=3.0)
 
 
 @pytest.fixture(scope="session")
-def s3proxy(stack: stack_mod.Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+def shared_root(tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> Path:
+    """The run's directory for the parts every test process shares (tests/shared_parts.py)."""
+    return shared_parts.shared_root(tmp_path_factory, pytestconfig)
+
+
+@pytest.fixture(scope="session")
+def stack(shared_root: Path) -> Iterator[stack_mod.Stack]:
+    """The stack (a Kafka broker, two moto S3 regions), one for the whole run: started by the
+    first test process that asks for it, stopped after the last one is done."""
+    def start(state_dir: Path) -> dict[str, Any]:
+        return stack_mod.up(state_dir).to_json()
+
+    for info in shared_parts.hold(shared_root, "stack", start, throwaway_down):
+        state_dir = str((shared_root / "shared" / "stack").resolve())
+        yield stack_mod.Stack(info["kafka_bootstrap"], dict(info["s3"]), list(info["spark_jars"]), state_dir)
+
+
+@pytest.fixture(scope="session")
+def s3proxy(stack: stack_mod.Stack, shared_root: Path) -> Iterator[dict[str, str]]:
     """s3proxy, a second S3 implementation, as the stack's S3 region `s3proxy`: started only
-    when a test asks for it (about 8 s), stopped at the end of the session."""
-    state_dir = tmp_path_factory.mktemp("s3proxy")
-    try:
-        stack.s3[stack_mod.S3PROXY] = stack_mod.start_s3proxy(state_dir)
-        yield stack.s3[stack_mod.S3PROXY]
-    finally:
-        stack.s3.pop(stack_mod.S3PROXY, None)
+    when a test asks for it (about 8 s), one for the whole run."""
+    def stop(state_dir: Path) -> None:
         stack_mod.stop_part(state_dir, stack_mod.S3PROXY_PART)
+        shutil.rmtree(state_dir / "s3proxy-data", ignore_errors=True)
+
+    for info in shared_parts.hold(shared_root, "s3proxy", stack_mod.start_s3proxy, stop):
+        stack.s3[stack_mod.S3PROXY] = info
+        try:
+            yield info
+        finally:
+            stack.s3.pop(stack_mod.S3PROXY, None)
 
 
 @pytest.fixture(scope="session")
@@ -164,8 +165,10 @@ def topic(stack: stack_mod.Stack) -> str:
 
 
 # Every kind of snapshot store: the store contract tests run on each (`store_kind`), so a
-# new backend is one line here (and its branch in make_store).
-STORE_KINDS = ["local", "s3", "s3proxy", "hdfs"]
+# new backend is one line here (and its branch in make_store); a store that starts a
+# component carries its marker.
+STORE_KINDS = ["local", "s3", pytest.param("s3proxy", marks=pytest.mark.s3proxy),
+               pytest.param("hdfs", marks=pytest.mark.hdfs)]
 
 
 @pytest.fixture
@@ -182,12 +185,14 @@ def make_store(stack: stack_mod.Stack, tmp_path: Path, request: pytest.FixtureRe
             root = tmp_path / f"store-{uuid.uuid4().hex[:6]}"
             return LocalStore(root), f"file://{root}", {}
         if kind == "hdfs":
+            require_marker(request, "hdfs")
             hdfs = request.getfixturevalue("hdfs")
             url = hdfs.url(f"/stores/{uuid.uuid4().hex[:10]}")
             client = WebHdfs.for_authority(HdfsPath.parse(url).authority, env=hdfs.env())
             return HdfsStore(url, client=client), url, hdfs.env()
         region = {"s3": "primary"}.get(kind, kind)
         if region == stack_mod.S3PROXY:
+            require_marker(request, "s3proxy")
             request.getfixturevalue("s3proxy")
         prefix = f"tests/{uuid.uuid4().hex[:10]}"
         bucket = stack.s3[region]["bucket"]

@@ -50,3 +50,36 @@ def test_the_collected_suite_runs_the_longest_files_first_each_file_together(pyt
     assert runs == order, "a file's tests were split"
     weights = [recorded.get(f, -1.0) for f in order]
     assert weights == sorted(weights, reverse=True), order
+
+
+def test_the_run_summary_gives_the_total_work_and_the_heaviest_files_with_their_share(tmp_path: Path) -> None:
+    report = tmp_path / "junit.xml"
+    report.write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase classname="tests.integration.test_a" name="t1" time="60"/>'
+        '<testcase classname="tests.integration.test_a" name="t2" time="15"/>'
+        '<testcase classname="tests.integration.test_b" name="t3" time="20"><skipped/></testcase>'
+        '<testcase classname="tests.test_c" name="t4" time="5"/>'
+        "</testsuite></testsuites>"
+    )
+    text = _durations_module().summary(report, wall_s=50, top=2)
+    assert text.splitlines() == [
+        "test work: 4 tests (1 skipped), 100 s of work in 50 s (2.00 tests running on average)",
+        "the 2 heaviest files (seconds of work, share):",
+        "      75.0   75.0%  tests/integration/test_a.py",
+        "      20.0   20.0%  tests/integration/test_b.py",
+    ]
+
+
+def test_a_test_that_uses_a_component_without_its_marker_is_named() -> None:
+    from types import SimpleNamespace
+
+    from tests.components import unmarked_components
+
+    def item(nodeid: str, fixtures: list[str], marks: list[str]) -> SimpleNamespace:
+        return SimpleNamespace(nodeid=nodeid, fixturenames=fixtures,
+                               get_closest_marker=lambda name: name if name in marks else None)
+
+    items = [item("a", ["stack", "yarn", "hdfs"], ["yarn"]), item("b", ["private_regions"], ["dr_regions"]),
+             item("c", ["spark"], [])]
+    assert unmarked_components(items) == ["a: hdfs"]  # type: ignore[arg-type]

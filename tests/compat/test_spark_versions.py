@@ -60,7 +60,7 @@ from dev import spark_versions
 from tests.integration.test_failover_translation import mirror
 from tests.streams import consumed_records, wait_for
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.spark_lines]
 
 DRIVER = Path(__file__).resolve().parent / "apps" / "compat_driver.py"
 STORES = ("hdfs", "rocksdb-changelog")

@@ -37,7 +37,7 @@ from tests.streams import (
     wait_for,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.dr_regions]
 
 
 def wait_mirrored_back(bootstrap: str, topic: str, records: int, timeout: float = 120) -> None:
@@ -60,15 +60,15 @@ def wait_read_all(checkpoint: str, bootstrap: str, topic: str, what: str) -> Non
                              f"({st.last_error}); log {st.log}") from None
 
 
-@pytest.mark.parametrize("regions", ["default", "identity"], indirect=True)
+@pytest.mark.parametrize("private_regions", ["default", "identity"], indirect=True)
 def test_the_dr_failover_dag_resumes_the_stream_in_dr_after_the_primary_region_dies(
-    regions, spark, tmp_path, run_dag, monkeypatch
+    private_regions, spark, tmp_path, run_dag, monkeypatch
 ) -> None:
     from airflow_provider_streamstate.engine.lifecycle.replicate import replicate
     from airflow_provider_streamstate.engine.streams import launcher
     from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
 
-    primary, dr = regions
+    primary, dr = private_regions
     for key, value in {**primary.airflow_conn_env("dr", "s3_dr_region"),
                        **primary.airflow_conn_env("primary", "s3_primary_region")}.items():
         monkeypatch.setenv(key, value)

@@ -1,8 +1,8 @@
 """Failover onto a real MirrorMaker 2 mirror is exact: the stream resumes in the DR cluster
 with the batch after the snapshot's, and its final state counts every mirrored event once.
 
-A private region pair per test (its own primary broker, a DR broker and MM2), so the
-shared stack is never touched. The primary's producer is transactional: its commit markers
+The run's region pair of each policy (a primary broker of its own, a DR broker and MM2;
+tests/integration/conftest.py), and a private pair for the test that stops its mirror. The primary's producer is transactional: its commit markers
 take offsets the mirror does not copy, so DR offsets differ from primary offsets and a copied
 offset would skip or re-read records."""
 
@@ -28,7 +28,7 @@ from dev import stack as stack_mod
 from tests.dr_regions import end_offsets, produce_transactionally, wait_mirrored
 from tests.streams import account_state, run_to_end, use_state_store
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.dr_regions]
 
 
 def failover_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -82,9 +82,10 @@ def test_a_failed_over_stream_resumes_with_the_next_batch_and_counts_every_mirro
     assert account_state(spark, str(target)) == expected_aggregates([first, second])
 
 
-@pytest.mark.parametrize("regions", ["default"], indirect=True)
-def test_a_snapshot_the_mirror_has_not_caught_up_with_is_skipped_for_an_older_one(regions, spark, tmp_path) -> None:
-    primary, dr = regions
+@pytest.mark.parametrize("private_regions", ["default"], indirect=True)
+def test_a_snapshot_the_mirror_has_not_caught_up_with_is_skipped_for_an_older_one(private_regions, spark,
+                                                                                  tmp_path) -> None:
+    primary, dr = private_regions
     use_state_store(spark, "hdfs")
     topic = f"t-{uuid.uuid4().hex[:10]}"
     ensure_topic(primary.kafka_bootstrap, topic, partitions=3)

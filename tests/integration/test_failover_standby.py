@@ -54,7 +54,7 @@ from tests.streams import (
     use_state_store,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.hdfs]
 
 
 def failover_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -43,7 +43,7 @@ from tests.streams import (
     wait_for,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.hdfs]
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ runs, as when a node is lost or the kernel's OOM killer strikes) and a supervisi
 restarts it through YARN, removing the dead application's `.sparkStaging/<app>` on HDFS
 (Spark's copy of every conf); a clone restored from a snapshot onto another HDFS location
 runs on YARN beside it; a state job on YARN reads the HDFS store and answers as the local
-reader does; stopped gracefully, both end in the state of the whole input. Runs in the
-worker that has the YARN cluster (tests/conftest.py, SHARED_WORKER)."""
+reader does; stopped gracefully, both end in the state of the whole input. The YARN cluster
+and HDFS are the run's (tests/integration/conftest.py), shared with the other test files."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ from airflow_provider_streamstate.stream_start import start_stream
 from dev import stack as stack_mod
 from tests.streams import account_state, consumed_records, example_stream_spec, wait_for
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.yarn, pytest.mark.hdfs]
 log = logging.getLogger(__name__)
 
 

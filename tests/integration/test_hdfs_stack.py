@@ -26,7 +26,7 @@ from fsspec.implementations.webhdfs import WebHDFile, WebHDFS
 
 from dev import stack as stack_mod
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.hdfs]
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,9 @@ right where the cut's channel was appended; run to the end of the same input the
 downstream's totals count every transaction once. A failover that fails half way leaves no
 member checkpoint behind and can be run again.
 
-A private region pair (primary Kafka, DR Kafka fed by MirrorMaker 2); the source topic is
-written in transactions, so its DR offsets are not the primary's."""
+The run's region pair of the default policy (a primary Kafka of its own, DR Kafka fed by
+MirrorMaker 2; tests/integration/conftest.py); the source topic is written in transactions,
+so its DR offsets are not the primary's."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ from tests.integration.test_pipeline_cut import totals
 from tests.integration.test_state_history import SUITE
 from tests.streams import use_state_store
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.dr_regions]
 
 
 def run(spark: Any, bootstrap: str, member: str, checkpoint: str, src: str, link: str, tag: str) -> None:

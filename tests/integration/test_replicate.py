@@ -62,7 +62,7 @@ def objects(store, under: str = "blobs/") -> dict[str, int]:  # noqa: ANN001
     return {o["Key"][len(store.prefix) + 1 :]: o["Size"] for p in pages for o in p.get("Contents", [])}
 
 
-@pytest.mark.parametrize("region", ["dr", "s3proxy"])
+@pytest.mark.parametrize("region", ["dr", pytest.param("s3proxy", marks=pytest.mark.s3proxy)])
 def test_a_snapshot_replicated_to_another_region_restores_to_sparks_state_and_a_second_run_copies_nothing(
     stack, spark, stream, make_store, tmp_path, region
 ) -> None:
@@ -181,7 +181,7 @@ def test_a_replication_killed_mid_copy_leaves_nothing_listed_and_the_next_run_fi
     assert verify_snapshots(dst, "big").ok
 
 
-@pytest.mark.parametrize("region", ["dr", "s3proxy"])
+@pytest.mark.parametrize("region", ["dr", pytest.param("s3proxy", marks=pytest.mark.s3proxy)])
 def test_local_to_s3_and_back_to_local_with_a_blob_larger_than_a_part(make_store, tmp_path, region) -> None:
     ckpt = synthetic(tmp_path / "ckpt", files=12, size=50_000, big=PART_SIZE + 300_000)
     local, _, _ = make_store("local")

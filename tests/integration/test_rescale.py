@@ -45,7 +45,7 @@ from airflow_provider_streamstate.stream_start import start_stream
 from dev import spark_versions
 from tests.streams import consumed_records, example_stream_spec, wait_for
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.spark_lines]
 log = logging.getLogger(__name__)
 APP = Path(__file__).resolve().parent.parent / "apps" / "repartition_probe.py"
 FORMAT_CONF = "spark.sql.streaming.stateStore.checkpointFormatVersion"

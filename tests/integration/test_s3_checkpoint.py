@@ -111,7 +111,7 @@ def test_a_restore_onto_a_used_s3_checkpoint_is_refused_without_force(stack, mak
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("region", ["primary", "s3proxy"])
+@pytest.mark.parametrize("region", ["primary", pytest.param("s3proxy", marks=pytest.mark.s3proxy)])
 def test_the_engine_reads_restores_and_copies_checkpoints_on_both_s3_implementations(
     stack, make_store, tmp_path, region
 ) -> None:
@@ -140,6 +140,7 @@ def test_the_engine_reads_restores_and_copies_checkpoints_on_both_s3_implementat
         assert body == (root / e.path).read_bytes(), e.path
 
 
+@pytest.mark.s3proxy
 def test_a_stream_checkpointing_to_s3proxy_through_s3a_snapshots_and_restores_exactly(
     stack, spark, topic, tmp_path, make_store, s3proxy
 ) -> None:

@@ -2,16 +2,15 @@
 pyspark installation, on loopback) with the checkpoint in S3 (the stack's moto endpoint,
 through S3A): the driver runs on the launcher's host (client mode; PySpark has no cluster
 deploy mode on standalone), the executors on the workers, the stream's records live beside
-its S3 checkpoint, and its snapshots restore (locally and onto S3) exactly."""
+its S3 checkpoint, and its snapshots restore (locally and onto S3) exactly. The cluster is the
+run's (tests/integration/conftest.py), shared with the state jobs' tests."""
 
 from __future__ import annotations
 
 import json
 import logging
 import sys
-import urllib.request
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
@@ -24,25 +23,8 @@ from airflow_provider_streamstate.jobs.generator import GeneratorSpec, produce
 from dev import stack as stack_mod
 from tests.streams import account_state, consumed_records, example_stream_spec, oracle_state, wait_for
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.spark_standalone]
 log = logging.getLogger(__name__)
-
-
-@pytest.fixture(scope="module")
-def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    """(master URL, state dir): started only when a test asks for it, stopped after."""
-    state_dir = tmp_path_factory.mktemp("spark-cluster")
-    try:
-        yield stack_mod.start_spark_cluster(state_dir), str(state_dir)
-    finally:
-        stack_mod.stop_spark_cluster(state_dir)
-
-
-def master_ui(state_dir: str) -> dict:
-    """The master's JSON status (workers, running applications and the cores they use)."""
-    ui = json.loads((stack_mod.Path(state_dir) / "spark-cluster.json").read_text())["ui"]
-    with urllib.request.urlopen(f"{ui}/json/", timeout=5) as r:
-        return json.loads(r.read())
 
 
 def _cluster_spec(stack, topic, tmp_path, master, checkpoint, *, name):  # noqa: ANN001, ANN202
@@ -57,7 +39,7 @@ def _cluster_spec(stack, topic, tmp_path, master, checkpoint, *, name):  # noqa:
 
 
 def test_a_stream_on_a_standalone_cluster_checkpointing_to_s3_is_launched_watched_stopped_and_restored_exactly(
-    stack, spark, topic, tmp_path, spark_cluster, monkeypatch
+    stack, spark, topic, tmp_path, spark_standalone, monkeypatch
 ) -> None:
     """Client mode on the cluster with the checkpoint in S3: the launcher and the driver keep
     the stream's records (launch, heartbeat, driver, stop request) beside the S3 checkpoint,
@@ -71,7 +53,7 @@ def test_a_stream_on_a_standalone_cluster_checkpointing_to_s3_is_launched_watche
     from airflow_provider_streamstate.jobs.generator import expected_aggregates
     from airflow_provider_streamstate.stream_start import start_stream
 
-    master, state_dir = spark_cluster
+    master = spark_standalone.master
     for key, value in stack.s3_env("primary").items():  # the launching side reads the records with boto3 too
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("STREAMSTATE_HOME", str(tmp_path / "home"))
@@ -91,9 +73,11 @@ def test_a_stream_on_a_standalone_cluster_checkpointing_to_s3_is_launched_watche
         side = open_sidecar(spec.checkpoint)
         assert records.read_launch(side) is not None and side.read("_streamstate/heartbeat.json") is not None
         wait_for(lambda: consumed_records(spec.checkpoint) == 200, timeout=240, what="200 records on the cluster")
-        ui = master_ui(state_dir)
-        apps = ui["activeapps"]  # the driver runs here; the cluster runs its executors
-        assert len(apps) == 1 and apps[0]["cores"] >= 1, apps
+        ui = spark_standalone.status()
+        # The driver runs here; the cluster runs its executors (beside other tests' state jobs:
+        # this is the only example stream, `streamstate-example`, on the run's cluster).
+        apps = [a for a in ui["activeapps"] if a["name"] == "streamstate-example"]
+        assert len(apps) == 1 and apps[0]["cores"] >= 1, ui["activeapps"]
         assert sum(w["state"] == "ALIVE" for w in ui["workers"]) == 2
         assert sum(w["coresused"] for w in ui["workers"]) >= 1  # executors run on the workers
         with pytest.raises(StreamRunningError, match="is running on s3a://"):

@@ -13,7 +13,6 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +32,7 @@ from tests.integration.test_state_history import SUITE, produce_poison
 from tests.s3 import s3_client
 from tests.streams import run_to_end, use_state_store
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.yarn, pytest.mark.spark_standalone]
 
 OPERATOR = StateSelector("stateStoreSave")
 
@@ -78,15 +77,6 @@ def s3_history(stack, spark) -> S3History:
     return S3History(store, f"s3://{bucket}/{run}/store", [m.snapshot_id for m in manifests], first_bad)
 
 
-@pytest.fixture(scope="module")
-def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    state_dir = tmp_path_factory.mktemp("spark-cluster")
-    try:
-        yield stack_mod.start_spark_cluster(state_dir)
-    finally:
-        stack_mod.stop_spark_cluster(state_dir)
-
-
 def _local(s3_history: S3History, spark) -> StateReader:  # noqa: ANN001
     return StateReader(s3_history.store, spark=spark)
 
@@ -103,7 +93,7 @@ def _rows(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def test_state_jobs_on_a_standalone_cluster_answer_as_the_local_path_does_and_leave_nothing_behind(
-    stack, spark, s3_history, spark_cluster, capsys, monkeypatch, tmp_path
+    stack, spark, s3_history, spark_standalone, capsys, monkeypatch, tmp_path
 ) -> None:
     """`--master spark://...` (and `--spark-conn-id`): bisect (validating good and bad
     snapshots), export to s3a, diff and a failing validation run as applications on the
@@ -116,6 +106,7 @@ def test_state_jobs_on_a_standalone_cluster_answer_as_the_local_path_does_and_le
     suite_file = tmp_path / "suite.json"
     suite_file.write_text(json.dumps(SUITE))
     h = s3_history
+    spark_cluster = spark_standalone.master
     job = ["--store", h.url, "--stream", "accounts", "--json", "--master", spark_cluster,
            "--jars", ",".join(stack.spark_jars), "--conf", "spark.driver.host=127.0.0.1",
            "--conf", "spark.driver.bindAddress=127.0.0.1", "--conf", "spark.executor.memory=512m",

@@ -43,7 +43,7 @@ def test_blobs_are_stored_once_and_read_back(make_store, tmp_path, store_kind) -
         store.open_blob("e" * 64).__enter__()
 
 
-@pytest.mark.parametrize("kind", ["s3", "s3proxy"])
+@pytest.mark.parametrize("kind", ["s3", pytest.param("s3proxy", marks=pytest.mark.s3proxy)])
 @pytest.mark.parametrize("size", [12_000, PART_SIZE + 1])
 def test_s3_blob_stored_by_another_writer_after_the_check_is_not_written_again(make_store, tmp_path, size, kind) -> None:
     store, _, _ = make_store(kind)
@@ -65,7 +65,7 @@ def test_s3_blob_stored_by_another_writer_after_the_check_is_not_written_again(m
     assert uploads == []
 
 
-@pytest.mark.parametrize("kind", ["s3", "s3proxy"])
+@pytest.mark.parametrize("kind", ["s3", pytest.param("s3proxy", marks=pytest.mark.s3proxy)])
 def test_large_s3_blobs_go_up_in_parts_and_only_when_the_hash_matches(make_store, tmp_path, kind) -> None:
     store, _, _ = make_store(kind)
     data = bytes(range(256)) * ((PART_SIZE * 2 + 12345) // 256)

@@ -65,9 +65,20 @@ def final_state(spark, spec, total: int, requested_by: str | None = None) -> dic
     return account_state(spark, spec.checkpoint)
 
 
-def test_a_killed_driver_is_restarted_from_its_checkpoint_and_the_state_stays_exact(
+def test_a_killed_driver_is_restarted_and_an_unusable_checkpoint_is_replaced_by_the_newest_verified_snapshot(
     run_dag, stack, spark, topic, stream
 ) -> None:
+    """One stream through both recoveries and what a round does between them:
+
+    - a driver killed with SIGKILL is restarted from its checkpoint (one timing, no restore);
+    - the next round finds it running, caught up, and leaves it be; a round that finds it
+      lagging fails naming it;
+    - its newest state files deleted and its driver killed, the round sees the restart fail on
+      the unusable checkpoint and restores the newest verified snapshot (two timings, the
+      second with its first batch);
+    - stopped on request, it is left alone;
+
+    and the state ends exactly the generator's, no event lost or counted twice."""
     first = GeneratorSpec(seed=61, accounts=12, events=300)
     produce(stack.kafka_bootstrap, topic, first)
     start(stream)
@@ -89,33 +100,21 @@ def test_a_killed_driver_is_restarted_from_its_checkpoint_and_the_state_stays_ex
     assert again["total_lag"] == 0
     # Twelve batches' worth (it reads 100 records a batch, one batch a second): still waiting
     # when the round, a second or two later, checks the lag.
-    produce(stack.kafka_bootstrap, topic, second.next_round(1200))
+    third = second.next_round(1200)
+    produce(stack.kafka_bootstrap, topic, third)
     lagging = run_dag("streamstate_supervisor", {"streams": [stream.to_dict()], "max_lag": 0})
     assert lagging.state == "failed" and "stream orders lags:" in lagging.log, lagging.log[-3000:]
-    state = final_state(spark, stream, 1700, requested_by="an operator")
+    wait_for(lambda: consumed_records(stream.checkpoint) == 1700, timeout=180, what="all 1700 records")
 
-    # Stopped on request, it is left alone (this stream's last start was the round's restart).
-    report = supervise(run_dag, stream)
-    assert report["action"] == "left-stopped" and "stop requested by an operator" in report["message"], report
-    assert launcher.status(stream.checkpoint).state == "stopped"
-    assert state == expected_aggregates([first, second, second.next_round(1200)])
-
-
-def test_an_unusable_checkpoint_is_replaced_by_the_newest_verified_snapshot_and_the_state_stays_exact(
-    run_dag, stack, spark, topic, stream
-) -> None:
-    first = GeneratorSpec(seed=62, accounts=12, events=300)
-    produce(stack.kafka_bootstrap, topic, first)
-    start(stream)
-    wait_for(lambda: consumed_records(stream.checkpoint) == 300, timeout=180, what="the first 300 records")
+    # A verified snapshot, more input after it (replayed from its offsets after the restore),
+    # then the driver dies and the newest version's state files go, as a bad disk or a wrong
+    # cleanup would delete them.
     store = open_store(stream.store)
     snap = create_snapshot(stream.checkpoint, store, stream.name).manifest
-    second = first.next_round(200)  # after the snapshot: replayed from its offsets after the restore
-    produce(stack.kafka_bootstrap, topic, second)
-    wait_for(lambda: consumed_records(stream.checkpoint) == 500, timeout=180, what="all 500 records")
+    fourth = third.next_round(200)
+    produce(stack.kafka_bootstrap, topic, fourth)
+    wait_for(lambda: consumed_records(stream.checkpoint) == 1900, timeout=180, what="all 1900 records")
     kill_driver(stream)
-
-    # Delete the state files of the newest version, as a bad disk or a wrong cleanup would.
     newest = launcher.status(stream.checkpoint)
     committed = max(int(p.name) for p in Path(stream.checkpoint, "commits").iterdir() if p.name.isdigit())
     version = committed + 1
@@ -124,20 +123,26 @@ def test_an_unusable_checkpoint_is_replaced_by_the_newest_verified_snapshot_and_
     assert doomed, f"no state files of version {version}: {newest}"
     for p in doomed:
         p.unlink()
-    third = second.next_round(150)
-    produce(stack.kafka_bootstrap, topic, third)
+    fifth = fourth.next_round(150)
+    produce(stack.kafka_bootstrap, topic, fifth)
 
     report = supervise(run_dag, stream)
     assert (report["state_before"], report["action"]) == ("dead", "restored"), report
     assert report["restored_snapshot"] == snap.snapshot_id and report["restored_batch"] == snap.batch_id
     assert checkpoint_unusable(report["failure"]), report["failure"]
     assert len(report["timings"]) == 2 and report["timings"][1]["first_batch_s"] is not None
-    assert final_state(spark, stream, 650) == expected_aggregates([first, second, third])
+    state = final_state(spark, stream, 2050, requested_by="an operator")
+
+    # Stopped on request, it is left alone (this stream's last start was the round's restore).
+    report = supervise(run_dag, stream)
+    assert report["action"] == "left-stopped" and "stop requested by an operator" in report["message"], report
+    assert launcher.status(stream.checkpoint).state == "stopped"
+    assert state == expected_aggregates([first, second, third, fourth, fifth])
 
 
 def test_a_stream_never_started_is_an_alert_not_a_launch(run_dag, stream, tmp_path) -> None:
-    # (A stream stopped on request is left alone: the end of the killed-driver test above,
-    # on the stream it already runs.)
+    # (A stream stopped on request is left alone: the end of the recoveries' test above, on
+    # the stream it already runs.)
     never = stream.derive(name="orders-new", checkpoint=str(tmp_path / "never"))
     result = run_dag("streamstate_supervisor", {"streams": [never.to_dict()]})
     assert result.state == "failed"

@@ -19,7 +19,7 @@ import pytest
 
 from dev import ui_seed
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.browser]
 
 
 @pytest.fixture(scope="module")

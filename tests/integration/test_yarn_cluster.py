@@ -37,7 +37,7 @@ from tests.hosts import python_on_host, require_namespaces
 from tests.s3 import delete_newest_state
 from tests.streams import account_state, consumed_records, example_stream_spec, wait_for
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.yarn]
 log = logging.getLogger(__name__)
 APPS = Path(__file__).resolve().parent.parent / "apps"
 

@@ -1,0 +1,154 @@
+"""Class data sharing for the many short Spark JVMs of tests, demos and benchmarks: an archive
+of the Spark classes a small stateful query loads (the JVM's AppCDS, `-XX:ArchiveClassesAtExit`),
+mapped by every later Spark JVM of the same Spark and Java instead of loading and verifying
+those classes again. On this 2-core machine a local session's start and one small query took
+4 CPU-seconds with it instead of 7 (see docs/testing.md).
+
+    .venv/bin/python dev/spark_cds.py          # build every installed Spark line's archive (make setup does)
+    .venv/bin/python dev/spark_cds.py --opts   # print the JVM options that use the main venv's
+
+`jvm_opts()` is what SPARK_SUBMIT_OPTS gets in tests (tests/conftest.py): SHORT_LIVED_JVM,
+plus the archive of this pyspark when it was built for this Java; `with_archive_of()` swaps in
+another line's (dev/spark_versions.py's `env()` does for a driver of that line). A JVM whose
+classpath the archive does not match (a YARN container, a Spark without an archive) runs as
+without it: the JVM checks, and its messages about it are off (they would go to the
+application's stdout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from dev.stack import JARS, SHORT_LIVED_JVM  # noqa: E402
+
+ARCHIVES = JARS / "spark-cds"
+QUIET = "-Xlog:cds=off,cds+dynamic=off"
+
+# The training run: a session, SQL, a stateful streaming query on RocksDB state with
+# changelog checkpointing and on the default store, Spark's state readers, files.
+TRAINING = """
+import sys, time
+from pyspark.sql import SparkSession, functions as F
+out = sys.argv[1]
+spark = (SparkSession.builder.config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+         .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+spark.range(100).groupBy((F.col("id") % 7).alias("k")).count().collect()
+for provider, name in (("org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider", "rocks"),
+                       ("org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider", "hdfs")):
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", provider)
+    spark.conf.set("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
+    ckpt = f"{out}/{name}"
+    q = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 50).load()
+         .withWatermark("timestamp", "1 second").dropDuplicates(["value", "timestamp"])
+         .groupBy((F.col("value") % 5).alias("k")).agg(F.count("*").alias("n"), F.sum("value").alias("s"))
+         .writeStream.format("noop").outputMode("update").option("checkpointLocation", ckpt)
+         .trigger(processingTime="200 milliseconds").start())
+    while not q.lastProgress or q.lastProgress["batchId"] < 2:
+        time.sleep(0.1)
+    q.stop()
+    if int(spark.version.split(".")[0]) >= 4:  # Spark's state readers came in 4.0
+        _ = spark.streams.active
+        spark.read.format("statestore").load(ckpt).collect()
+        spark.read.format("state-metadata").load(ckpt).collect()
+spark.range(10).write.mode("overwrite").parquet(f"{out}/p")
+spark.read.parquet(f"{out}/p").count()
+spark.read.json(spark.sparkContext.parallelize(['{"a": 1}'])).collect()
+spark.stop()
+"""
+
+
+@functools.cache
+def _java_version() -> str:
+    try:
+        out = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=60).stderr
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"  # no Java here: no Spark JVM will start either
+    found = re.search(r'version "([^"]+)"', out)
+    return found.group(1) if found else "unknown"
+
+
+def archive_path(spark_home: Path | None = None, java: str | None = None) -> Path:
+    """Where the archive of this Spark (its spark-core jar's version) for this Java lives."""
+    if spark_home is None:
+        import pyspark
+
+        spark_home = Path(pyspark.__file__).resolve().parent
+    core = next(iter(sorted((spark_home / "jars").glob("spark-core_*.jar"))), None)
+    spark = core.stem.split("-", 2)[-1] if core else "unknown"
+    return ARCHIVES / f"spark-{spark}-java-{java or _java_version()}.jsa"
+
+
+def jvm_opts(spark_home: Path | None = None) -> str:
+    """SHORT_LIVED_JVM, with the archive of this Spark (default: this pyspark) and Java when it
+    exists."""
+    archive = archive_path(spark_home)
+    return f"{SHORT_LIVED_JVM} -XX:SharedArchiveFile={archive} {QUIET}" if archive.is_file() else SHORT_LIVED_JVM
+
+
+def with_archive_of(opts: str, spark_home: Path) -> str:
+    """JVM options `opts` with the archive they name replaced by that Spark's (dropped when it
+    was not built): what a JVM of another Spark line gets from an environment made for this
+    one. Options that name no archive stay as they are."""
+    if "-XX:SharedArchiveFile=" not in opts:
+        return opts
+    kept = [o for o in opts.split() if not o.startswith("-XX:SharedArchiveFile=") and o != QUIET]
+    archive = archive_path(spark_home)
+    return " ".join([*kept, f"-XX:SharedArchiveFile={archive}", QUIET] if archive.is_file() else kept)
+
+
+def build(python: str, spark_home: Path) -> Path:
+    """Run the training query under that Python's spark-submit with `-XX:ArchiveClassesAtExit`
+    (the archive is written when its JVM exits); the archive's path."""
+    archive = archive_path(spark_home)
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    spark_submit = spark_home / "bin" / "spark-submit"
+    with tempfile.TemporaryDirectory(prefix="spark-cds-") as tmp:
+        app = Path(tmp) / "training.py"
+        app.write_text(TRAINING)
+        partial = archive.with_suffix(".partial")
+        env = {**os.environ, "SPARK_HOME": str(spark_home), "PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python,
+               "SPARK_SUBMIT_OPTS": f"{SHORT_LIVED_JVM} -XX:ArchiveClassesAtExit={partial} {QUIET}"}
+        env.pop("VIRTUAL_ENV", None)
+        proc = subprocess.run([str(spark_submit), "--master", "local[1]", "--conf", "spark.driver.host=127.0.0.1",
+                               "--conf", "spark.driver.bindAddress=127.0.0.1", str(app), tmp],
+                              env=env, capture_output=True, text=True, timeout=900)
+        if proc.returncode != 0 or not partial.is_file():
+            raise SystemExit(f"building {archive.name} failed:\n{proc.stderr[-3000:]}")
+        partial.rename(archive)
+    return archive
+
+
+def main(argv: list[str] | None = None) -> int:
+    from dev import spark_versions
+
+    parser = argparse.ArgumentParser(prog="dev/spark_cds.py", description=__doc__.split("\n")[0])
+    parser.add_argument("--opts", action="store_true", help="print the JVM options that use the main venv's archive")
+    args = parser.parse_args(argv)
+    if args.opts:
+        print(jvm_opts())
+        return 0
+    for version in spark_versions.SUPPORTED:
+        if not version.installed():
+            continue
+        archive = archive_path(version.spark_home)
+        if archive.is_file():
+            print(f"{archive.relative_to(REPO)} is there")
+            continue
+        built = build(str(version.python), version.spark_home)
+        print(f"wrote {built.relative_to(REPO)} ({built.stat().st_size >> 20} MiB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,31 @@
+"""The components beyond the stack that a test may start (a cluster, a second S3, a region
+pair), each with the marker (pyproject.toml) its tests carry: a test module's cost shows in its
+marks, `-m "not yarn"` (say) leaves those tests out, and tests/conftest.py makes a test that
+uses one unmarked a collection error.
+
+Tests import helpers from here, never from conftest.py (see tests/s3.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pytest
+
+# fixture -> the marker of the tests that use it
+COMPONENT_MARKERS = {
+    "yarn": "yarn", "hdfs": "hdfs", "spark_standalone": "spark_standalone", "s3proxy": "s3proxy",
+    "regions": "dr_regions", "private_regions": "dr_regions",
+}
+
+
+def unmarked_components(items: Iterable[pytest.Item]) -> list[str]:
+    """`<test id>: <marker>` for each test that uses a component's fixture without its marker."""
+    return [f"{item.nodeid}: {marker}" for item in items for fixture, marker in COMPONENT_MARKERS.items()
+            if fixture in getattr(item, "fixturenames", ()) and item.get_closest_marker(marker) is None]
+
+
+def require_marker(request: pytest.FixtureRequest, marker: str) -> None:
+    """Fail a test that starts the component of `marker` on demand (make_store) without its marker."""
+    if request.node.get_closest_marker(marker) is None:
+        pytest.fail(f"{request.node.nodeid} starts the {marker} component: mark it `pytest.mark.{marker}` "
+                    "(see tests/components.py)")
