@@ -189,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=1800.0, help="give up on a scenario after this many seconds")
     p.add_argument("--quick", action="store_true", help="20,000 keys, 8 s bursts and warm-up")
     p.add_argument("--verification", action="store_true", help="measure the rescale's verification instead")
+    p.add_argument("--cost", action="store_true", help="measure an in-place rescale's parts and bytes instead")
     p.add_argument("--to", type=int, default=0, help="--verification: partitions after the rescale (default 3x)")
     p.add_argument("--batches", type=int, default=4, help="--verification: batches that build the state")
     p.add_argument("--baseline", default="fc891b1", help="--verification: the commit of the digest before")
@@ -201,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.verification:
         return verification_bench(args)
+    if args.cost:
+        return cost_bench(args)
     if args.quick:
         args.keys, args.burst_seconds, args.warmup, args.settle = 20_000, 8.0, 8.0, 5.0
         args.max_offsets = min(args.max_offsets, 20_000)
@@ -426,9 +429,111 @@ def _local_digest(python: str, pythonpath: str, checkpoint: str, batch: int, **k
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
+def _built_state(args: argparse.Namespace, line: Any, work: Path) -> tuple[Path, int, int]:
+    """The stopped RocksDB checkpoint a run rescales (built by tests/apps/keyed_state.py, or
+    `--state`), its newest batch and the partitions to rescale it to; `args.partitions` is
+    set to the checkpoint's own."""
+    from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader, state_partitions
+
+    built = Path(args.state) if args.state else work / "ckpt"
+    t = time.monotonic()
+    if not args.state:
+        out = subprocess.run([str(line.python), str(REPO / "tests/apps/keyed_state.py"), str(built), str(work),
+                              str(args.keys), str(args.partitions), str(args.batches), "--dedup", "--touch",
+                              str(max(1, args.keys // 100))], capture_output=True, text=True, env=line.env())
+        if out.returncode:
+            raise SystemExit(f"building the state failed: {out.stderr[-3000:]}")
+        shutil.rmtree(work / "in")
+    reader = CheckpointReader(str(built))
+    batch = reader.resolve_batch(None)
+    pinned = state_partitions({str(k): str(v) for k, v in (reader.offsets(batch)[0].get("conf") or {}).items()})
+    args.partitions = pinned or args.partitions
+    size = _tree_bytes(built / "state")
+    print(f"{'given' if args.state else 'built'}: batch {batch}, {size / MiB:.1f} MiB of state"
+          + ("" if args.state else f" ({args.keys:,} keys, {args.partitions} partitions) in "
+             f"{time.monotonic() - t:.0f} s"), flush=True)
+    return built, batch, args.to or args.partitions * 3
+
+
+def _tree_bytes(root: Path) -> int:
+    return sum(f.stat().st_size for f in root.rglob("*") if f.is_file()) if root.exists() else 0
+
+
+def cost_bench(args: argparse.Namespace) -> int:
+    """An in-place rescale (`rescale_stream`, the path the CLI and the DAG take) of a stopped
+    checkpoint into a local store, its repartition job on `local-cluster[2,1,2048]`: each
+    part's seconds and the bytes each part wrote, against the state's size, Spark's
+    repartition job alone and a plain restore of the same snapshot."""
+    from airflow_provider_streamstate.engine.catalog.snapshots import resolve_snapshot
+    from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
+    from airflow_provider_streamstate.engine.state.rescale import rescale_job_application, rescale_stream
+    from airflow_provider_streamstate.engine.stores import LocalStore
+
+    line = spark_versions.get("4.3").require()
+    WORK.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="rescale-cost-", dir=WORK))
+    os.environ["STREAMSTATE_HOME"] = str(work / "home")
+    try:
+        built, batch, to = _built_state(args, line, work)
+        checkpoint = work / "orders"
+        shutil.copytree(built, checkpoint)
+        state = _tree_bytes(checkpoint / "state")
+        store = LocalStore(work / "store")
+        written: dict[str, int] = {}
+
+        def command(job_args: Any) -> tuple[list[str], dict[str, str]]:
+            return (line.submit_command(rescale_job_application(), list(job_args), master="local-cluster[2,1,2048]",
+                                        conf={"spark.executor.memory": "1g"}), line.env())
+
+        result = rescale_stream(store, "orders", str(checkpoint), partitions=to, command=command)
+        sec = result.seconds
+        after = _tree_bytes(checkpoint / "state")
+        blobs = _tree_bytes(work / "store")
+        source = resolve_snapshot(store, "orders", result.source_snapshot)
+        rescaled = resolve_snapshot(store, "orders", result.rescaled_snapshot) if result.rescaled_snapshot else None
+        source_bytes = sum(f.size for f in source.files)
+        shared = {f.sha256 for f in source.files}
+        written["snapshot of the stopped stream (blobs written to the store)"] = source_bytes
+        written["restore of it to the work copy"] = source_bytes
+        written["Spark's repartition (the new state, written once by Spark)"] = after - state  # old files stay
+        written["swap (local: renames, no bytes copied)"] = 0
+        written["snapshot of the rescaled checkpoint (new blobs)"] = sum(
+            f.size for f in (rescaled.files if rescaled else []) if f.sha256 not in shared)
+
+        # Baselines on the same machine in the same run: a plain restore, the repartition job alone.
+        t = time.monotonic()
+        restore_snapshot(store, "orders", result.source_snapshot, str(work / "plain-restore"))
+        plain = time.monotonic() - t
+        alone = work / "alone"
+        shutil.copytree(built, alone)
+        t = time.monotonic()
+        out = subprocess.run(command([str(alone), str(to)])[0], capture_output=True, text=True, env=line.env())
+        job = time.monotonic() - t
+        if out.returncode:
+            raise SystemExit(f"the repartition job alone failed: {out.stderr[-3000:]}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    print(f"\nstate: {state / MiB:.1f} MiB at batch {batch}, {args.partitions} -> {to} partitions; after the rescale "
+          f"{after / MiB:.1f} MiB in the checkpoint's state/, {blobs / MiB:.1f} MiB in the store")
+    print("\n| part | s | bytes written (MiB) | / state |\n|---|---:|---:|---:|")
+    for k in ("snapshot", "restore", "repartition", "verify", "swap", "snapshot_rescaled", "total"):
+        if k in sec:
+            print(f"| {k} | {sec[k]:.2f} | | |")
+    for k, b in written.items():
+        print(f"| {k} | | {b / MiB:.1f} | {b / state:.2f}x |")
+    copied = sum(b for k, b in written.items() if not k.startswith("Spark"))
+    print(f"| **copied by the rescale (all but Spark's write)** | | {copied / MiB:.1f} | {copied / state:.2f}x |")
+    print(f"\n| baseline | s |\n|---|---:|\n| plain restore of the source snapshot | {plain:.2f} |"
+          f"\n| the repartition job alone (spark-submit, repartition and verification) | {job:.2f} |")
+    print(f"\nrescale total / (repartition job alone + one plain restore): {sec['total'] / (job + plain):.2f}x; "
+          f"verification on the executors {sec.get('verify_digests', 0):.1f} s of the job's repartition "
+          f"{sec.get('repartition', 0):.1f} s (spark-submit included)")
+    return 0
+
+
 def verification_bench(args: argparse.Namespace) -> int:
     from airflow_provider_streamstate.engine.checkpoint.filesystems import open_checkpoint_fs
-    from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader, state_partitions
     from airflow_provider_streamstate.engine.checkpoint.repartition import read_repartition_record
     from airflow_provider_streamstate.engine.state.rescale import rescale_job_application
 
@@ -436,24 +541,7 @@ def verification_bench(args: argparse.Namespace) -> int:
     WORK.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="rescale-verify-", dir=WORK))
     try:
-        built = Path(args.state) if args.state else work / "ckpt"
-        t = time.monotonic()
-        if not args.state:
-            out = subprocess.run([str(line.python), str(REPO / "tests/apps/keyed_state.py"), str(built), str(work),
-                                  str(args.keys), str(args.partitions), str(args.batches), "--dedup", "--touch",
-                                  str(max(1, args.keys // 100))], capture_output=True, text=True, env=line.env())
-            if out.returncode:
-                raise SystemExit(f"building the state failed: {out.stderr[-3000:]}")
-            shutil.rmtree(work / "in")
-        reader = CheckpointReader(str(built))
-        batch = reader.resolve_batch(None)
-        pinned = state_partitions({str(k): str(v) for k, v in (reader.offsets(batch)[0].get("conf") or {}).items()})
-        args.partitions = pinned or args.partitions
-        to = args.to or args.partitions * 3
-        size = sum(f.stat().st_size for f in (built / "state").rglob("*") if f.is_file())
-        print(f"{'given' if args.state else 'built'}: batch {batch}, {size / MiB:.1f} MiB of state"
-              + ("" if args.state else f" ({args.keys:,} keys, {args.partitions} partitions) in "
-                 f"{time.monotonic() - t:.0f} s"), flush=True)
+        built, batch, to = _built_state(args, line, work)
 
         runs: dict[int, dict[str, Any]] = {}
         for executors in (1, 2):

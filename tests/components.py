@@ -1,7 +1,7 @@
 """The components beyond the stack that a test may start (a cluster, a second S3, a region
 pair), each with the marker (pyproject.toml) its tests carry: a test module's cost shows in its
-marks, `-m "not yarn"` (say) leaves those tests out, and tests/conftest.py makes a test that
-uses one unmarked a collection error.
+marks, `-m "not yarn"` (say) leaves those tests out, and tests/conftest.py fails a test that
+uses one unmarked.
 
 Tests import helpers from here, never from conftest.py (see tests/s3.py)."""
 
@@ -18,9 +18,9 @@ COMPONENT_MARKERS = {
 }
 
 
-def unmarked_components(items: Iterable[pytest.Item]) -> list[str]:
-    """`<test id>: <marker>` for each test that uses a component's fixture without its marker."""
-    return [f"{item.nodeid}: {marker}" for item in items for fixture, marker in COMPONENT_MARKERS.items()
+def unmarked_components(items: Iterable[pytest.Item]) -> list[tuple[pytest.Item, str]]:
+    """(test, marker) for each test that uses a component's fixture without its marker."""
+    return [(item, marker) for item in items for fixture, marker in COMPONENT_MARKERS.items()
             if fixture in getattr(item, "fixturenames", ()) and item.get_closest_marker(marker) is None]
 
 

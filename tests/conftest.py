@@ -61,9 +61,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     workers end together instead of one idling while the other runs the last heavy file.
     Files the record does not know run last, in collection order; tests within a file keep
     theirs."""
-    unmarked = unmarked_components(items)
-    if unmarked:
-        raise pytest.UsageError("tests that start a component without its marker:\n  " + "\n  ".join(unmarked))
+    for item, marker in unmarked_components(items):
+        # A failure of the test itself, not a collection error: an xdist worker that raises
+        # here ends its session silently and the controller reports only an internal error.
+        item.add_marker(pytest.mark.unmarked_component(marker))
     if not DURATIONS.exists():
         return
     import json
@@ -134,6 +135,15 @@ def spark(stack: stack_mod.Stack):  # noqa: ANN201 - pyspark is imported lazily
     for q in session.streams.active:
         q.stop()
     session.stop()
+
+
+@pytest.fixture(autouse=True)
+def _component_marked(request: pytest.FixtureRequest) -> None:
+    """A test that uses a component's fixture without its marker fails, naming the marker."""
+    mark = request.node.get_closest_marker("unmarked_component")
+    if mark is not None:
+        pytest.fail(f"{request.node.nodeid} starts the {mark.args[0]} component: mark it "
+                    f"`pytest.mark.{mark.args[0]}` (see tests/components.py)")
 
 
 @pytest.fixture(autouse=True)

@@ -7,6 +7,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -82,4 +84,26 @@ def test_a_test_that_uses_a_component_without_its_marker_is_named() -> None:
 
     items = [item("a", ["stack", "yarn", "hdfs"], ["yarn"]), item("b", ["private_regions"], ["dr_regions"]),
              item("c", ["spark"], [])]
-    assert unmarked_components(items) == ["a: hdfs"]  # type: ignore[arg-type]
+    assert [(i.nodeid, m) for i, m in unmarked_components(items)] == [("a", "hdfs")]  # type: ignore[arg-type]
+
+
+def test_a_test_using_a_component_without_its_marker_fails_naming_the_marker() -> None:
+    """As a failure of that test at setup, not a collection error (an xdist worker whose
+    collection hook raises ends its session silently, and the run stops with an internal
+    error naming nothing): the collection hook marks it, the autouse fixture fails it."""
+    from types import SimpleNamespace
+
+    from tests import conftest
+
+    marks: dict[str, pytest.Mark] = {}
+    unmarked = SimpleNamespace(nodeid="t::unmarked", fixturenames=["hdfs"], get_closest_marker=marks.get,
+                               add_marker=lambda m: marks.setdefault(m.name, m.mark), path="t.py")
+    marked = SimpleNamespace(nodeid="t::marked", fixturenames=["hdfs"], get_closest_marker=lambda n: n == "hdfs" or None,
+                             add_marker=lambda m: pytest.fail("a marked test was marked unmarked"), path="t.py")
+    config = SimpleNamespace(rootpath="/nowhere")
+    conftest.pytest_collection_modifyitems(config, [unmarked, marked])  # type: ignore[arg-type, list-item]
+    assert list(marks) == ["unmarked_component"]
+    check = conftest._component_marked.__wrapped__  # type: ignore[attr-defined]
+    with pytest.raises(pytest.fail.Exception, match=r"t::unmarked starts the hdfs component: mark it `pytest.mark.hdfs`"):
+        check(SimpleNamespace(node=unmarked))
+    check(SimpleNamespace(node=marked))

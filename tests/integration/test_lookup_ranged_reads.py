@@ -30,7 +30,7 @@ from airflow_provider_streamstate.engine.lookup import (
 )
 from airflow_provider_streamstate.engine.state.spark import read_state, state_store_confs
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.hdfs]
 
 ROCKS = "spark.sql.streaming.stateStore.rocksdb."
 TAIL_READ = 32 << 10

@@ -44,7 +44,7 @@ from dev import spark_versions
 from dev import stack as stack_mod
 from tests.s3 import s3_client
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.yarn, pytest.mark.hdfs]
 APP = Path(__file__).resolve().parent.parent / "apps" / "keyed_state.py"
 NOT_VERIFIED = 4
 

@@ -46,7 +46,7 @@ from dev import spark_versions
 from dev import stack as stack_mod
 from tests.unit.test_checkpoint_swap import POINTS, SWAP_SCRIPT
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.s3proxy, pytest.mark.hdfs]
 PROBE = Path(__file__).resolve().parent.parent / "apps" / "repartition_probe.py"
 CRASH = "swap.half-placed"
 FILES = [[(f"k{i % 9}", i) for i in range(45)], [(f"k{3 + i % 11}", 100 + i) for i in range(33)],
