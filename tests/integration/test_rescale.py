@@ -30,9 +30,10 @@ import pytest
 from airflow_provider_streamstate.cli import main
 from airflow_provider_streamstate.engine.catalog.retention import pinned_ids
 from airflow_provider_streamstate.engine.catalog.snapshots import get_snapshot
+from airflow_provider_streamstate.engine.checkpoint.filesystems import open_checkpoint_fs
 from airflow_provider_streamstate.engine.checkpoint.liveness import Heartbeat, now_iso, write_heartbeat
 from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
-from airflow_provider_streamstate.engine.checkpoint.repartition import repartition_at
+from airflow_provider_streamstate.engine.checkpoint.repartition import read_repartition_record, repartition_at
 from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.lookup import lookup_key
@@ -123,6 +124,7 @@ def test_a_stream_grown_4_to_12_by_the_dag_under_lag_and_shrunk_12_to_3_by_the_c
         rescaled = grown.tasks["rescale"].xcom
         assert (rescaled["from_partitions"], rescaled["to_partitions"], rescaled["in_place"]) == (4, 12, True)
         assert rescaled["spark_version"] == spark43.pyspark
+        assert rescaled["seconds"]["verify_digests"] > 0  # verified by the job's executors, compared here
         assert {s["store"] for s in rescaled["stores"]} >= {"default"} and all(s["entries"] for s in rescaled["stores"])
         assert grown.tasks["rollback"].state == "skipped"
         assert grown.tasks["caught_up"].xcom["total_lag"] == 0
@@ -174,6 +176,11 @@ def test_a_format_2_checkpoint_rescaled_as_a_clone_verifies_and_the_clone_contin
     assert reader.checkpoint_format(reader.resolve_batch(None)) == 2
     assert state_digest(spec.checkpoint) == before  # production untouched: 4 partitions, the same entries
     assert state_digest(clone).partitions == {0: 6, 1: 6}
+    record = read_repartition_record(open_checkpoint_fs(clone))  # what the job's executors computed
+    assert record is not None and record.verification is not None and record.verification.ok, record
+    # A task per operator, store, partition and batch: 2 operators, 4 partitions at N, 6 at N+1.
+    assert record.verification.executors >= 1 and record.verification.tasks >= 2 * (4 + 6)
+    assert "verify_digests" in result.seconds
     assert get_snapshot(open_store(spec.store), "orders-x6", result.rescaled_snapshot).labels["source-stream"] == "orders"
 
     # The clone, with its own sinks, continues exactly over the same input and more.
