@@ -28,26 +28,14 @@ from typing import Any
 
 import pytest
 
+from dev.stack import _pid_alive  # a zombie counts as gone
+
 
 def shared_root(tmp_path_factory: pytest.TempPathFactory, config: pytest.Config) -> Path:
     """The run's base temporary directory: the xdist controller's, which holds the workers'
     own (`popen-gw<n>`), or this process's when it runs alone."""
     base = tmp_path_factory.getbasetemp()
     return base.parent if hasattr(config, "workerinput") else base
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 @contextlib.contextmanager
@@ -67,7 +55,7 @@ def _live_holders(part_dir: Path) -> list[int]:
     holders.mkdir(exist_ok=True)
     alive = []
     for record in holders.iterdir():
-        if record.name.isdigit() and _alive(int(record.name)):
+        if record.name.isdigit() and _pid_alive(int(record.name)):
             alive.append(int(record.name))
         else:
             record.unlink(missing_ok=True)
