@@ -18,10 +18,11 @@ class RescaleStreamOperator(StreamTask):
     """Spread a stream's state over another number of partitions with Spark's offline
     repartition (Spark 4.2+, RocksDB state), on a verified copy: from `snapshot` (default a
     new snapshot of the stopped stream), restored to a work copy, repartitioned there by a
-    Spark application through the stream's own Spark connection, verified key by key
-    without Spark, snapshotted (labels `rescaled-from`, `partitions`), and only then put in
-    place of the stopped stream's checkpoint (the source snapshot pinned: a rollback is one
-    restore of it), or written as a clone at `target`. A running stream (in place), HDFS-backed
+    Spark application through the stream's own Spark connection, verified key by key by
+    that application's executors (their digests compared again here), put in place of the
+    stopped stream's checkpoint behind a fence (the source snapshot pinned: a rollback is one
+    restore of it) and only then snapshotted (labels `rescaled-from`, `partitions`), or
+    written as a clone at `target`. A running stream (in place), HDFS-backed
     state, a checkpoint begun before Spark 4.0, an older Spark or the current number of
     partitions fail the task without retries, with nothing changed. Returns `{"stream",
     "source_snapshot", "rescaled_snapshot", "from_partitions", "to_partitions",
