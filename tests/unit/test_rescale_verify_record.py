@@ -23,6 +23,9 @@ from airflow_provider_streamstate.engine.state import rescale
 class _Work:
     location = "/ckpt.streamstate-rescale-6"
 
+    def refresh(self) -> None:
+        pass
+
 
 def digest(batch: int, partitions: int, *, entries: int = 40, fingerprint: str = "f0",
            misplaced: tuple[str, ...] = ()) -> StateDigest:
