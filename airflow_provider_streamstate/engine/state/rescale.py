@@ -433,8 +433,8 @@ def _verify(work: CheckpointFS, batch: int, before: int, partitions: int, record
     repartition job computed on its executors (`record`), compared here again; computed here
     only when the job could not (its executors lack what the digest needs, an older job)."""
     location = work.location
-    work.refresh()  # listings cached before the repartition job wrote its batch (S3, HDFS)
-    done = repartition_at(CheckpointReader(work), batch + 1)
+    # A fresh view of the copy: `work` listed it (S3, HDFS cache listings) before the job wrote its batch.
+    done = repartition_at(CheckpointReader(work.relocated(location)), batch + 1)
     if done is None or not done.committed or done.to_partitions != partitions:
         raise RescaleError(f"the copy at {location} holds no committed repartition to {partitions} partitions "
                            f"after batch {batch}", hint="nothing was changed; retry the rescale")
