@@ -248,6 +248,7 @@ def test_rescales_that_cannot_work_are_refused_in_one_line_with_nothing_changed(
                                                   pid=4242, state="running", batch_id=0, input_rows=0,
                                                   updated_at=now_iso(), interval_s=60.0))
         tree, ids = _tree(Path(checkpoint)), store.list_snapshot_ids("probe")
+        capsys.readouterr()  # the CLI's output alone (an earlier test's Airflow logging may print here)
         code = main(["rescale", "--spec", str(spec_file), *args])
         err = capsys.readouterr().err.strip()
         assert code != 0 and err.count("\n") == 0, err
