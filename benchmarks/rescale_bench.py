@@ -473,11 +473,13 @@ def cost_bench(args: argparse.Namespace) -> int:
     WORK.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="rescale-cost-", dir=WORK))
     os.environ["STREAMSTATE_HOME"] = str(work / "home")
+    # The state was written a moment ago by the build, whose query has stopped: not a query running on it.
+    os.environ["STREAMSTATE_UNMANAGED_WINDOW_S"] = "0"
     try:
         built, batch, to = _built_state(args, line, work)
         checkpoint = work / "orders"
         shutil.copytree(built, checkpoint)
-        state = _tree_bytes(checkpoint / "state")
+        on_disk = _tree_bytes(checkpoint / "state")  # every version the checkpoint keeps
         store = LocalStore(work / "store")
         written: dict[str, int] = {}
 
@@ -492,10 +494,11 @@ def cost_bench(args: argparse.Namespace) -> int:
         source = resolve_snapshot(store, "orders", result.source_snapshot)
         rescaled = resolve_snapshot(store, "orders", result.rescaled_snapshot) if result.rescaled_snapshot else None
         source_bytes = sum(f.size for f in source.files)
+        state = sum(f.size for f in source.files if f.path.startswith("state/"))  # the state at batch N
         shared = {f.sha256 for f in source.files}
         written["snapshot of the stopped stream (blobs written to the store)"] = source_bytes
         written["restore of it to the work copy"] = source_bytes
-        written["Spark's repartition (the new state, written once by Spark)"] = after - state  # old files stay
+        written["Spark's repartition (the new state, written once by Spark)"] = after - on_disk  # old files stay
         written["swap (local: renames, no bytes copied)"] = 0
         written["snapshot of the rescaled checkpoint (new blobs)"] = sum(
             f.size for f in (rescaled.files if rescaled else []) if f.sha256 not in shared)
@@ -514,7 +517,8 @@ def cost_bench(args: argparse.Namespace) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    print(f"\nstate: {state / MiB:.1f} MiB at batch {batch}, {args.partitions} -> {to} partitions; after the rescale "
+    print(f"\nstate: {state / MiB:.1f} MiB at batch {batch} (the snapshot's state files; {on_disk / MiB:.1f} MiB in "
+          f"the checkpoint's state/ with older versions), {args.partitions} -> {to} partitions; after the rescale "
           f"{after / MiB:.1f} MiB in the checkpoint's state/, {blobs / MiB:.1f} MiB in the store")
     print("\n| part | s | bytes written (MiB) | / state |\n|---|---:|---:|---:|")
     for k in ("snapshot", "restore", "repartition", "verify", "swap", "snapshot_rescaled", "total"):
@@ -524,6 +528,8 @@ def cost_bench(args: argparse.Namespace) -> int:
         print(f"| {k} | | {b / MiB:.1f} | {b / state:.2f}x |")
     copied = sum(b for k, b in written.items() if not k.startswith("Spark"))
     print(f"| **copied by the rescale (all but Spark's write)** | | {copied / MiB:.1f} | {copied / state:.2f}x |")
+    given = copied - written["snapshot of the stopped stream (blobs written to the store)"]
+    print(f"| **the same from an existing snapshot (`--snapshot latest`)** | | {given / MiB:.1f} | {given / state:.2f}x |")
     print(f"\n| baseline | s |\n|---|---:|\n| plain restore of the source snapshot | {plain:.2f} |"
           f"\n| the repartition job alone (spark-submit, repartition and verification) | {job:.2f} |")
     print(f"\nrescale total / (repartition job alone + one plain restore): {sec['total'] / (job + plain):.2f}x; "
