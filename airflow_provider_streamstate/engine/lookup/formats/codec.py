@@ -95,8 +95,6 @@ def iter_decompressed(read: Callable[[int], bytes], name: str, where: str) -> It
                 raise CorruptionError(f"{where} is not a valid zstd stream: {exc}") from None
             if out:
                 yield out
-    import lz4.block
-    import xxhash
 
     at = 0
     while True:
@@ -119,15 +117,24 @@ def iter_decompressed(read: Callable[[int], bytes], name: str, where: str) -> It
             raise CorruptionError(f"{where} is damaged or truncated: an LZ4 block of {clen} bytes at byte {at}",
                                   hint="restore an older snapshot, or re-read the checkpoint")
         at += 21 + clen
-        if method == _LZ4:
-            try:
-                raw = lz4.block.decompress(raw, uncompressed_size=olen)
-            except lz4.block.LZ4BlockError as exc:
-                raise CorruptionError(f"{where} is damaged: an LZ4 block does not decompress ({exc})") from None
-        if len(raw) != olen or (xxhash.xxh32_intdigest(raw, _SEED) & 0x0FFFFFFF) != check:
-            raise CorruptionError(f"{where} is damaged: an LZ4 block's checksum does not match",
-                                  hint="restore an older snapshot, or re-read the checkpoint")
-        yield raw
+        yield _lz4_block(raw, method, olen, check, where)
+
+
+def _lz4_block(raw: bytes, method: int, olen: int, check: int, where: str) -> bytes:
+    """One block of lz4-java's block stream, decompressed (or stored raw) and checked
+    against its XXHash32."""
+    import lz4.block
+    import xxhash
+
+    if method == _LZ4:
+        try:
+            raw = lz4.block.decompress(raw, uncompressed_size=olen)
+        except lz4.block.LZ4BlockError as exc:
+            raise CorruptionError(f"{where} is damaged: an LZ4 block does not decompress ({exc})") from None
+    if len(raw) != olen or (xxhash.xxh32_intdigest(raw, _SEED) & 0x0FFFFFFF) != check:
+        raise CorruptionError(f"{where} is damaged: an LZ4 block's checksum does not match",
+                              hint="restore an older snapshot, or re-read the checkpoint")
+    return raw
 
 
 def verified_per_block(name: str) -> bool:
@@ -147,9 +154,6 @@ def _read_exactly(read: Callable[[int], bytes], n: int) -> bytes:
 
 
 def lz4_block_stream(data: bytes, where: str) -> bytes:
-    import lz4.block
-    import xxhash
-
     out: list[bytes] = []
     pos, n = 0, len(data)
     while True:
@@ -167,14 +171,5 @@ def lz4_block_stream(data: bytes, where: str) -> bytes:
                                   hint="restore an older snapshot, or re-read the checkpoint")
         if olen == 0:
             return b"".join(out)
-        raw = data[pos:pos + clen]
+        out.append(_lz4_block(data[pos:pos + clen], method, olen, check, where))
         pos += clen
-        if method == _LZ4:
-            try:
-                raw = lz4.block.decompress(raw, uncompressed_size=olen)
-            except lz4.block.LZ4BlockError as exc:
-                raise CorruptionError(f"{where} is damaged: an LZ4 block does not decompress ({exc})") from None
-        if len(raw) != olen or (xxhash.xxh32_intdigest(raw, _SEED) & 0x0FFFFFFF) != check:
-            raise CorruptionError(f"{where} is damaged: an LZ4 block's checksum does not match",
-                                  hint="restore an older snapshot, or re-read the checkpoint")
-        out.append(raw)
