@@ -133,7 +133,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -168,7 +168,7 @@ def _wait(name: str, state_dir: Path, ready: Any, timeout: float = READY_TIMEOUT
     pid = int((state_dir / f"{name}.pid").read_text())
     last: Exception | None = None
     while time.monotonic() < deadline:
-        if not _pid_alive(pid):
+        if not pid_alive(pid):
             raise StackError(f"{name} exited while starting; see {state_dir / (name + '.log')}")
         try:
             if ready():
@@ -565,7 +565,7 @@ def _hdfs_ports(state_dir: Path) -> dict[str, int]:
 def _load_hdfs(state_dir: Path) -> HdfsCluster | None:
     pid_file = state_dir / f"{HDFS_PART}.pid"
     info_file = state_dir / "hdfs-conf" / "hdfs-cluster.json"
-    if not (pid_file.exists() and _pid_alive(int(pid_file.read_text())) and info_file.exists()):
+    if not (pid_file.exists() and pid_alive(int(pid_file.read_text())) and info_file.exists()):
         return None
     info = json.loads(info_file.read_text())
     return HdfsCluster(info["uri"], info["webhdfs_url"], str(info_file.parent), info["datanode"]["http"],
@@ -783,7 +783,7 @@ def status(state_dir: Path = DEFAULT_STATE_DIR) -> dict[str, Any]:
     for name in _parts(state_dir):
         pid_file = state_dir / f"{name}.pid"
         pid = int(pid_file.read_text()) if pid_file.exists() else None
-        parts[name] = {"pid": pid, "running": bool(pid and _pid_alive(pid))}
+        parts[name] = {"pid": pid, "running": bool(pid and pid_alive(pid))}
     info_file = state_dir / "stack.json"
     info = json.loads(info_file.read_text()) if info_file.exists() else None
     return {"state_dir": str(state_dir), "parts": parts, "stack": info}
@@ -835,9 +835,9 @@ def stop_part(state_dir: Path | str, name: str, timeout: float = 20.0) -> None:
         except ProcessLookupError:
             break
         deadline = time.monotonic() + wait
-        while time.monotonic() < deadline and _pid_alive(pid):
+        while time.monotonic() < deadline and pid_alive(pid):
             time.sleep(0.1)
-        if not _pid_alive(pid):
+        if not pid_alive(pid):
             break
     pid_file.unlink(missing_ok=True)
 
@@ -861,7 +861,7 @@ def kill_part(state_dir: Path | str, name: str) -> None:
     except ProcessLookupError:
         pass
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and _pid_alive(pid):
+    while time.monotonic() < deadline and pid_alive(pid):
         time.sleep(0.05)
     pid_file.unlink(missing_ok=True)
 
@@ -875,7 +875,7 @@ def restart_part(state_dir: Path | str, name: str) -> None:
     state_dir = Path(state_dir).resolve()
     name = part_name(name)
     pid_file = state_dir / f"{name}.pid"
-    if pid_file.exists() and _pid_alive(int(pid_file.read_text())):
+    if pid_file.exists() and pid_alive(int(pid_file.read_text())):
         raise StackError(f"part {name} is running; stop or kill it first")
     info_file = state_dir / "stack.json"
     info = json.loads(info_file.read_text()) if info_file.exists() else {}

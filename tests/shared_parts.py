@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from dev.stack import _pid_alive  # a zombie counts as gone
+from dev.stack import pid_alive  # a zombie counts as gone
 
 
 def shared_root(tmp_path_factory: pytest.TempPathFactory, config: pytest.Config) -> Path:
@@ -55,7 +55,7 @@ def _live_holders(part_dir: Path) -> list[int]:
     holders.mkdir(exist_ok=True)
     alive = []
     for record in holders.iterdir():
-        if record.name.isdigit() and _pid_alive(int(record.name)):
+        if record.name.isdigit() and pid_alive(int(record.name)):
             alive.append(int(record.name))
         else:
             record.unlink(missing_ok=True)

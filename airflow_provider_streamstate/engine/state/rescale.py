@@ -413,10 +413,11 @@ def _repartition(stream: str, work: CheckpointFS, partitions: int, command: Comm
     except (StreamstateError, OSError) as exc:  # the checkpoint itself says whether it repartitioned
         log.warning("the repartition job's record is unreadable: %s", exc)
     code = app.proc.returncode if app.proc is not None else None
-    repartitioned = record is not None and record.ok  # its verification, if it failed, is _verify's to report
-    failed = (record is not None and not record.ok) or not repartitioned and (
-        (code not in (0, None) and app.report is None)
-        or (app.report is not None and app.report.stream_state() != "stopped"))
+    if record is not None:  # the job's own word on Spark's repartition (its verification is _verify's)
+        failed = not record.ok
+    else:
+        failed = (code not in (0, None) and app.report is None) or (
+            app.report is not None and app.report.stream_state() != "stopped")
     if failed:
         error = (record.error if record is not None else None) or app.last_error()
         if (record is not None and record.unsupported) or code == 3:
