@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 UV_VERSION := 0.13.9
 MVN    ?= mvn
 
-.PHONY: setup browser spark-cds demo demo-dr test test-quick golden golden-check lint bench lock lock-spark spark-envs stack-up stack-down clean ui-screenshots
+.PHONY: setup setup-parts browser spark-cds demo demo-dr test test-quick golden golden-check lint bench lock lock-spark spark-envs stack-up stack-down clean ui-screenshots
 
 GROUP_STATE_JOB := .jvm/group-state-job/streamstate-group-state-job.jar
 
@@ -16,7 +16,13 @@ GROUP_STATE_JOB := .jvm/group-state-job/streamstate-group-state-job.jar
 SPARK_LINES := 3.5 4.0 4.3
 SPARK_VENVS := .venv-spark
 
-setup: $(VENV)/.installed .jvm/.fetched $(GROUP_STATE_JOB) browser spark-envs spark-cds
+# The parts are independent until the class data sharing archives, which need them all: made
+# side by side, one per core (their output kept together per part).
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+setup:
+	@$(MAKE) --no-print-directory -j$(JOBS) --output-sync=target setup-parts
+
+setup-parts: $(VENV)/.installed .jvm/.fetched $(GROUP_STATE_JOB) browser spark-envs spark-cds
 
 # A headless Chromium and its chromedriver for the Streams UI tests (Debian packages).
 browser:
@@ -63,7 +69,8 @@ $(SPARK_VENVS)/%/.installed: dev/spark-envs/%.lock pyproject.toml | $(VENV)/.ins
 
 # A Java stream with mapGroupsWithState/flatMapGroupsWithState for the tests, compiled against
 # the Spark jars pyspark ships (the same Spark, nothing downloaded).
-$(GROUP_STATE_JOB): $(wildcard jvm/group-state-job/src/main/java/io/streamstate/dev/*.java) $(VENV)/.installed
+# (After the JVM artifacts: fetching them starts from an empty .jvm.)
+$(GROUP_STATE_JOB): $(wildcard jvm/group-state-job/src/main/java/io/streamstate/dev/*.java) $(VENV)/.installed | .jvm/.fetched
 	@bash dev/require.sh java
 	@command -v javac >/dev/null 2>&1 || { echo "error: javac not found; install a JDK 17+ (e.g. apt-get install openjdk-17-jdk-headless)" >&2; exit 1; }
 	@rm -rf .jvm/group-state-job && mkdir -p .jvm/group-state-job/classes

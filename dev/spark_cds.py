@@ -24,6 +24,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -138,15 +139,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.opts:
         print(jvm_opts())
         return 0
+    missing = []
     for version in spark_versions.SUPPORTED:
         if not version.installed():
             continue
         archive = archive_path(version.spark_home)
         if archive.is_file():
             print(f"{archive.relative_to(REPO)} is there")
-            continue
-        built = build(str(version.python), version.spark_home)
-        print(f"wrote {built.relative_to(REPO)} ({built.stat().st_size >> 20} MiB)")
+        else:
+            missing.append(version)
+    # One training JVM per core: each is a single-threaded local[1] query, mostly class loading.
+    with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
+        for built in pool.map(lambda v: build(str(v.python), v.spark_home), missing):
+            print(f"wrote {built.relative_to(REPO)} ({built.stat().st_size >> 20} MiB)")
     return 0
 
 

@@ -338,6 +338,11 @@ def failure_trace(query: Any) -> str | None:
         return None
 
 
+# How often a stop looks whether the batch in flight has committed: a busy stream plans its
+# next batch a few milliseconds after a commit, and a stop that comes after that interrupts it
+# (the checkpoint then holds a planned, uncommitted batch, which a restart redoes).
+STOP_POLL_S = 0.005
+
 def stop_query(query: Any, *, batch_wait_s: float = 60.0) -> None:
     """Stop `query` once the batch in flight has committed (at most `batch_wait_s`): an
     interrupted batch is run again after a restart, and Spark logs its abort as errors.
@@ -351,7 +356,7 @@ def stop_query(query: Any, *, batch_wait_s: float = 60.0) -> None:
             in_flight = -1 if last is None else int(last) + 1
         elif last is not None and int(last) >= in_flight:
             break
-        time.sleep(0.05)
+        time.sleep(STOP_POLL_S)
     query.stop()
 
 

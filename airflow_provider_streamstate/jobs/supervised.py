@@ -54,6 +54,7 @@ from airflow_provider_streamstate.engine.streams.launcher import (
 )
 from airflow_provider_streamstate.engine.streams.records import DriverRecord, stop_requested, write_driver
 from airflow_provider_streamstate.engine.streams.secret_confs import ENV_SECRETS_FILE
+from airflow_provider_streamstate.jobs.runtime import STOP_POLL_S
 
 ENV_STOP_BATCH_WAIT = "STREAMSTATE_STOP_BATCH_WAIT"
 FENCE_CHECK_S = 10.0  # how often a running driver checks that no newer launch owns its checkpoint
@@ -220,7 +221,7 @@ class Supervisor:
                 in_flight = -1 if last is None else last + 1
             elif last is not None and last >= in_flight:
                 break
-            time.sleep(0.05)
+            time.sleep(STOP_POLL_S)
         _say(f"stopping query {query.name or query.id}")
         for listener in list(self.listeners):
             listener.stopping = True
