@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import urllib.request
 from collections.abc import Iterator
@@ -91,11 +92,13 @@ def private_regions(request: pytest.FixtureRequest, tmp_path_factory: pytest.Tem
 def yarn(shared_root: Path) -> Iterator[stack_mod.YarnCluster]:
     """The stack's YARN cluster (a ResourceManager and a NodeManager in one JVM), one for the
     whole run, shared by the test processes: each test's applications are its own. Its
-    NodeManager offers twice the stack's default (16 GiB, 8 vcores: bookkeeping, YARN does not
-    enforce them here), so that two tests' applications (a stream, a clone and a state job
-    each at most) are never queued behind each other."""
+    NodeManager offers the stack's default once per test process (8 GiB and 4 vcores each:
+    bookkeeping, YARN does not enforce them here), so that the tests' applications running at
+    once (a stream, a clone and a state job each at most) are never queued behind each other."""
+    processes = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1))
+
     def start(state_dir: Path) -> dict[str, Any]:
-        return stack_mod.start_yarn_cluster(state_dir, memory_mb=16384, vcores=8).to_json()
+        return stack_mod.start_yarn_cluster(state_dir, memory_mb=8192 * processes, vcores=4 * processes).to_json()
 
     for info in shared_parts.hold(shared_root, "yarn", start, stack_mod.stop_yarn_cluster):
         yield stack_mod.YarnCluster(**info)
