@@ -102,3 +102,54 @@ def _warn_if_the_driver_stays_here(spec: StreamSpec, command: list[str], log: An
                 "this task's pod under the Kubernetes executor; to outlive the worker, run it in cluster deploy "
                 "mode (YARN, Kubernetes: deploy_mode='cluster')", spec.name, master)
 
+
+
+def finish_planned_batch(spec: StreamSpec, *, timeout_s: float, log: Any) -> int | None:
+    """Commit the batch a stop interrupted, as Spark planned it, and leave the stream stopped.
+
+    A stop lets the batch in flight finish, but a busy stream plans its next batch the moment
+    one commits: a stop that lands after that leaves `offsets/N+1` without `commits/N+1`. A
+    restart would redo that batch as planned (the sinks that record batch ids rely on it), so
+    whatever works on the stopped checkpoint at batch N (a rescale, an edit) would drop it.
+    This runs the stream's application once with every query on Trigger.Once, which runs
+    exactly the planned batch and ends. Returns the batch it committed, None when the
+    checkpoint held none (nothing is launched then). The stream must be stopped."""
+    import time
+
+    from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
+    from airflow_provider_streamstate.engine.checkpoint.sidecar import open_sidecar
+    from airflow_provider_streamstate.engine.core.errors import StreamRunningError, TransientError
+    from airflow_provider_streamstate.engine.streams import launcher
+    from airflow_provider_streamstate.hooks.store import open_checkpoint
+
+    fs = open_checkpoint(spec.checkpoint, spec.aws_conn_id)
+    reader = CheckpointReader(fs.fresh())
+    offsets, commits = reader.offset_batches(), reader.committed_batches()
+    if not offsets or (commits and commits[-1] >= offsets[-1]):
+        return None
+    planned = offsets[-1]
+    side = open_sidecar(fs)
+    state = launcher.status(side).state
+    if state in ("starting", "running"):
+        raise StreamRunningError(f"stream {spec.name} is {state} on {spec.checkpoint}: its planned batch {planned} "
+                                 "is its own to finish", hint="stop it first")
+    log.info("stream %s: batch %d was planned but not committed when it stopped: running it once to commit it",
+             spec.name, planned)
+    command, env = stream_command(spec)
+    handle = launcher.launch(command, stream=spec.name, checkpoint=side,
+                             env={**env, launcher.ENV_FINISH_PLANNED_BATCH: "1"},
+                             heartbeat_interval_s=spec.heartbeat_interval_s)
+    deadline = time.monotonic() + timeout_s
+    while (status := launcher.status(side)).state in ("starting", "running"):
+        if time.monotonic() > deadline:
+            launcher.stop(handle, timeout_s=60, checkpoint=side, requested_by="finish_planned_batch timeout")
+            raise TransientError(f"stream {spec.name} did not commit its planned batch {planned} within "
+                                    f"{timeout_s:.0f}s", hint=f"see its log {handle.log_path}")
+        time.sleep(0.5)
+    launcher.forget_secrets(handle)
+    if planned not in CheckpointReader(fs.fresh()).committed_batches():
+        raise launcher.StreamStartError(f"stream {spec.name} ended ({status.state}) without committing its planned batch "
+                                f"{planned}: {status.last_error or 'no error recorded'}",
+                                hint=f"see its log {handle.log_path}; starting it redoes the batch")
+    log.info("stream %s: committed its planned batch %d; stopped", spec.name, planned)
+    return planned

@@ -6,9 +6,9 @@ batch. This DAG gives it more, safely (docs/runbooks/rescale.md):
 1. `confirm_lag`: the stream's lag stays above `lag_threshold` records on some partition for
    `sustained_minutes` (sampled every 15 s); it skips the run when the lag falls below
    (null `lag_threshold`: rescale unconditionally).
-2. `stop`: the stream stops gracefully (its batch in flight finishes; a busy stream may have
-   planned its next one by then, which the rescale refuses to drop: the run fails, the
-   rollback starts the stream again, nothing is lost).
+2. `stop`: the stream stops gracefully (its batch in flight finishes); when a busy stream
+   had planned its next batch before the stop came, it runs once more for exactly that
+   batch, so the checkpoint ends at a batch boundary (a rescale never drops a planned batch).
 3. `rescale`: RescaleStreamOperator, in place, to `partitions`: Spark's offline repartition
    on a verified copy of a new snapshot of the stopped stream; the source snapshot is pinned.
 4. `restart`: the stream starts from its rescaled checkpoint with `restart_conf` over its
@@ -147,7 +147,7 @@ with DAG(
                 "state": status.state}
 
     spec = confirm_lag()
-    stop = StopStreamOperator(task_id="stop", stream=spec, timeout=300)
+    stop = StopStreamOperator(task_id="stop", stream=spec, timeout=300, finish_planned_batch=True)
     rescale = RescaleStreamOperator(
         task_id="rescale", stream=spec, partitions="{{ params.partitions }}",
         timeout="{{ params.repartition_timeout_minutes * 60 if params.repartition_timeout_minutes else None }}",

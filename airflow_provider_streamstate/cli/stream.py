@@ -61,6 +61,9 @@ def register(commands: Any) -> Handlers:
         if name == "stop":
             p.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
                            help="how long the graceful stop may take before the kill (default 120)")
+            p.add_argument("--finish-planned-batch", action="store_true",
+                           help="end at a batch boundary: when the stop interrupted a batch the stream had planned, "
+                                "run it once more for exactly that batch (needs --spec)")
         p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
 
     sup = sub.add_parser("supervise", help="one supervision round: check, restart, restore a verified snapshot")
@@ -151,10 +154,25 @@ def _unfinished_repartition(location: str) -> str | None:
 def cmd_stop(args: argparse.Namespace) -> int:
     from airflow_provider_streamstate.engine.streams import launcher
 
+    if args.finish_planned_batch and not args.spec:
+        from airflow_provider_streamstate.engine.core.errors import UsageError
+
+        raise UsageError("--finish-planned-batch runs the stream once more, which needs its --spec",
+                         hint="give --spec instead of --checkpoint")
     result = launcher.stop(_checkpoint(args), timeout_s=args.timeout,
                            requested_by=f"streamstate stream stop on {socket.gethostname()}")
-    print_result(args, result.to_json(), f"{result.checkpoint}: {result.outcome} in {result.seconds:.1f}s "
-                                         f"(state {result.state}, exit code {result.exit_code})")
+    text = (f"{result.checkpoint}: {result.outcome} in {result.seconds:.1f}s (state {result.state}, exit code "
+            f"{result.exit_code})")
+    finished = None
+    if args.finish_planned_batch:
+        spec = read_spec(args.spec)
+        use_spec_connection(spec)
+        from airflow_provider_streamstate.stream_start import finish_planned_batch
+
+        finished = finish_planned_batch(spec, timeout_s=args.timeout + 600, log=log)
+        if finished is not None:
+            text += f"; ran once more to commit its planned batch {finished}"
+    print_result(args, {**result.to_json(), "finished_planned_batch": finished}, text)
     return EXIT_OK
 
 

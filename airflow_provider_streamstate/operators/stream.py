@@ -63,19 +63,26 @@ class StopStreamOperator(StreamTask):
     its queries), forced after `timeout` (its process group is killed; a restart re-runs
     the unfinished batch from the checkpoint). Stopping a stream that does not run succeeds.
     Returns `{"stream", "checkpoint", "outcome" (stopped|killed|not-running), "seconds",
-    "state", "exit_code", "pid"}`.
+    "state", "exit_code", "pid", "finished_planned_batch"}`.
 
     :param stream: the stream, a `StreamSpec` or its `to_dict()`. (templated)
     :param timeout: how long the graceful stop may take before the kill (a timedelta or
         seconds). A driver on another host cannot be killed from here: the task fails
         (retryable) when it has not stopped by then. (templated)
+    :param finish_planned_batch: leave the checkpoint at a batch boundary: a busy stream may
+        have planned its next batch before the stop came, and the stop interrupts it; then
+        the stream runs once more, for exactly that batch (`finished_planned_batch` in the
+        result), within `timeout` and ten minutes to start. What a rescale or an edit of the
+        stopped checkpoint needs.
     """
 
     template_fields: Sequence[str] = ("stream", "timeout")
 
-    def __init__(self, *, timeout: timedelta | float = timedelta(minutes=2), **kwargs: Any) -> None:
+    def __init__(self, *, timeout: timedelta | float = timedelta(minutes=2), finish_planned_batch: bool = False,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.timeout = timeout
+        self.finish_planned_batch = finish_planned_batch
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_streamstate.engine.streams import launcher
@@ -86,7 +93,14 @@ class StopStreamOperator(StreamTask):
                                    requested_by=f"task {self.task_id}")
         self.log.info("stream %s on %s: %s in %.1fs (state %s, exit code %s)", spec.name, spec.checkpoint,
                       result.outcome, result.seconds, result.state, result.exit_code)
-        return {"stream": spec.name, **result.to_json()}
+        finished = None
+        if self.finish_planned_batch:
+            from airflow_provider_streamstate.stream_start import finish_planned_batch
+
+            with self.cancellable():
+                finished = finish_planned_batch(spec, timeout_s=parse_duration(self.timeout, "timeout") + 600,
+                                                log=self.log)
+        return {"stream": spec.name, **result.to_json(), "finished_planned_batch": finished}
 
 
 def _overlaps(a: str, b: str) -> bool:

@@ -38,7 +38,7 @@ def test_a_stream_stopped_in_the_middle_of_the_next_batch_is_told_to_let_it_comm
     with pytest.raises(CheckpointChanged) as caught:
         _check_at_source(open_checkpoint_fs(str(root)), _source(root, 5))  # type: ignore[arg-type]
     line = caught.value.one_line()
-    assert "batch 6 planned but not committed" in line and "let it commit that batch" in line
+    assert "batch 6 planned but not committed" in line and "--finish-planned-batch" in line
     assert "\n" not in line
 
 

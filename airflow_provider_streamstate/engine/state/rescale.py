@@ -358,8 +358,8 @@ def _check_at_source(fs: CheckpointFS, source: Manifest) -> None:
         raise CheckpointChanged(
             f"checkpoint {fs.location} holds batch {n + 1} planned but not committed (the stream stopped in "
             f"the middle of it): a rescale at batch {n} would drop that batch's plan, which Spark redoes as "
-            "planned for the sinks that record batch ids", hint="start the stream, let it commit that batch and "
-            "stop it again (a stop lets the batch in flight finish, but a busy stream may have planned the next)")
+            "planned for the sinks that record batch ids", hint="stop it with --finish-planned-batch (StopStreamOperator's "
+            "finish_planned_batch=True): it runs once more for exactly that batch")
     if newest != (n, n):
         raise CheckpointChanged(
             f"checkpoint {fs.location} is at batch {newest[0]} (committed {newest[1]}), not at batch {n} of "

@@ -94,6 +94,9 @@ ENV_LAUNCH_GENERATION = "STREAMSTATE_LAUNCH_GENERATION"
 ENV_HEARTBEAT_INTERVAL = "STREAMSTATE_HEARTBEAT_INTERVAL"
 ENV_QUERY_NAME = "STREAMSTATE_QUERY_NAME"
 ENV_STREAM = "STREAMSTATE_STREAM"
+# Set: every query the application starts runs once (Trigger.Once), so a checkpoint holding a
+# planned, uncommitted batch gets exactly that batch committed and the driver exits.
+ENV_FINISH_PLANNED_BATCH = "STREAMSTATE_FINISH_PLANNED_BATCH"
 
 # A launch on another host that has not beaten yet is taken as starting for this long.
 STARTUP_GRACE_S = 600.0
