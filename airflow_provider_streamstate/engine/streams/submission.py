@@ -64,8 +64,8 @@ def resolve_spark_submit(command: Sequence[str], env: Mapping[str, str]) -> tupl
             cmd[0] = str(candidate)
             out["SPARK_HOME"] = home
             return cmd, out
-    raise UsageError(f"no {binary} here: SPARK_HOME is not set, {binary} is not on the PATH and pyspark is "
-                     "not installed", hint=SPARK_SUBMIT_HINT)
+    raise UsageError(f"no {binary} here: SPARK_HOME is not set, {binary} is not on the PATH and no pyspark "
+                     "with its own is installed", hint=SPARK_SUBMIT_HINT)
 
 
 # Where spark-submit comes from, in the order resolve_spark_submit looks.
