@@ -16,12 +16,12 @@ GROUP_STATE_JOB := .jvm/group-state-job/streamstate-group-state-job.jar
 SPARK_LINES := 3.5 4.0 4.3
 SPARK_VENVS := .venv-spark
 
-setup: $(VENV)/.installed .jvm/.fetched $(GROUP_STATE_JOB) browser spark-envs spark-cds $(WORKER_VENV)/.installed
-
 # An Airflow worker as a platform runs it (dev/worker-env/worker.in: Airflow, the current
 # amazon, kafka and apache-spark 6.x providers) with this package and no extra: no pyspark,
 # pandas or Great Expectations of its own (tests/test_worker_install.py).
 WORKER_VENV := .venv-worker
+
+setup: $(VENV)/.installed .jvm/.fetched $(GROUP_STATE_JOB) browser spark-envs spark-cds $(WORKER_VENV)/.installed
 
 # A headless Chromium and its chromedriver for the Streams UI tests (Debian packages).
 browser:
