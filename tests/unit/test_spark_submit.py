@@ -142,3 +142,27 @@ def test_no_spark_anywhere_is_one_line_naming_the_ways_to_give_one(monkeypatch: 
         resolve_spark_submit(["spark-submit", "a.py"], {"PATH": ""})
     line = refused.value.one_line()
     assert "SPARK_HOME" in line and "spark-binary" in line and "airflow-provider-streamstate[spark]" in line
+
+
+@pytest.mark.parametrize("value", [
+    {"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster", "queue": "q", "principal": "p@R"}},
+    {"conn_type": "spark", "host": "spark://m", "port": 7077},
+    {"conn_type": "spark", "host": "local[2]"},
+    {"conn_type": "spark", "host": "yarn", "extra": {"spark-binary": "spark3-submit"}},
+], ids=["yarn-cluster", "standalone", "local", "binary"])
+def test_the_command_is_the_one_the_providers_hook_builds(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                          value: dict) -> None:
+    """Where the apache-spark provider is installed (the repository's .venv: 5.x), its hook
+    builds the same command for the same connection and arguments."""
+    hooks = pytest.importorskip("airflow.providers.apache.spark.hooks.spark_submit")
+    home = tmp_path / "spark"
+    for name in ("spark-submit", "spark3-submit"):
+        fake_spark_submit(home / "bin", name)
+    monkeypatch.setenv("SPARK_HOME", str(home))
+    conn = connection(monkeypatch, "spark_same", value)
+    args = {"conf": {"spark.ui.enabled": "false"}, "name": "orders", "env": {"TZ": "UTC"}}
+    ours, _ = spark_submit_command("/jobs/app.py", conn_id=conn, application_args=["--x"], jars=["/a.jar"], **args)
+    hook = hooks.SparkSubmitHook(conn_id=conn, conf=args["conf"], name="orders", jars="/a.jar", env_vars=args["env"],
+                                 application_args=["--x"])
+    theirs = hook._build_spark_submit_command("/jobs/app.py")  # noqa: SLF001 - the parity checked here
+    assert Path(ours[0]).name == theirs[0] and ours[1:] == theirs[1:]
