@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 UV_VERSION := 0.13.9
 MVN    ?= mvn
 
-.PHONY: setup setup-parts browser spark-cds demo demo-dr test test-quick golden golden-check lint bench lock lock-spark spark-envs stack-up stack-down clean ui-screenshots
+.PHONY: setup setup-parts browser spark-cds demo demo-dr test test-quick golden golden-check lint bench lock lock-spark lock-worker spark-envs stack-up stack-down clean ui-screenshots
 
 GROUP_STATE_JOB := .jvm/group-state-job/streamstate-group-state-job.jar
 
@@ -16,13 +16,18 @@ GROUP_STATE_JOB := .jvm/group-state-job/streamstate-group-state-job.jar
 SPARK_LINES := 3.5 4.0 4.3
 SPARK_VENVS := .venv-spark
 
+# An Airflow worker as a platform runs it (dev/worker-env/worker.in: Airflow, the current
+# amazon, kafka and apache-spark 6.x providers) with this package and no extra: no pyspark,
+# pandas or Great Expectations of its own (tests/test_worker_install.py).
+WORKER_VENV := .venv-worker
+
 # The parts are independent until the class data sharing archives, which need them all: made
 # side by side, one per core (their output kept together per part).
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 setup:
 	@$(MAKE) --no-print-directory -j$(JOBS) --output-sync=target setup-parts
 
-setup-parts: $(VENV)/.installed .jvm/.fetched $(GROUP_STATE_JOB) browser spark-envs spark-cds
+setup-parts: $(VENV)/.installed .jvm/.fetched $(GROUP_STATE_JOB) browser spark-envs spark-cds $(WORKER_VENV)/.installed
 
 # A headless Chromium and its chromedriver for the Streams UI tests (Debian packages).
 browser:
@@ -43,6 +48,15 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 	@touch $@
 
 spark-envs: $(SPARK_LINES:%=$(SPARK_VENVS)/%/.installed)
+
+# The worker's virtualenv: its lock synced by the main venv's uv (one shared download cache),
+# then this package without its dependencies (the lock has them: pyproject's core alone).
+$(WORKER_VENV)/.installed: dev/worker-env/worker.lock pyproject.toml | $(VENV)/.installed
+	@test -x $(WORKER_VENV)/bin/python || $(PYTHON) -m venv --without-pip $(WORKER_VENV)
+	@echo "installing an Airflow worker without extras into $(WORKER_VENV) ..."
+	@$(VENV)/bin/uv pip sync -q --compile-bytecode --python $(WORKER_VENV)/bin/python dev/worker-env/worker.lock
+	@$(VENV)/bin/uv pip install -q --python $(WORKER_VENV)/bin/python --no-deps -e .
+	@touch $@
 
 # A class data sharing archive per installed Spark line for this Java (dev/spark_cds.py): the
 # tests' Spark JVMs map the classes instead of loading them again. Kept once built; a new
@@ -138,6 +152,15 @@ lock-spark:
 	  $(VENV)/bin/uv pip compile -q dev/spark-envs/$$line.in --python-version 3.11 \
 	    --python-platform x86_64-manylinux_2_28 -o dev/spark-envs/$$line.lock || exit 1; done
 
+# Re-resolve the worker's locks after changing dev/worker-env/worker.in or the core dependencies:
+# the platform's packages alone (platform.lock) and with this package (worker.lock), which
+# tests/test_worker_install.py compares (this package downgrades nothing).
+lock-worker:
+	$(VENV)/bin/uv pip compile -q dev/worker-env/worker.in --python-version 3.11 \
+	  --python-platform x86_64-manylinux_2_28 -o dev/worker-env/platform.lock
+	$(VENV)/bin/uv pip compile -q dev/worker-env/worker.in pyproject.toml --python-version 3.11 \
+	  --python-platform x86_64-manylinux_2_28 -o dev/worker-env/worker.lock
+
 stack-up: setup
 	$(PY) dev/stack.py up
 
@@ -145,4 +168,4 @@ stack-down:
 	@test -x $(PY) && $(PY) dev/stack.py down || true
 
 clean: stack-down
-	rm -rf $(VENV) $(SPARK_VENVS) .jvm .stack
+	rm -rf $(VENV) $(SPARK_VENVS) $(WORKER_VENV) .jvm .stack

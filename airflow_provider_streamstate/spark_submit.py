@@ -1,15 +1,16 @@
 """spark-submit commands from Airflow's `spark` connections, for streams and state jobs alike.
 
-The apache-spark provider's SparkSubmitHook turns a connection (master, deploy mode, binary,
-queue, Kerberos principal) and the application's options into a command line. It has no
-public way to build that command without running it (`submit()` runs it and blocks; a
-stream never ends, and the engine starts it detached: engine/streams/submission.py), so this
-module is the one place that calls its `_build_spark_submit_command`, `_resolve_connection`
-(to let a spec's `master` win over the connection's) and `_mask_cmd`; the provider range that
-has them is pinned in pyproject.toml (`>=5.0,<6`), and docs/deployment.md says why. The hook
-logs the command at INFO masked by its own rule (only names with `secret` or `password`):
-`_mask_cmd` is the project's redaction here, so a conf named `*api_key*` or an environment
-entry named `*TOKEN*` never shows, whatever logs the command.
+A `spark` connection (the apache-spark provider's connection type) says where applications
+go: its host (and port) is the master, its extra the deploy mode, spark-binary, YARN queue,
+Kubernetes namespace and Kerberos principal/keytab. This module reads it and builds the
+command itself, as the provider's SparkSubmitHook does, without the provider: the hook has
+no public way to build a command without running it (`submit()` runs it and blocks; a
+stream never ends, and the engine starts it detached: engine/streams/submission.py), and a
+worker that only submits needs neither the provider nor its line's pyspark (5.x: the full
+pyspark; 6.x: pyspark-client). Which spark-submit runs is engine/streams/submission.py's
+`resolve_spark_submit` (the connection's spark-binary, SPARK_HOME, the PATH, pyspark's).
+The command is logged at INFO with the project's redaction: a conf named `*api_key*` or an
+environment entry named `*TOKEN*` never shows, whatever logs the command.
 """
 
 from __future__ import annotations
@@ -17,14 +18,14 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from airflow_provider_streamstate.engine.core.config.redact import redact_command, sensitive_values
 from airflow_provider_streamstate.engine.core.config.values import optional_duration
 from airflow_provider_streamstate.engine.core.errors import UsageError
 
-_HOOK_LOG = logging.getLogger("streamstate.spark_submit")
+_LOG = logging.getLogger("streamstate.spark_submit")
 
 
 @dataclass
@@ -81,6 +82,82 @@ class SparkJobOptions:
         return self.jars.split(",") if isinstance(self.jars, str) else list(self.jars or [])
 
 
+@dataclass(frozen=True)
+class SparkConnection:
+    """Where a `spark` connection sends applications, read as SparkSubmitHook reads it."""
+
+    master: str
+    deploy_mode: str | None = None
+    binary: str = "spark-submit"
+    queue: str | None = None
+    namespace: str | None = None
+    principal: str | None = None
+    keytab: str | None = None  # the connection's base64 keytab, as a file path
+
+    @classmethod
+    def of(cls, conn: Any) -> SparkConnection:
+        """From an Airflow Connection: a UI connection keeps the whole master URL in its host
+        (`yarn`, `local[2]`, `k8s://https://host`); one from a URI has the scheme as its type."""
+        if conn.conn_type == "spark" and conn.host and ("://" in conn.host or not conn.port):
+            master = conn.host
+        else:
+            master = f"{conn.conn_type}://{conn.host or ''}"
+        if conn.port:
+            master = f"{master}:{conn.port}"
+        extra = conn.extra_dejson
+        if extra.get("spark-home"):
+            raise UsageError(f"connection {conn.conn_id!r}: the spark-home extra is not read",
+                             hint="set SPARK_HOME in the worker's environment, or spark-binary to the "
+                             "spark-submit's path")
+        keytab = extra.get("keytab")
+        return cls(master=master, deploy_mode=extra.get("deploy-mode") or None,
+                   binary=extra.get("spark-binary") or "spark-submit", queue=extra.get("queue") or None,
+                   namespace=extra.get("namespace") or None, principal=extra.get("principal") or None,
+                   keytab=_keytab_file(keytab, extra.get("principal")) if keytab else None)
+
+
+def _keytab_file(base64_keytab: str, principal: str | None) -> str:
+    """The connection's keytab written where only this user reads it, once per content."""
+    import base64
+    import binascii
+    import hashlib
+
+    from airflow_provider_streamstate.engine.checkpoint.filesystems import streamstate_home
+
+    try:
+        data = base64.b64decode(base64_keytab, validate=True)
+    except (binascii.Error, ValueError):
+        raise UsageError("the spark connection's keytab is not base64",
+                         hint="give the keytab file's bytes base64-encoded (base64 -w0 my.keytab)") from None
+    folder = streamstate_home() / "keytabs"
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = folder / f"{principal or 'keytab'}-{hashlib.sha256(data).hexdigest()[:16]}".replace("/", "_")
+    if not path.exists():
+        staging = path.with_name(f".{path.name}.{os.getpid()}")
+        fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.replace(staging, path)
+    return str(path)
+
+
+def spark_connection(conn_id: str, *, master: str | None = None) -> SparkConnection:
+    """The connection `conn_id`, `master` (when given) winning over its own; without the
+    connection, `master` alone (none either: UsageError saying how to define it)."""
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        found = SparkConnection.of(BaseHook.get_connection(conn_id))
+    except AirflowNotFoundException:
+        if not master:
+            raise UsageError(f"Airflow connection {conn_id!r} does not exist (it gives spark-submit its master)",
+                             hint=f"define it (e.g. AIRFLOW_CONN_{conn_id.upper()}="
+                             '\'{"conn_type": "spark", "host": "yarn"}\'), or give the master') from None
+        return SparkConnection(master=master)
+    return replace(found, master=master) if master else found
+
+
 def spark_submit_command(
     application: str, *, conn_id: str, application_args: Sequence[str], name: str,
     conf: Mapping[str, str] | None = None, jars: Sequence[str] = (), env: Mapping[str, str] | None = None,
@@ -88,42 +165,48 @@ def spark_submit_command(
 ) -> tuple[list[str], dict[str, str]]:
     """The spark-submit command of `application` through the Spark connection `conn_id`
     (`master` and `deploy_mode`, when given, win over the connection's), and the environment
-    it runs with on top of the worker's; spark-submit itself is the one on the PATH, else
-    the one pyspark ships."""
-    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-
+    it runs with on top of the worker's. `env` is spark-submit's (and so a driver's that runs
+    here); on YARN and Kubernetes it also becomes the driver's on the cluster
+    (`spark.yarn.appMasterEnv.*`, `spark.kubernetes.driverEnv.*`), as SparkSubmitHook does."""
     from airflow_provider_streamstate.engine.streams.submission import (
         package_python_env,
         resolve_spark_submit,
     )
 
-    hidden = sensitive_values(conf=dict(conf or {}), env=dict(env or {}), args=list(application_args))
-
-    class _Hook(SparkSubmitHook):
-        def _resolve_connection(self) -> dict[str, Any]:
-            data = super()._resolve_connection()
-            if master:
-                data["master"] = master
-            return data
-
-        @property
-        def log(self) -> Any:  # type: ignore[override]
-            """The project's logger, not the hook's structlog one, which prints to stdout
-            outside a task: there it would mix `Spark-Submit cmd:` into the CLI's results
-            (`--json` included). Through stdlib logging it reaches a task's log as before,
-            and the CLI's stderr with --verbose."""
-            return _HOOK_LOG
-
-        def _mask_cmd(self, connection_cmd: str | list[str]) -> str:
-            args = connection_cmd.split() if isinstance(connection_cmd, str) else list(connection_cmd)
-            return " ".join(redact_command(args, secrets=hidden))
-
+    connection = spark_connection(conn_id, master=master)
+    deploy_mode = deploy_mode or connection.deploy_mode
+    conf, env = dict(conf or {}), dict(env or {})
+    is_yarn, is_kubernetes = "yarn" in connection.master, "k8s" in connection.master
+    cmd = [connection.binary, "--master", connection.master]
+    for key, value in conf.items():
+        cmd += ["--conf", f"{key}={value}"]
+    if env and (is_yarn or is_kubernetes):
+        template = "spark.yarn.appMasterEnv.{}={}" if is_yarn else "spark.kubernetes.driverEnv.{}={}"
+        for key, value in env.items():
+            cmd += ["--conf", template.format(key, value)]
+    elif env and deploy_mode == "cluster":
+        raise UsageError(f"an environment for the driver cannot reach it on {connection.master} in cluster mode",
+                         hint="pass the values as Spark confs, or run in client mode")
+    namespace = conf.get("spark.kubernetes.namespace") or connection.namespace
+    if is_kubernetes and namespace and "spark.kubernetes.namespace" not in conf:
+        cmd += ["--conf", f"spark.kubernetes.namespace={namespace}"]
+    if jars:
+        cmd += ["--jars", ",".join(jars)]
+    if connection.keytab:
+        cmd += ["--keytab", connection.keytab]
+    if connection.principal:
+        cmd += ["--principal", connection.principal]
+    cmd += ["--name", name]
+    if connection.queue:
+        cmd += ["--queue", connection.queue]
+    if deploy_mode:
+        cmd += ["--deploy-mode", deploy_mode]
     if "://" not in application and os.path.exists(application):
         application = os.path.abspath(application)
-    hook = _Hook(conf=dict(conf or {}), conn_id=conn_id, jars=",".join(jars) or None, name=name,
-                 application_args=list(application_args), env_vars=dict(env or {}) or None, deploy_mode=deploy_mode)
-    command = hook._build_spark_submit_command(application)
-    return resolve_spark_submit(command, package_python_env(command, env or {}))
+    cmd += [application, *application_args]
+    hidden = sensitive_values(conf=conf, env=env, args=list(application_args))
+    _LOG.info("spark-submit command: %s", " ".join(redact_command(cmd, secrets=hidden)))
+    return resolve_spark_submit(cmd, package_python_env(cmd, env))
 
 
 def require_spark_connection(conn_id: str, *, what: str, example: str, otherwise: str) -> None:

@@ -46,7 +46,7 @@ class StreamSpec:
     application_args: list[str] = field(default_factory=list)
     aws_conn_id: str | None = None  # the store's (and an s3a checkpoint's) Airflow `aws` connection
     kafka_conn_id: str | None = None  # the stream's Kafka cluster, an Airflow `kafka` connection
-    spark_conn_id: str = "spark_default"  # SparkSubmitHook's `spark` connection
+    spark_conn_id: str = "spark_default"  # the `spark` connection: master, deploy mode, spark-binary
     master: str | None = None  # overrides the spark connection's master (e.g. local[2])
     deploy_mode: str | None = None  # overrides the spark connection's deploy mode (client | cluster)
     conf: dict[str, str] = field(default_factory=dict)

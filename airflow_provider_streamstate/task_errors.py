@@ -1,6 +1,8 @@
 """Engine errors as Airflow task outcomes: bad input and corrupt data fail the task at once
 (`AirflowFailException`, no retry: a retry cannot fix them); an unreachable store or broker
-raises an ordinary error, which Airflow retries. The message is the engine's one line."""
+raises an ordinary error, which Airflow retries. The message is the engine's one line. A
+missing optional dependency (pyspark, great_expectations, pandas: an extra not installed on
+this worker) fails the same way, with the extra to install."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from contextlib import contextmanager
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_provider_streamstate.engine.core.cancel import CancelToken, cancellation
-from airflow_provider_streamstate.engine.core.errors import StreamstateError
+from airflow_provider_streamstate.engine.core.errors import StreamstateError, missing_extra_of
 
 
 @contextmanager
@@ -21,6 +23,11 @@ def engine_errors() -> Iterator[None]:
         if exc.retryable:
             raise AirflowException(exc.one_line()) from exc
         raise AirflowFailException(exc.one_line()) from exc
+    except ModuleNotFoundError as exc:
+        missing = missing_extra_of(exc)
+        if missing is None:
+            raise
+        raise AirflowFailException(missing.one_line()) from None
 
 
 class CancellableTask:

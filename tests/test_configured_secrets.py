@@ -52,11 +52,10 @@ def test_a_whole_spec_is_used_as_given(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("command", [["stream", "start"], ["stream", "supervise"]])
 def test_the_spark_submit_command_the_provider_logs_at_info_shows_no_secret(command: list[str], tmp_path) -> None:  # noqa: ANN001
-    """The Spark provider's hook logs `Spark-Submit cmd:` at INFO (Airflow's default level)
-    masking only names with `secret`/`password`; on YARN in cluster mode the spec's env
-    becomes `spark.yarn.appMasterEnv.*` confs in that command. The project's redaction
-    applies to what it logs: a conf named `*api_key*` and an env entry named `*TOKEN*` show
-    as `***`. (With no YARN configuration the launch is refused after the command is built;
+    """The spark-submit command is logged at INFO (Airflow's default level); on YARN in
+    cluster mode the spec's env becomes `spark.yarn.appMasterEnv.*` confs in that command.
+    The project's redaction applies to what it logs: a conf named `*api_key*` and an env
+    entry named `*TOKEN*` show as `***`. (With no YARN configuration the launch is refused after the command is built;
     supervise builds it to restart a driver that died on this host.)"""
     import os
     import socket
@@ -85,8 +84,8 @@ def test_the_spark_submit_command_the_provider_logs_at_info_shows_no_secret(comm
         capture_output=True, text=True, timeout=120, cwd=tmp_path,
         env={**env, "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO", "STREAMSTATE_HOME": str(tmp_path / "home")})
     logged = out.stdout + out.stderr
-    assert "Spark-Submit cmd:" not in out.stdout, out.stdout  # stdout is the command's result alone
+    assert "spark-submit command:" not in out.stdout, out.stdout  # stdout is the command's result alone
     assert out.returncode != 0 and "needs the cluster's configuration" in out.stderr, logged
-    assert "Spark-Submit cmd:" in logged and "spark.acc.api_key=***" in logged, logged
+    assert "spark-submit command:" in logged and "spark.acc.api_key=***" in logged, logged
     assert "spark.yarn.appMasterEnv.ACC_API_TOKEN=***" in logged, logged
     assert "SEKRIT" not in logged

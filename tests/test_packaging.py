@@ -1,7 +1,9 @@
-"""A plain install of the built wheel (no lock, no dev overrides) gives users a working, full PySpark.
+"""A plain install of the built wheel with its `[spark]` extra (no lock, no dev overrides) gives
+users a working, full PySpark.
 
 The wheel is built from this tree and installed with its declared dependency ranges only into
-a fresh virtual environment, the way a user installs it. There, `pyspark` must be the full
+a fresh virtual environment, the way a user installs it (`pip install
+'airflow-provider-streamstate[spark]'`). There, `pyspark` must be the full
 distribution (JVM jars included) at a version inside pyproject's range, no other distribution
 (such as `pyspark-client`, which the apache-spark provider 6.x requires) may own files in the
 `pyspark/` directory, every pyspark file must be the one pyspark shipped, the provider must
@@ -48,7 +50,9 @@ def _clean_env() -> dict[str, str]:
 
 
 def _declared(name: str) -> Requirement:
-    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    """`name`'s range in the core dependencies or the `[spark]` extra."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    deps = [*project["dependencies"], *project["optional-dependencies"]["spark"]]
     return next(r for r in map(Requirement, deps) if r.name == name)
 
 
@@ -95,7 +99,8 @@ def plain_install(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Venv]:
         [uv, "venv", "--quiet", "--python", sys.executable, str(root)], env=env, check=True, timeout=120
     )
     subprocess.run(
-        [uv, "pip", "install", "--quiet", "--python", str(root / "bin" / "python"), str(wheel)],
+        [uv, "pip", "install", "--quiet", "--python", str(root / "bin" / "python"),
+         f"airflow-provider-streamstate[spark] @ {wheel.as_uri()}"],
         env=env,
         check=True,
         timeout=540,

@@ -98,7 +98,7 @@ def _configure_logging(verbose: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from airflow_provider_streamstate.engine.core.errors import StreamstateError, UsageError
+    from airflow_provider_streamstate.engine.core.errors import StreamstateError, UsageError, missing_extra_of
 
     parser = build_parser()
     try:
@@ -138,6 +138,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the CLI owns the last line of defence
         if args.debug:
             raise
+        missing = missing_extra_of(exc)  # pyspark, GX... of an extra not installed here
+        if missing is not None:
+            print(f"streamstate: error: {missing.one_line()}", file=sys.stderr)
+            return EXIT_USAGE
         print(
             f"streamstate: error: unexpected {type(exc).__name__}: {exc}; rerun with --debug for a traceback",
             file=sys.stderr,

@@ -107,7 +107,7 @@ def _conf_pair(pair: str) -> tuple[str, str]:
 
 
 def _through_connection(args: argparse.Namespace, request: Any) -> tuple[list[str], dict[str, str]]:
-    """spark-submit as the Airflow Spark connection `--spark-conn-id` builds it (SparkSubmitHook)."""
+    """spark-submit as the Airflow Spark connection `--spark-conn-id` gives it (spark_submit.py)."""
     from airflow_provider_streamstate.engine.core.errors import UsageError
 
     os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
@@ -116,8 +116,8 @@ def _through_connection(args: argparse.Namespace, request: Any) -> tuple[list[st
             from airflow_provider_streamstate.spark_submit import SparkJobOptions
             from airflow_provider_streamstate.state_jobs import state_job_command
         except ImportError as exc:
-            raise UsageError(f"--spark-conn-id needs Airflow and its apache-spark provider: {exc}",
-                             hint="install apache-airflow-providers-apache-spark, or give --master") from None
+            raise UsageError(f"--spark-conn-id needs Airflow: {exc}",
+                             hint="install apache-airflow (the package's own dependency), or give --master") from None
         confs = dict(_conf_pair(pair) for pair in args.spark_conf)
         options = SparkJobOptions(conn_id=args.spark_conn_id, deploy_mode=args.deploy_mode, conf=confs,
                                   jars=args.jars.split(",") if args.jars else [])

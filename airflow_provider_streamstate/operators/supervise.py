@@ -2,7 +2,7 @@
 restore its newest verified snapshot when the restart fails on an unusable checkpoint,
 and fail (the alert) when it stays unhealthy. The decisions are the engine's
 (`engine/streams/supervisor.py`); this operator gives it the stream's start (spark-submit through
-the apache-spark provider, as StartStreamOperator does), store and Kafka cluster."""
+its `spark` connection, as StartStreamOperator does), store and Kafka cluster."""
 
 from __future__ import annotations
 

@@ -102,3 +102,32 @@ class Cancelled(StreamstateError):
     """The operation was cancelled (Ctrl-C, a task timeout, `on_kill`); nothing was published."""
 
     default_hint = None  # the CLI says what was interrupted
+
+
+class MissingExtraError(UsageError):
+    """A path needs an optional dependency that is not installed: the error names the extra
+    that brings it (pyproject.toml), never an ImportError trace."""
+
+
+# The optional dependencies by the module they are imported as, and the extra of each.
+EXTRA_OF_MODULE = {"pyspark": "spark", "py4j": "spark", "pandas": "spark", "pyarrow": "spark",
+                   "great_expectations": "gx"}
+_WHERE = {"spark": "here, or give a Spark connection (spark=SparkJobOptions(conn_id=...), --spark-conn-id) "
+                   "to run it on the cluster",
+          "gx": "where the state job's driver runs (here without a Spark connection)"}
+
+
+def missing_extra(module: str, what: str = "this") -> MissingExtraError:
+    """The one-line error for `what`, which needs `module` (one of EXTRA_OF_MODULE)."""
+    extra = EXTRA_OF_MODULE[module]
+    return MissingExtraError(f"{what} needs {module}, which is not installed (the [{extra}] extra)",
+                             hint=f"pip install 'airflow-provider-streamstate[{extra}]' {_WHERE[extra]}")
+
+
+def missing_extra_of(exc: BaseException) -> MissingExtraError | None:
+    """`exc` as a MissingExtraError when it is the import of an optional dependency that is
+    not installed; None for any other error (a bug, or a missing core dependency)."""
+    if not isinstance(exc, ModuleNotFoundError) or not exc.name:
+        return None
+    module = exc.name.partition(".")[0]
+    return missing_extra(module) if module in EXTRA_OF_MODULE else None

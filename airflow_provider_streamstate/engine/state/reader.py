@@ -44,7 +44,7 @@ from airflow_provider_streamstate.engine.core.errors import (
 )
 from airflow_provider_streamstate.engine.core.manifest import Manifest
 from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
-from airflow_provider_streamstate.engine.state.spark import spark_session
+from airflow_provider_streamstate.engine.state.spark import require_pyspark, spark_session
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -530,6 +530,7 @@ class StateReader:
     @property
     def spark(self) -> SparkSession:
         if self._spark is None:
+            require_pyspark("reading state with Spark")
             from pyspark import SparkContext
             from pyspark.sql import SparkSession
 

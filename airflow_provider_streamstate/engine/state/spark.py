@@ -17,6 +17,7 @@ from airflow_provider_streamstate.engine.checkpoint.reader import (
     PROVIDER_CONF,
     ROCKSDB_PROVIDER,
 )
+from airflow_provider_streamstate.engine.core.errors import missing_extra
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -39,6 +40,18 @@ def state_store_confs(name: str) -> dict[str, str]:
         raise ValueError(f"unknown state store {name!r}; choose one of {', '.join(STATE_STORES)}") from None
 
 
+def require_pyspark(what: str) -> None:
+    """MissingExtraError unless the full pyspark (the [spark] extra) is installed: the
+    `pyspark` that the apache-spark provider 6.x brings (pyspark-client, Spark Connect only)
+    imports, but starts no local Spark."""
+    import importlib.metadata
+
+    try:
+        importlib.metadata.version("pyspark")
+    except importlib.metadata.PackageNotFoundError:
+        raise missing_extra("pyspark", what) from None
+
+
 def spark_session(
     app_name: str,
     jars: Sequence[str] = (),
@@ -53,6 +66,7 @@ def spark_session(
     `master=None` leaves the master to spark-submit; a local master also binds the
     driver to loopback and turns the UI off (tests, demo, benchmarks).
     """
+    require_pyspark(f"a local Spark session ({app_name})")
     from pyspark.sql import SparkSession
 
     builder = (

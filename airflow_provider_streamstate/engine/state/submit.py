@@ -1,8 +1,8 @@
 """Running a state job as a Spark application of this package (jobs/state_job.py) on the
 user's cluster, and bringing back its small result.
 
-The caller builds the spark-submit command (the Airflow layer with the apache-spark
-provider's SparkSubmitHook and a Spark connection, the CLI from `--master`/`--deploy-mode`);
+The caller builds the spark-submit command (the Airflow layer from a `spark` connection:
+spark_submit.py; the CLI from `--master`/`--deploy-mode`);
 this module completes it and runs it, on any cluster manager a stream runs on
 (engine/streams/managers/), through the same submission (engine/streams/submission.py):
 

@@ -34,7 +34,7 @@ from airflow_provider_streamstate.engine.catalog.validation_records import (
     put_validation,
     validate_suite_name,
 )
-from airflow_provider_streamstate.engine.core.errors import UsageError
+from airflow_provider_streamstate.engine.core.errors import UsageError, missing_extra
 from airflow_provider_streamstate.engine.state.reader import StateSelector, canonical_selector
 from airflow_provider_streamstate.engine.stores.base import SnapshotStore
 
@@ -159,7 +159,12 @@ def load_suite_value(value: Any, source: str, *, check: bool = True) -> Suite:
 def _gx() -> Any:
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     logging.getLogger("great_expectations").setLevel(logging.ERROR)
-    import great_expectations
+    try:
+        import great_expectations
+    except ModuleNotFoundError as exc:
+        if exc.name != "great_expectations":
+            raise
+        raise missing_extra("great_expectations", "validating state with Great Expectations") from None
 
     return great_expectations
 

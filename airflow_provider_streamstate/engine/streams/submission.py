@@ -1,6 +1,6 @@
 """One spark-submit, started detached: what a stream's launch and a state job share.
 
-A `Submission` takes the command the caller built (SparkSubmitHook's, the CLI's), lets the
+A `Submission` takes the command the caller built (spark_submit.py's, the CLI's), lets the
 cluster manager of its master complete it (engine/streams/managers/), moves its secret
 confs into a properties file only this user can read (engine/streams/secret_confs.py),
 writes a header with the command, its secrets as `***`, to the log, and starts spark-submit
@@ -30,21 +30,48 @@ from airflow_provider_streamstate.engine.streams.secret_confs import ENV_SECRETS
 
 
 def resolve_spark_submit(command: Sequence[str], env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
-    """`command` and `env` with a spark-submit that runs: the one on the PATH, else the one
-    pyspark ships (with its SPARK_HOME), so a plain `pip install` of the provider works."""
+    """`command` and `env` with the spark-submit that runs it, found in this order (the first
+    that exists wins; docs/deployment.md):
+
+    1. a path in `command[0]` (a `spark` connection's spark-binary given as a path): as is;
+    2. `$SPARK_HOME/bin/<binary>` when SPARK_HOME is set (in `env`, else this process's
+       environment): a platform's Spark; spark-submit runs SPARK_HOME's classes wherever the
+       script came from, so its own script comes first;
+    3. `<binary>` on the PATH;
+    4. the spark-submit pyspark ships (the `[spark]` extra), with pyspark as SPARK_HOME.
+
+    `<binary>` is `command[0]`: `spark-submit`, or the connection's spark-binary. None found:
+    UsageError naming the ways to give one."""
     cmd, out = list(command), dict(env)
-    if not cmd or os.sep in cmd[0] or shutil.which(cmd[0], path=out.get("PATH", os.environ.get("PATH"))):
+    if not cmd or os.sep in cmd[0]:
+        return cmd, out
+    binary, inherited = cmd[0], {**os.environ, **out}
+    spark_home = inherited.get("SPARK_HOME")
+    if spark_home:
+        candidate = Path(spark_home) / "bin" / binary
+        if not candidate.is_file():
+            raise UsageError(f"SPARK_HOME={spark_home} has no bin/{binary}",
+                             hint="point SPARK_HOME at a Spark installation, or unset it to use "
+                             f"the {binary} on the PATH")
+        cmd[0] = str(candidate)
+        return cmd, out
+    if shutil.which(binary, path=inherited.get("PATH")):
         return cmd, out
     found = importlib.util.find_spec("pyspark")
-    homes = list(found.submodule_search_locations or []) if found else []
-    for home in homes:
-        candidate = Path(home) / "bin" / cmd[0]
+    for home in list(found.submodule_search_locations or []) if found else []:
+        candidate = Path(home) / "bin" / binary
         if candidate.is_file():
             cmd[0] = str(candidate)
-            if "SPARK_HOME" not in os.environ:
-                out.setdefault("SPARK_HOME", home)
-            break
-    return cmd, out
+            out["SPARK_HOME"] = home
+            return cmd, out
+    raise UsageError(f"no {binary} here: SPARK_HOME is not set, {binary} is not on the PATH and no pyspark "
+                     "with its own is installed", hint=SPARK_SUBMIT_HINT)
+
+
+# Where spark-submit comes from, in the order resolve_spark_submit looks.
+SPARK_SUBMIT_HINT = ("set SPARK_HOME to the platform's Spark, put spark-submit on the PATH, or set the "
+                     "spark connection's spark-binary to its path (for a local Spark: pip install "
+                     "'airflow-provider-streamstate[spark]')")
 
 
 def package_python_env(command: Sequence[str], env: Mapping[str, str]) -> dict[str, str]:
@@ -109,11 +136,8 @@ class Submission:
                                         start_new_session=True, close_fds=True, env=self.env, cwd=cwd)
             except OSError as exc:
                 self.forget_secrets()
-                raise UsageError(
-                    f"cannot run {self.argv[0]!r}: {exc.strerror or exc}",
-                    hint="install Spark (pyspark ships spark-submit) and put spark-submit on the PATH, "
-                    "or set the spark connection's spark-binary",
-                ) from None
+                raise UsageError(f"cannot run {self.argv[0]!r}: {exc.strerror or exc}",
+                                 hint=SPARK_SUBMIT_HINT) from None
         processes.adopt(proc)
         return proc
 
