@@ -1,0 +1,89 @@
+"""A repair edit on real Spark streams (engine/edit/): a counting stream (count and sum per
+key of JSON files, tests/apps/repartition_probe.py, in a Spark line's own Python) with
+HDFS-backed and RocksDB state is fed planted bad input (a bogus key, a bogus record for a
+real key); the stopped stream is repaired in place without Spark writing a byte (the bogus
+key deleted, the real key set back to its value without the bad record), Spark's state
+reader in the stream's own Spark checks the edited copy before it is swapped in, and the
+stream resumes from the edit batch: after more input its state equals that of a run that
+never saw the bad input, on every line with a state reader (4.0+)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_provider_streamstate.engine.catalog.manifests import get_snapshot
+from airflow_provider_streamstate.engine.checkpoint.liveness import ENV_UNMANAGED_WINDOW
+from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
+from airflow_provider_streamstate.engine.edit.changes import EditSpec
+from airflow_provider_streamstate.engine.edit.repair import edit_stream
+from airflow_provider_streamstate.engine.edit.spark_check import edit_check_application
+from airflow_provider_streamstate.engine.stores.local import LocalStore
+from dev import spark_versions
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark_lines]
+APP = Path(__file__).resolve().parent.parent / "apps" / "repartition_probe.py"
+
+GOOD = [{"k": k, "v": v} for k, v in [("a", 1), ("b", 2), ("c", 3), ("a", 4), ("d", 5), ("e", 6), ("b", 7)]]
+BAD = [{"k": "a", "v": 1_000_000}, {"k": "bot", "v": 9}, {"k": "bot", "v": 9}]
+MORE = [{"k": k, "v": v} for k, v in [("a", 10), ("bot", 1), ("c", 30), ("f", 60)]]
+
+
+def probe(line: spark_versions.SparkVersion, *commands: list[str]) -> list[Any]:
+    argv = [a for i, c in enumerate(commands) for a in ([*c] if i == 0 else ["--", *c])]
+    out = subprocess.run([str(line.python), str(APP), *argv], capture_output=True, text=True, timeout=900,
+                         env=line.env())
+    assert out.returncode == 0, out.stderr[-3000:]
+    answers = [json.loads(ln) for ln in out.stdout.strip().splitlines() if ln.startswith(("{", "["))]
+    assert len(answers) == len(commands), out.stdout[-3000:]
+    return answers
+
+
+def feed(root: Path, name: str, records: list[dict[str, Any]]) -> None:
+    (root / "in").mkdir(parents=True, exist_ok=True)
+    (root / "in" / f"{name}.json").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+@pytest.mark.parametrize(("line", "provider"), [("4.1", "hdfs"), ("4.1", "rocksdb"), ("4.3", "hdfs"),
+                                                ("4.3", "rocksdb"), ("4.0", "hdfs")])
+def test_a_stream_repaired_in_place_resumes_and_ends_as_if_it_never_saw_the_bad_input(
+        line: str, provider: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    version = spark_versions.get(line)
+    if not version.installed():
+        pytest.skip(f"Spark {line} is not installed here: run `make setup`")
+    monkeypatch.setenv(ENV_UNMANAGED_WINDOW, "0")  # the probe's query has ended: nothing runs on the checkpoint
+    monkeypatch.setenv("STREAMSTATE_HOME", str(tmp_path / "home"))
+    ckpt, root, ref, ref_root = (str(tmp_path / "ckpt"), tmp_path / "root", str(tmp_path / "ref"),
+                                 tmp_path / "ref-root")
+    feed(root, "0-good", GOOD)
+    feed(root, "1-bad", BAD)
+    feed(ref_root, "0-good", GOOD)
+    feed(ref_root, "2-more", MORE)
+    probe(version, ["run", ckpt, str(root), provider, "4"], ["run", ref, str(ref_root), provider, "4"])
+    n = CheckpointReader(ckpt).resolve_batch(None)
+
+    a = [r["v"] for r in GOOD if r["k"] == "a"]
+    edit = EditSpec.from_json({"delete": ["bot"], "set": [{"key": "a", "value": [len(a), sum(a)]}]},
+                              "planted bad records of a and bot")
+    store = LocalStore(tmp_path / "snapshots", fsync=False)
+    dry = edit_stream(store, "counts", ckpt, edit)
+    assert dry.dry_run and dry.preview.changed == 2 and CheckpointReader(ckpt).resolve_batch(None) == n
+
+    def command(args: Any) -> tuple[list[str], dict[str, str]]:
+        return version.submit_command(edit_check_application(), list(args)), version.env()
+
+    result = edit_stream(store, "counts", ckpt, edit, apply=True, command=command, requested_by="test")
+    assert result.edit_batch == n + 1 and CheckpointReader(ckpt).resolve_batch(None) == n + 1
+    assert result.spark is not None and result.spark["spark_version"] == version.pyspark
+    assert result.spark["keys_checked"] == 2 and result.spark["entries"] == {"0/default": 5}
+    labels = get_snapshot(store, "counts", result.edited_snapshot).labels
+    assert labels["edited-from"] == result.source_snapshot and labels["edit"] == "planted bad records of a and bot"
+
+    feed(root, "2-more", MORE)
+    _, repaired, reference = probe(version, ["run", ckpt, str(root), provider, "4"], ["state", ckpt], ["state", ref])
+    assert repaired == reference
+    assert CheckpointReader(ckpt).resolve_batch(None) == n + 2  # the input after the edit ran once, nothing again
