@@ -23,8 +23,15 @@ import os
 import sys
 from typing import Any
 
+from airflow_provider_streamstate.engine.checkpoint.reader import (
+    FORMAT_VERSION_CONF,
+    PROVIDER_CONF,
+    ROCKSDB_PROVIDER,
+    CheckpointReader,
+)
 from airflow_provider_streamstate.engine.edit.spark_check import ANSWER, NO_STATE_READER, REQUEST
 from airflow_provider_streamstate.engine.lookup.reading.reach import Reach
+from airflow_provider_streamstate.engine.state.spark import CHANGELOG_CONF
 from airflow_provider_streamstate.engine.streams.secret_confs import ENV_SECRETS_FILE
 
 
@@ -33,6 +40,20 @@ def _reader(spark: Any, checkpoint: str, batch_id: int, op: int, store: str) -> 
     if store != "default":
         r = r.option("storeName", store)
     return r.load(checkpoint)
+
+
+def pin_confs(spark: Any, reader: CheckpointReader, batch: int) -> None:
+    """The confs the checkpoint pinned (provider, format versions, codec), its checkpoint
+    format (Spark reads a format 2 commit log only with it), and changelog replay on for
+    RocksDB (the edit batch is a changelog on every RocksDB store)."""
+    meta, _ = reader.offsets(batch)
+    conf = {str(k): str(v) for k, v in (meta.get("conf") or {}).items()}
+    for key, value in conf.items():
+        if key.startswith("spark.sql.streaming."):
+            spark.conf.set(key, value)
+    if conf.get(PROVIDER_CONF) == ROCKSDB_PROVIDER:
+        spark.conf.set(CHANGELOG_CONF, "true")
+    spark.conf.set(FORMAT_VERSION_CONF, str(reader.checkpoint_format(batch)))
 
 
 def answer(spark: Any, checkpoint: str, req: dict[str, Any]) -> dict[str, Any]:
@@ -82,7 +103,9 @@ def main(argv: list[str]) -> int:
         return 2
     spark.streams.active  # noqa: B018 - PySpark 4.1 loads a RocksDB store offline only after this
     try:
-        out = answer(spark, checkpoint.replace("s3://", "s3a://", 1), json.loads(raw))
+        req = json.loads(raw)
+        pin_confs(spark, CheckpointReader(fs), int(req["batch_id"]))
+        out = answer(spark, checkpoint.replace("s3://", "s3a://", 1), req)
         code = 0
     except Exception as exc:  # noqa: BLE001 - Py4J and PySpark errors alike: recorded and reported
         out = {"spark_version": version, "error": " ".join(str(exc).split())[:2000]}

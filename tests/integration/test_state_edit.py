@@ -48,15 +48,26 @@ def feed(root: Path, name: str, records: list[dict[str, Any]]) -> None:
     (root / "in" / f"{name}.json").write_text("".join(json.dumps(r) + "\n" for r in records))
 
 
-@pytest.mark.parametrize(("line", "provider"), [("4.1", "hdfs"), ("4.1", "rocksdb"), ("4.3", "hdfs"),
-                                                ("4.3", "rocksdb"), ("4.0", "hdfs")])
+FORMAT_2 = {"spark.sql.streaming.stateStore.checkpointFormatVersion": "2",
+            "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true"}
+
+
+@pytest.mark.parametrize(("line", "provider", "conf"), [
+    pytest.param("4.1", "hdfs", {}, id="4.1-hdfs"),
+    pytest.param("4.1", "rocksdb", {}, id="4.1-rocksdb"),
+    pytest.param("4.1", "rocksdb", FORMAT_2, id="4.1-rocksdb-format-2"),
+    pytest.param("4.3", "hdfs", {}, id="4.3-hdfs"),
+    pytest.param("4.3", "rocksdb", {}, id="4.3-rocksdb"),
+    pytest.param("4.0", "hdfs", {}, id="4.0-hdfs"),
+])
 def test_a_stream_repaired_in_place_resumes_and_ends_as_if_it_never_saw_the_bad_input(
-        line: str, provider: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        line: str, provider: str, conf: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     version = spark_versions.get(line)
     if not version.installed():
         pytest.skip(f"Spark {line} is not installed here: run `make setup`")
     monkeypatch.setenv(ENV_UNMANAGED_WINDOW, "0")  # the probe's query has ended: nothing runs on the checkpoint
     monkeypatch.setenv("STREAMSTATE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PROBE_CONF", json.dumps(conf))  # every session of the probe (tests/apps/repartition_probe.py)
     ckpt, root, ref, ref_root = (str(tmp_path / "ckpt"), tmp_path / "root", str(tmp_path / "ref"),
                                  tmp_path / "ref-root")
     feed(root, "0-good", GOOD)

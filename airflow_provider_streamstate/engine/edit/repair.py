@@ -41,11 +41,11 @@ from airflow_provider_streamstate.engine.catalog.snapshots import resolve_snapsh
 from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS, open_checkpoint_fs
 from airflow_provider_streamstate.engine.checkpoint.liveness import read_heartbeat
 from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
-from airflow_provider_streamstate.engine.checkpoint.swap import apply_swap, new_record, recover_swap
+from airflow_provider_streamstate.engine.checkpoint.swap import Put, apply_swap, new_record, recover_swap
 from airflow_provider_streamstate.engine.core.crash_points import crash_point
 from airflow_provider_streamstate.engine.core.errors import CorruptionError, StreamstateError, UsageError
 from airflow_provider_streamstate.engine.core.manifest import Manifest
-from airflow_provider_streamstate.engine.edit.batch import write_edit_batch
+from airflow_provider_streamstate.engine.edit.batch import EditBatch, write_edit_batch
 from airflow_provider_streamstate.engine.edit.changes import EditSpec, KeyChange, compile_changes
 from airflow_provider_streamstate.engine.edit.preview import EditPreview, current_values, preview
 from airflow_provider_streamstate.engine.edit.spark_check import CommandFor, spark_check
@@ -59,7 +59,6 @@ from airflow_provider_streamstate.engine.lookup.reading.sources import (
     StateSource,
 )
 from airflow_provider_streamstate.engine.state.rescale import (
-    batch_files,
     check_at_source,
     refuse_running,
     remove_work_copy,
@@ -205,7 +204,7 @@ def edit_stream(
         pinned = None
         if in_place:
             t = time.monotonic()
-            puts = batch_files(work_fs, restored, batch.batch_id)
+            puts = _edit_files(work_fs, restored, batch)
             pinned = source.snapshot_id if pin_snapshot(
                 store, stream, source.snapshot_id, reason=f"before the edit ({edit.description}): restore it to "
                 "roll back") else None
@@ -263,6 +262,21 @@ def _verify(work: CheckpointFS, before: StateDigest, changes: list[KeyChange], o
     log.info("verified the edit of %s: %d entries, %d keys changed, every other entry as it was", work.location,
              sum(s.entries for s in after.stores), len(changes))
     return after
+
+
+def _edit_files(work: CheckpointFS, restored: dict[str, tuple[int, str]], batch: EditBatch) -> list[Put]:
+    """The files the edit wrote into the copy, exactly (nothing Spark's check may have left
+    there): what the swap moves in, its offsets and commit created only if absent (a query
+    writing that batch meanwhile wins, and the swap refuses)."""
+    now = work.versions()
+    exclusive = {f"offsets/{batch.batch_id}", f"commits/{batch.batch_id}"}
+    out = []
+    for rel in batch.files:
+        if rel not in now or rel in restored:
+            raise CorruptionError(f"{work.where(rel)}, written by the edit, is {'gone' if rel not in now else 'not new'}",
+                                  hint="nothing was put in place; edit again")
+        out.append(Put(rel, now[rel][0], exclusive=rel in exclusive))
+    return out
 
 
 def _swap(fs: CheckpointFS, work: CheckpointFS, stream: str, source: Manifest, puts: list[Any], batch: int,

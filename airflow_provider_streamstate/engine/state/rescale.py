@@ -291,7 +291,7 @@ def rescale_stream(
         crash_point("rescale.verified")
         if in_place:
             t = time.monotonic()
-            puts = batch_files(work_fs, restored, batch)
+            puts = _repartition_batch_files(work_fs, restored, batch)
             pinned = source.snapshot_id if pin_snapshot(
                 store, stream, source.snapshot_id,
                 reason=f"before rescaling {before}->{partitions}: restore it to roll back") else None
@@ -371,7 +371,7 @@ def check_at_source(fs: CheckpointFS, source: Manifest, doing: str = "rescale") 
 
 
 
-def batch_files(work: CheckpointFS, restored: dict[str, tuple[int, str]], batch: int) -> list[Put]:
+def _repartition_batch_files(work: CheckpointFS, restored: dict[str, tuple[int, str]], batch: int) -> list[Put]:
     """What the repartition wrote into the work copy (new or changed since the restore, the
     copy's own records aside): the files a swap moves into production. Its offsets and
     commit are created only if absent (a query writing that batch meanwhile wins, and the
