@@ -10,8 +10,8 @@ clone. A dry run unless --apply.
 
 SPEC is the stream's StreamSpec (JSON, or a file holding it): its checkpoint and store, and
 the Spark whose state reader checks the edited copy (Spark 4.0+). The edit (JSON, or a file
-holding it) is `{"operator": 0, "store": "default", "delete": [KEY, ...], "set": [{"key":
-KEY, "value": VALUE}, ...]}` or a list of them (docs/state.md). SNAPSHOT is an id, `latest`
+holding it) is `{"operator": 0, "store": "default", "delete": [KEY, ...], "delete_where":
+CONDITION, "set": [{"key": KEY, "value": VALUE}, ...]}` or a list of them (docs/state.md). SNAPSHOT is an id, `latest`
 or `latest-good:<suite>`; by default the dry run reads the checkpoint and --apply takes a
 new snapshot of the stopped stream.
 """

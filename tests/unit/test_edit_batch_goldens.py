@@ -168,3 +168,25 @@ def test_a_checkpoint_the_planner_refuses_is_refused_by_an_edit_with_nothing_wri
     with pytest.raises(UnsupportedCheckpointError, match="RocksDB metadata version 'v2'"):
         compile_changes(CheckpointSource(work), EditSpec.from_json({"delete": [g.state().rows[0].key_input]}))
     assert sorted(p for p in Path(work).rglob("*")) == files
+
+
+@pytest.mark.parametrize("g", params("small_aggregation_hdfs", "small_aggregation_rocksdb_changelog"))
+def test_keys_selected_by_a_condition_on_value_and_key_are_deleted_and_only_they(g: Golden, tmp_path: Path) -> None:
+    work = work_copy(g, tmp_path)
+    rows = g.state().rows
+    (value_field,) = g.state().types["value"].names
+    limit = sorted(r.value[0] for r in rows)[len(rows) // 2]
+    spared = rows[0].key[0]
+    doomed = [r for r in rows if r.value[0] > limit and r.key[0] != spared]
+    (key_field,) = g.state().types["key"].names
+    edit = {"delete_where": f"{value_field} > {limit} and key.{key_field} != {spared}"}
+    src = CheckpointSource(work)
+    n = src.batch_id
+    changes = compile_changes(src, EditSpec.from_json(edit))
+    assert sorted(c.key[key_field] for c in changes) == sorted(r.key[0] for r in doomed) and doomed
+    old = current_values(src, changes)
+    before = state_digest(work, n, placement=False)
+    write_edit_batch(open_checkpoint_fs(work), n, changes)
+    after = state_digest(work, n + 1)
+    assert edit_problems(expected_digest(before, changes, old), after, CheckpointSource(work, n + 1), changes) == []
+    assert after.stores[0].entries == len(rows) - len(doomed)

@@ -6,11 +6,15 @@ An edit is given as JSON (the CLI's `--edit`), one object or a list of them:
 
     {"operator": 0, "store": "default",
      "delete": [{"k": "a"}, ["b"], "c"],
+     "delete_where": "sum > 1000000 and key.k != \"vip\"",
      "set": [{"key": {"k": "d"}, "value": {"count": 3, "sum": 14}}]}
 
 `operator` is an id or a name (default 0), `store` the operator's store (default `default`);
 keys are given as a key lookup takes them (by column name, in order, or a single value bare:
 engine/lookup/api.py `key_values`), values by column name or in order, every column given.
+`delete_where` selects keys by a condition (engine/lookup/predicate.py) on the value's
+fields, and on the key's as `key.<column>`: every partition of the store is read (without
+Spark) to find them.
 `compile_changes` turns it into one `KeyChange` per key against the checkpoint's own schema
 files, refusing (one line each) what an edit cannot write yet: column-family stores
 (transformWithState, join state format 3), stream-stream joins, session windows, Avro-
@@ -21,7 +25,7 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,13 +45,16 @@ from airflow_provider_streamstate.engine.lookup.api import (
 from airflow_provider_streamstate.engine.lookup.encodings import rocksdb_keys as rk
 from airflow_provider_streamstate.engine.lookup.encodings.keytext import coerce
 from airflow_provider_streamstate.engine.lookup.encodings.murmur3 import partition_of
+from airflow_provider_streamstate.engine.lookup.encodings.schema import ColumnFamilySchema
 from airflow_provider_streamstate.engine.lookup.encodings.types import StructType
 from airflow_provider_streamstate.engine.lookup.encodings.unsafe_row import decode_row, encode_row
 from airflow_provider_streamstate.engine.lookup.formats.codec import codec_name
 from airflow_provider_streamstate.engine.lookup.layouts import kind_of
+from airflow_provider_streamstate.engine.lookup.predicate import parse_predicate
 from airflow_provider_streamstate.engine.lookup.reading.cache import PartitionCache
-from airflow_provider_streamstate.engine.lookup.reading.partitions import Reads
-from airflow_provider_streamstate.engine.lookup.reading.sources import StateSource
+from airflow_provider_streamstate.engine.lookup.reading.entries import partition_entries
+from airflow_provider_streamstate.engine.lookup.reading.partitions import Reads, partition_state
+from airflow_provider_streamstate.engine.lookup.reading.sources import OperatorView, StateSource
 
 
 @dataclass(frozen=True)
@@ -58,6 +65,7 @@ class StoreEdit:
     store: str
     delete: tuple[Any, ...]
     set: tuple[tuple[Any, Any], ...]  # (key, value)
+    delete_where: str | None = None  # a condition (engine/lookup/predicate.py) on value and `key.<column>`
 
 
 @dataclass(frozen=True)
@@ -80,10 +88,10 @@ class EditSpec:
         for i, item in enumerate(items):
             if not isinstance(item, dict):
                 raise UsageError(f"edit {i} is not an object", hint='give {"delete": [...], "set": [...]}')
-            unknown = sorted(set(item) - {"operator", "store", "delete", "set"})
+            unknown = sorted(set(item) - {"operator", "store", "delete", "delete_where", "set"})
             if unknown:
                 raise UsageError(f"edit {i} has an unknown field {unknown[0]!r}",
-                                 hint="its fields: operator, store, delete, set")
+                                 hint="its fields: operator, store, delete, delete_where, set")
             sets = []
             for s in item.get("set") or []:
                 if not isinstance(s, dict) or set(s) != {"key", "value"} or s["value"] is None:
@@ -93,10 +101,15 @@ class EditSpec:
             deletes = item.get("delete") or []
             if not isinstance(deletes, list):
                 raise UsageError(f"the delete of edit {i} is not a list of keys")
-            if not deletes and not sets:
-                raise UsageError(f"edit {i} deletes and sets nothing", hint="give keys in delete or set")
+            where = item.get("delete_where")
+            if where is not None:
+                if not isinstance(where, str):
+                    raise UsageError(f"the delete_where of edit {i} is not a condition", hint='e.g. "sum > 1000"')
+                parse_predicate(where)
+            if not deletes and not sets and not where:
+                raise UsageError(f"edit {i} deletes and sets nothing", hint="give keys in delete or set, or delete_where")
             edits.append(StoreEdit(item.get("operator", 0), str(item.get("store", "default")), tuple(deletes),
-                                   tuple(sets)))
+                                   tuple(sets), where))
         if not edits:
             raise UsageError("the edit is empty", hint="give at least one key to delete or set")
         return cls(tuple(edits), description or describe(edits))
@@ -104,13 +117,15 @@ class EditSpec:
     def to_json(self) -> dict[str, Any]:
         return {"description": self.description,
                 "edits": [{"operator": e.operator, "store": e.store, "delete": list(e.delete),
+                           "delete_where": e.delete_where,
                            "set": [{"key": k, "value": v} for k, v in e.set]} for e in self.edits]}
 
 
 def describe(edits: Sequence[StoreEdit]) -> str:
     deletes = sum(len(e.delete) for e in edits)
     sets = sum(len(e.set) for e in edits)
-    return f"repair: delete {deletes} key(s), set {sets} key(s)"
+    where = "".join(f", delete where {e.delete_where}" for e in edits if e.delete_where)
+    return f"repair: delete {deletes} key(s), set {sets} key(s){where}"
 
 
 @dataclass(frozen=True)
@@ -232,4 +247,28 @@ def compile_changes(src: StateSource, spec: EditSpec) -> list[KeyChange]:
                 value_bytes = vrow if provider == "hdfs" else rk.VERSION + vrow
             out.append(KeyChange(op.operator_id, op.name, edit.store, part, decode_row(row, schema.key), key_bytes,
                                  new, value_bytes))
+        if edit.delete_where:
+            for part, key_bytes, key in _matching(src, op, edit.store, schema, provider, edit.delete_where):
+                if (op.operator_id, edit.store, key_bytes) not in seen:  # a key also named is as named
+                    seen.add((op.operator_id, edit.store, key_bytes))
+                    out.append(KeyChange(op.operator_id, op.name, edit.store, part, key, key_bytes, None, None))
     return out
+
+
+def _matching(src: StateSource, op: OperatorView, store: str, schema: ColumnFamilySchema, provider: str,
+              condition: str) -> Iterator[tuple[int, bytes, dict[str, Any]]]:
+    """(partition, stored key, key) of every entry of the store whose value (and `key.<column>`)
+    satisfies `condition`, reading every partition whole, without Spark."""
+    predicate = parse_predicate(condition)
+    codec = codec_name(src.conf)
+    base = 0 if provider == "hdfs" else len(rk.VERSION)
+    for p in range(op.partitions):
+        part = partition_state(src, op, p, store, provider, codec, PartitionCache(max_entries=0, max_bytes=0),
+                               Reads())
+        for key_bytes, value_bytes in partition_entries(part):
+            key = decode_row(key_bytes[base:], schema.key)
+            value = decode_row(value_bytes[base:], schema.value)
+            if "key" not in value:
+                value["key"] = key
+            if predicate.holds(True, value):
+                yield p, key_bytes, key

@@ -185,7 +185,8 @@ def edit_stream(
         old = current_values(src, changes)
         seen = preview(src, changes, old)
         if seen.changed == 0:
-            raise UsageError(f"the edit changes nothing in snapshot {source.snapshot_id}: every key to delete is absent",
+            raise UsageError(f"the edit changes nothing in snapshot {source.snapshot_id}: every key to delete is absent "
+                             "(and no key matches delete_where)",
                              hint="check the keys (`streamstate state get`), or the operator and store")
         before = state_digest(work_fs.location, source.batch_id, connection=connection, placement=False)
         batch = write_edit_batch(work_fs, source.batch_id, changes)
