@@ -7,9 +7,9 @@ The request is beside the copy (`_streamstate/edit-check-request.json`: the batc
 operator's stores, the changed keys with their asked values). For every store the job
 counts the rows Spark's reader returns at the batch (loading every partition's new file
 through Spark's own state store provider); for every changed key it looks the key up by
-value (the key parsed with `from_json` into the reader's key type, matched null-safely) and
-gives its value as `to_json` writes it, beside the asked value parsed and written the same
-way. The answer goes beside the request (`_streamstate/edit-check.json`); the submitter
+value (the key's fields, given in order, made a struct of the reader's key type, matched
+null-safely) and gives its value as `to_json` writes it, beside the asked value made and
+written the same way. The answer goes beside the request (`_streamstate/edit-check.json`); the submitter
 compares it with its own reading. Exit 0 when answered (agreement is the submitter's
 call), 1 when Spark failed to read (the answer says why), 3 on a Spark without a state
 reader (3.5).
@@ -56,6 +56,24 @@ def pin_confs(spark: Any, reader: CheckpointReader, batch: int) -> None:
     spark.conf.set(FORMAT_VERSION_CONF, str(reader.checkpoint_format(batch)))
 
 
+def _row_literal(values: list[Any], struct: Any) -> Any:
+    """A struct column of the reader's type `struct` holding `values` (JSON, in field order:
+    names may repeat, a window's grouping expressions do): each top-level field a literal
+    cast to its type, nested ones parsed with `from_json`."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructField, StructType
+
+    cols = []
+    for v, f in zip(values, struct.fields, strict=True):
+        if isinstance(v, (dict, list)):
+            wrapped = StructType([StructField("x", f.dataType)])
+            col = F.from_json(F.lit(json.dumps({"x": v})), wrapped)["x"]
+        else:
+            col = F.lit(v).cast(f.dataType)
+        cols.append(col.alias(f.name))
+    return F.struct(*cols)
+
+
 def answer(spark: Any, checkpoint: str, req: dict[str, Any]) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
@@ -67,13 +85,11 @@ def answer(spark: Any, checkpoint: str, req: dict[str, Any]) -> dict[str, Any]:
     for k in req["keys"]:
         df = _reader(spark, checkpoint, batch, k["operator_id"], k["store"])
         key_type, value_type = df.schema["key"].dataType, df.schema["value"].dataType
-        want = spark.createDataFrame([(json.dumps(k["key"]),)], "j string").select(
-            F.from_json("j", key_type).alias("wanted"))
+        want = spark.range(1).select(_row_literal(k["key"], key_type).alias("wanted"))
         rows = df.join(want, df["key"].eqNullSafe(want["wanted"])).select(F.to_json("value").alias("v")).collect()
         expected = None
         if k["value"] is not None:
-            expected = spark.createDataFrame([(json.dumps(k["value"]),)], "j string").select(
-                F.to_json(F.from_json("j", value_type)).alias("v")).first()["v"]
+            expected = spark.range(1).select(F.to_json(_row_literal(k["value"], value_type)).alias("v")).first()["v"]
         out["keys"].append({"operator_id": k["operator_id"], "store": k["store"], "key": k["key"],
                             "found": bool(rows), "value": rows[0]["v"] if rows else None, "expected": expected})
     return out

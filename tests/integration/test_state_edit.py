@@ -96,5 +96,49 @@ def test_a_stream_repaired_in_place_resumes_and_ends_as_if_it_never_saw_the_bad_
 
     feed(root, "2-more", MORE)
     _, repaired, reference = probe(version, ["run", ckpt, str(root), provider, "4"], ["state", ckpt], ["state", ref])
-    assert repaired == reference
+    assert repaired == reference and reference["a"] == [3, 15] and reference["bot"] == [1, 1] and len(reference) == 7
     assert CheckpointReader(ckpt).resolve_batch(None) == n + 2  # the input after the edit ran once, nothing again
+
+
+GOLDEN_CASES = (("windowed_aggregation_rocksdb_changelog_format_2", 1), ("windowed_aggregation_hdfs", 1),
+                ("small_aggregation_rocksdb_changelog", 1), ("typed_dedup_hdfs", 0))
+
+
+def golden_params() -> list[Any]:
+    from tests.goldens import goldens
+
+    return [pytest.param(g, sets, id=f"spark-{g.line}-{g.case}") for case, sets in GOLDEN_CASES
+            for g in goldens(case) if g.line != "3.5" and (g.line, g.case) != ("4.0", "small_aggregation_rocksdb_changelog")]
+
+
+@pytest.mark.parametrize(("g", "sets"), golden_params())
+def test_sparks_state_reader_of_the_goldens_line_reads_an_edited_golden_as_the_engine_does(
+        g: Any, sets: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Windows (struct keys with timestamps), deduplication, checkpoint format 2: the check
+    job, in the Spark that wrote the golden, agrees with the engine's reading of the edit."""
+    from airflow_provider_streamstate.engine.checkpoint.filesystems import open_checkpoint_fs
+    from airflow_provider_streamstate.engine.edit.batch import write_edit_batch
+    from airflow_provider_streamstate.engine.edit.changes import compile_changes
+    from airflow_provider_streamstate.engine.edit.spark_check import spark_check
+    from airflow_provider_streamstate.engine.lookup.digest import state_digest
+    from airflow_provider_streamstate.engine.lookup.reading.sources import CheckpointSource
+    from tests.edits import repair_of, work_copy
+
+    version = spark_versions.get(g.line)
+    if not version.installed():
+        pytest.skip(f"Spark {g.line} is not installed here: run `make setup`")
+    monkeypatch.setenv("STREAMSTATE_HOME", str(tmp_path / "home"))
+    work = work_copy(g, tmp_path)
+    edit, gone, changed = repair_of(g, deletes=2, sets=sets)
+    src = CheckpointSource(work)
+    changes = compile_changes(src, EditSpec.from_json(edit))
+    batch = write_edit_batch(open_checkpoint_fs(work), src.batch_id, changes)
+    digest = state_digest(work, batch.batch_id)
+
+    def command(args: Any) -> tuple[list[str], dict[str, str]]:
+        return version.submit_command(edit_check_application(), list(args)), version.env()
+
+    checked = spark_check("golden", open_checkpoint_fs(work), batch.batch_id, digest, changes, command)
+    assert checked.spark_version == version.pyspark and checked.keys_checked == len(gone) + len(changed)
+    assert checked.entries == {"0/default": digest.stores[0].entries} and digest.stores[0].entries == \
+        len(g.state().rows) - len(gone)

@@ -3,7 +3,8 @@ the stream's own Spark (jobs/edit_check_job.py, submitted like the rescale's rep
 loads the edited copy at batch N+1 with Spark's state reader, every operator and store (so
 every partition's new file is loaded by Spark's provider), and reports per store how many
 entries Spark reads, and for each changed key whether Spark finds it and its value (as
-Spark's `to_json` writes it, beside the asked value parsed and written the same way).
+Spark's `to_json` writes it, beside the asked value written the same way). Keys and values travel as JSON lists in field order
+(a window aggregation's key repeats a column name).
 
 The request is written beside the copy (`_streamstate/edit-check-request.json`) and the job
 answers beside it (`_streamstate/edit-check.json`). Agreement means: the same number of
@@ -69,8 +70,9 @@ def request(batch_id: int, digest: StateDigest, changes: Sequence[KeyChange]) ->
     stores = sorted({(s.operator_id, s.store.split("/")[0]) for s in digest.stores}
                     | {(c.operator_id, c.store) for c in changes})
     return {"batch_id": batch_id, "stores": [{"operator_id": op, "store": st} for op, st in stores],
-            "keys": [{"operator_id": c.operator_id, "store": c.store, "key": to_jsonable(c.key),
-                      "value": to_jsonable(c.value) if c.value is not None else None} for c in changes]}
+            "keys": [{"operator_id": c.operator_id, "store": c.store, "key": to_jsonable(list(c.key.values())),
+                      "value": to_jsonable(list(c.value.values())) if c.value is not None else None}
+                     for c in changes]}
 
 
 def problems(answer: dict[str, Any], digest: StateDigest) -> list[str]:
