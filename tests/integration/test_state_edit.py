@@ -100,6 +100,43 @@ def test_a_stream_repaired_in_place_resumes_and_ends_as_if_it_never_saw_the_bad_
     assert CheckpointReader(ckpt).resolve_batch(None) == n + 2  # the input after the edit ran once, nothing again
 
 
+def test_the_cli_repairs_a_stopped_stream_from_its_spec_with_sparks_check_through_the_specs_spark(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`streamstate state edit --spec`: the dry run, then --apply, Spark's check submitted
+    through the spec's Spark (spark-submit of the main line, as for a rescale)."""
+    from airflow_provider_streamstate.cli import main
+    from airflow_provider_streamstate.spec import StreamSpec
+
+    version = spark_versions.get("4.1")
+    monkeypatch.setenv(ENV_UNMANAGED_WINDOW, "0")
+    monkeypatch.setenv("STREAMSTATE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PROBE_CONF", json.dumps(
+        {"spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true"}))
+    ckpt, root, ref, ref_root = (str(tmp_path / "ckpt"), tmp_path / "root", str(tmp_path / "ref"),
+                                 tmp_path / "ref-root")
+    feed(root, "0-good", GOOD)
+    feed(root, "1-bad", BAD)
+    feed(ref_root, "0-good", GOOD)
+    feed(ref_root, "2-more", MORE)
+    probe(version, ["run", ckpt, str(root), "rocksdb", "4"], ["run", ref, str(ref_root), "rocksdb", "4"])
+    spec = json.dumps(StreamSpec(name="counts", checkpoint=ckpt, store=str(tmp_path / "snapshots"),
+                                 master="local[2]").to_dict())
+    a = [r["v"] for r in GOOD if r["k"] == "a"]
+    edit = json.dumps({"delete": [{"k": "bot"}], "set": [{"key": {"k": "a"}, "value": [len(a), sum(a)]}]})
+
+    assert main(["state", "edit", "--spec", spec, "--edit", edit]) == 0
+    out = capsys.readouterr().out
+    assert "would change 2 key(s) of counts" in out and "nothing was written" in out
+    assert main(["state", "edit", "--spec", spec, "--edit", edit, "--apply", "--description", "planted", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["spark"]["spark_version"] == version.pyspark and r["spark"]["keys_checked"] == 2
+    assert r["pinned"] == r["source_snapshot"] and r["edited_snapshot"]
+
+    feed(root, "2-more", MORE)
+    _, repaired, reference = probe(version, ["run", ckpt, str(root), "rocksdb", "4"], ["state", ckpt], ["state", ref])
+    assert repaired == reference and reference["a"] == [3, 15]
+
+
 GOLDEN_CASES = (("windowed_aggregation_rocksdb_changelog_format_2", 1), ("windowed_aggregation_hdfs", 1),
                 ("small_aggregation_rocksdb_changelog", 1), ("typed_dedup_hdfs", 0))
 
