@@ -7,6 +7,7 @@ with nothing changed."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,14 @@ import pytest
 from airflow_provider_streamstate.engine.catalog.manifests import get_snapshot
 from airflow_provider_streamstate.engine.catalog.retention import pinned_ids
 from airflow_provider_streamstate.engine.catalog.snapshots import list_snapshots
+from airflow_provider_streamstate.engine.checkpoint.liveness import ENV_UNMANAGED_WINDOW
 from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
-from airflow_provider_streamstate.engine.core.errors import CheckpointChanged, NotFoundError, UsageError
+from airflow_provider_streamstate.engine.core.errors import (
+    CheckpointChanged,
+    NotFoundError,
+    StreamRunningError,
+    UsageError,
+)
 from airflow_provider_streamstate.engine.edit.changes import EditSpec
 from airflow_provider_streamstate.engine.edit.repair import edit_stream, work_location
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
@@ -107,3 +114,19 @@ def test_an_edit_that_changes_nothing_is_refused_and_leaves_no_work_copy(tmp_pat
     with pytest.raises(UsageError, match="changes nothing"):
         edit_stream(store, "orders", ckpt, EditSpec.from_json({"delete": [987654]}), apply=True)
     assert CheckpointReader(ckpt).resolve_batch(None) == n and not Path(work_location(ckpt)).exists()
+
+
+def test_an_in_place_edit_of_a_checkpoint_a_query_is_writing_is_refused_with_nothing_changed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV_UNMANAGED_WINDOW, "120")  # the suite turns the detection off (tests/conftest.py)
+    g = golden("small_aggregation_hdfs")
+    ckpt = work_copy(g, tmp_path)
+    n = CheckpointReader(ckpt).resolve_batch(None)
+    for rel in (f"offsets/{n}", f"commits/{n}"):
+        os.utime(Path(ckpt) / rel)  # its newest batch written just now, and no streamstate heartbeat beside it
+    store = LocalStore(tmp_path / "snapshots", fsync=False)
+    edit, _, _ = repair_of(g)
+    before = _files(ckpt)
+    with pytest.raises(StreamRunningError, match="stop it before editing it in place"):
+        edit_stream(store, "orders", ckpt, EditSpec.from_json(edit), apply=True)
+    assert _files(ckpt) == before

@@ -336,13 +336,17 @@ def rescale_stream(
                          [s.to_json() for s in digest.stores], seconds, snapshot_error)
 
 
+def _gerund(verb: str) -> str:
+    return verb[:-1] + "ing" if verb.endswith("e") else verb + "ing"
+
+
 def refuse_running(fs: CheckpointFS, stream: str, doing: str = "rescale") -> None:
     """A stream running on the checkpoint, by its heartbeat, its launch, or its own writes
     (what an in-place rescale or edit, `doing`, refuses)."""
     st = launcher.status(fs)
     if st.state in ("running", "starting"):
         why = f" ({st.writer})" if st.writer else ""
-        raise StreamRunningError(f"stream {stream} is {st.state} on {fs.location}{why}: stop it before {doing[:-1]}ing "
+        raise StreamRunningError(f"stream {stream} is {st.state} on {fs.location}{why}: stop it before {_gerund(doing)} "
                                  "it in place", hint="stop it (StopStreamOperator, `streamstate stream stop`), or "
                                  f"{doing} a clone with --target")
 
@@ -359,7 +363,7 @@ def check_at_source(fs: CheckpointFS, source: Manifest, doing: str = "rescale") 
     if newest != (n, n):
         raise CheckpointChanged(
             f"checkpoint {fs.location} is at batch {newest[0]} (committed {newest[1]}), not at batch {n} of "
-            f"snapshot {source.snapshot_id}: {doing[:-1]}ing it in place from that snapshot would rewind it",
+            f"snapshot {source.snapshot_id}: {_gerund(doing)} it in place from that snapshot would rewind it",
             hint=f"{doing} without --snapshot (a new snapshot of the stopped stream is the source), or restore "
                  "that snapshot first")
     by_path = {e.path: e.sha256 for e in source.files}
