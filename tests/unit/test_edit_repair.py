@@ -130,3 +130,19 @@ def test_an_in_place_edit_of_a_checkpoint_a_query_is_writing_is_refused_with_not
     with pytest.raises(StreamRunningError, match="stop it before editing it in place"):
         edit_stream(store, "orders", ckpt, EditSpec.from_json(edit), apply=True)
     assert _files(ckpt) == before
+
+
+def test_a_dry_run_of_a_snapshot_reads_its_blobs_and_names_it(tmp_path: Path) -> None:
+    g = golden("small_aggregation_rocksdb_changelog")
+    ckpt = work_copy(g, tmp_path)
+    store = LocalStore(tmp_path / "snapshots", fsync=False)
+    sid = create_snapshot(ckpt, store, "orders").manifest.snapshot_id
+    rows = g.state().rows
+    (value_field,) = g.state().types["value"].names
+    top = max(r.value[0] for r in rows)
+    edit = EditSpec.from_json({"operator": "stateStoreSave", "delete": [rows[0].key_input],
+                               "delete_where": f"{value_field} >= {top}"})
+    result = edit_stream(store, "orders", ckpt, edit, snapshot="latest")
+    assert result.dry_run and result.source_snapshot == sid and result.preview.source.startswith(f"snapshot {sid}")
+    wanted = {tuple(rows[0].key)} | {tuple(r.key) for r in rows if r.value[0] >= top}
+    assert result.preview.changed == len(wanted) and "delete where" in result.description
