@@ -1,6 +1,7 @@
 """`streamstate state show|export`, `diff`, `validate`, `bisect`: a snapshot's state as a
 table, two states compared, a Great Expectations suite run on it, history bisected (Spark
-jobs); `state get|history`: one key, without Spark (cli/state_keys.py).
+jobs); `state get|history`: one key, without Spark (cli/state_keys.py); `state edit`: keys repaired
+(cli/state_edit.py).
 
     streamstate state show   --store S --stream X SNAPSHOT [--operator ID|NAME] [--store-name N]
                              [--join-side left|right] [--state-var NAME|*|$timers] [--where SQL] [--limit K] [--json]
@@ -27,7 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_streamstate.cli import state_keys
+from airflow_provider_streamstate.cli import state_edit, state_keys
 from airflow_provider_streamstate.cli.common import (
     EXIT_OK,
     EXIT_USAGE,
@@ -99,6 +100,7 @@ def register(commands: Any) -> Handlers:
                         help="a directory to create (must not exist), or an s3a://bucket/path")
     add_job_options(export)
     key_commands = state_keys.register(sub)
+    edit_commands = state_edit.register(sub)
 
     diff = commands.add_parser("diff", help="compare two snapshots' state key by key")
     add_store_options(diff)
@@ -133,6 +135,7 @@ def register(commands: Any) -> Handlers:
         ("validate", None): cmd_validate,
         ("bisect", None): cmd_bisect,
         **key_commands,
+        **edit_commands,
     }
 
 

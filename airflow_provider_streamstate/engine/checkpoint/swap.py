@@ -289,8 +289,8 @@ def _beside(fs: CheckpointFS, source: str) -> str:
     source: it may name nothing else."""
     parent, _, name = fs.location.rstrip("/").rpartition("/")
     src_parent, _, src_name = source.rstrip("/").rpartition("/")
-    if src_parent != parent or not re.fullmatch(rf"\.?{re.escape(name)}\.streamstate-(restore|rescale)-[0-9a-f-]+",
-                                                  src_name):
+    pattern = rf"\.?{re.escape(name)}\.streamstate-(?:(?:restore|rescale)-[0-9a-f-]+|edit)"  # edit: engine/edit
+    if src_parent != parent or not re.fullmatch(pattern, src_name):
         raise UnsupportedCheckpointError(
             f"{fs.where(SWAP_FILE)} names {source} as its source, which is no work copy of {fs.location}",
             hint="restore a snapshot into the checkpoint (`streamstate restore ... --force`)")

@@ -246,7 +246,7 @@ def rescale_stream(
     fs = open_checkpoint_fs(checkpoint, connection=connection)
     if in_place:
         recover_swap(fs)  # a crashed swap of this checkpoint is finished first (it changes nothing else)
-        _refuse_running(fs, stream)
+        refuse_running(fs, stream)
     elif target and target.rstrip("/") == checkpoint.rstrip("/"):
         raise UsageError("the clone's target is the stream's own checkpoint", hint="rescale in place instead")
     if snapshot is None:
@@ -260,14 +260,14 @@ def rescale_stream(
         source = resolve_snapshot(store, stream, snapshot)
     before = _check_manifest(source, partitions)
     if in_place:
-        _check_at_source(fs, source)
+        check_at_source(fs, source)
     work = target or work_location(checkpoint, partitions)
     work_fs = fs.relocated(work) if in_place else open_checkpoint_fs(work, connection=connection)
     created = False  # a target the user gave is removed only once this call has written it
     log.info("rescaling %s from %d to %d state partitions: snapshot %s (batch %d) into %s", stream, before,
              partitions, source.snapshot_id, source.batch_id, work)
     if in_place:
-        _remove(work_fs)  # what a crashed rescale left (a swap that needed it was finished above)
+        remove_work_copy(work_fs)  # what a crashed rescale left (a swap that needed it was finished above)
     try:
         t = time.monotonic()
         restore_snapshot(store, stream, source.snapshot_id, work_fs, new_query_id=not in_place,
@@ -313,13 +313,13 @@ def rescale_stream(
             seconds["snapshot_rescaled"] = time.monotonic() - t
     except BaseException:
         if created or in_place:  # a copy that did not verify, or that the swap refused, is not left behind
-            _remove(work_fs)
+            remove_work_copy(work_fs)
         raise
     snapshot_error = None
     if in_place:
         # The rescaled state is in place: its snapshot, and the work copy's removal, can only
         # fail to happen now, never undo it (the scheduled snapshot DAG takes one anyway).
-        _remove(work_fs)
+        remove_work_copy(work_fs)
         t = time.monotonic()
         try:
             rescaled_id = create_snapshot(fs, store, stream, batch_id=batch, labels=labels, parallelism=parallelism,
@@ -336,20 +336,26 @@ def rescale_stream(
                          [s.to_json() for s in digest.stores], seconds, snapshot_error)
 
 
-def _refuse_running(fs: CheckpointFS, stream: str) -> None:
-    """A stream running on the checkpoint, by its heartbeat, its launch, or its own writes."""
+def _gerund(verb: str) -> str:
+    return verb[:-1] + "ing" if verb.endswith("e") else verb + "ing"
+
+
+def refuse_running(fs: CheckpointFS, stream: str, doing: str = "rescale") -> None:
+    """A stream running on the checkpoint, by its heartbeat, its launch, or its own writes
+    (what an in-place rescale or edit, `doing`, refuses)."""
     st = launcher.status(fs)
     if st.state in ("running", "starting"):
         why = f" ({st.writer})" if st.writer else ""
-        raise StreamRunningError(f"stream {stream} is {st.state} on {fs.location}{why}: stop it before rescaling it in "
-                                 "place", hint="stop it (StopStreamOperator, `streamstate stream stop`), or "
-                                 "rescale a clone with --target")
+        raise StreamRunningError(f"stream {stream} is {st.state} on {fs.location}{why}: stop it before {_gerund(doing)} "
+                                 "it in place", hint="stop it (StopStreamOperator, `streamstate stream stop`), or "
+                                 f"{doing} a clone with --target")
 
 
-def _check_at_source(fs: CheckpointFS, source: Manifest) -> None:
+
+def check_at_source(fs: CheckpointFS, source: Manifest, doing: str = "rescale") -> None:
     """The checkpoint is still where the source snapshot cut it: its newest offsets and
-    commit are batch N, the very files the snapshot holds. Else an in-place rescale would put
-    batch N+1 on top of other history (rewind it, or fork it)."""
+    commit are batch N, the very files the snapshot holds. Else an in-place rescale (or edit,
+    `doing`) would put batch N+1 on top of other history (rewind it, or fork it)."""
     reader = CheckpointReader(fs.fresh())
     offsets, commits = reader.offset_batches(), reader.committed_batches()
     newest = (offsets[-1] if offsets else None, commits[-1] if commits else None)
@@ -363,15 +369,16 @@ def _check_at_source(fs: CheckpointFS, source: Manifest) -> None:
     if newest != (n, n):
         raise CheckpointChanged(
             f"checkpoint {fs.location} is at batch {newest[0]} (committed {newest[1]}), not at batch {n} of "
-            f"snapshot {source.snapshot_id}: rescaling it in place from that snapshot would rewind it",
-            hint="rescale without --snapshot (a new snapshot of the stopped stream is the source), or restore "
+            f"snapshot {source.snapshot_id}: {_gerund(doing)} it in place from that snapshot would rewind it",
+            hint=f"{doing} without --snapshot (a new snapshot of the stopped stream is the source), or restore "
                  "that snapshot first")
     by_path = {e.path: e.sha256 for e in source.files}
     for rel in (f"offsets/{n}", f"commits/{n}"):
         if by_path.get(rel) != hashlib.sha256(fs.read_bytes(rel)).hexdigest():
             raise CheckpointChanged(
                 f"{fs.where(rel)} is not the file snapshot {source.snapshot_id} holds: the checkpoint was changed "
-                "since it was taken", hint="rescale without --snapshot (a new snapshot is the source)")
+                "since it was taken", hint=f"{doing} without --snapshot (a new snapshot is the source)")
+
 
 
 def _repartition_batch_files(work: CheckpointFS, restored: dict[str, tuple[int, str]], batch: int) -> list[Put]:
@@ -392,8 +399,8 @@ def _swap(fs: CheckpointFS, work: CheckpointFS, stream: str, source: Manifest, p
     metadata = fs.read_record("metadata")
 
     def still_stopped_at_source() -> None:
-        _refuse_running(fs, stream)
-        _check_at_source(fs, source)
+        refuse_running(fs, stream)
+        check_at_source(fs, source)
 
     record = new_record("rescale", f"rescale {change} of {stream}: batch {batch} on batch {source.batch_id}", work,
                         puts, (), metadata=metadata, metadata_before=metadata)
@@ -478,7 +485,7 @@ def _recorded_digests(checked: Verification | None) -> tuple[StateDigest, StateD
         return None
 
 
-def _remove(work: CheckpointFS) -> None:
+def remove_work_copy(work: CheckpointFS) -> None:
     try:
         if work.exists():
             work.delete_all()

@@ -12,7 +12,8 @@ where token = method (0x10 raw, 0x20 LZ4) | level, and checksum is the XXHash32 
 0x9747b28c) of the original bytes masked to 28 bits. A block of length 0 ends the stream.
 We verify every block's checksum, so a corrupted file fails with its name instead of
 decoding garbage. `zstd` (standard zstd frames) is read when the `zstandard` package is
-installed; snappy and lzf are refused by name.
+installed; snappy and lzf are refused by name. `compress` writes lz4 as lz4-java does
+(what a state edit writes, engine/edit/).
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ _MAGIC = b"LZ4Block"
 _HEADER = struct.Struct("<BiiI")  # token, compressed length, original length, checksum
 _SEED = 0x9747B28C
 _RAW, _LZ4 = 0x10, 0x20
+# Spark's spark.io.compression.lz4.blockSize default (32 KiB): lz4-java's reader takes a block of
+# at most 2^(10 + level) bytes, the level being the token's low 4 bits.
+BLOCK_SIZE = 32 << 10
+_LEVEL = BLOCK_SIZE.bit_length() - 1 - 10
 _CODEC_ALIASES = {
     "org.apache.spark.io.lz4compressioncodec": "lz4",
     "org.apache.spark.io.zstdcompressioncodec": "zstd",
@@ -173,3 +178,25 @@ def lz4_block_stream(data: bytes, where: str) -> bytes:
             return b"".join(out)
         out.append(_lz4_block(data[pos:pos + clen], method, olen, check, where))
         pos += clen
+
+
+def compress(data: bytes, name: str) -> bytes:
+    """`data` as Spark's codec `name` writes a state file: lz4-java's `LZ4BlockOutputStream`
+    (blocks of BLOCK_SIZE, each LZ4-compressed, or stored raw when that is not smaller, with
+    its XXHash32, then the empty end block). Only lz4 is written; any other codec is refused."""
+    if name != "lz4":
+        raise UnsupportedCheckpointError(
+            f"state files are compressed with {name} ({CODEC_CONF}); state edits write lz4 only",
+            hint="edit this state through Spark, or run the stream with the lz4 codec (the default)")
+    import lz4.block
+    import xxhash
+
+    out = bytearray()
+    for pos in range(0, len(data), BLOCK_SIZE):
+        block = data[pos:pos + BLOCK_SIZE]
+        check = xxhash.xxh32_intdigest(block, _SEED) & 0x0FFFFFFF
+        packed = lz4.block.compress(block, store_size=False)
+        method, body = (_LZ4, packed) if len(packed) < len(block) else (_RAW, block)
+        out += _MAGIC + _HEADER.pack(method | _LEVEL, len(body), len(block), check) + body
+    out += _MAGIC + _HEADER.pack(_RAW | _LEVEL, 0, 0, 0)
+    return bytes(out)

@@ -1,0 +1,113 @@
+"""`streamstate state edit`: repair keys of a stream's state in place of a replay: delete
+them or set their values, in a new batch written on a verified copy of a snapshot, then put
+in place (the stream stopped; the source snapshot pinned for a rollback) or written as a
+clone. A dry run unless --apply.
+
+    streamstate state edit --spec SPEC --edit JSON|FILE [--description TEXT] [--snapshot SNAPSHOT]
+                           [--dry-run | --apply [--target CKPT [--clone-name NAME]]] [--requested-by WHO]
+                           [--no-spark-check] [--master M] [--deploy-mode client|cluster]
+                           [--timeout SECONDS] [--json]
+
+SPEC is the stream's StreamSpec (JSON, or a file holding it): its checkpoint and store, and
+the Spark whose state reader checks the edited copy (Spark 4.0+). The edit (JSON, or a file
+holding it) is `{"operator": 0, "store": "default", "delete": [KEY, ...], "delete_where":
+CONDITION, "set": [{"key": KEY, "value": VALUE}, ...]}` or a list of them (docs/state.md). SNAPSHOT is an id, `latest`
+or `latest-good:<suite>`; by default the dry run reads the checkpoint and --apply takes a
+new snapshot of the stopped stream.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_streamstate.cli.common import (
+    EXIT_OK,
+    Handlers,
+    add_parallelism,
+    duration,
+    print_result,
+    read_spec,
+    use_spec_connection,
+)
+
+
+def register(sub: Any) -> Handlers:
+    """Add `edit` to the `state` command's subcommands."""
+    p = sub.add_parser("edit", help="delete keys or set their values, on a verified copy (a dry run unless --apply)")
+    p.add_argument("--spec", required=True, help="the stream's StreamSpec: JSON, or a file holding it")
+    p.add_argument("--edit", required=True, metavar="JSON|FILE", help="the keys to delete and to set")
+    p.add_argument("--description", default=None, metavar="TEXT",
+                   help="what the edit repairs (the result's snapshot is labelled with it)")
+    p.add_argument("--snapshot", default=None, help="the source snapshot (default: the checkpoint, or a new snapshot "
+                   "of the stopped stream with --apply)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true", help="say what would change, write nothing (the default)")
+    mode.add_argument("--apply", action="store_true", help="write, verify and put the edit in place (or the clone)")
+    p.add_argument("--target", metavar="CKPT", help="with --apply: write the edited state as a clone at this checkpoint")
+    p.add_argument("--clone-name", metavar="NAME", help="the clone's name in the store (default <stream>-edited)")
+    p.add_argument("--requested-by", metavar="WHO", default=None, help="who asked (a label of the result's snapshot)")
+    p.add_argument("--no-spark-check", action="store_true",
+                   help="verify the copy without Spark only (Spark's state reader needs Spark 4.0+)")
+    p.add_argument("--master", default=None, help="spark-submit's master for the check (over the spec's)")
+    p.add_argument("--deploy-mode", choices=["client", "cluster"], default=None, help="where the check's driver runs")
+    p.add_argument("--timeout", type=duration, default=None, metavar="SECONDS",
+                   help="how long Spark's check may run before it is killed (default: no limit)")
+    add_parallelism(p)
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    return {("state", "edit"): cmd_state_edit}
+
+
+def _edit_text(value: str) -> str:
+    if value.lstrip().startswith(("{", "[")):
+        return value
+    path = Path(value).expanduser()
+    if not path.is_file():
+        from airflow_provider_streamstate.engine.core.errors import UsageError
+
+        raise UsageError(f"--edit {value!r} is neither JSON nor a file", hint="give the edit as JSON or a file of it")
+    return path.read_text()
+
+
+def cmd_state_edit(args: argparse.Namespace) -> int:
+    from airflow_provider_streamstate.engine.core.errors import UsageError
+    from airflow_provider_streamstate.engine.edit.changes import EditSpec
+
+    if (args.target or args.clone_name) and not args.apply:
+        raise UsageError("--target and --clone-name write a clone: give them with --apply",
+                         hint="run the dry run without them, then --apply --target CKPT")
+    if args.clone_name and not args.target:
+        raise UsageError("--clone-name names a clone: give it with --target", hint="or leave --clone-name out")
+    edit = EditSpec.from_json(_edit_text(args.edit), args.description)
+    spec = read_spec(args.spec)
+    if args.master or args.deploy_mode:
+        spec = spec.derive(master=args.master or spec.master, deploy_mode=args.deploy_mode or spec.deploy_mode)
+    use_spec_connection(spec)
+    from airflow_provider_streamstate.stream_edit import edit_spec
+
+    r = edit_spec(spec, edit, apply=args.apply, snapshot=args.snapshot, target=args.target,
+                  clone_name=args.clone_name, spark_check=not args.no_spark_check, requested_by=args.requested_by,
+                  timeout_s=args.timeout, parallelism=args.parallelism)
+    p = r.preview
+    lines = [f"{'would change' if r.dry_run else 'changed'} {p.changed} key(s) of {r.stream} ({r.description}) in "
+             f"{p.source} at batch {p.batch_id}:"]
+    for c in p.partitions:
+        lines.append(f"  operator {c.operator_id} ({c.operator}) store {c.store} partition {c.partition}: "
+                     f"{c.removed} removed, {c.replaced} replaced, {c.added} added"
+                     + (f", {c.absent} to delete not there" if c.absent else ""))
+    if r.dry_run:
+        lines.append("nothing was written: run again with --apply (the stream stopped), or --apply --target CKPT "
+                     "for a clone")
+    else:
+        where = "in place" if r.in_place else f"as a clone at {r.checkpoint}"
+        snapshot = (f"snapshot {r.edited_snapshot}" if r.edited_snapshot else
+                    f"not snapshotted ({r.snapshot_error}: take one with `streamstate snapshot create`)")
+        checked = f"; Spark {r.spark['spark_version']} read it the same" if r.spark else \
+            "; not checked by Spark (--no-spark-check)"
+        lines.append(f"edit batch {r.edit_batch} {where}: {snapshot} (edited from {r.source_snapshot}, "
+                     f"{sum(s['entries'] for s in r.stores)} entries verified{checked})")
+        if r.pinned:
+            lines.append(f"{r.pinned} is pinned: restore it to roll back")
+    print_result(args, r.to_json(), "\n".join(lines))
+    return EXIT_OK

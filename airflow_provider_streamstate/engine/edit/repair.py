@@ -1,0 +1,295 @@
+"""Repair a stream's state in place of a replay: keys deleted or set (engine/edit/changes.py)
+in a new batch N+1 written on a verified copy of snapshot N, then swapped into the stopped
+stream's checkpoint or kept as a clone.
+
+`edit_stream` is a dry run unless `apply`: it reads the snapshot (or the checkpoint) and says
+what would change, per operator, store and partition, writing nothing. Applied, it composes
+the rescale's machinery (engine/state/rescale.py) around a batch the engine writes itself:
+
+1. Refuse first: a running stream (in place), a source snapshot that is not the checkpoint's
+   newest batch (in place: the edit would rewind it), what an edit cannot write (changes.py).
+2. The source: the given snapshot, else a new one of the (stopped) stream.
+3. Restore it to a work copy (in place: a sibling of the checkpoint; as a clone: the target)
+   and write batch N+1 there (batch.py: a delta or changelog per store partition, offsets
+   and commit last): the same source offsets as N, so the stream resumes where it was.
+4. Verify the copy without Spark (verify.py): its digest at N+1 is the source's with exactly
+   the asked changes, every other entry byte for byte, every key where Spark looks for it,
+   each changed key read back. Then, with a `command`, Spark's own state reader reads the
+   copy at N+1 and must agree (spark_check.py).
+5. In place: pin the source snapshot (rollback is one restore of it) and swap the edit
+   batch's files in behind a fence (engine/checkpoint/swap.py), refusing if a query ran or
+   the checkpoint moved on meanwhile; then snapshot it, labelled `edited-from=<source>`
+   with the edit's description. As a clone: the target is the clone, snapshotted under its
+   name with the same labels.
+
+What a crash leaves is what a rescale's leaves: the production checkpoint untouched and a
+work copy (the next edit replaces it), or a fenced checkpoint `streamstate stream recover`
+finishes from the work copy, or the edited checkpoint without its snapshot yet. The edit
+batch keeps batch N's watermark: a row set older than it may be evicted by the next batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_provider_streamstate.engine.catalog.retention import pin_snapshot, unpin_snapshot
+from airflow_provider_streamstate.engine.catalog.snapshots import resolve_snapshot
+from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS, open_checkpoint_fs
+from airflow_provider_streamstate.engine.checkpoint.liveness import read_heartbeat
+from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
+from airflow_provider_streamstate.engine.checkpoint.swap import Put, apply_swap, new_record, recover_swap
+from airflow_provider_streamstate.engine.core.crash_points import crash_point
+from airflow_provider_streamstate.engine.core.errors import CorruptionError, StreamstateError, UsageError
+from airflow_provider_streamstate.engine.core.manifest import Manifest
+from airflow_provider_streamstate.engine.edit.batch import EditBatch, write_edit_batch
+from airflow_provider_streamstate.engine.edit.changes import EditSpec, KeyChange, compile_changes
+from airflow_provider_streamstate.engine.edit.preview import EditPreview, current_values, preview
+from airflow_provider_streamstate.engine.edit.spark_check import CommandFor, spark_check
+from airflow_provider_streamstate.engine.edit.verify import edit_problems, expected_digest
+from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
+from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
+from airflow_provider_streamstate.engine.lookup.digest import StateDigest, state_digest
+from airflow_provider_streamstate.engine.lookup.reading.sources import (
+    CheckpointSource,
+    SnapshotSource,
+    StateSource,
+)
+from airflow_provider_streamstate.engine.state.rescale import (
+    check_at_source,
+    refuse_running,
+    remove_work_copy,
+)
+from airflow_provider_streamstate.engine.stores.base import SnapshotStore
+
+log = logging.getLogger("streamstate.edit")
+
+WORK_SUFFIX = ".streamstate-edit"
+LABEL_FROM = "edited-from"
+LABEL_EDIT = "edit"
+LABEL_BY = "edited-by"
+MAX_LABEL = 200  # characters of the description a label keeps (the result has it whole)
+
+
+class EditError(StreamstateError):
+    """The edited copy did not verify; nothing was put in place."""
+
+
+@dataclass(frozen=True)
+class EditResult:
+    stream: str
+    description: str
+    dry_run: bool
+    preview: EditPreview
+    source_snapshot: str | None  # None: a dry run of the checkpoint itself
+    edited_snapshot: str | None = None  # None: a dry run, or in place but its snapshot failed
+    edit_batch: int | None = None
+    checkpoint: str | None = None  # where the edited state is: the stream's checkpoint, or the clone
+    in_place: bool = True
+    pinned: str | None = None
+    spark: dict[str, Any] | None = None  # what Spark's state reader found (None: not asked)
+    stores: list[dict[str, Any]] = field(default_factory=list)  # the verified digest at the edit batch
+    seconds: dict[str, float] = field(default_factory=dict)
+    snapshot_error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"stream": self.stream, "description": self.description, "dry_run": self.dry_run,
+                "preview": self.preview.to_json(), "source_snapshot": self.source_snapshot,
+                "edited_snapshot": self.edited_snapshot, "edit_batch": self.edit_batch, "checkpoint": self.checkpoint,
+                "in_place": self.in_place, "pinned": self.pinned, "spark": self.spark, "stores": self.stores,
+                "seconds": {k: round(v, 3) for k, v in self.seconds.items()}, "snapshot_error": self.snapshot_error}
+
+
+def work_location(checkpoint: str) -> str:
+    """The sibling of the checkpoint where its copy is edited (replaced by the next edit)."""
+    return f"{checkpoint.rstrip('/')}{WORK_SUFFIX}"
+
+
+def edit_labels(source: str, edit: EditSpec, requested_by: str | None) -> dict[str, str]:
+    labels = {LABEL_FROM: source, LABEL_EDIT: edit.description[:MAX_LABEL]}
+    if requested_by:
+        labels[LABEL_BY] = requested_by[:MAX_LABEL]
+    return labels
+
+
+def edit_stream(
+    store: SnapshotStore,
+    stream: str,
+    checkpoint: str,
+    edit: EditSpec,
+    *,
+    apply: bool = False,
+    snapshot: str | None = None,
+    target: str | None = None,
+    clone_name: str | None = None,
+    command: CommandFor | None = None,
+    requested_by: str | None = None,
+    connection: Any = None,
+    parallelism: int = 8,
+    timeout_s: float | None = None,
+    on_submit: Callable[[Any], None] | None = None,
+) -> EditResult:
+    """Edit the state of `stream` (checkpoint `checkpoint`) as `edit` says; see the module
+    docstring. A dry run unless `apply`. In place (`target` None: the stream must be stopped)
+    or as a clone at `target` (named `clone_name`, default `<stream>-edited`). `snapshot`:
+    the source (an id, `latest`, `latest-good:<suite>`); default the checkpoint's newest
+    batch (applied: a new snapshot of the stopped stream). `command`: how to run Spark's
+    check in the stream's Spark (None: the copy is verified without Spark only)."""
+    started = time.monotonic()
+    seconds: dict[str, float] = {}
+    in_place = target is None
+    if not apply:
+        src: StateSource = SnapshotSource(store, stream, snapshot) if snapshot else CheckpointSource(
+            checkpoint, reader=CheckpointReader(open_checkpoint_fs(checkpoint, connection=connection)))
+        changes = compile_changes(src, edit)
+        seen = preview(src, changes, current_values(src, changes))
+        seconds["total"] = time.monotonic() - started
+        return EditResult(stream, edit.description, True, seen,
+                          src.manifest.snapshot_id if isinstance(src, SnapshotSource) else None,
+                          in_place=in_place, seconds=seconds)
+    fs = open_checkpoint_fs(checkpoint, connection=connection)
+    if in_place:
+        recover_swap(fs)  # a crashed swap of this checkpoint is finished first (it changes nothing else)
+        refuse_running(fs, stream, "edit")
+    elif target and target.rstrip("/") == checkpoint.rstrip("/"):
+        raise UsageError("the clone's target is the stream's own checkpoint", hint="edit in place instead")
+    if snapshot is None:
+        beat = read_heartbeat(fs)
+        source = create_snapshot(fs, store, stream, parallelism=parallelism,
+                                 spark_version=beat.spark_version if beat is not None else None).manifest
+        seconds["snapshot"] = time.monotonic() - started
+    else:
+        source = resolve_snapshot(store, stream, snapshot)
+    if in_place:
+        check_at_source(fs, source, "edit")
+    work = target or work_location(checkpoint)
+    work_fs = fs.relocated(work) if in_place else open_checkpoint_fs(work, connection=connection)
+    created = False
+    if in_place:
+        remove_work_copy(work_fs)  # what a crashed edit left (a swap that needed it was finished above)
+    labels = edit_labels(source.snapshot_id, edit, requested_by)
+    try:
+        t = time.monotonic()
+        restore_snapshot(store, stream, source.snapshot_id, work_fs, new_query_id=not in_place,
+                         parallelism=parallelism)
+        created = True
+        restored = work_fs.versions()
+        seconds["restore"] = time.monotonic() - t
+        crash_point("edit.restored")
+        t = time.monotonic()
+        src = CheckpointSource(work_fs.location, source.batch_id, reader=CheckpointReader(work_fs))
+        changes = compile_changes(src, edit)
+        old = current_values(src, changes)
+        seen = preview(src, changes, old)
+        if seen.changed == 0:
+            raise UsageError(f"the edit changes nothing in snapshot {source.snapshot_id}: every key to delete is absent "
+                             "(and no key matches delete_where)",
+                             hint="check the keys (`streamstate state get`), or the operator and store")
+        before = state_digest(work_fs.location, source.batch_id, connection=connection, placement=False)
+        batch = write_edit_batch(work_fs, source.batch_id, changes)
+        seconds["write"] = time.monotonic() - t
+        crash_point("edit.written")
+        t = time.monotonic()
+        digest = _verify(work_fs, before, changes, old, connection)
+        seconds["verify"] = time.monotonic() - t
+        spark = None
+        if command is not None:
+            t = time.monotonic()
+            spark = spark_check(stream, work_fs, batch.batch_id, digest, changes, command, timeout_s=timeout_s,
+                                on_submit=on_submit).to_json()
+            seconds["spark_check"] = time.monotonic() - t
+        crash_point("edit.verified")
+        pinned = None
+        if in_place:
+            t = time.monotonic()
+            puts = _edit_files(work_fs, restored, batch)
+            pinned = source.snapshot_id if pin_snapshot(
+                store, stream, source.snapshot_id, reason=f"before the edit ({edit.description}): restore it to "
+                "roll back") else None
+            try:
+                _swap(fs, work_fs, stream, source, puts, batch.batch_id, edit.description)
+            except BaseException:
+                if pinned is not None:  # nothing changed: the pin has nothing to roll back to
+                    unpin_snapshot(store, stream, pinned)
+                raise
+            pinned = source.snapshot_id
+            seconds["swap"] = time.monotonic() - t
+            crash_point("edit.swapped")
+        else:
+            labels["source-stream"] = stream
+            t = time.monotonic()
+            edited_id: str | None = create_snapshot(
+                work_fs, store, clone_name or f"{stream}-edited", batch_id=batch.batch_id, labels=labels,
+                parallelism=parallelism, spark_version=source.spark_version, always=True).manifest.snapshot_id
+            seconds["snapshot_edited"] = time.monotonic() - t
+    except BaseException:
+        if created or in_place:  # a copy that did not verify, or that the swap refused, is not left behind
+            remove_work_copy(work_fs)
+        raise
+    snapshot_error = None
+    if in_place:
+        remove_work_copy(work_fs)
+        t = time.monotonic()
+        try:
+            edited_id = create_snapshot(fs, store, stream, batch_id=batch.batch_id, labels=labels,
+                                        parallelism=parallelism, spark_version=source.spark_version,
+                                        always=True).manifest.snapshot_id
+        except StreamstateError as exc:
+            edited_id, snapshot_error = None, exc.one_line()
+            log.warning("%s is edited in place, but its snapshot failed: %s", stream, snapshot_error)
+        seconds["snapshot_edited"] = time.monotonic() - t
+    seconds["total"] = time.monotonic() - started
+    log.info("edited %s (%s): batch %d, snapshot %s (%s)", stream, edit.description, batch.batch_id, edited_id,
+             "in place" if in_place else f"clone at {work}")
+    return EditResult(stream, edit.description, False, seen, source.snapshot_id, edited_id, batch.batch_id,
+                      checkpoint if in_place else work, in_place, pinned, spark, [s.to_json() for s in digest.stores],
+                      seconds, snapshot_error)
+
+
+def _verify(work: CheckpointFS, before: StateDigest, changes: list[KeyChange], old: list[bytes | None],
+            connection: Any) -> StateDigest:
+    """The copy's digest at the edit batch, once it is exactly the expected one."""
+    n = before.batch_id
+    after = state_digest(work.location, n + 1, connection=connection)
+    src = CheckpointSource(work.location, n + 1, reader=CheckpointReader(work.fresh()))
+    problems = edit_problems(expected_digest(before, changes, old), after, src, changes)
+    if problems:
+        raise CorruptionError(f"the edited copy does not hold the asked state: {problems[0]}"
+                              + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""),
+                              hint="nothing was put in place; report it with the copy's location, " + work.location)
+    log.info("verified the edit of %s: %d entries, %d keys changed, every other entry as it was", work.location,
+             sum(s.entries for s in after.stores), len(changes))
+    return after
+
+
+def _edit_files(work: CheckpointFS, restored: dict[str, tuple[int, str]], batch: EditBatch) -> list[Put]:
+    """The files the edit wrote into the copy, exactly (nothing Spark's check may have left
+    there): what the swap moves in, its offsets and commit created only if absent (a query
+    writing that batch meanwhile wins, and the swap refuses)."""
+    now = work.versions()
+    exclusive = {f"offsets/{batch.batch_id}", f"commits/{batch.batch_id}"}
+    out = []
+    for rel in batch.files:
+        if rel not in now or rel in restored:
+            raise CorruptionError(f"{work.where(rel)}, written by the edit, is {'gone' if rel not in now else 'not new'}",
+                                  hint="nothing was put in place; edit again")
+        out.append(Put(rel, now[rel][0], exclusive=rel in exclusive))
+    return out
+
+
+def _swap(fs: CheckpointFS, work: CheckpointFS, stream: str, source: Manifest, puts: list[Any], batch: int,
+          description: str) -> None:
+    """The edit batch into the checkpoint, behind a fence, while nothing runs on it and it is
+    still at the source's batch (checked before the fence and again after it)."""
+    metadata = fs.read_record("metadata")
+
+    def still_stopped_at_source() -> None:
+        refuse_running(fs, stream, "edit")
+        check_at_source(fs, source, "edit")
+
+    record = new_record("edit", f"edit of {stream} ({description}): batch {batch} on batch {source.batch_id}", work,
+                        puts, (), metadata=metadata, metadata_before=metadata)
+    apply_swap(fs, work, record, check=still_stopped_at_source)

@@ -1,0 +1,133 @@
+"""Spark's own word on an edit batch, before anything is promoted: a Spark application in
+the stream's own Spark (jobs/edit_check_job.py, submitted like the rescale's repartition)
+loads the edited copy at batch N+1 with Spark's state reader, every operator and store (so
+every partition's new file is loaded by Spark's provider), and reports per store how many
+entries Spark reads, and for each changed key whether Spark finds it and its value (as
+Spark's `to_json` writes it, beside the asked value written the same way). Keys and values travel as JSON lists in field order
+(a window aggregation's key repeats a column name).
+
+The request is written beside the copy (`_streamstate/edit-check-request.json`) and the job
+answers beside it (`_streamstate/edit-check.json`). Agreement means: the same number of
+entries per store as the engine's digest of the copy, deleted keys absent, set keys holding
+the asked value. Spark 3.5 has no state reader: the job says so and the check is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS, streamstate_home
+from airflow_provider_streamstate.engine.checkpoint.filesystems.base import SIDECAR_DIR
+from airflow_provider_streamstate.engine.core.errors import StreamstateError, UnsupportedCheckpointError
+from airflow_provider_streamstate.engine.edit.changes import KeyChange
+from airflow_provider_streamstate.engine.lookup.digest import StateDigest
+from airflow_provider_streamstate.engine.lookup.encodings.values import to_jsonable
+from airflow_provider_streamstate.engine.streams.applications import run_to_end
+from airflow_provider_streamstate.engine.streams.driver_logs import prune_logs
+from airflow_provider_streamstate.engine.streams.submission import Submission
+
+log = logging.getLogger("streamstate.edit")
+
+REQUEST = f"{SIDECAR_DIR}/edit-check-request.json"
+ANSWER = f"{SIDECAR_DIR}/edit-check.json"
+NO_STATE_READER = 3  # the job's exit code on a Spark without a state reader (3.5)
+
+# The spark-submit command (and its environment) running jobs/edit_check_job.py with the
+# given arguments through the stream's Spark (as for a rescale).
+CommandFor = Callable[[Sequence[str]], tuple[Sequence[str], Mapping[str, str]]]
+
+
+class EditCheckFailed(StreamstateError):
+    """Spark read the edited copy otherwise than the engine did; nothing was put in place."""
+
+
+@dataclass(frozen=True)
+class SparkCheck:
+    """What Spark's state reader found in the edited copy."""
+
+    spark_version: str
+    entries: dict[str, int]  # "<operator>/<store>" -> rows Spark read
+    keys_checked: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"spark_version": self.spark_version, "entries": self.entries, "keys_checked": self.keys_checked}
+
+
+def edit_check_application() -> str:
+    """The path of the application spark-submit runs for the check."""
+    return str(Path(__file__).resolve().parents[2] / "jobs" / "edit_check_job.py")
+
+
+def request(batch_id: int, digest: StateDigest, changes: Sequence[KeyChange]) -> dict[str, Any]:
+    """What the job reads: the batch, each operator's stores, and the changed keys."""
+    stores = sorted({(s.operator_id, s.store.split("/")[0]) for s in digest.stores}
+                    | {(c.operator_id, c.store) for c in changes})
+    return {"batch_id": batch_id, "stores": [{"operator_id": op, "store": st} for op, st in stores],
+            "keys": [{"operator_id": c.operator_id, "store": c.store, "key": to_jsonable(list(c.key.values())),
+                      "value": to_jsonable(list(c.value.values())) if c.value is not None else None}
+                     for c in changes]}
+
+
+def problems(answer: dict[str, Any], digest: StateDigest) -> list[str]:
+    """Where Spark's reading of the copy disagrees with the engine's (empty: none)."""
+    out = []
+    ours: dict[str, int] = {}
+    for s in digest.stores:
+        label = f"{s.operator_id}/{s.store}"
+        ours[label] = ours.get(label, 0) + s.entries
+    for label, n in sorted(answer.get("entries", {}).items()):
+        if ours.get(label, 0) != n:
+            out.append(f"operator/store {label}: Spark reads {n} entries, the engine {ours.get(label, 0)}")
+    for k in answer.get("keys", []):
+        where = f"key {json.dumps(k['key'])} of operator {k['operator_id']}"
+        if k["expected"] is None and k["found"]:
+            out.append(f"{where} should be deleted; Spark reads it")
+        elif k["expected"] is not None and not k["found"]:
+            out.append(f"{where} should be set; Spark does not find it")
+        elif k["expected"] is not None and k["value"] != k["expected"]:
+            out.append(f"{where}: Spark reads {k['value']}, the edit asked for {k['expected']}")
+    return out
+
+
+def spark_check(stream: str, work: CheckpointFS, batch_id: int, digest: StateDigest, changes: Sequence[KeyChange],
+                command: CommandFor, *, timeout_s: float | None = None,
+                on_submit: Callable[[Any], None] | None = None) -> SparkCheck:
+    """Run the check job on the copy `work` at `batch_id` and compare; EditCheckFailed (or
+    UnsupportedCheckpointError on a Spark without a state reader) when Spark disagrees."""
+    work.write_record(REQUEST, json.dumps(request(batch_id, digest, changes)).encode())
+    work.delete_record(ANSWER)
+    argv, env = command([work.shared_location])
+    logs = streamstate_home() / "edit"
+    logs.mkdir(parents=True, exist_ok=True)
+    prune_logs(logs)
+    job_id = f"{stream}-{uuid.uuid4().hex[:8]}"
+    submission = Submission.prepare(list(argv), env={**os.environ, **env}, log_path=logs / f"{job_id}.log",
+                                    name=f"streamstate-edit-check-{stream}", launch_id=job_id, secret_env=env)
+    app = run_to_end(submission, f"Spark's check of the edit of {stream}", timeout_s=timeout_s, on_submit=on_submit)
+    raw = work.read_record(ANSWER)
+    code = app.proc.returncode if app.proc is not None else None
+    if raw is None:
+        if code == NO_STATE_READER:
+            raise UnsupportedCheckpointError(f"the Spark of {stream} has no state reader (Spark 3.5) to check the edit",
+                                             hint="edit a stream that runs Spark 4.0 or later")
+        raise EditCheckFailed(f"Spark's check of the edit recorded nothing: {app.last_error()}",
+                              hint=f"nothing was changed; its log: {app.log_path}")
+    answer = json.loads(raw)
+    if answer.get("error"):
+        raise EditCheckFailed(f"Spark could not read the edited copy: {answer['error']}",
+                              hint=f"nothing was changed; its log: {app.log_path}")
+    found = problems(answer, digest)
+    if found:
+        raise EditCheckFailed(f"Spark reads the edited copy otherwise: {found[0]}"
+                              + (f" (and {len(found) - 1} more)" if len(found) > 1 else ""),
+                              hint="nothing was put in place; report it with the copy's location, " + work.location)
+    log.info("Spark %s read the edited copy as the engine did (%d keys checked)", answer.get("spark_version"),
+             len(answer.get("keys", [])))
+    return SparkCheck(str(answer.get("spark_version")), dict(answer.get("entries", {})), len(answer.get("keys", [])))

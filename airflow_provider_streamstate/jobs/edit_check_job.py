@@ -1,0 +1,135 @@
+"""Spark's check of an edit batch (engine/edit/spark_check.py submits it, through the
+stream's own Spark): the edited copy read with Spark's state reader at the edit batch.
+
+    spark-submit [options] edit_check_job.py CHECKPOINT
+
+The request is beside the copy (`_streamstate/edit-check-request.json`: the batch, every
+operator's stores, the changed keys with their asked values). For every store the job
+counts the rows Spark's reader returns at the batch (loading every partition's new file
+through Spark's own state store provider); for every changed key it looks the key up by
+value (the key's fields, given in order, made a struct of the reader's key type, matched
+null-safely) and gives its value as `to_json` writes it, beside the asked value made and
+written the same way. The answer goes beside the request (`_streamstate/edit-check.json`); the submitter
+compares it with its own reading. Exit 0 when answered (agreement is the submitter's
+call), 1 when Spark failed to read (the answer says why), 3 on a Spark without a state
+reader (3.5).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from typing import Any
+
+from airflow_provider_streamstate.engine.checkpoint.reader import (
+    FORMAT_VERSION_CONF,
+    PROVIDER_CONF,
+    ROCKSDB_PROVIDER,
+    CheckpointReader,
+)
+from airflow_provider_streamstate.engine.edit.spark_check import ANSWER, NO_STATE_READER, REQUEST
+from airflow_provider_streamstate.engine.lookup.reading.reach import Reach
+from airflow_provider_streamstate.engine.state.spark import CHANGELOG_CONF
+from airflow_provider_streamstate.engine.streams.secret_confs import ENV_SECRETS_FILE
+
+
+def _reader(spark: Any, checkpoint: str, batch_id: int, op: int, store: str) -> Any:
+    r = spark.read.format("statestore").option("batchId", batch_id).option("operatorId", op)
+    if store != "default":
+        r = r.option("storeName", store)
+    return r.load(checkpoint)
+
+
+def pin_confs(spark: Any, reader: CheckpointReader, batch: int) -> None:
+    """The confs the checkpoint pinned (provider, format versions, codec), its checkpoint
+    format (Spark reads a format 2 commit log only with it), and changelog replay on for
+    RocksDB (the edit batch is a changelog on every RocksDB store)."""
+    meta, _ = reader.offsets(batch)
+    conf = {str(k): str(v) for k, v in (meta.get("conf") or {}).items()}
+    for key, value in conf.items():
+        if key.startswith("spark.sql.streaming."):
+            spark.conf.set(key, value)
+    if conf.get(PROVIDER_CONF) == ROCKSDB_PROVIDER:
+        spark.conf.set(CHANGELOG_CONF, "true")
+    spark.conf.set(FORMAT_VERSION_CONF, str(reader.checkpoint_format(batch)))
+
+
+def _row_literal(values: list[Any], struct: Any) -> Any:
+    """A struct column of the reader's type `struct` holding `values` (JSON, in field order:
+    names may repeat, a window's grouping expressions do): each top-level field a literal
+    cast to its type, nested ones parsed with `from_json`."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructField, StructType
+
+    cols = []
+    for v, f in zip(values, struct.fields, strict=True):
+        if isinstance(v, (dict, list)):
+            wrapped = StructType([StructField("x", f.dataType)])
+            col = F.from_json(F.lit(json.dumps({"x": v})), wrapped)["x"]
+        else:
+            col = F.lit(v).cast(f.dataType)
+        cols.append(col.alias(f.name))
+    return F.struct(*cols)
+
+
+def answer(spark: Any, checkpoint: str, req: dict[str, Any]) -> dict[str, Any]:
+    from pyspark.sql import functions as F
+
+    batch = int(req["batch_id"])
+    out: dict[str, Any] = {"spark_version": str(spark.version), "entries": {}, "keys": []}
+    for s in req["stores"]:
+        out["entries"][f"{s['operator_id']}/{s['store']}"] = _reader(spark, checkpoint, batch, s["operator_id"],
+                                                                     s["store"]).count()
+    for k in req["keys"]:
+        df = _reader(spark, checkpoint, batch, k["operator_id"], k["store"])
+        key_type, value_type = df.schema["key"].dataType, df.schema["value"].dataType
+        want = spark.range(1).select(_row_literal(k["key"], key_type).alias("wanted"))
+        rows = df.join(want, df["key"].eqNullSafe(want["wanted"])).select(F.to_json("value").alias("v")).collect()
+        expected = None
+        if k["value"] is not None:
+            expected = spark.range(1).select(F.to_json(_row_literal(k["value"], value_type)).alias("v")).first()["v"]
+        out["keys"].append({"operator_id": k["operator_id"], "store": k["store"], "key": k["key"],
+                            "found": bool(rows), "value": rows[0]["v"] if rows else None, "expected": expected})
+    return out
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: edit_check_job.py CHECKPOINT", file=sys.stderr)
+        return 2
+    secrets_file = os.environ.pop(ENV_SECRETS_FILE, None)
+    if secrets_file:  # spark-submit has read it
+        with contextlib.suppress(OSError):
+            os.unlink(secrets_file)
+    from pyspark.sql import SparkSession
+
+    checkpoint = argv[1]
+    spark = SparkSession.builder.appName("streamstate-edit-check").getOrCreate()
+    version = str(spark.version)
+    conf = spark.sparkContext.getConf()
+    fs = Reach.from_spark_conf(lambda key: conf.get(key, None), checkpoint).open(checkpoint)
+    if tuple(int(x) for x in version.split(".")[:2]) < (4, 0):
+        print(f"streamstate: Spark {version} has no state reader (Spark 4.0 added it)", file=sys.stderr)
+        return NO_STATE_READER
+    raw = fs.read_record(REQUEST)
+    if raw is None:
+        print(f"streamstate: {checkpoint} holds no edit check request", file=sys.stderr)
+        return 2
+    spark.streams.active  # noqa: B018 - PySpark 4.1 loads a RocksDB store offline only after this
+    try:
+        req = json.loads(raw)
+        pin_confs(spark, CheckpointReader(fs), int(req["batch_id"]))
+        out = answer(spark, checkpoint.replace("s3://", "s3a://", 1), req)
+        code = 0
+    except Exception as exc:  # noqa: BLE001 - Py4J and PySpark errors alike: recorded and reported
+        out = {"spark_version": version, "error": " ".join(str(exc).split())[:2000]}
+        code = 1
+    fs.write_record(ANSWER, json.dumps(out).encode())
+    spark.stop()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

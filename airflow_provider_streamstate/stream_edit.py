@@ -1,0 +1,44 @@
+"""Editing a stream's state from its `StreamSpec`: Spark's check of the edited copy submitted
+through the spec's own Spark (its `spark` connection, master, confs, jars and environment:
+the Spark the stream runs on reads what the edit wrote, as it will when the stream resumes),
+its store and checkpoint reached with the spec's connection. What `streamstate state edit`
+uses (and a later operator will)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from airflow_provider_streamstate.spark_submit import spark_submit_command
+from airflow_provider_streamstate.spec import StreamSpec
+
+
+def edit_check_command(spec: StreamSpec) -> Callable[[Sequence[str]], tuple[Sequence[str], Mapping[str, str]]]:
+    """The spark-submit command of the edit check job with the given arguments, through the
+    spec's Spark settings."""
+    from airflow_provider_streamstate.engine.edit.spark_check import edit_check_application
+
+    def command(args: Sequence[str]) -> tuple[Sequence[str], Mapping[str, str]]:
+        return spark_submit_command(edit_check_application(), conn_id=spec.spark_conn_id,
+                                    application_args=list(args), name=f"{spec.name}-edit-check", conf=spec.conf,
+                                    jars=spec.jars, env=spec.env, master=spec.master, deploy_mode=spec.deploy_mode)
+
+    return command
+
+
+def edit_spec(
+    spec: StreamSpec, edit: Any, *, apply: bool = False, snapshot: str | None = None, target: str | None = None,
+    clone_name: str | None = None, spark_check: bool = True, requested_by: str | None = None,
+    timeout_s: float | None = None, parallelism: int = 8, on_submit: Callable[[Any], None] | None = None,
+) -> Any:
+    """`engine.edit.repair.edit_stream` for the stream `spec` describes (`edit`: an EditSpec):
+    a dry run, or applied in place (the stream stopped) or as a clone at `target`."""
+    from airflow_provider_streamstate.engine.edit.repair import edit_stream
+    from airflow_provider_streamstate.hooks.store import StreamstateStoreHook, checkpoint_connection
+
+    store = StreamstateStoreHook(spec.store, aws_conn_id=spec.aws_conn_id, parallelism=parallelism).store
+    connection = checkpoint_connection(spec.checkpoint, spec.aws_conn_id, max_connections=parallelism * 2)
+    return edit_stream(store, spec.name, spec.checkpoint, edit, apply=apply, snapshot=snapshot, target=target,
+                       clone_name=clone_name, command=edit_check_command(spec) if spark_check and apply else None,
+                       requested_by=requested_by, connection=connection, parallelism=parallelism,
+                       timeout_s=timeout_s, on_submit=on_submit)

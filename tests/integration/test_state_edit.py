@@ -1,0 +1,181 @@
+"""A repair edit on real Spark streams (engine/edit/): a counting stream (count and sum per
+key of JSON files, tests/apps/repartition_probe.py, in a Spark line's own Python) with
+HDFS-backed and RocksDB state is fed planted bad input (a bogus key, a bogus record for a
+real key); the stopped stream is repaired in place without Spark writing a byte (the bogus
+key deleted, the real key set back to its value without the bad record), Spark's state
+reader in the stream's own Spark checks the edited copy before it is swapped in, and the
+stream resumes from the edit batch: after more input its state equals that of a run that
+never saw the bad input, on every line with a state reader (4.0+)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_provider_streamstate.engine.catalog.manifests import get_snapshot
+from airflow_provider_streamstate.engine.checkpoint.liveness import ENV_UNMANAGED_WINDOW
+from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
+from airflow_provider_streamstate.engine.edit.changes import EditSpec
+from airflow_provider_streamstate.engine.edit.repair import edit_stream
+from airflow_provider_streamstate.engine.edit.spark_check import edit_check_application
+from airflow_provider_streamstate.engine.stores.local import LocalStore
+from dev import spark_versions
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark_lines]
+APP = Path(__file__).resolve().parent.parent / "apps" / "repartition_probe.py"
+
+GOOD = [{"k": k, "v": v} for k, v in [("a", 1), ("b", 2), ("c", 3), ("a", 4), ("d", 5), ("e", 6), ("b", 7)]]
+BAD = [{"k": "a", "v": 1_000_000}, {"k": "bot", "v": 9}, {"k": "bot", "v": 9}]
+MORE = [{"k": k, "v": v} for k, v in [("a", 10), ("bot", 1), ("c", 30), ("f", 60)]]
+
+
+def probe(line: spark_versions.SparkVersion, *commands: list[str]) -> list[Any]:
+    argv = [a for i, c in enumerate(commands) for a in ([*c] if i == 0 else ["--", *c])]
+    out = subprocess.run([str(line.python), str(APP), *argv], capture_output=True, text=True, timeout=900,
+                         env=line.env())
+    assert out.returncode == 0, out.stderr[-3000:]
+    answers = [json.loads(ln) for ln in out.stdout.strip().splitlines() if ln.startswith(("{", "["))]
+    assert len(answers) == len(commands), out.stdout[-3000:]
+    return answers
+
+
+def feed(root: Path, name: str, records: list[dict[str, Any]]) -> None:
+    (root / "in").mkdir(parents=True, exist_ok=True)
+    (root / "in" / f"{name}.json").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+FORMAT_2 = {"spark.sql.streaming.stateStore.checkpointFormatVersion": "2",
+            "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true"}
+
+
+@pytest.mark.parametrize(("line", "provider", "conf"), [
+    pytest.param("4.1", "hdfs", {}, id="4.1-hdfs"),
+    pytest.param("4.1", "rocksdb", {}, id="4.1-rocksdb"),
+    pytest.param("4.1", "rocksdb", FORMAT_2, id="4.1-rocksdb-format-2"),
+    pytest.param("4.3", "hdfs", {}, id="4.3-hdfs"),
+    pytest.param("4.3", "rocksdb", {}, id="4.3-rocksdb"),
+    pytest.param("4.0", "hdfs", {}, id="4.0-hdfs"),
+])
+def test_a_stream_repaired_in_place_resumes_and_ends_as_if_it_never_saw_the_bad_input(
+        line: str, provider: str, conf: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    version = spark_versions.get(line)
+    if not version.installed():
+        pytest.skip(f"Spark {line} is not installed here: run `make setup`")
+    monkeypatch.setenv(ENV_UNMANAGED_WINDOW, "0")  # the probe's query has ended: nothing runs on the checkpoint
+    monkeypatch.setenv("STREAMSTATE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PROBE_CONF", json.dumps(conf))  # every session of the probe (tests/apps/repartition_probe.py)
+    ckpt, root, ref, ref_root = (str(tmp_path / "ckpt"), tmp_path / "root", str(tmp_path / "ref"),
+                                 tmp_path / "ref-root")
+    feed(root, "0-good", GOOD)
+    feed(root, "1-bad", BAD)
+    feed(ref_root, "0-good", GOOD)
+    feed(ref_root, "2-more", MORE)
+    probe(version, ["run", ckpt, str(root), provider, "4"], ["run", ref, str(ref_root), provider, "4"])
+    n = CheckpointReader(ckpt).resolve_batch(None)
+
+    a = [r["v"] for r in GOOD if r["k"] == "a"]
+    edit = EditSpec.from_json({"delete": ["bot"], "set": [{"key": "a", "value": [len(a), sum(a)]}]},
+                              "planted bad records of a and bot")
+    store = LocalStore(tmp_path / "snapshots", fsync=False)
+    dry = edit_stream(store, "counts", ckpt, edit)
+    assert dry.dry_run and dry.preview.changed == 2 and CheckpointReader(ckpt).resolve_batch(None) == n
+
+    def command(args: Any) -> tuple[list[str], dict[str, str]]:
+        return version.submit_command(edit_check_application(), list(args)), version.env()
+
+    result = edit_stream(store, "counts", ckpt, edit, apply=True, command=command, requested_by="test")
+    assert result.edit_batch == n + 1 and CheckpointReader(ckpt).resolve_batch(None) == n + 1
+    assert result.spark is not None and result.spark["spark_version"] == version.pyspark
+    assert result.spark["keys_checked"] == 2 and result.spark["entries"] == {"0/default": 5}
+    labels = get_snapshot(store, "counts", result.edited_snapshot).labels
+    assert labels["edited-from"] == result.source_snapshot and labels["edit"] == "planted bad records of a and bot"
+
+    feed(root, "2-more", MORE)
+    _, repaired, reference = probe(version, ["run", ckpt, str(root), provider, "4"], ["state", ckpt], ["state", ref])
+    assert repaired == reference and reference["a"] == [3, 15] and reference["bot"] == [1, 1] and len(reference) == 7
+    assert CheckpointReader(ckpt).resolve_batch(None) == n + 2  # the input after the edit ran once, nothing again
+
+
+def test_the_cli_repairs_a_stopped_stream_from_its_spec_with_sparks_check_through_the_specs_spark(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`streamstate state edit --spec`: the dry run, then --apply, Spark's check submitted
+    through the spec's Spark (spark-submit of the main line, as for a rescale)."""
+    from airflow_provider_streamstate.cli import main
+    from airflow_provider_streamstate.spec import StreamSpec
+
+    version = spark_versions.get("4.1")
+    monkeypatch.setenv(ENV_UNMANAGED_WINDOW, "0")
+    monkeypatch.setenv("STREAMSTATE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PROBE_CONF", json.dumps(
+        {"spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true"}))
+    ckpt, root, ref, ref_root = (str(tmp_path / "ckpt"), tmp_path / "root", str(tmp_path / "ref"),
+                                 tmp_path / "ref-root")
+    feed(root, "0-good", GOOD)
+    feed(root, "1-bad", BAD)
+    feed(ref_root, "0-good", GOOD)
+    feed(ref_root, "2-more", MORE)
+    probe(version, ["run", ckpt, str(root), "rocksdb", "4"], ["run", ref, str(ref_root), "rocksdb", "4"])
+    spec = json.dumps(StreamSpec(name="counts", checkpoint=ckpt, store=str(tmp_path / "snapshots"),
+                                 master="local[2]").to_dict())
+    a = [r["v"] for r in GOOD if r["k"] == "a"]
+    edit = json.dumps({"delete": [{"k": "bot"}], "set": [{"key": {"k": "a"}, "value": [len(a), sum(a)]}]})
+
+    assert main(["state", "edit", "--spec", spec, "--edit", edit]) == 0
+    out = capsys.readouterr().out
+    assert "would change 2 key(s) of counts" in out and "nothing was written" in out
+    assert main(["state", "edit", "--spec", spec, "--edit", edit, "--apply", "--description", "planted", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["spark"]["spark_version"] == version.pyspark and r["spark"]["keys_checked"] == 2
+    assert r["pinned"] == r["source_snapshot"] and r["edited_snapshot"]
+
+    feed(root, "2-more", MORE)
+    _, repaired, reference = probe(version, ["run", ckpt, str(root), "rocksdb", "4"], ["state", ckpt], ["state", ref])
+    assert repaired == reference and reference["a"] == [3, 15]
+
+
+GOLDEN_CASES = (("windowed_aggregation_rocksdb_changelog_format_2", 1), ("windowed_aggregation_hdfs", 1),
+                ("small_aggregation_rocksdb_changelog", 1), ("typed_dedup_hdfs", 0))
+
+
+def golden_params() -> list[Any]:
+    from tests.goldens import goldens
+
+    return [pytest.param(g, sets, id=f"spark-{g.line}-{g.case}") for case, sets in GOLDEN_CASES
+            for g in goldens(case) if g.line != "3.5" and (g.line, g.case) != ("4.0", "small_aggregation_rocksdb_changelog")]
+
+
+@pytest.mark.parametrize(("g", "sets"), golden_params())
+def test_sparks_state_reader_of_the_goldens_line_reads_an_edited_golden_as_the_engine_does(
+        g: Any, sets: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Windows (struct keys with timestamps), deduplication, checkpoint format 2: the check
+    job, in the Spark that wrote the golden, agrees with the engine's reading of the edit."""
+    from airflow_provider_streamstate.engine.checkpoint.filesystems import open_checkpoint_fs
+    from airflow_provider_streamstate.engine.edit.batch import write_edit_batch
+    from airflow_provider_streamstate.engine.edit.changes import compile_changes
+    from airflow_provider_streamstate.engine.edit.spark_check import spark_check
+    from airflow_provider_streamstate.engine.lookup.digest import state_digest
+    from airflow_provider_streamstate.engine.lookup.reading.sources import CheckpointSource
+    from tests.edits import repair_of, work_copy
+
+    version = spark_versions.get(g.line)
+    if not version.installed():
+        pytest.skip(f"Spark {g.line} is not installed here: run `make setup`")
+    monkeypatch.setenv("STREAMSTATE_HOME", str(tmp_path / "home"))
+    work = work_copy(g, tmp_path)
+    edit, gone, changed = repair_of(g, deletes=2, sets=sets)
+    src = CheckpointSource(work)
+    changes = compile_changes(src, EditSpec.from_json(edit))
+    batch = write_edit_batch(open_checkpoint_fs(work), src.batch_id, changes)
+    digest = state_digest(work, batch.batch_id)
+
+    def command(args: Any) -> tuple[list[str], dict[str, str]]:
+        return version.submit_command(edit_check_application(), list(args)), version.env()
+
+    checked = spark_check("golden", open_checkpoint_fs(work), batch.batch_id, digest, changes, command)
+    assert checked.spark_version == version.pyspark and checked.keys_checked == len(gone) + len(changed)
+    assert checked.entries == {"0/default": digest.stores[0].entries} and digest.stores[0].entries == \
+        len(g.state().rows) - len(gone)

@@ -1,0 +1,64 @@
+"""`streamstate state edit` as a script sees it: a dry run by default that writes nothing and
+prints what would change per partition; `--apply` (here verified without Spark:
+`--no-spark-check`) puts the edit batch in place and says which snapshot holds it and what
+is pinned; options that make no sense together are usage errors (exit 2, one line)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_streamstate.cli import main
+from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
+from airflow_provider_streamstate.engine.lookup import lookup_key
+from airflow_provider_streamstate.spec import StreamSpec
+from tests.edits import work_copy
+from tests.goldens import golden
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture
+def spec(tmp_path: Path) -> tuple[str, str]:
+    ckpt = work_copy(golden("small_aggregation_hdfs"), tmp_path)
+    return json.dumps(StreamSpec(name="orders", checkpoint=ckpt, store=str(tmp_path / "store")).to_dict()), ckpt
+
+
+def test_a_dry_run_is_the_default_and_prints_the_counts_per_partition(spec, capsys) -> None:
+    text, ckpt = spec
+    key = golden("small_aggregation_hdfs").state().rows[0].key_input
+    n = CheckpointReader(ckpt).resolve_batch(None)
+    code, out, _ = run(capsys, "state", "edit", "--spec", text, "--edit", json.dumps({"delete": [key, [424242]]}))
+    assert code == 0 and "would change 1 key(s) of orders" in out
+    assert "1 removed, 0 replaced, 0 added" in out and "1 to delete not there" in out  # one partition or two
+    assert "nothing was written" in out and CheckpointReader(ckpt).resolve_batch(None) == n
+
+
+def test_apply_puts_the_edit_in_place_and_names_the_snapshot_and_the_pin(spec, capsys, tmp_path) -> None:
+    text, ckpt = spec
+    key = golden("small_aggregation_hdfs").state().rows[0].key_input
+    edit = tmp_path / "edit.json"
+    edit.write_text(json.dumps({"delete": [key]}))
+    n = CheckpointReader(ckpt).resolve_batch(None)
+    code, out, _ = run(capsys, "state", "edit", "--spec", text, "--edit", str(edit), "--apply", "--no-spark-check",
+                       "--description", "a bot's key", "--json")
+    r = json.loads(out)
+    assert code == 0 and not r["dry_run"] and r["edit_batch"] == n + 1 and r["pinned"] == r["source_snapshot"]
+    assert r["description"] == "a bot's key" and r["spark"] is None and r["edited_snapshot"]
+    assert not lookup_key(ckpt, key=key).found and CheckpointReader(ckpt).resolve_batch(None) == n + 1
+
+
+@pytest.mark.parametrize(("extra", "words"), [(["--target", "/tmp/x"], "--target and --clone-name write a clone"),
+                                              (["--apply", "--clone-name", "c"], "--clone-name names a clone"),
+                                              (["--edit", "not json"], "neither JSON nor a file")])
+def test_options_that_cannot_go_together_are_usage_errors(spec, capsys, extra: list[str], words: str) -> None:
+    text, _ = spec
+    argv = ["state", "edit", "--spec", text, "--edit", '{"delete": [1]}', *extra]
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and words in err and len(err.strip().splitlines()) == 1
