@@ -11,7 +11,7 @@ import pytest
 
 from airflow_provider_streamstate.engine.checkpoint.filesystems import open_checkpoint_fs
 from airflow_provider_streamstate.engine.core.errors import CheckpointChanged
-from airflow_provider_streamstate.engine.state.rescale import _check_at_source
+from airflow_provider_streamstate.engine.state.rescale import check_at_source
 
 
 def _checkpoint(root: Path, offsets: int, commits: int) -> Path:
@@ -30,22 +30,22 @@ def _source(root: Path, batch: int) -> SimpleNamespace:
 
 def test_a_checkpoint_still_at_the_source_batch_passes(tmp_path: Path) -> None:
     root = _checkpoint(tmp_path / "ckpt", 5, 5)
-    _check_at_source(open_checkpoint_fs(str(root)), _source(root, 5))  # type: ignore[arg-type]
+    check_at_source(open_checkpoint_fs(str(root)), _source(root, 5))  # type: ignore[arg-type]
 
 
 def test_a_stream_stopped_in_the_middle_of_the_next_batch_is_told_to_let_it_commit(tmp_path: Path) -> None:
     root = _checkpoint(tmp_path / "ckpt", 6, 5)
     with pytest.raises(CheckpointChanged) as caught:
-        _check_at_source(open_checkpoint_fs(str(root)), _source(root, 5))  # type: ignore[arg-type]
+        check_at_source(open_checkpoint_fs(str(root)), _source(root, 5))  # type: ignore[arg-type]
     line = caught.value.one_line()
-    assert "batch 6 planned but not committed" in line and "--finish-planned-batch" in line
+    assert "batch 6 planned but not committed" in line and "rescaling it at batch 5" in line and "--finish-planned-batch" in line
     assert "\n" not in line
 
 
 def test_a_checkpoint_that_committed_past_the_source_would_be_rewound_and_is_refused(tmp_path: Path) -> None:
     root = _checkpoint(tmp_path / "ckpt", 7, 7)
     with pytest.raises(CheckpointChanged, match="is at batch 7 \\(committed 7\\).*would rewind it"):
-        _check_at_source(open_checkpoint_fs(str(root)), _source(root, 5))  # type: ignore[arg-type]
+        check_at_source(open_checkpoint_fs(str(root)), _source(root, 5))  # type: ignore[arg-type]
 
 
 def test_a_source_batch_file_rewritten_since_the_snapshot_is_refused(tmp_path: Path) -> None:
@@ -53,4 +53,10 @@ def test_a_source_batch_file_rewritten_since_the_snapshot_is_refused(tmp_path: P
     source = _source(root, 5)
     (root / "commits" / "5").write_text("v1\n{\"other\": 1}\n")
     with pytest.raises(CheckpointChanged, match="is not the file snapshot"):
-        _check_at_source(open_checkpoint_fs(str(root)), source)  # type: ignore[arg-type]
+        check_at_source(open_checkpoint_fs(str(root)), source)  # type: ignore[arg-type]
+
+
+def test_an_edit_is_told_the_same_in_its_own_words(tmp_path: Path) -> None:
+    root = _checkpoint(tmp_path / "ckpt", 6, 5)
+    with pytest.raises(CheckpointChanged, match="editing it at batch 5 would drop"):
+        check_at_source(open_checkpoint_fs(str(root)), _source(root, 5), "edit")  # type: ignore[arg-type]

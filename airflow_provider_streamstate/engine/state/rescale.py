@@ -363,9 +363,9 @@ def check_at_source(fs: CheckpointFS, source: Manifest, doing: str = "rescale") 
     if newest == (n + 1, n):
         raise CheckpointChanged(
             f"checkpoint {fs.location} holds batch {n + 1} planned but not committed (the stream stopped in "
-            f"the middle of it): a rescale at batch {n} would drop that batch's plan, which Spark redoes as "
-            "planned for the sinks that record batch ids", hint="stop it with --finish-planned-batch (StopStreamOperator's "
-            "finish_planned_batch=True): it runs once more for exactly that batch")
+            f"the middle of it): {_gerund(doing)} it at batch {n} would drop that batch's plan, which Spark redoes "
+            "as planned for the sinks that record batch ids", hint="stop it with --finish-planned-batch "
+            "(StopStreamOperator's finish_planned_batch=True): it runs once more for exactly that batch")
     if newest != (n, n):
         raise CheckpointChanged(
             f"checkpoint {fs.location} is at batch {newest[0]} (committed {newest[1]}), not at batch {n} of "
@@ -378,7 +378,6 @@ def check_at_source(fs: CheckpointFS, source: Manifest, doing: str = "rescale") 
             raise CheckpointChanged(
                 f"{fs.where(rel)} is not the file snapshot {source.snapshot_id} holds: the checkpoint was changed "
                 "since it was taken", hint=f"{doing} without --snapshot (a new snapshot is the source)")
-
 
 
 def _repartition_batch_files(work: CheckpointFS, restored: dict[str, tuple[int, str]], batch: int) -> list[Put]:
