@@ -144,12 +144,12 @@ def finish_planned_batch(spec: StreamSpec, *, timeout_s: float, log: Any) -> int
         if time.monotonic() > deadline:
             launcher.stop(handle, timeout_s=60, checkpoint=side, requested_by="finish_planned_batch timeout")
             raise TransientError(f"stream {spec.name} did not commit its planned batch {planned} within "
-                                    f"{timeout_s:.0f}s", hint=f"see its log {handle.log_path}")
+                                    f"{timeout_s:.0f}s", hint=f"see its log {handle.log}")
         time.sleep(0.5)
     launcher.forget_secrets(handle)
     if planned not in CheckpointReader(fs.fresh()).committed_batches():
         raise launcher.StreamStartError(f"stream {spec.name} ended ({status.state}) without committing its planned batch "
                                 f"{planned}: {status.last_error or 'no error recorded'}",
-                                hint=f"see its log {handle.log_path}; starting it redoes the batch")
+                                hint=f"see its log {handle.log}; starting it redoes the batch")
     log.info("stream %s: committed its planned batch %d; stopped", spec.name, planned)
     return planned
