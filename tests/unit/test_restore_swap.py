@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_streamstate.backends.local import checkpoint as local_fs
 from airflow_provider_streamstate.backends.local.checkpoint import recover_leftovers
 from airflow_provider_streamstate.backends.local.store import LocalStore
-from airflow_provider_streamstate.backends.local import checkpoint as local_fs
 from airflow_provider_streamstate.engine.core.errors import UnsupportedCheckpointError
 from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot

@@ -64,7 +64,7 @@ def backend_for(scheme: str) -> Backend | None:
             return _loaded[scheme]
     ep = _entry_points().get(scheme)
     found = None if ep is None else ep.load()
-    if found is not None and not isinstance(found, Backend):
+    if ep is not None and not isinstance(found, Backend):
         raise UsageError(f"the {GROUP} entry point {scheme!r} ({ep.value}) is a {type(found).__name__}, "
                          "not a Backend", hint="fix the distribution that declares it")
     with _lock:
