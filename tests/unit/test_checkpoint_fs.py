@@ -731,3 +731,13 @@ def test_a_malformed_s3_checkpoint_url_is_named_as_the_checkpoint_location(url, 
         parse_s3_location(url)
     line = err.value.one_line()
     assert all(w in line for w in words) and "store URL" not in line, line
+
+
+def test_a_listing_is_compared_with_a_manifest_in_one_place_naming_what_is_missing_extra_or_of_another_size() -> None:
+    from airflow_provider_streamstate.engine.checkpoint.filesystems import listing_mismatch
+
+    want = {"metadata": 10, "offsets/0": 20, "commits/0": 5}
+    assert not listing_mismatch(dict(want), want)
+    mismatch = listing_mismatch({"metadata": 10, "offsets/0": 21, "extra": 1}, want)
+    assert (mismatch.missing, mismatch.unexpected, mismatch.wrong_size) == (["commits/0"], ["extra"], ["offsets/0"])
+    assert mismatch.first_ones() == "missing ['commits/0'], unexpected ['extra'], wrong size ['offsets/0']"
