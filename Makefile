@@ -37,13 +37,16 @@ browser:
 # compiles every module it imports from source, e.g. 3.1 s instead of 1.2 s of CPU to import
 # Airflow, pyspark and boto3 where PYTHONDONTWRITEBYTECODE is set, at every start of a test's
 # driver, CLI or task process.
-$(VENV)/.installed: requirements.lock pyproject.toml
+# ... and tests/backend_dist, a backend of another distribution that the tests find through
+# its entry point alone (copied in, not editable: as a user's backend package would be).
+$(VENV)/.installed: requirements.lock pyproject.toml $(wildcard tests/backend_dist/pyproject.toml tests/backend_dist/*/*.py)
 	@bash dev/require.sh python "$(PYTHON)"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --disable-pip-version-check uv==$(UV_VERSION)
 	@echo "installing the locked Python packages into $(VENV) ..."
 	@$(VENV)/bin/uv pip sync -q --compile-bytecode --python $(PY) requirements.lock
 	@$(VENV)/bin/uv pip install -q --python $(PY) --no-deps -e .
+	@$(VENV)/bin/uv pip install -q --python $(PY) --no-deps --reinstall-package streamstate-flat-backend ./tests/backend_dist
 	@$(PY) -m compileall -q -j 0 airflow_provider_streamstate
 	@touch $@
 

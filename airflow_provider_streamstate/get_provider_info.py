@@ -53,7 +53,15 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": [
                     "airflow_provider_streamstate.hooks.kafka",
                     "airflow_provider_streamstate.hooks.store",
+                    "airflow_provider_streamstate.backends.hdfs.hook",
                 ],
+            }
+        ],
+        # An HDFS store or checkpoint reached through an Airflow connection (backends/hdfs/hook.py).
+        "connection-types": [
+            {
+                "hook-class-name": "airflow_provider_streamstate.backends.hdfs.hook.StreamstateHdfsHook",
+                "connection-type": "streamstate_hdfs",
             }
         ],
         "sensors": [

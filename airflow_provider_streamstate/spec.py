@@ -44,7 +44,7 @@ class StreamSpec:
     store: str
     application: str = ""
     application_args: list[str] = field(default_factory=list)
-    aws_conn_id: str | None = None  # the store's (and an s3a checkpoint's) Airflow `aws` connection
+    aws_conn_id: str | None = None  # the store's and checkpoint's Airflow connection: `aws` (S3), `streamstate_hdfs` (HDFS)
     kafka_conn_id: str | None = None  # the stream's Kafka cluster, an Airflow `kafka` connection
     spark_conn_id: str = "spark_default"  # the `spark` connection: master, deploy mode, spark-binary
     master: str | None = None  # overrides the spark connection's master (e.g. local[2])

@@ -45,6 +45,7 @@ def main() -> None:
 
 
 
+    from airflow_provider_streamstate.backends.s3.store import S3Store
     from airflow_provider_streamstate.engine.catalog import validation_records as vr
     from airflow_provider_streamstate.engine.catalog.head import MAX_EMBEDDED, head_key, write_head
     from airflow_provider_streamstate.engine.catalog.index import list_summaries
@@ -52,7 +53,6 @@ def main() -> None:
     from airflow_provider_streamstate.engine.catalog.snapshots import list_snapshots, resolve_snapshot
     from airflow_provider_streamstate.engine.catalog.timeline import load_timelines
     from airflow_provider_streamstate.engine.core.manifest import FileEntry, Manifest, new_snapshot_id
-    from airflow_provider_streamstate.engine.stores import S3Store
     from airflow_provider_streamstate.engine.stores.base import manifest_key
 
     server, c, backend = moto_s3(BUCKET)

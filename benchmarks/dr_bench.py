@@ -204,9 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--policy", choices=sorted(stack_mod.MM2_POLICIES), default="default")
     args = p.parse_args(argv)
 
+    from airflow_provider_streamstate.backends.local.store import LocalStore
     from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
     from airflow_provider_streamstate.engine.state.spark import spark_session
-    from airflow_provider_streamstate.engine.stores.local import LocalStore
     from airflow_provider_streamstate.jobs.generator import ensure_topic
 
     stack_mod.down(STATE_DIR)

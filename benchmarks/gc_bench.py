@@ -117,8 +117,8 @@ def phase(name: str, endpoint: str, prefix: str) -> dict[str, Any]:
     """One measured phase, in this (fresh) process."""
     import boto3  # noqa: F401 - imported before the baseline RSS, as both phases need it
 
+    from airflow_provider_streamstate.backends.s3.store import S3Store
     from airflow_provider_streamstate.engine.catalog.gc import collect_garbage
-    from airflow_provider_streamstate.engine.stores.s3 import S3Store
 
     rss_before = peak_rss_kib()
     s3 = client(endpoint)

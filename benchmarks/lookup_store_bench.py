@@ -95,13 +95,13 @@ def child(args: argparse.Namespace) -> None:
     import boto3
     from botocore.config import Config
 
+    from airflow_provider_streamstate.backends.s3.store import S3Store
     from airflow_provider_streamstate.engine.lookup import (
         PartitionCache,
         SnapshotSource,
         key_history,
         lookup_key,
     )
-    from airflow_provider_streamstate.engine.stores.s3 import S3Store
 
     client = boto3.client("s3", endpoint_url=args.endpoint, region_name="us-east-1", aws_access_key_id="k",
                           aws_secret_access_key="s", config=Config(s3={"addressing_style": "path"}))
@@ -208,13 +208,13 @@ def main() -> None:
 
     from bench_common import moto_s3
 
+    from airflow_provider_streamstate.backends.s3.store import S3Store
     from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
     from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
     from airflow_provider_streamstate.engine.lookup.encodings.murmur3 import partition_of
     from airflow_provider_streamstate.engine.lookup.encodings.types import atomic
     from airflow_provider_streamstate.engine.state.reader import StateReader
     from airflow_provider_streamstate.engine.state.spark import read_state
-    from airflow_provider_streamstate.engine.stores.s3 import S3Store
 
     WORK.mkdir(exist_ok=True)
     path = WORK / f"lookup-store-{args.store}-{args.keys}-{args.partitions}-{args.history}"

@@ -48,11 +48,11 @@ def main() -> int:
 
 
 def _run(a: argparse.Namespace, stack: object) -> int:
+    from airflow_provider_streamstate.backends.local.store import LocalStore
     from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
     from airflow_provider_streamstate.engine.pipeline.snapshots import create_pipeline_snapshot
     from airflow_provider_streamstate.engine.pipeline.spec import Link, PipelineSpec
     from airflow_provider_streamstate.engine.state.spark import spark_session
-    from airflow_provider_streamstate.engine.stores import LocalStore
     from airflow_provider_streamstate.jobs.example_pipeline import PipelineArgs, start_member
     from airflow_provider_streamstate.jobs.generator import GeneratorSpec, ensure_topic, produce
 

@@ -70,8 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parallelism", type=int, default=8, help="snapshot transfers (the CLI's default)")
     args = p.parse_args(argv)
 
+    from airflow_provider_streamstate.backends.local.store import LocalStore
     from airflow_provider_streamstate.engine.state.spark import spark_session
-    from airflow_provider_streamstate.engine.stores import LocalStore
 
     run = WORK / "impact"
     shutil.rmtree(run, ignore_errors=True)

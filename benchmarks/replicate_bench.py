@@ -60,10 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=4)
     args = p.parse_args(argv)
 
+    from airflow_provider_streamstate.backends.s3.store import S3Store
     from airflow_provider_streamstate.engine.lifecycle.replicate import replicate
     from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
     from airflow_provider_streamstate.engine.state.spark import spark_session
-    from airflow_provider_streamstate.engine.stores import S3Store
     from airflow_provider_streamstate.engine.stores.base import blob_key
 
     run = WORK / "replicate-run"

@@ -464,10 +464,10 @@ def cost_bench(args: argparse.Namespace) -> int:
     checkpoint into a local store, its repartition job on `local-cluster[2,1,2048]`: each
     part's seconds and the bytes each part wrote, against the state's size, Spark's
     repartition job alone and a plain restore of the same snapshot."""
+    from airflow_provider_streamstate.backends.local.store import LocalStore
     from airflow_provider_streamstate.engine.catalog.snapshots import resolve_snapshot
     from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
     from airflow_provider_streamstate.engine.state.rescale import rescale_job_application, rescale_stream
-    from airflow_provider_streamstate.engine.stores import LocalStore
 
     line = spark_versions.get("4.3").require()
     WORK.mkdir(parents=True, exist_ok=True)

@@ -52,6 +52,7 @@ def main() -> None:
 
 
 
+    from airflow_provider_streamstate.backends.s3.store import S3Store
     from airflow_provider_streamstate.engine.checkpoint.reader import (
         HDFS_PROVIDER,
         PROVIDER_CONF,
@@ -59,7 +60,6 @@ def main() -> None:
     )
     from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
     from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
-    from airflow_provider_streamstate.engine.stores import S3Store
 
     server, c, backend = moto_s3(BUCKET)
     prefix = "ckpt"

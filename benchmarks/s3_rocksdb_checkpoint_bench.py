@@ -63,11 +63,11 @@ def counting(c: Any) -> Counter[str]:
 def main(argv: list[str] | None = None) -> int:
     args = state_options(argparse.ArgumentParser(description=__doc__.split("\n")[0])).parse_args(argv)
 
+    from airflow_provider_streamstate.backends.s3.store import S3Store
     from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
     from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
     from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
     from airflow_provider_streamstate.engine.state.spark import spark_session
-    from airflow_provider_streamstate.engine.stores import S3Store
 
     n = args.parallelism
     run = WORK / "s3-rocksdb-run"

@@ -84,11 +84,12 @@ def state_options(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = state_options(argparse.ArgumentParser(description=__doc__.split("\n")[0])).parse_args(argv)
 
+    from airflow_provider_streamstate.backends.local.store import LocalStore
+    from airflow_provider_streamstate.backends.s3.store import S3Store
     from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
     from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
     from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
     from airflow_provider_streamstate.engine.state.spark import spark_session
-    from airflow_provider_streamstate.engine.stores import LocalStore, S3Store
 
     shutil.rmtree(WORK / "run", ignore_errors=True)
     run = WORK / "run"

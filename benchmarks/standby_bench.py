@@ -148,10 +148,10 @@ def saved_files(standby: Path) -> dict[str, bytes]:
 def one_size(stack: Any, size: int, files: int, rounds: int, work: Path) -> dict[str, Any]:
     import uuid
 
+    from airflow_provider_streamstate.backends.local.store import LocalStore
     from airflow_provider_streamstate.engine.dr.failover import TopicMap, failover
     from airflow_provider_streamstate.engine.dr.standby import update_standby
     from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
-    from airflow_provider_streamstate.engine.stores.local import LocalStore
 
     bootstrap = stack.kafka_bootstrap
     topic, dr_topic = f"bench-{uuid.uuid4().hex[:8]}", f"dr-{uuid.uuid4().hex[:8]}"

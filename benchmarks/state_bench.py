@@ -62,6 +62,7 @@ def main() -> int:
 
     from pyspark.sql import functions as F
 
+    from airflow_provider_streamstate.backends.local.store import LocalStore
     from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
     from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
     from airflow_provider_streamstate.engine.state.bisect import bisect_snapshots
@@ -69,7 +70,6 @@ def main() -> int:
     from airflow_provider_streamstate.engine.state.reader import StateReader
     from airflow_provider_streamstate.engine.state.spark import spark_session
     from airflow_provider_streamstate.engine.state.validation import load_suite, run_suite
-    from airflow_provider_streamstate.engine.stores import LocalStore
 
     WORK.mkdir(exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="state-bench-", dir=WORK))

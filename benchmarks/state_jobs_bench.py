@@ -53,9 +53,10 @@ def _snapshot(stack: stack_mod.Stack, work: Path, keys: int) -> tuple[str, str, 
     """`keys` distinct keys counted once each, RocksDB state; snapshotted into an S3 store."""
     from pyspark.sql import functions as F
 
+    from airflow_provider_streamstate.backends.s3.clients import s3_client
+    from airflow_provider_streamstate.backends.s3.store import S3Store
     from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
     from airflow_provider_streamstate.engine.state.spark import spark_session
-    from airflow_provider_streamstate.engine.stores import S3Store, s3_client
 
     spark = spark_session("state-jobs-bench", state_store="rocksdb", shuffle_partitions=4)
     checkpoint = str(work / "ckpt")

@@ -139,10 +139,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from pyspark.sql import functions as F
 
+    from airflow_provider_streamstate.backends.local.store import LocalStore
     from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
     from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
     from airflow_provider_streamstate.engine.state.spark import read_state, spark_session
-    from airflow_provider_streamstate.engine.stores import LocalStore
 
     WORK.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="tws-bench-", dir=WORK))

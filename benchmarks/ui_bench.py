@@ -43,12 +43,12 @@ from benchmarks.bench_common import write_results  # noqa: E402
 
 
 def build(root: Path, n: int) -> tuple[Path, object, object, list[str]]:
+    from airflow_provider_streamstate.backends.local.store import LocalStore
     from airflow_provider_streamstate.engine.catalog.index import list_summaries
     from airflow_provider_streamstate.engine.catalog.retention import pin_snapshot
     from airflow_provider_streamstate.engine.lifecycle.replicate import replicate
     from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
     from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
-    from airflow_provider_streamstate.engine.stores.local import LocalStore
     from airflow_provider_streamstate.engine.streams.clones import record_clone
     from tests.unit.fake_checkpoint import make_checkpoint
     from tests.unit.store_history import put_validation
@@ -81,8 +81,8 @@ def build(root: Path, n: int) -> tuple[Path, object, object, list[str]]:
 
 def reuse(root: Path) -> tuple[Path, object, object, list[str]]:
     """The stores a previous run built in `root`."""
+    from airflow_provider_streamstate.backends.local.store import LocalStore
     from airflow_provider_streamstate.engine.catalog.timeline import snapshot_refs
-    from airflow_provider_streamstate.engine.stores.local import LocalStore
 
     store, dr = LocalStore(root / "store", fsync=False), LocalStore(root / "dr", fsync=False)
     return root / "ckpt", store, dr, [r.snapshot_id for r in snapshot_refs(store, "orders")]

@@ -40,6 +40,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     a = ap.parse_args()
 
+    from airflow_provider_streamstate.backends.local.store import LocalStore
     from airflow_provider_streamstate.engine.catalog.gc import collect_garbage
     from airflow_provider_streamstate.engine.checkpoint.reader import (
         HDFS_PROVIDER,
@@ -47,7 +48,6 @@ def main() -> None:
         CheckpointReader,
     )
     from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
-    from airflow_provider_streamstate.engine.stores import LocalStore
 
     WORK.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="unchanged-", dir=WORK))

@@ -287,7 +287,7 @@ def _demo(args: argparse.Namespace, stack: Any, t0: float) -> int:
     verdict = (gate.tasks.get("gate") and gate.tasks["gate"].xcom) or {}
     say(f"  deploy gate: {'PASS' if verdict.get('deploy') else 'BLOCKED'}; GX Data Docs: {verdict.get('data_docs')}")
 
-    store = open_store(spec.store, s3_client=_s3_client(stack))
+    store = open_store(spec.store, connection=_s3_client(stack))
     listing = list_snapshots(store, STREAM)
     say(f"\nsnapshots of {STREAM} in {spec.store}:")
     for m in listing.manifests:

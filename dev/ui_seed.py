@@ -109,13 +109,13 @@ def seed_stream(root: Path) -> SeededStream:
     checkpoint (tests/unit/fake_checkpoint.py), a rollback, validations, a pin, a clone and
     DR copies, all written through the engine. Its heartbeat names this process, so the
     stream shows `running` while this process lives."""
+    from airflow_provider_streamstate.backends.local.store import LocalStore
     from airflow_provider_streamstate.engine.catalog.index import list_summaries
     from airflow_provider_streamstate.engine.catalog.retention import pin_snapshot
     from airflow_provider_streamstate.engine.checkpoint.liveness import Heartbeat, now_iso, write_heartbeat
     from airflow_provider_streamstate.engine.lifecycle.replicate import replicate
     from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
     from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
-    from airflow_provider_streamstate.engine.stores.local import LocalStore
     from airflow_provider_streamstate.engine.streams.clones import record_clone
     from tests.unit.fake_checkpoint import make_checkpoint
     from tests.unit.test_timelines import grow

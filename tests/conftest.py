@@ -187,8 +187,10 @@ def make_store(stack: stack_mod.Stack, tmp_path: Path, request: pytest.FixtureRe
     snapshot store (`s3`: the primary moto region; `dr`: the other; `s3proxy`: s3proxy,
     started lazily; `hdfs`: the stack's HDFS, started lazily) and the environment a process
     opens it with."""
-    from airflow_provider_streamstate.engine.stores import HdfsStore, LocalStore, S3Store
-    from airflow_provider_streamstate.engine.stores.webhdfs import HdfsPath, WebHdfs
+    from airflow_provider_streamstate.backends.hdfs.store import HdfsStore
+    from airflow_provider_streamstate.backends.hdfs.webhdfs import HdfsPath, WebHdfs
+    from airflow_provider_streamstate.backends.local.store import LocalStore
+    from airflow_provider_streamstate.backends.s3.store import S3Store
 
     def make(kind: str):  # noqa: ANN202
         if kind == "local":

@@ -42,3 +42,14 @@ def test_importing_the_package_pulls_no_heavy_library() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == ""
+
+
+def test_providers_manager_offers_the_hdfs_connection_type_with_its_hook() -> None:
+    from airflow.providers_manager import ProvidersManager
+
+    hooks = ProvidersManager().hooks
+    assert "streamstate_hdfs" in hooks
+    info = hooks["streamstate_hdfs"]
+    assert info is not None
+    assert info.hook_class_name == "airflow_provider_streamstate.backends.hdfs.hook.StreamstateHdfsHook"
+    assert info.connection_id_attribute_name == "hdfs_conn_id"

@@ -88,8 +88,9 @@ def add_store_options(p: argparse.ArgumentParser, *, stream: bool = True) -> Non
         "--aws-conn-id",
         metavar="CONN",
         default=None,
-        help="for s3:// stores: take endpoint and credentials from this Airflow AWS connection "
-        "(AIRFLOW_CONN_<CONN> or Airflow's secrets backend) instead of the AWS_* variables",
+        help="reach the store through this Airflow connection (AIRFLOW_CONN_<CONN> or Airflow's secrets "
+        "backend): an aws one for s3:// (instead of the AWS_* variables), a streamstate_hdfs one for hdfs:// "
+        "(instead of HADOOP_CONF_DIR)",
     )
     if stream:
         p.add_argument("--stream", required=True, help="the stream's name in the store")

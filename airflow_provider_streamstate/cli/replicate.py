@@ -59,9 +59,10 @@ def register(commands: Any) -> dict[tuple[str, str | None], Any]:
 
 def _side(args: argparse.Namespace, side: str, url: str) -> Any:
     """One side's store: its own S3 client when any of its options is given."""
+    from airflow_provider_streamstate.backends.s3.clients import client_config
+    from airflow_provider_streamstate.backends.s3.errors import client_error
     from airflow_provider_streamstate.engine.core.errors import StreamstateError, UsageError
-    from airflow_provider_streamstate.engine.stores import client_config, open_store
-    from airflow_provider_streamstate.engine.stores.s3_errors import client_error
+    from airflow_provider_streamstate.engine.stores import open_store
 
     conn = getattr(args, f"{side}_aws_conn_id")
     endpoint = getattr(args, f"{side}_endpoint_url")
@@ -91,7 +92,7 @@ def _side(args: argparse.Namespace, side: str, url: str) -> Any:
         if isinstance(exc, StreamstateError):
             raise
         raise _flag_error(exc, side, endpoint=endpoint, profile=profile, region=region) or client_error(exc) from None
-    return open_store(url, s3_client=client, parallelism=args.parallelism)
+    return open_store(url, connection=client, parallelism=args.parallelism)
 
 
 def _flag_error(exc: Exception, side: str, *, endpoint: str | None, profile: str | None,

@@ -1,57 +1,63 @@
 """A snapshot store, and a checkpoint location, from Airflow's point of view: a URL plus the
-connection that reaches it. S3 clients come from the amazon provider's S3Hook, so the
-endpoint, region, role assumption and credentials are the connection's, never the code's.
+connection that reaches it. How a connection becomes what a backend takes (an S3 client, a
+WebHDFS client) is the backend's own `hook` module, found by the URL's scheme through the
+`streamstate.airflow_connections` entry point group, as the engine finds the backend itself.
 Connections are passed to the engine with what they open (a store, a checkpoint's
 filesystem), never remembered for the rest of the process."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from functools import cached_property
+from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
 
 from airflow_provider_streamstate.engine.core.errors import StreamstateError, UsageError
-from airflow_provider_streamstate.engine.stores import SnapshotStore, client_config, open_store
-from airflow_provider_streamstate.engine.stores.s3_errors import client_error
+from airflow_provider_streamstate.engine.stores import SnapshotStore, open_store, store_scheme
 
 if TYPE_CHECKING:
     from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS
 
+GROUP = "streamstate.airflow_connections"
+Connect = Callable[..., Any]  # connect(conn_id, *, max_connections) -> the backend's connection, or None
 
-def s3_client_from_connection(aws_conn_id: str, *, max_connections: int = 16) -> Any:
-    """`S3Hook(aws_conn_id=...).get_conn()` with the engine's pool size and retries under the
-    connection's own `config_kwargs`; an unknown connection id is an error (S3Hook would
-    silently fall back to no connection)."""
-    from airflow.providers.amazon.aws.hooks.s3 import S3Hook
-    from airflow.sdk.exceptions import AirflowNotFoundException
+_lock = threading.Lock()
+_connectors: dict[str, Connect | None] = {}
 
-    try:
-        S3Hook.get_connection(aws_conn_id)
-    except AirflowNotFoundException:
-        raise UsageError(
-            f"Airflow connection {aws_conn_id!r} does not exist",
-            hint=f"define it (an AIRFLOW_CONN_{aws_conn_id.upper()} environment variable, or in Airflow's "
-            "connections or secrets backend), or fix the connection id",
-        ) from None
-    try:
-        wrapper = S3Hook(aws_conn_id=aws_conn_id).conn_config
-        config = client_config(max_connections, path_style=bool(wrapper.get_service_endpoint_url("s3")))
-        if wrapper.botocore_config is not None:
-            config = config.merge(wrapper.botocore_config)
-        return S3Hook(aws_conn_id=aws_conn_id, config=config).get_conn()
-    except StreamstateError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - building a client fails only on configuration
-        raise client_error(exc, conn_id=aws_conn_id) from None
+
+def connector_for(scheme: str) -> Connect | None:
+    """How an Airflow connection reaches the backend of `scheme`; None when that backend
+    takes no connection (a local directory)."""
+    scheme = scheme.lower()
+    with _lock:
+        if scheme in _connectors:
+            return _connectors[scheme]
+    found = {ep.name.lower(): ep for ep in entry_points(group=GROUP)}.get(scheme)
+    connect = None if found is None else found.load()
+    with _lock:
+        _connectors[scheme] = connect
+    return connect
+
+
+def backend_connection(scheme: str, conn_id: str | None, *, max_connections: int = 16) -> Any:
+    """The connection Airflow connection `conn_id` gives the backend of `scheme`; None without
+    one, for a backend that takes none, or when the connection is of another kind (the
+    backend then reaches its storage as the environment says)."""
+    connect = connector_for(scheme) if conn_id else None
+    return None if connect is None else connect(conn_id, max_connections=max_connections)
 
 
 class StreamstateStoreHook(BaseHook):
-    """Opens a snapshot store (`file:///...` or `s3://bucket/prefix`) for operators.
+    """Opens a snapshot store (`file:///...`, `s3://bucket/prefix`, `hdfs://namenode/path`, or a
+    scheme another distribution registers) for operators.
 
     :param store: the store's URL.
-    :param aws_conn_id: the Airflow `aws` connection of an S3 store (None: boto3's own
-        environment and instance credentials).
+    :param aws_conn_id: the Airflow connection that reaches the store: an `aws` one for S3, a
+        `streamstate_hdfs` (or `webhdfs`) one for HDFS (None: the environment's: boto3's own
+        credentials, HADOOP_CONF_DIR).
     :param parallelism: concurrent transfers; the S3 connection pool is twice as large.
     """
 
@@ -68,10 +74,13 @@ class StreamstateStoreHook(BaseHook):
 
     @cached_property
     def store(self) -> SnapshotStore:
-        client = None
-        if self.store_url.startswith("s3://") and self.aws_conn_id:
-            client = s3_client_from_connection(self.aws_conn_id, max_connections=self.parallelism * 2)
-        return open_store(self.store_url, s3_client=client, parallelism=self.parallelism, aws_conn_id=self.aws_conn_id)
+        scheme = store_scheme(self.store_url)
+        connection = backend_connection(scheme, self.aws_conn_id, max_connections=self.parallelism * 2)
+        if self.aws_conn_id and connection is None and connector_for(scheme) is not None:
+            raise UsageError(f"Airflow connection {self.aws_conn_id!r} does not reach a {scheme}:// store",
+                             hint=f"give a connection of the kind a {scheme}:// store takes (docs/operators.md)")
+        return open_store(self.store_url, connection=connection, parallelism=self.parallelism,
+                          conn_id=self.aws_conn_id)
 
     def get_conn(self) -> SnapshotStore:
         return self.store
@@ -87,22 +96,21 @@ class StreamstateStoreHook(BaseHook):
         return True, f"{self.store.url}: {len(streams)} stream(s)"
 
 
-def checkpoint_connection(location: str, aws_conn_id: str | None, *, max_connections: int = 16) -> Any:
-    """How Airflow reaches a checkpoint location: the stream's `aws` connection for an S3
-    checkpoint (`s3a://`: S3Hook's client); None otherwise (a local path needs none; an HDFS
-    one is reached as the worker's Hadoop configuration says, as Spark reaches it)."""
+def checkpoint_connection(location: str, conn_id: str | None, *, max_connections: int = 16) -> Any:
+    """How Airflow reaches a checkpoint location: what the stream's connection gives the
+    location's backend (S3Hook's client for `s3a://`, a WebHDFS client for `hdfs://` with an
+    HDFS connection); None otherwise (a local path needs none; a connection of another kind
+    leaves the location to the worker's environment, as Spark reaches it)."""
     from airflow_provider_streamstate.engine.checkpoint.filesystems import location_scheme
 
-    if aws_conn_id and location_scheme(location) in ("s3", "s3a"):
-        return s3_client_from_connection(aws_conn_id, max_connections=max_connections)
-    return None
+    return backend_connection(location_scheme(location), conn_id, max_connections=max_connections)
 
 
-def open_checkpoint(location: str, aws_conn_id: str | None, *, max_connections: int = 16) -> CheckpointFS:
+def open_checkpoint(location: str, conn_id: str | None, *, max_connections: int = 16) -> CheckpointFS:
     """A checkpoint location's filesystem, opened with its Airflow connection: what a task
     passes to the engine, which never looks a connection up itself."""
     from airflow_provider_streamstate.engine.checkpoint.filesystems import open_checkpoint_fs
 
-    return open_checkpoint_fs(location, connection=checkpoint_connection(location, aws_conn_id,
+    return open_checkpoint_fs(location, connection=checkpoint_connection(location, conn_id,
                                                                          max_connections=max_connections),
-                              conn_id=aws_conn_id)
+                              conn_id=conn_id)

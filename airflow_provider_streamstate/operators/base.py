@@ -38,7 +38,7 @@ class Subject:
 
     name: str
     store: str
-    aws_conn_id: str | None = None  # the store's, and S3 checkpoints'
+    aws_conn_id: str | None = None  # the store's, and S3 and HDFS checkpoints'
     kafka_conn_id: str | None = None
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_streamstate.engine.stores import S3Store
+from airflow_provider_streamstate.backends.s3.store import S3Store
 from tests.s3 import s3_client
 from tests.unit.fake_checkpoint import make_checkpoint, store_dirs
 

@@ -11,8 +11,8 @@ import uuid
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
-from airflow_provider_streamstate.engine.stores.local import LocalStore
 from airflow_provider_streamstate.engine.streams.clones import list_clones
 from airflow_provider_streamstate.jobs.generator import ensure_topic
 from airflow_provider_streamstate.spec import StreamSpec

@@ -200,8 +200,8 @@ def test_every_command_and_option_of_the_cli_is_in_the_reference_and_nothing_els
 def test_the_examples_in_the_cli_reference_parse_and_the_retention_example_prints_what_it_shows(tmp_path) -> None:
     """Every `$ streamstate ...` example is a valid command line; the retention example, run
     on a store holding the snapshots it shows, prints exactly its lines (ages aside)."""
+    from airflow_provider_streamstate.backends.local.store import LocalStore
     from airflow_provider_streamstate.cli import build_parser
-    from airflow_provider_streamstate.engine.stores.local import LocalStore
     from tests.unit.store_history import at, put_snapshot
 
     doc = (REPO / "docs" / "cli.md").read_text().splitlines()

@@ -17,9 +17,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.engine.dr.standby import update_standby
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
-from airflow_provider_streamstate.engine.stores.local import LocalStore
 from airflow_provider_streamstate.jobs.generator import (
     GeneratorSpec,
     ensure_topic,

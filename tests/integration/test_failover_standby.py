@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.engine.checkpoint.filesystems import open_checkpoint_fs
 from airflow_provider_streamstate.engine.checkpoint.sidecar import refuse_unfinished_restore
 from airflow_provider_streamstate.engine.core.errors import UnsupportedCheckpointError
@@ -38,7 +39,6 @@ from airflow_provider_streamstate.engine.dr.standby import (
 from airflow_provider_streamstate.engine.lifecycle.replicate import replicate
 from airflow_provider_streamstate.engine.lifecycle.restore import rewritten_files
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
-from airflow_provider_streamstate.engine.stores.local import LocalStore
 from airflow_provider_streamstate.jobs.generator import (
     GeneratorSpec,
     ensure_topic,

@@ -83,7 +83,7 @@ def test_s3_gc_does_not_act_on_an_age_it_read_too_long_ago(make_store, monkeypat
     """The HEAD and the DELETE are two requests: a DELETE sent later than
     DELETE_DECISION_SECONDS after the HEAD began could land after a writer's refresh *and*
     its re-check (REFRESH_SETTLE_SECONDS later), so it is not sent."""
-    from airflow_provider_streamstate.engine.stores import s3 as s3_mod
+    from airflow_provider_streamstate.backends.s3 import store as s3_mod
 
     store, _, _ = make_store("s3")
     d = put_blob(store, b"old garbage, slow to check")
@@ -152,9 +152,9 @@ def test_a_second_collection_is_refused_while_the_first_holds_the_lease(make_sto
 
 
 def test_gc_on_a_bucket_that_does_not_exist_says_so_not_that_another_gc_runs(stack, monkeypatch) -> None:
+    from airflow_provider_streamstate.backends.s3.store import S3Store
     from airflow_provider_streamstate.engine.catalog.gc_lease import GcLeaseHeldError
     from airflow_provider_streamstate.engine.core.errors import StreamstateError
-    from airflow_provider_streamstate.engine.stores import S3Store
     from tests.s3 import s3_client
 
     store = S3Store(s3_client(stack), "no-such-bucket-here", "p")

@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 import pytest
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.engine.catalog import gc as gc_mod
 from airflow_provider_streamstate.engine.catalog.gc import collect_garbage
 from airflow_provider_streamstate.engine.catalog.gc_lease import GcLeaseHeldError
@@ -31,7 +32,6 @@ from airflow_provider_streamstate.engine.catalog.verify import verify_snapshots
 from airflow_provider_streamstate.engine.core.errors import TransientError
 from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
-from airflow_provider_streamstate.engine.stores.local import LocalStore
 from airflow_provider_streamstate.jobs.example_stream import StreamArgs, start_query
 from airflow_provider_streamstate.jobs.generator import GeneratorSpec, produce
 from tests.streams import account_state, oracle_state, use_state_store

@@ -152,7 +152,7 @@ def test_a_failover_onto_an_hdfs_checkpoint_writes_it_there_with_dr_offsets_and_
     produce_into(stack.kafka_bootstrap, topic, first, partitions=[0, 1])
     checkpoint = str(tmp_path / "ckpt")
     batch = run_to_end(spark, stack.kafka_bootstrap, topic, checkpoint, max_offsets=60)
-    from airflow_provider_streamstate.engine.stores.local import LocalStore
+    from airflow_provider_streamstate.backends.local.store import LocalStore
 
     create_snapshot(checkpoint, LocalStore(tmp_path / "store", fsync=False), "accounts",
                     kafka_bootstrap=stack.kafka_bootstrap)

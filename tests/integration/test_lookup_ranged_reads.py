@@ -212,9 +212,9 @@ def test_a_checkpoint_on_s3_or_hdfs_and_a_snapshot_in_an_hdfs_store_answer_by_ra
         spark, tmp_path: Path, stack, hdfs, make_store) -> None:
     """The ranged reads of every backend (S3 `Range` with `If-Match`, WebHDFS `OPEN` offset and
     length) give the answers of the local checkpoint, reading less than the partition."""
+    from airflow_provider_streamstate.backends.hdfs.webhdfs import HdfsPath, WebHdfs
     from airflow_provider_streamstate.engine.checkpoint.filesystems import open_checkpoint_fs
     from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
-    from airflow_provider_streamstate.engine.stores.webhdfs import HdfsPath, WebHdfs
     from tests.s3 import s3_client
 
     local = tmp_path / "agg"

@@ -21,13 +21,13 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.engine.core.errors import TransientError
 from airflow_provider_streamstate.engine.dr.failover import TopicMap
 from airflow_provider_streamstate.engine.pipeline import failover as failover_mod
 from airflow_provider_streamstate.engine.pipeline.replicate import replicate_pipeline
 from airflow_provider_streamstate.engine.pipeline.snapshots import create_pipeline_snapshot
 from airflow_provider_streamstate.engine.pipeline.spec import Link, PipelineSpec
-from airflow_provider_streamstate.engine.stores.local import LocalStore
 from airflow_provider_streamstate.jobs.example_pipeline import PipelineArgs, start_member
 from airflow_provider_streamstate.jobs.generator import (
     GeneratorSpec,

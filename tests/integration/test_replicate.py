@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
+from airflow_provider_streamstate.backends.s3.store import PART_SIZE
 from airflow_provider_streamstate.engine.catalog.snapshots import resolve_snapshot
 from airflow_provider_streamstate.engine.catalog.verify import verify_snapshots
 from airflow_provider_streamstate.engine.core.errors import CorruptionError
@@ -26,8 +28,6 @@ from airflow_provider_streamstate.engine.lifecycle.replicate import replicate
 from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.stores.base import blob_key
-from airflow_provider_streamstate.engine.stores.local import LocalStore
-from airflow_provider_streamstate.engine.stores.s3 import PART_SIZE
 from airflow_provider_streamstate.jobs.generator import GeneratorSpec, ensure_topic, produce
 from tests.streams import account_state, run_to_end, use_state_store
 from tests.unit.fake_checkpoint import make_checkpoint, store_dirs, write

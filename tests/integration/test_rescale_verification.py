@@ -28,6 +28,8 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_streamstate.backends.hdfs.webhdfs import HdfsPath, WebHdfs
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.engine.checkpoint.filesystems import open_checkpoint_fs
 from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
 from airflow_provider_streamstate.engine.checkpoint.repartition import (
@@ -38,8 +40,6 @@ from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapsh
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.lookup.digest import StateDigest, state_digest
 from airflow_provider_streamstate.engine.state.rescale import rescale_job_application
-from airflow_provider_streamstate.engine.stores import LocalStore
-from airflow_provider_streamstate.engine.stores.webhdfs import HdfsPath, WebHdfs
 from dev import spark_versions
 from dev import stack as stack_mod
 from tests.s3 import s3_client

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.engine.stores.base import blob_key
-from airflow_provider_streamstate.engine.stores.local import LocalStore
 from airflow_provider_streamstate.engine.streams.clones import (
     CloneLabel,
     list_clones,

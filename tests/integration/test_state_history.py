@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.cli import main
 from airflow_provider_streamstate.engine.catalog.snapshots import resolve_snapshot
 from airflow_provider_streamstate.engine.catalog.validation_records import get_validation
@@ -30,7 +31,6 @@ from airflow_provider_streamstate.engine.state.reader import (
 )
 from airflow_provider_streamstate.engine.state.spark import read_state
 from airflow_provider_streamstate.engine.state.validation import load_suite
-from airflow_provider_streamstate.engine.stores import LocalStore
 from airflow_provider_streamstate.jobs.generator import START_MS, GeneratorSpec, ensure_topic, produce
 from tests.streams import run_to_end, use_state_store
 

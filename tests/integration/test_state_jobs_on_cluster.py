@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_streamstate.backends.s3.store import S3Store
 from airflow_provider_streamstate.cli import main
 from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
@@ -25,7 +26,6 @@ from airflow_provider_streamstate.engine.state.bisect import bisect_snapshots
 from airflow_provider_streamstate.engine.state.diff import diff_snapshots
 from airflow_provider_streamstate.engine.state.reader import StateReader, StateSelector
 from airflow_provider_streamstate.engine.state.validation import load_suite, validate_snapshot
-from airflow_provider_streamstate.engine.stores import S3Store
 from airflow_provider_streamstate.jobs.generator import GeneratorSpec, ensure_topic, produce
 from dev import stack as stack_mod
 from tests.integration.test_state_history import SUITE, produce_poison

@@ -8,10 +8,10 @@ import time
 
 import pytest
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.state.reader import StateReader, StateSelector, flatten_state
 from airflow_provider_streamstate.engine.state.spark import read_state
-from airflow_provider_streamstate.engine.stores import LocalStore
 from tests.streams import use_state_store
 
 pytestmark = pytest.mark.integration

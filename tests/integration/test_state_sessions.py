@@ -8,11 +8,11 @@ import uuid
 
 import pytest
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.state.diff import diff_snapshots
 from airflow_provider_streamstate.engine.state.reader import StateReader, StateSelector
 from airflow_provider_streamstate.engine.state.spark import CHANGELOG_CONF
-from airflow_provider_streamstate.engine.stores import LocalStore
 from airflow_provider_streamstate.jobs.generator import GeneratorSpec, ensure_topic, produce
 from tests.streams import account_state, run_to_end, use_state_store
 

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_streamstate.backends.s3.store import S3Store
 from airflow_provider_streamstate.engine.catalog.verify import WHAT_TO_DO, verify_snapshots
 from airflow_provider_streamstate.engine.core.digest import sha256_stream
 from airflow_provider_streamstate.engine.core.errors import MissingBlobError, TransientError
-from airflow_provider_streamstate.engine.stores import S3Store
 from airflow_provider_streamstate.engine.stores.base import blob_key
 from tests.s3 import s3_client
 from tests.unit.fake_checkpoint import make_checkpoint, store_dirs, write

@@ -184,8 +184,8 @@ def test_a_failover_onto_an_s3_checkpoint_in_the_dr_region_runs_on_yarn_and_ends
     import os
     import subprocess
 
+    from airflow_provider_streamstate.backends.local.store import LocalStore
     from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot as snapshot
-    from airflow_provider_streamstate.engine.stores.local import LocalStore
     from airflow_provider_streamstate.jobs.generator import ensure_topic
     from airflow_provider_streamstate.stream_start import start_stream
     from tests.integration.test_failover_translation import mirror, produce_into

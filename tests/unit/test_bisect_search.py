@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.engine.catalog.snapshots import resolve_snapshot
 from airflow_provider_streamstate.engine.catalog.validation_records import (
     ExpectationOutcome,
@@ -22,7 +23,6 @@ from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.engine.state.bisect import bisect_snapshots
 from airflow_provider_streamstate.engine.state.reader import StateReader
 from airflow_provider_streamstate.engine.state.validation import Suite
-from airflow_provider_streamstate.engine.stores import LocalStore
 from tests.unit.store_history import at, put_snapshot
 
 SUITE = Suite("no-poison", {"name": "no-poison", "expectations": [], "meta": {}}, "test")

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
+from airflow_provider_streamstate.backends.s3.store import S3Store
 from airflow_provider_streamstate.engine.catalog import head as head_mod
 from airflow_provider_streamstate.engine.catalog.head import head_key, read_head_view
 from airflow_provider_streamstate.engine.catalog.retention import delete_snapshots
@@ -22,7 +24,6 @@ from airflow_provider_streamstate.engine.core.manifest import Manifest
 from airflow_provider_streamstate.engine.lifecycle.replicate import replicate
 from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
-from airflow_provider_streamstate.engine.stores import LocalStore, S3Store
 from airflow_provider_streamstate.engine.stores.base import SnapshotStore, manifest_key
 from tests.unit.conftest import moto_bucket
 from tests.unit.fake_checkpoint import make_checkpoint
@@ -192,7 +193,7 @@ def test_replication_points_the_destination_head_at_its_newest_snapshot(tmp_path
 
 
 def test_the_s3_listing_pages_on_until_it_has_passed_the_timeline_records(s3, monkeypatch) -> None:
-    from airflow_provider_streamstate.engine.stores import s3 as s3_mod
+    from airflow_provider_streamstate.backends.s3 import store as s3_mod
 
     monkeypatch.setattr(s3_mod, "LIST_PAGE_KEYS", 4)
     store = S3Store(s3, BUCKET, "paged")

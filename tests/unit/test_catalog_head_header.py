@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
+from airflow_provider_streamstate.backends.s3.store import S3Store
 from airflow_provider_streamstate.engine.catalog import head as head_mod
 from airflow_provider_streamstate.engine.catalog.head import head_key, split_header_key, write_head
 from airflow_provider_streamstate.engine.catalog.snapshots import resolve_snapshot
@@ -23,7 +25,6 @@ from airflow_provider_streamstate.engine.catalog.timeline import load_timelines
 from airflow_provider_streamstate.engine.core.errors import UnsafeManifestError
 from airflow_provider_streamstate.engine.core.manifest import FileEntry, Manifest, new_snapshot_id
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
-from airflow_provider_streamstate.engine.stores import LocalStore, S3Store
 from airflow_provider_streamstate.engine.stores.base import SnapshotStore, manifest_key
 from tests.unit.conftest import moto_bucket
 from tests.unit.fake_checkpoint import make_checkpoint

@@ -10,6 +10,7 @@ from datetime import timedelta
 
 import pytest
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.engine.catalog import index as index_mod
 from airflow_provider_streamstate.engine.catalog.index import SnapshotSummary, list_summaries
 from airflow_provider_streamstate.engine.catalog.retention import (
@@ -19,7 +20,6 @@ from airflow_provider_streamstate.engine.catalog.retention import (
 )
 from airflow_provider_streamstate.engine.catalog.snapshots import list_snapshots
 from airflow_provider_streamstate.engine.core.errors import UnsafeManifestError
-from airflow_provider_streamstate.engine.stores.local import LocalStore
 from tests.unit.store_history import at, put_snapshot, put_validation
 
 INDEX = "streams/orders/index/"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.engine.catalog import index as index_mod
 from airflow_provider_streamstate.engine.catalog import journal
 from airflow_provider_streamstate.engine.catalog.head import head_key
@@ -27,7 +28,6 @@ from airflow_provider_streamstate.engine.catalog.snapshots import (
 from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.stores.base import PUBLISHED, journal_key, manifest_key
-from airflow_provider_streamstate.engine.stores.local import LocalStore
 from tests.unit.fake_checkpoint import make_checkpoint
 from tests.unit.store_history import at, put_snapshot
 from tests.unit.test_timelines import grow

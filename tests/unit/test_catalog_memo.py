@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.engine.catalog import index as index_mod
 from airflow_provider_streamstate.engine.catalog.index import CatalogMemo, list_summaries
 from airflow_provider_streamstate.engine.catalog.retention import delete_snapshots
 from airflow_provider_streamstate.engine.catalog.timeline import new_timeline
 from airflow_provider_streamstate.engine.core.manifest import SnapshotRef
-from airflow_provider_streamstate.engine.stores.local import LocalStore
 from tests.unit.store_history import at, put_snapshot, put_validation
 
 INDEX = "streams/orders/index/"

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
+from airflow_provider_streamstate.backends.s3.store import S3Store
 from airflow_provider_streamstate.engine.catalog.gc import collect_garbage
 from airflow_provider_streamstate.engine.checkpoint.reader import ROCKSDB_PROVIDER as ROCKSDB
 from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
@@ -28,7 +30,6 @@ from airflow_provider_streamstate.engine.core.errors import (
 )
 from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
-from airflow_provider_streamstate.engine.stores import LocalStore, S3Store
 from tests.unit.conftest import moto_bucket, serve_moto
 from tests.unit.fake_checkpoint import make_checkpoint, rocksdb_zip, store_dirs, write
 
@@ -576,7 +577,7 @@ def test_a_restore_into_an_empty_prefix_copies_each_file_once_and_a_failure_leav
 ) -> None:
     """Nothing to replace: the files are copied in place behind the incomplete marker (one
     CopyObject each, checked by the SHA-256 S3 returns), not staged and copied again."""
-    from airflow_provider_streamstate.engine.checkpoint.filesystems.s3 import S3Staging
+    from airflow_provider_streamstate.backends.s3.checkpoint import S3Staging
 
     root = hdfs_checkpoint(tmp_path / "c")
     store = S3Store(s3, BUCKET, "store-once")
@@ -663,7 +664,7 @@ def test_a_missing_bucket_or_prefix_and_missing_credentials_are_one_line_errors(
 def test_a_restore_onto_s3_that_fails_while_staging_leaves_the_target_untouched_and_one_that_fails_while_swapping_is_fenced(
     tmp_path, s3, monkeypatch
 ) -> None:
-    from airflow_provider_streamstate.engine.checkpoint.filesystems.s3 import S3CheckpointFS, S3Staging
+    from airflow_provider_streamstate.backends.s3.checkpoint import S3CheckpointFS, S3Staging
 
     root = hdfs_checkpoint(tmp_path / "c")
     store = S3Store(s3, BUCKET, "store-f")
@@ -724,9 +725,19 @@ def test_a_restore_onto_s3_that_fails_while_staging_leaves_the_target_untouched_
     ("s3a://bucket", ["is a whole bucket"]),
 ])
 def test_a_malformed_s3_checkpoint_url_is_named_as_the_checkpoint_location(url, words) -> None:
-    from airflow_provider_streamstate.engine.checkpoint.filesystems.s3 import parse_s3_location
+    from airflow_provider_streamstate.backends.s3.checkpoint import parse_s3_location
 
     with pytest.raises(UsageError) as err:
         parse_s3_location(url)
     line = err.value.one_line()
     assert all(w in line for w in words) and "store URL" not in line, line
+
+
+def test_a_listing_is_compared_with_a_manifest_in_one_place_naming_what_is_missing_extra_or_of_another_size() -> None:
+    from airflow_provider_streamstate.engine.checkpoint.filesystems import listing_mismatch
+
+    want = {"metadata": 10, "offsets/0": 20, "commits/0": 5}
+    assert not listing_mismatch(dict(want), want)
+    mismatch = listing_mismatch({"metadata": 10, "offsets/0": 21, "extra": 1}, want)
+    assert (mismatch.missing, mismatch.unexpected, mismatch.wrong_size) == (["commits/0"], ["extra"], ["offsets/0"])
+    assert mismatch.first_ones() == "missing ['commits/0'], unexpected ['extra'], wrong size ['offsets/0']"

@@ -7,6 +7,7 @@ import shutil
 
 import pytest
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.engine.checkpoint.reader import ROCKSDB_PROVIDER as ROCKSDB
 from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
 from airflow_provider_streamstate.engine.core.errors import (
@@ -16,7 +17,6 @@ from airflow_provider_streamstate.engine.core.errors import (
     UsageError,
 )
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
-from airflow_provider_streamstate.engine.stores import LocalStore
 from tests.unit.fake_checkpoint import (
     maintenance_after_first_plan,
     make_checkpoint,
@@ -211,7 +211,7 @@ def test_changelog_mode_is_named_even_when_the_cut_starts_at_a_fresh_zip(tmp_pat
 
 
 def test_local_file_uris_as_spark_prints_them_resolve_to_the_same_checkpoint(tmp_path, monkeypatch) -> None:
-    from airflow_provider_streamstate.engine.checkpoint.filesystems import local_checkpoint_path
+    from airflow_provider_streamstate.backends.local.checkpoint import local_checkpoint_path
 
     root = make_checkpoint(tmp_path / "ckpt")
     monkeypatch.chdir(tmp_path)  # a relative resolution would land under here

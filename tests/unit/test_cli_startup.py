@@ -10,8 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
-from airflow_provider_streamstate.engine.stores import LocalStore
 from tests.unit.state_files import Aggregation
 
 HEAVY = ("airflow", "boto3", "botocore", "pyspark", "pandas", "great_expectations")

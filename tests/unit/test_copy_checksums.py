@@ -1,5 +1,5 @@
 """Which CopyObjects a server-side copy sends to learn the copy's SHA-256
-(`s3_clients.copy_with_sha256`): a plain one when the source carries a full-object checksum,
+(`backends.s3.clients.copy_with_sha256`): a plain one when the source carries a full-object checksum,
 one asking S3 to compute it otherwise, and never a composite checksum (of a multipart
 upload's parts) taken for the object's sha256."""
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_streamstate.engine.stores.s3_clients import copy_with_sha256
+from airflow_provider_streamstate.backends.s3.clients import copy_with_sha256
 
 DIGEST = hashlib.sha256(b"bytes").digest()
 FULL = {"ChecksumSHA256": base64.b64encode(DIGEST).decode()}

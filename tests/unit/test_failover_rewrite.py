@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.engine.checkpoint.offset_rewrite import hadoop_crc
 from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.engine.dr.failover import (
@@ -21,7 +22,6 @@ from airflow_provider_streamstate.engine.dr.failover import (
 )
 from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
-from airflow_provider_streamstate.engine.stores.local import LocalStore
 from tests.unit.fake_checkpoint import make_checkpoint, store_dirs, write
 
 # A sidecar Spark 4.1 (Hadoop's local filesystem) wrote for `{"id":"6f02b52d-c2f2-49ac-9550-b9c4303a0417"}`.

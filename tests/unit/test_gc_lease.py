@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.engine.catalog.gc import collect_garbage
 from airflow_provider_streamstate.engine.catalog.gc_lease import (
     LEASE_KEY,
@@ -23,7 +24,6 @@ from airflow_provider_streamstate.engine.catalog.gc_lease import (
 )
 from airflow_provider_streamstate.engine.core.errors import TransientError
 from airflow_provider_streamstate.engine.stores.base import RecordChanged, blob_key
-from airflow_provider_streamstate.engine.stores.local import LocalStore
 from tests.unit.store_history import put_blob
 
 DAY = 86400.0

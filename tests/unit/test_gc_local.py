@@ -11,13 +11,13 @@ import time
 
 import pytest
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.engine.catalog import gc as gc_mod
 from airflow_provider_streamstate.engine.catalog.gc import collect_garbage
 from airflow_provider_streamstate.engine.catalog.verify import verify_snapshots
 from airflow_provider_streamstate.engine.core.errors import UnsafeManifestError, UsageError
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.stores.base import blob_key, manifest_key, tombstone_key
-from airflow_provider_streamstate.engine.stores.local import LocalStore
 from tests.unit.fake_checkpoint import make_checkpoint, store_dirs, write
 from tests.unit.store_history import at, put_blob, put_snapshot
 

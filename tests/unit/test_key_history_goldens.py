@@ -15,10 +15,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_streamstate.backends.s3.store import S3Store
 from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.lookup import PartitionCache, bisect_key, key_history
-from airflow_provider_streamstate.engine.stores import S3Store
 from tests.goldens import golden
 from tests.lookup_cases import ours_norm
 from tests.unit.conftest import moto_bucket

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.cli import main
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
-from airflow_provider_streamstate.engine.stores import LocalStore
 from tests.unit.state_files import Aggregation
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.engine.core.errors import NotFoundError, UsageError
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.lookup import (
@@ -20,7 +21,6 @@ from airflow_provider_streamstate.engine.lookup import (
     key_history,
     lookup_key,
 )
-from airflow_provider_streamstate.engine.stores import LocalStore
 from tests.unit.state_files import Aggregation
 
 # Batch by batch: (changes, whether a snapshot is taken after it). Key "a" changes at

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.lookup.predicate import values_match
-from airflow_provider_streamstate.engine.stores import LocalStore
 from airflow_provider_streamstate.operators.lookup import StateKeyCheckOperator
 from tests.unit.state_files import Aggregation
 

@@ -296,8 +296,9 @@ def test_a_corrupted_or_truncated_file_is_an_error_naming_it_and_nothing_is_cach
 @pytest.mark.parametrize("kind", ["local", "s3"])
 def test_a_snapshot_answers_like_its_checkpoint_reading_only_the_keys_partition(
         tmp_path: Path, moto_endpoint: str, kind: str) -> None:
+    from airflow_provider_streamstate.backends.local.store import LocalStore
+    from airflow_provider_streamstate.backends.s3.store import S3Store
     from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
-    from airflow_provider_streamstate.engine.stores import LocalStore, S3Store
     from tests.unit.conftest import moto_bucket
 
     g = golden("windowed_aggregation_rocksdb_changelog")

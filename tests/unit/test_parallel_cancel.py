@@ -213,7 +213,8 @@ class RecordingClient:
 
 
 def test_a_cancelled_operation_publishes_no_manifest_but_may_finish_a_record(tmp_path) -> None:
-    from airflow_provider_streamstate.engine.stores import LocalStore, S3Store
+    from airflow_provider_streamstate.backends.local.store import LocalStore
+    from airflow_provider_streamstate.backends.s3.store import S3Store
 
     token = CancelToken()
     token.cancel()
@@ -248,8 +249,8 @@ def _slow_store(tmp_path):  # noqa: ANN202
     """A local store holding one snapshot of a fake checkpoint, whose blob reads crawl."""
     from contextlib import contextmanager
 
+    from airflow_provider_streamstate.backends.local.store import LocalStore
     from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
-    from airflow_provider_streamstate.engine.stores.local import LocalStore
     from tests.unit.fake_checkpoint import make_checkpoint, store_dirs, write
 
     ckpt = make_checkpoint(tmp_path / "ckpt", batches=2)

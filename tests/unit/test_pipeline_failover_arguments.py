@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.engine.core.errors import TransientError, UsageError
 from airflow_provider_streamstate.engine.dr.failover import TopicMap
 from airflow_provider_streamstate.engine.pipeline.failover import failover_pipeline
-from airflow_provider_streamstate.engine.stores import LocalStore
 from tests.unit.test_pipeline_records import _pipeline_snapshot
 
 NOWHERE = "127.0.0.1:9"  # nothing listens: Kafka is never reached by a refusal

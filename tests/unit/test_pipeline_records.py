@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.engine.catalog.retention import pin_key, pin_snapshot, pinned_ids
 from airflow_provider_streamstate.engine.core.errors import UnsafeManifestError, UsageError
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
@@ -26,7 +27,6 @@ from airflow_provider_streamstate.engine.pipeline.snapshots import (
     record_pipeline_snapshot,
 )
 from airflow_provider_streamstate.engine.pipeline.spec import Link, PipelineSpec
-from airflow_provider_streamstate.engine.stores import LocalStore
 from tests.unit.fake_checkpoint import make_checkpoint, store_dirs, write
 
 SPEC = PipelineSpec("orders", {"enrich": "/ck/enrich", "totals": "/ck/totals"}, (Link("enrich", "link", "totals"),))

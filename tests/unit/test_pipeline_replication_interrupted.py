@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.engine.catalog.gc import collect_garbage
 from airflow_provider_streamstate.engine.catalog.retention import (
     RetentionPolicy,
@@ -29,7 +30,6 @@ from airflow_provider_streamstate.engine.pipeline.snapshots import (
     get_pipeline_snapshot,
     list_pipeline_snapshots,
 )
-from airflow_provider_streamstate.engine.stores import LocalStore
 from airflow_provider_streamstate.engine.stores.base import SnapshotStore
 from tests.unit.test_pipeline_records import _pipeline_snapshot
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.engine.catalog.retention import delete_snapshots
 from airflow_provider_streamstate.engine.catalog.snapshots import list_snapshots, resolve_snapshot
 from airflow_provider_streamstate.engine.core.cancel import CancelToken
@@ -30,7 +31,6 @@ from airflow_provider_streamstate.engine.lifecycle.replicate import (
 from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.stores.base import blob_key, record_key
-from airflow_provider_streamstate.engine.stores.local import LocalStore
 from tests.unit.fake_checkpoint import make_checkpoint, store_dirs, write
 from tests.unit.test_timelines import grow
 

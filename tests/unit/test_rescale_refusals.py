@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.engine.checkpoint.liveness import Heartbeat, now_iso, write_heartbeat
 from airflow_provider_streamstate.engine.core.errors import StreamstateError
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.state.rescale import rescale_stream
-from airflow_provider_streamstate.engine.stores import LocalStore
 from tests.goldens import golden
 
 LINE = "4.3"  # the first Spark line here with offline state repartition

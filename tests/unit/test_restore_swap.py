@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_streamstate.engine.checkpoint.filesystems import local as local_fs
-from airflow_provider_streamstate.engine.checkpoint.filesystems.local import recover_leftovers
+from airflow_provider_streamstate.backends.local import checkpoint as local_fs
+from airflow_provider_streamstate.backends.local.checkpoint import recover_leftovers
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.engine.core.errors import UnsupportedCheckpointError
 from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
-from airflow_provider_streamstate.engine.stores.local import LocalStore
 from tests.unit.fake_checkpoint import make_checkpoint, store_dirs, write
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,9 +65,9 @@ def test_without_an_exchange_a_crash_mid_swap_leaves_a_fenced_checkpoint_the_nex
     crash = textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(REPO)!r})
-        from airflow_provider_streamstate.engine.checkpoint.filesystems import local
+        from airflow_provider_streamstate.backends.local import checkpoint as local
         from airflow_provider_streamstate.engine.lifecycle import restore
-        from airflow_provider_streamstate.engine.stores.local import LocalStore
+        from airflow_provider_streamstate.backends.local.store import LocalStore
         local._exchange = lambda a, b: False
         restore.restore_snapshot(LocalStore({str(tmp_path / "store")!r}, fsync=False), "s", {sid!r},
                                  {str(target)!r}, force=True, fsync=False)

@@ -7,9 +7,9 @@ import json
 import os
 import time
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.cli import main
 from airflow_provider_streamstate.engine.stores.base import blob_key
-from airflow_provider_streamstate.engine.stores.local import LocalStore
 from tests.unit.store_history import at, put_blob, put_snapshot
 
 

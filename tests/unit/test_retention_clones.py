@@ -9,8 +9,8 @@ import time
 
 import pytest
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.engine.core.errors import UsageError
-from airflow_provider_streamstate.engine.stores.local import LocalStore
 from airflow_provider_streamstate.engine.streams.clones import (
     CloneLabel,
     expire_clones,

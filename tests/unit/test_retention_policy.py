@@ -10,6 +10,7 @@ from datetime import timedelta
 
 import pytest
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.engine.catalog.retention import (
     RetentionPolicy,
     apply_retention,
@@ -21,7 +22,6 @@ from airflow_provider_streamstate.engine.core.config.values import parse_duratio
 from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.engine.core.manifest import SnapshotRef
 from airflow_provider_streamstate.engine.stores.base import tombstone_key
-from airflow_provider_streamstate.engine.stores.local import LocalStore
 from tests.unit.store_history import at, put_snapshot, put_validation
 
 NOW = at("2026-11-20T12:00").timestamp()

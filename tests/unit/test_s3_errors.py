@@ -12,9 +12,10 @@ import pytest
 from botocore import exceptions as bx
 from urllib3 import exceptions as ux
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
+from airflow_provider_streamstate.backends.s3.store import S3Store
 from airflow_provider_streamstate.engine.core.digest import sha256_stream
 from airflow_provider_streamstate.engine.core.errors import MissingBlobError, StreamstateError, TransientError
-from airflow_provider_streamstate.engine.stores import LocalStore, S3Store
 
 DIGEST = hashlib.sha256(b"x").hexdigest()
 

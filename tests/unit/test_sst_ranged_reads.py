@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_streamstate.backends.local.checkpoint import LocalCheckpointFS
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.engine.checkpoint.filesystems.base import FileStat
-from airflow_provider_streamstate.engine.checkpoint.filesystems.local import LocalCheckpointFS
 from airflow_provider_streamstate.engine.core.errors import (
     CheckpointChanged,
     CorruptionError,
@@ -24,7 +25,6 @@ from airflow_provider_streamstate.engine.lookup.formats.rocksdb_filter import le
 from airflow_provider_streamstate.engine.lookup.formats.rocksdb_manifest import table_ranges
 from airflow_provider_streamstate.engine.lookup.reading.partitions import Reads
 from airflow_provider_streamstate.engine.lookup.reading.sources import StateFile, StateSource
-from airflow_provider_streamstate.engine.stores import LocalStore
 
 # RocksDB's util/hash_test.cc, Hash64SmallValueSchema: Hash64(data, n, 0).
 HASH64 = [

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_streamstate.backends.local.checkpoint import LocalStaging
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.engine.checkpoint.filesystems import open_checkpoint_fs
-from airflow_provider_streamstate.engine.checkpoint.filesystems.local import LocalStaging
 from airflow_provider_streamstate.engine.checkpoint.liveness import Heartbeat, now_iso, write_heartbeat
 from airflow_provider_streamstate.engine.checkpoint.sidecar import refuse_unfinished_restore
 from airflow_provider_streamstate.engine.core.errors import (
@@ -30,7 +31,6 @@ from airflow_provider_streamstate.engine.dr.standby import (
 )
 from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot, rewritten_files
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
-from airflow_provider_streamstate.engine.stores.local import LocalStore
 from tests.unit.fake_checkpoint import make_checkpoint, store_dirs, write
 from tests.unit.test_failover_rewrite import translation
 

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import xxhash
 
+from airflow_provider_streamstate.backends.hdfs.webhdfs import WebHdfsAccess
+from airflow_provider_streamstate.backends.s3.clients import S3Access
 from airflow_provider_streamstate.engine.checkpoint.filesystems import open_checkpoint_fs
 from airflow_provider_streamstate.engine.checkpoint.repartition import (
     RepartitionRecord,
@@ -33,7 +35,6 @@ from airflow_provider_streamstate.engine.lookup.digest_tasks import plan_digest
 from airflow_provider_streamstate.engine.lookup.digest_workers import run_in_workers
 from airflow_provider_streamstate.engine.lookup.encodings.unsafe_row import encode_row
 from airflow_provider_streamstate.engine.lookup.reading.reach import Reach
-from airflow_provider_streamstate.engine.stores.s3_clients import S3Access
 from tests.unit.state_files import KEY, VALUE, Aggregation, lz4_stream, records
 
 KEYS = {f"acct-{i}": i % 17 for i in range(600)}
@@ -123,7 +124,7 @@ def test_a_task_no_worker_could_finish_is_left_to_the_caller(aggregation) -> Non
     results: list = []
     left = run_in_workers(plan.tasks, Reach(), 2, results.append)
     assert (len(results), left) == (len(plan.tasks), [])
-    unreachable = Reach(webhdfs=((), "nobody", 1.0, ""))  # no NameNode: the worker cannot open it and dies
+    unreachable = Reach(WebHdfsAccess((), "nobody", 1.0, ""))  # no NameNode: the worker cannot open it and dies
     left = run_in_workers(plan.tasks[:2], unreachable, 1, results.append)
     assert left == list(plan.tasks[:2])  # the one it was running, and the one no other worker took
 
@@ -149,15 +150,15 @@ def test_a_reach_pickles_and_opens_the_same_connection_without_showing_its_secre
             "spark.hadoop.fs.s3a.endpoint": "s3.example.net", "spark.hadoop.fs.s3a.access.key": "GK",
             "spark.hadoop.fs.s3a.secret.key": "GS", "spark.hadoop.fs.s3a.connection.ssl.enabled": "false"}
     per_bucket = Reach.from_spark_conf(conf.get, "s3a://ckpt/streams/orders")
-    assert per_bucket.s3 == S3Access("http://127.0.0.1:9000", None, "AK", "SECRET", None)
+    assert per_bucket.access == S3Access("http://127.0.0.1:9000", None, "AK", "SECRET", None)
     assert "SECRET" not in repr(per_bucket) and pickle.loads(pickle.dumps(per_bucket)) == per_bucket
     other = Reach.from_spark_conf(conf.get, "s3://other/x")
-    assert other.s3 == S3Access("http://s3.example.net", None, "GK", "GS", None)
+    assert other.access == S3Access("http://s3.example.net", None, "GK", "GS", None)
     assert Reach.from_spark_conf({}.get, "s3a://ckpt/x") == Reach() == Reach.from_spark_conf(conf.get, "/local/ckpt")
     client = per_bucket.connection()
-    again = Reach.of(client).s3
+    again = Reach.of(client, "s3a://ckpt/streams/orders").access
     assert client.meta.endpoint_url == "http://127.0.0.1:9000" and again is not None
     assert (again.endpoint_url, again.access_key, again.secret_key) == ("http://127.0.0.1:9000", "AK", "SECRET")
-    assert Reach.of(None) == Reach()
+    assert Reach.of(None, "s3a://ckpt/x") == Reach()
     with pytest.raises(UsageError, match="cannot hand a"):
-        Reach.of(object())
+        Reach.of(object(), "s3a://ckpt/x")

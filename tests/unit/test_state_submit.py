@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
+from airflow_provider_streamstate.backends.s3.clients import S3Access
+from airflow_provider_streamstate.backends.s3.store import S3Store
 from airflow_provider_streamstate.engine.core.cancel import CancelToken, cancellation
 from airflow_provider_streamstate.engine.core.errors import Cancelled, TransientError, UsageError
 from airflow_provider_streamstate.engine.state.jobs import (
@@ -28,15 +31,13 @@ from airflow_provider_streamstate.engine.state.submit import (
     submit_state_job,
     sweep_stale,
 )
-from airflow_provider_streamstate.engine.stores import LocalStore, S3Store
-from airflow_provider_streamstate.engine.stores.s3_clients import S3Access
 from airflow_provider_streamstate.engine.streams.submission import Submission
 
 FAKE_DRIVER = '''#!{python}
 """Plays spark-submit and the state job's driver: behaviour from FAKE_BEHAVIOUR."""
 import json, os, sys, time
 sys.path.insert(0, {repo!r})
-from airflow_provider_streamstate.engine.stores import LocalStore
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.engine.state.jobs import request_key, result_key
 from airflow_provider_streamstate.engine.state.scratch import job_started, new_job_id, scratch_root
 store_url, stream, job_id = sys.argv[-3:]

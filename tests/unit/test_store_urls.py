@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import pytest
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
+from airflow_provider_streamstate.backends.s3.clients import s3_client
+from airflow_provider_streamstate.backends.s3.store import S3Store
 from airflow_provider_streamstate.engine.core.errors import UsageError
-from airflow_provider_streamstate.engine.stores import LocalStore, S3Store, open_store, s3_client
+from airflow_provider_streamstate.engine.stores import open_store
 
 
 @pytest.mark.parametrize(
@@ -29,14 +32,14 @@ from airflow_provider_streamstate.engine.stores import LocalStore, S3Store, open
 )
 def test_s3_urls_that_would_name_another_prefix_are_refused(url, why) -> None:
     with pytest.raises(UsageError, match=why) as err:
-        open_store(url, s3_client=object())
+        open_store(url, connection=object())
     assert err.value.hint
     assert "\n" not in err.value.one_line().replace(url, "")
 
 
 def test_an_empty_segment_refusal_suggests_the_url_without_it() -> None:
     with pytest.raises(UsageError) as err:
-        open_store("s3://bucket/a//b/", s3_client=object())
+        open_store("s3://bucket/a//b/", connection=object())
     assert err.value.hint == "write it as s3://bucket/a/b"
 
 
@@ -51,7 +54,7 @@ def test_an_empty_segment_refusal_suggests_the_url_without_it() -> None:
     ],
 )
 def test_s3_urls_with_trailing_slashes_are_normalised(url, bucket, prefix, canonical) -> None:
-    store = open_store(url, s3_client=object())
+    store = open_store(url, connection=object())
     assert isinstance(store, S3Store)
     assert (store.bucket, store.prefix, store.url) == (bucket, prefix, canonical)
 
@@ -82,8 +85,8 @@ def test_relative_file_urls_are_refused_not_resolved_under_the_cwd(tmp_path, mon
 
 
 def test_an_aws_connection_with_a_file_store_is_refused(tmp_path) -> None:
-    with pytest.raises(UsageError, match="only to s3:// stores"):
-        open_store(str(tmp_path), aws_conn_id="aws_default")
+    with pytest.raises(UsageError, match="does not apply to"):
+        open_store(str(tmp_path), conn_id="aws_default")
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.engine.catalog.snapshots import (
     latest_snapshot,
     list_snapshots,
@@ -18,7 +19,6 @@ from airflow_provider_streamstate.engine.catalog.timeline import read_lineage
 from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
-from airflow_provider_streamstate.engine.stores.local import LocalStore
 from tests.unit.fake_checkpoint import HDFS, PROVIDER_CONF, make_checkpoint, store_dirs, write
 
 
@@ -100,7 +100,7 @@ def test_a_clone_is_a_new_stream_not_a_new_timeline(history, tmp_path) -> None:
 
 def test_a_failed_rollback_starts_no_timeline(history, monkeypatch) -> None:
     ckpt, store, ids = history
-    from airflow_provider_streamstate.engine.checkpoint.filesystems import local as restore_mod
+    from airflow_provider_streamstate.backends.local import checkpoint as restore_mod
 
     def boom(*_a: object, **_k: object) -> None:
         raise OSError("disk full")

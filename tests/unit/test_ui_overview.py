@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.engine.catalog.index import list_summaries
 from airflow_provider_streamstate.engine.catalog.retention import pin_snapshot
 from airflow_provider_streamstate.engine.core.errors import NotFoundError
@@ -20,7 +21,6 @@ from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapsh
 from airflow_provider_streamstate.engine.overview.history import stream_history, summaries
 from airflow_provider_streamstate.engine.overview.snapshot import snapshot_detail
 from airflow_provider_streamstate.engine.overview.streams import kafka_lag, stream_row, stream_state
-from airflow_provider_streamstate.engine.stores.local import LocalStore
 from airflow_provider_streamstate.engine.streams.clones import record_clone
 from tests.unit.fake_checkpoint import make_checkpoint
 from tests.unit.store_history import put_validation

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.engine.catalog.retention import delete_snapshots, pin_snapshot
 from airflow_provider_streamstate.engine.catalog.snapshots import resolve_snapshot
 from airflow_provider_streamstate.engine.lifecycle.replicate import replicate
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.overview.history import read_catalog, stream_history, summaries
 from airflow_provider_streamstate.engine.overview.streams import stream_row
-from airflow_provider_streamstate.engine.stores.local import LocalStore
 from airflow_provider_streamstate.engine.streams.clones import record_clone
 from tests.unit.store_history import put_validation
 from tests.unit.test_timelines import grow

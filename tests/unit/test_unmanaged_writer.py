@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.engine.checkpoint.liveness import (
     Heartbeat,
     assert_not_running,
@@ -23,7 +24,6 @@ from airflow_provider_streamstate.engine.checkpoint.liveness import (
 from airflow_provider_streamstate.engine.core.errors import StreamRunningError
 from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
-from airflow_provider_streamstate.engine.stores.local import LocalStore
 from airflow_provider_streamstate.engine.streams import launcher
 from tests.unit.fake_checkpoint import make_checkpoint, store_dirs, write
 

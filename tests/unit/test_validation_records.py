@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.engine.catalog.snapshots import resolve_snapshot
 from airflow_provider_streamstate.engine.catalog.validation_records import (
     ExpectationOutcome,
@@ -23,7 +24,6 @@ from airflow_provider_streamstate.engine.core.errors import NotFoundError, Unsaf
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.state.reader import StateReader, StateSelector
 from airflow_provider_streamstate.engine.state.validation import load_suite
-from airflow_provider_streamstate.engine.stores import LocalStore
 from airflow_provider_streamstate.engine.stores.base import ManifestExistsError
 from tests.unit.fake_checkpoint import make_checkpoint, store_dirs, write
 

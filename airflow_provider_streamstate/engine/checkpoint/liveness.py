@@ -34,8 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS
-from airflow_provider_streamstate.engine.checkpoint.filesystems.base import LINEAGE_FILE
-from airflow_provider_streamstate.engine.checkpoint.filesystems.local import pid_alive
+from airflow_provider_streamstate.engine.checkpoint.filesystems.base import LINEAGE_FILE, pid_alive
 from airflow_provider_streamstate.engine.checkpoint.sidecar import SIDECAR_DIR, Sidecar, open_sidecar
 from airflow_provider_streamstate.engine.checkpoint.swap import LAST_SWAP_FILE
 from airflow_provider_streamstate.engine.core.errors import StreamRunningError

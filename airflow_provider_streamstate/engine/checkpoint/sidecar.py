@@ -28,10 +28,10 @@ from pathlib import Path
 from airflow_provider_streamstate.engine.checkpoint.filesystems import (
     MAX_RECORD_BYTES,
     CheckpointFS,
+    given_path,
     open_checkpoint_fs,
 )
 from airflow_provider_streamstate.engine.checkpoint.filesystems.base import SIDECAR_DIR
-from airflow_provider_streamstate.engine.checkpoint.filesystems.local import given_path, open_local
 from airflow_provider_streamstate.engine.checkpoint.swap import fenced_error, swap_in_progress
 from airflow_provider_streamstate.engine.core.errors import UnsupportedCheckpointError, UsageError
 
@@ -96,12 +96,12 @@ def open_sidecar(checkpoint: str | Path | Sidecar | CheckpointFS) -> Sidecar:
         return Sidecar(checkpoint)
     text = str(checkpoint)
     try:
-        fs = open_checkpoint_fs(text) if "://" in text else None
+        fs = open_checkpoint_fs(text)
     except UnsupportedCheckpointError as exc:
         raise UsageError(f"cannot keep a stream's records beside {text}: {exc.message}",
                          hint=exc.hint or "give the checkpoint as a path, a file:// URI or a supported URL") from None
-    if fs is None or fs.local_path is not None:
-        return Sidecar(open_local(text) if fs is None else fs)
+    if fs.local_path is not None:
+        return Sidecar(fs)
     with _lock:
         side = _BY_LOCATION.pop(fs.location, None) or Sidecar(fs)
         _BY_LOCATION[fs.location] = side  # the most recently used last

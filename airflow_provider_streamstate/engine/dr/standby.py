@@ -53,7 +53,7 @@ from typing import Any
 
 from airflow_provider_streamstate.engine.catalog.snapshots import get_snapshot, resolve_snapshot
 from airflow_provider_streamstate.engine.catalog.timeline import LINEAGE_FILE
-from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS, Staging
+from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS, Staging, listing_mismatch
 from airflow_provider_streamstate.engine.checkpoint.liveness import assert_not_running
 from airflow_provider_streamstate.engine.checkpoint.operator_metadata import SchemaPathRewrite
 from airflow_provider_streamstate.engine.checkpoint.sidecar import SIDECAR_DIR, STANDBY_FILE, Sidecar
@@ -361,13 +361,10 @@ def _write_blobs(store: SnapshotStore, staging: Staging, entries: Sequence[FileE
 
 def _compare(fs: CheckpointFS, listed: Mapping[str, tuple[int, str]], want: Mapping[str, int], what: str) -> None:
     """`listed` holds exactly the wanted files (rel -> size): CorruptionError naming the first differences."""
-    missing = sorted(set(want) - set(listed))
-    extra = sorted(set(listed) - set(want))
-    wrong = sorted(r for r in set(want) & set(listed) if listed[r][0] != want[r])
-    if missing or extra or wrong:
-        raise CorruptionError(
-            f"{what} at {fs.location} does not match the snapshot (missing {missing[:3]}, unexpected {extra[:3]}, "
-            f"wrong size {wrong[:3]})", hint="another writer may use the location; update the standby again")
+    mismatch = listing_mismatch({rel: size for rel, (size, _) in listed.items()}, want)
+    if mismatch:
+        raise CorruptionError(f"{what} at {fs.location} does not match the snapshot ({mismatch.first_ones()})",
+                              hint="another writer may use the location; update the standby again")
 
 
 # --- verification -------------------------------------------------------------------------
@@ -442,14 +439,16 @@ def check_standby(
         return unusable(str(exc) if isinstance(exc, ValueError) else exc.message, held)
     want, _ = expected_files(store, manifest, fs)
     listing = _data_files(fs.versions())
-    missing = sorted(set(want) - set(listing))
-    extra = sorted(set(listing) - set(want))
+    sizes = {rel: size for rel, (size, _) in listing.items()}  # a file in `skip` is written anew: any size
+    mismatch = listing_mismatch(sizes, {rel: sizes.get(rel, e.size) if rel in skip else e.size
+                                        for rel, e in want.items()})
+    missing, extra = mismatch.missing, mismatch.unexpected
     if missing or extra:
         what = f"{missing[0]} is missing" if missing else f"{extra[0]} is not part of the snapshot"
         return unusable(f"{what} ({len(missing)} missing, {len(extra)} unexpected file(s))", held)
-    for rel, e in sorted(want.items()):
-        if rel not in skip and listing[rel][0] != e.size:
-            return unusable(f"{rel} has {listing[rel][0]} bytes, the snapshot {e.size}", held)
+    if mismatch.wrong_size:
+        rel = mismatch.wrong_size[0]
+        return unusable(f"{rel} has {listing[rel][0]} bytes, the snapshot {want[rel].size}", held)
     counts = {"files": 0, "files_trusted": 0, "files_by_checksum": 0, "files_read": 0, "bytes_read": 0}
     to_read: list[FileEntry] = []
     for rel, e in sorted(want.items()):

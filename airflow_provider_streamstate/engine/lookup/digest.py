@@ -188,7 +188,7 @@ def run_plan(plan: DigestPlan, location: str, *, connection: Any = None, workers
 
     left = list(plan.tasks)
     if n > 1:
-        left = run_in_workers(plan.tasks, Reach.of(connection), n, report)
+        left = run_in_workers(plan.tasks, Reach.of(connection, location), n, report)
         if left:
             log.warning("%d of the digest's %d tasks ran in no worker process: running them here", len(left),
                         len(plan.tasks))

@@ -179,8 +179,9 @@ class StoreOptions:
         """For stores that take no connection: refuse one named rather than ignore it."""
         if self.conn_id:
             raise UsageError(
-                f"an AWS connection ({self.conn_id!r}) applies only to s3:// stores, not {url!r}",
-                hint="drop --aws-conn-id (aws_conn_id), or give an s3://bucket/prefix store",
+                f"a connection ({self.conn_id!r}) does not apply to {url!r}: this kind of store takes none",
+                hint="drop the connection id (--aws-conn-id, aws_conn_id), or give a store that takes one "
+                "(s3://bucket/prefix, hdfs://namenode/path)",
             )
 
 
@@ -462,3 +463,24 @@ class SnapshotStore(ABC):
         """Write the record only if it is still at version `expect` (None: only if absent) and
         return its new version; RecordChanged when another writer changed it first."""
         raise NotImplementedError
+
+
+def file_uri_path(url: str, what: str = "file store URL") -> str:
+    """The absolute path of `file:/abs`, `file:///abs` or `file://localhost/abs` (the forms
+    Hadoop and Spark print); a relative one or another host is refused, never resolved
+    against the current directory."""
+    rest = url[len("file:") :]
+    if rest.startswith("//"):
+        host, _, path = rest[2:].partition("/")
+        if host not in ("", "localhost"):
+            raise UsageError(
+                f"invalid {what} {url!r}: {host!r} would be a host name, not part of the path",
+                hint=f"use three slashes for an absolute path: file:///{host}/{path}",
+            )
+        rest = "/" + path
+    if not rest.startswith("/"):
+        raise UsageError(
+            f"invalid {what} {url!r}: the path is relative",
+            hint="use an absolute path: file:///abs/path or file:/abs/path",
+        )
+    return rest

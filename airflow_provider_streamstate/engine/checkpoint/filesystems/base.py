@@ -15,13 +15,18 @@ import hashlib
 import os
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from airflow_provider_streamstate.engine.core.errors import CheckpointChanged
+from airflow_provider_streamstate.engine.core.errors import (
+    CheckpointChanged,
+    UnsupportedCheckpointError,
+    UsageError,
+)
+from airflow_provider_streamstate.engine.stores.base import file_uri_path
 
 if TYPE_CHECKING:
     from airflow_provider_streamstate.engine.core.manifest import FileEntry
@@ -304,3 +309,58 @@ class Staging(ABC):
     def stats(self) -> dict[str, Any]:
         """What the staging did that a result reports (bytes copied server side)."""
         return {}
+
+
+def given_path(location: str | Path) -> Path:
+    """A local location as an absolute path with its symlinks kept: how every host (and
+    Spark) names the directory."""
+    text = str(location)
+    if text.startswith("file:"):
+        text = file_uri_path(text, "checkpoint location")
+    elif re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", text) and not re.match(r"^[a-zA-Z]:[\\/]", text):
+        raise UnsupportedCheckpointError(
+            f"checkpoint {text!r} is not on a local or mounted filesystem",
+            hint="this operation needs a local path or file:// URI",
+        )
+    if not text:
+        raise UsageError("the checkpoint path is empty", hint="give the stream's checkpoint directory")
+    return Path(text).expanduser().absolute()
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` exists on this host (a zombie counts until it is reaped)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@dataclass(frozen=True)
+class ListingMismatch:
+    """How a listing of files (rel -> size) differs from the files a manifest wants: each
+    list sorted, all three empty when they match."""
+
+    missing: list[str]
+    unexpected: list[str]
+    wrong_size: list[str]
+
+    def __bool__(self) -> bool:
+        return bool(self.missing or self.unexpected or self.wrong_size)
+
+    def first_ones(self) -> str:
+        """The first three of each, for an error message."""
+        return (f"missing {self.missing[:3]}, unexpected {self.unexpected[:3]}, "
+                f"wrong size {self.wrong_size[:3]}")
+
+
+def listing_mismatch(listed: Mapping[str, int], want: Mapping[str, int]) -> ListingMismatch:
+    """Compare what a listing found (rel -> size) with what a manifest wants (rel -> size):
+    what restores, staging checks and standbys all ask before they trust a directory."""
+    return ListingMismatch(
+        missing=sorted(set(want) - set(listed)),
+        unexpected=sorted(set(listed) - set(want)),
+        wrong_size=sorted(r for r in set(want) & set(listed) if listed[r] != want[r]),
+    )

@@ -6,7 +6,7 @@ it in the container's `__spark_conf__/__hadoop_conf__`.
 
 What spark-submit finds there is what the engine must find too: the ResourceManager a
 YARN driver is watched through (engine/streams/managers/yarn.py) and the NameNode's WebHDFS
-address behind an `hdfs://` location (engine/checkpoint/filesystems/hdfs.py). Pure Python.
+address behind an `hdfs://` location (backends/hdfs/checkpoint.py). Pure Python.
 """
 
 from __future__ import annotations

@@ -40,12 +40,21 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, BinaryIO
 
+from airflow_provider_streamstate.backends.s3.clients import (
+    copy_with_sha256,
+    full_object_sha256,
+    parse_s3_url,
+    s3_client_from_env,
+    same_s3_account,
+)
+from airflow_provider_streamstate.backends.s3.errors import S3Body, code, request_error, status
 from airflow_provider_streamstate.engine.checkpoint.filesystems.base import (
     MAX_RECORD_BYTES,
     SWAP_FILE,
     CheckpointFS,
     FileStat,
     Staging,
+    listing_mismatch,
 )
 from airflow_provider_streamstate.engine.core.cancel import check_cancelled
 from airflow_provider_streamstate.engine.core.digest import CHUNK, sha256_stream
@@ -56,15 +65,7 @@ from airflow_provider_streamstate.engine.core.errors import (
     UsageError,
 )
 from airflow_provider_streamstate.engine.core.manifest import FileEntry
-from airflow_provider_streamstate.engine.stores import parse_s3_url
 from airflow_provider_streamstate.engine.stores.base import ObjectRef, SnapshotStore
-from airflow_provider_streamstate.engine.stores.s3_clients import (
-    copy_with_sha256,
-    full_object_sha256,
-    same_s3_account,
-)
-from airflow_provider_streamstate.engine.stores.s3_errors import S3Body, code, request_error, status
-from airflow_provider_streamstate.engine.stores.webhdfs import WebHdfs
 
 S3_SCHEMES = ("s3a://", "s3://")
 
@@ -90,9 +91,7 @@ def parse_s3_location(location: str) -> tuple[str, str]:
 def open_s3(location: str, client: Any = None, conn_id: str | None = None) -> S3CheckpointFS:
     """The filesystem of an `s3a://`/`s3://` location, through `client` (a boto3 client: an
     Airflow connection's, a store's), else one built from the AWS environment."""
-    from airflow_provider_streamstate.engine.stores import s3_client_from_env
-
-    if client is None or isinstance(client, WebHdfs):  # none, or another service's connection
+    if client is None:
         client = s3_client_from_env()
     return S3CheckpointFS(location, client, aws_conn_id=conn_id)
 
@@ -480,7 +479,10 @@ class S3Staging(Staging):
         if self.in_place:  # beside what the fence put there
             for rel in (SWAP_FILE, "metadata"):
                 staged.pop(self.base + rel, None)
-        _compare(staged, self.base, want, "staging")
+        mismatch = listing_mismatch({k[len(self.base):]: n for k, n in staged.items()}, want)
+        if mismatch:
+            raise CorruptionError(f"the restored staging does not match the manifest ({mismatch.first_ones()})",
+                                  hint="another writer may be using the target; retry the restore with --force")
 
     def source(self) -> S3CheckpointFS:
         return self.target.relocated(f"s3a://{self.target.bucket}/{self.base.rstrip('/')}")
@@ -496,17 +498,3 @@ class S3Staging(Staging):
 
     def stats(self) -> dict[str, Any]:
         return {"bytes_copied_server_side": self.bytes_copied_server_side}
-
-
-def _compare(listed: dict[str, int], base: str, want: dict[str, int], what: str) -> None:
-    """The listing below `base` is exactly the wanted files (rel -> size)."""
-    expected = {base + p: n for p, n in want.items()}
-    if listed != expected:
-        missing = sorted(set(expected) - set(listed))[:3]
-        extra_keys = sorted(set(listed) - set(expected))[:3]
-        wrong = sorted(k for k in set(listed) & set(expected) if listed[k] != expected[k])[:3]
-        raise CorruptionError(
-            f"the restored {what} does not match the manifest (missing {missing}, unexpected {extra_keys}, "
-            f"wrong size {wrong})",
-            hint="another writer may be using the target; retry the restore with --force",
-        )

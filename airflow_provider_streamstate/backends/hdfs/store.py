@@ -1,5 +1,5 @@
 """A snapshot store in HDFS (`hdfs://namenode:8020/path`): where a Hadoop platform keeps
-what its Spark-on-YARN streams need, reached through WebHDFS (engine/stores/webhdfs.py).
+what its Spark-on-YARN streams need, reached through WebHDFS (backends/hdfs/webhdfs.py).
 
 The layout is the one every store has (engine/stores/base.py). Every write goes to `tmp/`
 below the store's root first and is renamed into place; HDFS renames are atomic and a
@@ -22,6 +22,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from airflow_provider_streamstate.backends.hdfs.webhdfs import HdfsPath, WebHdfs
 from airflow_provider_streamstate.engine.core.cancel import check_cancelled
 from airflow_provider_streamstate.engine.core.digest import CHUNK
 from airflow_provider_streamstate.engine.core.errors import (
@@ -29,6 +30,7 @@ from airflow_provider_streamstate.engine.core.errors import (
     CorruptionError,
     MissingBlobError,
     NotFoundError,
+    UsageError,
 )
 from airflow_provider_streamstate.engine.stores.base import (
     BLOB_PREFIXES,
@@ -43,7 +45,6 @@ from airflow_provider_streamstate.engine.stores.base import (
     blob_key,
     manifest_key,
 )
-from airflow_provider_streamstate.engine.stores.webhdfs import HdfsPath, WebHdfs
 
 TMP = "tmp"
 KEEP_VERSIONS = 2  # of a compare-and-swap record: the current one, and the one a slow reader may still read
@@ -333,6 +334,10 @@ class HdfsStore(SnapshotStore):
 
 
 def open_hdfs(url: str, options: StoreOptions) -> HdfsStore:
-    """`hdfs://namenode[:port]/path`, reached through WebHDFS (see stores/webhdfs.py)."""
-    options.refuse_connection(url)
-    return HdfsStore(url)
+    """`hdfs://namenode[:port]/path`, reached through WebHDFS (backends/hdfs/webhdfs.py): with
+    the given client (an Airflow connection's), else one configured from HADOOP_CONF_DIR."""
+    client = options.connection
+    if client is not None and not isinstance(client, WebHdfs):
+        raise UsageError(f"an HDFS store ({url}) is reached through a WebHDFS client, not a {type(client).__name__}",
+                         hint="give an hdfs connection (conn_type streamstate_hdfs), or none (HADOOP_CONF_DIR)")
+    return HdfsStore(url, client=client)

@@ -31,6 +31,8 @@ from airflow_provider_streamstate.engine.checkpoint.filesystems.base import (
     CheckpointFS,
     FileStat,
     Staging,
+    given_path,
+    pid_alive,
 )
 from airflow_provider_streamstate.engine.core.digest import copy_hashing
 from airflow_provider_streamstate.engine.core.durability import (
@@ -43,11 +45,9 @@ from airflow_provider_streamstate.engine.core.errors import (
     CheckpointChanged,
     CorruptionError,
     UnsafeManifestError,
-    UnsupportedCheckpointError,
     UsageError,
 )
 from airflow_provider_streamstate.engine.core.manifest import FileEntry
-from airflow_provider_streamstate.engine.stores import file_uri_path
 from airflow_provider_streamstate.engine.stores.base import SnapshotStore
 
 log = logging.getLogger("streamstate.restore")
@@ -282,22 +282,6 @@ def local_checkpoint_path(location: str) -> Path:
     return given_path(location).resolve()
 
 
-def given_path(location: str | Path) -> Path:
-    """A local location as an absolute path with its symlinks kept: how every host (and
-    Spark) names the directory."""
-    text = str(location)
-    if text.startswith("file:"):
-        text = file_uri_path(text, "checkpoint location")
-    elif re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", text) and not re.match(r"^[a-zA-Z]:[\\/]", text):
-        raise UnsupportedCheckpointError(
-            f"checkpoint {text!r} is not on a local or mounted filesystem",
-            hint="this operation needs a local path or file:// URI",
-        )
-    if not text:
-        raise UsageError("the checkpoint path is empty", hint="give the stream's checkpoint directory")
-    return Path(text).expanduser().absolute()
-
-
 def open_local(location: str, connection: object = None, conn_id: str | None = None) -> LocalCheckpointFS:
     """The filesystem of a path or `file:` URI (no connection: this host's own)."""
     given = given_path(location)
@@ -383,17 +367,6 @@ class LocalStaging(Staging):
     def discard(self) -> None:
         if not self.direct:  # after a publish, nothing is left there (the swap moved or removed it)
             shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process `pid` exists on this host (a zombie counts until it is reaped)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 # --- swapping a directory into place, and repairing what a crash left ---------------------

@@ -33,6 +33,7 @@ from airflow_provider_streamstate.engine.stores.base import (
     StaleTemp,
     StoreOptions,
     blob_key,
+    file_uri_path,
     manifest_key,
 )
 
@@ -347,27 +348,6 @@ class LocalStore(SnapshotStore):
                 raise RecordChanged(f"record {key} in {self.url} changed since it was read")
             self.replace_record(key, data)
         return hashlib.sha256(data).hexdigest()
-
-
-def file_uri_path(url: str, what: str = "file store URL") -> str:
-    """The absolute path of `file:/abs`, `file:///abs` or `file://localhost/abs` (the forms
-    Hadoop and Spark print); a relative one or another host is refused, never resolved
-    against the current directory."""
-    rest = url[len("file:") :]
-    if rest.startswith("//"):
-        host, _, path = rest[2:].partition("/")
-        if host not in ("", "localhost"):
-            raise UsageError(
-                f"invalid {what} {url!r}: {host!r} would be a host name, not part of the path",
-                hint=f"use three slashes for an absolute path: file:///{host}/{path}",
-            )
-        rest = "/" + path
-    if not rest.startswith("/"):
-        raise UsageError(
-            f"invalid {what} {url!r}: the path is relative",
-            hint="use an absolute path: file:///abs/path or file:/abs/path",
-        )
-    return rest
 
 
 def open_local(url: str, options: StoreOptions) -> LocalStore:

@@ -1,5 +1,5 @@
 """A checkpoint in HDFS (`hdfs://namenode:8020/path`), where Spark-on-YARN streams keep it,
-read and written through WebHDFS (engine/stores/webhdfs.py).
+read and written through WebHDFS (backends/hdfs/webhdfs.py).
 
 Reading. A file's identity is (length, modification time, inode id): Spark writes every
 checkpoint file under a temp name and renames it into place, so a file rewritten under the
@@ -29,18 +29,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, BinaryIO
 
+from airflow_provider_streamstate.backends.hdfs.webhdfs import HdfsPath, WebHdfs
 from airflow_provider_streamstate.engine.checkpoint.filesystems.base import (
     MAX_RECORD_BYTES,
     CheckpointFS,
     FileStat,
     Staging,
+    listing_mismatch,
 )
 from airflow_provider_streamstate.engine.core.cancel import check_cancelled
 from airflow_provider_streamstate.engine.core.digest import CHUNK
 from airflow_provider_streamstate.engine.core.errors import CheckpointChanged, CorruptionError, UsageError
 from airflow_provider_streamstate.engine.core.manifest import FileEntry
 from airflow_provider_streamstate.engine.stores.base import SnapshotStore
-from airflow_provider_streamstate.engine.stores.webhdfs import HdfsPath, WebHdfs
 
 _LEFTOVER = re.compile(r"^\.(?P<name>.+)\.streamstate-(?P<kind>restore|old)-[0-9a-f]+$")  # old: before swaps
 
@@ -295,13 +296,10 @@ class HdfsStaging(Staging):
 
     def check(self, want: dict[str, int]) -> None:
         staged = HdfsCheckpointFS(HdfsPath(self.target.where_.authority, self.dir), self.client).files()
-        if staged != want:
-            missing = sorted(set(want) - set(staged))[:3]
-            extra = sorted(set(staged) - set(want))[:3]
-            wrong = sorted(k for k in set(staged) & set(want) if staged[k] != want[k])[:3]
-            raise CorruptionError(
-                f"the restored staging does not match the manifest (missing {missing}, unexpected {extra}, "
-                f"wrong size {wrong})", hint="another writer may be using the target; retry the restore")
+        mismatch = listing_mismatch(staged, want)
+        if mismatch:
+            raise CorruptionError(f"the restored staging does not match the manifest ({mismatch.first_ones()})",
+                                  hint="another writer may be using the target; retry the restore")
 
     def source(self) -> HdfsCheckpointFS:
         return HdfsCheckpointFS(HdfsPath(self.target.where_.authority, self.dir), self.client)

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_streamstate.backends.s3.errors import client_error
 from airflow_provider_streamstate.engine.core.errors import StreamstateError, UsageError
-from airflow_provider_streamstate.engine.stores.s3_errors import client_error
 
 BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _UNPRINTABLE_RE = re.compile(r"[\x00-\x1f\x7f\\]")
@@ -48,6 +48,13 @@ def s3_client(*, max_connections: int = 16) -> Any:
 def s3_client_from_env(max_connections: int = 16) -> Any:
     """A boto3 S3 client configured by the standard AWS environment variables."""
     return s3_client(max_connections=max_connections)
+
+
+def is_s3_client(connection: Any) -> bool:
+    """True for a boto3 S3 client (what this backend takes as its connection)."""
+    meta = getattr(connection, "meta", None)
+    model = getattr(meta, "service_model", None)
+    return model is not None and getattr(model, "service_name", None) == "s3"
 
 
 def parse_s3_url(url: str) -> tuple[str, str]:
@@ -158,6 +165,10 @@ class S3Access:
                  "AWS_SESSION_TOKEN": self.session_token}
         return {k: v for k, v in pairs.items() if v}
 
+    def connection(self) -> Any:
+        """What another process opens this checkpoint's connection with (`Reach`)."""
+        return self.s3_client()
+
     def s3_client(self, max_connections: int = 16) -> Any:
         """A boto3 client with this endpoint and these credentials."""
         import boto3
@@ -226,3 +237,29 @@ def copy_with_sha256(copy: Callable[[bool], dict[str, Any]], carried: bool | Non
     if sha is None and carried is not False and (carried is None or returned):
         sha = _copied_sha256(copy(True))
     return sha
+
+
+def reach_of(connection: Any) -> S3Access | None:
+    """What opens `connection` (a boto3 S3 client) again in another process; None for
+    anything else."""
+    return S3Access.from_client(connection) if is_s3_client(connection) else None
+
+
+def reach_from_spark_conf(get: Callable[[str], str | None], location: str) -> S3Access | None:
+    """The S3 access of a Spark application's checkpoint from its conf (`get(key)`, None when
+    unset): the S3A options of the location's bucket, else the global ones; None when
+    neither names an endpoint or a key (the environment's)."""
+    bucket, _ = parse_s3_url("s3://" + location.split("://", 1)[1])
+    access = S3Access.from_spark_conf(get, bucket)
+    if access is None:
+        p = "spark.hadoop.fs.s3a."
+        found = S3Access(get(p + "endpoint"), get(p + "endpoint.region"), get(p + "access.key"),
+                         get(p + "secret.key"), get(p + "session.token"))
+        access = found if any((found.endpoint_url, found.access_key)) else None
+    if access is not None and access.endpoint_url and "://" not in access.endpoint_url:
+        secure = (get(f"spark.hadoop.fs.s3a.bucket.{bucket}.connection.ssl.enabled")
+                  or get("spark.hadoop.fs.s3a.connection.ssl.enabled") or "true")
+        scheme = "https" if secure.lower() == "true" else "http"
+        access = S3Access(f"{scheme}://{access.endpoint_url}", access.region, access.access_key,
+                          access.secret_key, access.session_token)
+    return access

@@ -1,9 +1,9 @@
 """A snapshot store in S3 or any S3-compatible endpoint.
 
-Takes a boto3 S3 client, so callers choose how it is configured: `stores.s3_client()`
+Takes a boto3 S3 client, so callers choose how it is configured: `clients.s3_client()`
 builds one from the standard AWS environment variables (AWS_ENDPOINT_URL,
 AWS_ACCESS_KEY_ID, ...) or from an Airflow connection (`S3Hook(aws_conn_id=...)`).
-Every failure is an engine error (see `s3_errors`), including a connection cut while a
+Every failure is an engine error (see `errors`), including a connection cut while a
 blob's body is read; a cancelled upload aborts its multipart upload.
 """
 
@@ -19,6 +19,20 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 
+from airflow_provider_streamstate.backends.s3.clients import (
+    S3Access,
+    copy_with_sha256,
+    parse_s3_url,
+    s3_client_from_env,
+    same_s3_account,
+)
+from airflow_provider_streamstate.backends.s3.errors import (
+    S3Body,
+    code,
+    request_error,
+    status,
+    stream_errors,
+)
 from airflow_provider_streamstate.engine.core.cancel import check_cancelled
 from airflow_provider_streamstate.engine.core.digest import SHA256_RE, require_digest, sha256_stream
 from airflow_provider_streamstate.engine.core.errors import (
@@ -45,20 +59,6 @@ from airflow_provider_streamstate.engine.stores.base import (
     blob_key,
     manifest_key,
     new_unique_blob_id,
-)
-from airflow_provider_streamstate.engine.stores.s3_clients import (
-    S3Access,
-    copy_with_sha256,
-    parse_s3_url,
-    s3_client_from_env,
-    same_s3_account,
-)
-from airflow_provider_streamstate.engine.stores.s3_errors import (
-    S3Body,
-    code,
-    request_error,
-    status,
-    stream_errors,
 )
 
 CHUNK = 1 << 20  # reads from a stream: a cancellation point each

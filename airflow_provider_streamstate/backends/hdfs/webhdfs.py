@@ -111,17 +111,47 @@ def hadoop_user(env: Mapping[str, str] | None = None) -> str:
     return ({**os.environ, **(env or {})}.get("HADOOP_USER_NAME") or getpass.getuser()).strip()
 
 
+@dataclass(frozen=True)
+class WebHdfsAccess:
+    """A WebHDFS client's settings, picklable: another process opens the same client."""
+
+    urls: tuple[str, ...]
+    user: str
+    timeout_s: float = TIMEOUT_S
+    authority: str = ""
+    verify: bool | str = True
+
+    def connection(self) -> WebHdfs:
+        return WebHdfs(list(self.urls), user=self.user, timeout_s=self.timeout_s, authority=self.authority,
+                       verify=self.verify)
+
+
+def reach_of(connection: Any) -> WebHdfsAccess | None:
+    """What opens `connection` (a WebHdfs client) again in another process; None for anything else."""
+    return connection.access() if isinstance(connection, WebHdfs) else None
+
+
+def reach_from_spark_conf(get: Any, location: str) -> WebHdfsAccess | None:
+    """The NameNode this process's Hadoop configuration names for a Spark application's HDFS
+    checkpoint (its executors may have none of their own); None without a configuration."""
+    try:
+        return WebHdfs.for_authority(HdfsPath.parse(location).authority).access()
+    except UsageError:
+        return None
+
+
 class WebHdfs:
     """One NameNode's (or HA pair's) WebHDFS API. Thread-safe: one `requests` session per thread."""
 
     def __init__(self, urls: list[str], *, user: str | None = None, timeout_s: float = TIMEOUT_S,
-                 authority: str = "") -> None:
+                 authority: str = "", verify: bool | str = True) -> None:
         if not urls:
             raise UsageError("no WebHDFS address", hint="set HADOOP_CONF_DIR to the cluster's configuration")
         self.urls = [u.rstrip("/") for u in urls]
         self.user = user or hadoop_user()
         self.timeout_s = timeout_s
         self.authority = authority
+        self.verify = verify  # HTTPS: check the NameNode's certificate (True), against a CA bundle (a path), or not
         self._local = threading.local()
 
     @classmethod
@@ -131,6 +161,10 @@ class WebHdfs:
 
     def __repr__(self) -> str:
         return f"WebHdfs({self.urls[0]}, user={self.user})"
+
+    def access(self) -> WebHdfsAccess:
+        """What opens this client again in another process (`Reach`)."""
+        return WebHdfsAccess(tuple(self.urls), self.user, self.timeout_s, self.authority, self.verify)
 
     @property
     def identity(self) -> tuple[tuple[str, ...], str]:
@@ -143,6 +177,7 @@ class WebHdfs:
         s = getattr(self._local, "session", None)
         if s is None:
             s = self._local.session = requests.Session()
+            s.verify = self.verify
         return s
 
     # --- the REST calls --------------------------------------------------------------------

@@ -1,0 +1,116 @@
+"""An HDFS store and checkpoint reached through an Airflow connection alone (the stack's
+HDFS, MiniDFSCluster): the stream's URLs name a logical HDFS service, `hdfs://warehouse/...`,
+that neither the host's Hadoop configuration (there is none) nor DNS resolves; the
+`streamstate_hdfs` connection names the NameNode's WebHDFS address and the HDFS user. The
+operators snapshot the checkpoint into the store and restore it to another HDFS location,
+byte for byte; without the connection the same URLs reach nothing. A `webhdfs` connection
+(the apache-hdfs provider's type, same fields) is read the same way, and a connection of
+another kind is refused for an HDFS store."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_streamstate.engine.core.errors import StreamstateError, UsageError
+from dev import stack as stack_mod
+from tests.unit.test_checkpoint_fs import hdfs_checkpoint
+
+pytestmark = [pytest.mark.integration, pytest.mark.hdfs]
+
+SERVICE = "warehouse"  # a logical name: no Hadoop configuration or DNS entry says where it is
+
+
+@pytest.fixture
+def only_the_connection(hdfs: stack_mod.HdfsCluster, monkeypatch: pytest.MonkeyPatch) -> str:
+    """No Hadoop configuration on this worker; an Airflow connection naming the NameNode."""
+    for key in ("HADOOP_CONF_DIR", "HADOOP_HOME", "HADOOP_USER_NAME"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AIRFLOW_CONN_HDFS_WAREHOUSE", json.dumps(
+        {"conn_type": "streamstate_hdfs", "host": "127.0.0.1", "port": hdfs.http_port, "login": "streamstate"}))
+    return "hdfs_warehouse"
+
+
+def hdfs_port(client) -> int:  # noqa: ANN001 - a WebHdfs
+    return int(client.urls[0].split(":")[2].split("/")[0])
+
+
+def _upload(client, local: Path, path: str) -> None:  # noqa: ANN001 - a WebHdfs
+    for p in sorted(local.rglob("*")):
+        if p.is_file():
+            client.create(f"{path}/{p.relative_to(local).as_posix()}", p.read_bytes())
+
+
+def _tree(client, path: str) -> dict[str, bytes]:  # noqa: ANN001 - a WebHdfs
+    out: dict[str, bytes] = {}
+    stack = [""]
+    while stack:
+        rel = stack.pop()
+        for e in client.list(f"{path}/{rel}".rstrip("/")) or []:
+            child = f"{rel}/{e['pathSuffix']}".lstrip("/")
+            if e["type"] == "DIRECTORY":
+                stack.append(child)
+            else:
+                out[child] = client.read(f"{path}/{child}")
+    return out
+
+
+def test_an_hdfs_store_and_checkpoint_are_reached_through_an_airflow_connection_alone(
+        only_the_connection: str, tmp_path: Path) -> None:
+    from airflow_provider_streamstate.backends.hdfs.hook import StreamstateHdfsHook
+    from airflow_provider_streamstate.hooks.store import StreamstateStoreHook, open_checkpoint
+    from airflow_provider_streamstate.operators.snapshot import (
+        RestoreSnapshotOperator,
+        SnapshotStreamOperator,
+    )
+    from airflow_provider_streamstate.spec import StreamSpec
+
+    conn_id = only_the_connection
+    client = StreamstateHdfsHook(conn_id).get_conn()
+    assert StreamstateHdfsHook(conn_id).test_connection()[0]
+    base = f"/tests/{uuid.uuid4().hex[:10]}"
+    local = hdfs_checkpoint(tmp_path / "ckpt")
+    _upload(client, local, f"{base}/ckpt")
+    spec = StreamSpec(name="orders", checkpoint=f"hdfs://{SERVICE}{base}/ckpt", store=f"hdfs://{SERVICE}{base}/store",
+                      aws_conn_id=conn_id)
+
+    taken = SnapshotStreamOperator(task_id="snap", stream=spec).execute({})
+    assert taken["batch_id"] == 3
+    store = StreamstateStoreHook(spec.store, aws_conn_id=conn_id).store
+    assert store.list_snapshot_ids("orders") == [taken["snapshot_id"]]
+    assert store.client.urls == client.urls == [f"http://127.0.0.1:{hdfs_port(client)}/webhdfs/v1"]
+
+    target = f"hdfs://{SERVICE}{base}/restored"
+    restored = RestoreSnapshotOperator(task_id="restore", stream=spec, snapshot="latest", target=target).execute({})
+    assert restored["snapshot_id"] == taken["snapshot_id"]
+    files = _tree(client, f"{base}/restored")
+    expected = {p.relative_to(local).as_posix(): p.read_bytes() for p in local.rglob("*") if p.is_file()}
+    copied = {rel: data for rel, data in files.items() if not rel.startswith("_streamstate/")}
+    assert {rel: copied[rel] for rel in copied if rel in expected} == {
+        rel: data for rel, data in expected.items() if rel in copied}
+    assert "metadata" in copied and any(rel.startswith("state/0/0/") for rel in copied)
+    assert open_checkpoint(target, conn_id).files().keys() == files.keys()
+
+    # The same URLs without the connection: this worker has no way to the service.
+    with pytest.raises(StreamstateError):
+        open_checkpoint(spec.checkpoint, None).files()
+
+
+def test_a_webhdfs_connection_reaches_hdfs_too_and_another_kind_is_refused_for_an_hdfs_store(
+        hdfs: stack_mod.HdfsCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
+
+    monkeypatch.delenv("HADOOP_CONF_DIR", raising=False)
+    monkeypatch.setenv("AIRFLOW_CONN_WEBHDFS_PROD", json.dumps(
+        {"conn_type": "webhdfs", "host": "127.0.0.1", "port": hdfs.http_port, "login": "streamstate"}))
+    monkeypatch.setenv("AIRFLOW_CONN_S3_PROD", json.dumps({"conn_type": "aws", "extra": {}}))
+    url = f"hdfs://{SERVICE}/tests/{uuid.uuid4().hex[:10]}/store"
+    hook = StreamstateStoreHook(url, aws_conn_id="webhdfs_prod")
+    ok, message = hook.test_connection()
+    assert ok, message
+    assert hook.store.list_streams() == [] and hook.store.client.user == "streamstate"
+    with pytest.raises(UsageError, match="'s3_prod' does not reach a hdfs:// store"):
+        _ = StreamstateStoreHook(url, aws_conn_id="s3_prod").store
