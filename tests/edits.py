@@ -10,9 +10,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
-from airflow_provider_streamstate.engine.stores.local import LocalStore
 from tests.goldens import Golden
 
 _VERSIONED = re.compile(r"^\.?(\d+)(?:_[0-9a-fA-F-]+)?\.(delta|snapshot|zip|changelog)(\.crc)*$")

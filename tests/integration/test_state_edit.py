@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.engine.catalog.manifests import get_snapshot
 from airflow_provider_streamstate.engine.checkpoint.liveness import ENV_UNMANAGED_WINDOW
 from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
 from airflow_provider_streamstate.engine.edit.changes import EditSpec
 from airflow_provider_streamstate.engine.edit.repair import edit_stream
 from airflow_provider_streamstate.engine.edit.spark_check import edit_check_application
-from airflow_provider_streamstate.engine.stores.local import LocalStore
 from dev import spark_versions
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark_lines]

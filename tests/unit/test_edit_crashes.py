@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.engine.checkpoint.filesystems import open_checkpoint_fs
 from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
 from airflow_provider_streamstate.engine.checkpoint.swap import recover_swap, swap_in_progress
 from airflow_provider_streamstate.engine.edit.changes import EditSpec
 from airflow_provider_streamstate.engine.edit.repair import edit_stream, work_location
 from airflow_provider_streamstate.engine.lookup import lookup_key
-from airflow_provider_streamstate.engine.stores.local import LocalStore
 from tests.edits import repair_of, work_copy
 from tests.goldens import golden
 
@@ -27,7 +27,7 @@ SCRIPT = """
 import json, sys
 from airflow_provider_streamstate.engine.edit.changes import EditSpec
 from airflow_provider_streamstate.engine.edit.repair import edit_stream
-from airflow_provider_streamstate.engine.stores.local import LocalStore
+from airflow_provider_streamstate.backends.local.store import LocalStore
 store, ckpt, edit = sys.argv[1:4]
 edit_stream(LocalStore(store, fsync=False), "orders", ckpt, EditSpec.from_json(json.loads(edit)), apply=True)
 """

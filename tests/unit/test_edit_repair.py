@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.engine.catalog.manifests import get_snapshot
 from airflow_provider_streamstate.engine.catalog.retention import pinned_ids
 from airflow_provider_streamstate.engine.catalog.snapshots import list_snapshots
@@ -27,7 +28,6 @@ from airflow_provider_streamstate.engine.edit.changes import EditSpec
 from airflow_provider_streamstate.engine.edit.repair import edit_stream, work_location
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.lookup import lookup_key
-from airflow_provider_streamstate.engine.stores.local import LocalStore
 from tests.edits import repair_of, work_copy
 from tests.goldens import golden
 
