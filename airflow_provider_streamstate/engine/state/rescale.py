@@ -54,7 +54,6 @@ removal of a copy that failed are the work-copy transaction a key edit shares
 from __future__ import annotations
 
 import logging
-import os
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -64,7 +63,6 @@ from typing import Any
 
 from airflow_provider_streamstate.engine.checkpoint.filesystems import (
     CheckpointFS,
-    streamstate_home,
 )
 from airflow_provider_streamstate.engine.checkpoint.filesystems.base import SIDECAR_DIR
 from airflow_provider_streamstate.engine.checkpoint.reader import (
@@ -91,9 +89,7 @@ from airflow_provider_streamstate.engine.core.manifest import Manifest
 from airflow_provider_streamstate.engine.lookup.digest import StateDigest, repartition_problems, state_digest
 from airflow_provider_streamstate.engine.state.work_copy import Change, WorkCopy
 from airflow_provider_streamstate.engine.stores.base import SnapshotStore
-from airflow_provider_streamstate.engine.streams.applications import run_to_end
-from airflow_provider_streamstate.engine.streams.driver_logs import prune_logs
-from airflow_provider_streamstate.engine.streams.submission import Submission
+from airflow_provider_streamstate.engine.streams.applications import CommandFor, run_job
 
 log = logging.getLogger("streamstate.rescale")
 
@@ -102,10 +98,6 @@ WORK_SUFFIX = ".streamstate-rescale"
 LABEL_FROM = "rescaled-from"
 LABEL_PARTITIONS = "partitions"
 
-# The spark-submit command (and its environment) that runs jobs/rescale_job.py with the
-# given arguments through the stream's Spark: built by the caller (the Airflow layer from
-# the stream's spec and connection, the CLI from its spec), as for state jobs.
-CommandFor = Callable[[Sequence[str]], tuple[Sequence[str], Mapping[str, str]]]
 
 
 class RescaleError(StreamstateError):
@@ -282,15 +274,10 @@ def _repartition(stream: str, work: CheckpointFS, partitions: int, command: Comm
                  on_submit: Callable[[Any], None] | None) -> RepartitionRecord | None:
     """Run the repartition job on the work copy through the stream's Spark; what it recorded
     (None without a record: the copy's own batches say whether it repartitioned)."""
-    argv, env = command(rescale_job_arguments(work.shared_location, partitions))
-    logs = streamstate_home() / "rescale"
-    logs.mkdir(parents=True, exist_ok=True)
-    prune_logs(logs)
-    job_id = f"{stream}-{partitions}-{uuid.uuid4().hex[:8]}"
-    submission = Submission.prepare(list(argv), env={**os.environ, **env}, log_path=logs / f"{job_id}.log",
-                                    name=f"streamstate-rescale-{stream}", launch_id=job_id, secret_env=env)
-    app = run_to_end(submission, f"the repartition of {stream} to {partitions} partitions", timeout_s=timeout_s,
-                     on_submit=on_submit)
+    app = run_job(command, rescale_job_arguments(work.shared_location, partitions), logs="rescale",
+                  job_id=f"{stream}-{partitions}-{uuid.uuid4().hex[:8]}", name=f"streamstate-rescale-{stream}",
+                  what=f"the repartition of {stream} to {partitions} partitions", timeout_s=timeout_s,
+                  on_submit=on_submit)
     record = None
     try:
         record = read_repartition_record(work)
