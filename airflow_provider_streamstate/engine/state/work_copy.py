@@ -8,13 +8,13 @@ then put in place: the transaction a rescale (engine/state/rescale.py) and a key
    (in place): the checkpoint is still at the source's batch, or the change would rewind it.
 3. `restored` (a context): the source restored to the work copy (in place: a sibling of
    the checkpoint, replacing what a crashed change left; as a clone: the target), where the
-   flow writes and verifies its new batch. Whatever fails inside removes the copy.
+   flow writes and verifies its new batch. Whatever fails there removes the copy.
 4. `promote`, inside it: in place, the source snapshot pinned (rollback is one restore of
    it) and the new batch's files swapped in behind a fence (engine/checkpoint/swap.py),
    unpinned when the swap refuses; as a clone, the copy snapshotted under the clone's name.
-5. `finish`, after it: the work copy removed and the changed checkpoint
-   snapshotted; a failure there is recorded (`Promoted.snapshot_error`), never raised: the
-   change is in place already.
+5. `finish`, after it: in place, the work copy removed and the changed checkpoint
+   snapshotted (a snapshot that fails is recorded in `Promoted.snapshot_error`, not raised:
+   the change is in place already); as a clone, where the clone and its snapshot are.
 
 Crash points (tests kill the process at them): `<doing>.restored`, `<doing>.verified` and
 `<doing>.swapped`, with `doing` `rescale` or `edit`; the flow adds its own in between.
@@ -184,8 +184,9 @@ class WorkCopy:
 
     @contextmanager
     def restored(self, source: Manifest) -> Iterator[CheckpointFS]:
-        """Step 3: the work copy holding `source` (its versions before the flow writes in
-        `restored_versions`); it is removed when anything inside fails, `promote` included."""
+        """Step 3: the work copy holding `source` (its files as restored in
+        `restored_versions`); it is removed when anything inside fails, `promote` included
+        (in place, when the restore fails too; a clone's target only once it was written)."""
         self._source = source
         work_fs = self.fs.relocated(self.work) if self.in_place else open_checkpoint_fs(
             self.work, connection=self.connection)
