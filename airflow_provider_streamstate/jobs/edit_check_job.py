@@ -17,9 +17,7 @@ reader (3.5).
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import sys
 from typing import Any
 
@@ -32,7 +30,7 @@ from airflow_provider_streamstate.engine.checkpoint.reader import (
 from airflow_provider_streamstate.engine.edit.spark_check import ANSWER, NO_STATE_READER, REQUEST
 from airflow_provider_streamstate.engine.lookup.reading.reach import Reach
 from airflow_provider_streamstate.engine.state.spark import CHANGELOG_CONF
-from airflow_provider_streamstate.engine.streams.secret_confs import ENV_SECRETS_FILE
+from airflow_provider_streamstate.engine.streams.secret_confs import remove_secrets_file
 
 
 def _reader(spark: Any, checkpoint: str, batch_id: int, op: int, store: str) -> Any:
@@ -99,10 +97,7 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: edit_check_job.py CHECKPOINT", file=sys.stderr)
         return 2
-    secrets_file = os.environ.pop(ENV_SECRETS_FILE, None)
-    if secrets_file:  # spark-submit has read it
-        with contextlib.suppress(OSError):
-            os.unlink(secrets_file)
+    remove_secrets_file()
     from pyspark.sql import SparkSession
 
     checkpoint = argv[1]

@@ -47,7 +47,7 @@ from airflow_provider_streamstate.engine.checkpoint.repartition import (
 from airflow_provider_streamstate.engine.lookup.digest import combine, repartition_problems
 from airflow_provider_streamstate.engine.lookup.digest_tasks import DigestTask, PartitionDigest, plan_digest
 from airflow_provider_streamstate.engine.lookup.reading.reach import Reach
-from airflow_provider_streamstate.engine.streams.secret_confs import ENV_SECRETS_FILE
+from airflow_provider_streamstate.engine.streams.secret_confs import remove_secrets_file
 
 _ERROR_CLASS = re.compile(r"\[([A-Z][A-Z0-9_]+(?:\.[A-Z0-9_]+)*)\]\s*(.*)")
 NOT_VERIFIED = 4
@@ -109,10 +109,7 @@ def main(argv: list[str]) -> int:
     if len(argv) != 3 or not argv[2].isdigit():
         print("usage: rescale_job.py CHECKPOINT PARTITIONS", file=sys.stderr)
         return 2
-    secrets_file = os.environ.pop(ENV_SECRETS_FILE, None)
-    if secrets_file:  # spark-submit has read it
-        with contextlib.suppress(OSError):
-            os.unlink(secrets_file)
+    remove_secrets_file()
     from pyspark.sql import SparkSession
 
     checkpoint, partitions = argv[1], int(argv[2])

@@ -15,10 +15,8 @@ submitter's properties file of secrets (STREAMSTATE_SECRETS_FILE) is deleted at 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import os
 import socket
 import sys
 import traceback
@@ -29,7 +27,7 @@ from airflow_provider_streamstate.engine.state.jobs import StateJobRequest, requ
 from airflow_provider_streamstate.engine.state.reader import StateReader
 from airflow_provider_streamstate.engine.state.submit import RESULT_FORMAT
 from airflow_provider_streamstate.engine.stores import open_store
-from airflow_provider_streamstate.engine.streams.secret_confs import ENV_SECRETS_FILE
+from airflow_provider_streamstate.engine.streams.secret_confs import remove_secrets_file
 
 log = logging.getLogger("streamstate.state_job")
 
@@ -52,10 +50,7 @@ def main(argv: list[str]) -> int:
     if len(argv) != 4:
         print("usage: state_job.py STORE STREAM JOB_ID", file=sys.stderr)
         return 2
-    secrets_file = os.environ.pop(ENV_SECRETS_FILE, None)
-    if secrets_file:  # spark-submit has read it: the secrets now live in this driver's conf only
-        with contextlib.suppress(OSError):
-            os.unlink(secrets_file)
+    remove_secrets_file()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     _, store_url, stream, job_id = argv
     from pyspark.sql import SparkSession

@@ -32,7 +32,6 @@ exits: `stream_start.finish_planned_batch`).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import runpy
 import signal
@@ -56,7 +55,7 @@ from airflow_provider_streamstate.engine.streams.launcher import (
     superseded_by,
 )
 from airflow_provider_streamstate.engine.streams.records import DriverRecord, stop_requested, write_driver
-from airflow_provider_streamstate.engine.streams.secret_confs import ENV_SECRETS_FILE
+from airflow_provider_streamstate.engine.streams.secret_confs import remove_secrets_file
 from airflow_provider_streamstate.jobs.runtime import STOP_POLL_S
 
 ENV_STOP_BATCH_WAIT = "STREAMSTATE_STOP_BATCH_WAIT"
@@ -282,10 +281,7 @@ def _exit_status(code: object) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    secrets_file = os.environ.pop(ENV_SECRETS_FILE, None)
-    if secrets_file:  # spark-submit has read it: the secrets stay in Spark's conf only
-        with contextlib.suppress(OSError):
-            os.unlink(secrets_file)
+    remove_secrets_file()
     checkpoint = os.environ.get(ENV_CHECKPOINT)
     if not args or not checkpoint:
         _say(USAGE)

@@ -11,7 +11,7 @@ import pytest
 
 from airflow_provider_streamstate.engine.checkpoint.filesystems import open_checkpoint_fs
 from airflow_provider_streamstate.engine.core.errors import CheckpointChanged
-from airflow_provider_streamstate.engine.state.rescale import check_at_source
+from airflow_provider_streamstate.engine.state.work_copy import check_at_source
 
 
 def _checkpoint(root: Path, offsets: int, commits: int) -> Path:

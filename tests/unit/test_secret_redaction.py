@@ -4,6 +4,7 @@ the spark-submit command line into a properties file only this user can read."""
 
 from __future__ import annotations
 
+import os
 import stat
 from pathlib import Path
 
@@ -16,7 +17,12 @@ from airflow_provider_streamstate.engine.core.config.redact import (
     redact_mapping,
     sensitive_values,
 )
-from airflow_provider_streamstate.engine.streams.secret_confs import move_secrets_to_file, split_secret_confs
+from airflow_provider_streamstate.engine.streams.secret_confs import (
+    ENV_SECRETS_FILE,
+    move_secrets_to_file,
+    remove_secrets_file,
+    split_secret_confs,
+)
 
 
 @pytest.mark.parametrize("name", [
@@ -125,3 +131,17 @@ def test_spark_defaults_still_apply_when_secrets_go_to_a_properties_file(tmp_pat
     assert argv == ["spark-submit", "--properties-file", str(path), "app.py"]
     assert path.read_text() == "spark.eventLog.enabled true\nspark.ssl.keyPassword=K\n"
 
+
+
+def test_a_driver_removes_the_secrets_file_it_was_given_and_forgets_its_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secrets = tmp_path / "secrets.properties"
+    secrets.write_text("spark.hadoop.fs.s3a.secret.key=s3cr3t\n")
+    monkeypatch.setenv(ENV_SECRETS_FILE, str(secrets))
+    remove_secrets_file()
+    assert not secrets.exists()
+    assert ENV_SECRETS_FILE not in os.environ
+    monkeypatch.setenv(ENV_SECRETS_FILE, str(secrets))  # already gone: nothing to do, nothing raised
+    remove_secrets_file()
+    assert ENV_SECRETS_FILE not in os.environ

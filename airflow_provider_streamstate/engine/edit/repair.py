@@ -3,8 +3,9 @@ in a new batch N+1 written on a verified copy of snapshot N, then swapped into t
 stream's checkpoint or kept as a clone.
 
 `edit_stream` is a dry run unless `apply`: it reads the snapshot (or the checkpoint) and says
-what would change, per operator, store and partition, writing nothing. Applied, it composes
-the rescale's machinery (engine/state/rescale.py) around a batch the engine writes itself:
+what would change, per operator, store and partition, writing nothing. Applied, it runs the
+work-copy transaction a rescale runs (engine/state/work_copy.py) around a batch the engine
+writes itself:
 
 1. Refuse first: a running stream (in place), a source snapshot that is not the checkpoint's
    newest batch (in place: the edit would rewind it), what an edit cannot write (changes.py).
@@ -36,33 +37,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_provider_streamstate.engine.catalog.retention import pin_snapshot, unpin_snapshot
-from airflow_provider_streamstate.engine.catalog.snapshots import resolve_snapshot
 from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS, open_checkpoint_fs
-from airflow_provider_streamstate.engine.checkpoint.liveness import read_heartbeat
 from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
-from airflow_provider_streamstate.engine.checkpoint.swap import Put, apply_swap, new_record, recover_swap
+from airflow_provider_streamstate.engine.checkpoint.swap import Put
 from airflow_provider_streamstate.engine.core.crash_points import crash_point
 from airflow_provider_streamstate.engine.core.errors import CorruptionError, StreamstateError, UsageError
-from airflow_provider_streamstate.engine.core.manifest import Manifest
 from airflow_provider_streamstate.engine.edit.batch import EditBatch, write_edit_batch
 from airflow_provider_streamstate.engine.edit.changes import EditSpec, KeyChange, compile_changes
 from airflow_provider_streamstate.engine.edit.preview import EditPreview, current_values, preview
 from airflow_provider_streamstate.engine.edit.spark_check import CommandFor, spark_check
 from airflow_provider_streamstate.engine.edit.verify import edit_problems, expected_digest
-from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
-from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.lookup.digest import StateDigest, state_digest
 from airflow_provider_streamstate.engine.lookup.reading.sources import (
     CheckpointSource,
     SnapshotSource,
     StateSource,
 )
-from airflow_provider_streamstate.engine.state.rescale import (
-    check_at_source,
-    refuse_running,
-    remove_work_copy,
-)
+from airflow_provider_streamstate.engine.state.work_copy import Change, WorkCopy
 from airflow_provider_streamstate.engine.stores.base import SnapshotStore
 
 log = logging.getLogger("streamstate.edit")
@@ -150,35 +141,13 @@ def edit_stream(
         return EditResult(stream, edit.description, True, seen,
                           src.manifest.snapshot_id if isinstance(src, SnapshotSource) else None,
                           in_place=in_place, seconds=seconds)
-    fs = open_checkpoint_fs(checkpoint, connection=connection)
-    if in_place:
-        recover_swap(fs)  # a crashed swap of this checkpoint is finished first (it changes nothing else)
-        refuse_running(fs, stream, "edit")
-    elif target and target.rstrip("/") == checkpoint.rstrip("/"):
-        raise UsageError("the clone's target is the stream's own checkpoint", hint="edit in place instead")
-    if snapshot is None:
-        beat = read_heartbeat(fs)
-        source = create_snapshot(fs, store, stream, parallelism=parallelism,
-                                 spark_version=beat.spark_version if beat is not None else None).manifest
-        seconds["snapshot"] = time.monotonic() - started
-    else:
-        source = resolve_snapshot(store, stream, snapshot)
-    if in_place:
-        check_at_source(fs, source, "edit")
-    work = target or work_location(checkpoint)
-    work_fs = fs.relocated(work) if in_place else open_checkpoint_fs(work, connection=connection)
-    created = False
-    if in_place:
-        remove_work_copy(work_fs)  # what a crashed edit left (a swap that needed it was finished above)
+    copy = WorkCopy.open("edit", "edited", store, stream, checkpoint, work=target or work_location(checkpoint),
+                         target=target, clone_name=clone_name, connection=connection, parallelism=parallelism)
+    seconds = copy.seconds
+    source = copy.source(snapshot)
+    copy.check_at_source(source)
     labels = edit_labels(source.snapshot_id, edit, requested_by)
-    try:
-        t = time.monotonic()
-        restore_snapshot(store, stream, source.snapshot_id, work_fs, new_query_id=not in_place,
-                         parallelism=parallelism)
-        created = True
-        restored = work_fs.versions()
-        seconds["restore"] = time.monotonic() - t
-        crash_point("edit.restored")
+    with copy.restored(source) as work_fs:
         t = time.monotonic()
         src = CheckpointSource(work_fs.location, source.batch_id, reader=CheckpointReader(work_fs))
         changes = compile_changes(src, edit)
@@ -201,52 +170,18 @@ def edit_stream(
             spark = spark_check(stream, work_fs, batch.batch_id, digest, changes, command, timeout_s=timeout_s,
                                 on_submit=on_submit).to_json()
             seconds["spark_check"] = time.monotonic() - t
-        crash_point("edit.verified")
-        pinned = None
-        if in_place:
-            t = time.monotonic()
-            puts = _edit_files(work_fs, restored, batch)
-            pinned = source.snapshot_id if pin_snapshot(
-                store, stream, source.snapshot_id, reason=f"before the edit ({edit.description}): restore it to "
-                "roll back") else None
-            try:
-                _swap(fs, work_fs, stream, source, puts, batch.batch_id, edit.description)
-            except BaseException:
-                if pinned is not None:  # nothing changed: the pin has nothing to roll back to
-                    unpin_snapshot(store, stream, pinned)
-                raise
-            pinned = source.snapshot_id
-            seconds["swap"] = time.monotonic() - t
-            crash_point("edit.swapped")
-        else:
-            labels["source-stream"] = stream
-            t = time.monotonic()
-            edited_id: str | None = create_snapshot(
-                work_fs, store, clone_name or f"{stream}-edited", batch_id=batch.batch_id, labels=labels,
-                parallelism=parallelism, spark_version=source.spark_version, always=True).manifest.snapshot_id
-            seconds["snapshot_edited"] = time.monotonic() - t
-    except BaseException:
-        if created or in_place:  # a copy that did not verify, or that the swap refused, is not left behind
-            remove_work_copy(work_fs)
-        raise
-    snapshot_error = None
-    if in_place:
-        remove_work_copy(work_fs)
-        t = time.monotonic()
-        try:
-            edited_id = create_snapshot(fs, store, stream, batch_id=batch.batch_id, labels=labels,
-                                        parallelism=parallelism, spark_version=source.spark_version,
-                                        always=True).manifest.snapshot_id
-        except StreamstateError as exc:
-            edited_id, snapshot_error = None, exc.one_line()
-            log.warning("%s is edited in place, but its snapshot failed: %s", stream, snapshot_error)
-        seconds["snapshot_edited"] = time.monotonic() - t
+        copy.promote(Change(
+            batch.batch_id, labels, source.spark_version,
+            files=lambda: _edit_files(work_fs, copy.restored_versions, batch),
+            pin_reason=f"before the edit ({edit.description}): restore it to roll back",
+            description=f"edit of {stream} ({edit.description}): batch {batch.batch_id} on batch {source.batch_id}"))
+    done = copy.finish()
     seconds["total"] = time.monotonic() - started
-    log.info("edited %s (%s): batch %d, snapshot %s (%s)", stream, edit.description, batch.batch_id, edited_id,
-             "in place" if in_place else f"clone at {work}")
-    return EditResult(stream, edit.description, False, seen, source.snapshot_id, edited_id, batch.batch_id,
-                      checkpoint if in_place else work, in_place, pinned, spark, [s.to_json() for s in digest.stores],
-                      seconds, snapshot_error)
+    log.info("edited %s (%s): batch %d, snapshot %s (%s)", stream, edit.description, batch.batch_id,
+             done.snapshot_id, "in place" if in_place else f"clone at {copy.work}")
+    return EditResult(stream, edit.description, False, seen, source.snapshot_id, done.snapshot_id, batch.batch_id,
+                      done.checkpoint, in_place, done.pinned, spark, [s.to_json() for s in digest.stores], seconds,
+                      done.snapshot_error)
 
 
 def _verify(work: CheckpointFS, before: StateDigest, changes: list[KeyChange], old: list[bytes | None],
@@ -278,18 +213,3 @@ def _edit_files(work: CheckpointFS, restored: dict[str, tuple[int, str]], batch:
                                   hint="nothing was put in place; edit again")
         out.append(Put(rel, now[rel][0], exclusive=rel in exclusive))
     return out
-
-
-def _swap(fs: CheckpointFS, work: CheckpointFS, stream: str, source: Manifest, puts: list[Any], batch: int,
-          description: str) -> None:
-    """The edit batch into the checkpoint, behind a fence, while nothing runs on it and it is
-    still at the source's batch (checked before the fence and again after it)."""
-    metadata = fs.read_record("metadata")
-
-    def still_stopped_at_source() -> None:
-        refuse_running(fs, stream, "edit")
-        check_at_source(fs, source, "edit")
-
-    record = new_record("edit", f"edit of {stream} ({description}): batch {batch} on batch {source.batch_id}", work,
-                        puts, (), metadata=metadata, metadata_before=metadata)
-    apply_swap(fs, work, record, check=still_stopped_at_source)

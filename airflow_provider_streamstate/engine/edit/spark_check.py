@@ -16,22 +16,19 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS, streamstate_home
+from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS
 from airflow_provider_streamstate.engine.checkpoint.filesystems.base import SIDECAR_DIR
 from airflow_provider_streamstate.engine.core.errors import StreamstateError, UnsupportedCheckpointError
 from airflow_provider_streamstate.engine.edit.changes import KeyChange
 from airflow_provider_streamstate.engine.lookup.digest import StateDigest
 from airflow_provider_streamstate.engine.lookup.encodings.values import to_jsonable
-from airflow_provider_streamstate.engine.streams.applications import run_to_end
-from airflow_provider_streamstate.engine.streams.driver_logs import prune_logs
-from airflow_provider_streamstate.engine.streams.submission import Submission
+from airflow_provider_streamstate.engine.streams.applications import CommandFor, run_job
 
 log = logging.getLogger("streamstate.edit")
 
@@ -39,9 +36,6 @@ REQUEST = f"{SIDECAR_DIR}/edit-check-request.json"
 ANSWER = f"{SIDECAR_DIR}/edit-check.json"
 NO_STATE_READER = 3  # the job's exit code on a Spark without a state reader (3.5)
 
-# The spark-submit command (and its environment) running jobs/edit_check_job.py with the
-# given arguments through the stream's Spark (as for a rescale).
-CommandFor = Callable[[Sequence[str]], tuple[Sequence[str], Mapping[str, str]]]
 
 
 class EditCheckFailed(StreamstateError):
@@ -103,14 +97,9 @@ def spark_check(stream: str, work: CheckpointFS, batch_id: int, digest: StateDig
     UnsupportedCheckpointError on a Spark without a state reader) when Spark disagrees."""
     work.write_record(REQUEST, json.dumps(request(batch_id, digest, changes)).encode())
     work.delete_record(ANSWER)
-    argv, env = command([work.shared_location])
-    logs = streamstate_home() / "edit"
-    logs.mkdir(parents=True, exist_ok=True)
-    prune_logs(logs)
-    job_id = f"{stream}-{uuid.uuid4().hex[:8]}"
-    submission = Submission.prepare(list(argv), env={**os.environ, **env}, log_path=logs / f"{job_id}.log",
-                                    name=f"streamstate-edit-check-{stream}", launch_id=job_id, secret_env=env)
-    app = run_to_end(submission, f"Spark's check of the edit of {stream}", timeout_s=timeout_s, on_submit=on_submit)
+    app = run_job(command, [work.shared_location], logs="edit", job_id=f"{stream}-{uuid.uuid4().hex[:8]}",
+                  name=f"streamstate-edit-check-{stream}", what=f"Spark's check of the edit of {stream}",
+                  timeout_s=timeout_s, on_submit=on_submit)
     raw = work.read_record(ANSWER)
     code = app.proc.returncode if app.proc is not None else None
     if raw is None:

@@ -46,14 +46,14 @@ the work copy; after it, the rescaled checkpoint, and at worst no snapshot of it
 Watermark and timers travel with the state: the repartition batch keeps batch N's
 watermark, and timers are state entries like any other (checked by the digest). Pure
 Python: the repartition itself runs in the stream's Spark, submitted with `command` (see
-`rescale_job_application`).
+`rescale_job_application`). Steps 1 (the running stream), 2, 3 (the work copy), 5 and the
+removal of a copy that failed are the work-copy transaction a key edit shares
+(engine/state/work_copy.py); the repartition and its verification are this module's.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -61,15 +61,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_streamstate.engine.catalog.retention import pin_snapshot, unpin_snapshot
-from airflow_provider_streamstate.engine.catalog.snapshots import resolve_snapshot
 from airflow_provider_streamstate.engine.checkpoint.filesystems import (
     CheckpointFS,
-    open_checkpoint_fs,
-    streamstate_home,
 )
 from airflow_provider_streamstate.engine.checkpoint.filesystems.base import SIDECAR_DIR
-from airflow_provider_streamstate.engine.checkpoint.liveness import read_heartbeat
 from airflow_provider_streamstate.engine.checkpoint.reader import (
     HDFS_PROVIDER,
     PROVIDER_CONF,
@@ -82,25 +77,19 @@ from airflow_provider_streamstate.engine.checkpoint.repartition import (
     read_repartition_record,
     repartition_at,
 )
-from airflow_provider_streamstate.engine.checkpoint.swap import Put, apply_swap, new_record, recover_swap
+from airflow_provider_streamstate.engine.checkpoint.swap import Put
 from airflow_provider_streamstate.engine.core.crash_points import crash_point
 from airflow_provider_streamstate.engine.core.errors import (
-    CheckpointChanged,
     CorruptionError,
-    StreamRunningError,
     StreamstateError,
     UnsupportedCheckpointError,
     UsageError,
 )
 from airflow_provider_streamstate.engine.core.manifest import Manifest
-from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
-from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.lookup.digest import StateDigest, repartition_problems, state_digest
+from airflow_provider_streamstate.engine.state.work_copy import Change, WorkCopy
 from airflow_provider_streamstate.engine.stores.base import SnapshotStore
-from airflow_provider_streamstate.engine.streams import launcher
-from airflow_provider_streamstate.engine.streams.applications import run_to_end
-from airflow_provider_streamstate.engine.streams.driver_logs import prune_logs
-from airflow_provider_streamstate.engine.streams.submission import Submission
+from airflow_provider_streamstate.engine.streams.applications import CommandFor, run_job
 
 log = logging.getLogger("streamstate.rescale")
 
@@ -109,10 +98,6 @@ WORK_SUFFIX = ".streamstate-rescale"
 LABEL_FROM = "rescaled-from"
 LABEL_PARTITIONS = "partitions"
 
-# The spark-submit command (and its environment) that runs jobs/rescale_job.py with the
-# given arguments through the stream's Spark: built by the caller (the Airflow layer from
-# the stream's spec and connection, the CLI from its spec), as for state jobs.
-CommandFor = Callable[[Sequence[str]], tuple[Sequence[str], Mapping[str, str]]]
 
 
 class RescaleError(StreamstateError):
@@ -240,42 +225,16 @@ def rescale_stream(
     clone at `target` (named `clone_name` in the store, default `<stream>-rescaled`).
     `snapshot`: the source (an id, `latest`, `latest-good:<suite>`); default a new snapshot
     of the stopped stream. Remote checkpoints are read and written through `connection`."""
-    started = time.monotonic()
-    seconds: dict[str, float] = {}
-    in_place = target is None
-    fs = open_checkpoint_fs(checkpoint, connection=connection)
-    if in_place:
-        recover_swap(fs)  # a crashed swap of this checkpoint is finished first (it changes nothing else)
-        refuse_running(fs, stream)
-    elif target and target.rstrip("/") == checkpoint.rstrip("/"):
-        raise UsageError("the clone's target is the stream's own checkpoint", hint="rescale in place instead")
-    if snapshot is None:
-        reader = CheckpointReader(fs)
-        beat = read_heartbeat(reader.fs)
-        beat_version = beat.spark_version if beat is not None else None
-        _check_checkpoint(reader, partitions, beat_version)
-        source = create_snapshot(fs, store, stream, parallelism=parallelism, spark_version=beat_version).manifest
-        seconds["snapshot"] = time.monotonic() - started
-    else:
-        source = resolve_snapshot(store, stream, snapshot)
+    copy = WorkCopy.open("rescale", "rescaled", store, stream, checkpoint,
+                         work=target or work_location(checkpoint, partitions), target=target,
+                         clone_name=clone_name, connection=connection, parallelism=parallelism)
+    seconds = copy.seconds
+    source = copy.source(snapshot, lambda reader, version: _check_checkpoint(reader, partitions, version))
     before = _check_manifest(source, partitions)
-    if in_place:
-        check_at_source(fs, source)
-    work = target or work_location(checkpoint, partitions)
-    work_fs = fs.relocated(work) if in_place else open_checkpoint_fs(work, connection=connection)
-    created = False  # a target the user gave is removed only once this call has written it
+    copy.check_at_source(source)
     log.info("rescaling %s from %d to %d state partitions: snapshot %s (batch %d) into %s", stream, before,
-             partitions, source.snapshot_id, source.batch_id, work)
-    if in_place:
-        remove_work_copy(work_fs)  # what a crashed rescale left (a swap that needed it was finished above)
-    try:
-        t = time.monotonic()
-        restore_snapshot(store, stream, source.snapshot_id, work_fs, new_query_id=not in_place,
-                         parallelism=parallelism)
-        created = True
-        restored = work_fs.versions()
-        seconds["restore"] = time.monotonic() - t
-        crash_point("rescale.restored")
+             partitions, source.snapshot_id, source.batch_id, copy.work)
+    with copy.restored(source) as work_fs:
         t = time.monotonic()
         record = _repartition(stream, work_fs, partitions, command, timeout_s, on_submit)
         seconds["repartition"] = time.monotonic() - t
@@ -286,98 +245,18 @@ def rescale_stream(
         if record is not None and record.verification is not None:
             seconds.update({f"verify_{k}": v for k, v in record.verification.seconds.items()})
         spark_version = (record.spark_version if record is not None else None) or source.spark_version
-        labels = {LABEL_FROM: source.snapshot_id, LABEL_PARTITIONS: f"{before}->{partitions}"}
-        pinned = None
-        crash_point("rescale.verified")
-        if in_place:
-            t = time.monotonic()
-            puts = _repartition_batch_files(work_fs, restored, batch)
-            pinned = source.snapshot_id if pin_snapshot(
-                store, stream, source.snapshot_id,
-                reason=f"before rescaling {before}->{partitions}: restore it to roll back") else None
-            try:
-                _swap(fs, work_fs, stream, source, puts, batch, f"{before}->{partitions}")
-            except BaseException:
-                if pinned is not None:  # nothing changed: the pin has nothing to roll back to
-                    unpin_snapshot(store, stream, pinned)
-                raise
-            pinned = source.snapshot_id
-            seconds["swap"] = time.monotonic() - t
-            crash_point("rescale.swapped")
-        else:
-            labels["source-stream"] = stream
-            t = time.monotonic()
-            rescaled_id: str | None = create_snapshot(
-                work_fs, store, clone_name or f"{stream}-rescaled", batch_id=batch, labels=labels,
-                parallelism=parallelism, spark_version=spark_version, always=True).manifest.snapshot_id
-            seconds["snapshot_rescaled"] = time.monotonic() - t
-    except BaseException:
-        if created or in_place:  # a copy that did not verify, or that the swap refused, is not left behind
-            remove_work_copy(work_fs)
-        raise
-    snapshot_error = None
-    if in_place:
-        # The rescaled state is in place: its snapshot, and the work copy's removal, can only
-        # fail to happen now, never undo it (the scheduled snapshot DAG takes one anyway).
-        remove_work_copy(work_fs)
-        t = time.monotonic()
-        try:
-            rescaled_id = create_snapshot(fs, store, stream, batch_id=batch, labels=labels, parallelism=parallelism,
-                                          spark_version=spark_version, always=True).manifest.snapshot_id
-        except StreamstateError as exc:
-            rescaled_id, snapshot_error = None, exc.one_line()
-            log.warning("%s is rescaled in place, but its snapshot failed: %s", stream, snapshot_error)
-        seconds["snapshot_rescaled"] = time.monotonic() - t
-    seconds["total"] = time.monotonic() - started
-    log.info("rescaled %s: %d -> %d partitions, snapshot %s (%s)", stream, before, partitions, rescaled_id,
-             "in place" if in_place else f"clone at {work}")
-    return RescaleResult(stream, source.snapshot_id, rescaled_id, before, partitions, batch,
-                         checkpoint if in_place else work, in_place, pinned, spark_version,
-                         [s.to_json() for s in digest.stores], seconds, snapshot_error)
-
-
-def _gerund(verb: str) -> str:
-    return verb[:-1] + "ing" if verb.endswith("e") else verb + "ing"
-
-
-def refuse_running(fs: CheckpointFS, stream: str, doing: str = "rescale") -> None:
-    """A stream running on the checkpoint, by its heartbeat, its launch, or its own writes
-    (what an in-place rescale or edit, `doing`, refuses)."""
-    st = launcher.status(fs)
-    if st.state in ("running", "starting"):
-        why = f" ({st.writer})" if st.writer else ""
-        raise StreamRunningError(f"stream {stream} is {st.state} on {fs.location}{why}: stop it before {_gerund(doing)} "
-                                 "it in place", hint="stop it (StopStreamOperator, `streamstate stream stop`), or "
-                                 f"{doing} a clone with --target")
-
-
-
-def check_at_source(fs: CheckpointFS, source: Manifest, doing: str = "rescale") -> None:
-    """The checkpoint is still where the source snapshot cut it: its newest offsets and
-    commit are batch N, the very files the snapshot holds. Else an in-place rescale (or edit,
-    `doing`) would put batch N+1 on top of other history (rewind it, or fork it)."""
-    reader = CheckpointReader(fs.fresh())
-    offsets, commits = reader.offset_batches(), reader.committed_batches()
-    newest = (offsets[-1] if offsets else None, commits[-1] if commits else None)
-    n = source.batch_id
-    if newest == (n + 1, n):
-        raise CheckpointChanged(
-            f"checkpoint {fs.location} holds batch {n + 1} planned but not committed (the stream stopped in "
-            f"the middle of it): {_gerund(doing)} it at batch {n} would drop that batch's plan, which Spark redoes "
-            "as planned for the sinks that record batch ids", hint="stop it with --finish-planned-batch "
-            "(StopStreamOperator's finish_planned_batch=True): it runs once more for exactly that batch")
-    if newest != (n, n):
-        raise CheckpointChanged(
-            f"checkpoint {fs.location} is at batch {newest[0]} (committed {newest[1]}), not at batch {n} of "
-            f"snapshot {source.snapshot_id}: {_gerund(doing)} it in place from that snapshot would rewind it",
-            hint=f"{doing} without --snapshot (a new snapshot of the stopped stream is the source), or restore "
-                 "that snapshot first")
-    by_path = {e.path: e.sha256 for e in source.files}
-    for rel in (f"offsets/{n}", f"commits/{n}"):
-        if by_path.get(rel) != hashlib.sha256(fs.read_bytes(rel)).hexdigest():
-            raise CheckpointChanged(
-                f"{fs.where(rel)} is not the file snapshot {source.snapshot_id} holds: the checkpoint was changed "
-                "since it was taken", hint=f"{doing} without --snapshot (a new snapshot is the source)")
+        copy.promote(Change(
+            batch, {LABEL_FROM: source.snapshot_id, LABEL_PARTITIONS: f"{before}->{partitions}"}, spark_version,
+            files=lambda: _repartition_batch_files(work_fs, copy.restored_versions, batch),
+            pin_reason=f"before rescaling {before}->{partitions}: restore it to roll back",
+            description=f"rescale {before}->{partitions} of {stream}: batch {batch} on batch {source.batch_id}"))
+    done = copy.finish()
+    seconds["total"] = time.monotonic() - copy.started
+    log.info("rescaled %s: %d -> %d partitions, snapshot %s (%s)", stream, before, partitions, done.snapshot_id,
+             "in place" if copy.in_place else f"clone at {copy.work}")
+    return RescaleResult(stream, source.snapshot_id, done.snapshot_id, before, partitions, batch, done.checkpoint,
+                         copy.in_place, done.pinned, spark_version, [s.to_json() for s in digest.stores], seconds,
+                         done.snapshot_error)
 
 
 def _repartition_batch_files(work: CheckpointFS, restored: dict[str, tuple[int, str]], batch: int) -> list[Put]:
@@ -391,34 +270,14 @@ def _repartition_batch_files(work: CheckpointFS, restored: dict[str, tuple[int, 
             if restored.get(rel) != (size, token) and not rel.startswith(SIDECAR_DIR + "/")]
 
 
-def _swap(fs: CheckpointFS, work: CheckpointFS, stream: str, source: Manifest, puts: list[Put], batch: int,
-          change: str) -> None:
-    """The repartition batch into the checkpoint, behind a fence, while nothing runs on it
-    and it is still at the source's batch (checked before the fence and again after it)."""
-    metadata = fs.read_record("metadata")
-
-    def still_stopped_at_source() -> None:
-        refuse_running(fs, stream)
-        check_at_source(fs, source)
-
-    record = new_record("rescale", f"rescale {change} of {stream}: batch {batch} on batch {source.batch_id}", work,
-                        puts, (), metadata=metadata, metadata_before=metadata)
-    apply_swap(fs, work, record, check=still_stopped_at_source)
-
-
 def _repartition(stream: str, work: CheckpointFS, partitions: int, command: CommandFor, timeout_s: float | None,
                  on_submit: Callable[[Any], None] | None) -> RepartitionRecord | None:
     """Run the repartition job on the work copy through the stream's Spark; what it recorded
     (None without a record: the copy's own batches say whether it repartitioned)."""
-    argv, env = command(rescale_job_arguments(work.shared_location, partitions))
-    logs = streamstate_home() / "rescale"
-    logs.mkdir(parents=True, exist_ok=True)
-    prune_logs(logs)
-    job_id = f"{stream}-{partitions}-{uuid.uuid4().hex[:8]}"
-    submission = Submission.prepare(list(argv), env={**os.environ, **env}, log_path=logs / f"{job_id}.log",
-                                    name=f"streamstate-rescale-{stream}", launch_id=job_id, secret_env=env)
-    app = run_to_end(submission, f"the repartition of {stream} to {partitions} partitions", timeout_s=timeout_s,
-                     on_submit=on_submit)
+    app = run_job(command, rescale_job_arguments(work.shared_location, partitions), logs="rescale",
+                  job_id=f"{stream}-{partitions}-{uuid.uuid4().hex[:8]}", name=f"streamstate-rescale-{stream}",
+                  what=f"the repartition of {stream} to {partitions} partitions", timeout_s=timeout_s,
+                  on_submit=on_submit)
     record = None
     try:
         record = read_repartition_record(work)
@@ -482,11 +341,3 @@ def _recorded_digests(checked: Verification | None) -> tuple[StateDigest, StateD
         return StateDigest.from_json(checked.before), StateDigest.from_json(checked.after)
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
-
-
-def remove_work_copy(work: CheckpointFS) -> None:
-    try:
-        if work.exists():
-            work.delete_all()
-    except (StreamstateError, OSError) as exc:
-        log.warning("could not remove the work copy %s: %s", work.location, exc)

@@ -19,18 +19,25 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from airflow_provider_streamstate.engine.checkpoint.filesystems import streamstate_home
 from airflow_provider_streamstate.engine.core.cancel import check_cancelled
 from airflow_provider_streamstate.engine.core.errors import StreamstateError, TransientError
-from airflow_provider_streamstate.engine.streams.driver_logs import last_error_line
+from airflow_provider_streamstate.engine.streams.driver_logs import last_error_line, prune_logs
 from airflow_provider_streamstate.engine.streams.managers import AppReport, ClusterApp, manager_named
 from airflow_provider_streamstate.engine.streams.submission import Submission
 
 log = logging.getLogger("streamstate.applications")
 
 KILL_WAIT_S = 3.0  # how long a kill waits for the application to end (Airflow's SIGKILL comes at 5 s)
+
+# The spark-submit command (and its environment) that runs one of the engine's jobs
+# (jobs/rescale_job.py, jobs/edit_check_job.py) with the given arguments through the
+# stream's Spark: built by the caller (the Airflow layer from the stream's spec and
+# connection, the CLI from its spec), as for state jobs.
+CommandFor = Callable[[Sequence[str]], tuple[Sequence[str], Mapping[str, str]]]
 
 
 class ApplicationError(StreamstateError):
@@ -81,6 +88,22 @@ class RunningApplication:
                     os.killpg(self.proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def run_job(
+    command: CommandFor, arguments: Sequence[str], *, logs: str, job_id: str, name: str, what: str,
+    timeout_s: float | None = None, on_submit: Callable[[RunningApplication], None] | None = None,
+) -> RunningApplication:
+    """Run one of the engine's jobs, `command(arguments)`, to its end (`run_to_end`): its
+    log `<streamstate home>/<logs>/<job_id>.log` (older ones pruned), the application named
+    `name`, the command's environment kept as secrets (off the command line and the log)."""
+    argv, env = command(arguments)
+    folder = streamstate_home() / logs
+    folder.mkdir(parents=True, exist_ok=True)
+    prune_logs(folder)
+    submission = Submission.prepare(list(argv), env={**os.environ, **env}, log_path=folder / f"{job_id}.log",
+                                    name=name, launch_id=job_id, secret_env=env)
+    return run_to_end(submission, what, timeout_s=timeout_s, on_submit=on_submit)
 
 
 def run_to_end(

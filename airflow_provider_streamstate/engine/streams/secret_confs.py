@@ -13,6 +13,7 @@ mode), or by the launcher once spark-submit returns (cluster mode).
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -21,6 +22,15 @@ from airflow_provider_streamstate.engine.core.config.redact import is_sensitive
 
 # The supervised driver deletes the file named here once it runs (Spark has read it by then).
 ENV_SECRETS_FILE = "STREAMSTATE_SECRETS_FILE"
+
+
+def remove_secrets_file() -> None:
+    """In a driver launched here, once it runs: delete the file named by ENV_SECRETS_FILE
+    (spark-submit has read it: the secrets now live in the driver's Spark conf only)."""
+    path = os.environ.pop(ENV_SECRETS_FILE, None)
+    if path:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 def split_secret_confs(command: Sequence[str]) -> tuple[list[str], dict[str, str], str | None]:
