@@ -116,10 +116,12 @@ def finish_planned_batch(spec: StreamSpec, *, timeout_s: float, log: Any) -> int
     checkpoint held none (nothing is launched then). The stream must be stopped."""
     import time
 
+    from airflow_provider_streamstate.engine.checkpoint.liveness import now_iso
     from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
     from airflow_provider_streamstate.engine.checkpoint.sidecar import open_sidecar
     from airflow_provider_streamstate.engine.core.errors import StreamRunningError, TransientError
     from airflow_provider_streamstate.engine.streams import launcher
+    from airflow_provider_streamstate.engine.streams.records import write_stop_request
     from airflow_provider_streamstate.hooks.store import open_checkpoint
 
     fs = open_checkpoint(spec.checkpoint, spec.aws_conn_id)
@@ -144,9 +146,13 @@ def finish_planned_batch(spec: StreamSpec, *, timeout_s: float, log: Any) -> int
         if time.monotonic() > deadline:
             launcher.stop(handle, timeout_s=60, checkpoint=side, requested_by="finish_planned_batch timeout")
             raise TransientError(f"stream {spec.name} did not commit its planned batch {planned} within "
-                                    f"{timeout_s:.0f}s", hint=f"see its log {handle.log}")
+                                 f"{timeout_s:.0f}s", hint=f"see its log {handle.log}")
         time.sleep(0.5)
     launcher.forget_secrets(handle)
+    # Stopped on purpose, as before this run (its launch cleared the request): a supervisor
+    # reads the request beside the checkpoint and leaves the stream stopped.
+    write_stop_request(side, requested_at=now_iso(), by=f"finish_planned_batch of {spec.name}",
+                       launch_id=handle.launch_id)
     if planned not in CheckpointReader(fs.fresh()).committed_batches():
         raise launcher.StreamStartError(f"stream {spec.name} ended ({status.state}) without committing its planned batch "
                                 f"{planned}: {status.last_error or 'no error recorded'}",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ import pytest
 from airflow_provider_streamstate.engine.checkpoint.filesystems import open_checkpoint_fs
 from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
 from airflow_provider_streamstate.engine.streams import launcher
+from airflow_provider_streamstate.engine.streams.records import stop_requested
 from airflow_provider_streamstate.jobs.generator import GeneratorSpec, produce
 from airflow_provider_streamstate.stream_start import finish_planned_batch, start_stream
 from tests.streams import consumed_records, example_stream_spec, wait_for
@@ -52,7 +54,9 @@ def test_a_batch_a_stop_left_planned_is_committed_by_one_more_run_that_reads_not
     planned = (ckpt / "offsets" / str(last)).read_bytes()
     produce(stack.kafka_bootstrap, topic, first.next_round(200))  # a run planning anew would read these
 
+    before_finish = datetime.now(UTC) - timedelta(seconds=1)
     assert finish_planned_batch(spec, timeout_s=300, log=log) == last
+    assert stop_requested(spec.checkpoint, since=before_finish) is not None  # still stopped on purpose
     offsets, commits = _batches(spec.checkpoint)
     assert (offsets[-1], commits[-1]) == (last, last)  # exactly the planned batch, nothing after it
     assert (ckpt / "offsets" / str(last)).read_bytes() == planned
