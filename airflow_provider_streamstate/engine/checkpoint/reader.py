@@ -46,6 +46,19 @@ SHUFFLE_PARTITIONS_CONF = "spark.sql.shuffle.partitions"
 # Since SPARK-53942 the state may have its own number of partitions, apart from the shuffles'.
 STATE_PARTITIONS_CONF = "spark.sql.streaming.internal.stateStore.partitions"
 STORE_LAYOUT_DIRS = {"_metadata", "SSTs", "logs", "_stateSchema"}
+
+
+def store_kind(conf: dict[str, str], where: str, *, readers: str) -> str:
+    """`hdfs` or `rocksdb`: the state store provider a checkpoint's pinned confs name, of the
+    two the engine reads and writes; any other is refused in one line (`readers`: who needs
+    one of the two, e.g. "key lookups read")."""
+    provider = conf.get(PROVIDER_CONF, HDFS_PROVIDER)
+    if provider == HDFS_PROVIDER:
+        return "hdfs"
+    if provider == ROCKSDB_PROVIDER:
+        return "rocksdb"
+    raise UnsupportedCheckpointError(f"{where} uses the state store provider {provider}",
+                                     hint=f"{readers} the HDFS-backed and RocksDB state stores")
 _VERSIONED = re.compile(r"^(\d+)\.(delta|snapshot|zip|changelog)$")
 _V2_VERSIONED = re.compile(r"^(\d+)_([0-9a-fA-F-]{8,})\.(zip|changelog)$")
 _UNIQUE_ID = re.compile(r"^[0-9a-fA-F-]{8,64}$")

@@ -29,11 +29,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_streamstate.engine.checkpoint.reader import (
-    HDFS_PROVIDER,
-    PROVIDER_CONF,
-    ROCKSDB_PROVIDER,
-)
+from airflow_provider_streamstate.engine.checkpoint.reader import store_kind
 from airflow_provider_streamstate.engine.core.errors import UnsupportedCheckpointError, UsageError
 from airflow_provider_streamstate.engine.lookup.api import (
     ENCODING_CONF,
@@ -148,13 +144,7 @@ class KeyChange:
 
 def provider_of(conf: dict[str, str], where: str) -> str:
     """`hdfs` or `rocksdb`, the store kinds an edit writes."""
-    provider = conf.get(PROVIDER_CONF, HDFS_PROVIDER)
-    if provider == HDFS_PROVIDER:
-        return "hdfs"
-    if provider == ROCKSDB_PROVIDER:
-        return "rocksdb"
-    raise UnsupportedCheckpointError(f"{where} uses the state store provider {provider}",
-                                     hint="state edits write the HDFS-backed and RocksDB state stores")
+    return store_kind(conf, where, readers="state edits write")
 
 
 def refuse_unwritable(src: StateSource) -> None:

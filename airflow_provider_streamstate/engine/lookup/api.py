@@ -23,11 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_streamstate.engine.checkpoint.operator_metadata import parse_metadata_v2
-from airflow_provider_streamstate.engine.checkpoint.reader import (
-    HDFS_PROVIDER,
-    PROVIDER_CONF,
-    ROCKSDB_PROVIDER,
-)
+from airflow_provider_streamstate.engine.checkpoint.reader import store_kind
 from airflow_provider_streamstate.engine.core.errors import (
     CorruptionError,
     NotFoundError,
@@ -334,13 +330,7 @@ def _partition(values: list[Any], schema: StructType, op: OperatorView) -> int:
 
 
 def _provider(src: StateSource) -> str:
-    provider = src.conf.get(PROVIDER_CONF, HDFS_PROVIDER)
-    if provider == HDFS_PROVIDER:
-        return "hdfs"
-    if provider == ROCKSDB_PROVIDER:
-        return "rocksdb"
-    raise UnsupportedCheckpointError(f"{src.description} uses the state store provider {provider}",
-                                     hint="key lookups read the HDFS-backed and RocksDB state stores")
+    return store_kind(src.conf, src.description, readers="key lookups read")
 
 
 def _check_encoding(src: StateSource) -> None:
