@@ -49,9 +49,8 @@ STORE_LAYOUT_DIRS = {"_metadata", "SSTs", "logs", "_stateSchema"}
 
 
 def store_kind(conf: dict[str, str], where: str, *, readers: str) -> str:
-    """`hdfs` or `rocksdb`: the state store provider a checkpoint's pinned confs name, of the
-    two the engine reads and writes; any other is refused in one line (`readers`: who needs
-    one of the two, e.g. "key lookups read")."""
+    """`hdfs` or `rocksdb`, the provider a checkpoint's pinned confs name; any other is refused
+    in one line (`readers`: who needs one of the two, e.g. "key lookups read")."""
     provider = conf.get(PROVIDER_CONF, HDFS_PROVIDER)
     if provider == HDFS_PROVIDER:
         return "hdfs"
