@@ -227,6 +227,7 @@ def write_case(spark: Any, c: Case, target: Path, line: str) -> dict[str, Any]:
 # --- comparing two generations of a case -----------------------------------------------------
 
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_IN_FLIGHT = re.compile(r"\.tmp(\.crc)?$")
 _VERSIONED = re.compile(r"^\.?(\d+)(?:_[^.]+)?\.(delta|changelog|zip|snapshot)(?:\.crc)*$")
 
 
@@ -235,7 +236,8 @@ def layout(checkpoint: Path, last: int, *, changelog: bool) -> list[str]:
     `last`: logs up to it, operator metadata and schemas, and the state files each commit
     writes (deltas, changelogs; zips when RocksDB commits them itself), uuids masked. Left
     out: what the maintenance thread writes when it gets to it (store snapshots, the tables a
-    changelog-mode zip references) and anything after `last`."""
+    changelog-mode zip references, and the temporary files it renames into place, seen when
+    the listing catches it mid-write) and anything after `last`."""
     out = []
     for p in sorted(checkpoint.rglob("*")):
         if not p.is_file():
@@ -243,6 +245,8 @@ def layout(checkpoint: Path, last: int, *, changelog: bool) -> list[str]:
         rel = p.relative_to(checkpoint).as_posix()
         parts = rel.split("/")
         name = parts[-1]
+        if _IN_FLIGHT.search(name):
+            continue
         if parts[0] in ("offsets", "commits") and name.lstrip(".").split(".")[0].isdigit():
             if int(name.lstrip(".").split(".")[0]) > last:
                 continue
