@@ -43,7 +43,11 @@ from airflow_provider_streamstate.engine.lookup.encodings.keytext import coerce
 from airflow_provider_streamstate.engine.lookup.encodings.murmur3 import partition_of
 from airflow_provider_streamstate.engine.lookup.encodings.schema import ColumnFamilySchema
 from airflow_provider_streamstate.engine.lookup.encodings.types import StructType
-from airflow_provider_streamstate.engine.lookup.encodings.unsafe_row import decode_row, encode_row
+from airflow_provider_streamstate.engine.lookup.encodings.unsafe_row import (
+    decode_row,
+    decode_row_values,
+    encode_row,
+)
 from airflow_provider_streamstate.engine.lookup.formats.codec import codec_name
 from airflow_provider_streamstate.engine.lookup.layouts import kind_of
 from airflow_provider_streamstate.engine.lookup.predicate import parse_predicate
@@ -195,6 +199,41 @@ def _row(value: Any, schema: StructType, what: str) -> list[Any]:
     return values
 
 
+def store_schema(src: StateSource, operator: int | str, store: str,
+                 cache: PartitionCache | None = None) -> tuple[OperatorView, ColumnFamilySchema]:
+    """The operator and the key and value schema of its `store`, refusing what an edit
+    cannot write (a join's or transformWithState's stores) or a store it does not have."""
+    op = src.operator(operator)
+    kind = kind_of(op.name, bool(op.state_variables))
+    if kind != "single":
+        what = "stream-stream join" if kind == "join" else "transformWithState"
+        raise UnsupportedCheckpointError(
+            f"operator {op.operator_id} ({op.name}) keeps {what} state; state edits write single-store "
+            "operators (aggregations, deduplication, (flat)mapGroupsWithState) for now",
+            hint="roll back to a snapshot and replay instead")
+    if store not in op.stores:
+        raise UsageError(f"operator {op.operator_id} ({op.name}) has no store {store!r}",
+                         hint=f"its stores: {', '.join(op.stores)}")
+    schemas = operator_schemas(src, op, cache or PartitionCache(max_entries=8, max_bytes=1 << 20), Reads())
+    if store not in schemas:
+        raise UnsupportedCheckpointError(f"operator {op.operator_id} ({op.name}) has no schema for {store!r}",
+                                         hint="read this state with Spark")
+    return op, schemas[store]
+
+
+def matching_entries(src: StateSource, operator: int | str, store: str,
+                     condition: str | None) -> Iterator[tuple[list[Any], list[Any]]]:
+    """(key, value), each its columns in order, of every entry of the operator's store that
+    satisfies `condition` (on the value's fields and `key.<column>`; None: every entry),
+    every partition read whole, without Spark."""
+    refuse_unwritable(src)
+    op, schema = store_schema(src, operator, store)
+    provider = provider_of(src.conf, src.description)
+    base = 0 if provider == "hdfs" else len(rk.VERSION)
+    for _, key_bytes, value_bytes, _, _ in _matching(src, op, store, schema, provider, condition):
+        yield decode_row_values(key_bytes[base:], schema.key), decode_row_values(value_bytes[base:], schema.value)
+
+
 def compile_changes(src: StateSource, spec: EditSpec) -> list[KeyChange]:
     """Every key of `spec` as the bytes Spark keeps at `src`'s batch, with its partition."""
     refuse_unwritable(src)
@@ -203,22 +242,7 @@ def compile_changes(src: StateSource, spec: EditSpec) -> list[KeyChange]:
     out: list[KeyChange] = []
     seen: set[tuple[int, str, bytes]] = set()
     for edit in spec.edits:
-        op = src.operator(edit.operator)
-        kind = kind_of(op.name, bool(op.state_variables))
-        if kind != "single":
-            what = "stream-stream join" if kind == "join" else "transformWithState"
-            raise UnsupportedCheckpointError(
-                f"operator {op.operator_id} ({op.name}) keeps {what} state; state edits write single-store "
-                "operators (aggregations, deduplication, (flat)mapGroupsWithState) for now",
-                hint="roll back to a snapshot and replay instead")
-        if edit.store not in op.stores:
-            raise UsageError(f"operator {op.operator_id} ({op.name}) has no store {edit.store!r}",
-                             hint=f"its stores: {', '.join(op.stores)}")
-        schemas = operator_schemas(src, op, cache, Reads())
-        if edit.store not in schemas:
-            raise UnsupportedCheckpointError(f"operator {op.operator_id} ({op.name}) has no schema for "
-                                             f"{edit.store!r}", hint="read this state with Spark")
-        schema = schemas[edit.store]
+        op, schema = store_schema(src, edit.operator, edit.store, cache)
         wanted = [(k, None) for k in edit.delete] + list(edit.set)
         for key, value in wanted:
             values = key_values(key, schema.key, op.name)
@@ -238,7 +262,7 @@ def compile_changes(src: StateSource, spec: EditSpec) -> list[KeyChange]:
             out.append(KeyChange(op.operator_id, op.name, edit.store, part, decode_row(row, schema.key), key_bytes,
                                  new, value_bytes))
         if edit.delete_where:
-            for part, key_bytes, key in _matching(src, op, edit.store, schema, provider, edit.delete_where):
+            for part, key_bytes, _, key, _ in _matching(src, op, edit.store, schema, provider, edit.delete_where):
                 if (op.operator_id, edit.store, key_bytes) not in seen:  # a key also named is as named
                     seen.add((op.operator_id, edit.store, key_bytes))
                     out.append(KeyChange(op.operator_id, op.name, edit.store, part, key, key_bytes, None, None))
@@ -246,10 +270,11 @@ def compile_changes(src: StateSource, spec: EditSpec) -> list[KeyChange]:
 
 
 def _matching(src: StateSource, op: OperatorView, store: str, schema: ColumnFamilySchema, provider: str,
-              condition: str) -> Iterator[tuple[int, bytes, dict[str, Any]]]:
-    """(partition, stored key, key) of every entry of the store whose value (and `key.<column>`)
-    satisfies `condition`, reading every partition whole, without Spark."""
-    predicate = parse_predicate(condition)
+              condition: str | None) -> Iterator[tuple[int, bytes, bytes, dict[str, Any], dict[str, Any]]]:
+    """(partition, stored key, stored value, key, value) of every entry of the store whose
+    value (and `key.<column>`) satisfies `condition` (None: every entry), every partition
+    read whole, without Spark."""
+    predicate = parse_predicate(condition) if condition is not None else None
     codec = codec_name(src.conf)
     base = 0 if provider == "hdfs" else len(rk.VERSION)
     for p in range(op.partitions):
@@ -258,7 +283,6 @@ def _matching(src: StateSource, op: OperatorView, store: str, schema: ColumnFami
         for key_bytes, value_bytes in partition_entries(part):
             key = decode_row(key_bytes[base:], schema.key)
             value = decode_row(value_bytes[base:], schema.value)
-            if "key" not in value:
-                value["key"] = key
-            if predicate.holds(True, value):
-                yield p, key_bytes, key
+            fields = value if "key" in value else {**value, "key": key}
+            if predicate is None or predicate.holds(True, fields):
+                yield p, key_bytes, value_bytes, key, value
