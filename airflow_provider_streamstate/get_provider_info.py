@@ -36,6 +36,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_provider_streamstate.operators.retention",
                     "airflow_provider_streamstate.operators.replicate",
                     "airflow_provider_streamstate.operators.rescale",
+                    "airflow_provider_streamstate.operators.edit",
                     "airflow_provider_streamstate.operators.snapshot",
                     "airflow_provider_streamstate.operators.stream",
                     "airflow_provider_streamstate.operators.supervise",

@@ -2,7 +2,7 @@
 through the spec's own Spark (its `spark` connection, master, confs, jars and environment:
 the Spark the stream runs on reads what the edit wrote, as it will when the stream resumes),
 its store and checkpoint reached with the spec's connection. What `streamstate state edit`
-uses (and a later operator will)."""
+and StateEditOperator use."""
 
 from __future__ import annotations
 
@@ -42,3 +42,28 @@ def edit_spec(
                        clone_name=clone_name, command=edit_check_command(spec) if spark_check and apply else None,
                        requested_by=requested_by, connection=connection, parallelism=parallelism,
                        timeout_s=timeout_s, on_submit=on_submit)
+
+
+def planned_transform(
+    spec: StreamSpec, transform: Any, *, where: str | None = None, operator: int | str = 0, store: str = "default",
+    snapshot: str | None = None, description: str | None = None,
+) -> Any:
+    """`engine.edit.plan.plan_transform` of the stream's state: its snapshot `snapshot`, else
+    its checkpoint's newest batch (what an in-place edit of the stopped stream starts from).
+    `transform`: a function of (key, value), or `module:function`."""
+    from airflow_provider_streamstate.engine.checkpoint.filesystems import open_checkpoint_fs
+    from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
+    from airflow_provider_streamstate.engine.edit.plan import load_transform, plan_transform
+    from airflow_provider_streamstate.engine.lookup.reading.sources import CheckpointSource, SnapshotSource
+    from airflow_provider_streamstate.hooks.store import StreamstateStoreHook, checkpoint_connection
+
+    fn = load_transform(transform) if isinstance(transform, str) else transform
+    if snapshot:
+        src: Any = SnapshotSource(StreamstateStoreHook(spec.store, aws_conn_id=spec.aws_conn_id).store, spec.name,
+                                  snapshot)
+    else:
+        connection = checkpoint_connection(spec.checkpoint, spec.aws_conn_id)
+        src = CheckpointSource(spec.checkpoint,
+                               reader=CheckpointReader(open_checkpoint_fs(spec.checkpoint, connection=connection)))
+    return plan_transform(src, fn, where=where, operator=operator, store=store, description=description,
+                          name=transform if isinstance(transform, str) else None)

@@ -3,7 +3,8 @@ them or set their values, in a new batch written on a verified copy of a snapsho
 in place (the stream stopped; the source snapshot pinned for a rollback) or written as a
 clone. A dry run unless --apply.
 
-    streamstate state edit --spec SPEC --edit JSON|FILE [--description TEXT] [--snapshot SNAPSHOT]
+    streamstate state edit --spec SPEC (--edit JSON|FILE | --transform MODULE:FUNCTION [--where COND]
+                           [--operator ID|NAME] [--store-name N]) [--description TEXT] [--snapshot SNAPSHOT]
                            [--dry-run | --apply [--target CKPT [--clone-name NAME]]] [--requested-by WHO]
                            [--no-spark-check] [--master M] [--deploy-mode client|cluster]
                            [--timeout SECONDS] [--json]
@@ -13,7 +14,10 @@ the Spark whose state reader checks the edited copy (Spark 4.0+). The edit (JSON
 holding it) is `{"operator": 0, "store": "default", "delete": [KEY, ...], "delete_where":
 CONDITION, "set": [{"key": KEY, "value": VALUE}, ...]}` or a list of them (docs/state.md). SNAPSHOT is an id, `latest`
 or `latest-good:<suite>`; by default the dry run reads the checkpoint and --apply takes a
-new snapshot of the stopped stream.
+new snapshot of the stopped stream. `--transform` names a Python function of (key, value),
+importable here, that returns each key's new value (or some of its columns), None to delete
+the key, or the value unchanged; it is called for every key of the operator's store (those
+`--where` selects) and its answers become the edit.
 """
 
 from __future__ import annotations
@@ -37,7 +41,14 @@ def register(sub: Any) -> Handlers:
     """Add `edit` to the `state` command's subcommands."""
     p = sub.add_parser("edit", help="delete keys or set their values, on a verified copy (a dry run unless --apply)")
     p.add_argument("--spec", required=True, help="the stream's StreamSpec: JSON, or a file holding it")
-    p.add_argument("--edit", required=True, metavar="JSON|FILE", help="the keys to delete and to set")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--edit", metavar="JSON|FILE", help="the keys to delete and to set")
+    what.add_argument("--transform", metavar="MODULE:FUNCTION",
+                      help="a function of (key, value) giving each key's new value, or None to delete it")
+    p.add_argument("--where", metavar="COND", default=None,
+                   help="with --transform: only the keys whose value (and key.<column>) satisfy this")
+    p.add_argument("--operator", default="0", metavar="ID|NAME", help="with --transform: the stateful operator")
+    p.add_argument("--store-name", default="default", metavar="N", help="with --transform: its state store")
     p.add_argument("--description", default=None, metavar="TEXT",
                    help="what the edit repairs (the result's snapshot is labelled with it)")
     p.add_argument("--snapshot", default=None, help="the source snapshot (default: the checkpoint, or a new snapshot "
@@ -79,12 +90,21 @@ def cmd_state_edit(args: argparse.Namespace) -> int:
                          hint="run the dry run without them, then --apply --target CKPT")
     if args.clone_name and not args.target:
         raise UsageError("--clone-name names a clone: give it with --target", hint="or leave --clone-name out")
-    edit = EditSpec.from_json(_edit_text(args.edit), args.description)
+    if args.edit and (args.where or args.operator != "0" or args.store_name != "default"):
+        raise UsageError("--where, --operator and --store-name select what --transform is given",
+                         hint="with --edit, name the operator, store and keys (or delete_where) in the edit")
     spec = read_spec(args.spec)
     if args.master or args.deploy_mode:
         spec = spec.derive(master=args.master or spec.master, deploy_mode=args.deploy_mode or spec.deploy_mode)
     use_spec_connection(spec)
-    from airflow_provider_streamstate.stream_edit import edit_spec
+    from airflow_provider_streamstate.stream_edit import edit_spec, planned_transform
+
+    if args.transform:
+        operator = int(args.operator) if args.operator.isdigit() else args.operator
+        edit = planned_transform(spec, args.transform, where=args.where, operator=operator, store=args.store_name,
+                                 snapshot=args.snapshot, description=args.description).edit
+    else:
+        edit = EditSpec.from_json(_edit_text(args.edit), args.description)
 
     r = edit_spec(spec, edit, apply=args.apply, snapshot=args.snapshot, target=args.target,
                   clone_name=args.clone_name, spark_check=not args.no_spark_check, requested_by=args.requested_by,

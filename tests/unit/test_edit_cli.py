@@ -62,3 +62,35 @@ def test_options_that_cannot_go_together_are_usage_errors(spec, capsys, extra: l
     argv = ["state", "edit", "--spec", text, "--edit", '{"delete": [1]}', *extra]
     code, _, err = run(capsys, *argv)
     assert code == 2 and words in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_transform_named_as_module_function_is_planned_shown_and_applied(spec, capsys, tmp_path, monkeypatch) -> None:
+    """`--transform` (a function of key and value, importable here) with `--where`: the dry
+    run counts the keys it changes, --apply writes exactly its answers."""
+    text, ckpt = spec
+    g = golden("small_aggregation_hdfs")
+    (field,) = g.state().types["value"].names
+    rows = g.state().rows
+    top = sorted(r.value[0] for r in rows)[-3]
+    (tmp_path / "fixes_for_test.py").write_text(
+        f"def halve(key, value):\n    return {{'{field}': value['{field}'] // 2}}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    argv = ["state", "edit", "--spec", text, "--transform", "fixes_for_test:halve", "--where", f"{field} >= {top}"]
+    code, out, _ = run(capsys, *argv)
+    assert code == 0 and "would change 3 key(s) of orders (transform 3 key(s) with fixes_for_test:halve" in out
+    code, out, _ = run(capsys, *argv, "--apply", "--no-spark-check", "--json")
+    assert code == 0 and json.loads(out)["preview"]["changed"] == 3
+    for r in rows:
+        hit = lookup_key(ckpt, key=r.key_input)
+        assert hit.value[field] == (r.value[0] // 2 if r.value[0] >= top else r.value[0])
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (["--edit", '{"delete": [1]}', "--where", "count > 1"], "--where, --operator and --store-name select"),
+    (["--transform", "no_such_module_here:fn"], "cannot be loaded"),
+    (["--transform", "json"], "is not module:function"),
+])
+def test_a_transform_given_wrong_is_a_usage_error(spec, capsys, argv: list[str], words: str) -> None:
+    text, _ = spec
+    code, _, err = run(capsys, "state", "edit", "--spec", text, *argv)
+    assert code == 2 and words in err and len(err.strip().splitlines()) == 1

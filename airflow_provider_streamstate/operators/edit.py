@@ -1,0 +1,129 @@
+"""Repairing keys of a stream's state as an Airflow task: thin over stream_edit.py and
+engine/edit/repair.py."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import Context
+
+from airflow_provider_streamstate.engine.core.config.values import optional_duration
+from airflow_provider_streamstate.operators.base import StreamTask
+from airflow_provider_streamstate.task_errors import engine_errors
+
+
+class StateEditOperator(StreamTask):
+    """Delete keys of a stream's state or set their values, in place of a rollback and a
+    replay, on a verified copy: batch N+1 written beside snapshot N with N's offsets (the
+    stream resumes where it was), checked without Spark (every other entry as it was, each
+    changed key read back) and by Spark's own state reader in the stream's Spark, then put in
+    place of the stopped stream's checkpoint behind a fence (the source snapshot pinned: a
+    rollback is one restore of it) and snapshotted (labels `edited-from`, `edit`,
+    `edited-by`), or written as a clone at `target` for a test first. With `dry_run`, only
+    what would change is returned. A running stream (in place), a source the checkpoint has
+    moved past, an edit that changes nothing or state an edit cannot write fail the task
+    without retries, with nothing changed. Returns the engine's EditResult.to_json
+    (`source_snapshot`, `edited_snapshot`, `edit_batch`, `checkpoint`, `in_place`,
+    `pinned`, `preview`, `spark`, `stores`, `seconds`, ...).
+
+    :param stream: the stream, a `StreamSpec` or its `to_dict()`. (templated)
+    :param edit: the edit: `{"operator", "store", "delete", "delete_where", "set"}` or a
+        list of them, as a dict, a list or JSON text (docs/state.md). (templated)
+    :param transform: instead of `edit`, a function of (key, value), or `module:function`
+        importable on the worker, giving each key's new value (or some of its columns),
+        None to delete the key, or the value unchanged; its answers are the edit. (templated)
+    :param where: with `transform`: only the keys whose value (and `key.<column>`) satisfy
+        this condition are given to it. (templated)
+    :param operator: with `transform`: the stateful operator's id or name. (templated)
+    :param store_name: with `transform`: the operator's state store. (templated)
+    :param description: what the edit repairs (the result's snapshot is labelled with it;
+        default: counts of the keys). (templated)
+    :param snapshot: the source snapshot: an id, `latest` or `latest-good:<suite>`; default
+        a new snapshot of the stopped stream (in place: it must be the checkpoint's newest
+        batch). (templated)
+    :param target: write the edited state as a clone at this checkpoint instead of in
+        place. (templated)
+    :param clone_name: the clone's name in the store (default `<stream>-edited`). (templated)
+    :param dry_run: only read and return what would change.
+    :param spark_check: have Spark's state reader check the edited copy (Spark 4.0+), as a
+        Spark application through the stream's own Spark settings.
+    :param requested_by: who asked, for the `edited-by` label (default: the DAG run's
+        triggering user, else the DAG and run). (templated)
+    :param timeout: how long Spark's check may run before it is killed (a timedelta or
+        seconds; None: no limit). (templated)
+    """
+
+    template_fields: Sequence[str] = ("stream", "edit", "transform", "where", "operator", "store_name",
+                                      "description", "snapshot", "target", "clone_name", "requested_by", "timeout")
+
+    def __init__(
+        self, *, edit: dict[str, Any] | list[Any] | str | None = None, transform: Callable[[Any, Any], Any] | str | None = None,
+        where: str | None = None, operator: int | str = 0, store_name: str = "default", description: str | None = None,
+        snapshot: str | None = None, target: str | None = None, clone_name: str | None = None,
+        dry_run: bool = False, spark_check: bool = True, requested_by: str | None = None,
+        timeout: timedelta | float | None = None, **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if (edit is None) == (transform is None):
+            raise ValueError("give StateEditOperator exactly one of edit and transform")
+        self.edit = edit
+        self.transform = transform
+        self.where = where
+        self.operator = operator
+        self.store_name = store_name
+        self.description = description
+        self.snapshot = snapshot
+        self.target = target
+        self.clone_name = clone_name
+        self.dry_run = dry_run
+        self.spark_check = spark_check
+        self.requested_by = requested_by
+        self.timeout = timeout
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_provider_streamstate.engine.edit.changes import EditSpec
+        from airflow_provider_streamstate.stream_edit import edit_spec, planned_transform
+
+        spec = self.spec
+        with engine_errors():
+            timeout_s = optional_duration(self.timeout, "timeout")
+            if self.transform is not None:
+                operator = int(self.operator) if str(self.operator).isdigit() else self.operator
+                edit = planned_transform(spec, self.transform, where=self.where or None, operator=operator,
+                                         store=self.store_name or "default", snapshot=self.snapshot or None,
+                                         description=self.description or None).edit
+            else:
+                edit = EditSpec.from_json(self.edit if isinstance(self.edit, str) else json.dumps(self.edit),
+                                          self.description or None)
+        where = "a dry run" if self.dry_run else f"as a clone at {self.target}" if self.target else "in place"
+        self.log.info("editing the state of %s (%s), %s", spec.name, edit.description, where)
+        with self.cancellable():
+            result = edit_spec(spec, edit, apply=not self.dry_run, snapshot=self.snapshot or None,
+                               target=self.target or None, clone_name=self.clone_name or None,
+                               spark_check=self.spark_check, requested_by=self.requested_by or _asked_by(context),
+                               timeout_s=timeout_s, parallelism=self.parallelism)
+        p = result.preview
+        self.log.info("%s %d key(s) of %s at batch %d", "would change" if result.dry_run else "changed", p.changed,
+                      p.source, p.batch_id)
+        for key in p.keys:
+            self.log.info("  %s %s%s", key["action"], json.dumps(key["key"], sort_keys=True),
+                          "" if key["action"] == "delete" else f" = {json.dumps(key['value'], sort_keys=True)}")
+        if not result.dry_run:
+            self.log.info("edit batch %d in %s: snapshot %s, edited from %s%s", result.edit_batch, result.checkpoint,
+                          result.edited_snapshot, result.source_snapshot,
+                          f"; {result.pinned} is pinned for a rollback" if result.pinned else "")
+        if result.snapshot_error:
+            self.log.warning("the edited state is in place, but its snapshot failed: %s", result.snapshot_error)
+        return dict(result.to_json())
+
+
+def _asked_by(context: Context) -> str:
+    """The DAG run's triggering user where Airflow records one, else the DAG and run."""
+    run = context.get("dag_run")
+    user = getattr(run, "triggering_user_name", None) if run is not None else None
+    ti = context.get("ti")
+    where = f"{getattr(ti, 'dag_id', '?')}/{getattr(run, 'run_id', '?')}"
+    return f"{user} ({where})" if user else where

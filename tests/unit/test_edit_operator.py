@@ -1,0 +1,61 @@
+"""StateEditOperator run as a task runs it (execute), on a golden checkpoint's work copy:
+a transform given as a function is planned and dry-run, an edit is written as a clone with
+its labels, and an operator given both an edit and a transform (or neither) is refused when
+the DAG is parsed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_streamstate.engine.catalog.snapshots import get_snapshot
+from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
+from airflow_provider_streamstate.engine.lookup import lookup_key
+from airflow_provider_streamstate.engine.stores import open_store
+from airflow_provider_streamstate.operators.edit import StateEditOperator
+from airflow_provider_streamstate.spec import StreamSpec
+from tests.edits import work_copy
+from tests.goldens import golden
+
+CASE = "small_aggregation_hdfs"
+
+
+@pytest.fixture
+def spec(tmp_path: Path) -> StreamSpec:
+    return StreamSpec(name="orders", checkpoint=work_copy(golden(CASE), tmp_path), store=str(tmp_path / "store"))
+
+
+def test_a_transform_function_is_planned_and_dry_run_with_nothing_written(spec: StreamSpec) -> None:
+    g = golden(CASE)
+    (field,) = g.state().types["value"].names
+    rows = g.state().rows
+    top = max(r.value[0] for r in rows)
+    n = CheckpointReader(spec.checkpoint).resolve_batch(None)
+
+    def drop_top(key: dict, value: dict) -> dict | None:
+        return None if value[field] == top else value
+
+    task = StateEditOperator(task_id="edit", stream=spec.to_dict(), transform=drop_top, dry_run=True)
+    out = task.execute({})
+    assert out["dry_run"] and out["preview"]["changed"] == 1 and out["description"] == "transform 1 key(s) with drop_top"
+    assert CheckpointReader(spec.checkpoint).resolve_batch(None) == n
+
+
+def test_an_edit_written_as_a_clone_is_labelled_with_who_asked(spec: StreamSpec, tmp_path: Path) -> None:
+    key = golden(CASE).state().rows[0].key_input
+    task = StateEditOperator(task_id="edit", stream=spec.to_dict(), edit={"delete": [key]}, spark_check=False,
+                             target=str(tmp_path / "clone"), clone_name="orders-fixed", description="a bot's key",
+                             requested_by="oncall")
+    out = task.execute({})
+    assert not out["in_place"] and out["checkpoint"] == str(tmp_path / "clone")
+    assert not lookup_key(str(tmp_path / "clone"), key=key).found and lookup_key(spec.checkpoint, key=key).found
+    labels = get_snapshot(open_store(spec.store), "orders-fixed", out["edited_snapshot"]).labels
+    assert (labels["edit"], labels["edited-by"], labels["edited-from"]) == ("a bot's key", "oncall",
+                                                                            out["source_snapshot"])
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"edit": {"delete": [1]}, "transform": "fixes:cap"}])
+def test_an_operator_needs_exactly_one_of_edit_and_transform(kwargs: dict) -> None:
+    with pytest.raises(ValueError, match="exactly one of edit and transform"):
+        StateEditOperator(task_id="edit", stream={"name": "s", "checkpoint": "/c", "store": "/s"}, **kwargs)
