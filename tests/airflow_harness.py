@@ -20,7 +20,8 @@ REPO = Path(__file__).resolve().parent.parent
 TEST_DAGS = sorted((REPO / "tests" / "dags").glob("*.py"))
 HOME: Path | None = None  # this test process's Airflow home, set once by conftest.py
 
-__all__ = ["DagResult", "TaskResult", "configure_airflow_env", "prepare_airflow", "run_dag", "ui_link"]
+__all__ = ["DagResult", "Person", "TaskResult", "answer_approval", "configure_airflow_env", "prepare_airflow",
+           "run_dag", "ui_link"]
 
 configure_airflow_env = configure_env
 
@@ -52,3 +53,82 @@ def ui_link(dag_id: str, task_id: str) -> str | None:
         dag = DBDagBag().get_latest_version_of_dag(dag_id, session=session)
         assert ti is not None and dag is not None
         return dag.get_task(task_id).get_extra_links(ti, "Snapshot")
+
+
+def answer_approval(dag_id: str, task_id: str, option: str, *, timeout_s: float = 900.0) -> dict[str, Any]:
+    """What a person does in Airflow's UI (Required Actions), through Airflow's own REST
+    API on this process's metadata DB: wait until `task_id` of a running `dag_id` asks,
+    read what it shows, and answer `option`. Returns the request as the API listed it
+    (`subject`, `body`, `options`, ...). Run it in a thread beside `run_dag`."""
+    import os
+    import secrets
+    import time
+
+    from airflow.api_fastapi.app import create_app, get_auth_manager
+    from fastapi.testclient import TestClient
+
+    os.environ.setdefault("AIRFLOW__API_AUTH__JWT_SECRET", secrets.token_urlsafe(64))
+    app = create_app()
+    am = get_auth_manager()
+    headers = {"Authorization": f"Bearer {am.generate_jwt(am.get_users()[0])}"}
+    deadline = time.monotonic() + timeout_s
+    with TestClient(app) as client:
+        while True:
+            listed = client.get(f"/api/v2/dags/{dag_id}/dagRuns/~/hitlDetails", headers=headers,
+                                params={"response_received": False})
+            assert listed.status_code == 200, listed.text
+            asking = [d for d in listed.json()["hitl_details"] if d["task_instance"]["task_id"] == task_id]
+            if asking:
+                break
+            assert time.monotonic() < deadline, f"{dag_id}.{task_id} never asked for a response"
+            time.sleep(1)
+        detail = asking[0]
+        ti = detail["task_instance"]
+        answered = client.patch(
+            f"/api/v2/dags/{dag_id}/dagRuns/{ti['dag_run_id']}/taskInstances/{task_id}/{ti['map_index']}/hitlDetails",
+            headers=headers, json={"chosen_options": [option]})
+        assert answered.status_code == 200, answered.text
+        return dict(detail)
+
+
+class Person:
+    """A person who answers `task_id` of the next run of `dag_id` with `option`, in a thread
+    beside `run_dag`. When answering fails, the waiting task is failed instead, so that the
+    run ends (dag.test would wait for the answer) and `asked()` raises what went wrong."""
+
+    def __init__(self, dag_id: str, task_id: str, option: str) -> None:
+        import threading
+
+        self.dag_id, self.task_id, self.option = dag_id, task_id, option
+        self._asked: dict[str, Any] = {}
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._answer, name=f"person-{task_id}", daemon=True)
+        self._thread.start()
+
+    def _answer(self) -> None:
+        try:
+            self._asked = answer_approval(self.dag_id, self.task_id, self.option)
+        except BaseException as exc:  # noqa: BLE001 - reported by asked()
+            self._error = exc
+            _fail_waiting(self.dag_id, self.task_id)
+
+    def asked(self) -> dict[str, Any]:
+        """What the task asked (`subject`, `body`, `options`...), once answered."""
+        self._thread.join(timeout=60)
+        if self._error is not None:
+            raise AssertionError(f"answering {self.dag_id}.{self.task_id} failed: {self._error!r}") from self._error
+        assert self._asked, f"{self.dag_id}.{self.task_id} was not answered"
+        return self._asked
+
+
+def _fail_waiting(dag_id: str, task_id: str) -> None:
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from airflow.utils.state import TaskInstanceState
+    from sqlalchemy import select
+
+    with create_session() as session:
+        for ti in session.scalars(select(TaskInstance).where(
+                TaskInstance.dag_id == dag_id, TaskInstance.task_id == task_id,
+                TaskInstance.state == TaskInstanceState.AWAITING_INPUT)):
+            ti.state = TaskInstanceState.FAILED
