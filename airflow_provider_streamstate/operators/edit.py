@@ -22,8 +22,8 @@ class StateEditOperator(StreamTask):
     changed key read back) and by Spark's own state reader in the stream's Spark, then put in
     place of the stopped stream's checkpoint behind a fence (the source snapshot pinned: a
     rollback is one restore of it) and snapshotted (labels `edited-from`, `edit`,
-    `edited-by`), or written as a clone at `target` for a test first. With `dry_run`, only
-    what would change is returned. A running stream (in place), a source the checkpoint has
+    `edited-by`), or written as a clone at `target` for a test first. Without `apply`,
+    only what would change is returned. A running stream (in place), a source the checkpoint has
     moved past, an edit that changes nothing or state an edit cannot write fail the task
     without retries, with nothing changed. Returns the engine's EditResult.to_json
     (`source_snapshot`, `edited_snapshot`, `edit_batch`, `checkpoint`, `in_place`,
@@ -47,7 +47,8 @@ class StateEditOperator(StreamTask):
     :param target: write the edited state as a clone at this checkpoint instead of in
         place. (templated)
     :param clone_name: the clone's name in the store (default `<stream>-edited`). (templated)
-    :param dry_run: only read and return what would change.
+    :param apply: write the edit (False: a dry run, which only reads and returns what would
+        change).
     :param spark_check: have Spark's state reader check the edited copy (Spark 4.0+), as a
         Spark application through the stream's own Spark settings.
     :param requested_by: who asked, for the `edited-by` label (default: the DAG run's
@@ -63,7 +64,7 @@ class StateEditOperator(StreamTask):
         self, *, edit: dict[str, Any] | list[Any] | str | None = None, transform: Callable[[Any, Any], Any] | str | None = None,
         where: str | None = None, operator: int | str = 0, store_name: str = "default", description: str | None = None,
         snapshot: str | None = None, target: str | None = None, clone_name: str | None = None,
-        dry_run: bool = False, spark_check: bool = True, requested_by: str | None = None,
+        apply: bool = True, spark_check: bool = True, requested_by: str | None = None,
         timeout: timedelta | float | None = None, **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -78,7 +79,7 @@ class StateEditOperator(StreamTask):
         self.snapshot = snapshot
         self.target = target
         self.clone_name = clone_name
-        self.dry_run = dry_run
+        self.apply = apply
         self.spark_check = spark_check
         self.requested_by = requested_by
         self.timeout = timeout
@@ -98,10 +99,10 @@ class StateEditOperator(StreamTask):
             else:
                 edit = EditSpec.from_json(self.edit if isinstance(self.edit, str) else json.dumps(self.edit),
                                           self.description or None)
-        where = "a dry run" if self.dry_run else f"as a clone at {self.target}" if self.target else "in place"
+        where = "a dry run" if not self.apply else f"as a clone at {self.target}" if self.target else "in place"
         self.log.info("editing the state of %s (%s), %s", spec.name, edit.description, where)
         with self.cancellable():
-            result = edit_spec(spec, edit, apply=not self.dry_run, snapshot=self.snapshot or None,
+            result = edit_spec(spec, edit, apply=bool(self.apply), snapshot=self.snapshot or None,
                                target=self.target or None, clone_name=self.clone_name or None,
                                spark_check=self.spark_check, requested_by=self.requested_by or _asked_by(context),
                                timeout_s=timeout_s, parallelism=self.parallelism)

@@ -36,7 +36,7 @@ def test_a_transform_function_is_planned_and_dry_run_with_nothing_written(spec: 
     def drop_top(key: dict, value: dict) -> dict | None:
         return None if value[field] == top else value
 
-    task = StateEditOperator(task_id="edit", stream=spec.to_dict(), transform=drop_top, dry_run=True)
+    task = StateEditOperator(task_id="edit", stream=spec.to_dict(), transform=drop_top, apply=False)
     out = task.execute({})
     assert out["dry_run"] and out["preview"]["changed"] == 1 and out["description"] == "transform 1 key(s) with drop_top"
     assert CheckpointReader(spec.checkpoint).resolve_batch(None) == n

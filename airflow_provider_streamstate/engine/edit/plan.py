@@ -119,7 +119,7 @@ def plan_transform(
     deleted) or the value unchanged (the key is left alone). UsageError when nothing
     changes or more than MAX_KEYS keys would."""
     _, schema = store_schema(src, operator, store)
-    label = name or getattr(fn, "__name__", "a function")
+    label = name or str(getattr(fn, "__name__", "a function"))
     rows = []
     for k, v in matching_entries(src, operator, store, where):
         key, value = _named(k, schema.key), _named(v, schema.value)
