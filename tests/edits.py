@@ -52,3 +52,27 @@ def repair_of(g: Golden, deletes: int = 2, sets: int = 1) -> tuple[dict[str, Any
     edit = {"delete": [r.key_input for r in gone],
             "set": [{"key": r.key_input, "value": value} for r in changed]}
     return edit, gone, changed
+
+
+def schema_file(key: dict[str, Any], value: dict[str, Any]) -> bytes:
+    """A state schema file of version 2 as Spark writes one (`writeUTF("v2")`, then the key's
+    and the value's schema JSON, each as a count of `writeUTF` chunks): what a new query
+    version's checkpoint holds, for migration tests."""
+    import json
+    import struct
+
+    def utf(text: str) -> bytes:
+        raw = text.encode("utf-8")
+        return struct.pack(">H", len(raw)) + raw
+
+    def chunks(text: str) -> bytes:
+        parts = [text[i:i + 60_000] for i in range(0, len(text), 60_000)] or [""]
+        return struct.pack(">i", len(parts)) + b"".join(utf(p) for p in parts)
+
+    return utf("v2") + chunks(json.dumps(key, separators=(",", ":"))) + chunks(json.dumps(value, separators=(",", ":")))
+
+
+def struct_json(*fields: tuple[str, str, bool]) -> dict[str, Any]:
+    """Spark's JSON of a struct of (name, type, nullable) fields."""
+    return {"type": "struct", "fields": [{"name": n, "type": t, "nullable": null, "metadata": {}}
+                                         for n, t, null in fields]}

@@ -234,6 +234,13 @@ def matching_entries(src: StateSource, operator: int | str, store: str,
         yield decode_row_values(key_bytes[base:], schema.key), decode_row_values(value_bytes[base:], schema.value)
 
 
+def matching_raw_entries(src: StateSource, op: OperatorView, store: str, schema: ColumnFamilySchema,
+                         provider: str) -> Iterator[tuple[int, bytes, bytes]]:
+    """(partition, stored key, stored value) of every entry of the store, as stored."""
+    for part, key_bytes, value_bytes, _, _ in _matching(src, op, store, schema, provider, None):
+        yield part, key_bytes, value_bytes
+
+
 def compile_changes(src: StateSource, spec: EditSpec) -> list[KeyChange]:
     """Every key of `spec` as the bytes Spark keeps at `src`'s batch, with its partition."""
     refuse_unwritable(src)

@@ -1,4 +1,5 @@
-"""Repair a stream's state in place of a replay: keys deleted or set (engine/edit/changes.py)
+"""Repair a stream's state in place of a replay: keys deleted or set (engine/edit/changes.py),
+or every key of a store rewritten into a new query version's schema (engine/edit/migrate.py),
 in a new batch N+1 written on a verified copy of snapshot N, then swapped into the stopped
 stream's checkpoint or kept as a clone.
 
@@ -12,7 +13,8 @@ writes itself:
 2. The source: the given snapshot, else a new one of the (stopped) stream.
 3. Restore it to a work copy (in place: a sibling of the checkpoint; as a clone: the target)
    and write batch N+1 there (batch.py: a delta or changelog per store partition, offsets
-   and commit last): the same source offsets as N, so the stream resumes where it was.
+   and commit last): the same source offsets as N, so the stream resumes where it was; a
+   migration also replaces the store's schema file with the new version's.
 4. Verify the copy without Spark (verify.py): its digest at N+1 is the source's with exactly
    the asked changes, every other entry byte for byte, every key where Spark looks for it,
    each changed key read back. Then, with a `command`, Spark's own state reader reads the
@@ -44,6 +46,7 @@ from airflow_provider_streamstate.engine.core.crash_points import crash_point
 from airflow_provider_streamstate.engine.core.errors import CorruptionError, StreamstateError, UsageError
 from airflow_provider_streamstate.engine.edit.batch import EditBatch, write_edit_batch
 from airflow_provider_streamstate.engine.edit.changes import EditSpec, KeyChange, compile_changes
+from airflow_provider_streamstate.engine.edit.migrate import Migration, migrated_changes, schema_path
 from airflow_provider_streamstate.engine.edit.preview import EditPreview, current_values, preview
 from airflow_provider_streamstate.engine.edit.spark_check import CommandFor, spark_check
 from airflow_provider_streamstate.engine.edit.verify import edit_problems, expected_digest
@@ -99,7 +102,7 @@ def work_location(checkpoint: str) -> str:
     return f"{checkpoint.rstrip('/')}{WORK_SUFFIX}"
 
 
-def edit_labels(source: str, edit: EditSpec, requested_by: str | None) -> dict[str, str]:
+def edit_labels(source: str, edit: EditSpec | Migration, requested_by: str | None) -> dict[str, str]:
     labels = {LABEL_FROM: source, LABEL_EDIT: edit.description[:MAX_LABEL]}
     if requested_by:
         labels[LABEL_BY] = requested_by[:MAX_LABEL]
@@ -110,7 +113,7 @@ def edit_stream(
     store: SnapshotStore,
     stream: str,
     checkpoint: str,
-    edit: EditSpec,
+    edit: EditSpec | Migration,
     *,
     apply: bool = False,
     snapshot: str | None = None,
@@ -135,7 +138,7 @@ def edit_stream(
     if not apply:
         src: StateSource = SnapshotSource(store, stream, snapshot) if snapshot else CheckpointSource(
             checkpoint, reader=CheckpointReader(open_checkpoint_fs(checkpoint, connection=connection)))
-        changes = compile_changes(src, edit)
+        changes = _changes(src, edit)
         seen = preview(src, changes, current_values(src, changes))
         seconds["total"] = time.monotonic() - started
         return EditResult(stream, edit.description, True, seen,
@@ -150,7 +153,7 @@ def edit_stream(
     with copy.restored(source) as work_fs:
         t = time.monotonic()
         src = CheckpointSource(work_fs.location, source.batch_id, reader=CheckpointReader(work_fs))
-        changes = compile_changes(src, edit)
+        changes = _changes(src, edit)
         old = current_values(src, changes)
         seen = preview(src, changes, old)
         if seen.changed == 0:
@@ -159,6 +162,11 @@ def edit_stream(
                              hint="check the keys (`streamstate state get`), or the operator and store")
         before = state_digest(work_fs.location, source.batch_id, connection=connection, placement=False)
         batch = write_edit_batch(work_fs, source.batch_id, changes)
+        replaced: tuple[str, ...] = ()
+        if isinstance(edit, Migration):  # the new schema, which Spark checks the new query version against
+            schema_rel = schema_path(src.operator(edit.operator).operator_id, edit.store)
+            work_fs.write_record(schema_rel, edit.schema_file, content_type="application/octet-stream")
+            replaced = (schema_rel,)
         seconds["write"] = time.monotonic() - t
         crash_point("edit.written")
         t = time.monotonic()
@@ -172,7 +180,7 @@ def edit_stream(
             seconds["spark_check"] = time.monotonic() - t
         copy.promote(Change(
             batch.batch_id, labels, source.spark_version,
-            files=lambda: _edit_files(work_fs, copy.restored_versions, batch),
+            files=lambda: _edit_files(work_fs, copy.restored_versions, batch, replaced),
             pin_reason=f"before the edit ({edit.description}): restore it to roll back",
             description=f"edit of {stream} ({edit.description}): batch {batch.batch_id} on batch {source.batch_id}"))
     done = copy.finish()
@@ -200,13 +208,19 @@ def _verify(work: CheckpointFS, before: StateDigest, changes: list[KeyChange], o
     return after
 
 
-def _edit_files(work: CheckpointFS, restored: dict[str, tuple[int, str]], batch: EditBatch) -> list[Put]:
+def _changes(src: StateSource, edit: EditSpec | Migration) -> list[KeyChange]:
+    return migrated_changes(src, edit) if isinstance(edit, Migration) else compile_changes(src, edit)
+
+
+def _edit_files(work: CheckpointFS, restored: dict[str, tuple[int, str]], batch: EditBatch,
+                replaced: tuple[str, ...] = ()) -> list[Put]:
     """The files the edit wrote into the copy, exactly (nothing Spark's check may have left
     there): what the swap moves in, its offsets and commit created only if absent (a query
-    writing that batch meanwhile wins, and the swap refuses)."""
+    writing that batch meanwhile wins, and the swap refuses); `replaced`: files of the
+    checkpoint the edit rewrote (a migration's schema file)."""
     now = work.versions()
     exclusive = {f"offsets/{batch.batch_id}", f"commits/{batch.batch_id}"}
-    out = []
+    out = [Put(rel, now[rel][0]) for rel in replaced]
     for rel in batch.files:
         if rel not in now or rel in restored:
             raise CorruptionError(f"{work.where(rel)}, written by the edit, is {'gone' if rel not in now else 'not new'}",

@@ -1,0 +1,131 @@
+"""Migrating a store's state to a new query version's value schema (engine/edit/migrate.py)
+on golden checkpoints real Spark wrote: every key gets its value in the new schema (kept,
+widened, defaulted or dropped by column name), the target's schema file replaces the
+store's, the edit's verification proves it; what cannot be carried over is refused in one
+line with nothing written."""
+
+from __future__ import annotations
+
+import decimal
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_streamstate.backends.local.store import LocalStore
+from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
+from airflow_provider_streamstate.engine.core.errors import UnsupportedCheckpointError, UsageError
+from airflow_provider_streamstate.engine.edit.migrate import migration_to, value_conversion, widens
+from airflow_provider_streamstate.engine.edit.plan import stored_values
+from airflow_provider_streamstate.engine.edit.repair import edit_stream
+from airflow_provider_streamstate.engine.lookup.encodings.types import (
+    DecimalType,
+    StructField,
+    StructType,
+    atomic,
+)
+from airflow_provider_streamstate.engine.lookup.reading.sources import CheckpointSource
+from tests.edits import schema_file, struct_json, work_copy
+from tests.goldens import Golden, goldens
+
+KEY = ("_groupingexpression", "long", True)
+CASES = [pytest.param(g, id=f"spark-{g.line}-{g.case}")
+         for case in ("small_aggregation_hdfs", "small_aggregation_rocksdb_changelog")
+         for g in goldens(case) if g.line in ("4.1", "4.3")]
+
+
+def new_version(root: Path, value: dict, key: tuple = KEY) -> str:
+    """A checkpoint holding only the schema file a new query version would write."""
+    path = root / "state" / "0" / "0" / "_metadata" / "schema"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(schema_file(struct_json(key), value))
+    return str(root)
+
+
+@pytest.mark.parametrize("g", CASES)
+@pytest.mark.parametrize("in_place", [True, False], ids=["in-place", "clone"])
+def test_every_key_is_rewritten_in_the_new_schema_and_the_schema_file_replaced(
+        g: Golden, in_place: bool, tmp_path: Path) -> None:
+    work = work_copy(g, tmp_path)
+    n = CheckpointReader(work).resolve_batch(None)
+    target = new_version(tmp_path / "v2", struct_json(("sum", "long", True), ("max", "long", True),
+                                                      ("n", "integer", False)))
+    m = migration_to(target, defaults={"n": 7})
+    store = LocalStore(tmp_path / "store", fsync=False)
+    clone = None if in_place else str(tmp_path / "clone")
+    done = edit_stream(store, "orders", work, m, apply=True, target=clone)
+    assert done.edit_batch == n + 1 and done.preview.changed == len(g.state().rows)
+    migrated = clone or work
+    assert (Path(migrated) / "state/0/0/_metadata/schema").read_bytes() == m.schema_file
+    keys = [r.key_input for r in g.state().rows]
+    assert stored_values(CheckpointSource(migrated), 0, "default", keys) == [[r.value[0], None, 7]
+                                                                              for r in g.state().rows]
+    if not in_place:
+        assert stored_values(CheckpointSource(work), 0, "default", keys) == [[r.value[0]] for r in g.state().rows]
+
+
+def test_a_dry_run_counts_every_key_and_writes_nothing(tmp_path: Path) -> None:
+    (g,) = [g for g in goldens("small_aggregation_hdfs") if g.line == "4.1"]
+    work = work_copy(g, tmp_path)
+    before = sorted(p.name for p in Path(work).rglob("*"))
+    m = migration_to(new_version(tmp_path / "v2", struct_json(("sum", "long", True), ("max", "long", True))))
+    dry = edit_stream(LocalStore(tmp_path / "store", fsync=False), "orders", work, m)
+    assert dry.dry_run and dry.preview.changed == len(g.state().rows)
+    assert sorted(p.name for p in Path(work).rglob("*")) == before
+
+
+def test_columns_are_kept_widened_defaulted_or_dropped_by_name() -> None:
+    old = StructType("struct", (StructField("c", atomic("integer")), StructField("gone", atomic("string")),
+                                StructField("d", DecimalType("decimal", 5, 2)), StructField("f", atomic("float"))))
+    new = StructType("struct", (StructField("f", atomic("double")), StructField("c", atomic("long")),
+                                StructField("d", DecimalType("decimal", 10, 3)),
+                                StructField("tag", atomic("string"), nullable=False),
+                                StructField("maybe", atomic("long"))))
+    convert = value_conversion(old, new, {"tag": "eu"})
+    out = convert({"c": 3, "gone": "x", "d": decimal.Decimal("1.25"), "f": 0.5})
+    assert out == {"f": 0.5, "c": 3, "d": decimal.Decimal("1.25"), "tag": "eu", "maybe": None}
+    assert isinstance(out["f"], float)
+
+
+@pytest.mark.parametrize(("old", "new", "ok"), [
+    ("byte", "short", True), ("short", "long", True), ("integer", "double", True), ("float", "double", True),
+    ("long", "integer", False), ("long", "double", False), ("integer", "float", False), ("double", "float", False),
+    ("string", "long", False),
+])
+def test_only_exact_widenings_are_widenings(old: str, new: str, ok: bool) -> None:
+    assert widens(atomic(old), atomic(new)) is ok
+
+
+def test_decimals_widen_only_with_room_on_both_sides_of_the_point() -> None:
+    d = DecimalType("decimal", 5, 2)
+    assert widens(d, DecimalType("decimal", 7, 3)) and not widens(d, DecimalType("decimal", 5, 3))
+    assert not widens(d, DecimalType("decimal", 6, 1))
+
+
+@pytest.mark.parametrize(("value", "defaults", "key", "words"), [
+    (struct_json(("sum", "integer", True)), {}, KEY, "not a widening"),
+    (struct_json(("sum", "long", True), ("n", "long", False)), {}, KEY, "column n is new and cannot be null"),
+    (struct_json(("sum", "long", True)), {"nope": 1}, KEY, "a default is given for 'nope'"),
+    (struct_json(("sum", "long", True)), {}, ("k", "string", True), "a key change is another grouping"),
+])
+def test_what_cannot_be_carried_over_is_refused_with_nothing_written(
+        value: dict, defaults: dict, key: tuple, words: str, tmp_path: Path) -> None:
+    (g,) = [g for g in goldens("small_aggregation_hdfs") if g.line == "4.1"]
+    work = work_copy(g, tmp_path)
+    before = sorted(str(p) for p in Path(work).rglob("*"))
+    m = migration_to(new_version(tmp_path / "v2", value, key), defaults=defaults)
+    with pytest.raises(UsageError, match=words):
+        edit_stream(LocalStore(tmp_path / "store", fsync=False), "orders", work, m, apply=True)
+    assert sorted(str(p) for p in Path(work).rglob("*")) == before
+
+
+def test_a_checkpoint_without_the_schema_file_is_a_usage_error_saying_how_to_make_one(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="does not exist: no state schema of operator 0") as err:
+        migration_to(str(tmp_path / "empty"))
+    assert "run the new query version once" in (err.value.hint or "")
+
+
+def test_transform_with_state_schema_v3_is_refused(tmp_path: Path) -> None:
+    (g,) = [g for g in goldens("transform_with_state_rocksdb_changelog") if g.line == "4.1"]
+    m = migration_to(new_version(tmp_path / "v2", struct_json(("sum", "long", True))))
+    with pytest.raises((UnsupportedCheckpointError, UsageError)):
+        edit_stream(LocalStore(tmp_path / "store", fsync=False), "t", g.checkpoint, m)
