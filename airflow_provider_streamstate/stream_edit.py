@@ -67,3 +67,20 @@ def planned_transform(
                                reader=CheckpointReader(open_checkpoint_fs(spec.checkpoint, connection=connection)))
     return plan_transform(src, fn, where=where, operator=operator, store=store, description=description,
                           name=transform if isinstance(transform, str) else None)
+
+
+def migration(
+    spec: StreamSpec, target: str, *, operator: int | str = 0, store: str = "default",
+    defaults: dict[str, Any] | None = None, description: str | None = None,
+) -> Any:
+    """`engine.edit.migrate.migration_to` the schema of operator `operator` in `target` (a
+    checkpoint the new query version wrote), reached with the spec's connection."""
+    from airflow_provider_streamstate.engine.core.errors import UsageError
+    from airflow_provider_streamstate.engine.edit.migrate import migration_to
+    from airflow_provider_streamstate.hooks.store import checkpoint_connection
+
+    if not isinstance(operator, int):
+        raise UsageError(f"a migration names the operator by its id, not {operator!r}",
+                         hint="see the operators' ids with `streamstate state get --help` or the Streams page")
+    return migration_to(target, operator=operator, store=store, defaults=defaults, description=description,
+                        connection=checkpoint_connection(target, spec.aws_conn_id))

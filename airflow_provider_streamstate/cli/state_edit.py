@@ -4,7 +4,8 @@ in place (the stream stopped; the source snapshot pinned for a rollback) or writ
 clone. A dry run unless --apply.
 
     streamstate state edit --spec SPEC (--edit JSON|FILE | --transform MODULE:FUNCTION [--where COND]
-                           [--operator ID|NAME] [--store-name N]) [--description TEXT] [--snapshot SNAPSHOT]
+                           | --migrate-to CKPT [--default COL=JSON]...) [--operator ID|NAME]
+                           [--store-name N] [--description TEXT] [--snapshot SNAPSHOT]
                            [--dry-run | --apply [--target CKPT [--clone-name NAME]]] [--requested-by WHO]
                            [--no-spark-check] [--master M] [--deploy-mode client|cluster]
                            [--timeout SECONDS] [--json]
@@ -17,7 +18,11 @@ or `latest-good:<suite>`; by default the dry run reads the checkpoint and --appl
 new snapshot of the stopped stream. `--transform` names a Python function of (key, value),
 importable here, that returns each key's new value (or some of its columns), None to delete
 the key, or the value unchanged; it is called for every key of the operator's store (those
-`--where` selects) and its answers become the edit.
+`--where` selects) and its answers become the edit. `--migrate-to` rewrites every key of the
+operator's store into the value schema of the same operator in CKPT, a checkpoint the new
+query version wrote (engine/edit/migrate.py): columns kept or widened by name, new ones
+`--default` (else null), dropped ones gone, and the schema file replaced, so the new version
+starts on the state.
 """
 
 from __future__ import annotations
@@ -45,10 +50,16 @@ def register(sub: Any) -> Handlers:
     what.add_argument("--edit", metavar="JSON|FILE", help="the keys to delete and to set")
     what.add_argument("--transform", metavar="MODULE:FUNCTION",
                       help="a function of (key, value) giving each key's new value, or None to delete it")
+    what.add_argument("--migrate-to", metavar="CKPT",
+                      help="rewrite the state into the value schema a new query version wrote in CKPT")
+    p.add_argument("--default", action="append", default=[], metavar="COL=JSON",
+                   help="with --migrate-to: a new column's value for the existing keys (default null)")
     p.add_argument("--where", metavar="COND", default=None,
                    help="with --transform: only the keys whose value (and key.<column>) satisfy this")
-    p.add_argument("--operator", default="0", metavar="ID|NAME", help="with --transform: the stateful operator")
-    p.add_argument("--store-name", default="default", metavar="N", help="with --transform: its state store")
+    p.add_argument("--operator", default="0", metavar="ID|NAME",
+                   help="with --transform or --migrate-to: the stateful operator")
+    p.add_argument("--store-name", default="default", metavar="N",
+                   help="with --transform or --migrate-to: its state store")
     p.add_argument("--description", default=None, metavar="TEXT",
                    help="what the edit repairs (the result's snapshot is labelled with it)")
     p.add_argument("--snapshot", default=None, help="the source snapshot (default: the checkpoint, or a new snapshot "
@@ -81,6 +92,24 @@ def _edit_text(value: str) -> str:
     return path.read_text()
 
 
+def _defaults(items: list[str]) -> dict[str, Any]:
+    """`COL=JSON` pairs (a bare word is text)."""
+    import json
+
+    from airflow_provider_streamstate.engine.core.errors import UsageError
+
+    out: dict[str, Any] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or not name:
+            raise UsageError(f"--default {item!r} is not COL=VALUE", hint="e.g. --default max=0")
+        try:
+            out[name] = json.loads(text)
+        except ValueError:
+            out[name] = text
+    return out
+
+
 def cmd_state_edit(args: argparse.Namespace) -> int:
     from airflow_provider_streamstate.engine.core.errors import UsageError
     from airflow_provider_streamstate.engine.edit.changes import EditSpec
@@ -93,16 +122,25 @@ def cmd_state_edit(args: argparse.Namespace) -> int:
     if args.edit and (args.where or args.operator != "0" or args.store_name != "default"):
         raise UsageError("--where, --operator and --store-name select what --transform is given",
                          hint="with --edit, name the operator, store and keys (or delete_where) in the edit")
+    if args.where and not args.transform:
+        raise UsageError("--where selects the keys --transform is given", hint="a migration rewrites every key")
+    if args.default and not args.migrate_to:
+        raise UsageError("--default gives a migrated column's value", hint="give it with --migrate-to")
+    defaults = _defaults(args.default)
     spec = read_spec(args.spec)
     if args.master or args.deploy_mode:
         spec = spec.derive(master=args.master or spec.master, deploy_mode=args.deploy_mode or spec.deploy_mode)
     use_spec_connection(spec)
-    from airflow_provider_streamstate.stream_edit import edit_spec, planned_transform
+    from airflow_provider_streamstate.stream_edit import edit_spec, migration, planned_transform
 
+    operator = int(args.operator) if args.operator.isdigit() else args.operator
+    edit: Any
     if args.transform:
-        operator = int(args.operator) if args.operator.isdigit() else args.operator
         edit = planned_transform(spec, args.transform, where=args.where, operator=operator, store=args.store_name,
                                  snapshot=args.snapshot, description=args.description).edit
+    elif args.migrate_to:
+        edit = migration(spec, args.migrate_to, operator=operator, store=args.store_name, defaults=defaults,
+                         description=args.description)
     else:
         edit = EditSpec.from_json(_edit_text(args.edit), args.description)
 

@@ -35,10 +35,17 @@ class StateEditOperator(StreamTask):
     :param transform: instead of `edit`, a function of (key, value), or `module:function`
         importable on the worker, giving each key's new value (or some of its columns),
         None to delete the key, or the value unchanged; its answers are the edit. (templated)
+    :param migrate_to: instead of `edit`, a checkpoint the new query version wrote: every
+        key of the operator's store is rewritten into that version's value schema (columns
+        kept or widened by name, new ones from `defaults` or null, dropped ones gone) and
+        its schema file replaces the store's, so the new version starts on the state
+        (docs/state.md). (templated)
+    :param defaults: with `migrate_to`: new columns' values for the existing keys. (templated)
     :param where: with `transform`: only the keys whose value (and `key.<column>`) satisfy
         this condition are given to it. (templated)
-    :param operator: with `transform`: the stateful operator's id or name. (templated)
-    :param store_name: with `transform`: the operator's state store. (templated)
+    :param operator: with `transform` or `migrate_to`: the stateful operator's id (or, for a
+        transform, its name). (templated)
+    :param store_name: with `transform` or `migrate_to`: the operator's state store. (templated)
     :param description: what the edit repairs (the result's snapshot is labelled with it;
         default: counts of the keys). (templated)
     :param snapshot: the source snapshot: an id, `latest` or `latest-good:<suite>`; default
@@ -57,21 +64,25 @@ class StateEditOperator(StreamTask):
         seconds; None: no limit). (templated)
     """
 
-    template_fields: Sequence[str] = ("stream", "edit", "transform", "where", "operator", "store_name",
-                                      "description", "snapshot", "target", "clone_name", "requested_by", "timeout")
+    template_fields: Sequence[str] = ("stream", "edit", "transform", "migrate_to", "defaults", "where", "operator",
+                                      "store_name", "description", "snapshot", "target", "clone_name", "requested_by",
+                                      "timeout")
 
     def __init__(
         self, *, edit: dict[str, Any] | list[Any] | str | None = None, transform: Callable[[Any, Any], Any] | str | None = None,
-        where: str | None = None, operator: int | str = 0, store_name: str = "default", description: str | None = None,
+        migrate_to: str | None = None, defaults: dict[str, Any] | None = None, where: str | None = None,
+        operator: int | str = 0, store_name: str = "default", description: str | None = None,
         snapshot: str | None = None, target: str | None = None, clone_name: str | None = None,
         apply: bool = True, spark_check: bool = True, requested_by: str | None = None,
         timeout: timedelta | float | None = None, **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if (edit is None) == (transform is None):
-            raise ValueError("give StateEditOperator exactly one of edit and transform")
+        if sum(x is not None for x in (edit, transform, migrate_to)) != 1:
+            raise ValueError("give StateEditOperator exactly one of edit, transform and migrate_to")
         self.edit = edit
         self.transform = transform
+        self.migrate_to = migrate_to
+        self.defaults = defaults
         self.where = where
         self.operator = operator
         self.store_name = store_name
@@ -86,13 +97,17 @@ class StateEditOperator(StreamTask):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_streamstate.engine.edit.changes import EditSpec
-        from airflow_provider_streamstate.stream_edit import edit_spec, planned_transform
+        from airflow_provider_streamstate.stream_edit import edit_spec, migration, planned_transform
 
         spec = self.spec
         with engine_errors():
             timeout_s = optional_duration(self.timeout, "timeout")
-            if self.transform is not None:
-                operator = int(self.operator) if str(self.operator).isdigit() else self.operator
+            operator = int(self.operator) if str(self.operator).isdigit() else self.operator
+            edit: Any
+            if self.migrate_to:
+                edit = migration(spec, self.migrate_to, operator=operator, store=self.store_name or "default",
+                                 defaults=dict(self.defaults or {}), description=self.description or None)
+            elif self.transform is not None:
                 edit = planned_transform(spec, self.transform, where=self.where or None, operator=operator,
                                          store=self.store_name or "default", snapshot=self.snapshot or None,
                                          description=self.description or None).edit

@@ -94,3 +94,34 @@ def test_a_transform_given_wrong_is_a_usage_error(spec, capsys, argv: list[str],
     text, _ = spec
     code, _, err = run(capsys, "state", "edit", "--spec", text, *argv)
     assert code == 2 and words in err and len(err.strip().splitlines()) == 1
+
+
+def test_migrate_to_rewrites_every_key_into_the_new_versions_schema_with_defaults(spec, capsys, tmp_path) -> None:
+    from tests.edits import schema_file, struct_json
+
+    text, ckpt = spec
+    g = golden("small_aggregation_hdfs")
+    (field,) = g.state().types["value"].names
+    target = tmp_path / "v2" / "state" / "0" / "0" / "_metadata" / "schema"
+    target.parent.mkdir(parents=True)
+    target.write_bytes(schema_file(struct_json(("_groupingexpression", "long", True)),
+                                   struct_json((field, "long", True), ("n", "integer", False))))
+    argv = ["state", "edit", "--spec", text, "--migrate-to", str(tmp_path / "v2"), "--default", "n=3"]
+    code, out, _ = run(capsys, *argv)
+    assert code == 0 and f"would change {len(g.state().rows)} key(s) of orders (migrate operator 0 (default)" in out
+    code, out, _ = run(capsys, *argv, "--apply", "--no-spark-check", "--json")
+    assert code == 0 and json.loads(out)["preview"]["changed"] == len(g.state().rows)
+    row = g.state().rows[0]
+    assert lookup_key(ckpt, key=row.key_input).value == {field: row.value[0], "n": 3}
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (["--migrate-to", "/nowhere", "--where", "count > 1"], "--where selects the keys --transform is given"),
+    (["--edit", '{"delete": [1]}', "--default", "n=1"], "--default gives a migrated column's value"),
+    (["--migrate-to", "/nowhere", "--default", "n"], "is not COL=VALUE"),
+    (["--migrate-to", "/nowhere"], "does not exist: no state schema of operator 0"),
+])
+def test_a_migration_given_wrong_is_a_usage_error(spec, capsys, argv: list[str], words: str) -> None:
+    text, _ = spec
+    code, _, err = run(capsys, "state", "edit", "--spec", text, *argv)
+    assert code == 2 and words in err and len(err.strip().splitlines()) == 1

@@ -1,7 +1,7 @@
 """StateEditOperator run as a task runs it (execute), on a golden checkpoint's work copy:
 a transform given as a function is planned and dry-run, an edit is written as a clone with
-its labels, and an operator given both an edit and a transform (or neither) is refused when
-the DAG is parsed."""
+its labels, and an operator given two of an edit, a transform and a migration (or none) is
+refused when the DAG is parsed."""
 
 from __future__ import annotations
 
@@ -55,7 +55,8 @@ def test_an_edit_written_as_a_clone_is_labelled_with_who_asked(spec: StreamSpec,
                                                                             out["source_snapshot"])
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"edit": {"delete": [1]}, "transform": "fixes:cap"}])
-def test_an_operator_needs_exactly_one_of_edit_and_transform(kwargs: dict) -> None:
-    with pytest.raises(ValueError, match="exactly one of edit and transform"):
+@pytest.mark.parametrize("kwargs", [{}, {"edit": {"delete": [1]}, "transform": "fixes:cap"},
+                                    {"transform": "fixes:cap", "migrate_to": "/v2"}])
+def test_an_operator_needs_exactly_one_of_edit_transform_and_migrate_to(kwargs: dict) -> None:
+    with pytest.raises(ValueError, match="exactly one of edit, transform and migrate_to"):
         StateEditOperator(task_id="edit", stream={"name": "s", "checkpoint": "/c", "store": "/s"}, **kwargs)
