@@ -1,7 +1,8 @@
 """A small stateful file stream for a Spark line's own Python (tests/integration/test_rescale.py):
 counts and sums per key of the JSON lines in ROOT/in, checkpointed at CKPT.
 
-    python repartition_probe.py run CKPT ROOT PROVIDER PARTITIONS   (to the end of its input)
+    python repartition_probe.py run CKPT ROOT PROVIDER PARTITIONS [v2]
+                                                    (to the end of its input; v2: a max too)
     python repartition_probe.py follow CKPT ROOT PROVIDER PARTITIONS STOP
                                                     (a batch a second, until the file STOP exists)
     python repartition_probe.py repartition CKPT N                  (Spark's own API, called directly)
@@ -91,7 +92,10 @@ def command(argv: list[str]) -> None:
         spark = session({"spark.sql.shuffle.partitions": partitions,
                          "spark.sql.streaming.stateStore.providerClass": PROVIDERS[provider]})
         df = spark.readStream.schema("k string, v long").json(f"{root}/in")
-        writer = df.groupBy("k").agg(F.count("*").alias("c"), F.sum("v").alias("s")).writeStream \
+        # v2, the query's next version: one more aggregate, so one more state column
+        aggs = [F.count("*").alias("c"), F.sum("v").alias("s")] + \
+            ([F.max("v").alias("m")] if mode == "run" and argv[6:] == ["v2"] else [])
+        writer = df.groupBy("k").agg(*aggs).writeStream \
             .foreachBatch(lambda d, b: d.count()).outputMode("update").option("checkpointLocation", ckpt)
         try:
             q = (writer.trigger(availableNow=True) if mode == "run" else writer.trigger(processingTime="1 second"))\
@@ -106,7 +110,14 @@ def command(argv: list[str]) -> None:
                     break
             q.processAllAvailable()
             q.stop()
-        q.awaitTermination()
+        try:
+            q.awaitTermination()
+        except Exception as exc:  # noqa: BLE001 - a query refused at its first batch (its state's schema)
+            import re
+
+            print(json.dumps({"refused": " ".join(str(exc).split())[:2000],
+                              "error_classes": sorted(set(re.findall(r"\[([A-Z][A-Z_]{5,})\]", str(exc))))}))
+            return
         print(json.dumps({"batch": q.lastProgress["batchId"] if q.lastProgress else None}))
     elif mode == "repartition":
         spark = session({})
@@ -127,7 +138,7 @@ def command(argv: list[str]) -> None:
     else:
         spark = session({})
         rows = spark.read.format("statestore").load(ckpt).collect()
-        print(json.dumps({r.key.k: list(r.value)[:2] for r in rows}))
+        print(json.dumps({r.key.k: list(r.value) for r in rows}))
 
 
 def main(argv: list[str]) -> int:

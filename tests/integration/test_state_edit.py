@@ -180,3 +180,49 @@ def test_sparks_state_reader_of_the_goldens_line_reads_an_edited_golden_as_the_e
     assert checked.spark_version == version.pyspark and checked.keys_checked == len(gone) + len(changed)
     assert checked.entries == {"0/default": digest.stores[0].entries} and digest.stores[0].entries == \
         len(g.state().rows) - len(gone)
+
+
+def test_a_new_query_version_with_one_more_aggregate_starts_on_the_migrated_state_and_continues_exactly(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The counting stream's next version also keeps the max of each key: Spark refuses it on
+    the old state (its schema differs); migrated to the schema the new version writes (the
+    new column null, as the max of nothing), it starts on it and goes on from the same batch
+    with the counts and sums carried over, and the max of the input it reads since."""
+    import shutil
+
+    from airflow_provider_streamstate.engine.edit.migrate import migration_to
+
+    version = spark_versions.get("4.1")
+    monkeypatch.setenv(ENV_UNMANAGED_WINDOW, "0")
+    monkeypatch.setenv("STREAMSTATE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PROBE_CONF", json.dumps(
+        {"spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true"}))
+    ckpt, root, scratch, scratch_root = (str(tmp_path / "ckpt"), tmp_path / "root", str(tmp_path / "v2-scratch"),
+                                         tmp_path / "v2-root")
+    feed(root, "0-good", GOOD)
+    feed(scratch_root, "0-one", GOOD[:1])
+    probe(version, ["run", ckpt, str(root), "rocksdb", "4"])
+    n = CheckpointReader(ckpt).resolve_batch(None)
+    feed(root, "2-more", MORE)  # a batch to run: Spark checks the state's schema when it loads it
+    unmigrated = str(tmp_path / "unmigrated")
+    shutil.copytree(ckpt, unmigrated)
+    refused, _ = probe(version, ["run", unmigrated, str(root), "rocksdb", "4", "v2"],
+                       ["run", scratch, str(scratch_root), "rocksdb", "4", "v2"])
+    assert "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE" in refused["error_classes"], refused
+
+    def command(args: Any) -> tuple[list[str], dict[str, str]]:
+        return version.submit_command(edit_check_application(), list(args)), version.env()
+
+    store = LocalStore(tmp_path / "snapshots", fsync=False)
+    done = edit_stream(store, "counts", ckpt, migration_to(scratch), apply=True, command=command)
+    assert done.edit_batch == n + 1 and done.preview.changed == len({r["k"] for r in GOOD})
+    assert done.spark is not None and done.spark["spark_version"] == version.pyspark
+
+    ran, state = probe(version, ["run", ckpt, str(root), "rocksdb", "4", "v2"], ["state", ckpt])
+    assert "refused" not in ran and CheckpointReader(ckpt).resolve_batch(None) == n + 2
+    expected: dict[str, list[Any]] = {}
+    for r in GOOD + MORE:
+        c, s, m = expected.get(r["k"], [0, 0, None])
+        new_max = m if r not in MORE else r["v"] if m is None else max(m, r["v"])
+        expected[r["k"]] = [c + 1, s + r["v"], new_max]
+    assert state == expected
