@@ -6,6 +6,11 @@ production's.
    production), and the candidate's spec (production's, with the candidate application
    and arguments, which must run to an end, e.g. `--trigger available-now`).
 2. `clone`: restore production's snapshot (`latest`, or `latest-good:<suite>`) as the clone.
+   `migrate_clone`, when the candidate keeps other state columns than production (one more
+   aggregate...): `migrate_to` names a checkpoint the candidate wrote (run it once on a
+   little input), and the clone's state is migrated to its schema (new columns from
+   `migrate_defaults`, else null; StateEditOperator's migration, verified), so the
+   candidate is tested on production's state instead of being refused by Spark on it.
 3. `run_candidate`: spark-submit the candidate on the clone and wait until it stops: it
    processes the same Kafka input production did, up to the current end offsets.
 4. `snapshot_clone`, then `validate` (the suite on the clone's state) and `diff` (the
@@ -58,6 +63,10 @@ with DAG(
         "clone_root": Param("", type="string", description="directory for the clone's checkpoint"),
         "reports": Param("", type="string", description="directory for the diff report and Data Docs"),
         "run_timeout_s": Param(1800, type="integer", minimum=1),
+        "migrate_to": Param("", type="string", description="a checkpoint the candidate wrote: migrate the clone's "
+                            "state to its schema first (empty: no migration)"),
+        "migrate_operator": Param(0, type="integer", minimum=0, description="the operator whose state is migrated"),
+        "migrate_defaults": Param({}, type="object", description="new columns' values for production's keys"),
         "state_jobs": Param({}, type="object", description="where validate and diff run (SparkJobOptions): "
                             "conn_id, deploy_mode, conf, jars, env, timeout (empty: in the task)"),
     },
@@ -126,6 +135,26 @@ with DAG(
                                        f"log {handle.log}")
         return {"state": st.state, "batch_id": st.heartbeat.batch_id if st.heartbeat else None, "log": handle.log}
 
+    @task
+    def migrate_clone(plan: dict, params: dict | None = None) -> dict:
+        """With `migrate_to`: the clone's state rewritten into the candidate's schema."""
+        from airflow_provider_streamstate.spec import StreamSpec
+        from airflow_provider_streamstate.stream_edit import edit_spec, migration
+        from airflow_provider_streamstate.task_errors import engine_errors
+
+        assert params is not None
+        if not params["migrate_to"]:
+            return {"migrated": False}
+        clone = StreamSpec.from_value(plan["clone"])
+        with engine_errors():
+            target = migration(clone, params["migrate_to"], operator=int(params["migrate_operator"]),
+                               defaults=dict(params["migrate_defaults"] or {}),
+                               description=f"the candidate's state schema, from {params['migrate_to']}")
+            result = edit_spec(clone, target, apply=True, requested_by="streamstate_deploy_gate")
+        print(f"migrated {result.preview.changed} key(s) of {clone.name} to the schema of {params['migrate_to']}")
+        return {"migrated": True, **result.to_json()}
+
+    migrated = migrate_clone(planned)
     ran = run_candidate(planned)
     on_cluster = {"spark": "{{ params.state_jobs or None }}"}
     snapshot_clone = SnapshotStreamOperator(task_id="snapshot_clone", stream=planned_("clone"))
@@ -183,7 +212,7 @@ with DAG(
                 "changed_keys": drift["added"] + drift["removed"] + drift["changed"],
                 "data_docs": validation["data_docs"], "clones_expired": torn_down.get("clones_expired")}
 
-    planned >> clone >> ran >> snapshot_clone >> [validate, diff]
+    planned >> clone >> migrated >> ran >> snapshot_clone >> [validate, diff]
     checked = check_diff(diff.output)
     torn_down = tear_down(planned)
     [validate, checked] >> torn_down

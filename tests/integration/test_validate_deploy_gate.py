@@ -1,8 +1,9 @@
-"""The deploy gate, run twice on a real stream: production's known-good snapshot is cloned,
-the candidate job runs on the clone (spark-submit, over the same Kafka input, to the
-current end offsets), its state is validated and diffed against production's. A correct
-candidate passes; one with a planted bug (every amount counted twice) is blocked, and the
-failure names the expectation. The clone is torn down both times."""
+"""The deploy gate on a real stream: production's known-good snapshot is cloned, the
+candidate job runs on the clone (spark-submit, over the same Kafka input, to the current
+end offsets), its state is validated and diffed against production's. A correct candidate
+passes; one with a planted bug (every amount counted twice) is blocked, and the failure
+names the expectation; a candidate keeping one more state column passes on the clone's
+state migrated to its schema. The clone is torn down every time."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapsh
 from airflow_provider_streamstate.engine.state.reader import StateReader
 from airflow_provider_streamstate.engine.state.validation import load_suite, validate_snapshot
 from airflow_provider_streamstate.engine.stores import open_store
-from airflow_provider_streamstate.jobs.generator import GeneratorSpec, produce
+from airflow_provider_streamstate.jobs.generator import GeneratorSpec, produce, transactions
 from tests.streams import example_stream_spec, run_to_end, use_state_store
 
 pytestmark = pytest.mark.integration
@@ -77,3 +78,57 @@ def test_a_correct_candidate_passes_and_a_planted_bug_is_blocked(stack, spark, t
         plan = run.tasks["plan"].xcom
         assert not Path(plan["checkpoint"]).exists()
         assert store.list_snapshot_ids(plan["name"]) == []
+
+
+def test_a_candidate_keeping_one_more_state_column_is_tested_on_productions_migrated_state(
+        stack, spark, topic, tmp_path, run_dag, monkeypatch) -> None:
+    """The candidate also keeps each account's smallest amount (tests/apps/min_stream.py), so
+    Spark would refuse it on production's state. Given a checkpoint the candidate wrote
+    (`migrate_to`), the gate migrates the clone's state to its schema first; the candidate
+    then runs on production's state, its new column filled by the input since, and its
+    state matches production's on every column they share."""
+    import os
+    import subprocess
+
+    from airflow_provider_streamstate.spark_submit import spark_submit_command
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", json.dumps({"conn_type": "spark", "host": "local[1]"}))
+    use_state_store(spark, "rocksdb-changelog")
+    spec = example_stream_spec(stack, topic, tmp_path, name="orders", state_store="rocksdb-changelog")
+    store = open_store(spec.store)
+    suite_file = tmp_path / "suite.json"
+    suite_file.write_text(json.dumps(SUITE))
+    first = GeneratorSpec(seed=93, accounts=8, events=80)
+    produce(stack.kafka_bootstrap, topic, first)
+    run_to_end(spark, stack.kafka_bootstrap, topic, spec.checkpoint)
+    good = create_snapshot(spec.checkpoint, store, "orders").manifest
+    produce(stack.kafka_bootstrap, topic, first.next_round(40))
+    run_to_end(spark, stack.kafka_bootstrap, topic, spec.checkpoint)
+    create_snapshot(spec.checkpoint, store, "orders")
+
+    # The candidate's schema: it runs once on a record of its own, into a scratch checkpoint.
+    candidate = str(REPO / "tests/apps/min_stream.py")
+    args = [("available-now" if a.startswith("processing:") else a) for a in spec.application_args]
+    scratch_topic = f"{topic}-v2"
+    produce(stack.kafka_bootstrap, scratch_topic, GeneratorSpec(seed=5, accounts=1, events=1))
+    scratch = spec.derive(name="orders-v2-schema", checkpoint=str(tmp_path / "v2-schema"), application=candidate,
+                          application_args=[scratch_topic if a == topic else a for a in args],
+                          sinks={"alerts": f"{scratch_topic}-alerts"})
+    command, env = spark_submit_command(candidate, conn_id=scratch.spark_conn_id, name=scratch.name,
+                                        application_args=scratch.resolved_args(), conf=scratch.conf, jars=scratch.jars)
+    ran = subprocess.run(command, env={**os.environ, **env}, capture_output=True, text=True, timeout=900)
+    assert ran.returncode == 0, (ran.stdout + ran.stderr)[-3000:]
+
+    gated = run_dag("streamstate_deploy_gate", {
+        "stream": spec.to_dict(), "candidate_application": candidate, "candidate_args": args,
+        "suite": str(suite_file), "snapshot": good.snapshot_id, "compare_snapshot": "latest",
+        "clone_root": str(tmp_path / "gate"), "reports": str(tmp_path / "reports"), "migrate_to": scratch.checkpoint})
+    assert gated.state == "success", gated.log[-5000:]
+    migrated = gated.tasks["migrate_clone"].xcom
+    assert migrated["migrated"] and migrated["preview"]["changed"] == len({t.account for t in transactions(first)})
+    assert migrated["spark"]["keys_checked"] == migrated["preview"]["changed"]
+    verdict = gated.tasks["gate"].xcom
+    assert verdict["deploy"] is True and verdict["changed_keys"] == 0
+    diff = json.loads((tmp_path / "reports" / "diff.json").read_text())
+    assert diff["only_in_b"] == ["value_min"] and diff["changed"] == 0
+    assert gated.tasks["tear_down"].xcom["clones_expired"] == 1
