@@ -111,10 +111,11 @@ def test_a_stream_grown_4_to_12_by_the_dag_under_lag_and_shrunk_12_to_3_by_the_c
         start_stream(spec, startup_timeout_s=600, log=log)
         wait_for(lambda: consumed_records(spec.checkpoint) == 200, timeout=300, what="the first 200 records")
 
-        # A burst the stream takes about a hundred batches to read (40 records a batch): lag
-        # builds and stays while the DAG run starts and samples it (1,200 records were read
-        # before a loaded machine had the run sampling).
-        rounds.append(rounds[-1].next_round(4000))
+        # A burst the stream takes about 75 batches to read (40 records a batch): lag builds
+        # and stays while the DAG run starts and samples it twice, 15 s apart (1,200 records
+        # were read before a loaded machine had the run sampling: 1,800 by its second sample,
+        # leaving a lag of 1,200). What is left after the stop is read after the restart.
+        rounds.append(rounds[-1].next_round(3000))
         produce(stack.kafka_bootstrap, topic, rounds[-1])
         grown = run_dag("streamstate_rescale", {
             "stream": spec.to_dict(), "partitions": 12, "lag_threshold": 100, "sustained_minutes": 0.2,
