@@ -84,3 +84,20 @@ def migration(
                          hint="see the operators' ids with `streamstate state get --help` or the Streams page")
     return migration_to(target, operator=operator, store=store, defaults=defaults, description=description,
                         connection=checkpoint_connection(target, spec.aws_conn_id))
+
+
+def bootstrap_spec(
+    spec: StreamSpec, skeleton: str, rows: Any, *, operator: int | str = 0, store: str = "default",
+    source_offsets: list[Any] | None = None, spark_check: bool = True, timeout_s: float | None = None,
+) -> Any:
+    """`engine.edit.bootstrap.bootstrap_checkpoint` into the stream's (new, empty)
+    checkpoint, shaped as `skeleton`, checked by Spark's state reader in the stream's Spark."""
+    from airflow_provider_streamstate.engine.edit.bootstrap import bootstrap_checkpoint
+    from airflow_provider_streamstate.hooks.store import checkpoint_connection
+
+    return bootstrap_checkpoint(skeleton, spec.checkpoint, rows, operator=operator, store=store,
+                                source_offsets=source_offsets,
+                                command=edit_check_command(spec) if spark_check else None,
+                                connection=checkpoint_connection(skeleton, spec.aws_conn_id),
+                                target_connection=checkpoint_connection(spec.checkpoint, spec.aws_conn_id),
+                                timeout_s=timeout_s)

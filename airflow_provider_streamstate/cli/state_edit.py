@@ -78,7 +78,49 @@ def register(sub: Any) -> Handlers:
                    help="how long Spark's check may run before it is killed (default: no limit)")
     add_parallelism(p)
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
-    return {("state", "edit"): cmd_state_edit}
+    b = sub.add_parser("bootstrap", help="a new checkpoint's state from a table, resuming at given Kafka offsets")
+    b.add_argument("--spec", required=True, help="the stream's StreamSpec: its checkpoint (new, empty) and Spark")
+    b.add_argument("--skeleton", required=True, metavar="CKPT",
+                   help="a checkpoint the stream's query wrote (once, on a little input): its shape")
+    b.add_argument("--table", required=True, metavar="FILE",
+                   help="the state's rows (.parquet, .csv or .jsonl), columns key_<field> and value_<field>")
+    b.add_argument("--offsets", default=None, metavar="JSON",
+                   help='per source, where the stream starts: [{"topic": {"0": 1200, ...}}] (default: the skeleton\'s)')
+    b.add_argument("--operator", default="0", metavar="ID|NAME", help="the stateful operator the table is the state of")
+    b.add_argument("--store-name", default="default", metavar="N", help="its state store")
+    b.add_argument("--no-spark-check", action="store_true",
+                   help="verify without Spark only (Spark's state reader needs Spark 4.0+)")
+    b.add_argument("--timeout", type=duration, default=None, metavar="SECONDS",
+                   help="how long Spark's check may run before it is killed (default: no limit)")
+    b.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    return {("state", "edit"): cmd_state_edit, ("state", "bootstrap"): cmd_state_bootstrap}
+
+
+def cmd_state_bootstrap(args: argparse.Namespace) -> int:
+    import json
+
+    from airflow_provider_streamstate.engine.core.errors import UsageError
+    from airflow_provider_streamstate.engine.edit.bootstrap import read_table
+
+    offsets = None
+    if args.offsets is not None:
+        try:
+            offsets = json.loads(args.offsets)
+        except ValueError as exc:
+            raise UsageError(f"--offsets is not JSON: {exc}", hint='e.g. [{"orders": {"0": 1200}}]') from None
+        offsets = offsets if isinstance(offsets, list) else [offsets]
+    spec = read_spec(args.spec)
+    use_spec_connection(spec)
+    from airflow_provider_streamstate.stream_edit import bootstrap_spec
+
+    operator = int(args.operator) if args.operator.isdigit() else args.operator
+    r = bootstrap_spec(spec, args.skeleton, read_table(args.table), operator=operator, store=args.store_name,
+                       source_offsets=offsets, spark_check=not args.no_spark_check, timeout_s=args.timeout)
+    checked = f"; Spark {r.spark['spark_version']} read it the same" if r.spark else \
+        "; not checked by Spark (--no-spark-check)"
+    print_result(args, r.to_json(), f"bootstrapped {r.checkpoint}: {r.keys} key(s) of operator {args.operator} "
+                 f"at batch 0, verified{checked}; the stream starts at {json.dumps(r.source_offsets)}")
+    return EXIT_OK
 
 
 def _edit_text(value: str) -> str:

@@ -2,9 +2,12 @@
 the stream's own Spark (jobs/edit_check_job.py, submitted like the rescale's repartition)
 loads the edited copy at batch N+1 with Spark's state reader, every operator and store (so
 every partition's new file is loaded by Spark's provider), and reports per store how many
-entries Spark reads, and for each changed key whether Spark finds it and its value (as
-Spark's `to_json` writes it, beside the asked value written the same way). Keys and values travel as JSON lists in field order
-(a window aggregation's key repeats a column name).
+entries Spark reads, and for each changed key it is asked about whether Spark finds it and
+its value (as Spark's `to_json` writes it, beside the asked value written the same way).
+Keys and values travel as JSON lists in field order (a window aggregation's key repeats a
+column name). Each key costs Spark a read of its store, so it is asked about at most
+SPARK_KEYS changed keys, spread over the edit (all of a repair's, a sample of a migration's
+or a bootstrap's); the engine's own verification covers every key byte for byte.
 
 The request is written beside the copy (`_streamstate/edit-check-request.json`) and the job
 answers beside it (`_streamstate/edit-check.json`). Agreement means: the same number of
@@ -34,6 +37,7 @@ log = logging.getLogger("streamstate.edit")
 
 REQUEST = f"{SIDECAR_DIR}/edit-check-request.json"
 ANSWER = f"{SIDECAR_DIR}/edit-check.json"
+SPARK_KEYS = 64  # changed keys Spark is asked about, one store read each
 NO_STATE_READER = 3  # the job's exit code on a Spark without a state reader (3.5)
 
 
@@ -59,10 +63,21 @@ def edit_check_application() -> str:
     return str(Path(__file__).resolve().parents[2] / "jobs" / "edit_check_job.py")
 
 
+def sample(changes: Sequence[KeyChange], n: int = 0) -> list[KeyChange]:
+    """At most `n` (default SPARK_KEYS) of the changes, evenly spread over them."""
+    n = n or SPARK_KEYS
+    if len(changes) <= n:
+        return list(changes)
+    step = len(changes) / n
+    return [changes[int(i * step)] for i in range(n)]
+
+
 def request(batch_id: int, digest: StateDigest, changes: Sequence[KeyChange]) -> dict[str, Any]:
-    """What the job reads: the batch, each operator's stores, and the changed keys."""
+    """What the job reads: the batch, each operator's stores, and the changed keys to ask
+    about (a sample of them: `sample`)."""
     stores = sorted({(s.operator_id, s.store.split("/")[0]) for s in digest.stores}
                     | {(c.operator_id, c.store) for c in changes})
+    changes = sample(changes)
     return {"batch_id": batch_id, "stores": [{"operator_id": op, "store": st} for op, st in stores],
             "keys": [{"operator_id": c.operator_id, "store": c.store, "key": to_jsonable(list(c.key.values())),
                       "value": to_jsonable(list(c.value.values())) if c.value is not None else None}
