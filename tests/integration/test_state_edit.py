@@ -182,12 +182,14 @@ def test_sparks_state_reader_of_the_goldens_line_reads_an_edited_golden_as_the_e
         len(g.state().rows) - len(gone)
 
 
+@pytest.mark.parametrize("provider", ["rocksdb", "hdfs"])
 def test_a_new_query_version_with_one_more_aggregate_starts_on_the_migrated_state_and_continues_exactly(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        provider: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The counting stream's next version also keeps the max of each key: Spark refuses it on
     the old state (its schema differs); migrated to the schema the new version writes (the
     new column null, as the max of nothing), it starts on it and goes on from the same batch
-    with the counts and sums carried over, and the max of the input it reads since."""
+    with the counts and sums carried over, and the max of the input it reads since: RocksDB
+    state (changelog on) and HDFS-backed state."""
     import shutil
 
     from airflow_provider_streamstate.engine.edit.migrate import migration_to
@@ -201,13 +203,13 @@ def test_a_new_query_version_with_one_more_aggregate_starts_on_the_migrated_stat
                                          tmp_path / "v2-root")
     feed(root, "0-good", GOOD)
     feed(scratch_root, "0-one", GOOD[:1])
-    probe(version, ["run", ckpt, str(root), "rocksdb", "4"])
+    probe(version, ["run", ckpt, str(root), provider, "4"])
     n = CheckpointReader(ckpt).resolve_batch(None)
     feed(root, "2-more", MORE)  # a batch to run: Spark checks the state's schema when it loads it
     unmigrated = str(tmp_path / "unmigrated")
     shutil.copytree(ckpt, unmigrated)
-    refused, _ = probe(version, ["run", unmigrated, str(root), "rocksdb", "4", "v2"],
-                       ["run", scratch, str(scratch_root), "rocksdb", "4", "v2"])
+    refused, _ = probe(version, ["run", unmigrated, str(root), provider, "4", "v2"],
+                       ["run", scratch, str(scratch_root), provider, "4", "v2"])
     assert "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE" in refused["error_classes"], refused
 
     def command(args: Any) -> tuple[list[str], dict[str, str]]:
@@ -218,7 +220,7 @@ def test_a_new_query_version_with_one_more_aggregate_starts_on_the_migrated_stat
     assert done.edit_batch == n + 1 and done.preview.changed == len({r["k"] for r in GOOD})
     assert done.spark is not None and done.spark["spark_version"] == version.pyspark
 
-    ran, state = probe(version, ["run", ckpt, str(root), "rocksdb", "4", "v2"], ["state", ckpt])
+    ran, state = probe(version, ["run", ckpt, str(root), provider, "4", "v2"], ["state", ckpt])
     assert "refused" not in ran and CheckpointReader(ckpt).resolve_batch(None) == n + 2
     expected: dict[str, list[Any]] = {}
     for r in GOOD + MORE:

@@ -56,6 +56,9 @@ def test_every_key_is_rewritten_in_the_new_schema_and_the_schema_file_replaced(
     assert done.edit_batch == n + 1 and done.preview.changed == len(g.state().rows)
     migrated = clone or work
     assert (Path(migrated) / "state/0/0/_metadata/schema").read_bytes() == m.schema_file
+    if g.case.endswith("_hdfs"):  # the whole new state as a snapshot: Spark loads none of the old-format files
+        assert all((Path(migrated) / f"state/0/{p}/{n + 2}.snapshot").is_file() for p in range(4))
+        assert not list(Path(migrated).glob(f"state/0/*/{n + 2}.delta"))
     keys = [r.key_input for r in g.state().rows]
     assert stored_values(CheckpointSource(migrated), 0, "default", keys) == [[r.value[0], None, 7]
                                                                               for r in g.state().rows]
@@ -124,8 +127,55 @@ def test_a_checkpoint_without_the_schema_file_is_a_usage_error_saying_how_to_mak
     assert "run the new query version once" in (err.value.hint or "")
 
 
-def test_transform_with_state_schema_v3_is_refused(tmp_path: Path) -> None:
+def test_transform_with_state_is_refused(tmp_path: Path) -> None:
     (g,) = [g for g in goldens("transform_with_state_rocksdb_changelog") if g.line == "4.1"]
     m = migration_to(new_version(tmp_path / "v2", struct_json(("sum", "long", True))))
-    with pytest.raises((UnsupportedCheckpointError, UsageError)):
+    with pytest.raises(UnsupportedCheckpointError, match="keeps transformWithState state"):
         edit_stream(LocalStore(tmp_path / "store", fsync=False), "t", g.checkpoint, m)
+
+
+@pytest.mark.parametrize(("column", "default", "words"), [
+    (("n", "byte", False), None, "the default of n is null"),
+    (("n", "byte", False), 1.5, "does not fit a byte exactly"),
+    (("n", "byte", False), True, "is not a byte"),
+    (("n", "byte", False), 300, "is not a byte"),
+    (("n", "byte", False), [1], "is not a byte"),
+    (("sum", "long", False), None, "may be null in the state and cannot be in the new version"),
+])
+def test_a_default_or_a_nullability_that_does_not_fit_is_refused_in_one_line(
+        column: tuple, default: object, words: str, tmp_path: Path) -> None:
+    (g,) = [g for g in goldens("small_aggregation_hdfs") if g.line == "4.1"]
+    work = work_copy(g, tmp_path)
+    fields = [("sum", "long", True), column] if column[0] != "sum" else [column]
+    defaults = {} if column[0] == "sum" else {column[0]: default}
+    m = migration_to(new_version(tmp_path / "v2", struct_json(*fields)), defaults=defaults)
+    with pytest.raises(UsageError, match=words) as err:
+        edit_stream(LocalStore(tmp_path / "store", fsync=False), "orders", work, m, apply=True)
+    assert "\n" not in err.value.one_line()
+
+
+def test_an_empty_store_still_takes_the_new_schema(tmp_path: Path) -> None:
+    from airflow_provider_streamstate.engine.edit.changes import EditSpec
+
+    (g,) = [g for g in goldens("small_aggregation_hdfs") if g.line == "4.1"]
+    work = work_copy(g, tmp_path)
+    store = LocalStore(tmp_path / "store", fsync=False)
+    edit_stream(store, "orders", work, EditSpec.from_json({"delete_where": "sum > -1000000000"}), apply=True)
+    m = migration_to(new_version(tmp_path / "v2", struct_json(("sum", "long", True), ("max", "long", True))))
+    done = edit_stream(store, "orders", work, m, apply=True)
+    assert done.preview.changed == 0 and (Path(work) / "state/0/0/_metadata/schema").read_bytes() == m.schema_file
+
+
+def test_the_operator_migrates_the_stopped_stream_in_place(tmp_path: Path) -> None:
+    from airflow_provider_streamstate.operators.edit import StateEditOperator
+    from airflow_provider_streamstate.spec import StreamSpec
+
+    (g,) = [g for g in goldens("small_aggregation_rocksdb_changelog") if g.line == "4.1"]
+    work = work_copy(g, tmp_path)
+    target = new_version(tmp_path / "v2", struct_json(("sum", "long", True), ("n", "integer", False)))
+    spec = StreamSpec(name="orders", checkpoint=work, store=str(tmp_path / "store"))
+    out = StateEditOperator(task_id="migrate", stream=spec.to_dict(), migrate_to=target, defaults={"n": 0},
+                            spark_check=False).execute({})
+    assert out["in_place"] and out["preview"]["changed"] == len(g.state().rows) and out["pinned"]
+    keys = [r.key_input for r in g.state().rows]
+    assert stored_values(CheckpointSource(work), 0, "default", keys) == [[r.value[0], 0] for r in g.state().rows]

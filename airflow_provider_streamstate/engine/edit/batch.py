@@ -25,7 +25,7 @@ from airflow_provider_streamstate.engine.checkpoint.filesystems import Checkpoin
 from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
 from airflow_provider_streamstate.engine.core.errors import CheckpointChanged, UnsupportedCheckpointError
 from airflow_provider_streamstate.engine.edit.changes import KeyChange, provider_of
-from airflow_provider_streamstate.engine.edit.state_files import Op, changelog_file, delta_file
+from airflow_provider_streamstate.engine.edit.state_files import Op, changelog_file, delta_file, snapshot_file
 from airflow_provider_streamstate.engine.lookup.formats.codec import codec_name, decompress
 
 _V2_NAME = "{version}_{uid}.changelog"
@@ -69,10 +69,14 @@ def _taken(fs: CheckpointFS, store_rel: str, version: int) -> str | None:
     return None
 
 
-def write_edit_batch(fs: CheckpointFS, batch_id: int, changes: Sequence[KeyChange]) -> EditBatch:
+def write_edit_batch(fs: CheckpointFS, batch_id: int, changes: Sequence[KeyChange], *,
+                     whole: frozenset[tuple[int, str]] = frozenset()) -> EditBatch:
     """Write batch `batch_id + 1` holding batch `batch_id`'s state with `changes` applied,
     into the checkpoint copy `fs`, which must end at committed batch `batch_id` (a restored
-    snapshot's cut does). CheckpointChanged when it does not, or when a file to write exists."""
+    snapshot's cut does). CheckpointChanged when it does not, or when a file to write exists.
+    `whole`: (operator, store) whose changes are its whole new state (a migration's): an
+    HDFS-backed store gets a `.snapshot` of the version, which Spark loads without the older
+    files (whose rows are in the old format)."""
     reader = CheckpointReader(fs)
     n = batch_id
     offsets, commits = reader.offset_batches(), reader.committed_batches()
@@ -102,7 +106,9 @@ def write_edit_batch(fs: CheckpointFS, batch_id: int, changes: Sequence[KeyChang
                     raise CheckpointChanged(f"{fs.where(store_rel)} already holds {taken} of state version {version}",
                                             hint="edit a copy restored from a snapshot of batch N")
                 ops = sorted(by_place.pop((op_id, store, part), []))
-                if provider == "hdfs":
+                if provider == "hdfs" and (op_id, store) in whole:
+                    planned.append((f"{store_rel}/{version}.snapshot", snapshot_file(ops, codec)))
+                elif provider == "hdfs":
                     planned.append((f"{store_rel}/{version}.delta", delta_file(ops, codec)))
                 elif new_ids is None:
                     planned.append((f"{store_rel}/{version}.changelog", changelog_file(ops, codec)))

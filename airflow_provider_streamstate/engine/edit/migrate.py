@@ -22,6 +22,7 @@ single-store operator) are migrated; transformWithState's schema files (v3) are 
 from __future__ import annotations
 
 import decimal
+import struct
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,7 +42,12 @@ from airflow_provider_streamstate.engine.edit.changes import (
 from airflow_provider_streamstate.engine.lookup.encodings import rocksdb_keys as rk
 from airflow_provider_streamstate.engine.lookup.encodings.keytext import coerce
 from airflow_provider_streamstate.engine.lookup.encodings.schema import read_schema_v2
-from airflow_provider_streamstate.engine.lookup.encodings.types import DataType, DecimalType, StructType
+from airflow_provider_streamstate.engine.lookup.encodings.types import (
+    DataType,
+    DecimalType,
+    StructField,
+    StructType,
+)
 from airflow_provider_streamstate.engine.lookup.encodings.unsafe_row import decode_row, encode_row
 from airflow_provider_streamstate.engine.lookup.reading.sources import StateSource
 
@@ -97,11 +103,7 @@ def migrated_changes(src: StateSource, m: Migration) -> list[KeyChange]:
     """Every key of the store with its value in the migration's schema, refusing (one line)
     a key schema that differs, a column that cannot be carried over, a missing default."""
     refuse_unwritable(src)
-    op, schema = store_schema(src, m.operator, m.store)
-    if op.state_variables or schema.encoder != "NoPrefixKeyStateEncoderSpec":
-        raise UnsupportedCheckpointError(f"operator {op.operator_id} ({op.name}) keeps its schema in state schema "
-                                         "v3 files; migrations rewrite single-store operators for now",
-                                         hint="evolve transformWithState state with Spark's own schema evolution")
+    op, schema = store_schema(src, m.operator, m.store)  # refuses joins and transformWithState
     if [(f.name, f.type) for f in schema.key.fields] != [(f.name, f.type) for f in m.key.fields]:
         raise UsageError(f"the new state's key is {m.key.simple()}, the state's is {schema.key.simple()}: a key change "
                          "is another grouping, its state cannot be carried over",
@@ -122,8 +124,10 @@ def value_conversion(old: StructType, new: StructType, defaults: dict[str, Any])
     """A function from a value of `old` (a dict by column name) to one of `new`; UsageError
     naming the first column that cannot be carried over or has no default."""
     if len(set(old.names)) != len(old.names) or len(set(new.names)) != len(new.names):
-        raise UnsupportedCheckpointError("a migration maps columns by name; two columns share one",
-                                         hint="read this state with Spark")
+        raise UnsupportedCheckpointError(
+            "a migration maps columns by name, and two columns of the state share one (two sums of one "
+            "aggregation, a count beside an avg's)", hint="start the new version from empty state, or give its "
+            "aggregates names that differ (one aggregate per buffer name)")
     unknown = sorted(set(defaults) - set(new.names))
     if unknown:
         raise UsageError(f"a default is given for {unknown[0]!r}, which the new state does not have",
@@ -136,10 +140,13 @@ def value_conversion(old: StructType, new: StructType, defaults: dict[str, Any])
             if was.type != f.type and not widens(was.type, f.type):
                 raise UsageError(f"column {f.name} is {was.type.simple()} in the state and {f.type.simple()} in the "
                                  "new version: not a widening", hint="give it a default instead, or keep its type")
+            if was.nullable and not f.nullable:
+                raise UsageError(f"column {f.name} may be null in the state and cannot be in the new version",
+                                 hint=f"give it a default (--default {f.name}=...) to replace every value")
             plan.append((f.name, ("copy", f.type)))
             continue
         if f.name in defaults:
-            value = coerce(defaults[f.name], f.type, f"the default of {f.name}")
+            value = _default(defaults[f.name], f)
         elif f.nullable:
             value = None
         else:
@@ -154,6 +161,28 @@ def value_conversion(old: StructType, new: StructType, defaults: dict[str, Any])
         return out
 
     return convert
+
+
+def _default(given: Any, f: StructField) -> Any:
+    """A default as the column's value, refused in one line when it does not fit exactly."""
+    from airflow_provider_streamstate.engine.lookup.encodings.unsafe_row import decode_row_values
+
+    where = f"the default of {f.name}"
+    if given is None and not f.nullable:
+        raise UsageError(f"{where} is null, and the new version's {f.name} cannot be", hint="give a value")
+    if isinstance(given, bool) and f.type.name != "boolean":
+        raise UsageError(f"{where} ({given!r}) is not a {f.type.simple()}", hint=f"give a {f.type.simple()}")
+    value = coerce(given, f.type, where)
+    row = StructType("struct", (f,))
+    try:
+        back = decode_row_values(encode_row([value], row), row)[0]
+    except (TypeError, ValueError, OverflowError, AttributeError, struct.error) as exc:
+        raise UsageError(f"{where} ({given!r}) is not a {f.type.simple()}: {exc}",
+                         hint=f"give a {f.type.simple()}") from None
+    if back != value or (isinstance(value, float) != isinstance(back, float) and value is not None):
+        raise UsageError(f"{where} ({given!r}) does not fit a {f.type.simple()} exactly (it would be {back!r})",
+                         hint=f"give a {f.type.simple()}")
+    return value
 
 
 def widens(old: DataType, new: DataType) -> bool:

@@ -156,15 +156,17 @@ def edit_stream(
         changes = _changes(src, edit)
         old = current_values(src, changes)
         seen = preview(src, changes, old)
-        if seen.changed == 0:
+        if seen.changed == 0 and not isinstance(edit, Migration):  # an empty store still takes the new schema
             raise UsageError(f"the edit changes nothing in snapshot {source.snapshot_id}: every key to delete is absent "
                              "(and no key matches delete_where)",
                              hint="check the keys (`streamstate state get`), or the operator and store")
         before = state_digest(work_fs.location, source.batch_id, connection=connection, placement=False)
-        batch = write_edit_batch(work_fs, source.batch_id, changes)
+        op_id = src.operator(edit.operator).operator_id if isinstance(edit, Migration) else None
+        batch = write_edit_batch(work_fs, source.batch_id, changes,
+                                 whole=frozenset({(op_id, edit.store)}) if isinstance(edit, Migration) else frozenset())
         replaced: tuple[str, ...] = ()
-        if isinstance(edit, Migration):  # the new schema, which Spark checks the new query version against
-            schema_rel = schema_path(src.operator(edit.operator).operator_id, edit.store)
+        if isinstance(edit, Migration) and op_id is not None:  # the new schema, which Spark checks the new version against
+            schema_rel = schema_path(op_id, edit.store)
             work_fs.write_record(schema_rel, edit.schema_file, content_type="application/octet-stream")
             replaced = (schema_rel,)
         seconds["write"] = time.monotonic() - t

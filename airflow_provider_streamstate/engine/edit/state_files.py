@@ -62,6 +62,14 @@ def delta_file(ops: Sequence[Op], codec: str) -> bytes:
     return compress(records(ops), codec)
 
 
+def snapshot_file(ops: Sequence[Op], codec: str) -> bytes:
+    """An HDFS-backed store's `<version>.snapshot`: the whole state of the version (what
+    Spark loads instead of everything before it), no removals."""
+    if any(value is None for _, value in ops):
+        raise ValueError("a snapshot file holds no removals")
+    return compress(records(sorted(ops)), codec)
+
+
 def changelog_file(ops: Sequence[Op], codec: str, lineage: Sequence[tuple[int, str]] | None = None) -> bytes:
     """A RocksDB store's changelog without column families: version 1, or with `lineage`
     (checkpoint format 2) version 3."""
