@@ -156,3 +156,34 @@ def test_a_transform_that_cannot_be_applied_is_a_usage_error_naming_why(fn, word
     (g,) = [g for g in goldens("small_aggregation_hdfs") if g.line == "4.1"]
     with pytest.raises(UsageError, match=words):
         plan_transform(CheckpointSource(g.checkpoint), fn, name="fix")
+
+
+def test_a_restore_from_a_snapshot_before_a_migration_is_refused(tmp_path: Path) -> None:
+    from airflow_provider_streamstate.backends.local.store import LocalStore
+    from airflow_provider_streamstate.engine.edit.migrate import migration_to
+    from airflow_provider_streamstate.engine.edit.repair import edit_stream
+    from tests.edits import schema_file, struct_json
+
+    (g,) = [g for g in goldens("small_aggregation_hdfs") if g.line == "4.1"]
+    work = work_copy(g, tmp_path)
+    target = tmp_path / "v2" / "state" / "0" / "0" / "_metadata" / "schema"
+    target.parent.mkdir(parents=True)
+    target.write_bytes(schema_file(struct_json(("_groupingexpression", "long", True)),
+                                   struct_json(("sum", "long", True), ("max", "long", True))))
+    edit_stream(LocalStore(tmp_path / "store", fsync=False), "orders", work, migration_to(str(tmp_path / "v2")),
+                apply=True)
+    with pytest.raises(UsageError, match="the state's schema changed between"):
+        plan_repair(CheckpointSource(work), "sum > 0", good=CheckpointSource(g.checkpoint))
+
+
+def test_a_transform_that_changes_its_arguments_in_place_is_seen(tmp_path: Path) -> None:
+    (g,) = [g for g in goldens("typed_values_rocksdb_changelog") if g.line == "4.1"]
+    src = CheckpointSource(g.checkpoint)
+
+    def bump(key: dict, value: list) -> list:
+        value[36]["a"] += 1  # a map column (never null here), changed in place
+        return value
+
+    plan = plan_transform(src, bump)
+    assert len(plan.rows) == len(g.state().rows)
+    assert all(r["after"][36]["a"] == r["before"][36]["a"] + 1 for r in plan.rows)

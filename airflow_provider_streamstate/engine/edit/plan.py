@@ -13,6 +13,7 @@ those records would redo it); deleting a key lets the next records rebuild it fr
 from __future__ import annotations
 
 import base64
+import copy
 import datetime as dt
 import decimal
 import json
@@ -95,6 +96,13 @@ def plan_repair(
         raise UsageError(f"no key of operator {operator} ({store}) in {bad.description} satisfies {where!r}",
                          hint="check the condition against `streamstate state get`, or the operator and store")
     _, schema = store_schema(bad, operator, store)
+    if good is not None and action == "restore":
+        _, then = store_schema(good, operator, store)
+        if (then.key, then.value) != (schema.key, schema.value):
+            raise UsageError(f"the state's schema changed between {good.description} ({then.value.simple()}) and "
+                             f"{bad.description} ({schema.value.simple()}): its values cannot be restored",
+                             hint="the good snapshot predates a migration: repair by delete, or from a later "
+                             "good snapshot")
     keys = [k for k, _ in selected]
     after = stored_values(good, operator, store, keys) if good is not None and action == "restore" else \
         [None] * len(keys)
@@ -123,8 +131,8 @@ def plan_transform(
     rows = []
     for k, v in matching_entries(src, operator, store, where):
         key, value = _named(k, schema.key), _named(v, schema.value)
-        try:
-            out = fn(key, dict(value) if isinstance(value, dict) else list(value))
+        try:  # copies: a function that changes what it is given in place changes neither
+            out = fn(copy.deepcopy(key), copy.deepcopy(value))
         except Exception as exc:  # noqa: BLE001 - the user's function: its error, named, in one line
             raise UsageError(f"{label} failed on key {edit_json(key)}: {type(exc).__name__}: {exc}",
                              hint="fix the function (it is called with the key and the value)") from None
