@@ -23,7 +23,9 @@ repairs the stream (docs/runbooks/repair.md):
 7. `validate_repaired`, `resume`: the suite on the repaired state, then the stream starts
    from the edit batch, where it was in Kafka.
 8. `rollback` (when stop, repair, its validation or the resume failed): the pinned
-   snapshot restored when the repair was put in place, and the stream started as it was.
+   snapshot restored when the repair was put in place, and the stream started again if it
+   was running before the stop; a failure before the stop leaves the stream as it was. The
+   run stays failed (`repaired`, its last task, is reached only when all went through).
    `tear_down` always deletes the clone.
 
 `stream` is a StreamSpec dict or the name of a stream in the Variable `streamstate_streams`.
@@ -125,13 +127,13 @@ with DAG(
                                  good=SnapshotSource(store, spec.name, good) if good else None,
                                  operator=int(operator) if str(operator).isdigit() else operator,
                                  store=p.get("store_name") or "default")
-        name = f"{spec.name}-repair-{hashlib.sha256(str(run_id).encode()).hexdigest()[:8]}"
-        clone = spec.derive(name=name, checkpoint=f"{spec.checkpoint.rstrip('/')}.streamstate-repair")
+        run = hashlib.sha256(str(run_id).encode()).hexdigest()[:8]
+        name = f"{spec.name}-repair-{run}"
         print(repair.markdown())
         return {"edit": repair.edit.to_json()["edits"], "description": repair.edit.description,
                 "keys": len(repair.rows), "markdown": repair.markdown(), "repaired": bad,
-                "first_bad": found.get("first_bad"), "last_good": good,
-                "clone": clone.redacted().to_dict(), "clone_name": name, "clone_checkpoint": clone.checkpoint}
+                "first_bad": found.get("first_bad"), "last_good": good, "clone_name": name,
+                "clone_checkpoint": f"{spec.checkpoint.rstrip('/')}.streamstate-repair-{run}"}
 
     found = plan(bisect.output)
     repair_clone = StateEditOperator(
@@ -163,8 +165,9 @@ with DAG(
         return rec.to_json()
 
     validate_clone = ValidateSnapshotOperator(
-        task_id="validate_clone", stream=planned_("clone"), suite="{{ params.suite }}",
-        snapshot="{{ ti.xcom_pull(task_ids='repair_clone')['edited_snapshot'] }}", **on_cluster)
+        task_id="validate_clone", stream="{{ params.stream }}", snapshot_stream=planned_("clone_name"),
+        suite="{{ params.suite }}", snapshot="{{ ti.xcom_pull(task_ids='repair_clone')['edited_snapshot'] }}",
+        **on_cluster)
     approve = ApprovalOperator(
         task_id="approve",
         subject="Repair {{ ti.xcom_pull(task_ids='plan')['keys'] }} key(s) of stream "
@@ -176,8 +179,10 @@ with DAG(
         response_timeout=pendulum.duration(hours=APPROVAL_HOURS),
     )
     stop = StopStreamOperator(task_id="stop", stream="{{ params.stream }}", timeout=300, finish_planned_batch=True)
-    repair = StateEditOperator(task_id="repair", stream="{{ params.stream }}", edit=planned_("edit"),
-                               description=planned_("description"))
+    repair = StateEditOperator(
+        task_id="repair", stream="{{ params.stream }}", edit=planned_("edit"), description=planned_("description"),
+        requested_by="{{ (ti.xcom_pull(task_ids='approve') or {}).get('responded_by_user', {}).get('name', '?') }}"
+                     " (approved in {{ dag.dag_id }}/{{ run_id }})")
     validate_repaired = ValidateSnapshotOperator(
         task_id="validate_repaired", stream="{{ params.stream }}", suite="{{ params.suite }}",
         snapshot="{{ ti.xcom_pull(task_ids='repair')['edited_snapshot'] }}", **on_cluster)
@@ -197,6 +202,9 @@ with DAG(
         from airflow_provider_streamstate.task_errors import engine_errors
 
         log = logging.getLogger("streamstate")
+        stopped = ti.xcom_pull(task_ids="stop") if ti is not None else None
+        if not stopped:  # failed before the stop (or the stop itself did nothing): the stream is as it was
+            return {"restored": None, "started": False}
         repaired = ti.xcom_pull(task_ids="repair") if ti is not None else None
         with engine_errors():
             spec = stream_spec((params or {})["stream"])
@@ -209,9 +217,18 @@ with DAG(
                 restored = repaired["pinned"]
                 log.info("restored %s over %s: the stream is back at its state before the repair", restored,
                          spec.checkpoint)
+            if stopped.get("outcome") == "not-running":
+                return {"restored": restored, "started": False}  # it was not running before the repair
             handle, status, reconnected = start_stream(spec, startup_timeout_s=900, log=log)
-        return {"restored": restored, "launch_id": handle.launch_id, "reconnected": reconnected,
+        return {"restored": restored, "started": True, "launch_id": handle.launch_id, "reconnected": reconnected,
                 "state": status.state}
+
+    @task
+    def repaired(edited: dict[str, Any], resumed: dict[str, Any]) -> dict[str, Any]:
+        """The run's outcome: reached only when the repair is in place, valid and running
+        (a failure anywhere before fails it, so the run stays failed after a rollback)."""
+        return {"stream": edited["stream"], "edited_snapshot": edited["edited_snapshot"],
+                "pinned": edited["pinned"], "edit_batch": edited["edit_batch"], "launch_id": resumed.get("launch_id")}
 
     @task(trigger_rule="all_done")
     def tear_down(params: dict[str, Any] | None = None, ti: Any = None) -> dict[str, Any]:
@@ -243,6 +260,7 @@ with DAG(
     found >> repair_clone >> recorded >> validate_clone >> approve >> stop >> repair >> validate_repaired >> resume
     rolled_back = rollback()
     [stop, repair, validate_repaired, resume] >> rolled_back
+    repaired(repair.output, resume.output)
     # After the approval, never directly below it: a rejection skips the approval's own
     # downstream tasks, and the clone must go whatever the answer.
     [validate_clone, resume, rolled_back] >> tear_down()

@@ -17,7 +17,8 @@ batch. This DAG gives it more, safely (docs/runbooks/rescale.md):
 5. `caught_up`: its lag falls to `caught_up_lag` within an hour (`CATCH_UP_SECONDS`).
 6. `rollback` (when anything above failed): the stream stopped, the pinned snapshot restored
    over its checkpoint when the rescale had put its state in place, and the stream started
-   as it was. The run stays failed: the rescale did not happen.
+   as it was. The run stays failed: the rescale did not happen (`rescaled`, its last task,
+   is reached only when it did).
 
 Trigger it by hand, from a lag alert (TriggerDagRunOperator after a KafkaLagSensor that
 timed out), or give it a schedule: `confirm_lag` makes a run without sustained lag a no-op.
@@ -156,5 +157,12 @@ with DAG(
     caught_up = KafkaLagSensor(task_id="caught_up", stream="{{ ti.xcom_pull(task_ids='confirm_lag') }}",
                                max_lag="{{ params.caught_up_lag }}",
                                poke_interval=10, timeout=CATCH_UP_SECONDS)
+    @task
+    def rescaled(result: dict[str, Any]) -> dict[str, Any]:
+        """The run's outcome: reached only once the rescaled stream caught up (a failure
+        anywhere before fails it, so the run stays failed after a rollback)."""
+        return {k: result[k] for k in ("stream", "from_partitions", "to_partitions", "rescaled_snapshot", "pinned")}
+
     stop >> rescale >> restarted >> caught_up
     [stop, rescale, restarted, caught_up] >> rollback(spec)
+    caught_up >> rescaled(rescale.output)

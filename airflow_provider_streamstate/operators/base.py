@@ -281,6 +281,6 @@ class StateTask(StreamTask):
         """Answer one state job (engine/state/jobs.py) here or on the cluster; its result."""
         from airflow_provider_streamstate.engine.state.jobs import StateJobRequest
 
-        request = StateJobRequest(store=self.hook.store.url, stream=self.spec.name, selector=self.selector().to_json(),
-                                  **fields)
+        fields.setdefault("stream", self.spec.name)
+        request = StateJobRequest(store=self.hook.store.url, selector=self.selector().to_json(), **fields)
         return self.run_state_request(request, self.spark_options)

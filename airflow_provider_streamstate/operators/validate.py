@@ -36,6 +36,9 @@ class ValidateSnapshotOperator(StateTask):
     :param stream: the stream, a `StreamSpec` or its `to_dict()`. (templated)
     :param suite: a GX suite JSON file, or the suite as a dict. (templated)
     :param snapshot: a snapshot id, `latest` or `latest-good:<suite>`. (templated)
+    :param snapshot_stream: the stream the snapshot belongs to in the same store, when it is
+        not `stream` itself (a clone's name); `stream` still gives the store, connections and
+        Spark settings. (templated)
     :param operator: the stateful operator's id or name (default: the suite's, else 0). (templated)
     :param store_name: one named state store of the operator. (templated)
     :param join_side: `left` or `right` of a stream-stream join. (templated)
@@ -47,17 +50,18 @@ class ValidateSnapshotOperator(StateTask):
     :param parallelism: concurrent blob reads while the snapshot is laid out.
     """
 
-    template_fields: Sequence[str] = ("stream", "suite", "snapshot", "operator", "store_name", "join_side",
-                                      "state_var", "data_docs", "spark")
+    template_fields: Sequence[str] = ("stream", "suite", "snapshot", "snapshot_stream", "operator", "store_name",
+                                      "join_side", "state_var", "data_docs", "spark")
     operator_extra_links = (SnapshotLink(),)
 
     def __init__(
-        self, *, suite: str | dict[str, Any], snapshot: str = "latest", data_docs: str | None = None,
-        fail_on_failure: bool = True, **kwargs: Any,
+        self, *, suite: str | dict[str, Any], snapshot: str = "latest", snapshot_stream: str | None = None,
+        data_docs: str | None = None, fail_on_failure: bool = True, **kwargs: Any,
     ) -> None:
         super().__init__(**with_outlet(kwargs, VALIDATIONS))
         self.suite = suite
         self.snapshot = snapshot
+        self.snapshot_stream = snapshot_stream
         self.data_docs = data_docs
         self.fail_on_failure = fail_on_failure
         self._result: dict[str, Any] | None = None  # for lineage, once executed
@@ -69,9 +73,10 @@ class ValidateSnapshotOperator(StateTask):
         spec = self.spec
         with self.cancellable():
             suite = load_suite(self.suite, check=not self.on_cluster)  # the cluster's job checks it with GX
-            self.log.info("validating %s of %s with suite %s", self.snapshot, spec.name, suite.name)
+            name = self.snapshot_stream or spec.name
+            self.log.info("validating %s of %s with suite %s", self.snapshot, name, suite.name)
             result = self.run_job(kind="validate", snapshot=self.snapshot, suite=suite.definition,
-                                  data_docs=self.data_docs or None)
+                                  data_docs=self.data_docs or None, stream=name)
         if result.get("data_docs"):
             docs = result["data_docs"]
             self.log.info("Data Docs: %s", docs if "://" in docs else f"file://{docs}")
@@ -86,8 +91,8 @@ class ValidateSnapshotOperator(StateTask):
             context["ti"].xcom_push(key="return_value", value=out)
             raise AirflowFailException(result["summary"])
         if result.get("recorded", True):
-            emit(context, self.outlets, VALIDATIONS, validations_asset(spec.name, spec.store), {
-                "stream": spec.name, "store": spec.store, "failed": len(result["failed"]),
+            emit(context, self.outlets, VALIDATIONS, validations_asset(name, spec.store), {
+                "stream": name, "store": spec.store, "failed": len(result["failed"]),
                 **{k: result[k] for k in ("snapshot_id", "batch_id", "suite", "success", "evaluated")},
             })
         return out

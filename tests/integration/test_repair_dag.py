@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -106,7 +107,7 @@ def test_bad_keys_are_repaired_on_a_clone_approved_then_repaired_in_place_and_th
         asked = person.asked()
         assert rejected.state == "success", rejected.log[-5000:]
         assert rejected.tasks["approve"].state == "success" and rejected.tasks["stop"].state == "skipped"
-        assert rejected.tasks["rollback"].state == "skipped"
+        assert rejected.tasks["rollback"].state == rejected.tasks["repaired"].state == "skipped"
         assert launcher.status(spec.checkpoint).state == "running"
         assert aggregates(spec.checkpoint, POISONED) == poisoned
         assert asked["subject"] == f"Repair 2 key(s) of stream {spec.name}?"
@@ -130,8 +131,12 @@ def test_bad_keys_are_repaired_on_a_clone_approved_then_repaired_in_place_and_th
         assert done["spark"]["keys_checked"] == 2 and repaired.tasks["validate_repaired"].xcom["success"] is True
         labels = get_snapshot(store, spec.name, done["edited_snapshot"]).labels
         assert labels["edited-from"] == done["source_snapshot"] and labels["edit"] == plan["description"]
-        assert labels["edited-by"].startswith("dag_test (streamstate_repair/manual__")  # dag.test's user, the run
+        # Who approved it (the API's user), and where.
+        assert re.fullmatch(r"admin \(approved in streamstate_repair/manual__.+\)", labels["edited-by"]), labels
         assert repaired.tasks["rollback"].state == "skipped"
+        assert repaired.tasks["repaired"].xcom == {"stream": spec.name, "edited_snapshot": done["edited_snapshot"],
+                                                    "pinned": done["pinned"], "edit_batch": done["edit_batch"],
+                                                    "launch_id": repaired.tasks["resume"].xcom["launch_id"]}
         assert repaired.tasks["tear_down"].xcom["clones_expired"] == 1
         assert not Path(plan["clone_checkpoint"]).exists()
         assert store.list_snapshot_ids(plan["clone_name"]) == []

@@ -128,6 +128,8 @@ def test_a_stream_grown_4_to_12_by_the_dag_under_lag_and_shrunk_12_to_3_by_the_c
         assert rescaled["seconds"]["verify_digests"] > 0  # verified by the job's executors, compared here
         assert {s["store"] for s in rescaled["stores"]} >= {"default"} and all(s["entries"] for s in rescaled["stores"])
         assert grown.tasks["rollback"].state == "skipped"
+        assert grown.tasks["rescaled"].xcom == {k: rescaled[k] for k in (
+            "stream", "from_partitions", "to_partitions", "rescaled_snapshot", "pinned")}
         assert grown.tasks["caught_up"].xcom["total_lag"] == 0
         store = open_store(spec.store)
         assert rescaled["pinned"] == rescaled["source_snapshot"] in pinned_ids(store, spec.name)

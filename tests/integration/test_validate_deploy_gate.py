@@ -85,8 +85,8 @@ def test_a_candidate_keeping_one_more_state_column_is_tested_on_productions_migr
     """The candidate also keeps each account's smallest amount (tests/apps/min_stream.py), so
     Spark would refuse it on production's state. Given a checkpoint the candidate wrote
     (`migrate_to`), the gate migrates the clone's state to its schema first; the candidate
-    then runs on production's state, its new column filled by the input since, and its
-    state matches production's on every column they share."""
+    then runs on production's state, and its state matches production's on every column
+    they share (the new one only in the candidate's)."""
     import os
     import subprocess
 
@@ -132,3 +132,4 @@ def test_a_candidate_keeping_one_more_state_column_is_tested_on_productions_migr
     diff = json.loads((tmp_path / "reports" / "diff.json").read_text())
     assert diff["only_in_b"] == ["value_min"] and diff["changed"] == 0
     assert gated.tasks["tear_down"].xcom["clones_expired"] == 1
+    assert store.list_snapshot_ids(gated.tasks["plan"].xcom["name"]) == []  # the migration's pin went too
