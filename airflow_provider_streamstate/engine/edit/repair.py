@@ -161,11 +161,13 @@ def edit_stream(
                              "(and no key matches delete_where)",
                              hint="check the keys (`streamstate state get`), or the operator and store")
         before = state_digest(work_fs.location, source.batch_id, connection=connection, placement=False)
-        op_id = src.operator(edit.operator).operator_id if isinstance(edit, Migration) else None
-        batch = write_edit_batch(work_fs, source.batch_id, changes,
-                                 whole=frozenset({(op_id, edit.store)}) if isinstance(edit, Migration) else frozenset())
+        whole: frozenset[tuple[int, str]] = frozenset()
+        if isinstance(edit, Migration):  # every key of the store: its whole new state
+            op_id = src.operator(edit.operator).operator_id
+            whole = frozenset({(op_id, edit.store)})
+        batch = write_edit_batch(work_fs, source.batch_id, changes, whole=whole)
         replaced: tuple[str, ...] = ()
-        if isinstance(edit, Migration) and op_id is not None:  # the new schema, which Spark checks the new version against
+        if isinstance(edit, Migration):  # the new schema, which Spark checks the new query version against
             schema_rel = schema_path(op_id, edit.store)
             work_fs.write_record(schema_rel, edit.schema_file, content_type="application/octet-stream")
             replaced = (schema_rel,)
