@@ -44,13 +44,28 @@ def edit_spec(
                        timeout_s=timeout_s, on_submit=on_submit)
 
 
+def transform_source(spec: StreamSpec, snapshot: str | None, apply: bool) -> str | None:
+    """The snapshot a transform is planned on and applied to: the one given, else (applied)
+    a new snapshot of the stream, taken here so that the plan and the edit read the same
+    batch (a running stream moves on between the two); None: a dry run of the checkpoint."""
+    if snapshot or not apply:
+        return snapshot
+    from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
+    from airflow_provider_streamstate.hooks.store import StreamstateStoreHook, checkpoint_connection
+
+    store = StreamstateStoreHook(spec.store, aws_conn_id=spec.aws_conn_id).store
+    return str(create_snapshot(spec.checkpoint, store, spec.name, spark_version=spec.spark_version,
+                               checkpoint_connection=checkpoint_connection(spec.checkpoint, spec.aws_conn_id))
+               .manifest.snapshot_id)
+
+
 def planned_transform(
     spec: StreamSpec, transform: Any, *, where: str | None = None, operator: int | str = 0, store: str = "default",
     snapshot: str | None = None, description: str | None = None,
 ) -> Any:
     """`engine.edit.plan.plan_transform` of the stream's state: its snapshot `snapshot`, else
-    its checkpoint's newest batch (what an in-place edit of the stopped stream starts from).
-    `transform`: a function of (key, value), or `module:function`."""
+    its checkpoint's newest batch (`transform_source` gives the snapshot an applied edit
+    must use). `transform`: a function of (key, value), or `module:function`."""
     from airflow_provider_streamstate.engine.checkpoint.filesystems import open_checkpoint_fs
     from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
     from airflow_provider_streamstate.engine.edit.plan import load_transform, plan_transform

@@ -173,11 +173,17 @@ def cmd_state_edit(args: argparse.Namespace) -> int:
     if args.master or args.deploy_mode:
         spec = spec.derive(master=args.master or spec.master, deploy_mode=args.deploy_mode or spec.deploy_mode)
     use_spec_connection(spec)
-    from airflow_provider_streamstate.stream_edit import edit_spec, migration, planned_transform
+    from airflow_provider_streamstate.stream_edit import (
+        edit_spec,
+        migration,
+        planned_transform,
+        transform_source,
+    )
 
     operator = int(args.operator) if args.operator.isdigit() else args.operator
     edit: Any
     if args.transform:
+        args.snapshot = transform_source(spec, args.snapshot, args.apply)
         edit = planned_transform(spec, args.transform, where=args.where, operator=operator, store=args.store_name,
                                  snapshot=args.snapshot, description=args.description).edit
     elif args.migrate_to:

@@ -97,19 +97,26 @@ class StateEditOperator(StreamTask):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_streamstate.engine.edit.changes import EditSpec
-        from airflow_provider_streamstate.stream_edit import edit_spec, migration, planned_transform
+        from airflow_provider_streamstate.stream_edit import (
+            edit_spec,
+            migration,
+            planned_transform,
+            transform_source,
+        )
 
         spec = self.spec
         with engine_errors():
             timeout_s = optional_duration(self.timeout, "timeout")
             operator = int(self.operator) if str(self.operator).isdigit() else self.operator
+            snapshot = self.snapshot or None
             edit: Any
             if self.migrate_to:
                 edit = migration(spec, self.migrate_to, operator=operator, store=self.store_name or "default",
                                  defaults=dict(self.defaults or {}), description=self.description or None)
             elif self.transform is not None:
+                snapshot = transform_source(spec, snapshot, bool(self.apply))
                 edit = planned_transform(spec, self.transform, where=self.where or None, operator=operator,
-                                         store=self.store_name or "default", snapshot=self.snapshot or None,
+                                         store=self.store_name or "default", snapshot=snapshot,
                                          description=self.description or None).edit
             else:
                 edit = EditSpec.from_json(self.edit if isinstance(self.edit, str) else json.dumps(self.edit),
@@ -117,7 +124,7 @@ class StateEditOperator(StreamTask):
         where = "a dry run" if not self.apply else f"as a clone at {self.target}" if self.target else "in place"
         self.log.info("editing the state of %s (%s), %s", spec.name, edit.description, where)
         with self.cancellable():
-            result = edit_spec(spec, edit, apply=bool(self.apply), snapshot=self.snapshot or None,
+            result = edit_spec(spec, edit, apply=bool(self.apply), snapshot=snapshot,
                                target=self.target or None, clone_name=self.clone_name or None,
                                spark_check=self.spark_check, requested_by=self.requested_by or _asked_by(context),
                                timeout_s=timeout_s, parallelism=self.parallelism)
