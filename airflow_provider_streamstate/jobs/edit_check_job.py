@@ -6,10 +6,10 @@ stream's own Spark): the edited copy read with Spark's state reader at the edit 
 The request is beside the copy (`_streamstate/edit-check-request.json`: the batch, every
 operator's stores, the changed keys with their asked values). For every store the job
 counts the rows Spark's reader returns at the batch (loading every partition's new file
-through Spark's own state store provider); for every changed key it looks the key up by
-value (the key's fields, given in order, made a struct of the reader's key type, matched
-null-safely) and gives its value as `to_json` writes it, beside the asked value made and
-written the same way. The answer goes beside the request (`_streamstate/edit-check.json`); the submitter
+through Spark's own state store provider); the changed keys it is asked about are looked
+up by value in one join per store (each key's fields, given in order, made a struct of the
+reader's key type, matched null-safely), and each one's value given as `to_json` writes it,
+beside the asked value made and written the same way. The answer goes beside the request (`_streamstate/edit-check.json`); the submitter
 compares it with its own reading. Exit 0 when answered (agreement is the submitter's
 call), 1 when Spark failed to read (the answer says why), 3 on a Spark without a state
 reader (3.5).
@@ -73,6 +73,8 @@ def _row_literal(values: list[Any], struct: Any) -> Any:
 
 
 def answer(spark: Any, checkpoint: str, req: dict[str, Any]) -> dict[str, Any]:
+    from functools import reduce
+
     from pyspark.sql import functions as F
 
     batch = int(req["batch_id"])
@@ -80,16 +82,29 @@ def answer(spark: Any, checkpoint: str, req: dict[str, Any]) -> dict[str, Any]:
     for s in req["stores"]:
         out["entries"][f"{s['operator_id']}/{s['store']}"] = _reader(spark, checkpoint, batch, s["operator_id"],
                                                                      s["store"]).count()
-    for k in req["keys"]:
-        df = _reader(spark, checkpoint, batch, k["operator_id"], k["store"])
+    groups: dict[tuple[int, str], list[tuple[int, dict[str, Any]]]] = {}
+    for i, k in enumerate(req["keys"]):
+        groups.setdefault((k["operator_id"], k["store"]), []).append((i, k))
+    found: dict[int, str | None] = {}
+    expected: dict[int, str | None] = {}
+    for (op, store), keys in groups.items():
+        # One read of the store for all its keys: the asked keys as a small table, joined.
+        df = _reader(spark, checkpoint, batch, op, store)
         key_type, value_type = df.schema["key"].dataType, df.schema["value"].dataType
-        want = spark.range(1).select(_row_literal(k["key"], key_type).alias("wanted"))
-        rows = df.join(want, df["key"].eqNullSafe(want["wanted"])).select(F.to_json("value").alias("v")).collect()
-        expected = None
-        if k["value"] is not None:
-            expected = spark.range(1).select(F.to_json(_row_literal(k["value"], value_type)).alias("v")).first()["v"]
+        wanted = reduce(lambda a, b: a.unionAll(b), [
+            spark.range(1).select(F.lit(i).alias("i"), _row_literal(k["key"], key_type).alias("wanted"))
+            for i, k in keys])
+        for row in df.join(F.broadcast(wanted), df["key"].eqNullSafe(wanted["wanted"])) \
+                .select("i", F.to_json("value").alias("v")).collect():
+            found[int(row["i"])] = row["v"]
+        asked = [(i, k) for i, k in keys if k["value"] is not None]
+        if asked:
+            first = spark.range(1).select(*[F.to_json(_row_literal(k["value"], value_type)).alias(f"e{i}")
+                                            for i, k in asked]).first()
+            expected.update({i: first[f"e{i}"] for i, _ in asked})
+    for i, k in enumerate(req["keys"]):
         out["keys"].append({"operator_id": k["operator_id"], "store": k["store"], "key": k["key"],
-                            "found": bool(rows), "value": rows[0]["v"] if rows else None, "expected": expected})
+                            "found": i in found, "value": found.get(i), "expected": expected.get(i)})
     return out
 
 

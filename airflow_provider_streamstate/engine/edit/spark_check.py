@@ -5,9 +5,10 @@ every partition's new file is loaded by Spark's provider), and reports per store
 entries Spark reads, and for each changed key it is asked about whether Spark finds it and
 its value (as Spark's `to_json` writes it, beside the asked value written the same way).
 Keys and values travel as JSON lists in field order (a window aggregation's key repeats a
-column name). Each key costs Spark a read of its store, so it is asked about at most
-SPARK_KEYS changed keys, spread over the edit (all of a repair's, a sample of a migration's
-or a bootstrap's); the engine's own verification covers every key byte for byte.
+column name). The keys are found in one join per store; the job is asked about at most
+SPARK_KEYS changed keys, spread over the edit (all of a small repair's, a sample of a large
+one's, a migration's or a bootstrap's): the engine's own verification covers every key
+byte for byte.
 
 The request is written beside the copy (`_streamstate/edit-check-request.json`) and the job
 answers beside it (`_streamstate/edit-check.json`). Agreement means: the same number of
@@ -37,7 +38,7 @@ log = logging.getLogger("streamstate.edit")
 
 REQUEST = f"{SIDECAR_DIR}/edit-check-request.json"
 ANSWER = f"{SIDECAR_DIR}/edit-check.json"
-SPARK_KEYS = 64  # changed keys Spark is asked about, one store read each
+SPARK_KEYS = 64  # changed keys Spark is asked about (each a literal row of the job's query)
 NO_STATE_READER = 3  # the job's exit code on a Spark without a state reader (3.5)
 
 
