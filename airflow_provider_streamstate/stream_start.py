@@ -159,3 +159,25 @@ def finish_planned_batch(spec: StreamSpec, *, timeout_s: float, log: Any) -> int
                                 hint=f"see its log {handle.log}; starting it redoes the batch")
     log.info("stream %s: committed its planned batch %d; stopped", spec.name, planned)
     return planned
+
+
+def put_back(spec: StreamSpec, pinned: str | None, *, start: bool, requested_by: str, log: Any) -> dict[str, Any]:
+    """A stream put back as it was before an offline change that failed after the stop: the
+    pinned snapshot restored over its checkpoint (when the change had put its state in
+    place: `pinned`), then the stream started (`start`: it ran before the stop). What the
+    rescale and repair DAGs' rollbacks do."""
+    from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
+    from airflow_provider_streamstate.engine.streams import launcher
+    from airflow_provider_streamstate.hooks.store import StreamstateStoreHook, open_checkpoint
+
+    if pinned:
+        checkpoint = open_checkpoint(spec.checkpoint, spec.aws_conn_id)
+        launcher.stop(checkpoint, timeout_s=120, requested_by=requested_by)
+        store = StreamstateStoreHook(spec.store, aws_conn_id=spec.aws_conn_id).store
+        restore_snapshot(store, spec.name, pinned, checkpoint, force=True)
+        log.info("restored %s over %s: the stream is back at its state before the change", pinned, spec.checkpoint)
+    if not start:
+        return {"restored": pinned, "started": False}
+    handle, status, reconnected = start_stream(spec, startup_timeout_s=900, log=log)
+    return {"restored": pinned, "started": True, "launch_id": handle.launch_id, "reconnected": reconnected,
+            "state": status.state}

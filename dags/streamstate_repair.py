@@ -191,37 +191,22 @@ with DAG(
     @task(trigger_rule="one_failed")
     def rollback(params: dict[str, Any] | None = None, ti: Any = None) -> dict[str, Any]:
         """Put the stream back as it was: the pinned snapshot restored when the repair put its
-        state in place, and the stream started with its own spec."""
+        state in place, and the stream started again if it ran before the stop. Nothing when
+        the run failed before the stop."""
         import logging
 
         from airflow_provider_streamstate.configured import stream_spec
-        from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
-        from airflow_provider_streamstate.engine.streams import launcher
-        from airflow_provider_streamstate.hooks.store import StreamstateStoreHook, open_checkpoint
-        from airflow_provider_streamstate.stream_start import start_stream
+        from airflow_provider_streamstate.stream_start import put_back
         from airflow_provider_streamstate.task_errors import engine_errors
 
-        log = logging.getLogger("streamstate")
         stopped = ti.xcom_pull(task_ids="stop") if ti is not None else None
-        if not stopped:  # failed before the stop (or the stop itself did nothing): the stream is as it was
+        if not stopped:  # failed before the stop (or the stop itself failed): the stream is as it was
             return {"restored": None, "started": False}
         repaired = ti.xcom_pull(task_ids="repair") if ti is not None else None
         with engine_errors():
-            spec = stream_spec((params or {})["stream"])
-            restored = None
-            if repaired and repaired.get("pinned"):
-                checkpoint = open_checkpoint(spec.checkpoint, spec.aws_conn_id)
-                launcher.stop(checkpoint, timeout_s=120, requested_by="streamstate_repair rollback")
-                store = StreamstateStoreHook(spec.store, aws_conn_id=spec.aws_conn_id).store
-                restore_snapshot(store, spec.name, repaired["pinned"], checkpoint, force=True)
-                restored = repaired["pinned"]
-                log.info("restored %s over %s: the stream is back at its state before the repair", restored,
-                         spec.checkpoint)
-            if stopped.get("outcome") == "not-running":
-                return {"restored": restored, "started": False}  # it was not running before the repair
-            handle, status, reconnected = start_stream(spec, startup_timeout_s=900, log=log)
-        return {"restored": restored, "started": True, "launch_id": handle.launch_id, "reconnected": reconnected,
-                "state": status.state}
+            return put_back(stream_spec((params or {})["stream"]), (repaired or {}).get("pinned"),
+                            start=stopped.get("outcome") != "not-running",
+                            requested_by="streamstate_repair rollback", log=logging.getLogger("streamstate"))
 
     @task
     def repaired(edited: dict[str, Any], resumed: dict[str, Any]) -> dict[str, Any]:

@@ -124,28 +124,13 @@ with DAG(
         import logging
 
         from airflow_provider_streamstate.configured import stream_spec
-        from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
-        from airflow_provider_streamstate.engine.streams import launcher
-        from airflow_provider_streamstate.hooks.store import StreamstateStoreHook, open_checkpoint
-        from airflow_provider_streamstate.stream_start import start_stream
+        from airflow_provider_streamstate.stream_start import put_back
         from airflow_provider_streamstate.task_errors import engine_errors
 
-        log = logging.getLogger("streamstate")
         rescaled = ti.xcom_pull(task_ids="rescale") if ti is not None else None
         with engine_errors():
-            full = stream_spec(spec)
-            checkpoint = open_checkpoint(full.checkpoint, full.aws_conn_id)
-            restored = None
-            if rescaled and rescaled.get("pinned"):
-                launcher.stop(checkpoint, timeout_s=120, requested_by="streamstate_rescale rollback")
-                store = StreamstateStoreHook(full.store, aws_conn_id=full.aws_conn_id).store
-                restore_snapshot(store, full.name, rescaled["pinned"], checkpoint, force=True)
-                restored = rescaled["pinned"]
-                log.info("restored %s over %s: the stream is back at its state before the rescale", restored,
-                         full.checkpoint)
-            handle, status, reconnected = start_stream(full, startup_timeout_s=900, log=log)
-        return {"restored": restored, "launch_id": handle.launch_id, "reconnected": reconnected,
-                "state": status.state}
+            return put_back(stream_spec(spec), (rescaled or {}).get("pinned"), start=True,
+                            requested_by="streamstate_rescale rollback", log=logging.getLogger("streamstate"))
 
     spec = confirm_lag()
     stop = StopStreamOperator(task_id="stop", stream=spec, timeout=300, finish_planned_batch=True)

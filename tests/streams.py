@@ -255,3 +255,14 @@ def snapshots_while_producing(query: Any, producer: Any, take: Callable[[], Any]
         time.sleep(interval_s)
     producer.join()
     return taken
+
+
+def use_local_connections(monkeypatch: Any, stack: Any, tmp_path: Any, master: str = "local[2]") -> None:
+    """The Airflow connections the example stream's spec names (`spark_local` on `master`,
+    `kafka_local` on the stack's broker) and a streamstate home of the test's own."""
+    import json
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", json.dumps({"conn_type": "spark", "host": master}))
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_LOCAL", json.dumps(
+        {"conn_type": "kafka", "extra": {"bootstrap.servers": stack.kafka_bootstrap}}))
+    monkeypatch.setenv("STREAMSTATE_HOME", str(tmp_path / "home"))

@@ -31,7 +31,7 @@ from airflow_provider_streamstate.jobs.generator import (
 )
 from airflow_provider_streamstate.stream_start import start_stream
 from tests.airflow_harness import Person
-from tests.streams import consumed_records, example_stream_spec, wait_for
+from tests.streams import consumed_records, example_stream_spec, use_local_connections, wait_for
 
 pytestmark = pytest.mark.integration
 log = logging.getLogger(__name__)
@@ -44,10 +44,7 @@ BAD_CENTS = 10**12
 
 @pytest.fixture
 def connections(stack: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", json.dumps({"conn_type": "spark", "host": "local[2]"}))
-    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_LOCAL", json.dumps(
-        {"conn_type": "kafka", "extra": {"bootstrap.servers": stack.kafka_bootstrap}}))
-    monkeypatch.setenv("STREAMSTATE_HOME", str(tmp_path / "home"))
+    use_local_connections(monkeypatch, stack, tmp_path)
 
 
 def produce_bad(bootstrap: str, topic: str) -> None:

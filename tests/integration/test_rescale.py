@@ -44,7 +44,7 @@ from airflow_provider_streamstate.jobs.generator import GeneratorSpec, expected_
 from airflow_provider_streamstate.stream_rescale import rescale_spec
 from airflow_provider_streamstate.stream_start import start_stream
 from dev import spark_versions
-from tests.streams import consumed_records, example_stream_spec, wait_for
+from tests.streams import consumed_records, example_stream_spec, use_local_connections, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark_lines]
 log = logging.getLogger(__name__)
@@ -59,10 +59,7 @@ def spark43() -> spark_versions.SparkVersion:
 
 @pytest.fixture
 def connections(stack: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", json.dumps({"conn_type": "spark", "host": "local[2]"}))
-    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_LOCAL", json.dumps(
-        {"conn_type": "kafka", "extra": {"bootstrap.servers": stack.kafka_bootstrap}}))
-    monkeypatch.setenv("STREAMSTATE_HOME", str(tmp_path / "home"))
+    use_local_connections(monkeypatch, stack, tmp_path)
 
 
 def spec_on(line: spark_versions.SparkVersion, stack: Any, topic: str, root: Path, *, name: str = "orders",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,25 +35,32 @@ SUITE = {
 }
 
 
-def test_a_correct_candidate_passes_and_a_planted_bug_is_blocked(stack, spark, topic, tmp_path, run_dag,
-                                                                  monkeypatch) -> None:
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", json.dumps({"conn_type": "spark", "host": "local[1]"}))
+def production(stack: Any, spark: Any, topic: str, tmp_path: Path, first: GeneratorSpec, more: int
+               ) -> tuple[Any, Any, Path, Any]:
+    """The production stream (RocksDB with changelog): a known-good snapshot of `first`, then
+    `more` records and its newest snapshot; (spec, store, suite file, the good manifest)."""
     use_state_store(spark, "rocksdb-changelog")
     spec = example_stream_spec(stack, topic, tmp_path, name="orders", state_store="rocksdb-changelog")
     store = open_store(spec.store)
     suite_file = tmp_path / "suite.json"
     suite_file.write_text(json.dumps(SUITE))
-
-    # Production: a known-good snapshot, then more input and its newest snapshot.
-    first = GeneratorSpec(seed=91, accounts=10, events=120)
     produce(stack.kafka_bootstrap, topic, first)
     run_to_end(spark, stack.kafka_bootstrap, topic, spec.checkpoint)
     good = create_snapshot(spec.checkpoint, store, "orders").manifest
     with StateReader(store, spark=spark) as reader:
         assert validate_snapshot(reader, "orders", good.snapshot_id, load_suite(suite_file)).success
-    produce(stack.kafka_bootstrap, topic, first.next_round())
+    produce(stack.kafka_bootstrap, topic, first.next_round(more))
     run_to_end(spark, stack.kafka_bootstrap, topic, spec.checkpoint)
     create_snapshot(spec.checkpoint, store, "orders")
+    return spec, store, suite_file, good
+
+
+def test_a_correct_candidate_passes_and_a_planted_bug_is_blocked(stack, spark, topic, tmp_path, run_dag,
+                                                                  monkeypatch) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", json.dumps({"conn_type": "spark", "host": "local[1]"}))
+    # Production: a known-good snapshot, then more input and its newest snapshot.
+    first = GeneratorSpec(seed=91, accounts=10, events=120)
+    spec, store, suite_file, good = production(stack, spark, topic, tmp_path, first, first.events)
 
     args = [("available-now" if a.startswith("processing:") else a) for a in spec.application_args]
     conf = {"stream": spec.to_dict(), "candidate_args": args, "suite": str(suite_file),
@@ -93,18 +101,8 @@ def test_a_candidate_keeping_one_more_state_column_is_tested_on_productions_migr
     from airflow_provider_streamstate.spark_submit import spark_submit_command
 
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", json.dumps({"conn_type": "spark", "host": "local[1]"}))
-    use_state_store(spark, "rocksdb-changelog")
-    spec = example_stream_spec(stack, topic, tmp_path, name="orders", state_store="rocksdb-changelog")
-    store = open_store(spec.store)
-    suite_file = tmp_path / "suite.json"
-    suite_file.write_text(json.dumps(SUITE))
     first = GeneratorSpec(seed=93, accounts=8, events=80)
-    produce(stack.kafka_bootstrap, topic, first)
-    run_to_end(spark, stack.kafka_bootstrap, topic, spec.checkpoint)
-    good = create_snapshot(spec.checkpoint, store, "orders").manifest
-    produce(stack.kafka_bootstrap, topic, first.next_round(40))
-    run_to_end(spark, stack.kafka_bootstrap, topic, spec.checkpoint)
-    create_snapshot(spec.checkpoint, store, "orders")
+    spec, store, suite_file, good = production(stack, spark, topic, tmp_path, first, 40)
 
     # The candidate's schema: it runs once on a record of its own, into a scratch checkpoint.
     candidate = str(REPO / "tests/apps/min_stream.py")
