@@ -13,7 +13,8 @@ batch 1 reading from there:
 
     metadata                 a new query id
     offsets/0, commits/0     the skeleton's pinned confs, the given offsets, watermark 0
-    sources/<i>/0            the same offsets, as Kafka's initial offsets
+    sources/<i>/0            the same offsets, as Kafka's initial offsets (offsets not
+                             given: the skeleton's own source logs, where its run ended)
     state/<op>/...           the skeleton's metadata and schema files; state version 1 of
                              every store partition (a delta, or a RocksDB changelog)
 
@@ -169,7 +170,7 @@ def bootstrap_checkpoint(
     seconds["compile"] = time.monotonic() - t
     t = time.monotonic()
     query_id = str(uuid.uuid4())
-    _write(out, skel, cut, meta, sources, changes, query_id)
+    _write(out, skel, cut, meta, sources, changes, query_id, skeletons_sources=source_offsets is None)
     seconds["write"] = time.monotonic() - t
     t = time.monotonic()
     digest = _verify(out, changes, target_connection)
@@ -208,9 +209,11 @@ def _sources(skeleton: list[Any], given: list[Any] | None, where: str) -> list[A
 
 
 def _write(out: CheckpointFS, skel: CheckpointFS, cut: Any, meta: dict[str, Any], sources: list[Any],
-           changes: list[KeyChange], query_id: str) -> None:
+           changes: list[KeyChange], query_id: str, *, skeletons_sources: bool) -> None:
     """The new checkpoint's files: the skeleton's operator metadata and schemas, state
-    version 1 of every store partition, then sources, offsets and commit; `metadata` last."""
+    version 1 of every store partition, then sources (the skeleton's own source logs when
+    its offsets are kept: `skeletons_sources`; else Kafka's initial offsets), offsets and
+    commit; `metadata` last."""
     codec = codec_name(cut.conf)
     by_place: dict[tuple[int, str, int], list[tuple[bytes, bytes | None]]] = {}
     for c in changes:
@@ -227,8 +230,10 @@ def _write(out: CheckpointFS, skel: CheckpointFS, cut: Any, meta: dict[str, Any]
                 ops = sorted(by_place.get((op_id, store, part), []))
                 files.append((f"{rel}/1.delta", delta_file(ops, codec)) if cut.state_store == "hdfs" else
                              (f"{rel}/1.changelog", changelog_file(ops, codec)))
-    for i, offsets in enumerate(sources):
-        if isinstance(offsets, dict) and all(isinstance(v, dict) for v in offsets.values()):  # Kafka's initial offsets
+    if skeletons_sources:  # where the skeleton's run ended, as its sources recorded it (a file source's seen files)
+        files += [(f.path, skel.read_bytes(f.path)) for f in cut.files if f.path.startswith("sources/")]
+    else:
+        for i, offsets in enumerate(sources):  # Kafka's initial offsets
             files.append((f"sources/{i}/0", b"\x00v1\n" + json.dumps(offsets, separators=(",", ":")).encode()))
     batch_meta = {**meta, "batchWatermarkMs": 0, "batchTimestampMs": int(time.time() * 1000)}
     lines = ["v1", json.dumps(batch_meta, separators=(",", ":"))] + \
