@@ -89,3 +89,16 @@ def test_spark_is_asked_about_a_bounded_sample_of_the_changed_keys_spread_over_t
     assert len(picked) == SPARK_KEYS and picked[0] == 0 and picked[-1] > 9_800
     assert len(set(p // 1_000 for p in picked)) == 10  # every tenth of the edit is asked about
     assert sample(changes[:5]) == changes[:5]  # type: ignore[arg-type]
+
+
+def test_a_bootstrap_that_fails_after_writing_leaves_its_target_empty(tmp_path: Path) -> None:
+    from airflow_provider_streamstate.engine.edit.spark_check import EditCheckFailed
+
+    (g,) = [g for g in goldens("small_aggregation_hdfs") if g.line == "4.1"]
+
+    def no_spark(args: Any) -> tuple[list[str], dict[str, str]]:
+        return ["false"], {}  # a check job that dies without an answer
+
+    with pytest.raises(EditCheckFailed):
+        bootstrap_checkpoint(g.checkpoint, str(tmp_path / "new"), table_of(g.checkpoint), command=no_spark)
+    assert not (tmp_path / "new").exists() or not any((tmp_path / "new").rglob("*"))

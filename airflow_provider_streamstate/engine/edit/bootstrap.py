@@ -170,16 +170,20 @@ def bootstrap_checkpoint(
     seconds["compile"] = time.monotonic() - t
     t = time.monotonic()
     query_id = str(uuid.uuid4())
-    _write(out, skel, cut, meta, sources, changes, query_id, skeletons_sources=source_offsets is None)
-    seconds["write"] = time.monotonic() - t
-    t = time.monotonic()
-    digest = _verify(out, changes, target_connection)
-    seconds["verify"] = time.monotonic() - t
-    spark = None
-    if command is not None:
+    try:  # the target was empty: whatever fails from here on leaves it so
+        _write(out, skel, cut, meta, sources, changes, query_id, skeletons_sources=source_offsets is None)
+        seconds["write"] = time.monotonic() - t
         t = time.monotonic()
-        spark = spark_check("bootstrap", out, 0, digest, changes, command, timeout_s=timeout_s).to_json()
-        seconds["spark_check"] = time.monotonic() - t
+        digest = _verify(out, changes, target_connection)
+        seconds["verify"] = time.monotonic() - t
+        spark = None
+        if command is not None:
+            t = time.monotonic()
+            spark = spark_check("bootstrap", out, 0, digest, changes, command, timeout_s=timeout_s).to_json()
+            seconds["spark_check"] = time.monotonic() - t
+    except BaseException:
+        out.delete_all()
+        raise
     seconds["total"] = time.monotonic() - started
     log.info("bootstrapped %s: %d keys of operator %s (%s), shaped as %s", out.location, len(pairs), operator, store,
              skel.location)
@@ -259,5 +263,5 @@ def _verify(out: CheckpointFS, changes: list[KeyChange], connection: Any) -> Sta
     if problems:
         raise CorruptionError(f"the bootstrapped checkpoint does not hold the table: {problems[0]}"
                               + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""),
-                              hint=f"nothing else was changed; delete {out.location} and report it")
+                              hint=f"nothing was kept at {out.location}; report it")
     return after
