@@ -96,7 +96,8 @@ def migration(
 
     if not isinstance(operator, int):
         raise UsageError(f"a migration names the operator by its id, not {operator!r}",
-                         hint="see the operators' ids with `streamstate state get --help` or the Streams page")
+                         hint="0 is the query's first stateful operator; a snapshot's page in the Streams UI lists "
+                         "the operators with their ids")
     return migration_to(target, operator=operator, store=store, defaults=defaults, description=description,
                         connection=checkpoint_connection(target, spec.aws_conn_id))
 
