@@ -34,13 +34,12 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS, open_checkpoint_fs
 from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
 from airflow_provider_streamstate.engine.core.errors import (
-    CorruptionError,
     UnsupportedCheckpointError,
     UsageError,
 )
@@ -53,8 +52,7 @@ from airflow_provider_streamstate.engine.edit.changes import (
 )
 from airflow_provider_streamstate.engine.edit.spark_check import CommandFor, spark_check
 from airflow_provider_streamstate.engine.edit.state_files import changelog_file, delta_file
-from airflow_provider_streamstate.engine.edit.verify import edit_problems, expected_digest
-from airflow_provider_streamstate.engine.lookup.digest import StateDigest, state_digest
+from airflow_provider_streamstate.engine.edit.verify import verified_digest
 from airflow_provider_streamstate.engine.lookup.formats.codec import codec_name
 from airflow_provider_streamstate.engine.lookup.reading.sources import CheckpointSource
 
@@ -174,7 +172,9 @@ def bootstrap_checkpoint(
         _write(out, skel, cut, meta, sources, changes, query_id, skeletons_sources=source_offsets is None)
         seconds["write"] = time.monotonic() - t
         t = time.monotonic()
-        digest = _verify(out, changes, target_connection)
+        digest = verified_digest(out, 0, None, changes, [None] * len(changes), connection=target_connection,
+                                 what="the bootstrapped checkpoint does not hold the table",
+                                 hint=f"nothing was kept at {out.location}; report it")
         seconds["verify"] = time.monotonic() - t
         spark = None
         if command is not None:
@@ -249,19 +249,3 @@ def _write(out: CheckpointFS, skel: CheckpointFS, cut: Any, meta: dict[str, Any]
         if not out.create_record(rel, data):
             raise UsageError(f"{out.where(rel)} appeared while the bootstrap was written",
                              hint="give a new location nothing else writes to")
-
-
-def _verify(out: CheckpointFS, changes: list[KeyChange], connection: Any) -> StateDigest:
-    """The new checkpoint's digest at batch 0, once it holds exactly the table's entries,
-    each where Spark looks for it."""
-    after = state_digest(out.location, 0, connection=connection)
-    empty = replace(after, batch_id=-1, stores=tuple(replace(s, entries=0, fingerprint=f"{0:032x}")
-                                                     for s in after.stores))
-    expected = expected_digest(empty, changes, [None] * len(changes))
-    problems = edit_problems(expected, after, CheckpointSource(out.location, 0, reader=CheckpointReader(out.fresh())),
-                             changes)
-    if problems:
-        raise CorruptionError(f"the bootstrapped checkpoint does not hold the table: {problems[0]}"
-                              + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""),
-                              hint=f"nothing was kept at {out.location}; report it")
-    return after

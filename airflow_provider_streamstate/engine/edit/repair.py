@@ -49,7 +49,7 @@ from airflow_provider_streamstate.engine.edit.changes import EditSpec, KeyChange
 from airflow_provider_streamstate.engine.edit.migrate import Migration, migrated_changes, schema_path
 from airflow_provider_streamstate.engine.edit.preview import EditPreview, current_values, preview
 from airflow_provider_streamstate.engine.edit.spark_check import CommandFor, spark_check
-from airflow_provider_streamstate.engine.edit.verify import edit_problems, expected_digest
+from airflow_provider_streamstate.engine.edit.verify import verified_digest
 from airflow_provider_streamstate.engine.lookup.digest import StateDigest, state_digest
 from airflow_provider_streamstate.engine.lookup.reading.sources import (
     CheckpointSource,
@@ -199,14 +199,9 @@ def edit_stream(
 def _verify(work: CheckpointFS, before: StateDigest, changes: list[KeyChange], old: list[bytes | None],
             connection: Any) -> StateDigest:
     """The copy's digest at the edit batch, once it is exactly the expected one."""
-    n = before.batch_id
-    after = state_digest(work.location, n + 1, connection=connection)
-    src = CheckpointSource(work.location, n + 1, reader=CheckpointReader(work.fresh()))
-    problems = edit_problems(expected_digest(before, changes, old), after, src, changes)
-    if problems:
-        raise CorruptionError(f"the edited copy does not hold the asked state: {problems[0]}"
-                              + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""),
-                              hint="nothing was put in place; report it with the copy's location, " + work.location)
+    after = verified_digest(work, before.batch_id + 1, before, changes, old, connection=connection,
+                            what="the edited copy does not hold the asked state",
+                            hint="nothing was put in place; report it with the copy's location, " + work.location)
     log.info("verified the edit of %s: %d entries, %d keys changed, every other entry as it was", work.location,
              sum(s.entries for s in after.stores), len(changes))
     return after

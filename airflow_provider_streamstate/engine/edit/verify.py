@@ -15,12 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
+from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS
+from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
+from airflow_provider_streamstate.engine.core.errors import CorruptionError
 from airflow_provider_streamstate.engine.edit.changes import KeyChange
 from airflow_provider_streamstate.engine.edit.preview import current_values
-from airflow_provider_streamstate.engine.lookup.digest import StateDigest, StoreDigest
+from airflow_provider_streamstate.engine.lookup.digest import StateDigest, StoreDigest, state_digest
 from airflow_provider_streamstate.engine.lookup.digest_tasks import MASK
-from airflow_provider_streamstate.engine.lookup.reading.sources import StateSource
+from airflow_provider_streamstate.engine.lookup.reading.sources import CheckpointSource, StateSource
 
 
 def entry_hash(key: bytes, value: bytes) -> int:
@@ -70,3 +74,20 @@ def edit_problems(expected: StateDigest, after: StateDigest, src_after: StateSou
             problems.append(f"key {c.key} of operator {c.operator_id} should be {want} at batch {after.batch_id}, "
                             f"is {got}")
     return problems
+
+
+def verified_digest(fs: CheckpointFS, batch_id: int, before: StateDigest | None, changes: Sequence[KeyChange],
+                    old: Sequence[bytes | None], *, what: str, hint: str, connection: Any = None) -> StateDigest:
+    """The digest of the checkpoint `fs` at `batch_id`, once it holds exactly `before` (None:
+    no entries at all, a new checkpoint) with `changes`, each key in its place and read back;
+    CorruptionError naming the first problem (`what` does not hold ...) otherwise."""
+    after = state_digest(fs.location, batch_id, connection=connection)
+    if before is None:
+        before = replace(after, batch_id=batch_id - 1,
+                         stores=tuple(replace(s, entries=0, fingerprint=f"{0:032x}") for s in after.stores))
+    src = CheckpointSource(fs.location, batch_id, reader=CheckpointReader(fs.fresh()))
+    problems = edit_problems(expected_digest(before, changes, old), after, src, changes)
+    if problems:
+        raise CorruptionError(f"{what}: {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1
+                                                           else ""), hint=hint)
+    return after
