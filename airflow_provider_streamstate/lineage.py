@@ -8,7 +8,7 @@ joins them with what Spark and other tools report about the same checkpoint, buc
 
 (`openlineage.client.naming.dataset`: S3, LocalFileSystem, Kafka.) A stream's snapshots in
 a store are one dataset, `<store>/streams/<stream>`, whose version is the snapshot id: the
-same location as the stream's Airflow asset (assets.py).
+same location as the stream's Airflow asset (assets/streams.py).
 
     snapshot   checkpoint + the Kafka topics its batch read  ->  snapshots (version: the id)
     validate   snapshots (version; GX results as dataQualityAssertions)  ->  validation results
@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-from airflow_provider_streamstate.assets import location_uri
+from airflow_provider_streamstate.assets.streams import location_uri
 
 
 def dataset_name(location: str) -> tuple[str, str]:

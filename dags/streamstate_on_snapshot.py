@@ -23,7 +23,7 @@ from typing import Any
 import pendulum
 from airflow.sdk import DAG, Param, task, task_group
 
-from airflow_provider_streamstate.assets import SNAPSHOTS
+from airflow_provider_streamstate.assets.streams import SNAPSHOTS
 from airflow_provider_streamstate.operators.replicate import ReplicateSnapshotsOperator
 from airflow_provider_streamstate.operators.validate import ValidateSnapshotOperator
 from airflow_provider_streamstate.skip_unconfigured import SkipUnlessConfigured
@@ -60,7 +60,7 @@ with DAG(
         """The snapshots the triggering events name, each of a configured stream in its store."""
         from airflow.sdk.exceptions import AirflowSkipException
 
-        from airflow_provider_streamstate.assets import snapshots_to_handle as named
+        from airflow_provider_streamstate.assets.streams import snapshots_to_handle as named
         from airflow_provider_streamstate.configured import configured_streams
 
         events = list((triggering_asset_events or {}).get(SNAPSHOTS) or [])

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_streamstate.assets import snapshots_asset, validations_asset
+from airflow_provider_streamstate.assets.streams import snapshots_asset, validations_asset
 from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.links import snapshot_page_url
 from airflow_provider_streamstate.spec import StreamSpec

@@ -10,7 +10,7 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider_streamstate.assets import FAILOVERS, checkpoint_asset, emit, with_outlet
+from airflow_provider_streamstate.assets.streams import FAILOVERS, checkpoint_asset, emit, with_outlet
 from airflow_provider_streamstate.configured import stream_spec
 from airflow_provider_streamstate.engine.core.config.values import optional_duration, parse_flag
 from airflow_provider_streamstate.engine.core.errors import StreamstateError
@@ -88,7 +88,7 @@ class FailoverStreamOperator(StreamTask):
     "seconds_verify_standby"}`; `standby` (null without one) says whether it was `used`, and
     why not (`reason`), with what its verification read.
 
-    Emits an event on the DR stream's checkpoint asset (assets.py; outlet: the
+    Emits an event on the DR stream's checkpoint asset (assets/streams.py; outlet: the
     `streamstate-failovers` alias) with `{"stream", "store", "checkpoint", "snapshot_id",
     "batch_id", "events_behind", "kafka"}` as its extra; links to the restored snapshot's
     page in the Streams UI (in the DR store); reports OpenLineage, DR snapshot and topics to

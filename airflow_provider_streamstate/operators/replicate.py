@@ -9,7 +9,7 @@ from typing import Any
 
 from airflow.sdk import Context
 
-from airflow_provider_streamstate.assets import REPLICAS, emit, snapshots_asset, with_outlet
+from airflow_provider_streamstate.assets.streams import REPLICAS, emit, snapshots_asset, with_outlet
 from airflow_provider_streamstate.configured import stream_spec
 from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.links import SnapshotLink
@@ -75,7 +75,7 @@ class ReplicateSnapshotsOperator(StreamstateTask):
     of them; `standby` is the warm standby's update (null without `standby`).
 
     Each of those 20 that was published at the destination (not already there) emits an event
-    on the stream's snapshots asset in the destination store (assets.py; outlet: the
+    on the stream's snapshots asset in the destination store (assets/streams.py; outlet: the
     `streamstate-replicas` alias) with `{"stream", "store", "source", "snapshot_id", "batch_id",
     "bytes_copied", "lag_seconds"}` as its extra; links to the newest one's page in the Streams
     UI; reports OpenLineage, source snapshots to destination snapshots (lineage.py).

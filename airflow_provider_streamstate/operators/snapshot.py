@@ -9,7 +9,7 @@ from typing import Any
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider_streamstate.assets import SNAPSHOTS, emit, snapshots_asset, with_outlet
+from airflow_provider_streamstate.assets.streams import SNAPSHOTS, emit, snapshots_asset, with_outlet
 from airflow_provider_streamstate.links import SnapshotLink
 from airflow_provider_streamstate.operators.base import StreamTask
 
@@ -28,7 +28,7 @@ class SnapshotStreamOperator(StreamTask):
     per partition the last record its batch consumed (Kafka anchors), which failover to a
     mirrored DR cluster needs; an unreachable cluster costs the anchors, not the snapshot.
 
-    Emits an event on the stream's snapshots asset in its store (assets.py; outlet: the
+    Emits an event on the stream's snapshots asset in its store (assets/streams.py; outlet: the
     `streamstate-snapshots` alias) with `{"stream", "store", "snapshot_id", "batch_id",
     "timeline", "bytes_total", "bytes_uploaded", "reused"}` as its extra; links to the
     snapshot's page in the Streams UI; reports OpenLineage (lineage.py).

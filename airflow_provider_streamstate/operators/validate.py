@@ -12,7 +12,7 @@ from typing import Any
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider_streamstate.assets import VALIDATIONS, emit, validations_asset, with_outlet
+from airflow_provider_streamstate.assets.streams import VALIDATIONS, emit, validations_asset, with_outlet
 from airflow_provider_streamstate.links import SnapshotLink
 from airflow_provider_streamstate.operators.base import StateTask
 
@@ -28,7 +28,7 @@ class ValidateSnapshotOperator(StateTask):
     "data_docs", ...}` (engine ValidationResult.to_json, plus the store).
 
     A recorded result emits an event on the stream's validations asset in its store
-    (assets.py; outlet: the `streamstate-validations` alias) with `{"stream", "store",
+    (assets/streams.py; outlet: the `streamstate-validations` alias) with `{"stream", "store",
     "snapshot_id", "batch_id", "suite", "success", "evaluated", "failed"}` (failed: a count)
     as its extra; links to the snapshot's page in the Streams UI; reports OpenLineage with
     the suite's results as a data quality facet (lineage.py).

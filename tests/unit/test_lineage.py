@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_streamstate.assets import (
+from airflow_provider_streamstate.assets.streams import (
     checkpoint_asset,
     location_uri,
     snapshots_asset,

@@ -1,0 +1,1 @@
+"""Airflow Assets of the provider: the asset events its tasks emit."""
