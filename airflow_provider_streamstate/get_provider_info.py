@@ -47,7 +47,7 @@ def get_provider_info() -> dict[str, Any]:
                 ],
             }
         ],
-        "extra-links": ["airflow_provider_streamstate.links.SnapshotLink"],
+        "extra-links": ["airflow_provider_streamstate.links.streams_ui.SnapshotLink"],
         "hooks": [
             {
                 "integration-name": "streamstate",

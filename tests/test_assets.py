@@ -22,7 +22,7 @@ import pytest
 
 from airflow_provider_streamstate.assets.streams import snapshots_asset, validations_asset
 from airflow_provider_streamstate.backends.local.store import LocalStore
-from airflow_provider_streamstate.links import snapshot_page_url
+from airflow_provider_streamstate.links.streams_ui import snapshot_page_url
 from airflow_provider_streamstate.spec import StreamSpec
 from tests.airflow_harness import ui_link
 from tests.unit.fake_checkpoint import make_checkpoint

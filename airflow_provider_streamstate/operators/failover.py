@@ -14,7 +14,7 @@ from airflow_provider_streamstate.assets.streams import FAILOVERS, checkpoint_as
 from airflow_provider_streamstate.configured import stream_spec
 from airflow_provider_streamstate.engine.core.config.values import optional_duration, parse_flag
 from airflow_provider_streamstate.engine.core.errors import StreamstateError
-from airflow_provider_streamstate.links import SnapshotLink
+from airflow_provider_streamstate.links.streams_ui import SnapshotLink
 from airflow_provider_streamstate.operators.base import StreamTask
 from airflow_provider_streamstate.spec import StreamSpec
 from airflow_provider_streamstate.task_errors import engine_errors

@@ -14,7 +14,7 @@ from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_streamstate.engine.core.errors import UsageError
-from airflow_provider_streamstate.links import SnapshotLink
+from airflow_provider_streamstate.links.streams_ui import SnapshotLink
 from airflow_provider_streamstate.operators.base import StreamTask
 from airflow_provider_streamstate.task_errors import engine_errors
 

@@ -12,7 +12,7 @@ from airflow.sdk import Context
 from airflow_provider_streamstate.assets.streams import REPLICAS, emit, snapshots_asset, with_outlet
 from airflow_provider_streamstate.configured import stream_spec
 from airflow_provider_streamstate.engine.core.errors import UsageError
-from airflow_provider_streamstate.links import SnapshotLink
+from airflow_provider_streamstate.links.streams_ui import SnapshotLink
 from airflow_provider_streamstate.operators.base import StreamstateTask, Subject
 from airflow_provider_streamstate.spec import StreamSpec
 from airflow_provider_streamstate.task_errors import engine_errors

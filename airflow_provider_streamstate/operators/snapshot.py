@@ -10,7 +10,7 @@ from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_streamstate.assets.streams import SNAPSHOTS, emit, snapshots_asset, with_outlet
-from airflow_provider_streamstate.links import SnapshotLink
+from airflow_provider_streamstate.links.streams_ui import SnapshotLink
 from airflow_provider_streamstate.operators.base import StreamTask
 
 

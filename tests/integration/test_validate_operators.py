@@ -15,7 +15,7 @@ from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.engine.catalog.validation_records import get_validation
 from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
-from airflow_provider_streamstate.links import snapshot_page_url
+from airflow_provider_streamstate.links.streams_ui import snapshot_page_url
 from airflow_provider_streamstate.spec import StreamSpec
 from tests.airflow_harness import ui_link
 from tests.streams import use_state_store

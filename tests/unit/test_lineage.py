@@ -19,7 +19,7 @@ from airflow_provider_streamstate.assets.streams import (
     snapshots_to_handle,
 )
 from airflow_provider_streamstate.lineage import dataset_name, kafka_namespace, snapshot_lineage
-from airflow_provider_streamstate.links import snapshot_of, snapshot_page_url
+from airflow_provider_streamstate.links.streams_ui import snapshot_of, snapshot_page_url
 from airflow_provider_streamstate.operators.replicate import ReplicateSnapshotsOperator
 from airflow_provider_streamstate.operators.snapshot import SnapshotStreamOperator
 from airflow_provider_streamstate.spec import StreamSpec
