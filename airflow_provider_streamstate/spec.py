@@ -105,7 +105,7 @@ class StreamSpec:
 
     def redacted(self) -> StreamSpec:
         """The same stream with its secrets as `***`: what XCom, trigger records and reports
-        may carry (a task completes it again from the configured streams: configured.py)."""
+        may carry (a task completes it again from the configured streams: utils/configured_streams.py)."""
         return replace(self, conf=redact_mapping(self.conf), env=redact_mapping(self.env),
                        application_args=redact_command(self.application_args))
 

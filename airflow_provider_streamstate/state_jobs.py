@@ -1,5 +1,5 @@
 """State jobs from Airflow: the spark-submit command a Spark connection gives for one
-(spark_submit.py), submitted through the engine (engine/state/submit.py), which takes what
+(utils/spark_submit.py), submitted through the engine (engine/state/submit.py), which takes what
 the application needs to reach the store from the store itself. What the state operators
 share when they run their job on a cluster."""
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from airflow_provider_streamstate.engine.state.jobs import StateJobRequest
 from airflow_provider_streamstate.engine.state.submit import state_job_application, state_job_arguments
-from airflow_provider_streamstate.spark_submit import (
+from airflow_provider_streamstate.utils.spark_submit import (
     SparkJobOptions,
     require_spark_connection,
     spark_submit_command,

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from airflow_provider_streamstate.spark_submit import spark_submit_command
 from airflow_provider_streamstate.spec import StreamSpec
+from airflow_provider_streamstate.utils.spark_submit import spark_submit_command
 
 
 def edit_check_command(spec: StreamSpec) -> Callable[[Sequence[str]], tuple[Sequence[str], Mapping[str, str]]]:

@@ -1,5 +1,5 @@
 """Starting a stream's driver from a `StreamSpec`: the spark-submit command its `spark`
-connection gives (spark_submit.py), launched (or reconnected to) through the engine's
+connection gives (utils/spark_submit.py), launched (or reconnected to) through the engine's
 launcher, the records beside its checkpoint read and written with the spec's connection.
 What StartStreamOperator, the supervisor's restarts, the deploy gate and `streamstate
 stream start` share."""
@@ -11,8 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 from airflow_provider_streamstate.engine.core.errors import UsageError
-from airflow_provider_streamstate.spark_submit import require_spark_connection, spark_submit_command
 from airflow_provider_streamstate.spec import StreamSpec
+from airflow_provider_streamstate.utils.spark_submit import require_spark_connection, spark_submit_command
 
 
 def stream_command(spec: StreamSpec) -> tuple[list[str], dict[str, str]]:

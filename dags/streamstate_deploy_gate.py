@@ -140,7 +140,7 @@ with DAG(
         """With `migrate_to`: the clone's state rewritten into the candidate's schema."""
         from airflow_provider_streamstate.spec import StreamSpec
         from airflow_provider_streamstate.stream_edit import edit_spec, migration
-        from airflow_provider_streamstate.task_errors import engine_errors
+        from airflow_provider_streamstate.utils.task_errors import engine_errors
 
         assert params is not None
         if not params["migrate_to"]:

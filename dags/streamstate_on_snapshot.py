@@ -26,7 +26,7 @@ from airflow.sdk import DAG, Param, task, task_group
 from airflow_provider_streamstate.assets.streams import SNAPSHOTS
 from airflow_provider_streamstate.operators.replicate import ReplicateSnapshotsOperator
 from airflow_provider_streamstate.operators.validate import ValidateSnapshotOperator
-from airflow_provider_streamstate.skip_unconfigured import SkipUnlessConfigured
+from airflow_provider_streamstate.utils.skip_unconfigured import SkipUnlessConfigured
 
 
 class _Validate(SkipUnlessConfigured, ValidateSnapshotOperator):
@@ -61,7 +61,7 @@ with DAG(
         from airflow.sdk.exceptions import AirflowSkipException
 
         from airflow_provider_streamstate.assets.streams import snapshots_to_handle as named
-        from airflow_provider_streamstate.configured import configured_streams
+        from airflow_provider_streamstate.utils.configured_streams import configured_streams
 
         events = list((triggering_asset_events or {}).get(SNAPSHOTS) or [])
         if not events:

@@ -34,7 +34,7 @@ from airflow_provider_streamstate.operators.pipeline import (
     SnapshotPipelineOperator,
     ValidatePipelineOperator,
 )
-from airflow_provider_streamstate.skip_unconfigured import SkipUnlessConfigured
+from airflow_provider_streamstate.utils.skip_unconfigured import SkipUnlessConfigured
 
 PIPELINES_VARIABLE = "streamstate_pipelines"
 

@@ -107,11 +107,11 @@ with DAG(
 
         from airflow.sdk.exceptions import AirflowFailException
 
-        from airflow_provider_streamstate.configured import stream_spec
         from airflow_provider_streamstate.engine.edit.plan import plan_repair
         from airflow_provider_streamstate.engine.lookup.reading.sources import SnapshotSource
         from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
-        from airflow_provider_streamstate.task_errors import engine_errors
+        from airflow_provider_streamstate.utils.configured_streams import stream_spec
+        from airflow_provider_streamstate.utils.task_errors import engine_errors
 
         p = params or {}
         with engine_errors():
@@ -146,10 +146,10 @@ with DAG(
                      ) -> dict[str, Any]:
         """The clone labelled and recorded with an expiry, as clones are: `tear_down` (or,
         if this run dies, the store's retention) deletes its checkpoint and snapshots."""
-        from airflow_provider_streamstate.configured import stream_spec
         from airflow_provider_streamstate.engine.catalog.timeline import read_lineage
         from airflow_provider_streamstate.engine.streams import clones
         from airflow_provider_streamstate.hooks.store import StreamstateStoreHook, open_checkpoint
+        from airflow_provider_streamstate.utils.configured_streams import stream_spec
 
         spec = stream_spec((params or {})["stream"])
         store = StreamstateStoreHook(spec.store, aws_conn_id=spec.aws_conn_id).store
@@ -195,9 +195,9 @@ with DAG(
         the run failed before the stop."""
         import logging
 
-        from airflow_provider_streamstate.configured import stream_spec
         from airflow_provider_streamstate.stream_start import put_back
-        from airflow_provider_streamstate.task_errors import engine_errors
+        from airflow_provider_streamstate.utils.configured_streams import stream_spec
+        from airflow_provider_streamstate.utils.task_errors import engine_errors
 
         stopped = ti.xcom_pull(task_ids="stop") if ti is not None else None
         if not stopped:  # failed before the stop (or the stop itself failed): the stream is as it was
@@ -218,13 +218,13 @@ with DAG(
     @task(trigger_rule="all_done")
     def tear_down(params: dict[str, Any] | None = None, ti: Any = None) -> dict[str, Any]:
         """Delete the clone, its checkpoint and snapshots, whatever happened."""
-        from airflow_provider_streamstate.configured import stream_spec
         from airflow_provider_streamstate.engine.streams.clones import expire_clones, list_clones
         from airflow_provider_streamstate.hooks.store import (
             StreamstateStoreHook,
             checkpoint_connection,
             open_checkpoint,
         )
+        from airflow_provider_streamstate.utils.configured_streams import stream_spec
 
         planned = ti.xcom_pull(task_ids="plan") if ti is not None else None
         if not planned:

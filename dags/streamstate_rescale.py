@@ -69,11 +69,11 @@ with DAG(
 
         from airflow.sdk.exceptions import AirflowSkipException
 
-        from airflow_provider_streamstate.configured import stream_spec
         from airflow_provider_streamstate.engine.streams.health import check_lag
         from airflow_provider_streamstate.hooks.kafka import StreamKafkaHook
         from airflow_provider_streamstate.hooks.store import open_checkpoint
-        from airflow_provider_streamstate.task_errors import engine_errors
+        from airflow_provider_streamstate.utils.configured_streams import stream_spec
+        from airflow_provider_streamstate.utils.task_errors import engine_errors
 
         p = params or {}
         with engine_errors():
@@ -105,9 +105,9 @@ with DAG(
         """Start the stream from its rescaled checkpoint, with the restart's confs."""
         import logging
 
-        from airflow_provider_streamstate.configured import stream_spec
         from airflow_provider_streamstate.stream_start import start_stream
-        from airflow_provider_streamstate.task_errors import engine_errors
+        from airflow_provider_streamstate.utils.configured_streams import stream_spec
+        from airflow_provider_streamstate.utils.task_errors import engine_errors
 
         p = params or {}
         with engine_errors():
@@ -123,9 +123,9 @@ with DAG(
         state in place, and the stream started with its own spec."""
         import logging
 
-        from airflow_provider_streamstate.configured import stream_spec
         from airflow_provider_streamstate.stream_start import put_back
-        from airflow_provider_streamstate.task_errors import engine_errors
+        from airflow_provider_streamstate.utils.configured_streams import stream_spec
+        from airflow_provider_streamstate.utils.task_errors import engine_errors
 
         rescaled = ti.xcom_pull(task_ids="rescale") if ti is not None else None
         with engine_errors():

@@ -24,13 +24,13 @@ from typing import Any
 import pendulum
 from airflow.sdk import DAG, Param, task, task_group
 
-from airflow_provider_streamstate.configured import configured_streams as configured
 from airflow_provider_streamstate.operators.replicate import ReplicateSnapshotsOperator
 from airflow_provider_streamstate.operators.retention import ApplyRetentionOperator
 from airflow_provider_streamstate.operators.snapshot import SnapshotStreamOperator
 from airflow_provider_streamstate.operators.validate import ValidateSnapshotOperator
 from airflow_provider_streamstate.sensors.replicate import SnapshotReplicaSensor
-from airflow_provider_streamstate.skip_unconfigured import SkipUnlessConfigured
+from airflow_provider_streamstate.utils.configured_streams import configured_streams as configured
+from airflow_provider_streamstate.utils.skip_unconfigured import SkipUnlessConfigured
 
 
 class _Validate(SkipUnlessConfigured, ValidateSnapshotOperator):

@@ -20,8 +20,8 @@ from typing import Any
 import pendulum
 from airflow.sdk import DAG, Param, task
 
-from airflow_provider_streamstate.configured import configured_streams as configured
 from airflow_provider_streamstate.operators.supervise import SuperviseStreamOperator
+from airflow_provider_streamstate.utils.configured_streams import configured_streams as configured
 
 with DAG(
     dag_id="streamstate_supervisor",

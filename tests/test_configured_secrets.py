@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from airflow_provider_streamstate.configured import configured_streams, stream_spec
 from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.spec import StreamSpec
+from airflow_provider_streamstate.utils.configured_streams import configured_streams, stream_spec
 
 SPEC = {"name": "orders", "checkpoint": "/data/ckpt/orders", "store": "/data/store",
         "application": "/opt/jobs/orders.py", "application_args": ["--sasl-password", "app-secret-3"],

@@ -120,7 +120,7 @@ def test_what_needs_an_extra_says_which_in_one_line(tmp_path: Path) -> None:
     facts = python(tmp_path, (
         "import json\n"
         "from airflow.sdk.exceptions import AirflowFailException\n"
-        "from airflow_provider_streamstate.task_errors import engine_errors\n"
+        "from airflow_provider_streamstate.utils.task_errors import engine_errors\n"
         "from airflow_provider_streamstate.engine.state.validation import load_suite\n"
         "try:\n"
         "    with engine_errors():\n"

@@ -12,7 +12,7 @@ so it is the same asset whatever task, DAG or worker emits it:
 local directory, `s3://bucket/prefix` for S3 (`s3a://` too). These are the schemes Airflow
 validates and normalises (file built in, s3 through the amazon provider) and turns into
 OpenLineage datasets (namespace `s3://bucket` or `file`, name the key or path), the same
-datasets the operators report as lineage (lineage.py). An S3 URI names the bucket, not the
+datasets the operators report as lineage (utils/openlineage.py). An S3 URI names the bucket, not the
 endpoint: two S3-compatible endpoints holding the same bucket and prefix share the asset.
 
 A stream is known only when a task runs (its spec is templated or mapped), so the operators

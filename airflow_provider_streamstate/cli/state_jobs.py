@@ -107,14 +107,14 @@ def _conf_pair(pair: str) -> tuple[str, str]:
 
 
 def _through_connection(args: argparse.Namespace, request: Any) -> tuple[list[str], dict[str, str]]:
-    """spark-submit as the Airflow Spark connection `--spark-conn-id` gives it (spark_submit.py)."""
+    """spark-submit as the Airflow Spark connection `--spark-conn-id` gives it (utils/spark_submit.py)."""
     from airflow_provider_streamstate.engine.core.errors import UsageError
 
     os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
     with contextlib.redirect_stdout(sys.stderr):
         try:
-            from airflow_provider_streamstate.spark_submit import SparkJobOptions
             from airflow_provider_streamstate.state_jobs import state_job_command
+            from airflow_provider_streamstate.utils.spark_submit import SparkJobOptions
         except ImportError as exc:
             raise UsageError(f"--spark-conn-id needs Airflow: {exc}",
                              hint="install apache-airflow (the package's own dependency), or give --master") from None

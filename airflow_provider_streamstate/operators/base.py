@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from airflow_provider_streamstate.configured import stream_spec
 from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
-from airflow_provider_streamstate.spark_submit import SparkJobOptions
 from airflow_provider_streamstate.spec import StreamSpec
-from airflow_provider_streamstate.task_errors import CancellableTask, engine_errors
+from airflow_provider_streamstate.utils.configured_streams import stream_spec
+from airflow_provider_streamstate.utils.spark_submit import SparkJobOptions
+from airflow_provider_streamstate.utils.task_errors import CancellableTask, engine_errors
 
 if TYPE_CHECKING:
     from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS

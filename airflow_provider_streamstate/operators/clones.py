@@ -10,7 +10,7 @@ from airflow.sdk import Context
 
 from airflow_provider_streamstate.engine.core.config.values import parse_flag
 from airflow_provider_streamstate.operators.base import StreamstateTask, Subject
-from airflow_provider_streamstate.task_errors import engine_errors
+from airflow_provider_streamstate.utils.task_errors import engine_errors
 
 
 class ExpireClonesOperator(StreamstateTask):

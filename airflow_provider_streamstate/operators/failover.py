@@ -11,13 +11,13 @@ from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_streamstate.assets.streams import FAILOVERS, checkpoint_asset, emit, with_outlet
-from airflow_provider_streamstate.configured import stream_spec
 from airflow_provider_streamstate.engine.core.config.values import optional_duration, parse_flag
 from airflow_provider_streamstate.engine.core.errors import StreamstateError
 from airflow_provider_streamstate.links.streams_ui import SnapshotLink
 from airflow_provider_streamstate.operators.base import StreamTask
 from airflow_provider_streamstate.spec import StreamSpec
-from airflow_provider_streamstate.task_errors import engine_errors
+from airflow_provider_streamstate.utils.configured_streams import stream_spec
+from airflow_provider_streamstate.utils.task_errors import engine_errors
 
 
 class FencePrimaryStreamOperator(BaseOperator):
@@ -92,7 +92,7 @@ class FailoverStreamOperator(StreamTask):
     `streamstate-failovers` alias) with `{"stream", "store", "checkpoint", "snapshot_id",
     "batch_id", "events_behind", "kafka"}` as its extra; links to the restored snapshot's
     page in the Streams UI (in the DR store); reports OpenLineage, DR snapshot and topics to
-    the DR checkpoint (lineage.py).
+    the DR checkpoint (utils/openlineage.py).
 
     :param stream: the stream as it runs in DR: its checkpoint is the (new or empty) target,
         its store the DR store, its `kafka_conn_id` the DR cluster. (templated)
@@ -183,7 +183,7 @@ class FailoverStreamOperator(StreamTask):
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """Inputs: the restored snapshot in the DR store (its version) and the DR topics the
         stream resumes from; output: the DR checkpoint."""
-        from airflow_provider_streamstate.lineage import empty_lineage, failover_lineage
+        from airflow_provider_streamstate.utils.openlineage import empty_lineage, failover_lineage
 
         if self._result is None:
             return empty_lineage()

@@ -16,7 +16,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.links.streams_ui import SnapshotLink
 from airflow_provider_streamstate.operators.base import StreamTask
-from airflow_provider_streamstate.task_errors import engine_errors
+from airflow_provider_streamstate.utils.task_errors import engine_errors
 
 CHECK_FIELDS = ("key", "value", "where", "absent", "operator", "state_var", "join_side", "store_name")
 SHOWN_VALUE_CHARS = 300  # of a value that did not hold, in the XCom and the failure line

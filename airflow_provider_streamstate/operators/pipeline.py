@@ -19,8 +19,8 @@ from airflow.sdk import Context
 
 from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.operators.base import PipelineTask
-from airflow_provider_streamstate.spark_submit import SparkJobOptions
-from airflow_provider_streamstate.task_errors import engine_errors
+from airflow_provider_streamstate.utils.spark_submit import SparkJobOptions
+from airflow_provider_streamstate.utils.task_errors import engine_errors
 
 
 class SnapshotPipelineOperator(PipelineTask):

@@ -10,12 +10,12 @@ from typing import Any
 from airflow.sdk import Context
 
 from airflow_provider_streamstate.assets.streams import REPLICAS, emit, snapshots_asset, with_outlet
-from airflow_provider_streamstate.configured import stream_spec
 from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.links.streams_ui import SnapshotLink
 from airflow_provider_streamstate.operators.base import StreamstateTask, Subject
 from airflow_provider_streamstate.spec import StreamSpec
-from airflow_provider_streamstate.task_errors import engine_errors
+from airflow_provider_streamstate.utils.configured_streams import stream_spec
+from airflow_provider_streamstate.utils.task_errors import engine_errors
 
 XCOM_SNAPSHOTS = 20  # the newest ones handled; the totals count them all
 
@@ -78,7 +78,7 @@ class ReplicateSnapshotsOperator(StreamstateTask):
     on the stream's snapshots asset in the destination store (assets/streams.py; outlet: the
     `streamstate-replicas` alias) with `{"stream", "store", "source", "snapshot_id", "batch_id",
     "bytes_copied", "lag_seconds"}` as its extra; links to the newest one's page in the Streams
-    UI; reports OpenLineage, source snapshots to destination snapshots (lineage.py).
+    UI; reports OpenLineage, source snapshots to destination snapshots (utils/openlineage.py).
 
     :param stream: the stream: a StreamSpec, its dict (or that as JSON), or just its name. (templated)
     :param destination_store: the store to copy into, `s3://bucket/prefix` or a local path. (templated)
@@ -185,6 +185,6 @@ class ReplicateSnapshotsOperator(StreamstateTask):
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """Input: the stream's snapshots in the source; output: the same in the destination,
         versioned by the newest snapshot handled."""
-        from airflow_provider_streamstate.lineage import empty_lineage, replication_lineage
+        from airflow_provider_streamstate.utils.openlineage import empty_lineage, replication_lineage
 
         return empty_lineage() if self._result is None else replication_lineage(result=self._result)

@@ -11,7 +11,7 @@ from airflow.sdk import Context
 
 from airflow_provider_streamstate.engine.core.config.values import optional_duration
 from airflow_provider_streamstate.operators.base import StreamTask
-from airflow_provider_streamstate.task_errors import engine_errors
+from airflow_provider_streamstate.utils.task_errors import engine_errors
 
 
 class RescaleStreamOperator(StreamTask):

@@ -16,7 +16,7 @@ from airflow.sdk import Context
 from airflow_provider_streamstate.engine.core.config.values import optional_duration, parse_flag
 from airflow_provider_streamstate.operators.base import StreamTask, Subject
 from airflow_provider_streamstate.spec import StreamSpec
-from airflow_provider_streamstate.task_errors import engine_errors
+from airflow_provider_streamstate.utils.task_errors import engine_errors
 
 Duration = timedelta | str | float | int | None
 

@@ -31,7 +31,7 @@ class SnapshotStreamOperator(StreamTask):
     Emits an event on the stream's snapshots asset in its store (assets/streams.py; outlet: the
     `streamstate-snapshots` alias) with `{"stream", "store", "snapshot_id", "batch_id",
     "timeline", "bytes_total", "bytes_uploaded", "reused"}` as its extra; links to the
-    snapshot's page in the Streams UI; reports OpenLineage (lineage.py).
+    snapshot's page in the Streams UI; reports OpenLineage (utils/openlineage.py).
 
     :param stream: the stream (a StreamSpec or its dict). (templated)
     :param batch_id: committed batch to cut at; default the newest. (templated)
@@ -82,7 +82,7 @@ class SnapshotStreamOperator(StreamTask):
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """Inputs: the checkpoint and the Kafka topics its batches read (when the spec names
         the cluster); output: the stream's snapshots in the store, versioned by snapshot id."""
-        from airflow_provider_streamstate.lineage import empty_lineage, snapshot_lineage
+        from airflow_provider_streamstate.utils.openlineage import empty_lineage, snapshot_lineage
 
         if self._result is None:
             return empty_lineage()

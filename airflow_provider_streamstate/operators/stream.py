@@ -22,14 +22,14 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_provider_streamstate.engine.core.config.values import parse_duration, parse_flag
 from airflow_provider_streamstate.operators.base import StreamTask
 from airflow_provider_streamstate.spec import StreamSpec
-from airflow_provider_streamstate.task_errors import engine_errors
+from airflow_provider_streamstate.utils.task_errors import engine_errors
 
 
 class StartStreamOperator(StreamTask):
     """Start a stream's driver detached and return its handle once its query runs.
 
     The application runs under spark-submit (the command the spec's `spark` connection
-    gives: spark_submit.py) inside a wrapper that gives it heartbeats
+    gives: utils/spark_submit.py) inside a wrapper that gives it heartbeats
     and a graceful stop, without code changes. The task waits for the first progress
     event, not for the stream to end. A stream already running or starting on the
     checkpoint is reconnected to (a retry never launches a second copy). Returns the

@@ -31,7 +31,7 @@ class ValidateSnapshotOperator(StateTask):
     (assets/streams.py; outlet: the `streamstate-validations` alias) with `{"stream", "store",
     "snapshot_id", "batch_id", "suite", "success", "evaluated", "failed"}` (failed: a count)
     as its extra; links to the snapshot's page in the Streams UI; reports OpenLineage with
-    the suite's results as a data quality facet (lineage.py).
+    the suite's results as a data quality facet (utils/openlineage.py).
 
     :param stream: the stream, a `StreamSpec` or its `to_dict()`. (templated)
     :param suite: a GX suite JSON file, or the suite as a dict. (templated)
@@ -107,7 +107,7 @@ class ValidateSnapshotOperator(StateTask):
         return self._lineage()
 
     def _lineage(self) -> Any:
-        from airflow_provider_streamstate.lineage import empty_lineage, validation_lineage
+        from airflow_provider_streamstate.utils.openlineage import empty_lineage, validation_lineage
 
         if self._result is None:
             return empty_lineage()

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_provider_streamstate.configured import stream_spec
 from airflow_provider_streamstate.engine.core.errors import StreamstateError
 from airflow_provider_streamstate.spec import StreamSpec
-from airflow_provider_streamstate.task_errors import engine_errors
 from airflow_provider_streamstate.triggers.base import ERROR, FAILED, SUCCESS, Check
+from airflow_provider_streamstate.utils.configured_streams import stream_spec
+from airflow_provider_streamstate.utils.task_errors import engine_errors
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

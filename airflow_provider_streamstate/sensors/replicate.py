@@ -7,8 +7,8 @@ from typing import Any
 from airflow_provider_streamstate.engine.lifecycle.replicate import ReplicaCheck
 from airflow_provider_streamstate.sensors.base import StreamstateSensor
 from airflow_provider_streamstate.spec import StreamSpec
-from airflow_provider_streamstate.task_errors import engine_errors
 from airflow_provider_streamstate.triggers.replicate import SnapshotReplicaTrigger, replica_check
+from airflow_provider_streamstate.utils.task_errors import engine_errors
 
 
 class SnapshotReplicaSensor(StreamstateSensor):

@@ -98,7 +98,7 @@ def test_a_candidate_keeping_one_more_state_column_is_tested_on_productions_migr
     import os
     import subprocess
 
-    from airflow_provider_streamstate.spark_submit import spark_submit_command
+    from airflow_provider_streamstate.utils.spark_submit import spark_submit_command
 
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", json.dumps({"conn_type": "spark", "host": "local[1]"}))
     first = GeneratorSpec(seed=93, accounts=8, events=80)

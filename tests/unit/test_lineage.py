@@ -18,11 +18,11 @@ from airflow_provider_streamstate.assets.streams import (
     snapshots_asset,
     snapshots_to_handle,
 )
-from airflow_provider_streamstate.lineage import dataset_name, kafka_namespace, snapshot_lineage
 from airflow_provider_streamstate.links.streams_ui import snapshot_of, snapshot_page_url
 from airflow_provider_streamstate.operators.replicate import ReplicateSnapshotsOperator
 from airflow_provider_streamstate.operators.snapshot import SnapshotStreamOperator
 from airflow_provider_streamstate.spec import StreamSpec
+from airflow_provider_streamstate.utils.openlineage import dataset_name, kafka_namespace, snapshot_lineage
 from tests.unit.fake_checkpoint import make_checkpoint
 from tests.unit.test_timelines import grow
 
@@ -124,7 +124,7 @@ def test_the_snapshot_link_is_the_streams_ui_page_of_the_snapshot_in_its_store()
 
 def test_a_failovers_lineage_reads_the_dr_snapshot_and_topics_and_writes_the_dr_checkpoint() -> None:
     """Naming only (a failover needs a mirrored Kafka cluster: tests/integration/test_dr_drill.py runs one)."""
-    from airflow_provider_streamstate.lineage import failover_lineage
+    from airflow_provider_streamstate.utils.openlineage import failover_lineage
 
     result = {"stream": "orders", "snapshot_id": "000000000007-20261126T060000000000Z"}
     lineage = failover_lineage(store="s3://dr-bucket/snapshots", checkpoint="s3a://dr-bucket/checkpoints/orders",

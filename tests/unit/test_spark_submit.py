@@ -1,4 +1,4 @@
-"""The spark-submit command a `spark` connection gives (spark_submit.py), built without the
+"""The spark-submit command a `spark` connection gives (utils/spark_submit.py), built without the
 apache-spark provider as its SparkSubmitHook builds it, and which spark-submit runs it
 (engine/streams/submission.py): the connection's spark-binary as a path, else SPARK_HOME's,
 else the PATH's, else the one pyspark ships; none of them is one line saying how to give one."""
@@ -15,7 +15,7 @@ import pytest
 
 from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.engine.streams.submission import resolve_spark_submit
-from airflow_provider_streamstate.spark_submit import spark_submit_command
+from airflow_provider_streamstate.utils.spark_submit import spark_submit_command
 
 
 def connection(monkeypatch: pytest.MonkeyPatch, conn_id: str, value: dict | str) -> str:

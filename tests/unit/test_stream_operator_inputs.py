@@ -1,7 +1,7 @@
 """What the stream operators decide before anything runs: a clone that could write where
 production does is refused (shared or nested sinks, production's checkpoint or sinks
 hard-coded in its arguments), and the spark-submit command comes from the `spark`
-connection (spark_submit.py), with the spec's master over the connection's and the
+connection (utils/spark_submit.py), with the spec's master over the connection's and the
 supervised wrapper in front of the application."""
 
 from __future__ import annotations

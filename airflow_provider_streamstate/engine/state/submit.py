@@ -2,7 +2,7 @@
 user's cluster, and bringing back its small result.
 
 The caller builds the spark-submit command (the Airflow layer from a `spark` connection:
-spark_submit.py; the CLI from `--master`/`--deploy-mode`);
+utils/spark_submit.py; the CLI from `--master`/`--deploy-mode`);
 this module completes it and runs it, on any cluster manager a stream runs on
 (engine/streams/managers/), through the same submission (engine/streams/submission.py):
 

@@ -1,6 +1,6 @@
 """One spark-submit, started detached: what a stream's launch and a state job share.
 
-A `Submission` takes the command the caller built (spark_submit.py's, the CLI's), lets the
+A `Submission` takes the command the caller built (utils/spark_submit.py's, the CLI's), lets the
 cluster manager of its master complete it (engine/streams/managers/), moves its secret
 confs into a properties file only this user can read (engine/streams/secret_confs.py),
 writes a header with the command, its secrets as `***`, to the log, and starts spark-submit
