@@ -269,8 +269,8 @@ def _scenarios(args: argparse.Namespace, work: Path, topic: str, base: Any, wide
     from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
     from airflow_provider_streamstate.engine.stores import open_store
     from airflow_provider_streamstate.engine.streams import launcher
-    from airflow_provider_streamstate.stream_rescale import rescale_spec
-    from airflow_provider_streamstate.stream_start import start_stream
+    from airflow_provider_streamstate.streams.rescale import rescale_spec
+    from airflow_provider_streamstate.streams.start import start_stream
     from tests.streams import consumed_records
 
     bootstrap = base.application_args[1]

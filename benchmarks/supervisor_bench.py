@@ -63,7 +63,7 @@ def _run(args: argparse.Namespace, stack: stack_mod.Stack, home: Path) -> int:
     from airflow_provider_streamstate.engine.streams.health import committed_kafka_offsets
     from airflow_provider_streamstate.jobs.generator import GeneratorSpec, ensure_topic, produce
     from airflow_provider_streamstate.spec import StreamSpec
-    from airflow_provider_streamstate.stream_start import start_stream
+    from airflow_provider_streamstate.streams.start import start_stream
 
     os.environ["AIRFLOW_CONN_SPARK_BENCH"] = json.dumps({"conn_type": "spark", "host": "local[1]"})
     topic = f"bench-supervisor-{int(time.time())}"

@@ -71,7 +71,7 @@ def _run(args: argparse.Namespace, stack: stack_mod.Stack, yarn: stack_mod.YarnC
     from airflow_provider_streamstate.engine.streams.managers.yarn import ResourceManager
     from airflow_provider_streamstate.engine.streams.supervisor import SupervisionPolicy, supervise
     from airflow_provider_streamstate.jobs.generator import GeneratorSpec, ensure_topic, produce
-    from airflow_provider_streamstate.stream_start import start_stream
+    from airflow_provider_streamstate.streams.start import start_stream
 
     os.environ.update(stack.s3_env("primary"))
     os.environ.update(yarn.env())

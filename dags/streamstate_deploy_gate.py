@@ -112,7 +112,7 @@ with DAG(
         from airflow_provider_streamstate.engine.streams import launcher
         from airflow_provider_streamstate.hooks.store import open_checkpoint
         from airflow_provider_streamstate.spec import StreamSpec
-        from airflow_provider_streamstate.stream_start import stream_command
+        from airflow_provider_streamstate.streams.start import stream_command
 
         assert params is not None
         spec = StreamSpec.from_value(plan["clone"])
@@ -139,7 +139,7 @@ with DAG(
     def migrate_clone(plan: dict, params: dict | None = None) -> dict:
         """With `migrate_to`: the clone's state rewritten into the candidate's schema."""
         from airflow_provider_streamstate.spec import StreamSpec
-        from airflow_provider_streamstate.stream_edit import edit_spec, migration
+        from airflow_provider_streamstate.streams.edit import edit_spec, migration
         from airflow_provider_streamstate.utils.task_errors import engine_errors
 
         assert params is not None

@@ -195,7 +195,7 @@ with DAG(
         the run failed before the stop."""
         import logging
 
-        from airflow_provider_streamstate.stream_start import put_back
+        from airflow_provider_streamstate.streams.start import put_back
         from airflow_provider_streamstate.utils.configured_streams import stream_spec
         from airflow_provider_streamstate.utils.task_errors import engine_errors
 

@@ -105,7 +105,7 @@ with DAG(
         """Start the stream from its rescaled checkpoint, with the restart's confs."""
         import logging
 
-        from airflow_provider_streamstate.stream_start import start_stream
+        from airflow_provider_streamstate.streams.start import start_stream
         from airflow_provider_streamstate.utils.configured_streams import stream_spec
         from airflow_provider_streamstate.utils.task_errors import engine_errors
 
@@ -123,7 +123,7 @@ with DAG(
         state in place, and the stream started with its own spec."""
         import logging
 
-        from airflow_provider_streamstate.stream_start import put_back
+        from airflow_provider_streamstate.streams.start import put_back
         from airflow_provider_streamstate.utils.configured_streams import stream_spec
         from airflow_provider_streamstate.utils.task_errors import engine_errors
 

@@ -60,7 +60,7 @@ def cmd_rescale(args: argparse.Namespace) -> int:
     if args.clone_name and not args.target:
         raise UsageError("--clone-name names a clone: give it with --target", hint="or leave --clone-name out")
     use_spec_connection(spec)
-    from airflow_provider_streamstate.stream_rescale import rescale_spec
+    from airflow_provider_streamstate.streams.rescale import rescale_spec
 
     result = rescale_spec(spec, args.partitions, snapshot=args.snapshot, target=args.target,
                           clone_name=args.clone_name, timeout_s=args.timeout, parallelism=args.parallelism)

@@ -111,7 +111,7 @@ def cmd_state_bootstrap(args: argparse.Namespace) -> int:
         offsets = offsets if isinstance(offsets, list) else [offsets]
     spec = read_spec(args.spec)
     use_spec_connection(spec)
-    from airflow_provider_streamstate.stream_edit import bootstrap_spec
+    from airflow_provider_streamstate.streams.edit import bootstrap_spec
 
     operator = int(args.operator) if args.operator.isdigit() else args.operator
     r = bootstrap_spec(spec, args.skeleton, read_table(args.table), operator=operator, store=args.store_name,
@@ -173,7 +173,7 @@ def cmd_state_edit(args: argparse.Namespace) -> int:
     if args.master or args.deploy_mode:
         spec = spec.derive(master=args.master or spec.master, deploy_mode=args.deploy_mode or spec.deploy_mode)
     use_spec_connection(spec)
-    from airflow_provider_streamstate.stream_edit import (
+    from airflow_provider_streamstate.streams.edit import (
         edit_spec,
         migration,
         planned_transform,

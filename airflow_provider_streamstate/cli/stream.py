@@ -86,7 +86,7 @@ def _starter(spec: Any) -> Any:
     """The start the operators use (spark-submit through the Spark provider's hook), with
     this process's `spark` connection made from the spec when it names its master."""
     use_spec_connection(spec)
-    from airflow_provider_streamstate.stream_start import start_stream
+    from airflow_provider_streamstate.streams.start import start_stream
 
     return start_stream
 
@@ -167,7 +167,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
     if args.finish_planned_batch:
         spec = read_spec(args.spec)
         use_spec_connection(spec)
-        from airflow_provider_streamstate.stream_start import finish_planned_batch
+        from airflow_provider_streamstate.streams.start import finish_planned_batch
 
         finished = finish_planned_batch(spec, timeout_s=args.timeout + 600, log=log)
         if finished is not None:

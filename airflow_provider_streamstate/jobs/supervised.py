@@ -27,7 +27,7 @@ start: spark-submit has read it), STREAMSTATE_HEARTBEAT_INTERVAL (seconds, defau
 the heartbeat follows; default the first one started), STREAMSTATE_STOP_BATCH_WAIT
 (seconds a stop waits for the batch in flight, default 60), STREAMSTATE_FINISH_PLANNED_BATCH
 (set: every query runs once, which commits a planned batch a stop interrupted, and the driver
-exits: `stream_start.finish_planned_batch`).
+exits: `streams.start.finish_planned_batch`).
 """
 
 from __future__ import annotations

@@ -92,7 +92,7 @@ class StreamstateTask(CancellableTask, BaseOperator):
             with StateReader(self.hook.store, parallelism=self.parallelism) as reader:
                 result: dict[str, Any] = run_state_job(request, reader)
                 return result
-        from airflow_provider_streamstate.state_jobs import run_state_job_on_cluster
+        from airflow_provider_streamstate.streams.state_jobs import run_state_job_on_cluster
 
         return run_state_job_on_cluster(request, self.hook.store, spark, log=self.log)
 
@@ -138,8 +138,8 @@ class StreamTask(StreamstateTask):
         return Subject(f"stream {spec.name}", spec.store, spec.aws_conn_id, spec.kafka_conn_id)
 
     def start_stream(self, spec: StreamSpec, startup_timeout_s: float) -> tuple[Any, Any, bool]:
-        """Launch `spec` (or reconnect to it) and wait until its query runs (stream_start.py)."""
-        from airflow_provider_streamstate.stream_start import start_stream
+        """Launch `spec` (or reconnect to it) and wait until its query runs (streams/start.py)."""
+        from airflow_provider_streamstate.streams.start import start_stream
 
         def remember(handle: Any) -> None:
             self._starting = handle

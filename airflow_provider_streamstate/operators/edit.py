@@ -1,4 +1,4 @@
-"""Repairing keys of a stream's state as an Airflow task: thin over stream_edit.py and
+"""Repairing keys of a stream's state as an Airflow task: thin over streams/edit.py and
 engine/edit/repair.py."""
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ class StateEditOperator(StreamTask):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_streamstate.engine.edit.changes import EditSpec
-        from airflow_provider_streamstate.stream_edit import (
+        from airflow_provider_streamstate.streams.edit import (
             edit_spec,
             migration,
             planned_transform,

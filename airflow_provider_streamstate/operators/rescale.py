@@ -1,4 +1,4 @@
-"""Rescaling a stream's state as an Airflow task: thin over stream_rescale.py and
+"""Rescaling a stream's state as an Airflow task: thin over streams/rescale.py and
 engine/state/rescale.py."""
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class RescaleStreamOperator(StreamTask):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_streamstate.engine.core.errors import UsageError
-        from airflow_provider_streamstate.stream_rescale import rescale_spec
+        from airflow_provider_streamstate.streams.rescale import rescale_spec
 
         spec = self.spec
         with engine_errors():

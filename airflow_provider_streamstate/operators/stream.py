@@ -95,7 +95,7 @@ class StopStreamOperator(StreamTask):
                       result.outcome, result.seconds, result.state, result.exit_code)
         finished = None
         if self.finish_planned_batch:
-            from airflow_provider_streamstate.stream_start import finish_planned_batch
+            from airflow_provider_streamstate.streams.start import finish_planned_batch
 
             with self.cancellable():
                 finished = finish_planned_batch(spec, timeout_s=parse_duration(self.timeout, "timeout") + 600,

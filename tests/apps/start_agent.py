@@ -12,7 +12,7 @@ import logging
 import sys
 
 from airflow_provider_streamstate.spec import StreamSpec
-from airflow_provider_streamstate.stream_start import start_stream
+from airflow_provider_streamstate.streams.start import start_stream
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)

@@ -34,7 +34,7 @@ from airflow_provider_streamstate.engine.streams.managers.yarn import ResourceMa
 from airflow_provider_streamstate.engine.streams.supervisor import SupervisionPolicy, supervise
 from airflow_provider_streamstate.jobs.generator import GeneratorSpec, expected_aggregates, produce
 from airflow_provider_streamstate.operators.stream import CloneStreamOperator
-from airflow_provider_streamstate.stream_start import start_stream
+from airflow_provider_streamstate.streams.start import start_stream
 from dev import stack as stack_mod
 from tests.streams import account_state, consumed_records, example_stream_spec, wait_for
 

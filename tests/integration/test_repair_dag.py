@@ -29,7 +29,7 @@ from airflow_provider_streamstate.jobs.generator import (
     expected_aggregates,
     produce,
 )
-from airflow_provider_streamstate.stream_start import start_stream
+from airflow_provider_streamstate.streams.start import start_stream
 from tests.airflow_harness import Person
 from tests.streams import consumed_records, example_stream_spec, use_local_connections, wait_for
 

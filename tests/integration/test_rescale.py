@@ -41,8 +41,8 @@ from airflow_provider_streamstate.engine.lookup.digest import state_digest
 from airflow_provider_streamstate.engine.stores import open_store
 from airflow_provider_streamstate.engine.streams import launcher
 from airflow_provider_streamstate.jobs.generator import GeneratorSpec, expected_aggregates, produce
-from airflow_provider_streamstate.stream_rescale import rescale_spec
-from airflow_provider_streamstate.stream_start import start_stream
+from airflow_provider_streamstate.streams.rescale import rescale_spec
+from airflow_provider_streamstate.streams.start import start_stream
 from dev import spark_versions
 from tests.streams import consumed_records, example_stream_spec, use_local_connections, wait_for
 

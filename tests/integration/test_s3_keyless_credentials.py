@@ -124,7 +124,7 @@ def run_stream(stack: stack_mod.Stack, spec: StreamSpec, topic: str) -> tuple[st
     """Run the stream through one batch of 90 records, snapshot it from here, stop it; (the
     launch record, the driver's log and the spec as one text; the environment of each of
     the driver's processes, read while it ran)."""
-    from airflow_provider_streamstate.stream_start import start_stream
+    from airflow_provider_streamstate.streams.start import start_stream
 
     produce(stack.kafka_bootstrap, topic, GeneratorSpec(seed=7, accounts=10, events=90))
     try:

@@ -51,7 +51,7 @@ def test_a_stream_on_a_standalone_cluster_checkpointing_to_s3_is_launched_watche
     from airflow_provider_streamstate.engine.checkpoint.sidecar import open_sidecar
     from airflow_provider_streamstate.engine.core.errors import StreamRunningError
     from airflow_provider_streamstate.jobs.generator import expected_aggregates
-    from airflow_provider_streamstate.stream_start import start_stream
+    from airflow_provider_streamstate.streams.start import start_stream
 
     master = spark_standalone.master
     for key, value in stack.s3_env("primary").items():  # the launching side reads the records with boto3 too

@@ -18,7 +18,7 @@ from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointRead
 from airflow_provider_streamstate.engine.streams import launcher
 from airflow_provider_streamstate.engine.streams.records import stop_requested
 from airflow_provider_streamstate.jobs.generator import GeneratorSpec, produce
-from airflow_provider_streamstate.stream_start import finish_planned_batch, start_stream
+from airflow_provider_streamstate.streams.start import finish_planned_batch, start_stream
 from tests.streams import consumed_records, example_stream_spec, wait_for
 
 pytestmark = pytest.mark.integration

@@ -39,7 +39,7 @@ def stream(stack, topic, tmp_path, monkeypatch):  # noqa: ANN201
 
 
 def start(spec) -> None:  # noqa: ANN001
-    from airflow_provider_streamstate.stream_start import start_stream
+    from airflow_provider_streamstate.streams.start import start_stream
 
     start_stream(spec, startup_timeout_s=300, log=log)
 

@@ -121,7 +121,7 @@ def test_a_stream_in_cluster_mode_on_yarn_outlives_its_launcher_and_is_watched_s
         killed_at = time.monotonic()
 
         def start_on_yarn() -> object:
-            from airflow_provider_streamstate.stream_start import start_stream
+            from airflow_provider_streamstate.streams.start import start_stream
 
             return start_stream(spec, startup_timeout_s=480, log=log)[0]
 
@@ -187,7 +187,7 @@ def test_a_failover_onto_an_s3_checkpoint_in_the_dr_region_runs_on_yarn_and_ends
     from airflow_provider_streamstate.backends.local.store import LocalStore
     from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot as snapshot
     from airflow_provider_streamstate.jobs.generator import ensure_topic
-    from airflow_provider_streamstate.stream_start import start_stream
+    from airflow_provider_streamstate.streams.start import start_stream
     from tests.integration.test_failover_translation import mirror, produce_into
     from tests.streams import run_to_end, use_state_store
 

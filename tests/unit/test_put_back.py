@@ -1,4 +1,4 @@
-"""The rollback of the rescale and repair DAGs (stream_start.put_back) on a stopped stream's
+"""The rollback of the rescale and repair DAGs (streams.start.put_back) on a stopped stream's
 checkpoint: after an edit put in place, the pinned snapshot is restored over it and the
 state is exactly what it was; without a pin nothing is restored; a stream that did not run
 before is not started."""
@@ -13,7 +13,7 @@ from airflow_provider_streamstate.engine.edit.repair import edit_stream
 from airflow_provider_streamstate.engine.lookup.digest import state_digest
 from airflow_provider_streamstate.engine.stores import open_store
 from airflow_provider_streamstate.spec import StreamSpec
-from airflow_provider_streamstate.stream_start import put_back
+from airflow_provider_streamstate.streams.start import put_back
 from tests.edits import work_copy
 from tests.goldens import goldens
 

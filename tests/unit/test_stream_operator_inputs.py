@@ -15,7 +15,7 @@ from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.engine.streams.launcher import ENV_CHECKPOINT, supervised_application
 from airflow_provider_streamstate.operators.stream import clone_conflicts
 from airflow_provider_streamstate.spec import StreamSpec
-from airflow_provider_streamstate.stream_start import stream_command
+from airflow_provider_streamstate.streams.start import stream_command
 
 PROD = StreamSpec(
     name="orders", checkpoint="/data/orders", store="file:///store", application="/jobs/orders.py",
