@@ -1,1 +1,1 @@
-"""What the operators, DAGs and CLI do with a StreamSpec through the engine: start, rescale, edit, state jobs."""
+"""A StreamSpec through the engine, for operators, DAGs and CLI: start, rescale, edit, state jobs."""

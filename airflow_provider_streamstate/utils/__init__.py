@@ -1,1 +1,1 @@
-"""What the operators, sensors, DAGs and CLI share: configured streams, task errors, OpenLineage, spark-submit."""
+"""What the Airflow layer shares: configured streams, task errors, OpenLineage, spark-submit."""
