@@ -23,6 +23,7 @@ from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointRead
 from airflow_provider_streamstate.engine.edit.changes import EditSpec
 from airflow_provider_streamstate.engine.edit.repair import edit_stream
 from airflow_provider_streamstate.engine.edit.spark_check import edit_check_application
+from airflow_provider_streamstate.engine.lookup import lookup_key
 from dev import spark_versions
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark_lines]
@@ -222,6 +223,10 @@ def test_a_new_query_version_with_one_more_aggregate_starts_on_the_migrated_stat
 
     ran, state = probe(version, ["run", ckpt, str(root), provider, "4", "v2"], ["state", ckpt])
     assert "refused" not in ran and CheckpointReader(ckpt).resolve_batch(None) == n + 2
+    # The key's history reads each batch in the schema it was written in: before the migration, after it.
+    a = [r["v"] for r in GOOD if r["k"] == "a"]
+    assert lookup_key(ckpt, key={"k": "a"}, batch_id=n).value == {"count": len(a), "sum": sum(a)}
+    assert lookup_key(ckpt, key={"k": "a"}, batch_id=n + 1).value == {"count": len(a), "sum": sum(a), "max": None}
     expected: dict[str, list[Any]] = {}
     for r in GOOD + MORE:
         c, s, m = expected.get(r["k"], [0, 0, None])

@@ -17,6 +17,7 @@ from airflow_provider_streamstate.engine.core.errors import UnsupportedCheckpoin
 from airflow_provider_streamstate.engine.edit.migrate import migration_to, value_conversion, widens
 from airflow_provider_streamstate.engine.edit.plan import stored_values
 from airflow_provider_streamstate.engine.edit.repair import edit_stream
+from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.lookup.encodings.types import (
     DecimalType,
     StructField,
@@ -64,6 +65,10 @@ def test_every_key_is_rewritten_in_the_new_schema_and_the_schema_file_replaced(
                                                                               for r in g.state().rows]
     if not in_place:
         assert stored_values(CheckpointSource(work), 0, "default", keys) == [[r.value[0]] for r in g.state().rows]
+    # The batches before the migration are read in the schema they were written in, kept beside the new one.
+    before = Path(migrated) / f"state/0/0/_metadata/schema.before-{n + 1}"
+    assert before.read_bytes() == (Path(g.checkpoint) / "state/0/0/_metadata/schema").read_bytes()
+    assert stored_values(CheckpointSource(migrated, n), 0, "default", keys) == [[r.value[0]] for r in g.state().rows]
 
 
 def test_a_dry_run_counts_every_key_and_writes_nothing(tmp_path: Path) -> None:
@@ -164,6 +169,40 @@ def test_an_empty_store_still_takes_the_new_schema(tmp_path: Path) -> None:
     m = migration_to(new_version(tmp_path / "v2", struct_json(("sum", "long", True), ("max", "long", True))))
     done = edit_stream(store, "orders", work, m, apply=True)
     assert done.preview.changed == 0 and (Path(work) / "state/0/0/_metadata/schema").read_bytes() == m.schema_file
+
+
+def test_sparks_reading_of_a_live_batch_from_before_a_migration_is_refused_in_one_line(tmp_path: Path) -> None:
+    """Spark reads a store in its current schema file only (engine/state/reader.py's
+    `checkpoint_state`): a batch written before the migration is refused, the ones after it
+    are read; a second migration keeps each batch's schema apart."""
+    from airflow_provider_streamstate.engine.state.reader import _refuse_before_migration
+
+    (g,) = [g for g in goldens("small_aggregation_rocksdb_changelog") if g.line == "4.1"]
+    work = work_copy(g, tmp_path)
+    n = CheckpointReader(work).resolve_batch(None)
+    store = LocalStore(tmp_path / "store", fsync=False)
+    first = struct_json(("sum", "long", True), ("max", "long", True))
+    edit_stream(store, "orders", work, migration_to(new_version(tmp_path / "v2", first)), apply=True)
+    second = struct_json(("sum", "long", True), ("max", "long", True), ("n", "long", True))
+    edit_stream(store, "orders", work, migration_to(new_version(tmp_path / "v3", second)), apply=True)
+    reader = CheckpointReader(work)
+    with pytest.raises(UsageError, match=f"migrated at batch {n + 1}: Spark would read it in the new schema") as err:
+        _refuse_before_migration(reader, n, 0, "default", work)
+    assert "\n" not in err.value.one_line()
+    with pytest.raises(UsageError, match=f"migrated at batch {n + 2}"):
+        _refuse_before_migration(reader, n + 1, 0, "default", work)
+    _refuse_before_migration(reader, n + 2, 0, "default", work)  # the newest schema's own batch
+    # A snapshot of a batch from before a migration would carry the new schema beside the old state.
+    ids = store.list_snapshot_ids("orders")
+    with pytest.raises(UsageError, match=f"batch {n + 1} of .* was written before its state was migrated"):
+        create_snapshot(work, store, "orders", batch_id=n + 1, always=True)
+    assert store.list_snapshot_ids("orders") == ids
+    assert create_snapshot(work, store, "orders", batch_id=n + 2, always=True).manifest.batch_id == n + 2
+    keys = [r.key_input for r in g.state().rows]
+    rows = g.state().rows
+    assert stored_values(CheckpointSource(work, n), 0, "default", keys) == [[r.value[0]] for r in rows]
+    assert stored_values(CheckpointSource(work, n + 1), 0, "default", keys) == [[r.value[0], None] for r in rows]
+    assert stored_values(CheckpointSource(work), 0, "default", keys) == [[r.value[0], None, None] for r in rows]
 
 
 def test_the_operator_migrates_the_stopped_stream_in_place(tmp_path: Path) -> None:

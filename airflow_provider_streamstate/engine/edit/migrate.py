@@ -11,7 +11,9 @@ at least as many digits on each side of the point), a new column takes its defau
 else null where it is nullable), a column the new version does not have is dropped. The key
 schema must be the same (a key change is another grouping: its state cannot be carried
 over). The new values are written as an edit batch (engine/edit/batch.py: every key set)
-and the target's schema file replaces the store's; the edit's verification proves every
+and the target's schema file replaces the store's, the one it replaces kept beside it
+(`schema.before-<edit batch>`: the engine reads the batches before the edit with it, Spark
+reads only `schema`); the edit's verification proves every
 key holds exactly its migrated value, and Spark's state reader reads them with the new
 schema before anything is swapped in.
 
@@ -27,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS, open_checkpoint_fs
+from airflow_provider_streamstate.engine.checkpoint.state_schemas import schema_file
 from airflow_provider_streamstate.engine.core.errors import (
     NotFoundError,
     UnsupportedCheckpointError,
@@ -75,12 +78,6 @@ class Migration:
                 "defaults": dict(self.defaults), "description": self.description}
 
 
-def schema_path(operator_id: int, store: str) -> str:
-    """Where a single-store operator keeps the schema file of `store` in a checkpoint."""
-    return f"state/{operator_id}/0/_metadata/schema" if store == "default" else \
-        f"state/{operator_id}/0/{store}/_metadata/schema"
-
-
 def migration_to(
     target: str | CheckpointFS, *, operator: int = 0, store: str = "default", defaults: dict[str, Any] | None = None,
     description: str | None = None, connection: Any = None,
@@ -88,7 +85,7 @@ def migration_to(
     """The migration to the state schema of operator `operator`'s `store` in the checkpoint
     `target` (one the new query version wrote)."""
     fs = target if isinstance(target, CheckpointFS) else open_checkpoint_fs(target, connection=connection)
-    rel = schema_path(operator, store)
+    rel = schema_file(operator, store)
     try:
         data = fs.read_bytes(rel)
     except (FileNotFoundError, NotFoundError):

@@ -41,12 +41,13 @@ from typing import Any
 
 from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS, open_checkpoint_fs
 from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
+from airflow_provider_streamstate.engine.checkpoint.state_schemas import schema_before, schema_file
 from airflow_provider_streamstate.engine.checkpoint.swap import Put
 from airflow_provider_streamstate.engine.core.crash_points import crash_point
 from airflow_provider_streamstate.engine.core.errors import CorruptionError, StreamstateError, UsageError
 from airflow_provider_streamstate.engine.edit.batch import EditBatch, write_edit_batch
 from airflow_provider_streamstate.engine.edit.changes import EditSpec, KeyChange, compile_changes
-from airflow_provider_streamstate.engine.edit.migrate import Migration, migrated_changes, schema_path
+from airflow_provider_streamstate.engine.edit.migrate import Migration, migrated_changes
 from airflow_provider_streamstate.engine.edit.preview import EditPreview, current_values, preview
 from airflow_provider_streamstate.engine.edit.spark_check import CommandFor, spark_check
 from airflow_provider_streamstate.engine.edit.verify import verified_digest
@@ -167,10 +168,15 @@ def edit_stream(
             whole = frozenset({(op_id, edit.store)})
         batch = write_edit_batch(work_fs, source.batch_id, changes, whole=whole)
         replaced: tuple[str, ...] = ()
+        kept: tuple[str, ...] = ()
         if isinstance(edit, Migration):  # the new schema, which Spark checks the new query version against
-            schema_rel = schema_path(op_id, edit.store)
+            schema_rel = schema_file(op_id, edit.store)
+            before_rel = schema_before(schema_rel, batch.batch_id)  # what the batches before the edit were written in
+            if not work_fs.create_record(before_rel, work_fs.read_bytes(schema_rel)):
+                raise CorruptionError(f"{work_fs.where(before_rel)} exists already: batch {batch.batch_id} was "
+                                      "migrated before", hint="nothing was put in place; edit again")
             work_fs.write_record(schema_rel, edit.schema_file, content_type="application/octet-stream")
-            replaced = (schema_rel,)
+            replaced, kept = (schema_rel,), (before_rel,)
         seconds["write"] = time.monotonic() - t
         crash_point("edit.written")
         t = time.monotonic()
@@ -184,7 +190,7 @@ def edit_stream(
             seconds["spark_check"] = time.monotonic() - t
         copy.promote(Change(
             batch.batch_id, labels, source.spark_version,
-            files=lambda: _edit_files(work_fs, copy.restored_versions, batch, replaced),
+            files=lambda: _edit_files(work_fs, copy.restored_versions, batch, replaced, kept),
             pin_reason=f"before the edit ({edit.description}): restore it to roll back",
             description=f"edit of {stream} ({edit.description}): batch {batch.batch_id} on batch {source.batch_id}"))
     done = copy.finish()
@@ -212,15 +218,16 @@ def _changes(src: StateSource, edit: EditSpec | Migration) -> list[KeyChange]:
 
 
 def _edit_files(work: CheckpointFS, restored: dict[str, tuple[int, str]], batch: EditBatch,
-                replaced: tuple[str, ...] = ()) -> list[Put]:
+                replaced: tuple[str, ...] = (), kept: tuple[str, ...] = ()) -> list[Put]:
     """The files the edit wrote into the copy, exactly (nothing Spark's check may have left
     there): what the swap moves in, its offsets and commit created only if absent (a query
     writing that batch meanwhile wins, and the swap refuses); `replaced`: files of the
-    checkpoint the edit rewrote (a migration's schema file)."""
+    checkpoint the edit rewrote (a migration's schema file); `kept`: new files beside them (the
+    schema the migration replaced)."""
     now = work.versions()
-    exclusive = {f"offsets/{batch.batch_id}", f"commits/{batch.batch_id}"}
+    exclusive = {f"offsets/{batch.batch_id}", f"commits/{batch.batch_id}", *kept}
     out = [Put(rel, now[rel][0]) for rel in replaced]
-    for rel in batch.files:
+    for rel in (*batch.files, *kept):
         if rel not in now or rel in restored:
             raise CorruptionError(f"{work.where(rel)}, written by the edit, is {'gone' if rel not in now else 'not new'}",
                                   hint="nothing was put in place; edit again")

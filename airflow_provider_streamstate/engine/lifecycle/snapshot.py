@@ -52,6 +52,7 @@ from airflow_provider_streamstate.engine.checkpoint.reader import (
     resolve_committed,
 )
 from airflow_provider_streamstate.engine.checkpoint.sidecar import refuse_unfinished_restore
+from airflow_provider_streamstate.engine.checkpoint.state_schemas import migrated_after
 from airflow_provider_streamstate.engine.core.anchor import anchors_to_json
 from airflow_provider_streamstate.engine.core.cancel import CancelToken, cancellation, check_cancelled
 from airflow_provider_streamstate.engine.core.errors import (
@@ -283,6 +284,7 @@ def _create_snapshot(
     for attempt in range(1, MAX_PLAN_ATTEMPTS + 1):
         try:
             plan = reader.plan(batch_id)
+            _refuse_before_migration(plan, reader.where)
             log.info(
                 "stream %s: cut at batch %d: %d files, %d bytes (attempt %d)",
                 stream, plan.batch_id, len(plan.files), sum(f.size for f in plan.files), attempt,
@@ -410,3 +412,15 @@ def _anchors(
     for p in problems:
         log.warning("no Kafka anchor recorded for %s", p)
     return anchors_to_json(found), problems
+
+
+def _refuse_before_migration(plan: Any, where: str) -> None:
+    """A cut of a batch from before a migration would carry the migrated `schema` file beside
+    state written in the old one: restored, Spark would read it wrongly."""
+    kept = migrated_after((f.path for f in plan.files), plan.batch_id)
+    if kept:
+        raise UsageError(
+            f"batch {plan.batch_id} of {where} was written before its state was migrated ({kept[0]} keeps the "
+            "schema it had): a snapshot of it would carry the new schema",
+            hint="restore the snapshot the migration pinned (it holds that state and its schema), or snapshot a "
+                 "batch from after the migration")

@@ -24,6 +24,7 @@ from typing import Any
 
 from airflow_provider_streamstate.engine.checkpoint.operator_metadata import parse_metadata_v2
 from airflow_provider_streamstate.engine.checkpoint.reader import store_kind
+from airflow_provider_streamstate.engine.checkpoint.state_schemas import schema_file, schema_of_batch
 from airflow_provider_streamstate.engine.core.errors import (
     CorruptionError,
     NotFoundError,
@@ -408,7 +409,11 @@ def operator_schemas(src: StateSource, op: OperatorView, cache: PartitionCache,
                      reads: Reads) -> dict[str, ColumnFamilySchema]:
     """Store (or column family) name -> schema, from the operator's own schema files."""
     files = src.operator_files(op.operator_id)
-    ident = ("schema", op.operator_id, tuple(sorted((f.path, f.identity) for f in files)))
+    paths = [f.path for f in files]
+    v2_files = {name: schema_of_batch(schema_file(op.operator_id, name), paths, src.batch_id)
+                for name in op.stores}  # a migrated store's batches before it: the schema they were written in
+    ident = ("schema", op.operator_id, tuple(sorted((f.path, f.identity) for f in files)),
+             tuple(sorted(v2_files.items())))
 
     def load() -> tuple[dict[str, ColumnFamilySchema], int]:
         by_path = {f.path: f for f in files}
@@ -425,9 +430,7 @@ def operator_schemas(src: StateSource, op: OperatorView, cache: PartitionCache,
                     for cf in read_schema_v3(reads.read(src, by_path[rel]), rel):
                         out[cf.name] = cf
             return out, 0
-        for name in op.stores:
-            rel = f"state/{op.operator_id}/0/_metadata/schema" if name == "default" else \
-                f"state/{op.operator_id}/0/{name}/_metadata/schema"
+        for name, rel in v2_files.items():
             if rel in by_path:
                 out[name] = read_schema_v2(reads.read(src, by_path[rel]), rel)
         if not out:
@@ -440,3 +443,4 @@ def operator_schemas(src: StateSource, op: OperatorView, cache: PartitionCache,
     if not hit:
         reads.all_cached = False
     return schemas
+

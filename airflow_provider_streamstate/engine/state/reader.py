@@ -27,6 +27,7 @@ pyspark is imported only inside the functions that use it.
 from __future__ import annotations
 
 import logging
+import posixpath
 import shutil
 import tempfile
 import threading
@@ -37,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_streamstate.engine.catalog.snapshots import resolve_snapshot
 from airflow_provider_streamstate.engine.checkpoint.operator_metadata import state_variables_of
 from airflow_provider_streamstate.engine.checkpoint.reader import FORMAT_VERSION_CONF, CheckpointReader
+from airflow_provider_streamstate.engine.checkpoint.state_schemas import migrations_of, schema_file
 from airflow_provider_streamstate.engine.core.errors import (
     NotFoundError,
     UnsupportedCheckpointError,
@@ -446,7 +448,23 @@ def checkpoint_state(
     meta = read_metadata(session, str(reader.root), batch)
     sel = selector or StateSelector()
     op = _resolve_operator(_checkpoint_operators(meta), sel, f"checkpoint {checkpoint}")
+    _refuse_before_migration(reader, batch, op.operator_id, sel.store_name or "default", checkpoint)
     return _read(session, str(reader.root), batch, op, sel)
+
+
+def _refuse_before_migration(reader: CheckpointReader, batch: int, op_id: int, store: str, checkpoint: str) -> None:
+    """Spark reads a store in its current schema file only: a batch written before a migration
+    replaced it (engine/edit/migrate.py) would be decoded in the new schema."""
+    rel = schema_file(op_id, store)
+    folder = posixpath.dirname(rel)
+    names = reader.fs.listdir(folder) if reader.fs.is_dir(folder) else []
+    later = [b for b in migrations_of(rel, (f"{folder}/{n}" for n in names)) if batch < b]
+    if later:
+        raise UsageError(
+            f"batch {batch} of checkpoint {checkpoint} was written before operator {op_id}'s state ({store}) was "
+            f"migrated at batch {later[0]}: Spark would read it in the new schema",
+            hint="read it from the snapshot taken before the migration, or look keys up without Spark "
+                 "(`streamstate state get --checkpoint ... --batch N`, which reads each batch in its own schema)")
 
 
 @dataclass
