@@ -1,8 +1,10 @@
 """A small stateful file stream for a Spark line's own Python (tests/integration/test_rescale.py):
 counts and sums per key of the JSON lines in ROOT/in, checkpointed at CKPT.
 
-    python repartition_probe.py run CKPT ROOT PROVIDER PARTITIONS [v2]
-                                                    (to the end of its input; v2: a max too)
+    python repartition_probe.py run CKPT ROOT PROVIDER PARTITIONS [v2|dedup]
+                                                    (to the end of its input; v2: a max too;
+                                                     dedup: the first record of each key instead,
+                                                     each batch's written to ROOT/out/<batch>)
     python repartition_probe.py follow CKPT ROOT PROVIDER PARTITIONS STOP
                                                     (a batch a second, until the file STOP exists)
     python repartition_probe.py repartition CKPT N                  (Spark's own API, called directly)
@@ -92,11 +94,15 @@ def command(argv: list[str]) -> None:
         spark = session({"spark.sql.shuffle.partitions": partitions,
                          "spark.sql.streaming.stateStore.providerClass": PROVIDERS[provider]})
         df = spark.readStream.schema("k string, v long").json(f"{root}/in")
-        # v2, the query's next version: one more aggregate, so one more state column
-        aggs = [F.count("*").alias("c"), F.sum("v").alias("s")] + \
-            ([F.max("v").alias("m")] if mode == "run" and argv[6:] == ["v2"] else [])
-        writer = df.groupBy("k").agg(*aggs).writeStream \
-            .foreachBatch(lambda d, b: d.count()).outputMode("update").option("checkpointLocation", ckpt)
+        if mode == "run" and argv[6:] == ["dedup"]:  # a deduplication: its state is the keys seen
+            writer = df.dropDuplicates(["k"]).writeStream.outputMode("append").option("checkpointLocation", ckpt) \
+                .foreachBatch(lambda d, b: d.write.mode("overwrite").json(f"{root}/out/{b}"))
+        else:
+            # v2, the query's next version: one more aggregate, so one more state column
+            aggs = [F.count("*").alias("c"), F.sum("v").alias("s")] + \
+                ([F.max("v").alias("m")] if mode == "run" and argv[6:] == ["v2"] else [])
+            writer = df.groupBy("k").agg(*aggs).writeStream \
+                .foreachBatch(lambda d, b: d.count()).outputMode("update").option("checkpointLocation", ckpt)
         try:
             q = (writer.trigger(availableNow=True) if mode == "run" else writer.trigger(processingTime="1 second"))\
                 .start()

@@ -102,6 +102,61 @@ def test_a_stream_repaired_in_place_resumes_and_ends_as_if_it_never_saw_the_bad_
     assert CheckpointReader(ckpt).resolve_batch(None) == n + 2  # the input after the edit ran once, nothing again
 
 
+def batch_output(root: Path, batch: int) -> list[dict[str, Any]]:
+    """What the deduplicating probe wrote for one batch (tests/apps/repartition_probe.py)."""
+    return sorted((json.loads(ln) for f in (root / "out" / str(batch)).glob("part-*.json")
+                   for ln in f.read_text().splitlines() if ln), key=lambda r: r["k"])
+
+
+def test_a_deduplication_repaired_in_place_lets_the_key_a_bad_record_took_through_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """dropDuplicates with RocksDB and HDFS-backed state: a bogus record took key `x`, so the
+    real `x` would be dropped as a duplicate forever. The key deleted from the stopped
+    stream's state (Spark's check in the stream's Spark), the stream resumes: the real `x` is
+    let through once, a real duplicate still is not, and the state and the output of the
+    resumed batch are those of a run that never saw the bogus record."""
+    version = spark_versions.get("4.1")
+    monkeypatch.setenv(ENV_UNMANAGED_WINDOW, "0")
+    monkeypatch.setenv("STREAMSTATE_HOME", str(tmp_path / "home"))
+    good = [{"k": k, "v": v} for k, v in [("a", 1), ("b", 2), ("a", 3), ("c", 4)]]
+    more = [{"k": "x", "v": 42}, {"k": "a", "v": 99}, {"k": "d", "v": 5}]
+    runs = {}
+    for provider in ("rocksdb", "hdfs"):
+        for name, bad in (("ckpt", [{"k": "x", "v": -1}]), ("ref", [])):
+            root = tmp_path / f"{name}-{provider}"
+            feed(root, "0-good", good)
+            if bad:
+                feed(root, "1-bad", bad)
+            runs[name, provider] = (str(tmp_path / f"{name}-{provider}-ckpt"), root)
+    probe(version, *(["run", ckpt, str(root), p, "4", "dedup"] for (_, p), (ckpt, root) in runs.items()))
+
+    def command(args: Any) -> tuple[list[str], dict[str, str]]:
+        return version.submit_command(edit_check_application(), list(args)), version.env()
+
+    edited = {}
+    for provider in ("rocksdb", "hdfs"):
+        ckpt, root = runs["ckpt", provider]
+        n = CheckpointReader(ckpt).resolve_batch(None)
+        edit = EditSpec.from_json({"delete": ["x"]}, "the bogus x")
+        store = LocalStore(tmp_path / f"snapshots-{provider}", fsync=False)
+        result = edit_stream(store, "dedup", ckpt, edit, apply=True, command=command, requested_by="test")
+        assert result.edit_batch == n + 1 and result.preview.changed == 1
+        assert result.spark is not None and result.spark["keys_checked"] == 1
+        edited[provider] = n + 1
+    for _, root in runs.values():
+        feed(root, "2-more", more)
+    answers = probe(version, *(["run", ckpt, str(root), p, "4", "dedup"] for (_, p), (ckpt, root) in runs.items()),
+                    *(["state", ckpt] for ckpt, _ in runs.values()))
+    states = dict(zip(runs, answers[len(runs):], strict=True))
+    for provider in ("rocksdb", "hdfs"):
+        (ckpt, root), (ref, ref_root) = runs["ckpt", provider], runs["ref", provider]
+        assert sorted(states["ckpt", provider]) == sorted(states["ref", provider]) == ["a", "b", "c", "d", "x"]
+        resumed = CheckpointReader(ckpt).resolve_batch(None)
+        assert resumed == edited[provider] + 1  # the input after the edit ran once
+        assert batch_output(root, resumed) == batch_output(ref_root, CheckpointReader(ref).resolve_batch(None)) == \
+            [{"k": "d", "v": 5}, {"k": "x", "v": 42}]
+
+
 def test_the_cli_repairs_a_stopped_stream_from_its_spec_with_sparks_check_through_the_specs_spark(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """`streamstate state edit --spec`: the dry run, then --apply, Spark's check submitted
