@@ -2,9 +2,11 @@
 # Runs the whole suite (what `make test` and CI run). pytest's exit code 5 (no tests
 # collected) is a failure here: a suite that ran nothing proves nothing.
 #
-# Two pytest-xdist workers, whole files per worker (module fixtures stay in one process),
-# longest files first (tests/conftest.py orders them by tests/durations.json; xdist's own
-# reorder, by number of tests, would leave the few-test heavy files for the end).
+# Three pytest-xdist workers on this 2-core machine (with two the CPUs were idle a sixth of the
+# run: the tests wait on batches, brokers and clusters; docs/testing.md has both runs), whole
+# files per worker (module fixtures stay in one process), longest files first
+# (tests/conftest.py orders them by tests/durations.json; xdist's own reorder, by number of
+# tests, would leave the few-test heavy files for the end).
 # The workers share one stack (Kafka, the S3 regions) and, when their tests ask for them,
 # one YARN cluster, HDFS, Spark standalone cluster and region pair of each mirror policy
 # (tests/shared_parts.py); each has its own Spark session and Airflow home.
@@ -14,7 +16,7 @@
 # heaviest files (dev/test_durations.py, from a JUnit report: pass --junitxml=PATH to keep it).
 set -u
 cd "$(dirname "$0")/.."
-workers="${STREAMSTATE_TEST_WORKERS:-2}"
+workers="${STREAMSTATE_TEST_WORKERS:-3}"
 if [ "$workers" = "0" ]; then
   dist=()
 else
