@@ -49,6 +49,14 @@ def feed(root: Path, name: str, records: list[dict[str, Any]]) -> None:
     (root / "in" / f"{name}.json").write_text("".join(json.dumps(r) + "\n" for r in records))
 
 
+def check_command(version: spark_versions.SparkVersion) -> Any:
+    """How an edit submits Spark's check in `version`'s Spark (as a stream spec's Spark would)."""
+    def command(args: Any) -> tuple[list[str], dict[str, str]]:
+        return version.submit_command(edit_check_application(), list(args)), version.env()
+
+    return command
+
+
 FORMAT_2 = {"spark.sql.streaming.stateStore.checkpointFormatVersion": "2",
             "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true"}
 
@@ -86,10 +94,7 @@ def test_a_stream_repaired_in_place_resumes_and_ends_as_if_it_never_saw_the_bad_
     dry = edit_stream(store, "counts", ckpt, edit)
     assert dry.dry_run and dry.preview.changed == 2 and CheckpointReader(ckpt).resolve_batch(None) == n
 
-    def command(args: Any) -> tuple[list[str], dict[str, str]]:
-        return version.submit_command(edit_check_application(), list(args)), version.env()
-
-    result = edit_stream(store, "counts", ckpt, edit, apply=True, command=command, requested_by="test")
+    result = edit_stream(store, "counts", ckpt, edit, apply=True, command=check_command(version), requested_by="test")
     assert result.edit_batch == n + 1 and CheckpointReader(ckpt).resolve_batch(None) == n + 1
     assert result.spark is not None and result.spark["spark_version"] == version.pyspark
     assert result.spark["keys_checked"] == 2 and result.spark["entries"] == {"0/default": 5}
@@ -130,9 +135,7 @@ def test_a_deduplication_repaired_in_place_lets_the_key_a_bad_record_took_throug
             runs[name, provider] = (str(tmp_path / f"{name}-{provider}-ckpt"), root)
     probe(version, *(["run", ckpt, str(root), p, "4", "dedup"] for (_, p), (ckpt, root) in runs.items()))
 
-    def command(args: Any) -> tuple[list[str], dict[str, str]]:
-        return version.submit_command(edit_check_application(), list(args)), version.env()
-
+    command = check_command(version)
     edited = {}
     for provider in ("rocksdb", "hdfs"):
         ckpt, root = runs["ckpt", provider]
@@ -229,10 +232,7 @@ def test_sparks_state_reader_of_the_goldens_line_reads_an_edited_golden_as_the_e
     batch = write_edit_batch(open_checkpoint_fs(work), src.batch_id, changes)
     digest = state_digest(work, batch.batch_id)
 
-    def command(args: Any) -> tuple[list[str], dict[str, str]]:
-        return version.submit_command(edit_check_application(), list(args)), version.env()
-
-    checked = spark_check("golden", open_checkpoint_fs(work), batch.batch_id, digest, changes, command)
+    checked = spark_check("golden", open_checkpoint_fs(work), batch.batch_id, digest, changes, check_command(version))
     assert checked.spark_version == version.pyspark and checked.keys_checked == len(gone) + len(changed)
     assert checked.entries == {"0/default": digest.stores[0].entries} and digest.stores[0].entries == \
         len(g.state().rows) - len(gone)
@@ -268,11 +268,8 @@ def test_a_new_query_version_with_one_more_aggregate_starts_on_the_migrated_stat
                        ["run", scratch, str(scratch_root), provider, "4", "v2"])
     assert "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE" in refused["error_classes"], refused
 
-    def command(args: Any) -> tuple[list[str], dict[str, str]]:
-        return version.submit_command(edit_check_application(), list(args)), version.env()
-
     store = LocalStore(tmp_path / "snapshots", fsync=False)
-    done = edit_stream(store, "counts", ckpt, migration_to(scratch), apply=True, command=command)
+    done = edit_stream(store, "counts", ckpt, migration_to(scratch), apply=True, command=check_command(version))
     assert done.edit_batch == n + 1 and done.preview.changed == len({r["k"] for r in GOOD})
     assert done.spark is not None and done.spark["spark_version"] == version.pyspark
 
