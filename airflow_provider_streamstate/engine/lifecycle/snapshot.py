@@ -44,6 +44,7 @@ from airflow_provider_streamstate.engine.catalog.timeline import (
 )
 from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS, open_checkpoint_fs
 from airflow_provider_streamstate.engine.checkpoint.liveness import read_heartbeat
+from airflow_provider_streamstate.engine.checkpoint.plans import CutPlan
 from airflow_provider_streamstate.engine.checkpoint.reader import (
     CheckpointReader,
     checkpoint_where,
@@ -414,7 +415,7 @@ def _anchors(
     return anchors_to_json(found), problems
 
 
-def _refuse_before_migration(plan: Any, where: str) -> None:
+def _refuse_before_migration(plan: CutPlan, where: str) -> None:
     """A cut of a batch from before a migration would carry the migrated `schema` file beside
     state written in the old one: restored, Spark would read it wrongly."""
     kept = migrated_after((f.path for f in plan.files), plan.batch_id)

@@ -443,4 +443,3 @@ def operator_schemas(src: StateSource, op: OperatorView, cache: PartitionCache,
     if not hit:
         reads.all_cached = False
     return schemas
-
