@@ -77,7 +77,10 @@ def answer_approval(dag_id: str, task_id: str, option: str, *, timeout_s: float 
             listed = client.get(f"/api/v2/dags/{dag_id}/dagRuns/~/hitlDetails", headers=headers,
                                 params={"response_received": False})
             assert listed.status_code == 200, listed.text
-            asking = [d for d in listed.json()["hitl_details"] if d["task_instance"]["task_id"] == task_id]
+            # Answered before the task itself waits (its request is written first), the response
+            # is recorded but nothing moves the task on: dag.test would wait for ever.
+            asking = [d for d in listed.json()["hitl_details"] if d["task_instance"]["task_id"] == task_id
+                      and d["task_instance"]["state"] == "awaiting_input"]
             if asking:
                 break
             assert time.monotonic() < deadline, f"{dag_id}.{task_id} never asked for a response"
@@ -88,7 +91,23 @@ def answer_approval(dag_id: str, task_id: str, option: str, *, timeout_s: float 
             f"/api/v2/dags/{dag_id}/dagRuns/{ti['dag_run_id']}/taskInstances/{task_id}/{ti['map_index']}/hitlDetails",
             headers=headers, json={"chosen_options": [option]})
         assert answered.status_code == 200, answered.text
+        moved_by = time.monotonic() + 120
+        while _waiting(dag_id, task_id):  # the answer moves the task on (else the thread fails it)
+            assert time.monotonic() < moved_by, f"{dag_id}.{task_id} still waits 120 s after its answer"
+            time.sleep(1)
         return dict(detail)
+
+
+def _waiting(dag_id: str, task_id: str) -> bool:
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from airflow.utils.state import TaskInstanceState
+    from sqlalchemy import select
+
+    with create_session() as session:
+        return session.scalar(select(TaskInstance.task_id).where(
+            TaskInstance.dag_id == dag_id, TaskInstance.task_id == task_id,
+            TaskInstance.state == TaskInstanceState.AWAITING_INPUT).limit(1)) is not None
 
 
 class Person:
