@@ -99,15 +99,21 @@ def answer_approval(dag_id: str, task_id: str, option: str, *, timeout_s: float 
 
 
 def _waiting(dag_id: str, task_id: str) -> bool:
-    from airflow.models.taskinstance import TaskInstance
     from airflow.utils.session import create_session
+
+    with create_session() as session:
+        return next(iter(_waiting_tis(session, dag_id, task_id)), None) is not None
+
+
+def _waiting_tis(session: Any, dag_id: str, task_id: str) -> Any:
+    """The task instances of `task_id` waiting for a person's answer."""
+    from airflow.models.taskinstance import TaskInstance
     from airflow.utils.state import TaskInstanceState
     from sqlalchemy import select
 
-    with create_session() as session:
-        return session.scalar(select(TaskInstance.task_id).where(
-            TaskInstance.dag_id == dag_id, TaskInstance.task_id == task_id,
-            TaskInstance.state == TaskInstanceState.AWAITING_INPUT).limit(1)) is not None
+    return session.scalars(select(TaskInstance).where(
+        TaskInstance.dag_id == dag_id, TaskInstance.task_id == task_id,
+        TaskInstance.state == TaskInstanceState.AWAITING_INPUT))
 
 
 class Person:
@@ -141,13 +147,9 @@ class Person:
 
 
 def _fail_waiting(dag_id: str, task_id: str) -> None:
-    from airflow.models.taskinstance import TaskInstance
     from airflow.utils.session import create_session
     from airflow.utils.state import TaskInstanceState
-    from sqlalchemy import select
 
     with create_session() as session:
-        for ti in session.scalars(select(TaskInstance).where(
-                TaskInstance.dag_id == dag_id, TaskInstance.task_id == task_id,
-                TaskInstance.state == TaskInstanceState.AWAITING_INPUT)):
+        for ti in list(_waiting_tis(session, dag_id, task_id)):
             ti.state = TaskInstanceState.FAILED

@@ -40,12 +40,13 @@ def schema_of_batch(rel: str, paths: Iterable[str], batch_id: int) -> str:
     return rel
 
 
-def migrated_after(paths: Iterable[str], batch_id: int) -> list[str]:
-    """The schema files among `paths` (a cut's) that a migration after batch `batch_id` kept:
-    that batch's state is in a schema its store's `schema` file no longer says."""
-    out = []
+def migration_after(paths: Iterable[str], batch_id: int) -> tuple[int, str] | None:
+    """The first migration after batch `batch_id` that kept a schema file among `paths` (a
+    cut's, or a schema folder's), with that file: batch `batch_id`'s state is in a schema its
+    store's `schema` file no longer says. None when no migration came after it."""
+    found = []
     for p in paths:
         head, sep, tail = p.rpartition(BEFORE_MIGRATION)
         if sep and head.endswith("/_metadata/schema") and tail.isdigit() and batch_id < int(tail):
-            out.append(p)
-    return sorted(out)
+            found.append((int(tail), p))
+    return min(found, default=None)

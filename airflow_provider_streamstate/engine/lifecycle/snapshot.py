@@ -53,7 +53,7 @@ from airflow_provider_streamstate.engine.checkpoint.reader import (
     resolve_committed,
 )
 from airflow_provider_streamstate.engine.checkpoint.sidecar import refuse_unfinished_restore
-from airflow_provider_streamstate.engine.checkpoint.state_schemas import migrated_after
+from airflow_provider_streamstate.engine.checkpoint.state_schemas import migration_after
 from airflow_provider_streamstate.engine.core.anchor import anchors_to_json
 from airflow_provider_streamstate.engine.core.cancel import CancelToken, cancellation, check_cancelled
 from airflow_provider_streamstate.engine.core.errors import (
@@ -418,10 +418,10 @@ def _anchors(
 def _refuse_before_migration(plan: CutPlan, where: str) -> None:
     """A cut of a batch from before a migration would carry the migrated `schema` file beside
     state written in the old one: restored, Spark would read it wrongly."""
-    kept = migrated_after((f.path for f in plan.files), plan.batch_id)
-    if kept:
+    later = migration_after((f.path for f in plan.files), plan.batch_id)
+    if later is not None:
         raise UsageError(
-            f"batch {plan.batch_id} of {where} was written before its state was migrated ({kept[0]} keeps the "
+            f"batch {plan.batch_id} of {where} was written before its state was migrated ({later[1]} keeps the "
             "schema it had): a snapshot of it would carry the new schema",
             hint="restore the snapshot the migration pinned (it holds that state and its schema), or snapshot a "
                  "batch from after the migration")

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_streamstate.engine.catalog.snapshots import resolve_snapshot
 from airflow_provider_streamstate.engine.checkpoint.operator_metadata import state_variables_of
 from airflow_provider_streamstate.engine.checkpoint.reader import FORMAT_VERSION_CONF, CheckpointReader
-from airflow_provider_streamstate.engine.checkpoint.state_schemas import migrations_of, schema_file
+from airflow_provider_streamstate.engine.checkpoint.state_schemas import migration_after, schema_file
 from airflow_provider_streamstate.engine.core.errors import (
     NotFoundError,
     UnsupportedCheckpointError,
@@ -458,8 +458,8 @@ def _refuse_before_migration(reader: CheckpointReader, batch: int, op_id: int, s
     rel = schema_file(op_id, store)
     folder = posixpath.dirname(rel)
     names = reader.fs.listdir(folder) if reader.fs.is_dir(folder) else []
-    later = [b for b in migrations_of(rel, (f"{folder}/{n}" for n in names)) if batch < b]
-    if later:
+    later = migration_after((f"{folder}/{n}" for n in names), batch)
+    if later is not None:
         raise UsageError(
             f"batch {batch} of checkpoint {checkpoint} was written before operator {op_id}'s state ({store}) was "
             f"migrated at batch {later[0]}: Spark would read it in the new schema",

@@ -136,4 +136,3 @@ def _read_v3(data: bytes, where: str, with_ids: bool) -> list[ColumnFamilySchema
     if r.pos != len(data):
         raise ValueError(f"{len(data) - r.pos} bytes after the last column family")
     return out
-
