@@ -16,6 +16,7 @@ repairs the stream (docs/runbooks/repair.md):
    clone that still fails stops the run, production untouched.
 5. `approve`: a person approves the plan in Airflow's UI (Required Actions), which shows
    each key's value now and after the repair. Reject: the rest is skipped, nothing changed.
+   Unanswered after `approval_hours` (24), `approve` fails: nothing changed either.
 6. `stop`, `repair`: the stream stops at a batch boundary and the same edit is applied in
    place on a new snapshot of it (the stream may have moved on while the clone was
    checked: the named keys get the named values), verified again, swapped in behind a
@@ -49,6 +50,21 @@ CLONE_TTL_S = 7 * 24 * 3600  # the store's retention deletes a clone a crashed r
 APPROVAL_HOURS = 24  # unanswered by then, the approval fails and the stream is left as it was
 
 
+class TimedApprovalOperator(ApprovalOperator):
+    """An approval whose wait is a run's choice (`hours`, templated): a repair planned on a
+    Friday can wait for Monday, one planned in an incident for minutes."""
+
+    template_fields = (*ApprovalOperator.template_fields, "hours")
+
+    def __init__(self, *, hours: Any, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.hours = hours
+
+    def execute(self, context: Any) -> Any:
+        self.response_timeout = pendulum.duration(seconds=round(float(self.hours) * 3600))
+        return super().execute(context)
+
+
 def planned_(field: str) -> str:
     """A template for one field of the `plan` task's XCom."""
     return "{{ ti.xcom_pull(task_ids='plan')['" + field + "'] }}"
@@ -73,6 +89,9 @@ with DAG(
                         description="restore: each key's value in the last good snapshot; delete: the keys"),
         "operator": Param(0, type=["integer", "string"], description="the stateful operator's id or name"),
         "store_name": Param("default", type="string", description="its state store"),
+        "approval_hours": Param(APPROVAL_HOURS, type="number", exclusiveMinimum=0,
+                                description="how long the approval waits for an answer; unanswered, the run fails "
+                                            "with nothing changed"),
         "state_jobs": Param({}, type="object", description="where validations and bisect run "
                             "(SparkJobOptions; empty: in the task)"),
     },
@@ -168,15 +187,14 @@ with DAG(
         task_id="validate_clone", stream="{{ params.stream }}", snapshot_stream=planned_("clone_name"),
         suite="{{ params.suite }}", snapshot="{{ ti.xcom_pull(task_ids='repair_clone')['edited_snapshot'] }}",
         **on_cluster)
-    approve = ApprovalOperator(
-        task_id="approve",
+    approve = TimedApprovalOperator(
+        task_id="approve", hours="{{ params.approval_hours }}",
         subject="Repair {{ ti.xcom_pull(task_ids='plan')['keys'] }} key(s) of stream "
                 "{{ ti.xcom_pull(task_ids='snapshot')['stream'] }}?",
         body="{{ ti.xcom_pull(task_ids='plan')['markdown'] }}\n\nThe repaired clone passes suite "
              "{{ ti.xcom_pull(task_ids='validate_clone')['suite'] }} (snapshot "
              "{{ ti.xcom_pull(task_ids='repair_clone')['edited_snapshot'] }}). Approve to stop the stream, apply the "
              "same edit in place and resume it; reject to leave everything as it is.",
-        response_timeout=pendulum.duration(hours=APPROVAL_HOURS),
     )
     stop = StopStreamOperator(task_id="stop", stream="{{ params.stream }}", timeout=300, finish_planned_batch=True)
     repair = StateEditOperator(
