@@ -10,6 +10,7 @@ The same runner as `make demo` (dev/airflow_home.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 TEST_DAGS = sorted((REPO / "tests" / "dags").glob("*.py"))
 HOME: Path | None = None  # this test process's Airflow home, set once by conftest.py
 
-__all__ = ["DagResult", "Person", "TaskResult", "answer_approval", "configure_airflow_env", "prepare_airflow",
+__all__ = ["DagResult", "NoAnswer", "Person", "TaskResult", "answer_approval", "configure_airflow_env", "prepare_airflow",
            "run_dag", "ui_link"]
 
 configure_airflow_env = configure_env
@@ -55,14 +56,27 @@ def ui_link(dag_id: str, task_id: str) -> str | None:
         return dag.get_task(task_id).get_extra_links(ti, "Snapshot")
 
 
-def answer_approval(dag_id: str, task_id: str, option: str, *, timeout_s: float = 900.0) -> dict[str, Any]:
-    """What a person does in Airflow's UI (Required Actions), through Airflow's own REST
-    API on this process's metadata DB: wait until `task_id` of a running `dag_id` asks,
-    read what it shows, and answer `option`. Returns the request as the API listed it
-    (`subject`, `body`, `options`, ...). Run it in a thread beside `run_dag`."""
+def _asking(client: Any, headers: dict[str, str], dag_id: str, task_id: str, deadline: float) -> dict[str, Any]:
+    """The request `task_id` of a running `dag_id` shows in Required Actions, once the task
+    itself waits for it (its request is written first)."""
+    import time
+
+    while True:
+        listed = client.get(f"/api/v2/dags/{dag_id}/dagRuns/~/hitlDetails", headers=headers,
+                            params={"response_received": False})
+        assert listed.status_code == 200, listed.text
+        asking = [d for d in listed.json()["hitl_details"] if d["task_instance"]["task_id"] == task_id
+                  and d["task_instance"]["state"] == "awaiting_input"]
+        if asking:
+            return dict(asking[0])
+        assert time.monotonic() < deadline, f"{dag_id}.{task_id} never asked for a response"
+        time.sleep(1)
+
+
+def _api_client() -> tuple[Any, dict[str, str]]:
+    """Airflow's REST API on this process's metadata DB, and the headers of its first user."""
     import os
     import secrets
-    import time
 
     from airflow.api_fastapi.app import create_app, get_auth_manager
     from fastapi.testclient import TestClient
@@ -70,22 +84,25 @@ def answer_approval(dag_id: str, task_id: str, option: str, *, timeout_s: float 
     os.environ.setdefault("AIRFLOW__API_AUTH__JWT_SECRET", secrets.token_urlsafe(64))
     app = create_app()
     am = get_auth_manager()
-    headers = {"Authorization": f"Bearer {am.generate_jwt(am.get_users()[0])}"}
+    return TestClient(app), {"Authorization": f"Bearer {am.generate_jwt(am.get_users()[0])}"}
+
+
+def answer_approval(dag_id: str, task_id: str, option: str, *, timeout_s: float = 900.0,
+                    meanwhile: Callable[[dict[str, Any]], None] = lambda asked: None) -> dict[str, Any]:
+    """What a person does in Airflow's UI (Required Actions), through Airflow's own REST
+    API on this process's metadata DB: wait until `task_id` of a running `dag_id` asks,
+    read what it shows, and answer `option` (after `meanwhile(request)`: what happens while
+    the person decides). Returns the request as the API listed it (`subject`, `body`,
+    `options`, ...). Run it in a thread beside `run_dag`."""
+    import time
+
+    client, headers = _api_client()
     deadline = time.monotonic() + timeout_s
-    with TestClient(app) as client:
-        while True:
-            listed = client.get(f"/api/v2/dags/{dag_id}/dagRuns/~/hitlDetails", headers=headers,
-                                params={"response_received": False})
-            assert listed.status_code == 200, listed.text
-            # Answered before the task itself waits (its request is written first), the response
-            # is recorded but nothing moves the task on: dag.test would wait for ever.
-            asking = [d for d in listed.json()["hitl_details"] if d["task_instance"]["task_id"] == task_id
-                      and d["task_instance"]["state"] == "awaiting_input"]
-            if asking:
-                break
-            assert time.monotonic() < deadline, f"{dag_id}.{task_id} never asked for a response"
-            time.sleep(1)
-        detail = asking[0]
+    with client:
+        # Answered before the task itself waits (its request is written first), the response
+        # is recorded but nothing moves the task on: dag.test would wait for ever.
+        detail = _asking(client, headers, dag_id, task_id, deadline)
+        meanwhile(detail)
         ti = detail["task_instance"]
         answered = client.patch(
             f"/api/v2/dags/{dag_id}/dagRuns/{ti['dag_run_id']}/taskInstances/{task_id}/{ti['map_index']}/hitlDetails",
@@ -121,10 +138,11 @@ class Person:
     beside `run_dag`. When answering fails, the waiting task is failed instead, so that the
     run ends (dag.test would wait for the answer) and `asked()` raises what went wrong."""
 
-    def __init__(self, dag_id: str, task_id: str, option: str) -> None:
+    def __init__(self, dag_id: str, task_id: str, option: str,
+                 meanwhile: Callable[[dict[str, Any]], None] = lambda asked: None) -> None:
         import threading
 
-        self.dag_id, self.task_id, self.option = dag_id, task_id, option
+        self.dag_id, self.task_id, self.option, self.meanwhile = dag_id, task_id, option, meanwhile
         self._asked: dict[str, Any] = {}
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._answer, name=f"person-{task_id}", daemon=True)
@@ -132,7 +150,7 @@ class Person:
 
     def _answer(self) -> None:
         try:
-            self._asked = answer_approval(self.dag_id, self.task_id, self.option)
+            self._asked = answer_approval(self.dag_id, self.task_id, self.option, meanwhile=self.meanwhile)
         except BaseException as exc:  # noqa: BLE001 - reported by asked()
             self._error = exc
             _fail_waiting(self.dag_id, self.task_id)
@@ -153,3 +171,47 @@ def _fail_waiting(dag_id: str, task_id: str) -> None:
     with create_session() as session:
         for ti in list(_waiting_tis(session, dag_id, task_id)):
             ti.state = TaskInstanceState.FAILED
+
+
+class NoAnswer:
+    """Nobody answers `task_id` of the next run of `dag_id`: once it waits, the scheduler's
+    own timeout sweep (`check_awaiting_input_timeouts`, which `dag.test` does not run) is run
+    every second until the task's response timeout has passed and the sweep moved it on. A
+    thread beside `run_dag`; `asked()` is what the task showed meanwhile."""
+
+    def __init__(self, dag_id: str, task_id: str, *, timeout_s: float = 900.0) -> None:
+        import threading
+
+        self.dag_id, self.task_id, self.timeout_s = dag_id, task_id, timeout_s
+        self._asked: dict[str, Any] = {}
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._wait_out, name=f"no-answer-{task_id}", daemon=True)
+        self._thread.start()
+
+    def _wait_out(self) -> None:
+        import time
+
+        from airflow.jobs.job import Job
+        from airflow.jobs.scheduler_job_runner import SchedulerJobRunner
+
+        try:
+            client, headers = _api_client()
+            deadline = time.monotonic() + self.timeout_s
+            with client:
+                self._asked = _asking(client, headers, self.dag_id, self.task_id, deadline)
+            scheduler = SchedulerJobRunner(job=Job())
+            while _waiting(self.dag_id, self.task_id):
+                assert time.monotonic() < deadline, f"{self.dag_id}.{self.task_id} still waits {self.timeout_s:.0f} s on"
+                scheduler.check_awaiting_input_timeouts()
+                time.sleep(1)
+        except BaseException as exc:  # noqa: BLE001 - reported by asked()
+            self._error = exc
+            _fail_waiting(self.dag_id, self.task_id)
+
+    def asked(self) -> dict[str, Any]:
+        """What the task showed while it waited, once it timed out."""
+        self._thread.join(timeout=60)
+        if self._error is not None:
+            raise AssertionError(f"waiting out {self.dag_id}.{self.task_id} failed: {self._error!r}") from self._error
+        assert self._asked, f"{self.dag_id}.{self.task_id} never asked"
+        return self._asked
