@@ -217,8 +217,9 @@ with DAG(
         from airflow_provider_streamstate.utils.configured_streams import stream_spec
         from airflow_provider_streamstate.utils.task_errors import engine_errors
 
+        # The stop's result, also when finishing the stream's planned batch failed after it.
         stopped = ti.xcom_pull(task_ids="stop") if ti is not None else None
-        if not stopped:  # failed before the stop (or the stop itself failed): the stream is as it was
+        if not stopped:  # failed before the stop (or the stop itself did): the stream is as it was
             return {"restored": None, "started": False}
         repaired = ti.xcom_pull(task_ids="repair") if ti is not None else None
         with engine_errors():

@@ -73,7 +73,8 @@ class StopStreamOperator(StreamTask):
         have planned its next batch before the stop came, and the stop interrupts it; then
         the stream runs once more, for exactly that batch (`finished_planned_batch` in the
         result), within `timeout` and ten minutes to start. What a rescale or an edit of the
-        stopped checkpoint needs.
+        stopped checkpoint needs. When that run fails, the task fails with the stream stopped;
+        its XCom holds the stop's result all the same.
     """
 
     template_fields: Sequence[str] = ("stream", "timeout")
@@ -93,14 +94,17 @@ class StopStreamOperator(StreamTask):
                                    requested_by=f"task {self.task_id}")
         self.log.info("stream %s on %s: %s in %.1fs (state %s, exit code %s)", spec.name, spec.checkpoint,
                       result.outcome, result.seconds, result.state, result.exit_code)
-        finished = None
+        stopped = {"stream": spec.name, **result.to_json(), "finished_planned_batch": None}
         if self.finish_planned_batch:
             from airflow_provider_streamstate.streams.start import finish_planned_batch
 
+            # Recorded before the batch is finished: if that fails, the task fails with the
+            # stream stopped, and a rollback must know it ran before (`outcome`).
+            context["ti"].xcom_push(key="return_value", value=stopped)
             with self.cancellable():
-                finished = finish_planned_batch(spec, timeout_s=parse_duration(self.timeout, "timeout") + 600,
-                                                log=self.log)
-        return {"stream": spec.name, **result.to_json(), "finished_planned_batch": finished}
+                stopped["finished_planned_batch"] = finish_planned_batch(
+                    spec, timeout_s=parse_duration(self.timeout, "timeout") + 600, log=self.log)
+        return stopped
 
 
 def _overlaps(a: str, b: str) -> bool:
