@@ -12,8 +12,9 @@ repairs the stream (docs/runbooks/repair.md):
    snapshot (`action: restore`; deleted where it was not there yet) or deleted
    (`action: delete`): an explicit edit, every key and value named.
 4. `repair_clone`, `validate_clone`: the edit written on a clone of the failing snapshot
-   (verified entry by entry and by Spark's state reader) and the suite on the clone; a
-   clone that still fails stops the run, production untouched.
+   (verified entry by entry and by Spark's state reader; `spark_check` false skips the
+   latter, for Spark 3.5, which has none) and the suite on the clone; a clone that still
+   fails stops the run, production untouched.
 5. `approve`: a person approves the plan in Airflow's UI (Required Actions), which shows
    each key's value now and after the repair. Reject: the rest is skipped, nothing changed.
    Unanswered after `approval_hours` (24), `approve` fails: nothing changed either.
@@ -92,6 +93,8 @@ with DAG(
         "approval_hours": Param(APPROVAL_HOURS, type="number", exclusiveMinimum=0,
                                 description="how long the approval waits for an answer; unanswered, the run fails "
                                             "with nothing changed"),
+        "spark_check": Param(True, type="boolean", description="have Spark's state reader check each edited "
+                             "copy (Spark 4.0+; false on Spark 3.5)"),
         "state_jobs": Param({}, type="object", description="where validations and bisect run "
                             "(SparkJobOptions; empty: in the task)"),
     },
@@ -158,7 +161,7 @@ with DAG(
     repair_clone = StateEditOperator(
         task_id="repair_clone", stream="{{ params.stream }}", edit=planned_("edit"),
         description=planned_("description"), snapshot="{{ ti.xcom_pull(task_ids='snapshot')['snapshot_id'] }}",
-        target=planned_("clone_checkpoint"), clone_name=planned_("clone_name"))
+        target=planned_("clone_checkpoint"), clone_name=planned_("clone_name"), spark_check="{{ params.spark_check }}")
 
     @task
     def record_clone(planned: dict[str, Any], edited: dict[str, Any], params: dict[str, Any] | None = None
@@ -199,6 +202,7 @@ with DAG(
     stop = StopStreamOperator(task_id="stop", stream="{{ params.stream }}", timeout=300, finish_planned_batch=True)
     repair = StateEditOperator(
         task_id="repair", stream="{{ params.stream }}", edit=planned_("edit"), description=planned_("description"),
+        spark_check="{{ params.spark_check }}",
         requested_by="{{ (ti.xcom_pull(task_ids='approve') or {}).get('responded_by_user', {}).get('name', '?') }}"
                      " (approved in {{ dag.dag_id }}/{{ run_id }})")
     validate_repaired = ValidateSnapshotOperator(

@@ -57,7 +57,9 @@ class StateEditOperator(StreamTask):
     :param apply: write the edit (False: a dry run, which only reads and returns what would
         change).
     :param spark_check: have Spark's state reader check the edited copy (Spark 4.0+), as a
-        Spark application through the stream's own Spark settings.
+        Spark application through the stream's own Spark settings; False on Spark 3.5, which
+        has none (the entry-by-entry verification runs all the same); a bool, or text that
+        says it (`false`). (templated)
     :param requested_by: who asked, for the `edited-by` label (default: the DAG run's
         triggering user, else the DAG and run). (templated)
     :param timeout: how long Spark's check may run before it is killed (a timedelta or
@@ -66,14 +68,14 @@ class StateEditOperator(StreamTask):
 
     template_fields: Sequence[str] = ("stream", "edit", "transform", "migrate_to", "defaults", "where", "operator",
                                       "store_name", "description", "snapshot", "target", "clone_name", "requested_by",
-                                      "timeout")
+                                      "timeout", "spark_check")
 
     def __init__(
         self, *, edit: dict[str, Any] | list[Any] | str | None = None, transform: Callable[[Any, Any], Any] | str | None = None,
         migrate_to: str | None = None, defaults: dict[str, Any] | None = None, where: str | None = None,
         operator: int | str = 0, store_name: str = "default", description: str | None = None,
         snapshot: str | None = None, target: str | None = None, clone_name: str | None = None,
-        apply: bool = True, spark_check: bool = True, requested_by: str | None = None,
+        apply: bool = True, spark_check: bool | str = True, requested_by: str | None = None,
         timeout: timedelta | float | None = None, **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -126,7 +128,7 @@ class StateEditOperator(StreamTask):
         with self.cancellable():
             result = edit_spec(spec, edit, apply=bool(self.apply), snapshot=snapshot,
                                target=self.target or None, clone_name=self.clone_name or None,
-                               spark_check=self.spark_check, requested_by=self.requested_by or _asked_by(context),
+                               spark_check=_flag(self.spark_check), requested_by=self.requested_by or _asked_by(context),
                                timeout_s=timeout_s, parallelism=self.parallelism)
         p = result.preview
         self.log.info("%s %d key(s) of %s at batch %d", "would change" if result.dry_run else "changed", p.changed,
@@ -150,3 +152,8 @@ def _asked_by(context: Context) -> str:
     ti = context.get("ti")
     where = f"{getattr(ti, 'dag_id', '?')}/{getattr(run, 'run_id', '?')}"
     return f"{user} ({where})" if user else where
+
+
+def _flag(value: bool | str) -> bool:
+    """A templated flag: rendered as text unless the DAG renders native objects."""
+    return value if isinstance(value, bool) else str(value).strip().lower() not in ("false", "0", "no", "off", "")
