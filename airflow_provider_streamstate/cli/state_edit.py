@@ -82,8 +82,9 @@ def register(sub: Any) -> Handlers:
     b.add_argument("--spec", required=True, help="the stream's StreamSpec: its checkpoint (new, empty) and Spark")
     b.add_argument("--skeleton", required=True, metavar="CKPT",
                    help="a checkpoint the stream's query wrote (once, on a little input): its shape")
-    b.add_argument("--table", required=True, metavar="FILE",
-                   help="the state's rows (.parquet, .csv or .jsonl), columns key_<field> and value_<field>")
+    b.add_argument("--table", required=True, metavar="FILE|URL",
+                   help="the state's rows (.parquet, .csv or .jsonl; a path, or an s3:// or hdfs:// URL), columns "
+                   "key_<field> and value_<field>")
     b.add_argument("--offsets", default=None, metavar="JSON",
                    help='per source, where the stream starts: [{"topic": {"0": 1200, ...}}] (default: the skeleton\'s)')
     b.add_argument("--operator", default="0", metavar="ID|NAME", help="the stateful operator the table is the state of")
@@ -99,22 +100,15 @@ def register(sub: Any) -> Handlers:
 def cmd_state_bootstrap(args: argparse.Namespace) -> int:
     import json
 
-    from airflow_provider_streamstate.engine.core.errors import UsageError
-    from airflow_provider_streamstate.engine.edit.bootstrap import read_table
+    from airflow_provider_streamstate.engine.edit.bootstrap import given_offsets
 
-    offsets = None
-    if args.offsets is not None:
-        try:
-            offsets = json.loads(args.offsets)
-        except ValueError as exc:
-            raise UsageError(f"--offsets is not JSON: {exc}", hint='e.g. [{"orders": {"0": 1200}}]') from None
-        offsets = offsets if isinstance(offsets, list) else [offsets]
+    offsets = given_offsets(args.offsets, "--offsets")
     spec = read_spec(args.spec)
     use_spec_connection(spec)
     from airflow_provider_streamstate.streams.edit import bootstrap_spec
 
     operator = int(args.operator) if args.operator.isdigit() else args.operator
-    r = bootstrap_spec(spec, args.skeleton, read_table(args.table), operator=operator, store=args.store_name,
+    r = bootstrap_spec(spec, args.skeleton, args.table, operator=operator, store=args.store_name,
                        source_offsets=offsets, spark_check=not args.no_spark_check, timeout_s=args.timeout)
     checked = f"; Spark {r.spark['spark_version']} read it the same" if r.spark else \
         "; not checked by Spark (--no-spark-check)"

@@ -103,14 +103,18 @@ def migration(
 
 
 def bootstrap_spec(
-    spec: StreamSpec, skeleton: str, rows: Any, *, operator: int | str = 0, store: str = "default",
+    spec: StreamSpec, skeleton: str, table: Any, *, operator: int | str = 0, store: str = "default",
     source_offsets: list[Any] | None = None, spark_check: bool = True, timeout_s: float | None = None,
 ) -> Any:
     """`engine.edit.bootstrap.bootstrap_checkpoint` into the stream's (new, empty)
-    checkpoint, shaped as `skeleton`, checked by Spark's state reader in the stream's Spark."""
-    from airflow_provider_streamstate.engine.edit.bootstrap import bootstrap_checkpoint
+    checkpoint, shaped as `skeleton`, checked by Spark's state reader in the stream's Spark.
+    `table`: its rows, or where the table's file is (a path, or a URL reached with the spec's
+    connection)."""
+    from airflow_provider_streamstate.engine.edit.bootstrap import bootstrap_checkpoint, read_table
     from airflow_provider_streamstate.hooks.store import checkpoint_connection
 
+    rows = read_table(table, connection=checkpoint_connection(table, spec.aws_conn_id)) if isinstance(table, str) \
+        else table
     return bootstrap_checkpoint(skeleton, spec.checkpoint, rows, operator=operator, store=store,
                                 source_offsets=source_offsets,
                                 command=edit_check_command(spec) if spark_check else None,

@@ -1,7 +1,9 @@
 """`streamstate state edit` as a script sees it: a dry run by default that writes nothing and
 prints what would change per partition; `--apply` (here verified without Spark:
 `--no-spark-check`) puts the edit batch in place and says which snapshot holds it and what
-is pinned; options that make no sense together are usage errors (exit 2, one line)."""
+is pinned; options that make no sense together are usage errors (exit 2, one line).
+`streamstate state bootstrap` writes a CSV table of a golden's state into the spec's empty
+checkpoint and says where the stream starts."""
 
 from __future__ import annotations
 
@@ -125,3 +127,26 @@ def test_a_migration_given_wrong_is_a_usage_error(spec, capsys, argv: list[str],
     text, _ = spec
     code, _, err = run(capsys, "state", "edit", "--spec", text, *argv)
     assert code == 2 and words in err and len(err.strip().splitlines()) == 1
+
+
+def test_bootstrap_writes_a_csv_table_into_the_specs_empty_checkpoint_and_refuses_it_once_written(capsys, tmp_path) -> None:
+    import csv
+
+    from tests.unit.test_edit_bootstrap import table_of
+
+    g = golden("small_aggregation_hdfs")
+    rows = table_of(g.checkpoint)
+    with (tmp_path / "table.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    text = json.dumps(StreamSpec(name="moved", checkpoint=str(tmp_path / "new"), store=str(tmp_path / "s")).to_dict())
+    code, out, _ = run(capsys, "state", "bootstrap", "--spec", text, "--skeleton", g.checkpoint, "--table",
+                       str(tmp_path / "table.csv"), "--no-spark-check")
+    assert code == 0 and f"bootstrapped {tmp_path / 'new'}: {len(rows)} key(s) of operator 0 at batch 0" in out
+    assert CheckpointReader(str(tmp_path / "new")).committed_batches() == [0]
+    again = ["state", "bootstrap", "--spec", text, "--skeleton", g.checkpoint, "--table", str(tmp_path / "table.csv")]
+    code, _, err = run(capsys, *again, "--no-spark-check")
+    assert code == 2 and "is not empty: a bootstrap writes a new checkpoint" in err and len(err.splitlines()) == 1
+    code, _, err = run(capsys, *again, "--offsets", "[{")
+    assert code == 2 and "--offsets is not JSON" in err
