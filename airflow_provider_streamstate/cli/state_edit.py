@@ -4,7 +4,7 @@ in place (the stream stopped; the source snapshot pinned for a rollback) or writ
 clone. A dry run unless --apply.
 
     streamstate state edit --spec SPEC (--edit JSON|FILE | --transform MODULE:FUNCTION [--where COND]
-                           | --migrate-to CKPT [--default COL=JSON]...) [--operator ID|NAME]
+                           | --migrate-to CKPT [--default COL=JSON]... [--pair COL=COL]...) [--operator ID|NAME]
                            [--store-name N] [--description TEXT] [--snapshot SNAPSHOT]
                            [--dry-run | --apply [--target CKPT [--clone-name NAME]]] [--requested-by WHO]
                            [--no-spark-check] [--master M] [--deploy-mode client|cluster]
@@ -22,7 +22,9 @@ the key, or the value unchanged; it is called for every key of the operator's st
 operator's store into the value schema of the same operator in CKPT, a checkpoint the new
 query version wrote (engine/edit/migrate.py): columns kept or widened by name, new ones
 `--default` (else null), dropped ones gone, and the schema file replaced, so the new version
-starts on the state.
+starts on the state. Columns of one name (two aggregates of one function: `sum`, `sum#2`, in
+the query's order) are not paired by name: `--pair NEW=OLD` names the state's column each
+new one continues.
 """
 
 from __future__ import annotations
@@ -54,6 +56,9 @@ def register(sub: Any) -> Handlers:
                       help="rewrite the state into the value schema a new query version wrote in CKPT")
     p.add_argument("--default", action="append", default=[], metavar="COL=JSON",
                    help="with --migrate-to: a new column's value for the existing keys (default null)")
+    p.add_argument("--pair", action="append", default=[], metavar="NEW=OLD",
+                   help="with --migrate-to: the state's column a new one continues (for columns of one name: "
+                   "sum, sum#2, ...)")
     p.add_argument("--where", metavar="COND", default=None,
                    help="with --transform: only the keys whose value (and key.<column>) satisfy this")
     p.add_argument("--operator", default="0", metavar="ID|NAME",
@@ -160,8 +165,15 @@ def cmd_state_edit(args: argparse.Namespace) -> int:
                          hint="with --edit, name the operator, store and keys (or delete_where) in the edit")
     if args.where and not args.transform:
         raise UsageError("--where selects the keys --transform is given", hint="a migration rewrites every key")
-    if args.default and not args.migrate_to:
-        raise UsageError("--default gives a migrated column's value", hint="give it with --migrate-to")
+    if (args.default or args.pair) and not args.migrate_to:
+        raise UsageError("--default and --pair say where a migrated column's values come from",
+                         hint="give them with --migrate-to")
+    pairs = {}
+    for item in args.pair:
+        new, sep, old = item.partition("=")
+        if not sep or not new or not old:
+            raise UsageError(f"--pair {item!r} is not NEW=OLD", hint="e.g. --pair sum#2=sum")
+        pairs[new] = old
     defaults = _defaults(args.default)
     spec = read_spec(args.spec)
     if args.master or args.deploy_mode:
@@ -182,7 +194,7 @@ def cmd_state_edit(args: argparse.Namespace) -> int:
                                  snapshot=args.snapshot, description=args.description).edit
     elif args.migrate_to:
         edit = migration(spec, args.migrate_to, operator=operator, store=args.store_name, defaults=defaults,
-                         description=args.description)
+                         description=args.description, pairs=pairs)
     else:
         edit = EditSpec.from_json(_edit_text(args.edit), args.description)
 

@@ -42,6 +42,9 @@ class StateEditOperator(StreamTask):
         its schema file replaces the store's, so the new version starts on the state
         (docs/state.md). (templated)
     :param defaults: with `migrate_to`: new columns' values for the existing keys. (templated)
+    :param pairs: with `migrate_to`: for a new column, the state's column it continues
+        (`{"sum#2": "sum"}`); needed where a name repeats (two aggregates of one function:
+        `sum`, `sum#2`, ... in the query's order), which is not paired by name. (templated)
     :param where: with `transform`: only the keys whose value (and `key.<column>`) satisfy
         this condition are given to it. (templated)
     :param operator: with `transform` or `migrate_to`: the stateful operator's id (or, for a
@@ -65,13 +68,14 @@ class StateEditOperator(StreamTask):
         seconds; None: no limit). (templated)
     """
 
-    template_fields: Sequence[str] = ("stream", "edit", "transform", "migrate_to", "defaults", "where", "operator",
-                                      "store_name", "description", "snapshot", "target", "clone_name", "requested_by",
-                                      "timeout")
+    template_fields: Sequence[str] = ("stream", "edit", "transform", "migrate_to", "defaults", "pairs", "where",
+                                      "operator", "store_name", "description", "snapshot", "target", "clone_name",
+                                      "requested_by", "timeout")
 
     def __init__(
         self, *, edit: dict[str, Any] | list[Any] | str | None = None, transform: Callable[[Any, Any], Any] | str | None = None,
-        migrate_to: str | None = None, defaults: dict[str, Any] | None = None, where: str | None = None,
+        migrate_to: str | None = None, defaults: dict[str, Any] | None = None,
+        pairs: dict[str, str] | None = None, where: str | None = None,
         operator: int | str = 0, store_name: str = "default", description: str | None = None,
         snapshot: str | None = None, target: str | None = None, clone_name: str | None = None,
         apply: bool = True, spark_check: bool = True, requested_by: str | None = None,
@@ -84,6 +88,7 @@ class StateEditOperator(StreamTask):
         self.transform = transform
         self.migrate_to = migrate_to
         self.defaults = defaults
+        self.pairs = pairs
         self.where = where
         self.operator = operator
         self.store_name = store_name
@@ -113,7 +118,8 @@ class StateEditOperator(StreamTask):
             edit: Any
             if self.migrate_to:
                 edit = migration(spec, self.migrate_to, operator=operator, store=self.store_name or "default",
-                                 defaults=dict(self.defaults or {}), description=self.description or None)
+                                 defaults=dict(self.defaults or {}), description=self.description or None,
+                                 pairs=dict(self.pairs or {}))
             elif self.transform is not None:
                 snapshot = transform_source(spec, snapshot, bool(self.apply))
                 edit = planned_transform(spec, self.transform, where=self.where or None, operator=operator,

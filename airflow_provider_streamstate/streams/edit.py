@@ -86,10 +86,11 @@ def planned_transform(
 
 def migration(
     spec: StreamSpec, target: str, *, operator: int | str = 0, store: str = "default",
-    defaults: dict[str, Any] | None = None, description: str | None = None,
+    defaults: dict[str, Any] | None = None, description: str | None = None, pairs: dict[str, str] | None = None,
 ) -> Any:
     """`engine.edit.migrate.migration_to` the schema of operator `operator` in `target` (a
-    checkpoint the new query version wrote), reached with the spec's connection."""
+    checkpoint the new query version wrote), reached with the spec's connection; `pairs`: a
+    new column -> the state's column it takes, for columns of one name (docs/state.md)."""
     from airflow_provider_streamstate.engine.core.errors import UsageError
     from airflow_provider_streamstate.engine.edit.migrate import migration_to
     from airflow_provider_streamstate.hooks.store import checkpoint_connection
@@ -99,7 +100,7 @@ def migration(
                          hint="0 is the query's first stateful operator; a snapshot's page in the Streams UI lists "
                          "the operators with their ids")
     return migration_to(target, operator=operator, store=store, defaults=defaults, description=description,
-                        connection=checkpoint_connection(target, spec.aws_conn_id))
+                        connection=checkpoint_connection(target, spec.aws_conn_id), pairs=pairs)
 
 
 def bootstrap_spec(
