@@ -54,6 +54,9 @@ def build(root: Path, n: int) -> tuple[Path, object, object, list[str]]:
     from tests.unit.store_history import put_validation
     from tests.unit.test_timelines import grow
 
+    # The fake checkpoint was written a moment ago and has no heartbeat: what an unmanaged query
+    # writing it looks like; the rollback's in-place restore is told it is stopped.
+    os.environ["STREAMSTATE_UNMANAGED_WINDOW_S"] = "0"
     ckpt = make_checkpoint(root / "ckpt", batches=1)
     store, dr = LocalStore(root / "store", fsync=False), LocalStore(root / "dr", fsync=False)
     ids: list[str] = []
