@@ -100,7 +100,7 @@ def main() -> None:
                     help="runs of the scheduled snapshot DAG in the metadata DB (the pages read the newest 200)")
     a = ap.parse_args()
 
-    work = a.workdir or Path(tempfile.mkdtemp(prefix="streamstate-ui-bench-"))
+    work = (a.workdir or Path(tempfile.mkdtemp(prefix="streamstate-ui-bench-"))).resolve()  # SQLite wants it absolute
     work.mkdir(parents=True, exist_ok=True)
     from dev import airflow_home
 
