@@ -15,7 +15,8 @@ records are write-once), and the history last drawn from it: a page viewed again
 listings and a few small records, not the parsing of a thousand summaries, while anything
 published, deleted, validated, pinned, cloned or replicated since shows at once. Which
 snapshots are on the current timeline, and the newest there, is worked out once per listing
-(`SummaryListing.current_line`), not once per use.
+(`SummaryListing.current_line`), not once per use. After a change, only the entries of the
+snapshots it touched are worked out again (`history_since`).
 """
 
 from __future__ import annotations
