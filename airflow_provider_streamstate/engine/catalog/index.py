@@ -274,9 +274,11 @@ class CatalogMemo:
       write-once too (an unreadable one is read again).
     - The last listing of each stream, with the keys it was worked out from (the segments',
       the journal's since the base or every manifest id, the validation and timeline
-      records'): those objects are write-once, so the same keys give the same listing. One
-      that had to read a manifest (a snapshot the index did not cover, a hint to check) is
-      not kept: whether that manifest is there depends on when it is asked.
+      records'): those objects are write-once, so the same keys give the same listing, and
+      keys that differ in validation records alone give its snapshots and timelines with the
+      outcomes worked out again. One that had to read a manifest (a snapshot the index did
+      not cover, a hint to check) is not kept: whether that manifest is there depends on
+      when it is asked.
     """
 
     def __init__(self, max_summaries: int, max_listings: int = 256, max_outcomes: int = 100_000) -> None:
