@@ -54,6 +54,9 @@ def build(root: Path, n: int) -> tuple[Path, object, object, list[str]]:
     from tests.unit.store_history import put_validation
     from tests.unit.test_timelines import grow
 
+    # The fake checkpoint was written a moment ago and has no heartbeat: what an unmanaged query
+    # writing it looks like; the rollback's in-place restore is told it is stopped.
+    os.environ["STREAMSTATE_UNMANAGED_WINDOW_S"] = "0"
     ckpt = make_checkpoint(root / "ckpt", batches=1)
     store, dr = LocalStore(root / "store", fsync=False), LocalStore(root / "dr", fsync=False)
     ids: list[str] = []
@@ -97,7 +100,7 @@ def main() -> None:
                     help="runs of the scheduled snapshot DAG in the metadata DB (the pages read the newest 200)")
     a = ap.parse_args()
 
-    work = a.workdir or Path(tempfile.mkdtemp(prefix="streamstate-ui-bench-"))
+    work = (a.workdir or Path(tempfile.mkdtemp(prefix="streamstate-ui-bench-"))).resolve()  # SQLite wants it absolute
     work.mkdir(parents=True, exist_ok=True)
     from dev import airflow_home
 

@@ -9,7 +9,8 @@ production's.
    `migrate_clone`, when the candidate keeps other state columns than production (one more
    aggregate...): `migrate_to` names a checkpoint the candidate wrote (run it once on a
    little input), and the clone's state is migrated to its schema (new columns from
-   `migrate_defaults`, else null; StateEditOperator's migration, verified), so the
+   `migrate_defaults`, else null; a repeated buffer name's from `migrate_pairs`;
+   StateEditOperator's migration, verified), so the
    candidate is tested on production's state instead of being refused by Spark on it.
 3. `run_candidate`: spark-submit the candidate on the clone and wait until it stops: it
    processes the same Kafka input production did, up to the current end offsets.
@@ -67,6 +68,8 @@ with DAG(
                             "state to its schema first (empty: no migration)"),
         "migrate_operator": Param(0, type="integer", minimum=0, description="the operator whose state is migrated"),
         "migrate_defaults": Param({}, type="object", description="new columns' values for production's keys"),
+        "migrate_pairs": Param({}, type="object", description="for a candidate's column whose name repeats "
+                               "(sum, sum#2), production's column it continues"),
         "state_jobs": Param({}, type="object", description="where validate and diff run (SparkJobOptions): "
                             "conn_id, deploy_mode, conf, jars, env, timeout (empty: in the task)"),
     },
@@ -149,6 +152,7 @@ with DAG(
         with engine_errors():
             target = migration(clone, params["migrate_to"], operator=int(params["migrate_operator"]),
                                defaults=dict(params["migrate_defaults"] or {}),
+                               pairs=dict(params.get("migrate_pairs") or {}),
                                description=f"the candidate's state schema, from {params['migrate_to']}")
             result = edit_spec(clone, target, apply=True, requested_by="streamstate_deploy_gate")
         print(f"migrated {result.preview.changed} key(s) of {clone.name} to the schema of {params['migrate_to']}")

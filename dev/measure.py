@@ -1,74 +1,224 @@
 """What a command costs: its wall time and the CPU seconds of every process it started,
 whether it waited for them or not (a detached stream driver, a stack part, a YARN container),
-and how busy the machine was meanwhile. For comparing a test module before and after a change
-on a machine other work also runs on (docs/testing.md).
+by test file and by kind of process, and how busy the machine was meanwhile.
 
-    .venv/bin/python dev/measure.py .venv/bin/pytest tests/integration/test_launcher.py -p no:cacheprovider
+    .venv/bin/python dev/measure.py [--top N] [--json OUT] -- .venv/bin/pytest tests/integration/test_launcher.py
 
-The processes are found by a marker in their environment, sampled twice a second from /proc:
-one that lives less than half a second may be missed, the last half second of one is counted
-short, and one that runs on after the command ended (a stack part a later run reuses) is not
-counted past it. Linux only.
+On this 2-core machine the suite is bound by CPU (busy ~95% of a run with three workers), so
+a test's seconds under load say little about what it costs the run: a test that waits on a
+batch for 60 s may use 5 s of CPU, another 60 s. dev/run-tests.sh runs the suite through this.
+/proc is read twice a second and each process's CPU (user + system) is charged to a test file
+and to a kind of process:
+
+- a pytest process (the xdist workers name their current test in their title) is charged,
+  sample by sample, to the test it runs;
+- any other process of the command (found by a marker in its environment, which every
+  process the suite starts inherits, or as a child of one: YARN's containers get an
+  environment of their own) to the test file that started it (`PYTEST_CURRENT_TEST` in its
+  environment); a part of the shared stack (Kafka, the S3 endpoints, YARN, HDFS, the
+  standalone cluster: their files live under the run's `shared/` directory) to the shared
+  parts, and the applications their clusters run apart.
+
+A process that lives less than half a second may be missed, the last half second of one is
+counted short, and one that runs on after the command ended (a stack part a later run
+reuses) is not counted past it; the report says what share of the machine's busy CPU it
+covered. Linux only.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
+import re
 import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+TAG_VARIABLE = "STREAMSTATE_MEASURE"
+INTERVAL_S = 0.5
+_TICKS = os.sysconf("SC_CLK_TCK")
+SHARED = "shared parts (stack, clusters)"
+_JAVA_KINDS = (
+    ("org.apache.spark.deploy.SparkSubmit", "spark driver"),
+    ("CoarseGrainedExecutorBackend", "spark executor"),
+    ("org.apache.spark.deploy.yarn.ApplicationMaster", "spark driver"),
+    ("org.apache.spark.deploy.yarn.ExecutorLauncher", "yarn application master"),
+    ("org.apache.spark.deploy.master.Master", "spark standalone"),
+    ("org.apache.spark.deploy.worker.Worker", "spark standalone"),
+    ("kafka.Kafka", "kafka broker"),
+    ("MirrorMaker", "mirrormaker 2"),
+    ("s3proxy", "s3proxy"),
+    ("MiniYARN", "yarn"),
+    ("yarn", "yarn"),
+    ("MiniDFS", "hdfs"),
+    ("hdfs", "hdfs"),
+)
 
 
-def _busy() -> int:
-    """Clock ticks the machine's CPUs spent on anything but idle and I/O wait."""
-    with open("/proc/stat") as f:
-        ticks = [int(x) for x in f.readline().split()[1:]]
-    return sum(ticks) - ticks[3] - ticks[4]
+def kind_of(cmd: list[str]) -> str:
+    """The kind of process a command line is, for the report."""
+    line = " ".join(cmd)
+    if line.startswith("[pytest-xdist") or "bin/pytest" in line:
+        return "pytest (tests, Airflow's dag.test, the engine in process)"
+    exe = os.path.basename(cmd[0]) if cmd else ""
+    if exe == "java" or exe.startswith("java"):
+        return next((kind for needle, kind in _JAVA_KINDS if needle in line), "other JVM")
+    if "pyspark.daemon" in line or "pyspark.worker" in line:
+        return "spark python workers"
+    if "moto.server" in line or "moto_server" in line:
+        return "moto S3"
+    if exe.startswith("python"):
+        return "other python (stream apps' drivers, CLI runs, jobs)"
+    return "other"
 
 
-def _sample(needle: bytes, seen: dict[tuple[str, str], int]) -> None:
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
+def _test_file(value: str | None) -> str | None:
+    """`tests/x.py` of `tests/x.py::test_y[p] (call)`, or of an xdist title."""
+    if not value:
+        return None
+    m = re.search(r"(tests/\S+?\.py)(::|\s|$)", value)
+    return m.group(1) if m else None
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _stat(pid: int) -> tuple[int, int, float]:
+    """(parent's pid, start time in ticks, CPU seconds) of a process."""
+    stat = _read(f"/proc/{pid}/stat").decode()
+    rest = stat[stat.rindex(")") + 2:].split()
+    return int(rest[1]), int(rest[19]), (int(rest[11]) + int(rest[12])) / _TICKS
+
+
+def _busy_ticks() -> int:
+    fields = _read("/proc/stat").split(b"\n", 1)[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
+    return user + nice + system + irq + softirq + steal
+
+
+class Sampler:
+    """Charges the CPU of the tagged processes to test files and kinds of process."""
+
+    def __init__(self, tag: str) -> None:
+        self.marker = f"{TAG_VARIABLE}={tag}".encode()
+        self.known: dict[tuple[int, int], dict[str, Any] | None] = {}  # (pid, start) -> charge, or untagged
+        self.live: dict[int, dict[str, Any] | None] = {}  # pid -> its charge, for its children
+        self.by_file: Counter[str] = Counter()
+        self.by_kind: Counter[str] = Counter()
+        self.started = time.monotonic()
+        self.busy_before = _busy_ticks()
+
+    def _first_sight(self, pid: int, parent: int) -> dict[str, Any] | None:
+        """The charge of a process of the run (tagged, or a child of one: YARN's containers
+        get an environment of their own), or None."""
+        env = _read(f"/proc/{pid}/environ")
+        parents = self.live.get(parent)
+        if self.marker not in env.split(b"\0") and parents is None:
+            return None
+        cmd = [a.decode(errors="replace") for a in _read(f"/proc/{pid}/cmdline").split(b"\0") if a]
+        current = next((v.decode(errors="replace").split("=", 1)[1] for v in env.split(b"\0")
+                        if v.startswith(b"PYTEST_CURRENT_TEST=")), None)
         try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if needle not in f.read():
-                    continue
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+            where = os.readlink(f"/proc/{pid}/cwd")
         except OSError:
+            where = ""
+        if parents is not None and parents["file"] == SHARED:
+            file = SHARED if "/shared/" not in where else "applications on the shared clusters (YARN, standalone)"
+        elif "/shared/" in " ".join(cmd) or "/shared/" in where:
+            file = SHARED
+        else:
+            file = _test_file(current) or (parents["file"] if parents else "(outside any test)")
+        return {"cpu": 0.0, "kind": kind_of(cmd), "cmd": cmd, "file": file}
+
+    def sample(self) -> None:
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            pid = int(entry)
+            try:
+                parent, start, cpu = _stat(pid)
+                key = (pid, start)
+                if key not in self.known:
+                    self.known[key] = self._first_sight(pid, parent)
+                charge = self.live[pid] = self.known[key]
+                if charge is None:
+                    continue
+                cmd = [a.decode(errors="replace") for a in _read(f"/proc/{pid}/cmdline").split(b"\0") if a]
+                if cmd and cmd != charge["cmd"]:  # an exec (spark-submit's shell becomes java), or a new title
+                    charge["cmd"], charge["kind"] = cmd, kind_of(cmd)
+                delta, charge["cpu"] = cpu - charge["cpu"], cpu
+                if delta <= 0:
+                    continue
+                title = cmd[0] if cmd and cmd[0].startswith("[pytest-xdist") else None
+                test = _test_file(title) if title else None
+                self.by_file[test or ("(pytest between tests)" if title else charge["file"])] += delta
+                self.by_kind[charge["kind"]] += delta
+            except (OSError, ValueError, IndexError):
+                continue
+
+    def report(self) -> dict[str, Any]:
+        busy = (_busy_ticks() - self.busy_before) / _TICKS
+        charged = sum(self.by_file.values())
+        return {"wall_s": round(time.monotonic() - self.started, 1), "machine_busy_cpu_s": round(busy, 1),
+                "charged_cpu_s": round(charged, 1),
+                "by_file": {k: round(v, 1) for k, v in self.by_file.most_common()},
+                "by_kind": {k: round(v, 1) for k, v in self.by_kind.most_common()}}
+
+
+def measure(argv: list[str]) -> tuple[int, dict[str, Any]]:
+    """Run `argv` with the marker in its environment; (its exit code, the report)."""
+    tag = uuid.uuid4().hex
+    sampler = Sampler(tag)
+    proc = subprocess.Popen(argv, env={**os.environ, TAG_VARIABLE: tag})
+    while True:
+        try:
+            sampler.sample()
+            pid, status = os.waitpid(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            time.sleep(INTERVAL_S)
+        except KeyboardInterrupt:  # the command has it too (the terminal's process group): let it end
             continue
-        key = (pid, fields[19])  # the pid and its start time: a reused pid is another process
-        seen[key] = max(seen.get(key, 0), int(fields[11]) + int(fields[12]))
+    report = sampler.report()
+    with open("/proc/loadavg") as f:
+        report["load_average"] = " ".join(f.read().split()[:3])
+    return os.waitstatus_to_exitcode(status), report
+
+
+def print_report(r: dict[str, Any], top: int) -> None:
+    charged, busy = r["charged_cpu_s"], r["machine_busy_cpu_s"]
+    share = f"{100 * charged / busy:.0f}% of the machine's {busy:,.0f} busy CPU-s" if busy else "the machine idle"
+    print(f"measure: {r['wall_s']:,.0f} s wall, {charged:,.0f} CPU-s in the command's processes ({share}), "
+          f"load average {r.get('load_average', '?')}")
+    print("  by kind of process:")
+    for kind, cpu in r["by_kind"].items():
+        print(f"    {cpu:8.1f} s  {kind}")
+    print(f"  by test file (the {top} costliest):")
+    for name, cpu in list(r["by_file"].items())[:top]:
+        print(f"    {cpu:8.1f} s  {name}")
 
 
 def main(argv: list[str]) -> int:
-    if not argv:
-        print(__doc__, file=sys.stderr)
-        return 2
-    marker = f"STREAMSTATE_MEASURE={uuid.uuid4().hex}"
-    needle = marker.encode()
-    tick = os.sysconf("SC_CLK_TCK")
-    seen: dict[tuple[str, str], int] = {}
-    busy, started = _busy(), time.monotonic()
-    proc = subprocess.Popen(argv, env={**os.environ, "STREAMSTATE_MEASURE": marker.split("=", 1)[1]})
-    while True:
-        _sample(needle, seen)
-        pid, status = os.waitpid(proc.pid, os.WNOHANG)
-        if pid:
-            break
-        time.sleep(0.5)
-    returncode = os.waitstatus_to_exitcode(status)
-    wall = time.monotonic() - started
-    # Each process as last sampled (the rusage wait4 gives would count again what the command
-    # waited for, which the samples already hold).
-    cpu = sum(seen.values()) / tick
-    with open("/proc/loadavg") as f:
-        load = " ".join(f.read().split()[:3])
-    print(f"measure: {wall:.0f} s wall, {cpu:.0f} CPU-s in {len(seen)} processes, machine busy "
-          f"{(_busy() - busy) / tick:.0f} CPU-s, load average {load}, exit {returncode}", file=sys.stderr)
-    return returncode
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--top", type=int, default=25, help="test files to list (default 25)")
+    p.add_argument("--json", type=Path, help="also write the report there")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
+    args = p.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        p.error("give the command to measure after --")
+    code, report = measure(command)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1))
+    print_report(report, args.top)
+    return code
 
 
 if __name__ == "__main__":

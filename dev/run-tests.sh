@@ -13,7 +13,8 @@
 # STREAMSTATE_TEST_WORKERS=0 runs in one process. docs/testing.md says more.
 #
 # At the end it prints the run's cost: pytest's slowest tests, then the total work and the
-# heaviest files (dev/test_durations.py, from a JUnit report: pass --junitxml=PATH to keep it).
+# heaviest files (dev/test_durations.py, from a JUnit report: pass --junitxml=PATH to keep it),
+# and before them the CPU by kind of process and by test file (dev/measure.py).
 set -u
 cd "$(dirname "$0")/.."
 workers="${STREAMSTATE_TEST_WORKERS:-3}"
@@ -36,8 +37,13 @@ fi
 # machine the run used says whether more workers would end it sooner.
 cpu_ticks() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat 2>/dev/null; }
 ticks_before="$(cpu_ticks)"
+# pytest runs through dev/measure.py, which prints where the CPU went, by kind of process and
+# by test file; STREAMSTATE_CPU_REPORT=PATH keeps it as JSON.
+cpu_json=()
+[ -n "${STREAMSTATE_CPU_REPORT:-}" ] && cpu_json=(--json "$STREAMSTATE_CPU_REPORT")
 started=$SECONDS
-.venv/bin/pytest "${dist[@]}" --durations=25 "${report[@]}" "$@"
+.venv/bin/python dev/measure.py --top 25 "${cpu_json[@]}" -- \
+  .venv/bin/pytest "${dist[@]}" --durations=25 "${report[@]}" "$@"
 rc=$?
 if [ -s "$junit" ]; then
   echo

@@ -107,3 +107,58 @@ def test_a_test_using_a_component_without_its_marker_fails_naming_the_marker() -
     with pytest.raises(pytest.fail.Exception, match=r"t::unmarked starts the hdfs component: mark it `pytest.mark.hdfs`"):
         check(SimpleNamespace(node=unmarked))
     check(SimpleNamespace(node=marked))
+
+
+def _cpu_module():  # noqa: ANN202 - a dev script, loaded by path
+    spec = importlib.util.spec_from_file_location("measure", REPO / "dev" / "measure.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_cpu_of_a_tests_child_process_is_charged_to_its_file_and_kind(tmp_path: Path) -> None:
+    """A process the run starts (tagged) inside a test is charged to that test's file, and a
+    child it starts (as YARN starts containers, with an environment of their own) too;
+    an untagged process is not charged."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    cpu = _cpu_module()
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.8: pass\n"
+    child = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {burn!r}], env={{}}); {burn}"
+    env = {**os.environ, cpu.TAG_VARIABLE: "t1", "PYTEST_CURRENT_TEST": "tests/integration/test_x.py::test_y (call)"}
+    sampler = cpu.Sampler("t1")
+    tagged = subprocess.Popen([sys.executable, "-c", child], env=env)
+    other = subprocess.Popen([sys.executable, "-c", burn], env={**os.environ, cpu.TAG_VARIABLE: "t2"})
+    while tagged.poll() is None or other.poll() is None:
+        sampler.sample()
+        time.sleep(0.05)
+    report = sampler.report()
+    assert 1.2 <= report["by_file"]["tests/integration/test_x.py"] <= 1.8, report
+    assert set(report["by_file"]) == {"tests/integration/test_x.py"}
+    assert set(report["by_kind"]) == {"other python (stream apps' drivers, CLI runs, jobs)"}
+
+
+def test_a_measured_command_keeps_its_exit_code_and_its_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                                                ) -> None:
+    import sys
+
+    cpu = _cpu_module()
+    out = tmp_path / "cpu.json"
+    assert cpu.main(["--json", str(out), "--", sys.executable, "-c", "raise SystemExit(3)"]) == 3
+    report = json.loads(out.read_text())
+    assert report["wall_s"] > 0 and "machine_busy_cpu_s" in report and "load_average" in report
+    assert capsys.readouterr().out.startswith("measure: ")
+
+
+def test_processes_are_named_by_what_they_run() -> None:
+    cpu = _cpu_module()
+    assert cpu.kind_of(["/usr/lib/jvm/bin/java", "-cp", "x", "org.apache.spark.deploy.SparkSubmit", "app.py"]) == "spark driver"
+    assert cpu.kind_of(["java", "-cp", "x", "org.apache.spark.executor.CoarseGrainedExecutorBackend"]) == "spark executor"
+    assert cpu.kind_of(["/usr/bin/java", "-cp", "k/*", "kafka.Kafka", "kafka.properties"]) == "kafka broker"
+    assert cpu.kind_of(["[pytest-xdist running] tests/integration/test_a.py::test_b"]).startswith("pytest")
+    assert cpu.kind_of(["python", "-m", "moto.server", "-p", "1"]) == "moto S3"
+    assert cpu._test_file("tests/integration/test_a.py::test_b[p-1] (call)") == "tests/integration/test_a.py"

@@ -4,7 +4,7 @@ in place (the stream stopped; the source snapshot pinned for a rollback) or writ
 clone. A dry run unless --apply.
 
     streamstate state edit --spec SPEC (--edit JSON|FILE | --transform MODULE:FUNCTION [--where COND]
-                           | --migrate-to CKPT [--default COL=JSON]...) [--operator ID|NAME]
+                           | --migrate-to CKPT [--default COL=JSON]... [--pair COL=COL]...) [--operator ID|NAME]
                            [--store-name N] [--description TEXT] [--snapshot SNAPSHOT]
                            [--dry-run | --apply [--target CKPT [--clone-name NAME]]] [--requested-by WHO]
                            [--no-spark-check] [--master M] [--deploy-mode client|cluster]
@@ -22,7 +22,9 @@ the key, or the value unchanged; it is called for every key of the operator's st
 operator's store into the value schema of the same operator in CKPT, a checkpoint the new
 query version wrote (engine/edit/migrate.py): columns kept or widened by name, new ones
 `--default` (else null), dropped ones gone, and the schema file replaced, so the new version
-starts on the state.
+starts on the state. Columns of one name (two aggregates of one function: `sum`, `sum#2`, in
+the query's order) are not paired by name: `--pair NEW=OLD` names the state's column each
+new one continues.
 """
 
 from __future__ import annotations
@@ -54,6 +56,9 @@ def register(sub: Any) -> Handlers:
                       help="rewrite the state into the value schema a new query version wrote in CKPT")
     p.add_argument("--default", action="append", default=[], metavar="COL=JSON",
                    help="with --migrate-to: a new column's value for the existing keys (default null)")
+    p.add_argument("--pair", action="append", default=[], metavar="NEW=OLD",
+                   help="with --migrate-to: the state's column a new one continues (for columns of one name: "
+                   "sum, sum#2, ...)")
     p.add_argument("--where", metavar="COND", default=None,
                    help="with --transform: only the keys whose value (and key.<column>) satisfy this")
     p.add_argument("--operator", default="0", metavar="ID|NAME",
@@ -82,8 +87,9 @@ def register(sub: Any) -> Handlers:
     b.add_argument("--spec", required=True, help="the stream's StreamSpec: its checkpoint (new, empty) and Spark")
     b.add_argument("--skeleton", required=True, metavar="CKPT",
                    help="a checkpoint the stream's query wrote (once, on a little input): its shape")
-    b.add_argument("--table", required=True, metavar="FILE",
-                   help="the state's rows (.parquet, .csv or .jsonl), columns key_<field> and value_<field>")
+    b.add_argument("--table", required=True, metavar="FILE|URL",
+                   help="the state's rows (.parquet, .csv or .jsonl; a path, or an s3:// or hdfs:// URL), columns "
+                   "key_<field> and value_<field>")
     b.add_argument("--offsets", default=None, metavar="JSON",
                    help='per source, where the stream starts: [{"topic": {"0": 1200, ...}}] (default: the skeleton\'s)')
     b.add_argument("--operator", default="0", metavar="ID|NAME", help="the stateful operator the table is the state of")
@@ -99,22 +105,15 @@ def register(sub: Any) -> Handlers:
 def cmd_state_bootstrap(args: argparse.Namespace) -> int:
     import json
 
-    from airflow_provider_streamstate.engine.core.errors import UsageError
-    from airflow_provider_streamstate.engine.edit.bootstrap import read_table
+    from airflow_provider_streamstate.engine.edit.bootstrap import given_offsets
 
-    offsets = None
-    if args.offsets is not None:
-        try:
-            offsets = json.loads(args.offsets)
-        except ValueError as exc:
-            raise UsageError(f"--offsets is not JSON: {exc}", hint='e.g. [{"orders": {"0": 1200}}]') from None
-        offsets = offsets if isinstance(offsets, list) else [offsets]
+    offsets = given_offsets(args.offsets, "--offsets")
     spec = read_spec(args.spec)
     use_spec_connection(spec)
     from airflow_provider_streamstate.streams.edit import bootstrap_spec
 
     operator = int(args.operator) if args.operator.isdigit() else args.operator
-    r = bootstrap_spec(spec, args.skeleton, read_table(args.table), operator=operator, store=args.store_name,
+    r = bootstrap_spec(spec, args.skeleton, args.table, operator=operator, store=args.store_name,
                        source_offsets=offsets, spark_check=not args.no_spark_check, timeout_s=args.timeout)
     checked = f"; Spark {r.spark['spark_version']} read it the same" if r.spark else \
         "; not checked by Spark (--no-spark-check)"
@@ -166,8 +165,15 @@ def cmd_state_edit(args: argparse.Namespace) -> int:
                          hint="with --edit, name the operator, store and keys (or delete_where) in the edit")
     if args.where and not args.transform:
         raise UsageError("--where selects the keys --transform is given", hint="a migration rewrites every key")
-    if args.default and not args.migrate_to:
-        raise UsageError("--default gives a migrated column's value", hint="give it with --migrate-to")
+    if (args.default or args.pair) and not args.migrate_to:
+        raise UsageError("--default and --pair say where a migrated column's values come from",
+                         hint="give them with --migrate-to")
+    pairs = {}
+    for item in args.pair:
+        new, sep, old = item.partition("=")
+        if not sep or not new or not old:
+            raise UsageError(f"--pair {item!r} is not NEW=OLD", hint="e.g. --pair sum#2=sum")
+        pairs[new] = old
     defaults = _defaults(args.default)
     spec = read_spec(args.spec)
     if args.master or args.deploy_mode:
@@ -188,7 +194,7 @@ def cmd_state_edit(args: argparse.Namespace) -> int:
                                  snapshot=args.snapshot, description=args.description).edit
     elif args.migrate_to:
         edit = migration(spec, args.migrate_to, operator=operator, store=args.store_name, defaults=defaults,
-                         description=args.description)
+                         description=args.description, pairs=pairs)
     else:
         edit = EditSpec.from_json(_edit_text(args.edit), args.description)
 

@@ -57,15 +57,18 @@ def pin_confs(spark: Any, reader: CheckpointReader, batch: int) -> None:
 def _row_literal(values: list[Any], struct: Any) -> Any:
     """A struct column of the reader's type `struct` holding `values` (JSON, in field order:
     names may repeat, a window's grouping expressions do): each top-level field a literal
-    cast to its type, nested ones parsed with `from_json`."""
+    cast to its type (binary given as base64, as `to_json` writes it), nested ones parsed with
+    `from_json`."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import StructField, StructType
+    from pyspark.sql.types import BinaryType, StructField, StructType
 
     cols = []
     for v, f in zip(values, struct.fields, strict=True):
         if isinstance(v, (dict, list)):
             wrapped = StructType([StructField("x", f.dataType)])
             col = F.from_json(F.lit(json.dumps({"x": v})), wrapped)["x"]
+        elif isinstance(f.dataType, BinaryType) and v is not None:
+            col = F.unbase64(F.lit(v))
         else:
             col = F.lit(v).cast(f.dataType)
         cols.append(col.alias(f.name))

@@ -1,5 +1,6 @@
-"""Repairing keys of a stream's state as an Airflow task: thin over streams/edit.py and
-engine/edit/repair.py."""
+"""Offline edits of a stream's state as Airflow tasks: repairing keys (StateEditOperator)
+and bootstrapping a new checkpoint's state from a table (StateBootstrapOperator); thin over
+streams/edit.py and engine/edit/."""
 
 from __future__ import annotations
 
@@ -41,6 +42,9 @@ class StateEditOperator(StreamTask):
         its schema file replaces the store's, so the new version starts on the state
         (docs/state.md). (templated)
     :param defaults: with `migrate_to`: new columns' values for the existing keys. (templated)
+    :param pairs: with `migrate_to`: for a new column, the state's column it continues
+        (`{"sum#2": "sum"}`); needed where a name repeats (two aggregates of one function:
+        `sum`, `sum#2`, ... in the query's order), which is not paired by name. (templated)
     :param where: with `transform`: only the keys whose value (and `key.<column>`) satisfy
         this condition are given to it. (templated)
     :param operator: with `transform` or `migrate_to`: the stateful operator's id (or, for a
@@ -66,13 +70,14 @@ class StateEditOperator(StreamTask):
         seconds; None: no limit). (templated)
     """
 
-    template_fields: Sequence[str] = ("stream", "edit", "transform", "migrate_to", "defaults", "where", "operator",
-                                      "store_name", "description", "snapshot", "target", "clone_name", "requested_by",
-                                      "timeout", "spark_check")
+    template_fields: Sequence[str] = ("stream", "edit", "transform", "migrate_to", "defaults", "pairs", "where",
+                                      "operator", "store_name", "description", "snapshot", "target", "clone_name",
+                                      "requested_by", "timeout", "spark_check")
 
     def __init__(
         self, *, edit: dict[str, Any] | list[Any] | str | None = None, transform: Callable[[Any, Any], Any] | str | None = None,
-        migrate_to: str | None = None, defaults: dict[str, Any] | None = None, where: str | None = None,
+        migrate_to: str | None = None, defaults: dict[str, Any] | None = None,
+        pairs: dict[str, str] | None = None, where: str | None = None,
         operator: int | str = 0, store_name: str = "default", description: str | None = None,
         snapshot: str | None = None, target: str | None = None, clone_name: str | None = None,
         apply: bool = True, spark_check: bool | str = True, requested_by: str | None = None,
@@ -85,6 +90,7 @@ class StateEditOperator(StreamTask):
         self.transform = transform
         self.migrate_to = migrate_to
         self.defaults = defaults
+        self.pairs = pairs
         self.where = where
         self.operator = operator
         self.store_name = store_name
@@ -114,7 +120,8 @@ class StateEditOperator(StreamTask):
             edit: Any
             if self.migrate_to:
                 edit = migration(spec, self.migrate_to, operator=operator, store=self.store_name or "default",
-                                 defaults=dict(self.defaults or {}), description=self.description or None)
+                                 defaults=dict(self.defaults or {}), description=self.description or None,
+                                 pairs=dict(self.pairs or {}))
             elif self.transform is not None:
                 snapshot = transform_source(spec, snapshot, bool(self.apply))
                 edit = planned_transform(spec, self.transform, where=self.where or None, operator=operator,
@@ -142,6 +149,76 @@ class StateEditOperator(StreamTask):
                           f"; {result.pinned} is pinned for a rollback" if result.pinned else "")
         if result.snapshot_error:
             self.log.warning("the edited state is in place, but its snapshot failed: %s", result.snapshot_error)
+        return dict(result.to_json())
+
+
+class StateBootstrapOperator(StreamTask):
+    """Bootstrap a stream's new checkpoint from a table of its state, for a stream moved from
+    another engine or rebuilt from a warehouse, without a replay: batch 0 holds the table's
+    rows as one operator's state, shaped as `skeleton` (a checkpoint the stream's query
+    wrote, once, on a little input), and its Kafka sources ended at `offsets`, so the stream
+    starts reading there; verified without Spark (exactly the table's entries, each key
+    where Spark looks for it) and by Spark's own state reader in the stream's Spark
+    (docs/state.md). A separate task from StateEditOperator: it has no source snapshot,
+    dry run or swap, and writes only into the stream's empty checkpoint. A checkpoint that
+    is not empty, a table that does not fit the state or offsets that do not fit the query
+    fail the task without retries, with nothing written. Returns the engine's
+    BootstrapResult.to_json (`checkpoint`, `skeleton`, `keys`, `query_id`,
+    `source_offsets`, `spark`, `stores`, `seconds`).
+
+    :param stream: the stream, a `StreamSpec` or its `to_dict()`; its checkpoint is where
+        the state is written (it must be empty). (templated)
+    :param skeleton: a checkpoint the stream's query wrote (run once on a little input):
+        the new checkpoint's operators, state schemas and pinned confs. (templated)
+    :param table: the state's rows, `key_<field>` and `value_<field>` columns as the state
+        reader names them: a `.parquet`, `.csv` or `.jsonl` file, as a path on the worker or
+        an s3:// or hdfs:// URL reached with the stream's connection. (templated)
+    :param offsets: per source, the offset of the next record to read:
+        `[{"topic": {"0": 1200, "1": 1187}}]` (a list, one source's dict, or JSON text);
+        default where the skeleton's run ended. (templated)
+    :param operator: the stateful operator the table is the state of: its id or name. (templated)
+    :param store_name: its state store. (templated)
+    :param spark_check: have Spark's state reader check the new checkpoint (Spark 4.0+), as a
+        Spark application through the stream's own Spark settings.
+    :param timeout: how long Spark's check may run before it is killed (a timedelta or
+        seconds; None: no limit). (templated)
+    """
+
+    template_fields: Sequence[str] = ("stream", "skeleton", "table", "offsets", "operator", "store_name", "timeout")
+
+    def __init__(
+        self, *, skeleton: str, table: str, offsets: list[Any] | dict[str, Any] | str | None = None,
+        operator: int | str = 0, store_name: str = "default", spark_check: bool = True,
+        timeout: timedelta | float | None = None, **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.skeleton = skeleton
+        self.table = table
+        self.offsets = offsets
+        self.operator = operator
+        self.store_name = store_name
+        self.spark_check = spark_check
+        self.timeout = timeout
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_provider_streamstate.engine.edit.bootstrap import given_offsets
+        from airflow_provider_streamstate.streams.edit import bootstrap_spec
+
+        spec = self.spec
+        with engine_errors():
+            timeout_s = optional_duration(self.timeout, "timeout")
+            offsets = given_offsets(self.offsets, "offsets")
+        operator = int(self.operator) if str(self.operator).isdigit() else self.operator
+        self.log.info("bootstrapping %s at %s from %s, shaped as %s", spec.name, spec.checkpoint, self.table,
+                      self.skeleton)
+        with self.cancellable():
+            result = bootstrap_spec(spec, str(self.skeleton), str(self.table), operator=operator,
+                                    store=self.store_name or "default", source_offsets=offsets,
+                                    spark_check=self.spark_check, timeout_s=timeout_s)
+        self.log.info("bootstrapped %s: %d key(s) of operator %s at batch 0, %s; the stream starts at %s",
+                      result.checkpoint, result.keys, self.operator,
+                      f"Spark {result.spark['spark_version']} read it the same" if result.spark else
+                      "not checked by Spark", json.dumps(result.source_offsets))
         return dict(result.to_json())
 
 

@@ -10,7 +10,7 @@ import threading
 from collections import OrderedDict
 from datetime import UTC, datetime
 from html import escape
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import quote, urlencode
 
 from airflow_provider_streamstate.engine.overview.history import HistoryEntry, SnapshotBrief, StreamHistory
@@ -283,10 +283,18 @@ DOTS_MAX = 120  # snapshots drawn one dot each; more are drawn on a time axis
 TIME_SPAN = 1000  # pixels of a time axis, whatever the number of snapshots
 
 
-def time_svg(urls: Urls, h: StreamHistory, store: str | None) -> str:
-    """A long history on a time axis of fixed width: each snapshot a thin tick at its creation
-    time in its timeline's lane, the ones worth finding (failed or passed a validation, pinned,
-    cloned, a branch point) a dot on top, and the timelines' branch points joined."""
+class TimeLayout(NamedTuple):
+    """Where `time_svg` puts a history's snapshots: the picture up to the first snapshot (the
+    lanes, the time axis, the branch lines), each snapshot's place, the branch points (drawn
+    as dots) and what comes before and after a snapshot id in its link."""
+
+    head: str
+    pos: dict[str, tuple[float, int]]
+    branch_points: set[str]
+    hrefs: tuple[str, str]
+
+
+def time_layout(urls: Urls, h: StreamHistory, store: str | None) -> TimeLayout:
     from airflow_provider_streamstate.engine.overview.history import parse_time
 
     lanes = {t.timeline: i for i, t in enumerate(sorted(h.timelines, key=lambda t: t.timeline))}
@@ -315,44 +323,82 @@ def time_svg(urls: Urls, h: StreamHistory, store: str | None) -> str:
             (x1, y1) = pos[line.branch_snapshot]
             y2 = PAD_Y + lanes[line.timeline] * LANE
             out.append(f"<path d='M{x1},{y1} L{x1 + 6},{y2}' fill=none style='stroke:var(--muted)' stroke-width='1.2'/>")
-    before, after = urls.snapshot_hrefs(h.stream, store)
-    for s in h.snapshots:
-        x, y = pos[s.snapshot_id]
-        marked = s.validations or s.pinned or s.clones or s.snapshot_id in branch_points
-        sid = quote(s.snapshot_id, safe="")  # a valid id as it is, and nothing HTML escapes
-        out.append(f"<a href='{before}{sid}{after}' class='snapshot{' marked' if marked else ''}' "
-                   f"data-snapshot='{sid}'><title>{e(_tip(s))}</title>")
-        if marked:
-            out.append(f"<circle cx={x} cy={y} r=5 style='fill:{_color(s)};stroke:var(--bg)'/>")
-            out += _marks(s, x, y)
-        else:
-            out.append(f"<line x1={x} x2={x} y1={y - 6} y2={y + 6} style='stroke:{_color(s)}' stroke-width=1.5/>")
-        out.append("</a>")
-    out.append("</svg>")
+    return TimeLayout("".join(out), pos, branch_points, urls.snapshot_hrefs(h.stream, store))
+
+
+def time_tick(layout: TimeLayout, s: HistoryEntry) -> str:
+    """One snapshot on the time axis: a tick, or a dot with its marks when it is worth finding."""
+    x, y = layout.pos[s.snapshot_id]
+    marked = s.validations or s.pinned or s.clones or s.snapshot_id in layout.branch_points
+    sid = quote(s.snapshot_id, safe="")  # a valid id as it is, and nothing HTML escapes
+    before, after = layout.hrefs
+    out = [f"<a href='{before}{sid}{after}' class='snapshot{' marked' if marked else ''}' "
+           f"data-snapshot='{sid}'><title>{e(_tip(s))}</title>"]
+    if marked:
+        out.append(f"<circle cx={x} cy={y} r=5 style='fill:{_color(s)};stroke:var(--bg)'/>")
+        out += _marks(s, x, y)
+    else:
+        out.append(f"<line x1={x} x2={x} y1={y - 6} y2={y + 6} style='stroke:{_color(s)}' stroke-width=1.5/>")
+    out.append("</a>")
     return "".join(out)
 
 
+def time_svg(urls: Urls, h: StreamHistory, store: str | None) -> str:
+    """A long history on a time axis of fixed width: each snapshot a thin tick at its creation
+    time in its timeline's lane, the ones worth finding (failed or passed a validation, pinned,
+    cloned, a branch point) a dot on top, and the timelines' branch points joined."""
+    layout = time_layout(urls, h, store)
+    return layout.head + "".join(time_tick(layout, s) for s in h.snapshots) + "</svg>"
+
+
+def same_layout(a: StreamHistory, b: StreamHistory) -> bool:
+    """Whether two histories put every snapshot at the same place on the time axis: the same
+    timelines, and the same snapshots (ids, times, timelines) in the same order."""
+    return (a.stream == b.stream and a.timelines == b.timelines and len(a.snapshots) == len(b.snapshots)
+            and all(x is y or (x.snapshot_id, x.created_at, x.timeline) == (y.snapshot_id, y.created_at, y.timeline)
+                    for x, y in zip(a.snapshots, b.snapshots, strict=True)))
+
+
+class _Drawn(NamedTuple):
+    history: StreamHistory
+    svg: str
+    layout: TimeLayout | None  # a picture by time: its layout and each snapshot's part, to draw again in part
+    ticks: list[str]
+
+
 SVG_KEPT = 16  # pictures kept drawn: a history unchanged since (the same object) is not drawn again
-_SVGS: OrderedDict[tuple[str, str, str | None], tuple[StreamHistory, str]] = OrderedDict()
+_SVGS: OrderedDict[tuple[str, str, str | None], _Drawn] = OrderedDict()
 _SVGS_LOCK = threading.Lock()
 
 
 def drawn_svg(urls: Urls, h: StreamHistory, store: str | None) -> str:
     """`timeline_svg`, kept for the history it was drawn from: the pages' server gets the same
     `StreamHistory` again while nothing in the store changed (overview.history.stream_history),
-    and a 1,000-snapshot picture costs more to draw than the rest of its page."""
+    and a 1,000-snapshot picture costs more to draw than the rest of its page. When the history
+    changed but its snapshots stay where they were (a validation, pin, clone or replica since),
+    only the snapshots whose entry changed are drawn again: the same picture as drawn whole."""
     key = (urls.root, f"{h.store}\n{h.stream}\n{h.dr_store}", store)
     with _SVGS_LOCK:
         kept = _SVGS.get(key)
-    if kept is not None and kept[0] is h:
-        return kept[1]
-    svg = timeline_svg(urls, h, store)
+    if kept is not None and kept.history is h:
+        return kept.svg
+    if len(h.snapshots) <= DOTS_MAX:
+        drawn = _Drawn(h, timeline_svg(urls, h, store), None, [])
+    elif kept is not None and kept.layout is not None and same_layout(kept.history, h):
+        layout = kept.layout
+        ticks = [tick if old is s or old == s else time_tick(layout, s)
+                 for old, s, tick in zip(kept.history.snapshots, h.snapshots, kept.ticks, strict=True)]
+        drawn = _Drawn(h, layout.head + "".join(ticks) + "</svg>", layout, ticks)
+    else:
+        layout = time_layout(urls, h, store)
+        ticks = [time_tick(layout, s) for s in h.snapshots]
+        drawn = _Drawn(h, layout.head + "".join(ticks) + "</svg>", layout, ticks)
     with _SVGS_LOCK:
-        _SVGS[key] = (h, svg)
+        _SVGS[key] = drawn
         _SVGS.move_to_end(key)
         while len(_SVGS) > SVG_KEPT:
             _SVGS.popitem(last=False)
-    return svg
+    return drawn.svg
 
 
 PAGE_SIZE = 50  # rows of a history's snapshot table per page

@@ -86,10 +86,11 @@ def planned_transform(
 
 def migration(
     spec: StreamSpec, target: str, *, operator: int | str = 0, store: str = "default",
-    defaults: dict[str, Any] | None = None, description: str | None = None,
+    defaults: dict[str, Any] | None = None, description: str | None = None, pairs: dict[str, str] | None = None,
 ) -> Any:
     """`engine.edit.migrate.migration_to` the schema of operator `operator` in `target` (a
-    checkpoint the new query version wrote), reached with the spec's connection."""
+    checkpoint the new query version wrote), reached with the spec's connection; `pairs`: a
+    new column -> the state's column it takes, for columns of one name (docs/state.md)."""
     from airflow_provider_streamstate.engine.core.errors import UsageError
     from airflow_provider_streamstate.engine.edit.migrate import migration_to
     from airflow_provider_streamstate.hooks.store import checkpoint_connection
@@ -99,18 +100,22 @@ def migration(
                          hint="0 is the query's first stateful operator; a snapshot's page in the Streams UI lists "
                          "the operators with their ids")
     return migration_to(target, operator=operator, store=store, defaults=defaults, description=description,
-                        connection=checkpoint_connection(target, spec.aws_conn_id))
+                        connection=checkpoint_connection(target, spec.aws_conn_id), pairs=pairs)
 
 
 def bootstrap_spec(
-    spec: StreamSpec, skeleton: str, rows: Any, *, operator: int | str = 0, store: str = "default",
+    spec: StreamSpec, skeleton: str, table: Any, *, operator: int | str = 0, store: str = "default",
     source_offsets: list[Any] | None = None, spark_check: bool = True, timeout_s: float | None = None,
 ) -> Any:
     """`engine.edit.bootstrap.bootstrap_checkpoint` into the stream's (new, empty)
-    checkpoint, shaped as `skeleton`, checked by Spark's state reader in the stream's Spark."""
-    from airflow_provider_streamstate.engine.edit.bootstrap import bootstrap_checkpoint
+    checkpoint, shaped as `skeleton`, checked by Spark's state reader in the stream's Spark.
+    `table`: its rows, or where the table's file is (a path, or a URL reached with the spec's
+    connection)."""
+    from airflow_provider_streamstate.engine.edit.bootstrap import bootstrap_checkpoint, read_table
     from airflow_provider_streamstate.hooks.store import checkpoint_connection
 
+    rows = read_table(table, connection=checkpoint_connection(table, spec.aws_conn_id)) if isinstance(table, str) \
+        else table
     return bootstrap_checkpoint(skeleton, spec.checkpoint, rows, operator=operator, store=store,
                                 source_offsets=source_offsets,
                                 command=edit_check_command(spec) if spark_check else None,

@@ -2,8 +2,9 @@
 (as a Parquet file, named as the state reader names columns), is bootstrapped into a new
 checkpoint for the example stream's query (RocksDB with changelog, shaped as a checkpoint
 the query wrote on one record of its own), starting at the Kafka offsets up to which the
-table is current; `streamstate state bootstrap` verifies it and has Spark's state reader
-(in the spec's Spark) read it. The stream then starts on it, reads only the records after
+table is current; StateBootstrapOperator (what `streamstate state bootstrap` runs too:
+streams/edit.py's bootstrap_spec; the CLI's own face is tests/unit/test_edit_cli.py)
+verifies it and has Spark's state reader (in the spec's Spark) read it. The stream then starts on it, reads only the records after
 those offsets, and ends with the table's aggregates plus exactly what it read."""
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_streamstate.cli import main
 from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
 from airflow_provider_streamstate.engine.edit.spark_check import SPARK_KEYS
 from airflow_provider_streamstate.engine.kafka.offsets import broker_offsets
 from airflow_provider_streamstate.engine.lookup import lookup_key
 from airflow_provider_streamstate.jobs.generator import GeneratorSpec, expected_aggregates, produce
+from airflow_provider_streamstate.operators.edit import StateBootstrapOperator
 from tests.streams import example_stream_spec, run_to_end, use_state_store
 
 pytestmark = pytest.mark.integration
@@ -32,7 +33,7 @@ def merged(a: dict[str, int], b: dict[str, int] | None) -> dict[str, int]:
 
 
 def test_a_table_of_100000_keys_is_bootstrapped_and_the_stream_continues_from_the_given_offsets_exactly(
-        stack, spark, topic, tmp_path, capsys, monkeypatch) -> None:
+        stack, spark, topic, tmp_path, monkeypatch) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -60,10 +61,9 @@ def test_a_table_of_100000_keys_is_bootstrapped_and_the_stream_continues_from_th
     ends = {str(p.partition): p.latest for p in broker_offsets(stack.kafka_bootstrap, {topic: {"0": 0, "1": 0, "2": 0}})}
     assert sum(ends.values()) == 240
 
-    code = main(["state", "bootstrap", "--spec", json.dumps(spec.to_dict()), "--skeleton", skeleton,
-                 "--table", str(tmp_path / "table.parquet"), "--offsets", json.dumps([{topic: ends}]), "--json"])
-    assert code == 0
-    done = json.loads(capsys.readouterr().out)
+    task = StateBootstrapOperator(task_id="bootstrap", stream=spec.to_dict(), skeleton=skeleton,
+                                  table=str(tmp_path / "table.parquet"), offsets=json.dumps([{topic: ends}]))
+    done = json.loads(json.dumps(task.execute({})))  # what XCom keeps
     assert done["keys"] == KEYS and done["source_offsets"] == [{topic: ends}]
     # Spark read every entry of the store, and a spread sample of the keys one by one.
     assert done["spark"]["keys_checked"] == SPARK_KEYS and done["spark"]["entries"]["0/default"] == KEYS

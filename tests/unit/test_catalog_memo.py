@@ -132,6 +132,26 @@ def test_the_same_keys_give_the_same_listing_and_any_new_record_a_new_one(tmp_pa
     assert list_summaries(store, "orders", update_index=False, memo=memo) is branched
 
 
+def test_new_validation_records_alone_keep_the_snapshots_and_current_line_and_equal_a_listing_worked_out_whole(
+        tmp_path) -> None:
+    store = LocalStore(tmp_path / "store", fsync=False)
+    ids = _history(store)
+    put_validation(store, "orders", ids[4], "shape", False)
+    list_summaries(store, "orders")  # the index holds the outcome of ids[4]
+    memo = CatalogMemo(1000)
+    first = list_summaries(store, "orders", update_index=False, memo=memo)
+    line = first.current_line
+    put_validation(store, "orders", ids[2], "shape", True)
+    put_validation(store, "orders", ids[4], "other", True)
+    again = list_summaries(store, "orders", update_index=False, memo=memo)
+    whole = list_summaries(store, "orders", update_index=False)
+    assert again.snapshots is first.snapshots and again.current_line is line and again.timelines is first.timelines
+    assert again.validations == whole.validations == {ids[2]: {"shape": True}, ids[4]: {"other": True, "shape": False}}
+    assert [list(v) for v in again.validations.values()] == [list(v) for v in whole.validations.values()]
+    assert again.current_line == whole.current_line and again.full_listing == whole.full_listing
+    assert list_summaries(store, "orders", update_index=False, memo=memo) is again
+
+
 def test_a_listing_that_had_to_read_a_manifest_is_worked_out_again(tmp_path) -> None:
     """A hinted snapshot the segments do not cover is read each time (until the index, or the
     caller, keeps it): whether it is there depends on when it is asked."""

@@ -1,7 +1,9 @@
 """`streamstate state edit` as a script sees it: a dry run by default that writes nothing and
 prints what would change per partition; `--apply` (here verified without Spark:
 `--no-spark-check`) puts the edit batch in place and says which snapshot holds it and what
-is pinned; options that make no sense together are usage errors (exit 2, one line)."""
+is pinned; options that make no sense together are usage errors (exit 2, one line).
+`streamstate state bootstrap` writes a CSV table of a golden's state into the spec's empty
+checkpoint and says where the stream starts."""
 
 from __future__ import annotations
 
@@ -115,13 +117,56 @@ def test_migrate_to_rewrites_every_key_into_the_new_versions_schema_with_default
     assert lookup_key(ckpt, key=row.key_input).value == {field: row.value[0], "n": 3}
 
 
+def test_a_new_column_of_a_repeated_name_takes_the_state_column_pair_names(spec, capsys, tmp_path) -> None:
+    from tests.edits import schema_file, struct_json
+
+    text, ckpt = spec
+    g = golden("small_aggregation_hdfs")
+    (field,) = g.state().types["value"].names
+    target = tmp_path / "v2" / "state" / "0" / "0" / "_metadata" / "schema"
+    target.parent.mkdir(parents=True)
+    target.write_bytes(schema_file(struct_json(("_groupingexpression", "long", True)),
+                                   struct_json((field, "long", True), (field, "long", True))))
+    argv = ["state", "edit", "--spec", text, "--migrate-to", str(tmp_path / "v2"), "--apply", "--no-spark-check"]
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and f"unpaired: {field}, {field}#2" in err and len(err.strip().splitlines()) == 1
+    code, _, _ = run(capsys, *argv, "--pair", f"{field}#2={field}", "--default", f"{field}=0")
+    row = g.state().rows[0]
+    assert code == 0 and lookup_key(ckpt, key=row.key_input).value == {field: 0, f"{field}#2": row.value[0]}
+
+
 @pytest.mark.parametrize(("argv", "words"), [
     (["--migrate-to", "/nowhere", "--where", "count > 1"], "--where selects the keys --transform is given"),
-    (["--edit", '{"delete": [1]}', "--default", "n=1"], "--default gives a migrated column's value"),
+    (["--edit", '{"delete": [1]}', "--default", "n=1"], "--default and --pair say where a migrated column's"),
+    (["--edit", '{"delete": [1]}', "--pair", "sum#2=sum"], "--default and --pair say where a migrated column's"),
     (["--migrate-to", "/nowhere", "--default", "n"], "is not COL=VALUE"),
+    (["--migrate-to", "/nowhere", "--pair", "sum"], "is not NEW=OLD"),
     (["--migrate-to", "/nowhere"], "does not exist: no state schema of operator 0"),
 ])
 def test_a_migration_given_wrong_is_a_usage_error(spec, capsys, argv: list[str], words: str) -> None:
     text, _ = spec
     code, _, err = run(capsys, "state", "edit", "--spec", text, *argv)
     assert code == 2 and words in err and len(err.strip().splitlines()) == 1
+
+
+def test_bootstrap_writes_a_csv_table_into_the_specs_empty_checkpoint_and_refuses_it_once_written(capsys, tmp_path) -> None:
+    import csv
+
+    from tests.unit.test_edit_bootstrap import table_of
+
+    g = golden("small_aggregation_hdfs")
+    rows = table_of(g.checkpoint)
+    with (tmp_path / "table.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    text = json.dumps(StreamSpec(name="moved", checkpoint=str(tmp_path / "new"), store=str(tmp_path / "s")).to_dict())
+    code, out, _ = run(capsys, "state", "bootstrap", "--spec", text, "--skeleton", g.checkpoint, "--table",
+                       str(tmp_path / "table.csv"), "--no-spark-check")
+    assert code == 0 and f"bootstrapped {tmp_path / 'new'}: {len(rows)} key(s) of operator 0 at batch 0" in out
+    assert CheckpointReader(str(tmp_path / "new")).committed_batches() == [0]
+    again = ["state", "bootstrap", "--spec", text, "--skeleton", g.checkpoint, "--table", str(tmp_path / "table.csv")]
+    code, _, err = run(capsys, *again, "--no-spark-check")
+    assert code == 2 and "is not empty: a bootstrap writes a new checkpoint" in err and len(err.splitlines()) == 1
+    code, _, err = run(capsys, *again, "--offsets", "[{")
+    assert code == 2 and "--offsets is not JSON" in err

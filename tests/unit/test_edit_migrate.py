@@ -7,6 +7,7 @@ line with nothing written."""
 from __future__ import annotations
 
 import decimal
+import re
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
 from airflow_provider_streamstate.engine.core.errors import UnsupportedCheckpointError, UsageError
+from airflow_provider_streamstate.engine.edit.changes import matching_entries
 from airflow_provider_streamstate.engine.edit.migrate import migration_to, value_conversion, widens
 from airflow_provider_streamstate.engine.edit.plan import stored_values
 from airflow_provider_streamstate.engine.edit.repair import edit_stream
@@ -218,3 +220,91 @@ def test_the_operator_migrates_the_stopped_stream_in_place(tmp_path: Path) -> No
     assert out["in_place"] and out["preview"]["changed"] == len(g.state().rows) and out["pinned"]
     keys = [r.key_input for r in g.state().rows]
     assert stored_values(CheckpointSource(work), 0, "default", keys) == [[r.value[0], 0] for r in g.state().rows]
+
+
+# Spark names aggregate buffers, not aliases: the golden query `agg(first(c1), first(c2), ...)`
+# (19 columns) keeps 19 columns `first` and 19 `valueSet` in one store (its state schema file
+# as Spark 4.1 wrote it), the engine's readers naming them first, first#2, ... first#19.
+TYPED = "typed_values_rocksdb_changelog"
+
+
+def typed_version(root: Path, g: Golden, *extra: tuple[str, str, bool]) -> tuple[str, list[str]]:
+    """A new version of the golden's query keeping all its aggregates, and `extra` columns
+    after them; the names of the state's value columns."""
+    from airflow_provider_streamstate.engine.edit.changes import store_schema
+    from airflow_provider_streamstate.engine.edit.migrate import column_names
+
+    (reader,) = [r for r in g.record["readers"] if r["options"] == {"batchId": g.last_batch}]
+    fields = {f["name"]: f["type"] for f in reader["schema"]["fields"]}
+    value = {"type": "struct", "fields": [*fields["value"]["fields"], *struct_json(*extra)["fields"]]}
+    path = root / "state" / "0" / "0" / "_metadata" / "schema"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(schema_file(fields["key"], value))
+    _, schema = store_schema(CheckpointSource(g.checkpoint), 0, "default")
+    return str(root), column_names(schema.value)
+
+
+def test_columns_of_one_buffer_name_unpaired_are_refused_naming_them_and_what_to_give(tmp_path: Path) -> None:
+    (g,) = [g for g in goldens(TYPED) if g.line == "4.1"]
+    target, names = typed_version(tmp_path / "v2", g, ("n", "long", True))
+    assert names[:4] == ["first", "valueSet", "first#2", "valueSet#2"] and names[-1] == "valueSet#19"
+    work = work_copy(g, tmp_path)
+    before = sorted(str(p) for p in Path(work).rglob("*"))
+    with pytest.raises(UsageError) as err:
+        edit_stream(LocalStore(tmp_path / "store", fsync=False), "typed", work, migration_to(target), apply=True)
+    line = err.value.one_line()
+    assert "the state has first, first#2, ... first#19 (19) and the new version first, first#2, ... first#19 (19)" \
+        in line and "cannot pair by name" in line and "\n" not in line
+    assert "--pair first=first --pair first#2=first#2" in line and "--default first#19=" in line
+    assert sorted(str(p) for p in Path(work).rglob("*")) == before
+
+
+def test_columns_of_one_buffer_name_paired_by_position_are_carried_over_exactly(tmp_path: Path) -> None:
+    (g,) = [g for g in goldens(TYPED) if g.line == "4.1"]
+    target, names = typed_version(tmp_path / "v2", g, ("n", "long", True))
+    work = work_copy(g, tmp_path)
+    old = {tuple(k): tuple(v) for k, v in matching_entries(CheckpointSource(work), 0, "default", None)}
+    pairs = {n: n for n in names if n.partition("#")[0] in ("first", "valueSet")}
+    pairs["first#1"] = pairs.pop("first")  # `#1` names the first one too
+    done = edit_stream(LocalStore(tmp_path / "store", fsync=False), "typed", work, migration_to(target, pairs=pairs),
+                       apply=True)
+    assert done.preview.changed == len(old) == len(g.state().rows)
+    new = {tuple(k): tuple(v) for k, v in matching_entries(CheckpointSource(work), 0, "default", None)}
+    assert new.keys() == old.keys()
+    assert all(new[k] == (*old[k], None) for k in old)
+
+
+@pytest.mark.parametrize(("old", "new", "pairs", "defaults", "words"), [
+    # two sums in the state, one in the new version: which one was kept?
+    ([("sum", "long"), ("sum", "long")], [("sum", "long")], {}, {}, "unpaired: sum)"),
+    # an avg (sum, count) beside a sum: the new version's second sum has no source
+    ([("sum", "long"), ("count", "long")], [("sum", "long"), ("count", "long"), ("sum", "long")], {}, {},
+     "unpaired: sum, sum#2"),
+    ([("sum", "long")], [("sum", "long"), ("sum", "long")], {"sum#3": "sum"}, {}, "a pair is given for 'sum#3'"),
+    ([("sum", "long")], [("sum", "long"), ("sum", "long")], {"sum": "sum#2"}, {},
+     "a pair's source is given for 'sum#2'"),
+    ([("sum", "long")], [("sum", "long"), ("sum", "long")], {"sum": "sum"}, {"sum": 0}, "both a default and a pair"),
+])
+def test_a_pairing_that_is_ambiguous_or_wrong_is_refused_in_one_line(
+        old: list, new: list, pairs: dict, defaults: dict, words: str) -> None:
+    def struct(cols: list) -> StructType:
+        return StructType("struct", tuple(StructField(n, atomic(t)) for n, t in cols))
+
+    with pytest.raises(UsageError, match=re.escape(words)) as err:
+        value_conversion(struct(old), struct(new), defaults, pairs)
+    assert "\n" not in err.value.one_line()
+
+
+def test_one_buffer_name_is_paired_as_given_defaulted_or_dropped_when_gone() -> None:
+    def struct(*cols: str) -> StructType:
+        return StructType("struct", tuple(StructField(n, atomic("long")) for n in cols))
+
+    # avg(x) and sum(y) in the state; the new version keeps sum(y) first, then avg(x), and a new sum(z)
+    convert = value_conversion(struct("sum", "count", "sum"), struct("sum", "sum", "count", "sum"), {"sum#3": 0},
+                               {"sum": "sum#2", "sum#2": "sum", "count": "count"})
+    assert convert({"sum": 10, "count": 2, "sum#2": 99}) == {"sum": 99, "sum#2": 10, "count": 2, "sum#3": 0}
+    # two sums in the state, none in the new version: nothing to pair, both dropped
+    assert value_conversion(struct("sum", "sum", "max"), struct("max"), {})({"sum": 1, "sum#2": 2, "max": 3}) == \
+        {"max": 3}
+    # one name once on each side is paired by name, whichever column it sums: a default starts it afresh
+    assert value_conversion(struct("sum"), struct("sum"), {"sum": 0})({"sum": 5}) == {"sum": 0}

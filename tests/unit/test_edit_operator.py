@@ -1,22 +1,28 @@
 """StateEditOperator run as a task runs it (execute), on a golden checkpoint's work copy:
 a transform given as a function is planned and dry-run, an edit is written as a clone with
 its labels, and an operator given two of an edit, a transform and a migration (or none) is
-refused when the DAG is parsed."""
+refused when the DAG is parsed. StateBootstrapOperator writes a table of a golden's state
+(a file on the worker, or a URL a checkpoint filesystem reads) into the stream's empty
+checkpoint, and refuses one that is not empty in one line, without retries."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_streamstate.engine.catalog.snapshots import get_snapshot
 from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
 from airflow_provider_streamstate.engine.lookup import lookup_key
+from airflow_provider_streamstate.engine.lookup.digest import state_digest
 from airflow_provider_streamstate.engine.stores import open_store
-from airflow_provider_streamstate.operators.edit import StateEditOperator
+from airflow_provider_streamstate.operators.edit import StateBootstrapOperator, StateEditOperator
 from airflow_provider_streamstate.spec import StreamSpec
 from tests.edits import work_copy
 from tests.goldens import golden
+from tests.unit.test_edit_bootstrap import table_of
 
 CASE = "small_aggregation_hdfs"
 
@@ -61,3 +67,33 @@ def test_an_edit_written_as_a_clone_is_labelled_with_who_asked(spec: StreamSpec,
 def test_an_operator_needs_exactly_one_of_edit_transform_and_migrate_to(kwargs: dict) -> None:
     with pytest.raises(ValueError, match="exactly one of edit, transform and migrate_to"):
         StateEditOperator(task_id="edit", stream={"name": "s", "checkpoint": "/c", "store": "/s"}, **kwargs)
+
+
+@pytest.mark.parametrize("as_url", [False, True], ids=["path", "url"])
+def test_the_bootstrap_operator_writes_a_tables_state_into_the_streams_empty_checkpoint(
+        as_url: bool, tmp_path: Path) -> None:
+    g = golden(CASE)
+    rows = table_of(g.checkpoint)
+    (tmp_path / "table.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    table = (tmp_path / "table.jsonl").as_uri() if as_url else str(tmp_path / "table.jsonl")
+    spec = StreamSpec(name="moved", checkpoint=str(tmp_path / "new"), store=str(tmp_path / "store"))
+    task = StateBootstrapOperator(task_id="bootstrap", stream=spec.to_dict(), skeleton=g.checkpoint, table=table,
+                                  spark_check=False)
+    out = task.execute({})
+    assert out["keys"] == len(rows) and out["checkpoint"] == spec.checkpoint and out["spark"] is None
+    assert state_digest(spec.checkpoint, 0).same_entries(state_digest(g.checkpoint)) == []
+    assert CheckpointReader(spec.checkpoint).committed_batches() == [0]
+
+
+def test_the_bootstrap_operator_refuses_a_checkpoint_that_is_not_empty_in_one_line(spec: StreamSpec,
+                                                                                    tmp_path: Path) -> None:
+    g = golden(CASE)
+    (tmp_path / "table.jsonl").write_text("".join(json.dumps(r) + "\n" for r in table_of(g.checkpoint)))
+    before = sorted(p.name for p in Path(spec.checkpoint).rglob("*"))
+    task = StateBootstrapOperator(task_id="bootstrap", stream=spec.to_dict(), skeleton=g.checkpoint,
+                                  table=str(tmp_path / "table.jsonl"))
+    with pytest.raises(AirflowFailException) as refused:
+        task.execute({})
+    message = str(refused.value)
+    assert "is not empty: a bootstrap writes a new checkpoint" in message and "\n" not in message
+    assert sorted(p.name for p in Path(spec.checkpoint).rglob("*")) == before

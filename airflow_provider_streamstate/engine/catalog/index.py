@@ -44,7 +44,7 @@ import sys
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
@@ -206,6 +206,15 @@ class SummaryListing:
     def current_ids(self) -> frozenset[str]:
         return frozenset(s.snapshot_id for s in self.current_line)
 
+    def with_validations(self, validations: dict[str, dict[str, bool | None]]) -> SummaryListing:
+        """The same snapshots on the same timelines with other validation outcomes: what
+        `current_line` and `current_ids` worked out is shared, not worked out again."""
+        other = SummaryListing(self.snapshots, self.timelines, validations, self.manifests_read, self.full_listing)
+        for name in ("current_line", "current_ids"):
+            if name in self.__dict__:
+                other.__dict__[name] = self.__dict__[name]
+        return other
+
 
 def _segment_prefix(stream: str) -> str:
     return f"{STREAMS_PREFIX}/{stream}/{INDEX_KIND}/"
@@ -265,9 +274,11 @@ class CatalogMemo:
       write-once too (an unreadable one is read again).
     - The last listing of each stream, with the keys it was worked out from (the segments',
       the journal's since the base or every manifest id, the validation and timeline
-      records'): those objects are write-once, so the same keys give the same listing. One
-      that had to read a manifest (a snapshot the index did not cover, a hint to check) is
-      not kept: whether that manifest is there depends on when it is asked.
+      records'): those objects are write-once, so the same keys give the same listing, and
+      keys that differ in validation records alone give its snapshots and timelines with the
+      outcomes worked out again. One that had to read a manifest (a snapshot the index did
+      not cover, a hint to check) is not kept: whether that manifest is there depends on
+      when it is asked.
     """
 
     def __init__(self, max_summaries: int, max_listings: int = 256, max_outcomes: int = 100_000) -> None:
@@ -309,9 +320,13 @@ class CatalogMemo:
 
     def listing(self, store: SnapshotStore, stream: str, basis: tuple[Any, ...]) -> SummaryListing | None:
         """The stream's last listing, if it was worked out from exactly `basis`."""
+        kept = self.last_listing(store, stream)
+        return kept[1] if kept is not None and kept[0] == basis else None
+
+    def last_listing(self, store: SnapshotStore, stream: str) -> tuple[tuple[Any, ...], SummaryListing] | None:
+        """The stream's last listing kept, with the basis it was worked out from."""
         with self._lock:
-            kept = self._listings.get(self._id(store, stream))
-            return kept[1] if kept is not None and kept[0] == basis else None
+            return self._listings.get(self._id(store, stream))
 
     def keep_listing(self, store: SnapshotStore, stream: str, basis: tuple[Any, ...], listing: SummaryListing) -> None:
         with self._lock:
@@ -399,15 +414,57 @@ class _Known:
 
 def _known(segments: list[_Segment]) -> _Known:
     summaries: dict[str, SnapshotSummary] = {}
-    validations: dict[str, dict[str, bool]] = {}
     deleted: set[str] = set()
     for seg in segments:
         for s in seg.summaries:
             summaries[s.snapshot_id] = s
+        deleted |= seg.deleted
+    return _Known(summaries, _known_validations(segments), deleted, _newest_base(segments))
+
+
+def _known_validations(segments: list[_Segment]) -> dict[str, dict[str, bool]]:
+    """The outcomes the segments hold, as `_known` merges them."""
+    validations: dict[str, dict[str, bool]] = {}
+    for seg in segments:
         for sid, v in seg.validations.items():
             validations.setdefault(sid, {}).update(v)
-        deleted |= seg.deleted
-    return _Known(summaries, validations, deleted, _newest_base(segments))
+    return validations
+
+
+def _outcomes(
+    store: SnapshotStore, stream: str, stored: dict[str, list[str]], present: Collection[str],
+    known: dict[str, dict[str, bool]], memo: CatalogMemo | None, parallelism: int,
+) -> tuple[dict[str, dict[str, bool | None]], dict[str, dict[str, bool]]]:
+    """(the outcome of every stored validation record of a `present` snapshot, those read
+    from records now): from the segments (`known`), else what `memo` kept, else the record."""
+    outcomes: dict[str, dict[str, bool | None]] = {}
+    unknown = [(sid, suite) for sid, suites in stored.items() if sid in present
+               for suite in suites if suite not in known.get(sid, {})]
+
+    def outcome(item: tuple[str, str]) -> bool | None:
+        try:
+            rec = get_validation(store, stream, *item)
+            return None if rec is None else rec.success
+        except (UnsafeManifestError, UsageError) as exc:
+            log.warning("unreadable validation record of %s, suite %s: %s", item[0], item[1], exc.one_line())
+            return None
+    kept_outcomes = {} if memo is None else {
+        item: ok for item in unknown if (ok := memo.outcome(store, stream, *item)) is not None}
+    to_ask = [item for item in unknown if item not in kept_outcomes]
+    asked_outcomes = dict(zip(to_ask, run_parallel(outcome, to_ask, parallelism), strict=True))
+    learned_outcomes: dict[str, dict[str, bool]] = {}
+    for (sid, suite) in unknown:
+        ok = kept_outcomes.get((sid, suite), asked_outcomes.get((sid, suite)))
+        outcomes.setdefault(sid, {})[suite] = ok
+        if ok is not None:
+            learned_outcomes.setdefault(sid, {})[suite] = ok
+            if memo is not None and (sid, suite) in asked_outcomes:
+                memo.keep_outcome(store, stream, sid, suite, ok)
+    for sid, suites in stored.items():
+        for suite in suites:
+            if sid in present and suite in known.get(sid, {}):
+                outcomes.setdefault(sid, {})[suite] = known[sid][suite]
+    return outcomes, learned_outcomes
 
 
 def _newest_base(segments: list[_Segment]) -> _Segment | None:
@@ -482,8 +539,19 @@ def list_summaries(
              tuple(r.snapshot_id for r in listed), tuple((sid, tuple(v)) for sid, v in stored.items()),
              tuple(timeline_keys))
     keep = memo is not None and not update_index
-    if keep and memo is not None and (kept := memo.listing(store, stream, basis)) is not None:
-        return kept
+    last = memo.last_listing(store, stream) if keep and memo is not None else None
+    if last is not None and last[0] == basis:
+        return last[1]
+    if last is not None and last[0][:3] == basis[:3] and last[0][4] == basis[4]:
+        # Only validation records came or went since: the same segments, journal and manifest
+        # ids, and timeline records give the same snapshots on the same timelines.
+        kept = last[1]
+        outcomes, _ = _outcomes(store, stream, stored, {s.snapshot_id for s in kept.snapshots},
+                                _known_validations(segments), memo, parallelism)
+        listing = kept.with_validations(outcomes)
+        if memo is not None:
+            memo.keep_listing(store, stream, basis, listing)
+        return listing
 
     known = _known(segments)
     learned: dict[str, SnapshotSummary] = {}
@@ -510,33 +578,8 @@ def list_summaries(
         raise no_snapshots_error(store, stream)
     refs = sorted(s.ref for s in by_id.values())
 
-    outcomes: dict[str, dict[str, bool | None]] = {}
-    unknown = [(sid, suite) for sid, suites in stored.items() if sid in by_id
-               for suite in suites if suite not in known.validations.get(sid, {})]
-
-    def outcome(item: tuple[str, str]) -> bool | None:
-        try:
-            rec = get_validation(store, stream, *item)
-            return None if rec is None else rec.success
-        except (UnsafeManifestError, UsageError) as exc:
-            log.warning("unreadable validation record of %s, suite %s: %s", item[0], item[1], exc.one_line())
-            return None
-    kept_outcomes = {} if memo is None else {
-        item: ok for item in unknown if (ok := memo.outcome(store, stream, *item)) is not None}
-    to_ask = [item for item in unknown if item not in kept_outcomes]
-    asked_outcomes = dict(zip(to_ask, run_parallel(outcome, to_ask, parallelism), strict=True))
-    learned_outcomes: dict[str, dict[str, bool]] = {}
-    for (sid, suite) in unknown:
-        ok = kept_outcomes.get((sid, suite), asked_outcomes.get((sid, suite)))
-        outcomes.setdefault(sid, {})[suite] = ok
-        if ok is not None:
-            learned_outcomes.setdefault(sid, {})[suite] = ok
-            if memo is not None and (sid, suite) in asked_outcomes:
-                memo.keep_outcome(store, stream, sid, suite, ok)
-    for sid, suites in stored.items():
-        for suite in suites:
-            if sid in by_id and suite in known.validations.get(sid, {}):
-                outcomes.setdefault(sid, {})[suite] = known.validations[sid][suite]
+    outcomes, learned_outcomes = _outcomes(store, stream, stored, by_id.keys(), known.validations, memo,
+                                           parallelism)
 
     if update_index:
         _update_index(store, stream, keys, by_id, known, learned, learned_outcomes, gone, started if full else None)

@@ -92,38 +92,59 @@ def table_rows(rows: Iterable[dict[str, Any]], key_names: list[str], value_names
         yield {n: row[f"key_{n}"] for n in key_names}, {n: row[f"value_{n}"] for n in value_names}
 
 
-def read_table(path: str) -> list[dict[str, Any]]:
+def read_table(location: str, *, connection: Any = None) -> list[dict[str, Any]]:
     """The rows of a Parquet (`.parquet`, with pyarrow), CSV (`.csv`, a header line; values
-    as text, read as the state's types) or JSON lines (`.jsonl`, `.json`) file."""
-    import csv
-    from pathlib import Path
+    as text, read as the state's types) or JSON lines (`.jsonl`, `.json`) file: a local path,
+    or a URL a checkpoint filesystem reads (s3://, hdfs://, file://), reached with
+    `connection` as a checkpoint there is (an Airflow worker's table need not be on its disk)."""
+    from pathlib import PurePosixPath
 
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise UsageError(f"{path} is not a file", hint="give the table as a .parquet, .csv or .jsonl file")
-    suffix = file.suffix.lower()
+    from airflow_provider_streamstate.engine.checkpoint.filesystems import location_scheme
+
+    suffix = PurePosixPath(location.rstrip("/")).suffix.lower()
+    if suffix not in (".parquet", ".csv", ".jsonl", ".json"):
+        raise UsageError(f"{location}: a table is .parquet, .csv or .jsonl", hint="export it in one of those")
+    if location_scheme(location) == "file" and "://" not in location:
+        from pathlib import Path
+
+        file = Path(location).expanduser()
+        if not file.is_file():
+            raise UsageError(f"{location} is not a file", hint="give the table as a .parquet, .csv or .jsonl file")
+        data = file.read_bytes()
+    else:
+        parent, _, name = location.rstrip("/").rpartition("/")
+        try:
+            data = open_checkpoint_fs(parent, connection=connection).read_bytes(name)
+        except FileNotFoundError:
+            raise UsageError(f"{location} does not exist", hint="give the URL of the table's file") from None
+    return parse_table(data, suffix, location)
+
+
+def parse_table(data: bytes, suffix: str, where: str) -> list[dict[str, Any]]:
+    """The rows of a table file's bytes, by its suffix (see `read_table`)."""
     if suffix == ".parquet":
         try:
+            import pyarrow as pa
             import pyarrow.parquet as pq
         except ImportError:
             from airflow_provider_streamstate.engine.core.errors import missing_extra
 
             raise missing_extra("pyarrow", "reading a Parquet table") from None
-        return list(pq.read_table(file).to_pylist())
+        return list(pq.read_table(pa.BufferReader(data)).to_pylist())
+    text = data.decode("utf-8")
     if suffix == ".csv":
-        with file.open(newline="", encoding="utf-8") as f:
-            return [dict(row) for row in csv.DictReader(f)]
-    if suffix in (".jsonl", ".json"):
-        rows = []
-        for i, line in enumerate(file.read_text(encoding="utf-8").splitlines()):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except ValueError as exc:
-                    raise UsageError(f"line {i + 1} of {path} is not JSON: {exc}",
-                                     hint="one JSON object per line") from None
-        return rows
-    raise UsageError(f"{path}: a table is .parquet, .csv or .jsonl", hint="export it in one of those")
+        import csv
+        import io
+
+        return [dict(row) for row in csv.DictReader(io.StringIO(text, newline=""))]
+    rows = []
+    for i, line in enumerate(text.splitlines()):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except ValueError as exc:
+                raise UsageError(f"line {i + 1} of {where} is not JSON: {exc}", hint="one JSON object per line") from None
+    return rows
 
 
 def bootstrap_checkpoint(
@@ -137,6 +158,10 @@ def bootstrap_checkpoint(
     the skeleton's last batch ended); see the module docstring."""
     started = time.monotonic()
     seconds: dict[str, float] = {}
+    out = open_checkpoint_fs(target, connection=target_connection)
+    if out.exists() and out.files():
+        raise UsageError(f"{out.location} is not empty: a bootstrap writes a new checkpoint",
+                         hint="give a new location (nothing existing is overwritten)")
     skel = skeleton if isinstance(skeleton, CheckpointFS) else open_checkpoint_fs(skeleton, connection=connection)
     reader = CheckpointReader(skel)
     cut = reader.plan(None)
@@ -151,10 +176,6 @@ def bootstrap_checkpoint(
             "changelogCheckpointing.enabled=true (or HDFS-backed state)")
     meta, skeleton_sources = reader.offsets(cut.batch_id)
     sources = _sources(skeleton_sources, source_offsets, skel.location)
-    out = open_checkpoint_fs(target, connection=target_connection)
-    if out.exists() and out.files():
-        raise UsageError(f"{out.location} is not empty: a bootstrap writes a new checkpoint",
-                         hint="give a new location (nothing existing is overwritten)")
 
     t = time.monotonic()
     src = CheckpointSource(skel.location, cut.batch_id, reader=reader)
@@ -189,6 +210,19 @@ def bootstrap_checkpoint(
              skel.location)
     return BootstrapResult(out.location, skel.location, len(pairs), query_id, sources, spark,
                            [s.to_json() for s in digest.stores], seconds)
+
+
+def given_offsets(value: Any, what: str) -> list[Any] | None:
+    """Starting offsets as a caller gives them (JSON text, one source's object, or a list of
+    them per source; empty: None, the skeleton's) as `bootstrap_checkpoint` takes them."""
+    if value is None or value == "" or value == []:
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            raise UsageError(f"{what} is not JSON: {exc}", hint='e.g. [{"orders": {"0": 1200}}]') from None
+    return list(value) if isinstance(value, list | tuple) else [value]
 
 
 def _sources(skeleton: list[Any], given: list[Any] | None, where: str) -> list[Any]:

@@ -17,6 +17,19 @@ reads only `schema`); the edit's verification proves every
 key holds exactly its migrated value, and Spark's state reader reads them with the new
 schema before anything is swapped in.
 
+Spark names an aggregate's state columns after its buffer, not the query's alias: `sum`,
+`count`, `max`, an avg's `sum` and `count`, a first's `first` and `valueSet`. Two aggregates
+of one function (two sums over different columns, first of several columns) or an avg beside
+a sum or a count give one store two columns of one name; they are told apart by position, as
+the engine's readers name them: `sum`, then `sum#2`, ... in the query's order. Such a name is
+ambiguous for a migration wherever it repeats on either side (which of the state's sums is
+the new version's `sum#2`?); each new column of that name must then be given its source
+(`pairs`: new column -> the state's column) or a default, else the migration is refused in
+one line naming them. A name that repeats only in the state and is gone from the new version
+is simply dropped. A name on each side once is paired by name: whether it is the same
+aggregate (a sum of the same column) is for the person migrating to know; give it a default
+to start it afresh instead.
+
 Only stores described by a schema file of version 1 or 2 (`<op>/0/_metadata/schema`: every
 single-store operator) are migrated; transformWithState's schema files (v3) are refused.
 """
@@ -32,7 +45,6 @@ from airflow_provider_streamstate.engine.checkpoint.filesystems import Checkpoin
 from airflow_provider_streamstate.engine.checkpoint.state_schemas import schema_file
 from airflow_provider_streamstate.engine.core.errors import (
     NotFoundError,
-    UnsupportedCheckpointError,
     UsageError,
 )
 from airflow_provider_streamstate.engine.edit.changes import (
@@ -72,18 +84,20 @@ class Migration:
     target: str  # where the schema comes from, for people
     defaults: dict[str, Any] = field(default_factory=dict)
     description: str = ""
+    pairs: dict[str, str] = field(default_factory=dict)  # a new column -> the state's column it takes
 
     def to_json(self) -> dict[str, Any]:
         return {"operator": self.operator, "store": self.store, "target": self.target, "value": self.value.simple(),
-                "defaults": dict(self.defaults), "description": self.description}
+                "defaults": dict(self.defaults), "pairs": dict(self.pairs), "description": self.description}
 
 
 def migration_to(
     target: str | CheckpointFS, *, operator: int = 0, store: str = "default", defaults: dict[str, Any] | None = None,
-    description: str | None = None, connection: Any = None,
+    description: str | None = None, connection: Any = None, pairs: dict[str, str] | None = None,
 ) -> Migration:
     """The migration to the state schema of operator `operator`'s `store` in the checkpoint
-    `target` (one the new query version wrote)."""
+    `target` (one the new query version wrote); `pairs` names, for a new column, the state's
+    column it takes (columns as `column_names` names them)."""
     fs = target if isinstance(target, CheckpointFS) else open_checkpoint_fs(target, connection=connection)
     rel = schema_file(operator, store)
     try:
@@ -93,7 +107,8 @@ def migration_to(
                          hint="run the new query version once (a little input) into that checkpoint") from None
     schema = read_schema_v2(data, fs.where(rel))
     text = description or f"migrate operator {operator} ({store}) to the state schema of {fs.location}"
-    return Migration(operator, store, schema.key, schema.value, data, fs.location, dict(defaults or {}), text)
+    return Migration(operator, store, schema.key, schema.value, data, fs.location, dict(defaults or {}), text,
+                     dict(pairs or {}))
 
 
 def migrated_changes(src: StateSource, m: Migration) -> list[KeyChange]:
@@ -105,66 +120,118 @@ def migrated_changes(src: StateSource, m: Migration) -> list[KeyChange]:
         raise UsageError(f"the new state's key is {m.key.simple()}, the state's is {schema.key.simple()}: a key change "
                          "is another grouping, its state cannot be carried over",
                          hint="start the new query version from empty state (or migrate only value columns)")
-    convert = value_conversion(schema.value, m.value, m.defaults)
+    convert = value_conversion(schema.value, m.value, m.defaults, m.pairs)
+    names = column_names(m.value)
     provider = provider_of(src.conf, src.description)
     base = 0 if provider == "hdfs" else len(rk.VERSION)
     out = []
     for part, key_bytes, value_bytes in matching_raw_entries(src, op, m.store, schema, provider):
         new = convert(decode_row(value_bytes[base:], schema.value))
-        row = encode_row([new[f.name] for f in m.value.fields], m.value)
+        row = encode_row([new[n] for n in names], m.value)
         out.append(KeyChange(op.operator_id, op.name, m.store, part, decode_row(key_bytes[base:], schema.key),
                              key_bytes, decode_row(row, m.value), row if provider == "hdfs" else rk.VERSION + row))
     return out
 
 
-def value_conversion(old: StructType, new: StructType, defaults: dict[str, Any]) -> Any:
-    """A function from a value of `old` (a dict by column name) to one of `new`; UsageError
-    naming the first column that cannot be carried over or has no default."""
-    if len(set(old.names)) != len(old.names) or len(set(new.names)) != len(new.names):
-        raise UnsupportedCheckpointError(
-            "a migration maps columns by name, and two columns of the state share one (two sums of one "
-            "aggregation, a count beside an avg's)", hint="start the new version from empty state, or give its "
-            "aggregates names that differ (one aggregate per buffer name)")
-    unknown = sorted(set(defaults) - set(new.names))
-    if unknown:
-        raise UsageError(f"a default is given for {unknown[0]!r}, which the new state does not have",
-                         hint=f"its columns: {', '.join(new.names)}")
-    before = {f.name: f for f in old.fields}
-    plan: list[tuple[str, Any]] = []  # (column, ("copy", old name) | ("widen", ...) | ("default", value))
-    for f in new.fields:
-        was = before.get(f.name)
-        if was is not None and f.name not in defaults:
+def column_names(struct: StructType) -> list[str]:
+    """Each column's name as the engine's readers give it (`decode_row`): a name that repeats
+    (two aggregates with one buffer name) is `name`, then `name#2`, ... in schema order."""
+    out: list[str] = []
+    for f in struct.fields:
+        name, i = f.name, 1
+        while name in out:
+            i += 1
+            name = f"{f.name}#{i}"
+        out.append(name)
+    return out
+
+
+def value_conversion(old: StructType, new: StructType, defaults: dict[str, Any],
+                     pairs: dict[str, str] | None = None) -> Any:
+    """A function from a value of `old` (a dict by `column_names`) to one of `new`; UsageError
+    naming the first column that cannot be carried over or has no default, or every column
+    whose name repeats and is given neither a pair nor a default (see the module docstring)."""
+    old_names, new_names = column_names(old), column_names(new)
+    defaults = {_named(k): v for k, v in defaults.items()}
+    pairs = {_named(k): _named(v) for k, v in (pairs or {}).items()}
+    for what, given, names in (("a default", defaults, new_names), ("a pair", pairs, new_names),
+                               ("a pair's source", {v: k for k, v in pairs.items()}, old_names)):
+        unknown = sorted(set(given) - set(names))
+        if unknown:
+            side = "the state" if what == "a pair's source" else "the new state"
+            raise UsageError(f"{what} is given for {unknown[0]!r}, which {side} does not have",
+                             hint=f"its columns: {', '.join(names)}")
+    both = sorted(set(defaults) & set(pairs))
+    if both:
+        raise UsageError(f"{both[0]} is given both a default and a pair", hint="give it one of them")
+    before = dict(zip(old_names, old.fields, strict=True))
+    repeated = {f.name for s in (old, new) for f in s.fields if [g.name for g in s.fields].count(f.name) > 1}
+    unpaired = [n for n, f in zip(new_names, new.fields, strict=True)
+                if f.name in repeated and f.name in {g.name for g in old.fields} and n not in defaults
+                and n not in pairs]
+    if unpaired:
+        message, hint = _ambiguous(unpaired, old_names, new_names)
+        raise UsageError(message, hint=hint)
+    plan: list[tuple[str, Any]] = []  # (column, ("copy", (old column, type)) | ("default", value))
+    for name, f in zip(new_names, new.fields, strict=True):
+        source = pairs.get(name, name if name not in defaults else None)
+        was = before.get(source) if source is not None else None
+        if was is not None:
             if was.type != f.type and not widens(was.type, f.type):
-                raise UsageError(f"column {f.name} is {was.type.simple()} in the state and {f.type.simple()} in the "
-                                 "new version: not a widening", hint="give it a default instead, or keep its type")
+                raise UsageError(f"column {name} is {was.type.simple()} in the state"
+                                 f"{f' (as {source})' if source != name else ''} and {f.type.simple()} in the new "
+                                 "version: not a widening", hint="give it a default instead, or keep its type")
             if was.nullable and not f.nullable:
-                raise UsageError(f"column {f.name} may be null in the state and cannot be in the new version",
-                                 hint=f"give it a default (--default {f.name}=...) to replace every value")
-            plan.append((f.name, ("copy", f.type)))
+                raise UsageError(f"column {name} may be null in the state and cannot be in the new version",
+                                 hint=f"give it a default (--default {name}=...) to replace every value")
+            plan.append((name, ("copy", (source, f.type))))
             continue
-        if f.name in defaults:
-            value = _default(defaults[f.name], f)
+        if name in defaults:
+            value = _default(defaults[name], f, name)
         elif f.nullable:
             value = None
         else:
-            raise UsageError(f"column {f.name} is new and cannot be null: give it a default",
-                             hint=f'e.g. --default {f.name}=0 ({f.type.simple()})')
-        plan.append((f.name, ("default", value)))
+            raise UsageError(f"column {name} is new and cannot be null: give it a default",
+                             hint=f'e.g. --default {name}=0 ({f.type.simple()})')
+        plan.append((name, ("default", value)))
 
     def convert(value: dict[str, Any]) -> dict[str, Any]:
         out = {}
         for name, (how, arg) in plan:
-            out[name] = _widened(value[name], arg) if how == "copy" else arg
+            out[name] = _widened(value[arg[0]], arg[1]) if how == "copy" else arg
         return out
 
     return convert
 
 
-def _default(given: Any, f: StructField) -> Any:
+def _named(column: str) -> str:
+    """A column as given (`sum#1` is `sum`)."""
+    return column[:-2] if column.endswith("#1") else column
+
+
+def _ambiguous(unpaired: list[str], old_names: list[str], new_names: list[str]) -> tuple[str, str]:
+    """(message, hint) of new columns whose name repeats and that are given no source."""
+    base = unpaired[0].partition("#")[0]
+    mine = [n for n in old_names if n.partition("#")[0] == base]
+    theirs = [n for n in new_names if n.partition("#")[0] == base]
+    in_order = [f"{n}={o}" for n, o in zip(theirs, mine, strict=False)]
+    return (f"the state has {_listed(mine)} and the new version {_listed(theirs)}: aggregates with one buffer name "
+            f"(two {base}s, an avg's beside one, ...), which a migration cannot pair by name "
+            f"(unpaired: {_listed(unpaired)})",
+            f"pair each new one with the state's it continues, by position in the aggregation (--pair "
+            f"{' --pair '.join(in_order[:3])}{' ...' if len(in_order) > 3 else ''} if the query keeps their order; "
+            f"StateEditOperator's pairs), or give it a default (--default {theirs[-1]}=...)")
+
+
+def _listed(names: list[str]) -> str:
+    return ", ".join(names) if len(names) <= 4 else f"{', '.join(names[:2])}, ... {names[-1]} ({len(names)})"
+
+
+def _default(given: Any, f: StructField, name: str) -> Any:
     """A default as the column's value, refused in one line when it does not fit exactly."""
     from airflow_provider_streamstate.engine.lookup.encodings.unsafe_row import decode_row_values
 
-    where = f"the default of {f.name}"
+    where = f"the default of {name}"
     if given is None and not f.nullable:
         raise UsageError(f"{where} is null, and the new version's {f.name} cannot be", hint="give a value")
     if isinstance(given, bool) and f.type.name != "boolean":

@@ -15,7 +15,8 @@ records are write-once), and the history last drawn from it: a page viewed again
 listings and a few small records, not the parsing of a thousand summaries, while anything
 published, deleted, validated, pinned, cloned or replicated since shows at once. Which
 snapshots are on the current timeline, and the newest there, is worked out once per listing
-(`SummaryListing.current_line`), not once per use.
+(`SummaryListing.current_line`), not once per use. After a change, only the entries of the
+snapshots it touched are worked out again (`history_since`).
 """
 
 from __future__ import annotations
@@ -301,20 +302,62 @@ class StreamHistory:
                 "problems": self.problems}
 
 
-def history_of(catalog: StreamCatalog) -> StreamHistory:
-    """The history picture's data from one catalog read."""
+def _clones_by_snapshot(catalog: StreamCatalog) -> dict[str, list[str]]:
     by_snapshot: dict[str, list[str]] = {}
     for c in catalog.clones:
         by_snapshot.setdefault(c.snapshot_id, []).append(c.clone)
-    entries = [
-        HistoryEntry(
-            s.snapshot_id, s.batch_id, s.timeline, s.created_at, s.parent, dict(s.labels), s.files, s.bytes_total,
-            catalog.on_current(s), catalog.validations(s.snapshot_id), is_pinned(s, catalog.pinned),
-            None if catalog.dr_ids is None else s.snapshot_id in catalog.dr_ids,
-            sorted(by_snapshot.get(s.snapshot_id, [])),
-        )
-        for s in catalog.snapshots
-    ]
+    return by_snapshot
+
+
+def _entry(catalog: StreamCatalog, s: SnapshotSummary, clones: dict[str, list[str]]) -> HistoryEntry:
+    return HistoryEntry(
+        s.snapshot_id, s.batch_id, s.timeline, s.created_at, s.parent, dict(s.labels), s.files, s.bytes_total,
+        catalog.on_current(s), catalog.validations(s.snapshot_id), is_pinned(s, catalog.pinned),
+        None if catalog.dr_ids is None else s.snapshot_id in catalog.dr_ids,
+        sorted(clones.get(s.snapshot_id, [])),
+    )
+
+
+def history_of(catalog: StreamCatalog) -> StreamHistory:
+    """The history picture's data from one catalog read."""
+    clones = _clones_by_snapshot(catalog)
+    return _history(catalog, [_entry(catalog, s, clones) for s in catalog.snapshots])
+
+
+def _changed_ids(old: StreamCatalog, new: StreamCatalog) -> set[str] | None:
+    """The snapshots whose history entry can differ between two reads of a catalog listing
+    the same snapshots (the same summaries, in the same order); None when the snapshots
+    themselves differ, or the DR store came or went: then every entry is worked out again."""
+    if old.listing is None or new.listing is None or (old.dr_ids is None) != (new.dr_ids is None):
+        return None
+    before, after = old.listing.snapshots, new.listing.snapshots
+    if before is not after and (len(before) != len(after) or any(a is not b for a, b in zip(before, after, strict=True))):
+        return None
+    changed = {sid for sid in old.listing.validations.keys() | new.listing.validations.keys()
+               if old.listing.validations.get(sid) != new.listing.validations.get(sid)}
+    changed |= old.listing.current_ids ^ new.listing.current_ids
+    changed |= old.pinned ^ new.pinned
+    if old.dr_ids is not None and new.dr_ids is not None:
+        changed |= old.dr_ids ^ new.dr_ids
+    if old.clones != new.clones:
+        changed |= {c.snapshot_id for c in (*old.clones, *new.clones)}
+    return changed
+
+
+def history_since(old: StreamCatalog, kept: StreamHistory, catalog: StreamCatalog) -> StreamHistory:
+    """`history_of(catalog)`, given the history `kept` worked out from an earlier read `old`
+    of the same stream: the entries of snapshots nothing changed for are `kept`'s own objects
+    (a new validation record, pin, clone or replica changes a few of a thousand)."""
+    changed = _changed_ids(old, catalog)
+    if changed is None or old.stream != catalog.stream or old.store != catalog.store:
+        return history_of(catalog)
+    clones = _clones_by_snapshot(catalog)
+    entries = [_entry(catalog, s, clones) if s.snapshot_id in changed else e
+               for s, e in zip(catalog.snapshots, kept.snapshots, strict=True)]
+    return _history(catalog, entries)
+
+
+def _history(catalog: StreamCatalog, entries: list[HistoryEntry]) -> StreamHistory:
     current = catalog.listing.timelines.current if catalog.listing else 1
     records = catalog.listing.timelines.records if catalog.listing else {}
     counts: dict[int, int] = {}
@@ -338,14 +381,15 @@ _HISTORIES: OrderedDict[tuple[str, str | None, str], tuple[StreamCatalog, Stream
 
 def stream_history(store: SnapshotStore, stream: str, *, dr_store: SnapshotStore | None = None) -> StreamHistory:
     """A stream's history in `store` (and which snapshots `dr_store` holds too): the one this
-    process worked out last when its catalog, read again, has not changed."""
+    process worked out last when its catalog, read again, has not changed, else that one
+    with the entries of what changed worked out again (`history_since`)."""
     catalog = read_catalog(store, stream, dr_store=dr_store)
     key = (store.url, store.endpoint, stream)
     with _MEMO_LOCK:
         kept = _HISTORIES.get(key)
     if kept is not None and kept[0].same_as(catalog):
         return kept[1]
-    history = history_of(catalog)
+    history = history_of(catalog) if kept is None else history_since(*kept, catalog)
     if catalog.listing is not None:
         with _MEMO_LOCK:
             _HISTORIES[key] = (catalog, history)
