@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from importlib.metadata import PackageNotFoundError, distribution
+from importlib.metadata import PackageNotFoundError, distribution, distributions
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from packaging.utils import canonicalize_name
 from airflow_provider_streamstate.backends.local.store import LocalStore
 from airflow_provider_streamstate.cli import main
 from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
+from dev import spark_versions
 from tests.goldens import Golden, golden
 
 pytestmark = [pytest.mark.integration]
@@ -32,9 +33,9 @@ CLUSTER_PYTHON_HAS = ("pyspark", "lz4", "xxhash", "great-expectations")
 OLD_COPY = "raise ImportError('the copy of streamstate installed on the cluster was imported')\n"
 
 
-def _closure(names: tuple[str, ...]) -> list[Any]:
-    """The installed distributions of `names` and of everything they require, extras and
-    markers as pip reads them."""
+def _closure(names: tuple[str, ...], site: Path | None = None) -> list[Any]:
+    """The distributions of `names` installed here (or in the site-packages `site`) and of
+    everything they require, extras and markers as pip reads them."""
     found: dict[str, Any] = {}
     todo = [(name, frozenset[str]()) for name in names]
     seen: set[tuple[str, frozenset[str]]] = set()
@@ -44,8 +45,8 @@ def _closure(names: tuple[str, ...]) -> list[Any]:
             continue
         seen.add((canonicalize_name(name), extras))
         try:
-            dist = distribution(name)
-        except PackageNotFoundError:
+            dist = distribution(name) if site is None else next(iter(distributions(name=name, path=[str(site)])))
+        except (PackageNotFoundError, StopIteration):
             continue  # an optional dependency this machine does not have
         found[canonicalize_name(name)] = dist
         for text in dist.requires or []:
@@ -55,12 +56,14 @@ def _closure(names: tuple[str, ...]) -> list[Any]:
     return list(found.values())
 
 
-def cluster_python(root: Path) -> Path:
-    """A virtualenv with only `CLUSTER_PYTHON_HAS` (linked from the main virtualenv's
-    site-packages) and an old copy of this package that fails on import."""
+def cluster_python(root: Path, has: tuple[str, ...] = CLUSTER_PYTHON_HAS, *, source: Path | None = None) -> Path:
+    """A virtualenv with only the distributions `has` and their dependencies (linked from the
+    main virtualenv's site-packages, or from another virtualenv `source`) and an old copy of
+    this package that fails on import."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
     site = next((root / "lib").glob("python3*/site-packages"))
-    for dist in _closure(CLUSTER_PYTHON_HAS):
+    from_site = next((source / "lib").glob("python3*/site-packages")) if source else None
+    for dist in _closure(has, from_site):
         tops = {Path(str(f)).parts[0] for f in dist.files or []}
         for top in sorted(t for t in tops if t not in ("..", "__pycache__") and not t.endswith(".pth")):
             source = Path(str(dist.locate_file(top)))
@@ -171,3 +174,41 @@ def test_on_yarn_in_cluster_mode_the_shipped_code_runs_by_default_in_the_applica
     assert ran_on["package"].endswith(f"/{shipped.name}/airflow_provider_streamstate")
     assert not ran_on["package"].startswith(str(shipped.parent))  # YARN's copy in the container, not ours
     _assert_answers_as_sparks_reader(store, snapshot_id, sums)
+
+
+@pytest.mark.spark_lines
+def test_a_repartition_on_a_python_without_this_package_verifies_on_the_executors_with_the_shipped_code(
+    tmp_path, monkeypatch
+) -> None:
+    """The rescale's job (Spark 4.3: the first line that repartitions) through the engine's
+    runner, shipping asked for on a local master whose Python (driver and executors) has
+    only pyspark, lz4 and xxhash: the executors decode the state with the shipped code and
+    the copy verifies."""
+    from airflow_provider_streamstate.engine.checkpoint.filesystems import open_checkpoint_fs
+    from airflow_provider_streamstate.engine.checkpoint.repartition import read_repartition_record
+    from airflow_provider_streamstate.engine.state.rescale import rescale_job_application
+    from airflow_provider_streamstate.engine.streams.applications import run_job
+
+    monkeypatch.setenv("STREAMSTATE_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    spark43 = spark_versions.get("4.3").require()
+    python = cluster_python(tmp_path / "env", ("pyspark", "lz4", "xxhash"), source=spark43.venv)
+    g = golden(GOLDEN_CASE, "4.3")
+    checkpoint = g.copy_to(tmp_path / "checkpoint")
+    for planned in Path(checkpoint, "offsets").glob("*[0-9]*"):  # Spark repartitions a stopped query's last commit
+        if int(planned.name.strip(".").removesuffix(".crc")) > g.last_batch:
+            planned.unlink()  # the batch planned after it, and its Hadoop checksum file
+
+    def command(args: Any) -> tuple[list[str], dict[str, str]]:
+        return spark43.submit_command(rescale_job_application(), list(args), master="local[2]",
+                                      conf={"spark.pyspark.python": str(python)}), spark43.env()
+
+    app = run_job(command, [checkpoint, "8"], logs="rescale", job_id="shipped", name="rescale-shipped",
+                  what="the repartition", ship_code=True)
+    log = Path(app.log_path).read_text()
+    assert app.proc is not None and app.proc.returncode == 0, log[-3000:]
+    assert "--py-files" in log and "streamstate-code-" in log
+    record = read_repartition_record(open_checkpoint_fs(checkpoint))
+    assert record is not None and record.ok and record.partitions == 8
+    v = record.verification
+    assert v is not None and v.ok and v.problems == () and v.tasks > 0 and v.executors >= 1
