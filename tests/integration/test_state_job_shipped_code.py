@@ -5,7 +5,8 @@ snapshot. The Python is a virtualenv made here from what the main one has instal
 download): pyspark, lz4, xxhash and Great Expectations with their dependencies, nothing
 else, plus an old copy of this package that fails on import, which the shipped code must
 win over. Locally (`--master local[1]`, shipping asked for) and on the run's YARN cluster
-in cluster mode (shipping by default: the driver in the application master's container)."""
+in cluster mode (shipping by default: the driver in the application master's container);
+and a rescale's repartition job, whose executors decode the state with the shipped code."""
 
 from __future__ import annotations
 
