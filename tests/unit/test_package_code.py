@@ -116,3 +116,28 @@ def test_the_package_root_is_the_package_this_test_imports() -> None:
     import airflow_provider_streamstate
 
     assert package_root() == Path(airflow_provider_streamstate.__file__).resolve().parent
+
+
+def test_a_state_jobs_submit_ships_the_code_on_a_cluster_unless_its_options_say_not_to(tmp_path: Path) -> None:
+    from airflow_provider_streamstate.backends.local.store import LocalStore
+    from airflow_provider_streamstate.engine.state.jobs import StateJobRequest
+    from airflow_provider_streamstate.engine.state.submit import complete_command
+    from airflow_provider_streamstate.utils.spark_submit import SparkJobOptions
+
+    store = LocalStore(tmp_path / "store")
+    request = StateJobRequest(kind="show", store=store.url, stream="orders").with_job_id()
+    standalone = ["spark-submit", "--master", "spark://h:7077", "app.py"]
+    assert option_value(complete_command(standalone, request, store, {})[0], "--py-files") == str(package_zip())
+    assert "--py-files" not in complete_command(standalone, request, store, {}, ship_code=False)[0]
+    local = ["spark-submit", "--master", "local[2]", "app.py"]
+    assert "--py-files" not in complete_command(local, request, store, {})[0]
+    assert SparkJobOptions.of({"conn_id": "spark_yarn", "ship_code": False}).ship_code is False
+    assert SparkJobOptions.of({"conn_id": "spark_yarn"}).ship_code is None
+
+
+def test_the_clis_ship_code_option_applies_to_a_spark_application_only(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    from airflow_provider_streamstate.cli import main
+
+    assert main(["state", "show", "--store", (tmp_path / "store").as_uri(), "--stream", "orders", "latest",
+                 "--no-ship-code"]) == 2
+    assert "--ship-code apply to a Spark application" in capsys.readouterr().err
