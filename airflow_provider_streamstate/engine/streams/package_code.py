@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 import time
 import zipfile
 from collections.abc import Sequence
@@ -84,7 +85,7 @@ def package_zip(folder: Path | None = None) -> Path:
     if target.exists():
         os.utime(target)
     else:
-        staging = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        staging = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         with zipfile.ZipFile(staging, "w", compression=zipfile.ZIP_DEFLATED) as out:
             for name, data in contents:
                 out.writestr(zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0)), data,
