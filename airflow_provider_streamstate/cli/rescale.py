@@ -4,7 +4,7 @@ pinned for a rollback) or written as a clone.
 
     streamstate rescale --spec SPEC --partitions N (--in-place | --target CKPT [--clone-name NAME])
                         [--snapshot SNAPSHOT] [--master M] [--deploy-mode client|cluster]
-                        [--timeout SECONDS] [--json]
+                        [--timeout SECONDS] [--ship-code | --no-ship-code] [--json]
 
 SPEC is the stream's StreamSpec (JSON, or a file holding it): its checkpoint and store, and
 the Spark the repartition runs on (the stream's own: Spark 4.2 or later). SNAPSHOT is an id,
@@ -46,6 +46,9 @@ def register(commands: Any) -> Handlers:
                    help="where the repartition's driver runs")
     p.add_argument("--timeout", type=duration, default=None, metavar="SECONDS",
                    help="how long the repartition may run before it is killed (default: no limit)")
+    p.add_argument("--ship-code", action=argparse.BooleanOptionalAction, default=None,
+                   help="give the repartition this package's code as a zip in its --py-files (default: on a "
+                   "cluster, any master but local)")
     add_parallelism(p)
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     return {("rescale", None): cmd_rescale}
@@ -63,7 +66,8 @@ def cmd_rescale(args: argparse.Namespace) -> int:
     from airflow_provider_streamstate.streams.rescale import rescale_spec
 
     result = rescale_spec(spec, args.partitions, snapshot=args.snapshot, target=args.target,
-                          clone_name=args.clone_name, timeout_s=args.timeout, parallelism=args.parallelism)
+                          clone_name=args.clone_name, timeout_s=args.timeout, parallelism=args.parallelism,
+                          ship_code=args.ship_code)
     where = "in place" if result.in_place else f"as a clone at {result.checkpoint}"
     snapshot = (f"snapshot {result.rescaled_snapshot}" if result.rescaled_snapshot else
                 f"not snapshotted ({result.snapshot_error}: take one with `streamstate snapshot create`)")

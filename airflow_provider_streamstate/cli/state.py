@@ -10,7 +10,8 @@ jobs); `state get|history`: one key, without Spark (cli/state_keys.py); `state e
     streamstate validate     --store S --stream X SNAPSHOT --suite FILE [--operator ...] [--data-docs DIR] [--json]
     streamstate bisect       --store S --stream X --suite FILE [--good SNAPSHOT] [--bad SNAPSHOT] [--operator ...] [--json]
 
-Every command takes [--master URL [--deploy-mode client|cluster] [--conf K=V ...] [--jars J,...]].
+Every command takes [--master URL [--deploy-mode client|cluster] [--conf K=V ...] [--jars J,...]
+[--ship-code | --no-ship-code]].
 
 SNAPSHOT is an id, `latest` or `latest-good:<suite>`. Without --master each command starts
 one local Spark session here (a few seconds) on a copy of the snapshot in a temp directory,

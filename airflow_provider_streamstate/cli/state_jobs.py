@@ -27,6 +27,9 @@ def add_job_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--conf", action="append", default=[], metavar="K=V", dest="spark_conf",
                    help="a Spark conf of the application (repeat it)")
     p.add_argument("--jars", default=None, metavar="J,...", help="jars the application needs (S3A for an S3 store)")
+    p.add_argument("--ship-code", action=argparse.BooleanOptionalAction, default=None,
+                   help="give the application this package's code as a zip in its --py-files, so that the "
+                   "cluster's Python needs only pyspark (default: on a cluster, any master but local)")
 
 
 def submitted(args: argparse.Namespace) -> bool:
@@ -43,8 +46,8 @@ class StateJobs:
         self.args = args
         self.store = open_store_from_args(args)
         self._reader: Any = None
-        if not submitted(args) and (args.deploy_mode or args.spark_conf or args.jars):
-            raise UsageError("--deploy-mode, --conf and --jars apply to a Spark application",
+        if not submitted(args) and (args.deploy_mode or args.spark_conf or args.jars or args.ship_code is not None):
+            raise UsageError("--deploy-mode, --conf, --jars and --ship-code apply to a Spark application",
                              hint="add --master (e.g. yarn) or --spark-conn-id, or leave them out to run here")
 
     def __enter__(self) -> StateJobs:
@@ -70,7 +73,8 @@ class StateJobs:
         request = request.with_job_id()
         command, env = _through_connection(self.args, request) if self.args.spark_conn_id \
             else _spark_submit(self.args, request)
-        return submit_state_job(request, self.store, command, env=env)  # type: ignore[no-any-return]
+        return submit_state_job(request, self.store, command, env=env,  # type: ignore[no-any-return]
+                                ship_code=self.args.ship_code)
 
 
 def run_job(args: argparse.Namespace, request: Any) -> dict[str, Any]:

@@ -38,13 +38,17 @@ class RescaleStreamOperator(StreamTask):
     :param clone_name: the clone's name in the store (default `<stream>-rescaled`). (templated)
     :param timeout: how long the repartition's Spark application may run before it is
         killed (a timedelta or seconds; None: no limit). (templated)
+    :param ship_code: whether the repartition's application gets this package's code as a zip
+        in its py-files, so that the cluster's Python needs no copy of this package; None: on
+        a cluster (any master but `local`).
     """
 
     template_fields: Sequence[str] = ("stream", "partitions", "snapshot", "target", "clone_name", "timeout")
 
     def __init__(
         self, *, partitions: int | str, snapshot: str | None = None, target: str | None = None,
-        clone_name: str | None = None, timeout: timedelta | float | None = None, **kwargs: Any,
+        clone_name: str | None = None, timeout: timedelta | float | None = None, ship_code: bool | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.partitions = partitions
@@ -52,6 +56,7 @@ class RescaleStreamOperator(StreamTask):
         self.target = target
         self.clone_name = clone_name
         self.timeout = timeout
+        self.ship_code = ship_code
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_streamstate.engine.core.errors import UsageError
@@ -70,7 +75,7 @@ class RescaleStreamOperator(StreamTask):
         with self.cancellable():
             result = rescale_spec(spec, partitions, snapshot=self.snapshot or None, target=self.target or None,
                                   clone_name=self.clone_name or None, timeout_s=timeout_s,
-                                  parallelism=self.parallelism)
+                                  parallelism=self.parallelism, ship_code=self.ship_code)
         self.log.info("rescaled %s %d -> %d partitions: snapshot %s from %s (repartition batch %d)%s", spec.name,
                       result.from_partitions, result.to_partitions, result.rescaled_snapshot, result.source_snapshot,
                       result.repartition_batch,

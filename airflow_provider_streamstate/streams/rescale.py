@@ -29,7 +29,7 @@ def rescale_command(spec: StreamSpec) -> Callable[[Sequence[str]], tuple[Sequenc
 def rescale_spec(
     spec: StreamSpec, partitions: int, *, snapshot: str | None = None, target: str | None = None,
     clone_name: str | None = None, timeout_s: float | None = None, parallelism: int = 8,
-    on_submit: Callable[[Any], None] | None = None,
+    on_submit: Callable[[Any], None] | None = None, ship_code: bool | None = None,
 ) -> Any:
     """`engine.state.rescale.rescale_stream` for the stream `spec` describes: in place (the
     stream stopped) or as a clone at `target`."""
@@ -40,4 +40,4 @@ def rescale_spec(
     connection = checkpoint_connection(spec.checkpoint, spec.aws_conn_id, max_connections=parallelism * 2)
     return rescale_stream(store, spec.name, spec.checkpoint, partitions=partitions, command=rescale_command(spec),
                           snapshot=snapshot, target=target, clone_name=clone_name, connection=connection,
-                          parallelism=parallelism, timeout_s=timeout_s, on_submit=on_submit)
+                          parallelism=parallelism, timeout_s=timeout_s, on_submit=on_submit, ship_code=ship_code)

@@ -43,7 +43,7 @@ def run_state_job_on_cluster(request: StateJobRequest, store: Any, options: Spar
                  where, job.log_path)
 
     result: dict[str, Any] = submit_state_job(request, store, command, env=env, timeout_s=options.timeout_s,
-                                              on_submit=submitted)
+                                              on_submit=submitted, ship_code=options.ship_code)
     ran_on = result.get("ran_on") or {}
     log.info("state job ran on %s (%s mode, application %s)", ran_on.get("master"), ran_on.get("deploy_mode"),
              ran_on.get("app_id"))

@@ -42,6 +42,10 @@ class SparkJobOptions:
     :param env: environment of spark-submit and of a driver that runs here (HADOOP_CONF_DIR...).
     :param timeout: how long the application may run before it is killed (`30m`, seconds);
         None: no limit.
+    :param ship_code: whether the application gets this package's code as a zip in its
+        py-files, so that the cluster's Python needs only pyspark (and Great Expectations to
+        validate); None: on a cluster (any master but `local`); False: the cluster's Python
+        has this package, of the version that submits.
     """
 
     conn_id: str | None = None
@@ -50,6 +54,7 @@ class SparkJobOptions:
     jars: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     timeout: str | float | None = None
+    ship_code: bool | None = None
 
     # Airflow renders these when the value is an operator's templated argument.
     template_fields: ClassVar[tuple[str, ...]] = ("conn_id", "deploy_mode", "conf", "jars", "env", "timeout")

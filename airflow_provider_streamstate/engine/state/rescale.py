@@ -219,12 +219,15 @@ def rescale_stream(
     parallelism: int = 8,
     timeout_s: float | None = None,
     on_submit: Callable[[Any], None] | None = None,
+    ship_code: bool | None = None,
 ) -> RescaleResult:
     """Rescale the state of `stream` (checkpoint `checkpoint`) to `partitions` partitions;
     see the module docstring. In place (`target` None: the stream must be stopped) or as a
     clone at `target` (named `clone_name` in the store, default `<stream>-rescaled`).
     `snapshot`: the source (an id, `latest`, `latest-good:<suite>`); default a new snapshot
-    of the stopped stream. Remote checkpoints are read and written through `connection`."""
+    of the stopped stream. Remote checkpoints are read and written through `connection`.
+    `ship_code`: whether the repartition job gets this package's code in its py-files
+    (engine/streams/package_code.py; None: on a cluster)."""
     copy = WorkCopy.open("rescale", "rescaled", store, stream, checkpoint,
                          work=target or work_location(checkpoint, partitions), target=target,
                          clone_name=clone_name, connection=connection, parallelism=parallelism)
@@ -236,7 +239,7 @@ def rescale_stream(
              partitions, source.snapshot_id, source.batch_id, copy.work)
     with copy.restored(source) as work_fs:
         t = time.monotonic()
-        record = _repartition(stream, work_fs, partitions, command, timeout_s, on_submit)
+        record = _repartition(stream, work_fs, partitions, command, timeout_s, on_submit, ship_code)
         seconds["repartition"] = time.monotonic() - t
         crash_point("rescale.repartitioned")
         t = time.monotonic()
@@ -271,13 +274,13 @@ def _repartition_batch_files(work: CheckpointFS, restored: dict[str, tuple[int, 
 
 
 def _repartition(stream: str, work: CheckpointFS, partitions: int, command: CommandFor, timeout_s: float | None,
-                 on_submit: Callable[[Any], None] | None) -> RepartitionRecord | None:
+                 on_submit: Callable[[Any], None] | None, ship_code: bool | None) -> RepartitionRecord | None:
     """Run the repartition job on the work copy through the stream's Spark; what it recorded
     (None without a record: the copy's own batches say whether it repartitioned)."""
     app = run_job(command, rescale_job_arguments(work.shared_location, partitions), logs="rescale",
                   job_id=f"{stream}-{partitions}-{uuid.uuid4().hex[:8]}", name=f"streamstate-rescale-{stream}",
                   what=f"the repartition of {stream} to {partitions} partitions", timeout_s=timeout_s,
-                  on_submit=on_submit)
+                  on_submit=on_submit, ship_code=ship_code)
     record = None
     try:
         record = read_repartition_record(work)

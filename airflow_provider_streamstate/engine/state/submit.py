@@ -13,7 +13,9 @@ this module completes it and runs it, on any cluster manager a stream runs on
    per-bucket confs for the store's bucket, which the executors read the scratch copies
    with and a driver on the cluster opens the store with); the sensitive ones go into the
    submission's properties file, never into a container's environment (whose launch
-   script YARN may log). A driver here gets them as its own environment.
+   script YARN may log). A driver here gets them as its own environment. On a cluster
+   the application gets this package's code too, as a zip in its py-files
+   (engine/streams/package_code.py): the cluster's Python needs pyspark, not this package.
 3. spark-submit runs. With the driver on the cluster (cluster deploy mode) it returns once
    the manager accepted the application, whose state is then polled from the manager: the
    calling process holds no Spark driver and no state. Otherwise spark-submit is the
@@ -53,6 +55,7 @@ from airflow_provider_streamstate.engine.streams.applications import RunningAppl
 from airflow_provider_streamstate.engine.streams.command import with_confs
 from airflow_provider_streamstate.engine.streams.driver_logs import last_error_line, prune_logs
 from airflow_provider_streamstate.engine.streams.managers import manager_for
+from airflow_provider_streamstate.engine.streams.package_code import with_package_code
 from airflow_provider_streamstate.engine.streams.submission import Submission
 
 log = logging.getLogger("streamstate.state")
@@ -79,10 +82,12 @@ def job_log_dir() -> Path:
 
 
 def complete_command(command: Sequence[str], request: StateJobRequest, store: SnapshotStore,
-                     env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
-    """The caller's spark-submit command with what the job needs to reach its store, and the
-    environment spark-submit runs with; refused in one line when its cluster manager cannot
-    run it, or when it names a local path a driver on the cluster would lose."""
+                     env: Mapping[str, str], *, ship_code: bool | None = None) -> tuple[list[str], dict[str, str]]:
+    """The caller's spark-submit command with what the job needs to reach its store (and
+    this package's code in its py-files: engine/streams/package_code.py, `ship_code` None
+    where it runs on a cluster), and the environment spark-submit runs with; refused in one
+    line when its cluster manager cannot run it, or when it names a local path a driver on
+    the cluster would lose."""
     cmd = list(command)
     manager = manager_for(cmd)
     manager.check(cmd, env)
@@ -102,7 +107,7 @@ def complete_command(command: Sequence[str], request: StateJobRequest, store: Sn
         # The driver opens the store with the confs above: no secret in the container's environment.
     else:
         child_env.update(driver_env)
-    return with_confs(cmd, confs), child_env
+    return with_package_code(with_confs(cmd, confs), ship_code), child_env
 
 
 def submit_state_job(
@@ -114,13 +119,15 @@ def submit_state_job(
     poll_s: float = 1.0,
     timeout_s: float | None = None,
     on_submit: Any = None,
+    ship_code: bool | None = None,
 ) -> dict[str, Any]:
     """Run `request` as the Spark application `command` (spark-submit ... state_job.py with
     `state_job_arguments(request)`) and return its result; see the module docstring.
-    `on_submit(job)` is called as soon as there is something to kill."""
+    `on_submit(job)` is called as soon as there is something to kill; `ship_code`: whether
+    the application gets this package's code in its py-files (None: on a cluster)."""
     if not request.job_id:
         raise UsageError("a submitted state job needs a job id", hint="use request.with_job_id()")
-    argv, child_env = complete_command(command, request, store, {**os.environ, **(env or {})})
+    argv, child_env = complete_command(command, request, store, {**os.environ, **(env or {})}, ship_code=ship_code)
     logs = job_log_dir()
     logs.mkdir(parents=True, exist_ok=True)
     prune_logs(logs)  # old logs, and secrets files nobody deleted (older than an hour)

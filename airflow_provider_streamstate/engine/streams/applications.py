@@ -27,6 +27,7 @@ from airflow_provider_streamstate.engine.core.cancel import check_cancelled
 from airflow_provider_streamstate.engine.core.errors import StreamstateError, TransientError
 from airflow_provider_streamstate.engine.streams.driver_logs import last_error_line, prune_logs
 from airflow_provider_streamstate.engine.streams.managers import AppReport, ClusterApp, manager_named
+from airflow_provider_streamstate.engine.streams.package_code import with_package_code
 from airflow_provider_streamstate.engine.streams.submission import Submission
 
 log = logging.getLogger("streamstate.applications")
@@ -93,11 +94,15 @@ class RunningApplication:
 def run_job(
     command: CommandFor, arguments: Sequence[str], *, logs: str, job_id: str, name: str, what: str,
     timeout_s: float | None = None, on_submit: Callable[[RunningApplication], None] | None = None,
+    ship_code: bool | None = None,
 ) -> RunningApplication:
     """Run one of the engine's jobs, `command(arguments)`, to its end (`run_to_end`): its
     log `<streamstate home>/<logs>/<job_id>.log` (older ones pruned), the application named
-    `name`, the command's environment kept as secrets (off the command line and the log)."""
+    `name`, the command's environment kept as secrets (off the command line and the log),
+    this package's code in its py-files as `ship_code` says (None: on a cluster;
+    engine/streams/package_code.py)."""
     argv, env = command(arguments)
+    argv = with_package_code(argv, ship_code)
     folder = streamstate_home() / logs
     folder.mkdir(parents=True, exist_ok=True)
     prune_logs(folder)

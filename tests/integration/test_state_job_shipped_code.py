@@ -1,0 +1,216 @@
+"""A state job whose Spark application runs on a Python that does not have this package: the
+submit ships the package's code as a zip in its py-files (engine/streams/package_code.py),
+and the application answers from that code as Spark's own state reader answers on the same
+snapshot. The Python is a virtualenv made here from what the main one has installed (no
+download): pyspark, lz4, xxhash and Great Expectations with their dependencies, nothing
+else, plus an old copy of this package that fails on import, which the shipped code must
+win over. Locally (`--master local[1]`, shipping asked for) and on the run's YARN cluster
+in cluster mode (shipping by default: the driver in the application master's container);
+and a rescale's repartition job, whose executors decode the state with the shipped code."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from importlib.metadata import PackageNotFoundError, distribution, distributions
+from pathlib import Path
+from typing import Any
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from airflow_provider_streamstate.backends.local.store import LocalStore
+from airflow_provider_streamstate.cli import main
+from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
+from dev import spark_versions
+from tests.goldens import Golden, golden
+
+pytestmark = [pytest.mark.integration]
+
+# What the cluster's Python has: the jobs' third-party modules (docs/deployment.md).
+CLUSTER_PYTHON_HAS = ("pyspark", "lz4", "xxhash", "great-expectations")
+OLD_COPY = "raise ImportError('the copy of streamstate installed on the cluster was imported')\n"
+
+
+def _closure(names: tuple[str, ...], site: Path | None = None) -> list[Any]:
+    """The distributions of `names` installed here (or in the site-packages `site`) and of
+    everything they require, extras and markers as pip reads them."""
+    found: dict[str, Any] = {}
+    todo = [(name, frozenset[str]()) for name in names]
+    seen: set[tuple[str, frozenset[str]]] = set()
+    while todo:
+        name, extras = todo.pop()
+        if (canonicalize_name(name), extras) in seen:
+            continue
+        seen.add((canonicalize_name(name), extras))
+        try:
+            dist = distribution(name) if site is None else next(iter(distributions(name=name, path=[str(site)])))
+        except (PackageNotFoundError, StopIteration):
+            continue  # an optional dependency this machine does not have
+        found[canonicalize_name(name)] = dist
+        for text in dist.requires or []:
+            req = Requirement(text)
+            if req.marker is None or any(req.marker.evaluate({"extra": e}) for e in (extras or {""})):
+                todo.append((req.name, frozenset(req.extras)))
+    return list(found.values())
+
+
+def cluster_python(root: Path, has: tuple[str, ...] = CLUSTER_PYTHON_HAS, *, source: Path | None = None) -> Path:
+    """A virtualenv with only the distributions `has` and their dependencies (linked from the
+    main virtualenv's site-packages, or from another virtualenv `source`) and an old copy of
+    this package that fails on import."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
+    site = next((root / "lib").glob("python3*/site-packages"))
+    from_site = next((source / "lib").glob("python3*/site-packages")) if source else None
+    for dist in _closure(has, from_site):
+        tops = {Path(str(f)).parts[0] for f in dist.files or []}
+        for top in sorted(t for t in tops if t not in ("..", "__pycache__") and not t.endswith(".pth")):
+            linked = Path(str(dist.locate_file(top)))
+            if linked.exists() and not (site / top).exists():
+                (site / top).symlink_to(linked)
+    (site / "airflow_provider_streamstate").mkdir()
+    (site / "airflow_provider_streamstate" / "__init__.py").write_text(OLD_COPY)
+    return root / "bin" / "python"
+
+
+@pytest.fixture(scope="module")
+def python_without_streamstate(tmp_path_factory: pytest.TempPathFactory) -> str:
+    root = tmp_path_factory.mktemp("cluster-python")
+    python = cluster_python(root / "env")
+    probe = subprocess.run([str(python), "-c", "import pyspark, lz4, xxhash, great_expectations, airflow_provider_streamstate"],
+                           capture_output=True, text=True, cwd=root)
+    assert "the copy of streamstate installed on the cluster was imported" in probe.stderr, probe.stderr
+    for absent in ("airflow", "boto3"):
+        assert subprocess.run([str(python), "-c", f"import {absent}"], capture_output=True, cwd=root).returncode != 0
+    return str(python)
+
+
+GOLDEN_CASE = "small_aggregation_rocksdb_changelog"
+
+
+def _snapshot(tmp_path: Path) -> tuple[Golden, LocalStore, str]:
+    g = golden(GOLDEN_CASE)
+    store = LocalStore(tmp_path / "store")
+    snapshot = create_snapshot(g.copy_to(tmp_path / "checkpoint"), store, "golden", batch_id=g.last_batch)
+    return g, store, snapshot.manifest.snapshot_id
+
+
+def _suite(tmp_path: Path, sums: list[int]) -> Path:
+    """Row count and the largest sum as Spark's reader saw them (pass), and a bound that the
+    sums above the median break (fail)."""
+    median = sorted(sums)[len(sums) // 2]
+    suite = {"name": "golden-sums", "expectations": [
+        {"type": "expect_table_row_count_to_equal", "kwargs": {"value": len(sums)}},
+        {"type": "expect_column_max_to_be_between", "kwargs": {"column": "value_sum", "min_value": max(sums),
+                                                                "max_value": max(sums)}},
+        {"type": "expect_column_values_to_be_between", "kwargs": {"column": "value_sum", "max_value": median}},
+    ]}
+    path = tmp_path / "suite.json"
+    path.write_text(json.dumps(suite))
+    return path
+
+
+def _validate(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
+    code = main(["validate", *argv, "--json"])
+    out = capsys.readouterr()
+    assert code == 3, out.err  # the suite fails, as it must
+    return dict(json.loads(out.out.strip().splitlines()[-1]))
+
+
+def _assert_answers_as_sparks_reader(store: LocalStore, snapshot_id: str, sums: list[int]) -> None:
+    """The validation the job recorded observed what Spark's reader returned on the golden."""
+    from airflow_provider_streamstate.engine.catalog.validation_records import get_validation
+
+    record = get_validation(store, "golden", snapshot_id, "golden-sums")
+    assert record is not None and not record.success
+    outcomes = {o.type: o for o in record.results}
+    assert [o.success for o in record.results] == [True, True, False]
+    assert outcomes["expect_table_row_count_to_equal"].observed == len(sums)
+    assert outcomes["expect_column_max_to_be_between"].observed == max(sums)
+    broken = outcomes["expect_column_values_to_be_between"].observed
+    median = sorted(sums)[len(sums) // 2]
+    assert (broken["element_count"], broken["unexpected_count"]) == (len(sums), sum(s > median for s in sums))
+
+
+def test_a_validation_on_a_python_without_this_package_runs_the_shipped_code_and_answers_as_sparks_reader(
+    python_without_streamstate, capsys, monkeypatch, tmp_path
+) -> None:
+    monkeypatch.setenv("STREAMSTATE_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)  # not the repository's root: a Python started there would import its package
+    g, store, snapshot_id = _snapshot(tmp_path)
+    sums = [row.value[0] for row in g.state().rows]
+    result = _validate(capsys, "--store", store.url, "--stream", "golden", snapshot_id,
+                       "--suite", str(_suite(tmp_path, sums)), "--master", "local[1]", "--ship-code",
+                       "--conf", f"spark.pyspark.python={python_without_streamstate}",
+                       "--conf", "spark.sql.shuffle.partitions=2")
+    assert result["ran_on"]["python"] == python_without_streamstate
+    zips = list((tmp_path / "home" / "py-files").glob("streamstate-code-*.zip"))
+    assert len(zips) == 1 and result["ran_on"]["package"] == f"{zips[0]}/airflow_provider_streamstate"
+    assert result["failed"][0]["type"] == "expect_column_values_to_be_between"
+    _assert_answers_as_sparks_reader(store, snapshot_id, sums)
+
+
+@pytest.mark.yarn
+def test_on_yarn_in_cluster_mode_the_shipped_code_runs_by_default_in_the_application_master(
+    python_without_streamstate, yarn, capsys, monkeypatch, tmp_path
+) -> None:
+    """No option: a submit to YARN ships the code; the driver runs in the application
+    master's container on the cluster's Python, from the zip YARN localized there."""
+    monkeypatch.setenv("STREAMSTATE_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    for key, value in yarn.env().items():
+        monkeypatch.setenv(key, value)
+    g, store, snapshot_id = _snapshot(tmp_path)
+    sums = [row.value[0] for row in g.state().rows]
+    python = {k: python_without_streamstate for k in ("spark.pyspark.python", "spark.yarn.appMasterEnv.PYSPARK_PYTHON",
+                                                     "spark.executorEnv.PYSPARK_PYTHON")}
+    conf = {**yarn.pyspark_conf(tmp_path / "staging"), **python, "spark.sql.shuffle.partitions": "2"}
+    result = _validate(capsys, "--store", store.url, "--stream", "golden", snapshot_id,
+                       "--suite", str(_suite(tmp_path, sums)), "--master", "yarn", "--deploy-mode", "cluster",
+                       *(a for k, v in conf.items() for a in ("--conf", f"{k}={v}")))
+    ran_on = result["ran_on"]
+    assert (ran_on["master"], ran_on["deploy_mode"], ran_on["python"]) == ("yarn", "cluster", python_without_streamstate)
+    (shipped,) = (tmp_path / "home" / "py-files").glob("streamstate-code-*.zip")
+    assert ran_on["package"].endswith(f"/{shipped.name}/airflow_provider_streamstate")
+    assert not ran_on["package"].startswith(str(shipped.parent))  # YARN's copy in the container, not ours
+    _assert_answers_as_sparks_reader(store, snapshot_id, sums)
+
+
+@pytest.mark.spark_lines
+def test_a_repartition_on_a_python_without_this_package_verifies_on_the_executors_with_the_shipped_code(
+    tmp_path, monkeypatch
+) -> None:
+    """The rescale's job (Spark 4.3: the first line that repartitions) through the engine's
+    runner, shipping asked for on a local master whose Python (driver and executors) has
+    only pyspark, lz4 and xxhash: the executors decode the state with the shipped code and
+    the copy verifies."""
+    from airflow_provider_streamstate.engine.checkpoint.filesystems import open_checkpoint_fs
+    from airflow_provider_streamstate.engine.checkpoint.repartition import read_repartition_record
+    from airflow_provider_streamstate.engine.state.rescale import rescale_job_application
+    from airflow_provider_streamstate.engine.streams.applications import run_job
+
+    monkeypatch.setenv("STREAMSTATE_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    spark43 = spark_versions.get("4.3").require()
+    python = cluster_python(tmp_path / "env", ("pyspark", "lz4", "xxhash"), source=spark43.venv)
+    g = golden(GOLDEN_CASE, "4.3")
+    checkpoint = g.copy_to(tmp_path / "checkpoint")
+    for planned in Path(checkpoint, "offsets").glob("*[0-9]*"):  # Spark repartitions a stopped query's last commit
+        if int(planned.name.strip(".").removesuffix(".crc")) > g.last_batch:
+            planned.unlink()  # the batch planned after it, and its Hadoop checksum file
+
+    def command(args: Any) -> tuple[list[str], dict[str, str]]:
+        return spark43.submit_command(rescale_job_application(), list(args), master="local[2]",
+                                      conf={"spark.pyspark.python": str(python)}), spark43.env()
+
+    app = run_job(command, [checkpoint, "8"], logs="rescale", job_id="shipped", name="rescale-shipped",
+                  what="the repartition", ship_code=True)
+    log = Path(app.log_path).read_text()
+    assert app.proc is not None and app.proc.returncode == 0, log[-3000:]
+    assert "--py-files" in log and "streamstate-code-" in log
+    record = read_repartition_record(open_checkpoint_fs(checkpoint))
+    assert record is not None and record.ok and record.partitions == 8
+    v = record.verification
+    assert v is not None and v.ok and v.problems == () and v.tasks > 0 and v.executors >= 1
