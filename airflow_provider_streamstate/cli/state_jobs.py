@@ -117,8 +117,8 @@ def _through_connection(args: argparse.Namespace, request: Any) -> tuple[list[st
     os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
     with contextlib.redirect_stdout(sys.stderr):
         try:
+            from airflow_provider_streamstate.spec import SparkJobOptions
             from airflow_provider_streamstate.streams.state_jobs import state_job_command
-            from airflow_provider_streamstate.utils.spark_submit import SparkJobOptions
         except ImportError as exc:
             raise UsageError(f"--spark-conn-id needs Airflow: {exc}",
                              hint="install apache-airflow (the package's own dependency), or give --master") from None

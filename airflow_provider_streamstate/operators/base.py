@@ -22,9 +22,8 @@ from airflow.sdk import BaseOperator
 
 from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
-from airflow_provider_streamstate.spec import StreamSpec
+from airflow_provider_streamstate.spec import SparkJobOptions, StreamSpec
 from airflow_provider_streamstate.utils.configured_streams import stream_spec
-from airflow_provider_streamstate.utils.spark_submit import SparkJobOptions
 from airflow_provider_streamstate.utils.task_errors import CancellableTask, engine_errors
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from airflow.sdk import Context
 
 from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.operators.base import PipelineTask
-from airflow_provider_streamstate.utils.spark_submit import SparkJobOptions
+from airflow_provider_streamstate.spec import SparkJobOptions
 from airflow_provider_streamstate.utils.task_errors import engine_errors
 
 

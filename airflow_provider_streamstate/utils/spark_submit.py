@@ -18,73 +18,14 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar
+from dataclasses import dataclass, replace
+from typing import Any
 
 from airflow_provider_streamstate.engine.core.config.redact import redact_command, sensitive_values
-from airflow_provider_streamstate.engine.core.config.values import optional_duration
 from airflow_provider_streamstate.engine.core.errors import UsageError
+from airflow_provider_streamstate.spec import SparkJobOptions  # noqa: F401 - where it lived before spec.py
 
 _LOG = logging.getLogger("streamstate.spark_submit")
-
-
-@dataclass
-class SparkJobOptions:
-    """Where and how a Spark application of this package runs (a state job: validation,
-    report, bisect), as one templated value.
-
-    :param conn_id: the Spark connection to submit to (its master and deploy mode: YARN,
-        Kubernetes, standalone, local). None: the job runs in the task, on a local Spark
-        session, with the snapshot copied to the worker's disk.
-    :param deploy_mode: `client` or `cluster`; default the connection's.
-    :param conf: Spark confs of the application (executors, memory, S3A, ...).
-    :param jars: jars the application needs (the S3A connector for an S3 store).
-    :param env: environment of spark-submit and of a driver that runs here (HADOOP_CONF_DIR...).
-    :param timeout: how long the application may run before it is killed (`30m`, seconds);
-        None: no limit.
-    :param ship_code: whether the application gets this package's code as a zip in its
-        py-files, so that the cluster's Python needs only pyspark (and Great Expectations to
-        validate); None: on a cluster (any master but `local`); False: the cluster's Python
-        has this package, of the version that submits.
-    """
-
-    conn_id: str | None = None
-    deploy_mode: str | None = None
-    conf: dict[str, str] = field(default_factory=dict)
-    jars: list[str] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
-    timeout: str | float | None = None
-    ship_code: bool | None = None
-
-    # Airflow renders these when the value is an operator's templated argument.
-    template_fields: ClassVar[tuple[str, ...]] = ("conn_id", "deploy_mode", "conf", "jars", "env", "timeout")
-
-    @classmethod
-    def of(cls, value: SparkJobOptions | Mapping[str, Any] | None) -> SparkJobOptions:
-        """The options as given: this value, its dict (from a DAG's JSON), or none at all."""
-        if value is None:
-            return cls()
-        if isinstance(value, SparkJobOptions):
-            return value
-        if not isinstance(value, Mapping):
-            raise UsageError(f"spark must be SparkJobOptions or a dict, not {type(value).__name__}",
-                             hint="pass SparkJobOptions(conn_id=..., conf={...})")
-        unknown = sorted(set(value) - set(cls.__dataclass_fields__))
-        if unknown:
-            raise UsageError(f"unknown Spark job option(s) {', '.join(unknown)}",
-                             hint=f"they are {', '.join(cls.__dataclass_fields__)}")
-        return cls(**dict(value))
-
-    @property
-    def on_cluster(self) -> bool:
-        return bool(self.conn_id)
-
-    @property
-    def timeout_s(self) -> float | None:
-        return optional_duration(self.timeout, "the Spark job's timeout")
-
-    def jar_list(self) -> list[str]:
-        return self.jars.split(",") if isinstance(self.jars, str) else list(self.jars or [])
 
 
 @dataclass(frozen=True)

@@ -122,7 +122,7 @@ def test_a_state_jobs_submit_ships_the_code_on_a_cluster_unless_its_options_say_
     from airflow_provider_streamstate.backends.local.store import LocalStore
     from airflow_provider_streamstate.engine.state.jobs import StateJobRequest
     from airflow_provider_streamstate.engine.state.submit import complete_command
-    from airflow_provider_streamstate.utils.spark_submit import SparkJobOptions
+    from airflow_provider_streamstate.spec import SparkJobOptions
 
     store = LocalStore(tmp_path / "store")
     request = StateJobRequest(kind="show", store=store.url, stream="orders").with_job_id()
