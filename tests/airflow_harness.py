@@ -133,35 +133,54 @@ def _waiting_tis(session: Any, dag_id: str, task_id: str) -> Any:
         TaskInstance.state == TaskInstanceState.AWAITING_INPUT))
 
 
-class Person:
-    """A person who answers `task_id` of the next run of `dag_id` with `option`, in a thread
-    beside `run_dag`. When answering fails, the waiting task is failed instead, so that the
-    run ends (dag.test would wait for the answer) and `asked()` raises what went wrong."""
+class _Beside:
+    """What a person does with `task_id` of the next run of `dag_id`, in a thread beside
+    `run_dag`: `act()` returns what the task asked. When it fails, the waiting task is failed
+    instead, so that the run ends (dag.test would wait on), and `asked()` raises what went
+    wrong."""
 
-    def __init__(self, dag_id: str, task_id: str, option: str,
-                 meanwhile: Callable[[dict[str, Any]], None] = lambda asked: None) -> None:
+    doing = "answering"
+
+    def __init__(self, dag_id: str, task_id: str) -> None:
         import threading
 
-        self.dag_id, self.task_id, self.option, self.meanwhile = dag_id, task_id, option, meanwhile
+        self.dag_id, self.task_id = dag_id, task_id
         self._asked: dict[str, Any] = {}
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._answer, name=f"person-{task_id}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"{self.doing}-{task_id}", daemon=True)
         self._thread.start()
 
-    def _answer(self) -> None:
+    def act(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _run(self) -> None:
         try:
-            self._asked = answer_approval(self.dag_id, self.task_id, self.option, meanwhile=self.meanwhile)
+            self._asked = self.act()
         except BaseException as exc:  # noqa: BLE001 - reported by asked()
             self._error = exc
             _fail_waiting(self.dag_id, self.task_id)
 
     def asked(self) -> dict[str, Any]:
-        """What the task asked (`subject`, `body`, `options`...), once answered."""
+        """What the task asked (`subject`, `body`, `options`...), once it was answered or
+        timed out."""
         self._thread.join(timeout=60)
         if self._error is not None:
-            raise AssertionError(f"answering {self.dag_id}.{self.task_id} failed: {self._error!r}") from self._error
-        assert self._asked, f"{self.dag_id}.{self.task_id} was not answered"
+            raise AssertionError(f"{self.doing} {self.dag_id}.{self.task_id} failed: {self._error!r}") from self._error
+        assert self._asked, f"{self.dag_id}.{self.task_id} never asked"
         return self._asked
+
+
+class Person(_Beside):
+    """A person who answers `task_id` of the next run of `dag_id` with `option`; `meanwhile`
+    is what happens while the person decides (given what the task asked)."""
+
+    def __init__(self, dag_id: str, task_id: str, option: str,
+                 meanwhile: Callable[[dict[str, Any]], None] = lambda asked: None) -> None:
+        self.option, self.meanwhile = option, meanwhile
+        super().__init__(dag_id, task_id)
+
+    def act(self) -> dict[str, Any]:
+        return answer_approval(self.dag_id, self.task_id, self.option, meanwhile=self.meanwhile)
 
 
 def _fail_waiting(dag_id: str, task_id: str) -> None:
@@ -173,45 +192,31 @@ def _fail_waiting(dag_id: str, task_id: str) -> None:
             ti.state = TaskInstanceState.FAILED
 
 
-class NoAnswer:
+class NoAnswer(_Beside):
     """Nobody answers `task_id` of the next run of `dag_id`: once it waits, the scheduler's
     own timeout sweep (`check_awaiting_input_timeouts`, which `dag.test` does not run) is run
     every second until the task's response timeout has passed and the sweep moved it on. A
     thread beside `run_dag`; `asked()` is what the task showed meanwhile."""
 
+    doing = "waiting out"
+
     def __init__(self, dag_id: str, task_id: str, *, timeout_s: float = 900.0) -> None:
-        import threading
+        self.timeout_s = timeout_s
+        super().__init__(dag_id, task_id)
 
-        self.dag_id, self.task_id, self.timeout_s = dag_id, task_id, timeout_s
-        self._asked: dict[str, Any] = {}
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._wait_out, name=f"no-answer-{task_id}", daemon=True)
-        self._thread.start()
-
-    def _wait_out(self) -> None:
+    def act(self) -> dict[str, Any]:
         import time
 
         from airflow.jobs.job import Job
         from airflow.jobs.scheduler_job_runner import SchedulerJobRunner
 
-        try:
-            client, headers = _api_client()
-            deadline = time.monotonic() + self.timeout_s
-            with client:
-                self._asked = _asking(client, headers, self.dag_id, self.task_id, deadline)
-            scheduler = SchedulerJobRunner(job=Job())
-            while _waiting(self.dag_id, self.task_id):
-                assert time.monotonic() < deadline, f"{self.dag_id}.{self.task_id} still waits {self.timeout_s:.0f} s on"
-                scheduler.check_awaiting_input_timeouts()
-                time.sleep(1)
-        except BaseException as exc:  # noqa: BLE001 - reported by asked()
-            self._error = exc
-            _fail_waiting(self.dag_id, self.task_id)
-
-    def asked(self) -> dict[str, Any]:
-        """What the task showed while it waited, once it timed out."""
-        self._thread.join(timeout=60)
-        if self._error is not None:
-            raise AssertionError(f"waiting out {self.dag_id}.{self.task_id} failed: {self._error!r}") from self._error
-        assert self._asked, f"{self.dag_id}.{self.task_id} never asked"
-        return self._asked
+        client, headers = _api_client()
+        deadline = time.monotonic() + self.timeout_s
+        with client:
+            asked = _asking(client, headers, self.dag_id, self.task_id, deadline)
+        scheduler = SchedulerJobRunner(job=Job())
+        while _waiting(self.dag_id, self.task_id):
+            assert time.monotonic() < deadline, f"{self.dag_id}.{self.task_id} still waits {self.timeout_s:.0f} s on"
+            scheduler.check_awaiting_input_timeouts()
+            time.sleep(1)
+        return asked

@@ -12,12 +12,16 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _durations_module():  # noqa: ANN202 - a dev script, loaded by path
-    spec = importlib.util.spec_from_file_location("test_durations", REPO / "dev" / "test_durations.py")
+def _dev_module(name: str):  # noqa: ANN202 - a dev script, loaded by path
+    spec = importlib.util.spec_from_file_location(name, REPO / "dev" / f"{name}.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _durations_module():  # noqa: ANN202
+    return _dev_module("test_durations")
 
 
 def test_a_junit_report_gives_seconds_per_file_classes_included(tmp_path: Path) -> None:
@@ -109,12 +113,8 @@ def test_a_test_using_a_component_without_its_marker_fails_naming_the_marker() -
     check(SimpleNamespace(node=marked))
 
 
-def _cpu_module():  # noqa: ANN202 - a dev script, loaded by path
-    spec = importlib.util.spec_from_file_location("measure", REPO / "dev" / "measure.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _cpu_module():  # noqa: ANN202
+    return _dev_module("measure")
 
 
 def test_the_cpu_of_a_tests_child_process_is_charged_to_its_file_and_kind(tmp_path: Path) -> None:

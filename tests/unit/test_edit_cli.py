@@ -98,16 +98,21 @@ def test_a_transform_given_wrong_is_a_usage_error(spec, capsys, argv: list[str],
     assert code == 2 and words in err and len(err.strip().splitlines()) == 1
 
 
-def test_migrate_to_rewrites_every_key_into_the_new_versions_schema_with_defaults(spec, capsys, tmp_path) -> None:
+def new_version(checkpoint: Path, *value: tuple[str, str, bool]) -> None:
+    """A new query version's checkpoint: operator 0's schema, its key the golden's, its value `value`."""
     from tests.edits import schema_file, struct_json
+
+    target = checkpoint / "state" / "0" / "0" / "_metadata" / "schema"
+    target.parent.mkdir(parents=True)
+    target.write_bytes(schema_file(struct_json(("_groupingexpression", "long", True)), struct_json(*value)))
+
+
+def test_migrate_to_rewrites_every_key_into_the_new_versions_schema_with_defaults(spec, capsys, tmp_path) -> None:
 
     text, ckpt = spec
     g = golden("small_aggregation_hdfs")
     (field,) = g.state().types["value"].names
-    target = tmp_path / "v2" / "state" / "0" / "0" / "_metadata" / "schema"
-    target.parent.mkdir(parents=True)
-    target.write_bytes(schema_file(struct_json(("_groupingexpression", "long", True)),
-                                   struct_json((field, "long", True), ("n", "integer", False))))
+    new_version(tmp_path / "v2", (field, "long", True), ("n", "integer", False))
     argv = ["state", "edit", "--spec", text, "--migrate-to", str(tmp_path / "v2"), "--default", "n=3"]
     code, out, _ = run(capsys, *argv)
     assert code == 0 and f"would change {len(g.state().rows)} key(s) of orders (migrate operator 0 (default)" in out
@@ -118,15 +123,11 @@ def test_migrate_to_rewrites_every_key_into_the_new_versions_schema_with_default
 
 
 def test_a_new_column_of_a_repeated_name_takes_the_state_column_pair_names(spec, capsys, tmp_path) -> None:
-    from tests.edits import schema_file, struct_json
 
     text, ckpt = spec
     g = golden("small_aggregation_hdfs")
     (field,) = g.state().types["value"].names
-    target = tmp_path / "v2" / "state" / "0" / "0" / "_metadata" / "schema"
-    target.parent.mkdir(parents=True)
-    target.write_bytes(schema_file(struct_json(("_groupingexpression", "long", True)),
-                                   struct_json((field, "long", True), (field, "long", True))))
+    new_version(tmp_path / "v2", (field, "long", True), (field, "long", True))
     argv = ["state", "edit", "--spec", text, "--migrate-to", str(tmp_path / "v2"), "--apply", "--no-spark-check"]
     code, _, err = run(capsys, *argv)
     assert code == 2 and f"unpaired: {field}, {field}#2" in err and len(err.strip().splitlines()) == 1
