@@ -63,7 +63,7 @@ _JAVA_KINDS = (
 def kind_of(cmd: list[str]) -> str:
     """The kind of process a command line is, for the report."""
     line = " ".join(cmd)
-    if line.startswith("[pytest-xdist") or "bin/pytest" in line:
+    if _is_pytest(cmd):
         return "pytest (tests, Airflow's dag.test, the engine in process)"
     exe = os.path.basename(cmd[0]) if cmd else ""
     if exe == "java" or exe.startswith("java"):
@@ -75,6 +75,11 @@ def kind_of(cmd: list[str]) -> str:
     if exe.startswith("python"):
         return "other python (stream apps' drivers, CLI runs, jobs)"
     return "other"
+
+
+def _is_pytest(cmd: list[str]) -> bool:
+    line = " ".join(cmd)
+    return line.startswith("[pytest-xdist") or "bin/pytest" in line
 
 
 def _test_file(value: str | None) -> str | None:
@@ -110,6 +115,7 @@ class Sampler:
         self.marker = f"{TAG_VARIABLE}={tag}".encode()
         self.known: dict[tuple[int, int], dict[str, Any] | None] = {}  # (pid, start) -> charge, or untagged
         self.live: dict[int, dict[str, Any] | None] = {}  # pid -> its charge, for its children
+        self.running: dict[int, str] = {}  # pid of a pytest worker -> the test file it runs now
         self.by_file: Counter[str] = Counter()
         self.by_kind: Counter[str] = Counter()
         self.started = time.monotonic()
@@ -135,7 +141,12 @@ class Sampler:
             file = SHARED
         else:
             file = _test_file(current) or (parents["file"] if parents else "(outside any test)")
-        return {"cpu": 0.0, "kind": kind_of(cmd), "cmd": cmd, "file": file}
+        # The in-process Spark session's JVM (and its Python workers) serves whichever test its
+        # pytest process runs: charged, sample by sample, to that test, not to the first.
+        follows = parents.get("follows") if parents else None
+        if parents is not None and _is_pytest(parents["cmd"]) and "pyspark-shell" in cmd:
+            follows = parent
+        return {"cpu": 0.0, "kind": kind_of(cmd), "cmd": cmd, "file": file, "follows": follows}
 
     def sample(self) -> None:
         for entry in os.listdir("/proc"):
@@ -153,12 +164,19 @@ class Sampler:
                 cmd = [a.decode(errors="replace") for a in _read(f"/proc/{pid}/cmdline").split(b"\0") if a]
                 if cmd and cmd != charge["cmd"]:  # an exec (spark-submit's shell becomes java), or a new title
                     charge["cmd"], charge["kind"] = cmd, kind_of(cmd)
+                title = cmd[0] if cmd and cmd[0].startswith("[pytest-xdist") else None
+                if title:
+                    self.running[pid] = _test_file(title) or "(pytest between tests)"
                 delta, charge["cpu"] = cpu - charge["cpu"], cpu
                 if delta <= 0:
                     continue
-                title = cmd[0] if cmd and cmd[0].startswith("[pytest-xdist") else None
-                test = _test_file(title) if title else None
-                self.by_file[test or ("(pytest between tests)" if title else charge["file"])] += delta
+                if title:
+                    where = self.running[pid]
+                elif charge["follows"] is not None:
+                    where = self.running.get(charge["follows"], charge["file"])
+                else:
+                    where = charge["file"]
+                self.by_file[where] += delta
                 self.by_kind[charge["kind"]] += delta
             except (OSError, ValueError, IndexError):
                 continue

@@ -142,6 +142,38 @@ def test_the_cpu_of_a_tests_child_process_is_charged_to_its_file_and_kind(tmp_pa
     assert set(report["by_kind"]) == {"other python (stream apps' drivers, CLI runs, jobs)"}
 
 
+def test_the_in_process_spark_sessions_cpu_is_charged_to_the_test_its_worker_runs_now() -> None:
+    """The worker's Spark session JVM (a `pyspark-shell` child) serves every test the worker
+    runs after the one that started it: its CPU goes to the test the worker's title names at
+    each sample."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+    import time
+
+    cpu = _cpu_module()
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.8: pass\n"
+    worker = textwrap.dedent(f"""
+        import subprocess, sys, time, setproctitle
+        setproctitle.setproctitle("[pytest-xdist running] tests/integration/test_first.py::t")
+        gateway = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.0)\\n" + {burn!r},
+                                    "pyspark-shell"])
+        time.sleep(0.6)
+        setproctitle.setproctitle("[pytest-xdist running] tests/integration/test_later.py::t")
+        gateway.wait()
+    """)
+    env = {**os.environ, cpu.TAG_VARIABLE: "t3", "PYTEST_CURRENT_TEST": "tests/integration/test_first.py::t (call)"}
+    sampler = cpu.Sampler("t3")
+    proc = subprocess.Popen([sys.executable, "-c", worker], env=env)
+    while proc.poll() is None:
+        sampler.sample()
+        time.sleep(0.05)
+    by_file = sampler.report()["by_file"]
+    assert by_file.get("tests/integration/test_later.py", 0) >= 0.6, by_file
+    assert by_file.get("tests/integration/test_first.py", 0) < 0.3, by_file
+
+
 def test_a_measured_command_keeps_its_exit_code_and_its_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]
                                                                 ) -> None:
     import sys
