@@ -11,7 +11,8 @@ batch for 60 s may use 5 s of CPU, another 60 s. dev/run-tests.sh runs the suite
 and to a kind of process:
 
 - a pytest process (the xdist workers name their current test in their title) is charged,
-  sample by sample, to the test it runs;
+  sample by sample, to the test it runs, and so is its in-process Spark session (the
+  `pyspark-shell` JVM and its Python workers, which serve every test the worker runs);
 - any other process of the command (found by a marker in its environment, which every
   process the suite starts inherits, or as a child of one: YARN's containers get an
   environment of their own) to the test file that started it (`PYTEST_CURRENT_TEST` in its
