@@ -188,7 +188,8 @@ class Sampler:
         return {"wall_s": round(time.monotonic() - self.started, 1), "machine_busy_cpu_s": round(busy, 1),
                 "charged_cpu_s": round(charged, 1),
                 "by_file": {k: round(v, 1) for k, v in self.by_file.most_common()},
-                "by_kind": {k: round(v, 1) for k, v in self.by_kind.most_common()}}
+                "by_kind": {k: round(v, 1) for k, v in self.by_kind.most_common()},
+                "processes_by_kind": dict(Counter(c["kind"] for c in self.known.values() if c).most_common())}
 
 
 def measure(argv: list[str]) -> tuple[int, dict[str, Any]]:
@@ -217,8 +218,10 @@ def print_report(r: dict[str, Any], top: int) -> None:
     print(f"measure: {r['wall_s']:,.0f} s wall, {charged:,.0f} CPU-s in the command's processes ({share}), "
           f"load average {r.get('load_average', '?')}")
     print("  by kind of process:")
+    processes = r.get("processes_by_kind", {})
     for kind, cpu in r["by_kind"].items():
-        print(f"    {cpu:8.1f} s  {kind}")
+        n = processes.get(kind, 0)
+        print(f"    {cpu:8.1f} s  {kind} ({n:,} process{'' if n == 1 else 'es'})")
     print(f"  by test file (the {top} costliest):")
     for name, cpu in list(r["by_file"].items())[:top]:
         print(f"    {cpu:8.1f} s  {name}")

@@ -140,6 +140,7 @@ def test_the_cpu_of_a_tests_child_process_is_charged_to_its_file_and_kind(tmp_pa
     assert 1.2 <= report["by_file"]["tests/integration/test_x.py"] <= 1.8, report
     assert set(report["by_file"]) == {"tests/integration/test_x.py"}
     assert set(report["by_kind"]) == {"other python (stream apps' drivers, CLI runs, jobs)"}
+    assert report["processes_by_kind"] == {"other python (stream apps' drivers, CLI runs, jobs)": 2}
 
 
 def test_the_in_process_spark_sessions_cpu_is_charged_to_the_test_its_worker_runs_now() -> None:
