@@ -48,7 +48,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 from airflow_provider_streamstate.engine.catalog import journal
 from airflow_provider_streamstate.engine.catalog.manifests import get_snapshot, no_snapshots_error
@@ -261,6 +261,17 @@ class _LostSegment(Exception):
     """A base segment listed but gone when read (replaced by a newer base meanwhile)."""
 
 
+class ListingBasis(NamedTuple):
+    """The keys of the write-once objects a listing was worked out from: the same keys give
+    the same listing."""
+
+    segments: tuple[str, ...]
+    journal: tuple[str, ...] | None  # the journal's records since the base; None: every id listed
+    listed: tuple[str, ...]
+    validations: tuple[tuple[str, tuple[str, ...]], ...]
+    timelines: tuple[str, ...]
+
+
 class CatalogMemo:
     """What a long-lived process (the Streams pages' API server) has worked out from a store,
     so that listing a stream again costs the listings and nothing more when nothing changed.
@@ -285,7 +296,7 @@ class CatalogMemo:
         self.max_summaries, self.max_listings, self.max_outcomes = max_summaries, max_listings, max_outcomes
         self._segments: OrderedDict[tuple[str, str | None, str], _Segment] = OrderedDict()
         self._outcomes: OrderedDict[tuple[str, str | None, str], bool] = OrderedDict()
-        self._listings: OrderedDict[tuple[str, str | None, str], tuple[tuple[Any, ...], SummaryListing]] = OrderedDict()
+        self._listings: OrderedDict[tuple[str, str | None, str], tuple[ListingBasis, SummaryListing]] = OrderedDict()
         self._summaries = 0
         self._lock = threading.Lock()
 
@@ -318,17 +329,17 @@ class CatalogMemo:
             while len(self._outcomes) > self.max_outcomes:
                 self._outcomes.popitem(last=False)
 
-    def listing(self, store: SnapshotStore, stream: str, basis: tuple[Any, ...]) -> SummaryListing | None:
+    def listing(self, store: SnapshotStore, stream: str, basis: ListingBasis) -> SummaryListing | None:
         """The stream's last listing, if it was worked out from exactly `basis`."""
         kept = self.last_listing(store, stream)
         return kept[1] if kept is not None and kept[0] == basis else None
 
-    def last_listing(self, store: SnapshotStore, stream: str) -> tuple[tuple[Any, ...], SummaryListing] | None:
+    def last_listing(self, store: SnapshotStore, stream: str) -> tuple[ListingBasis, SummaryListing] | None:
         """The stream's last listing kept, with the basis it was worked out from."""
         with self._lock:
             return self._listings.get(self._id(store, stream))
 
-    def keep_listing(self, store: SnapshotStore, stream: str, basis: tuple[Any, ...], listing: SummaryListing) -> None:
+    def keep_listing(self, store: SnapshotStore, stream: str, basis: ListingBasis, listing: SummaryListing) -> None:
         with self._lock:
             self._listings[self._id(store, stream)] = (basis, listing)
             self._listings.move_to_end(self._id(store, stream))
@@ -535,14 +546,14 @@ def list_summaries(
     listed = snapshot_refs(store, stream) if events is None else []  # no base to trust: every id
     stored = _validation_keys(store, stream)
     timeline_keys = store.list_records(timelines_prefix(stream))
-    basis = (tuple(keys), None if events is None else tuple(e.key for e in events),
-             tuple(r.snapshot_id for r in listed), tuple((sid, tuple(v)) for sid, v in stored.items()),
-             tuple(timeline_keys))
+    basis = ListingBasis(tuple(keys), None if events is None else tuple(e.key for e in events),
+                         tuple(r.snapshot_id for r in listed), tuple((sid, tuple(v)) for sid, v in stored.items()),
+                         tuple(timeline_keys))
     keep = memo is not None and not update_index
     last = memo.last_listing(store, stream) if keep and memo is not None else None
     if last is not None and last[0] == basis:
         return last[1]
-    if last is not None and last[0][:3] == basis[:3] and last[0][4] == basis[4]:
+    if last is not None and last[0]._replace(validations=basis.validations) == basis:
         # Only validation records came or went since: the same segments, journal and manifest
         # ids, and timeline records give the same snapshots on the same timelines.
         kept = last[1]
