@@ -48,3 +48,17 @@ def with_confs(command: Sequence[str], confs: Sequence[tuple[str, str]]) -> list
     """`command` with `--conf key=value` pairs right after spark-submit itself (before any
     of the command's own options and its application)."""
     return [command[0], *(a for k, v in confs for a in ("--conf", f"{k}={v}")), *command[1:]]
+
+
+def without_option(command: Sequence[str], name: str) -> list[str]:
+    """`command` without spark-submit option `name` (`--name V` and `--name=V`, every one)."""
+    out: list[str] = []
+    skip = False
+    for i, arg in enumerate(command):
+        if skip:
+            skip = False
+        elif i > 0 and arg == name:
+            skip = True
+        elif not (i > 0 and arg.startswith(name + "=")):
+            out.append(arg)
+    return out

@@ -29,7 +29,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from airflow_provider_streamstate.engine.checkpoint.filesystems import streamstate_home
-from airflow_provider_streamstate.engine.streams.command import conf_value, master_of, option_value
+from airflow_provider_streamstate.engine.streams.command import (
+    conf_value,
+    master_of,
+    option_value,
+    without_option,
+)
 
 PACKAGE = "airflow_provider_streamstate"
 DISTRIBUTION = "airflow_provider_streamstate"  # the .dist-info's name (the normalized project name)
@@ -123,17 +128,6 @@ def with_package_code(command: Sequence[str], ship_code: bool | None = None) -> 
     if not ships_code(cmd, ship_code):
         return cmd
     given = option_value(cmd, "--py-files") or conf_value(cmd, PY_FILES_CONF) or ""
-    kept: list[str] = []
-    skip = False
-    for i, arg in enumerate(cmd):
-        if skip:
-            skip = False
-            continue
-        if i > 0 and arg == "--py-files":
-            skip = True
-            continue
-        if i > 0 and arg.startswith("--py-files="):
-            continue
-        kept.append(arg)
+    kept = without_option(cmd, "--py-files")
     py_files = ",".join([str(package_zip()), *(f for f in given.split(",") if f)])
     return [kept[0], "--py-files", py_files, *kept[1:]]
