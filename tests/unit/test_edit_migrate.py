@@ -232,7 +232,7 @@ def typed_version(root: Path, g: Golden, *extra: tuple[str, str, bool]) -> tuple
     """A new version of the golden's query keeping all its aggregates, and `extra` columns
     after them; the names of the state's value columns."""
     from airflow_provider_streamstate.engine.edit.changes import store_schema
-    from airflow_provider_streamstate.engine.edit.migrate import column_names
+    from airflow_provider_streamstate.engine.lookup.encodings.unsafe_row import field_names
 
     (reader,) = [r for r in g.record["readers"] if r["options"] == {"batchId": g.last_batch}]
     fields = {f["name"]: f["type"] for f in reader["schema"]["fields"]}
@@ -241,7 +241,7 @@ def typed_version(root: Path, g: Golden, *extra: tuple[str, str, bool]) -> tuple
     path.parent.mkdir(parents=True)
     path.write_bytes(schema_file(fields["key"], value))
     _, schema = store_schema(CheckpointSource(g.checkpoint), 0, "default")
-    return str(root), column_names(schema.value)
+    return str(root), field_names(schema.value)
 
 
 def test_columns_of_one_buffer_name_unpaired_are_refused_naming_them_and_what_to_give(tmp_path: Path) -> None:

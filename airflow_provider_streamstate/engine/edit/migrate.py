@@ -63,7 +63,11 @@ from airflow_provider_streamstate.engine.lookup.encodings.types import (
     StructField,
     StructType,
 )
-from airflow_provider_streamstate.engine.lookup.encodings.unsafe_row import decode_row, encode_row
+from airflow_provider_streamstate.engine.lookup.encodings.unsafe_row import (
+    decode_row,
+    encode_row,
+    field_names,
+)
 from airflow_provider_streamstate.engine.lookup.reading.sources import StateSource
 
 _INTEGERS = ("byte", "short", "integer", "long")
@@ -97,7 +101,7 @@ def migration_to(
 ) -> Migration:
     """The migration to the state schema of operator `operator`'s `store` in the checkpoint
     `target` (one the new query version wrote); `pairs` names, for a new column, the state's
-    column it takes (columns as `column_names` names them)."""
+    column it takes (columns as `field_names` names them)."""
     fs = target if isinstance(target, CheckpointFS) else open_checkpoint_fs(target, connection=connection)
     rel = schema_file(operator, store)
     try:
@@ -121,7 +125,7 @@ def migrated_changes(src: StateSource, m: Migration) -> list[KeyChange]:
                          "is another grouping, its state cannot be carried over",
                          hint="start the new query version from empty state (or migrate only value columns)")
     convert = value_conversion(schema.value, m.value, m.defaults, m.pairs)
-    names = column_names(m.value)
+    names = field_names(m.value)
     provider = provider_of(src.conf, src.description)
     base = 0 if provider == "hdfs" else len(rk.VERSION)
     out = []
@@ -133,25 +137,12 @@ def migrated_changes(src: StateSource, m: Migration) -> list[KeyChange]:
     return out
 
 
-def column_names(struct: StructType) -> list[str]:
-    """Each column's name as the engine's readers give it (`decode_row`): a name that repeats
-    (two aggregates with one buffer name) is `name`, then `name#2`, ... in schema order."""
-    out: list[str] = []
-    for f in struct.fields:
-        name, i = f.name, 1
-        while name in out:
-            i += 1
-            name = f"{f.name}#{i}"
-        out.append(name)
-    return out
-
-
 def value_conversion(old: StructType, new: StructType, defaults: dict[str, Any],
                      pairs: dict[str, str] | None = None) -> Any:
-    """A function from a value of `old` (a dict by `column_names`) to one of `new`; UsageError
+    """A function from a value of `old` (a dict by `field_names`) to one of `new`; UsageError
     naming the first column that cannot be carried over or has no default, or every column
     whose name repeats and is given neither a pair nor a default (see the module docstring)."""
-    old_names, new_names = column_names(old), column_names(new)
+    old_names, new_names = field_names(old), field_names(new)
     defaults = {_named(k): v for k, v in defaults.items()}
     pairs = {_named(k): _named(v) for k, v in (pairs or {}).items()}
     for what, given, names in (("a default", defaults, new_names), ("a pair", pairs, new_names),

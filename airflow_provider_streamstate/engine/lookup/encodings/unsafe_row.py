@@ -77,15 +77,19 @@ def _round8(n: int) -> int:
 def decode_row(data: bytes | memoryview, schema: StructType, offset: int = 0, size: int | None = None) -> dict[str, Any]:
     """A row of `schema` as {field name: value}; struct fields with the same name (Spark
     allows them) keep the first value under the name and the others as `name#2`, ..."""
-    values = decode_row_values(data, schema, offset, size)
-    out: dict[str, Any] = {}
-    for f, v in zip(schema.fields, values, strict=True):
-        name = f.name
-        i = 1
+    return dict(zip(field_names(schema), decode_row_values(data, schema, offset, size), strict=True))
+
+
+def field_names(schema: StructType) -> list[str]:
+    """The names `decode_row` gives a row's fields: a name that repeats (two aggregates with
+    one buffer name) is `name`, then `name#2`, ... in schema order."""
+    out: list[str] = []
+    for f in schema.fields:
+        name, i = f.name, 1
         while name in out:
             i += 1
             name = f"{f.name}#{i}"
-        out[name] = v
+        out.append(name)
     return out
 
 
