@@ -11,7 +11,7 @@ from typing import Any
 
 from airflow.sdk import Context
 
-from airflow_provider_streamstate.engine.core.config.values import optional_duration
+from airflow_provider_streamstate.engine.core.config.values import optional_duration, parse_flag
 from airflow_provider_streamstate.operators.base import StreamTask
 from airflow_provider_streamstate.utils.task_errors import engine_errors
 
@@ -114,6 +114,7 @@ class StateEditOperator(StreamTask):
 
         spec = self.spec
         with engine_errors():
+            spark_check = parse_flag(self.spark_check, "spark_check")
             timeout_s = optional_duration(self.timeout, "timeout")
             operator = int(self.operator) if str(self.operator).isdigit() else self.operator
             snapshot = self.snapshot or None
@@ -135,7 +136,7 @@ class StateEditOperator(StreamTask):
         with self.cancellable():
             result = edit_spec(spec, edit, apply=bool(self.apply), snapshot=snapshot,
                                target=self.target or None, clone_name=self.clone_name or None,
-                               spark_check=_flag(self.spark_check), requested_by=self.requested_by or _asked_by(context),
+                               spark_check=spark_check, requested_by=self.requested_by or _asked_by(context),
                                timeout_s=timeout_s, parallelism=self.parallelism)
         p = result.preview
         self.log.info("%s %d key(s) of %s at batch %d", "would change" if result.dry_run else "changed", p.changed,
@@ -229,8 +230,3 @@ def _asked_by(context: Context) -> str:
     ti = context.get("ti")
     where = f"{getattr(ti, 'dag_id', '?')}/{getattr(run, 'run_id', '?')}"
     return f"{user} ({where})" if user else where
-
-
-def _flag(value: bool | str) -> bool:
-    """A templated flag: rendered as text unless the DAG renders native objects."""
-    return value if isinstance(value, bool) else str(value).strip().lower() not in ("false", "0", "no", "off", "")
