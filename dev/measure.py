@@ -54,10 +54,8 @@ _JAVA_KINDS = (
     ("kafka.Kafka", "kafka broker"),
     ("MirrorMaker", "mirrormaker 2"),
     ("s3proxy", "s3proxy"),
-    ("MiniYARN", "yarn"),
-    ("yarn", "yarn"),
-    ("MiniDFS", "hdfs"),
-    ("hdfs", "hdfs"),
+    ("io.streamstate.dev.YarnCluster", "yarn"),  # MiniYARNCluster (dev/stack.py)
+    ("io.streamstate.dev.HdfsCluster", "hdfs"),  # MiniDFSCluster
 )
 
 
