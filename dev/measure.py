@@ -101,10 +101,12 @@ def _stat(pid: int) -> tuple[int, int, float]:
     return int(rest[1]), int(rest[19]), (int(rest[11]) + int(rest[12])) / _TICKS
 
 
-def _busy_ticks() -> int:
+def _cpu_ticks() -> tuple[int, int]:
+    """The machine's CPU ticks so far: (busy, i.e. neither idle nor waiting for I/O; all)."""
     fields = _read("/proc/stat").split(b"\n", 1)[0].split()[1:]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
-    return user + nice + system + irq + softirq + steal
+    user, nice, system, idle, iowait, irq, softirq, steal = (int(x) for x in fields[:8])
+    busy = user + nice + system + irq + softirq + steal
+    return busy, busy + idle + iowait
 
 
 class Sampler:
@@ -118,7 +120,7 @@ class Sampler:
         self.by_file: Counter[str] = Counter()
         self.by_kind: Counter[str] = Counter()
         self.started = time.monotonic()
-        self.busy_before = _busy_ticks()
+        self.ticks_before = _cpu_ticks()
 
     def _first_sight(self, pid: int, parent: int) -> dict[str, Any] | None:
         """The charge of a process of the run (tagged, or a child of one: YARN's containers
@@ -181,9 +183,11 @@ class Sampler:
                 continue
 
     def report(self) -> dict[str, Any]:
-        busy = (_busy_ticks() - self.busy_before) / _TICKS
+        (busy_after, all_after), (busy_before, all_before) = _cpu_ticks(), self.ticks_before
+        busy, ticks = busy_after - busy_before, all_after - all_before
         charged = sum(self.by_file.values())
-        return {"wall_s": round(time.monotonic() - self.started, 1), "machine_busy_cpu_s": round(busy, 1),
+        return {"wall_s": round(time.monotonic() - self.started, 1), "machine_busy_cpu_s": round(busy / _TICKS, 1),
+                "machine_busy_share": round(busy / ticks, 3) if ticks else 0.0, "cpus": os.cpu_count(),
                 "charged_cpu_s": round(charged, 1),
                 "by_file": {k: round(v, 1) for k, v in self.by_file.most_common()},
                 "by_kind": {k: round(v, 1) for k, v in self.by_kind.most_common()},
@@ -223,6 +227,8 @@ def print_report(r: dict[str, Any], top: int) -> None:
     print(f"  by test file (the {top} costliest):")
     for name, cpu in list(r["by_file"].items())[:top]:
         print(f"    {cpu:8.1f} s  {name}")
+    print(f"  the machine's {r['cpus']} CPUs were busy {100 * r['machine_busy_share']:.0f}% of the time "
+          "(under 100%, more pytest workers could end a run sooner)")
 
 
 def main(argv: list[str]) -> int:

@@ -33,12 +33,9 @@ if [ -z "$junit" ]; then
   trap 'rm -f "$junit"' EXIT
   report=(--junitxml="$junit")
 fi
-# The machine's CPU ticks, busy (neither idle nor waiting for I/O) and all: how much of the
-# machine the run used says whether more workers would end it sooner.
-cpu_ticks() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat 2>/dev/null; }
-ticks_before="$(cpu_ticks)"
 # pytest runs through dev/measure.py, which prints where the CPU went, by kind of process and
-# by test file; STREAMSTATE_CPU_REPORT=PATH keeps it as JSON.
+# by test file, and how busy the machine was (below 100%, more workers could end it sooner);
+# STREAMSTATE_CPU_REPORT=PATH keeps it as JSON.
 cpu_json=()
 [ -n "${STREAMSTATE_CPU_REPORT:-}" ] && cpu_json=(--json "$STREAMSTATE_CPU_REPORT")
 started=$SECONDS
@@ -48,11 +45,6 @@ rc=$?
 if [ -s "$junit" ]; then
   echo
   .venv/bin/python dev/test_durations.py --summary "$junit" --wall "$((SECONDS - started))" --top 25
-fi
-ticks_after="$(cpu_ticks)"
-if [ -n "$ticks_before" ] && [ -n "$ticks_after" ]; then
-  echo "$ticks_before $ticks_after $(nproc)" | awk -v workers="$workers" '{busy = $3 - $1; all = $4 - $2;
-    if (all > 0) printf "the machine'"'"'s %d CPUs were busy %.0f%% of the run (%s pytest workers)\n", $5, 100 * busy / all, workers}'
 fi
 if [ "$rc" -eq 5 ]; then
   echo "error: pytest collected no tests" >&2
