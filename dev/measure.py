@@ -147,7 +147,8 @@ class Sampler:
         follows = parents.get("follows") if parents else None
         if parents is not None and _is_pytest(parents["cmd"]) and "pyspark-shell" in cmd:
             follows = parent
-        return {"cpu": 0.0, "kind": kind_of(cmd), "cmd": cmd, "file": file, "follows": follows}
+        test = current.rsplit(" (", 1)[0] if current else None
+        return {"cpu": 0.0, "kind": kind_of(cmd), "cmd": cmd, "file": file, "test": test, "follows": follows}
 
     def sample(self) -> None:
         for entry in os.listdir("/proc"):
@@ -191,7 +192,11 @@ class Sampler:
                 "charged_cpu_s": round(charged, 1),
                 "by_file": {k: round(v, 1) for k, v in self.by_file.most_common()},
                 "by_kind": {k: round(v, 1) for k, v in self.by_kind.most_common()},
-                "processes_by_kind": dict(Counter(c["kind"] for c in self.known.values() if c).most_common())}
+                "processes_by_kind": dict(Counter(c["kind"] for c in self.known.values() if c).most_common()),
+                "spark_drivers_by_file": dict(Counter(c["file"] for c in self.known.values()
+                                                      if c and c["kind"] == "spark driver").most_common()),
+                "spark_drivers_by_test": dict(Counter(c["test"] or c["file"] for c in self.known.values()
+                                                      if c and c["kind"] == "spark driver").most_common())}
 
 
 def measure(argv: list[str]) -> tuple[int, dict[str, Any]]:
@@ -227,6 +232,11 @@ def print_report(r: dict[str, Any], top: int) -> None:
     print(f"  by test file (the {top} costliest):")
     for name, cpu in list(r["by_file"].items())[:top]:
         print(f"    {cpu:8.1f} s  {name}")
+    drivers = r.get("spark_drivers_by_file", {})
+    if drivers:
+        print(f"  Spark drivers started ({sum(drivers.values()):,}; the {top} files that started most):")
+        for name, n in list(drivers.items())[:top]:
+            print(f"    {n:8d}    {name}")
     print(f"  the machine's {r['cpus']} CPUs were busy {100 * r['machine_busy_share']:.0f}% of the time "
           "(under 100%, more pytest workers could end a run sooner)")
 
