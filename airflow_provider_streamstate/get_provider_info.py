@@ -28,6 +28,7 @@ def get_provider_info() -> dict[str, Any]:
             {
                 "integration-name": "streamstate",
                 "python-modules": [
+                    "airflow_provider_streamstate.operators.approval",
                     "airflow_provider_streamstate.operators.base",
                     "airflow_provider_streamstate.operators.clones",
                     "airflow_provider_streamstate.operators.failover",

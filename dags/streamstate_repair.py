@@ -38,9 +38,9 @@ from __future__ import annotations
 from typing import Any
 
 import pendulum
-from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import DAG, Param, task
 
+from airflow_provider_streamstate.operators.approval import TimedApprovalOperator
 from airflow_provider_streamstate.operators.bisect import BisectSnapshotsOperator
 from airflow_provider_streamstate.operators.edit import StateEditOperator
 from airflow_provider_streamstate.operators.snapshot import SnapshotStreamOperator
@@ -49,21 +49,6 @@ from airflow_provider_streamstate.operators.validate import ValidateSnapshotOper
 
 CLONE_TTL_S = 7 * 24 * 3600  # the store's retention deletes a clone a crashed run left
 APPROVAL_HOURS = 24  # unanswered by then, the approval fails and the stream is left as it was
-
-
-class TimedApprovalOperator(ApprovalOperator):
-    """An approval whose wait is a run's choice (`hours`, templated): a repair planned on a
-    Friday can wait for Monday, one planned in an incident for minutes."""
-
-    template_fields = (*ApprovalOperator.template_fields, "hours")
-
-    def __init__(self, *, hours: Any, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.hours = hours
-
-    def execute(self, context: Any) -> Any:
-        self.response_timeout = pendulum.duration(seconds=round(float(self.hours) * 3600))
-        return super().execute(context)
 
 
 def planned_(field: str) -> str:

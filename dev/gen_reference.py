@@ -33,10 +33,11 @@ TEMPLATED = re.compile(r"\s*\(templated\)")
 
 def airflow_bases() -> tuple[type, ...]:
     """The Airflow classes a provider class extends; their own arguments are Airflow's to document."""
+    from airflow.providers.standard.operators.hitl import ApprovalOperator, HITLOperator
     from airflow.sdk import BaseHook, BaseOperator, BaseSensorOperator
     from airflow.triggers.base import BaseTrigger
 
-    return BaseSensorOperator, BaseOperator, BaseTrigger, BaseHook
+    return ApprovalOperator, HITLOperator, BaseSensorOperator, BaseOperator, BaseTrigger, BaseHook
 
 
 @dataclass
