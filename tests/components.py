@@ -18,6 +18,24 @@ COMPONENT_MARKERS = {
 }
 
 
+def marker_of_part(part: str) -> str | None:
+    """The marker of the tests that use a shared part (tests/shared_parts.py), by the part's
+    name; None for the stack, which every test may use."""
+    if part.startswith("regions-"):
+        return "dr_regions"
+    return {"yarn": "yarn", "hdfs": "hdfs", "spark-standalone": "spark_standalone", "s3proxy": "s3proxy"}.get(part)
+
+
+def last_users(files: list[tuple[str, set[str]]]) -> dict[str, int]:
+    """For each component marker, the position of the last of `files` (in run order, each
+    with the markers of its tests) that carries it."""
+    last: dict[str, int] = {}
+    for position, (_, markers) in enumerate(files):
+        for marker in markers & set(COMPONENT_MARKERS.values()):
+            last[marker] = position
+    return last
+
+
 def unmarked_components(items: Iterable[pytest.Item]) -> list[tuple[pytest.Item, str]]:
     """(test, marker) for each test that uses a component's fixture without its marker."""
     return [(item, marker) for item in items for fixture, marker in COMPONENT_MARKERS.items()

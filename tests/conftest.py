@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tests import airflow_harness, shared_parts  # noqa: E402
-from tests.components import require_marker, unmarked_components  # noqa: E402
+from tests.components import last_users, marker_of_part, require_marker, unmarked_components  # noqa: E402
 from tests.s3 import s3_client  # noqa: E402
 
 # Airflow reads its home, DB and DAG folder at import: keep them out of the user's ~/airflow.
@@ -80,6 +80,44 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return seconds.get(rel, -1.0)
 
     items.sort(key=lambda item: -weight(item))
+    _plan_letting_go(config, items)
+
+
+# The run's files in order with the position of each, and the position of the last file
+# that uses each component (tests/components.py): what `pytest_runtest_setup` lets go of.
+_FILE_POSITION = pytest.StashKey[dict[str, int]]()
+_LAST_USER = pytest.StashKey[dict[str, int]]()
+_LET_GO = pytest.StashKey[set[str]]()
+
+
+def _plan_letting_go(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every process of the run sorts the same files the same way and xdist hands them out in
+    that order (--dist loadfile --no-loadscope-reorder), so a process that starts a file
+    later than the last user of a component will not need that component again."""
+    files: dict[str, set[str]] = {}
+    for item in items:
+        files.setdefault(str(item.path), set()).update(m.name for m in item.iter_markers())
+    config.stash[_FILE_POSITION] = {path: i for i, path in enumerate(files)}
+    config.stash[_LAST_USER] = last_users(list(files.items()))
+    config.stash[_LET_GO] = set()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Let go of the shared parts no file from here on uses (the last holder stops them)."""
+    position = item.config.stash.get(_FILE_POSITION, {}).get(str(item.path))
+    if position is None:
+        return
+    last, gone = item.config.stash[_LAST_USER], item.config.stash[_LET_GO]
+    needed = {m.name for m in item.iter_markers()} & gone
+    if needed:  # the order was not what _plan_letting_go assumed: say so rather than use a stopped part
+        pytest.fail(f"{item.nodeid} needs {sorted(needed)}, let go of after the last file that used it "
+                    "(tests/conftest.py: files must run in the order collection gave them)")
+    for part in shared_parts.held():
+        marker = marker_of_part(part)
+        if marker is not None and last.get(marker, -1) < position:
+            shared_parts.let_go(part)
+            gone.add(marker)
 
 
 def throwaway_down(state_dir: Path) -> None:
@@ -115,6 +153,7 @@ def s3proxy(stack: stack_mod.Stack, shared_root: Path) -> Iterator[dict[str, str
 
     for info in shared_parts.hold(shared_root, "s3proxy", stack_mod.start_s3proxy, stop):
         stack.s3[stack_mod.S3PROXY] = info
+        shared_parts.also_on_let_go("s3proxy", lambda: stack.s3.pop(stack_mod.S3PROXY, None))
         try:
             yield info
         finally:

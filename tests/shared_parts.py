@@ -10,6 +10,10 @@ no live process holds it, and records this process; letting go removes the recor
 the part when no live holder is left. A holder that died without letting go (a killed worker)
 counts as gone at the next hold or release, so the part does not outlive the run.
 
+A process lets go of a part as soon as the run is past the last test file that uses it
+(`let_go`, called by tests/conftest.py): the files run in one order known to every process
+(longest first), so a cluster the first files used does not idle through the rest of the run.
+
 A part is shared only where tests cannot disturb each other through it: every test makes its
 own topics, bucket prefixes, HDFS paths and applications. A test that kills or restarts a
 component starts its own (e.g. the private region pair of tests/integration/conftest.py).
@@ -62,11 +66,35 @@ def _live_holders(part_dir: Path) -> list[int]:
     return alive
 
 
+# What letting go of each part this process holds does, in order: part name -> callables.
+_LET_GO: dict[str, list[Callable[[], None]]] = {}
+
+
+def held() -> list[str]:
+    """The parts this process holds now."""
+    return list(_LET_GO)
+
+
+def also_on_let_go(name: str, undo: Callable[[], None]) -> None:
+    """Run `undo` first when this process lets go of part `name` (e.g. forget its address)."""
+    _LET_GO[name].insert(0, undo)
+
+
+def let_go(name: str) -> bool:
+    """Let go of part `name` now, if this process holds it (the last holder stops it); whether
+    it held it. For a run past the last test that uses the part: the session fixture that
+    holds it must not be used after."""
+    steps = _LET_GO.pop(name, None)
+    for step in steps or ():
+        step()
+    return steps is not None
+
+
 def hold(root: Path, name: str, start: Callable[[Path], dict[str, Any]], stop: Callable[[Path], None]
          ) -> Iterator[dict[str, Any]]:
     """Yield the JSON of part `name` (`start(dir)` returns it; `stop(dir)` ends it), started
-    if no live process of the run holds it, stopped after if none holds it any more. For a
-    session fixture: `yield from hold(...)`."""
+    if no live process of the run holds it, stopped after if none holds it any more (at the
+    end, or at `let_go(name)`). For a session fixture: `yield from hold(...)`."""
     part_dir = root / "shared" / name
     info_file = part_dir / "info.json"
     me = os.getpid()
@@ -78,11 +106,16 @@ def hold(root: Path, name: str, start: Callable[[Path], dict[str, Any]], stop: C
             info_file.write_text(json.dumps(info))
         (part_dir / "holders" / str(me)).touch()
         info = json.loads(info_file.read_text())
-    try:
-        yield info
-    finally:
+
+    def release() -> None:
         with _locked(part_dir):
             (part_dir / "holders" / str(me)).unlink(missing_ok=True)
             if not _live_holders(part_dir):
                 info_file.unlink(missing_ok=True)
                 stop(part_dir)
+
+    _LET_GO[name] = [release]
+    try:
+        yield info
+    finally:
+        let_go(name)

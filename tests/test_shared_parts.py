@@ -82,3 +82,16 @@ def test_a_part_whose_holders_all_died_is_stopped_and_started_again(tmp_path: Pa
     assert log.read_text() == "stop\nstart\nstop\nstart\n"
     next(mine, None)
     assert log.read_text() == "stop\nstart\nstop\nstart\nstop\n"
+
+
+def test_a_part_let_go_early_is_stopped_by_the_last_holder_and_its_undo_runs_once(tmp_path: Path) -> None:
+    log, undone = tmp_path / "log", []
+    mine = shared_parts.hold(tmp_path, "p", starter(log), stopper(log))
+    next(mine)
+    shared_parts.also_on_let_go("p", lambda: undone.append("p"))
+    assert shared_parts.held() == ["p"]
+    assert shared_parts.let_go("p") and not shared_parts.let_go("p")
+    assert log.read_text() == "stop\nstart\nstop\n" and undone == ["p"] and shared_parts.held() == []
+    next(mine, None)  # the session's end: nothing more to let go of
+    assert log.read_text() == "stop\nstart\nstop\n" and undone == ["p"]
+    assert not (tmp_path / "shared" / "p" / "info.json").exists()

@@ -101,10 +101,12 @@ def test_a_test_using_a_component_without_its_marker_fails_naming_the_marker() -
 
     marks: dict[str, pytest.Mark] = {}
     unmarked = SimpleNamespace(nodeid="t::unmarked", fixturenames=["hdfs"], get_closest_marker=marks.get,
-                               add_marker=lambda m: marks.setdefault(m.name, m.mark), path="t.py")
+                               add_marker=lambda m: marks.setdefault(m.name, m.mark), path="t.py",
+                               iter_markers=lambda: iter(()))
     marked = SimpleNamespace(nodeid="t::marked", fixturenames=["hdfs"], get_closest_marker=lambda n: n == "hdfs" or None,
-                             add_marker=lambda m: pytest.fail("a marked test was marked unmarked"), path="t.py")
-    config = SimpleNamespace(rootpath="/nowhere")
+                             add_marker=lambda m: pytest.fail("a marked test was marked unmarked"), path="t.py",
+                             iter_markers=lambda: iter(()))
+    config = SimpleNamespace(rootpath="/nowhere", stash={})
     conftest.pytest_collection_modifyitems(config, [unmarked, marked])  # type: ignore[arg-type, list-item]
     assert list(marks) == ["unmarked_component"]
     check = conftest._component_marked.__wrapped__  # type: ignore[attr-defined]
@@ -195,3 +197,13 @@ def test_processes_are_named_by_what_they_run() -> None:
     assert cpu.kind_of(["[pytest-xdist running] tests/integration/test_a.py::test_b"]).startswith("pytest")
     assert cpu.kind_of(["python", "-m", "moto.server", "-p", "1"]) == "moto S3"
     assert cpu._test_file("tests/integration/test_a.py::test_b[p-1] (call)") == "tests/integration/test_a.py"
+
+
+def test_each_shared_part_is_let_go_after_the_last_file_in_run_order_whose_tests_carry_its_marker() -> None:
+    from tests.components import last_users, marker_of_part
+
+    files = [("test_dr.py", {"integration", "dr_regions"}), ("test_yarn.py", {"yarn", "hdfs"}),
+             ("test_dr_too.py", {"dr_regions"}), ("test_plain.py", {"integration"}), ("test_s3.py", {"s3proxy"})]
+    assert last_users(files) == {"dr_regions": 2, "yarn": 1, "hdfs": 1, "s3proxy": 4}
+    assert [marker_of_part(p) for p in ("regions-default", "regions-identity", "yarn", "spark-standalone", "stack")] \
+        == ["dr_regions", "dr_regions", "yarn", "spark_standalone", None]
