@@ -45,6 +45,9 @@ INTERVAL_S = 0.5
 _TICKS = os.sysconf("SC_CLK_TCK")
 SHARED = "shared parts (stack, clusters)"
 _JAVA_KINDS = (
+    # spark-class's command builder, a tenth of a second before each spark-submit: its
+    # arguments name SparkSubmit too, so it is told apart first (not a driver).
+    ("org.apache.spark.launcher.Main", "spark-submit's command builder"),
     ("org.apache.spark.deploy.SparkSubmit", "spark driver"),
     ("CoarseGrainedExecutorBackend", "spark executor"),
     ("org.apache.spark.deploy.yarn.ApplicationMaster", "spark driver"),

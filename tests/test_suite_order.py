@@ -192,6 +192,8 @@ def test_a_measured_command_keeps_its_exit_code_and_its_report(tmp_path: Path, c
 def test_processes_are_named_by_what_they_run() -> None:
     cpu = _cpu_module()
     assert cpu.kind_of(["/usr/lib/jvm/bin/java", "-cp", "x", "org.apache.spark.deploy.SparkSubmit", "app.py"]) == "spark driver"
+    assert cpu.kind_of(["java", "-Xmx128m", "-cp", "x", "org.apache.spark.launcher.Main", "org.apache.spark.deploy.SparkSubmit",
+                        "app.py"]) == "spark-submit's command builder"
     assert cpu.kind_of(["java", "-cp", "x", "org.apache.spark.executor.CoarseGrainedExecutorBackend"]) == "spark executor"
     assert cpu.kind_of(["/usr/bin/java", "-cp", "k/*", "kafka.Kafka", "kafka.properties"]) == "kafka broker"
     assert cpu.kind_of(["[pytest-xdist running] tests/integration/test_a.py::test_b"]).startswith("pytest")

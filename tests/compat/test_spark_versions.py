@@ -581,12 +581,12 @@ def test_great_expectations_validates_a_spark_dataframe_on_that_spark(line: Line
     assert out["data_docs_written"]
 
 
+@pytest.mark.parametrize("line", [v for v in LINES if v.major_minor >= OFFSET_LOG_V2], ids=_id, indirect=True)
 def test_a_stream_with_offset_log_format_2_is_refused_in_one_line_naming_it(line: LineRun) -> None:
-    """Spark 4.3's opt-in offset log format 2 (`v2`, each source's offsets keyed by its id):
-    the engine's checkpoint reader understands `v1` only and refuses such a checkpoint in one
-    line that names the format, the version and the setting that avoids it."""
-    if line.version.major_minor < OFFSET_LOG_V2:
-        pytest.skip(f"offset log format 2 came in Spark {'.'.join(map(str, OFFSET_LOG_V2))}")
+    """Spark 4.3's opt-in offset log format 2 (`v2`, each source's offsets keyed by its id; the
+    lines before have none): the engine's checkpoint reader understands `v1` only and refuses
+    such a checkpoint in one line that names the format, the version and the setting that
+    avoids it."""
     layout = line.layout["offsets-v2"]
     assert layout["offsets"]["header"] == "v2"  # what this Spark wrote: the refusal below is the engine's
     error = line.errors.get("snapshot-offsets-v2", "")
