@@ -4,7 +4,8 @@ production's.
 
 1. `plan`: the clone's name, checkpoint and sinks (its own: nothing it writes reaches
    production), and the candidate's spec (production's, with the candidate application
-   and arguments, which must run to an end, e.g. `--trigger available-now`).
+   and arguments, which must run to an end, e.g. `--trigger available-now`). Its XCom shows
+   the specs with their secrets as `***`: each task derives them from the run's params.
 2. `clone`: restore production's snapshot (`latest`, or `latest-good:<suite>`) as the clone.
    `migrate_clone`, when the candidate keeps other state columns than production (one more
    aggregate...): `migrate_to` names a checkpoint the candidate wrote (run it once on a
@@ -31,6 +32,8 @@ as Spark applications too: `{"conn_id": "spark_yarn", "conf": {...}, "jars": [..
 
 from __future__ import annotations
 
+from typing import Any
+
 import pendulum
 from airflow.sdk import DAG, Param, task
 
@@ -45,6 +48,36 @@ def planned_(field: str, suffix: str = "") -> str:
     return "{{ ti.xcom_pull(task_ids='plan')['" + field + "']" + (f" + '{suffix}'" if suffix else "") + " }}"
 
 
+def gate_plan(params: dict[str, Any], run_id: str) -> dict[str, Any]:
+    """This run's production, candidate and clone specs (to_dict(), secrets included) and the
+    clone's name, checkpoint, sinks and reports directory: derived from the run's params by
+    each task that needs them, so the specs' secrets are never an XCom (`plan` shows them
+    redacted). The clone's sinks get its name as a suffix."""
+    import hashlib
+    import os
+
+    from airflow_provider_streamstate.spec import StreamSpec
+    from airflow_provider_streamstate.utils.configured_streams import mask_secrets
+
+    production = StreamSpec.from_value(params["stream"])
+    mask_secrets(production)  # task logs and rendered fields show them as ***
+    name = f"{production.name}-gate-{hashlib.sha256(str(run_id).encode()).hexdigest()[:8]}"
+    candidate = production.derive(application=params["candidate_application"] or production.application,
+                                  application_args=list(params["candidate_args"] or production.application_args))
+    sinks = {k: f"{v}-{name}" for k, v in production.sinks.items()}
+    root = params["clone_root"] or os.path.join(os.path.dirname(production.checkpoint.rstrip("/")), "gate")
+    checkpoint = os.path.join(root, name)
+    clone = candidate.derive(name=name, checkpoint=checkpoint, sinks=sinks)
+    return {"production": production.to_dict(), "candidate": candidate.to_dict(), "clone": clone.to_dict(),
+            "name": name, "checkpoint": checkpoint, "sinks": sinks,
+            "reports": params["reports"] or os.path.join(root, f"{name}-reports")}
+
+
+def gate_spec_(which: str) -> str:
+    """A template for one of this run's specs (`gate_plan`), rendered in the task."""
+    return "{{ gate_plan(params, run_id)['" + which + "'] }}"
+
+
 with DAG(
     dag_id="streamstate_deploy_gate",
     description="Run a candidate job on a clone of production state; block the deploy when its state is bad",
@@ -53,6 +86,7 @@ with DAG(
     schedule=None,
     catchup=False,
     render_template_as_native_obj=True,
+    user_defined_macros={"gate_plan": gate_plan},
     params={
         "stream": Param({}, type="object", description="the production stream (StreamSpec.to_dict())"),
         "candidate_application": Param("", type="string", description="the candidate's .py file"),
@@ -78,34 +112,24 @@ with DAG(
 
     @task
     def plan(params: dict | None = None, run_id: str | None = None) -> dict:
-        """The clone and candidate specs; the clone's sinks get its name as a suffix."""
-        import hashlib
-        import os
-
+        """The clone's name, checkpoint, sinks and reports, and the specs with secrets as ***."""
         from airflow_provider_streamstate.spec import StreamSpec
 
         assert params is not None
-        production = StreamSpec.from_value(params["stream"])
-        name = f"{production.name}-gate-{hashlib.sha256(str(run_id).encode()).hexdigest()[:8]}"
-        candidate = production.derive(application=params["candidate_application"] or production.application,
-                                      application_args=list(params["candidate_args"] or production.application_args))
-        sinks = {k: f"{v}-{name}" for k, v in production.sinks.items()}
-        root = params["clone_root"] or os.path.join(os.path.dirname(production.checkpoint.rstrip("/")), "gate")
-        checkpoint = os.path.join(root, name)
-        clone = candidate.derive(name=name, checkpoint=checkpoint, sinks=sinks)
-        return {"production": production.to_dict(), "candidate": candidate.to_dict(), "clone": clone.to_dict(),
-                "name": name, "checkpoint": checkpoint, "sinks": sinks,
-                "reports": params["reports"] or os.path.join(root, f"{name}-reports")}
+        found = gate_plan(params, str(run_id))
+        for which in ("production", "candidate", "clone"):
+            found[which] = StreamSpec.from_value(found[which]).redacted().to_dict()
+        return found
 
     planned = plan()
     clone = CloneStreamOperator(
-        task_id="clone", stream=planned_("candidate"), clone_name=planned_("name"),
+        task_id="clone", stream=gate_spec_("candidate"), clone_name=planned_("name"),
         clone_checkpoint=planned_("checkpoint"), sinks=planned_("sinks"), snapshot="{{ params.snapshot }}",
         start=False, ttl=6 * 3600,
     )
 
     @task
-    def run_candidate(plan: dict, params: dict | None = None) -> dict:
+    def run_candidate(plan: dict, params: dict | None = None, run_id: str | None = None) -> dict:
         """spark-submit the candidate on the clone; wait until it stops by itself."""
         import time
 
@@ -118,7 +142,7 @@ with DAG(
         from airflow_provider_streamstate.streams.start import stream_command
 
         assert params is not None
-        spec = StreamSpec.from_value(plan["clone"])
+        spec = StreamSpec.from_value(gate_plan(params, str(run_id))["clone"])
         command, env = stream_command(spec)
         side = open_sidecar(open_checkpoint(spec.checkpoint, spec.aws_conn_id))
         handle = launcher.launch(command, stream=spec.name, checkpoint=side, env=env,
@@ -139,7 +163,7 @@ with DAG(
         return {"state": st.state, "batch_id": st.heartbeat.batch_id if st.heartbeat else None, "log": handle.log}
 
     @task
-    def migrate_clone(plan: dict, params: dict | None = None) -> dict:
+    def migrate_clone(plan: dict, params: dict | None = None, run_id: str | None = None) -> dict:
         """With `migrate_to`: the clone's state rewritten into the candidate's schema."""
         from airflow_provider_streamstate.spec import StreamSpec
         from airflow_provider_streamstate.streams.edit import edit_spec, migration
@@ -148,7 +172,7 @@ with DAG(
         assert params is not None
         if not params["migrate_to"]:
             return {"migrated": False}
-        clone = StreamSpec.from_value(plan["clone"])
+        clone = StreamSpec.from_value(gate_plan(params, str(run_id))["clone"])
         with engine_errors():
             target = migration(clone, params["migrate_to"], operator=int(params["migrate_operator"]),
                                defaults=dict(params["migrate_defaults"] or {}),
@@ -161,9 +185,9 @@ with DAG(
     migrated = migrate_clone(planned)
     ran = run_candidate(planned)
     on_cluster = {"spark": "{{ params.state_jobs or None }}"}
-    snapshot_clone = SnapshotStreamOperator(task_id="snapshot_clone", stream=planned_("clone"))
+    snapshot_clone = SnapshotStreamOperator(task_id="snapshot_clone", stream=gate_spec_("clone"))
     validate = ValidateSnapshotOperator(
-        task_id="validate", stream=planned_("clone"), suite="{{ params.suite }}",
+        task_id="validate", stream=gate_spec_("clone"), suite="{{ params.suite }}",
         snapshot="{{ ti.xcom_pull(task_ids='snapshot_clone')['snapshot_id'] }}",
         data_docs=planned_("reports", "/docs"), **on_cluster,
     )
@@ -188,7 +212,7 @@ with DAG(
         return report
 
     @task(trigger_rule="all_done")
-    def tear_down(plan: dict) -> dict:
+    def tear_down(plan: dict, params: dict | None = None, run_id: str | None = None) -> dict:
         """Stop the clone and delete its checkpoint and snapshots, whatever happened."""
         from airflow_provider_streamstate.engine.core.errors import UsageError
         from airflow_provider_streamstate.engine.streams.clones import expire_clones
@@ -199,7 +223,8 @@ with DAG(
         )
         from airflow_provider_streamstate.spec import StreamSpec
 
-        production = StreamSpec.from_value(plan["production"])
+        assert params is not None
+        production = StreamSpec.from_value(gate_plan(params, str(run_id))["production"])
         store = StreamstateStoreHook(production.store, aws_conn_id=production.aws_conn_id).store
         try:
             result = expire_clones(store, source_stream=production.name, names=[plan["name"]], force=True,

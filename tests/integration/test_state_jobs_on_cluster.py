@@ -280,6 +280,10 @@ def test_the_deploy_gate_blocks_a_bad_candidate_run_on_yarn_with_its_clone_and_c
     assert result.tasks["tear_down"].state == "success" and result.tasks["gate"].state == "upstream_failed"
     plan = result.tasks["plan"].xcom
     assert plan["checkpoint"].startswith(f"{root}/gate/")
+    # The S3A secret key the candidate and the jobs ran with is no XCom (the access key is
+    # the bucket's name here, so it is not looked for).
+    assert stack_mod.S3_SECRET_KEY not in json.dumps(plan)
+    assert plan["clone"]["conf"]["spark.hadoop.fs.s3a.secret.key"] == "***"
     with urllib.request.urlopen(f"{yarn.rm_web}/ws/v1/cluster/apps", timeout=10) as r:
         apps = {a["name"]: a for a in json.loads(r.read())["apps"]["app"]}
     # The candidate ran on YARN to its end; so did the validation and the diff (their verdicts failed the gate).
