@@ -18,7 +18,9 @@ file a batch.
 Commands joined by `--` run in order in one Spark session (one JVM start, the dearest part
 of each), each printing one JSON line on stdout: the batches run (or `refused`: the error
 Spark's `start()` raised), Spark's error class, or the state. `PROBE_CONF` (JSON) adds Spark
-confs to the session (S3A for an s3a:// checkpoint; HDFS comes with HADOOP_CONF_DIR)."""
+confs to the session (S3A for an s3a:// checkpoint; HDFS comes with HADOOP_CONF_DIR); a JSON
+object as a command's last argument adds SQL confs to that command alone (e.g. a checkpoint
+format for one query of several)."""
 
 from __future__ import annotations
 
@@ -32,6 +34,9 @@ from pyspark.sql import functions as F
 
 PROVIDERS = {"hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
              "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"}
+
+
+_ONE_COMMANDS: set[str] = set()  # the confs the last command alone was given, unset before the next
 
 
 def session(conf: dict[str, str]) -> SparkSession:
@@ -74,6 +79,12 @@ def tws_counts(df):  # noqa: ANN001, ANN201 - a DataFrame in, a DataFrame out
 
 
 def command(argv: list[str]) -> None:
+    own = json.loads(argv.pop()) if len(argv) > 3 and argv[-1].startswith("{") else {}
+    active = SparkSession.getActiveSession()
+    for k in _ONE_COMMANDS if active is not None else ():
+        active.conf.unset(k)
+    _ONE_COMMANDS.clear()
+    _ONE_COMMANDS.update(own)
     mode, ckpt = argv[1], argv[2]
     if mode == "wait":  # the caller acts meanwhile (a recovery), on the answers so far
         while not os.path.exists(ckpt):
@@ -92,7 +103,7 @@ def command(argv: list[str]) -> None:
     elif mode in ("run", "follow"):
         root, provider, partitions = argv[3], argv[4], argv[5]
         spark = session({"spark.sql.shuffle.partitions": partitions,
-                         "spark.sql.streaming.stateStore.providerClass": PROVIDERS[provider]})
+                         "spark.sql.streaming.stateStore.providerClass": PROVIDERS[provider], **own})
         df = spark.readStream.schema("k string, v long").json(f"{root}/in")
         if mode == "run" and argv[6:] == ["dedup"]:  # a deduplication: its state is the keys seen
             writer = df.dropDuplicates(["k"]).writeStream.outputMode("append").option("checkpointLocation", ckpt) \
@@ -126,7 +137,7 @@ def command(argv: list[str]) -> None:
             return
         print(json.dumps({"batch": q.lastProgress["batchId"] if q.lastProgress else None}))
     elif mode == "repartition":
-        spark = session({})
+        spark = session(own)
         try:
             spark._streamingCheckpointManager.repartition(ckpt, int(argv[3]))
             print(json.dumps({"ok": True}))
@@ -134,7 +145,7 @@ def command(argv: list[str]) -> None:
             line = next((ln for ln in str(exc).splitlines() if "[" in ln and "]" in ln), str(exc))
             print(json.dumps({"ok": False, "error": line.strip()}))
     elif len(argv) > 3:  # a transformWithState variable: a list's elements, a value's fields
-        spark = session({})
+        spark = session(own)
         rows = spark.read.format("statestore").option("stateVarName", argv[3]).load(ckpt).collect()
         state: dict[str, list[object]] = {}
         for r in rows:
@@ -142,7 +153,7 @@ def command(argv: list[str]) -> None:
                 [r.list_element.v] if "list_element" in r.__fields__ else list(r.value))
         print(json.dumps(state))
     else:
-        spark = session({})
+        spark = session(own)
         rows = spark.read.format("statestore").load(ckpt).collect()
         print(json.dumps({r.key.k: list(r.value) for r in rows}))
 

@@ -62,49 +62,68 @@ FORMAT_2 = {"spark.sql.streaming.stateStore.checkpointFormatVersion": "2",
 
 
 # 4.1 with HDFS-backed state: tests/integration/test_repair_dag.py repairs a launched stream
-# in place through the repair DAG and checks it ends exact.
-@pytest.mark.parametrize(("line", "provider", "conf"), [
-    pytest.param("4.1", "rocksdb", {}, id="4.1-rocksdb"),
-    pytest.param("4.1", "rocksdb", FORMAT_2, id="4.1-rocksdb-format-2"),
-    pytest.param("4.3", "hdfs", {}, id="4.3-hdfs"),
-    pytest.param("4.3", "rocksdb", {}, id="4.3-rocksdb"),
-    pytest.param("4.0", "hdfs", {}, id="4.0-hdfs"),
+# in place through the repair DAG and checks it ends exact. Each line's stores run side by
+# side in one Spark process per step (a JVM start is the dearest part of each).
+@pytest.mark.parametrize(("line", "stores"), [
+    pytest.param("4.1", (("rocksdb", "rocksdb", {}), ("rocksdb-format-2", "rocksdb", FORMAT_2)),
+                 id="4.1-rocksdb-and-format-2"),
+    pytest.param("4.3", (("hdfs", "hdfs", {}), ("rocksdb", "rocksdb", {})), id="4.3-hdfs-and-rocksdb"),
+    pytest.param("4.0", (("hdfs", "hdfs", {}),), id="4.0-hdfs"),
 ])
 def test_a_stream_repaired_in_place_resumes_and_ends_as_if_it_never_saw_the_bad_input(
-        line: str, provider: str, conf: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        line: str, stores: tuple[tuple[str, str, dict[str, str]], ...], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     version = spark_versions.get(line)
     if not version.installed():
         pytest.skip(f"Spark {line} is not installed here: run `make setup`")
     monkeypatch.setenv(ENV_UNMANAGED_WINDOW, "0")  # the probe's query has ended: nothing runs on the checkpoint
     monkeypatch.setenv("STREAMSTATE_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("PROBE_CONF", json.dumps(conf))  # every session of the probe (tests/apps/repartition_probe.py)
-    ckpt, root, ref, ref_root = (str(tmp_path / "ckpt"), tmp_path / "root", str(tmp_path / "ref"),
-                                 tmp_path / "ref-root")
-    feed(root, "0-good", GOOD)
-    feed(root, "1-bad", BAD)
-    feed(ref_root, "0-good", GOOD)
-    feed(ref_root, "2-more", MORE)
-    probe(version, ["run", ckpt, str(root), provider, "4"], ["run", ref, str(ref_root), provider, "4"])
-    n = CheckpointReader(ckpt).resolve_batch(None)
+    runs = {}  # store -> (checkpoint, its input, the reference run's checkpoint, its input, provider, confs)
+    for name, provider, conf in stores:
+        ckpt, root, ref, ref_root = (str(tmp_path / name / "ckpt"), tmp_path / name / "root",
+                                     str(tmp_path / name / "ref"), tmp_path / name / "ref-root")
+        feed(root, "0-good", GOOD)
+        feed(root, "1-bad", BAD)
+        feed(ref_root, "0-good", GOOD)
+        feed(ref_root, "2-more", MORE)
+        runs[name] = (ckpt, root, ref, ref_root, provider, json.dumps(conf))
+    probe(version, *(step for ckpt, root, ref, ref_root, provider, conf in runs.values() for step in (
+        ["run", ckpt, str(root), provider, "4", conf], ["run", ref, str(ref_root), provider, "4", conf])))
+    for name, (ckpt, *_, conf) in runs.items():  # each query ran with its own confs (format 2: a v2 commit log)
+        assert (Path(ckpt) / "commits" / "0").read_text().split("\n", 1)[0] == \
+            ("v2" if "checkpointFormatVersion" in conf else "v1"), name
 
     a = [r["v"] for r in GOOD if r["k"] == "a"]
     edit = EditSpec.from_json({"delete": ["bot"], "set": [{"key": "a", "value": [len(a), sum(a)]}]},
                               "planted bad records of a and bot")
-    store = LocalStore(tmp_path / "snapshots", fsync=False)
-    dry = edit_stream(store, "counts", ckpt, edit)
-    assert dry.dry_run and dry.preview.changed == 2 and CheckpointReader(ckpt).resolve_batch(None) == n
+    edited = {}
+    for name, (ckpt, *_) in runs.items():
+        n = CheckpointReader(ckpt).resolve_batch(None)
+        store = LocalStore(tmp_path / name / "snapshots", fsync=False)
+        dry = edit_stream(store, "counts", ckpt, edit)
+        assert dry.dry_run and dry.preview.changed == 2 and CheckpointReader(ckpt).resolve_batch(None) == n
 
-    result = edit_stream(store, "counts", ckpt, edit, apply=True, command=check_command(version), requested_by="test")
-    assert result.edit_batch == n + 1 and CheckpointReader(ckpt).resolve_batch(None) == n + 1
-    assert result.spark is not None and result.spark["spark_version"] == version.pyspark
-    assert result.spark["keys_checked"] == 2 and result.spark["entries"] == {"0/default": 5}
-    labels = get_snapshot(store, "counts", result.edited_snapshot).labels
-    assert labels["edited-from"] == result.source_snapshot and labels["edit"] == "planted bad records of a and bot"
+        result = edit_stream(store, "counts", ckpt, edit, apply=True, command=check_command(version),
+                             requested_by="test")
+        assert result.edit_batch == n + 1 and CheckpointReader(ckpt).resolve_batch(None) == n + 1, name
+        assert result.spark is not None and result.spark["spark_version"] == version.pyspark
+        assert result.spark["keys_checked"] == 2 and result.spark["entries"] == {"0/default": 5}, name
+        labels = get_snapshot(store, "counts", result.edited_snapshot).labels
+        assert labels["edited-from"] == result.source_snapshot and labels["edit"] == "planted bad records of a and bot"
+        edited[name] = n + 1
 
-    feed(root, "2-more", MORE)
-    _, repaired, reference = probe(version, ["run", ckpt, str(root), provider, "4"], ["state", ckpt], ["state", ref])
-    assert repaired == reference and reference["a"] == [3, 15] and reference["bot"] == [1, 1] and len(reference) == 7
-    assert CheckpointReader(ckpt).resolve_batch(None) == n + 2  # the input after the edit ran once, nothing again
+    for _, root, *_ in runs.values():
+        feed(root, "2-more", MORE)
+    answers = probe(version, *(["run", ckpt, str(root), provider, "4", conf]
+                               for ckpt, root, _, _, provider, conf in runs.values()),
+                    *(step for ckpt, _, ref, _, _, conf in runs.values()
+                      for step in (["state", ckpt, conf], ["state", ref, conf])))
+    states = answers[len(runs):]
+    for i, (name, (ckpt, *_)) in enumerate(runs.items()):
+        repaired, reference = states[2 * i], states[2 * i + 1]
+        assert repaired == reference, name
+        assert reference["a"] == [3, 15] and reference["bot"] == [1, 1] and len(reference) == 7, name
+        assert CheckpointReader(ckpt).resolve_batch(None) == edited[name] + 1, name  # the input after the edit ran once
 
 
 def batch_output(root: Path, batch: int) -> list[dict[str, Any]]:
@@ -244,14 +263,13 @@ def test_sparks_state_reader_of_the_goldens_line_reads_an_edited_golden_as_the_e
         len(g.state().rows) - len(gone)
 
 
-@pytest.mark.parametrize("provider", ["rocksdb", "hdfs"])
 def test_a_new_query_version_with_one_more_aggregate_starts_on_the_migrated_state_and_continues_exactly(
-        provider: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The counting stream's next version also keeps the max of each key: Spark refuses it on
     the old state (its schema differs); migrated to the schema the new version writes (the
     new column null, as the max of nothing), it starts on it and goes on from the same batch
     with the counts and sums carried over, and the max of the input it reads since: RocksDB
-    state (changelog on) and HDFS-backed state."""
+    state (changelog on) and HDFS-backed state, side by side in one Spark process per step."""
     import shutil
 
     from airflow_provider_streamstate.engine.edit.migrate import migration_to
@@ -261,36 +279,46 @@ def test_a_new_query_version_with_one_more_aggregate_starts_on_the_migrated_stat
     monkeypatch.setenv("STREAMSTATE_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("PROBE_CONF", json.dumps(
         {"spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true"}))
-    ckpt, root, scratch, scratch_root = (str(tmp_path / "ckpt"), tmp_path / "root", str(tmp_path / "v2-scratch"),
-                                         tmp_path / "v2-root")
-    feed(root, "0-good", GOOD)
+    providers = ("rocksdb", "hdfs")
+    ckpt = {p: str(tmp_path / p / "ckpt") for p in providers}
+    root = {p: tmp_path / p / "root" for p in providers}
+    scratch, scratch_root = {p: str(tmp_path / p / "v2-scratch") for p in providers}, tmp_path / "v2-root"
+    for p in providers:
+        feed(root[p], "0-good", GOOD)
     feed(scratch_root, "0-one", GOOD[:1])
-    probe(version, ["run", ckpt, str(root), provider, "4"])
-    n = CheckpointReader(ckpt).resolve_batch(None)
-    feed(root, "2-more", MORE)  # a batch to run: Spark checks the state's schema when it loads it
-    unmigrated = str(tmp_path / "unmigrated")
-    shutil.copytree(ckpt, unmigrated)
-    refused, _ = probe(version, ["run", unmigrated, str(root), provider, "4", "v2"],
-                       ["run", scratch, str(scratch_root), provider, "4", "v2"])
-    assert "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE" in refused["error_classes"], refused
+    probe(version, *(["run", ckpt[p], str(root[p]), p, "4"] for p in providers))
+    n = {p: CheckpointReader(ckpt[p]).resolve_batch(None) for p in providers}
+    unmigrated = {p: str(tmp_path / p / "unmigrated") for p in providers}
+    for p in providers:
+        feed(root[p], "2-more", MORE)  # a batch to run: Spark checks the state's schema when it loads it
+        shutil.copytree(ckpt[p], unmigrated[p])
+    answers = probe(version, *(step for p in providers for step in (
+        ["run", unmigrated[p], str(root[p]), p, "4", "v2"], ["run", scratch[p], str(scratch_root), p, "4", "v2"])))
+    for p, refused in zip(providers, answers[::2], strict=True):
+        assert "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE" in refused["error_classes"], (p, refused)
 
-    store = LocalStore(tmp_path / "snapshots", fsync=False)
-    done = edit_stream(store, "counts", ckpt, migration_to(scratch), apply=True, command=check_command(version))
-    assert done.edit_batch == n + 1 and done.preview.changed == len({r["k"] for r in GOOD})
-    assert done.spark is not None and done.spark["spark_version"] == version.pyspark
+    for p in providers:
+        store = LocalStore(tmp_path / p / "snapshots", fsync=False)
+        done = edit_stream(store, "counts", ckpt[p], migration_to(scratch[p]), apply=True,
+                           command=check_command(version))
+        assert done.edit_batch == n[p] + 1 and done.preview.changed == len({r["k"] for r in GOOD}), p
+        assert done.spark is not None and done.spark["spark_version"] == version.pyspark
 
-    ran, state = probe(version, ["run", ckpt, str(root), provider, "4", "v2"], ["state", ckpt])
-    assert "refused" not in ran and CheckpointReader(ckpt).resolve_batch(None) == n + 2
-    # The key's history reads each batch in the schema it was written in: before the migration, after it.
-    a = [r["v"] for r in GOOD if r["k"] == "a"]
-    assert lookup_key(ckpt, key={"k": "a"}, batch_id=n).value == {"count": len(a), "sum": sum(a)}
-    assert lookup_key(ckpt, key={"k": "a"}, batch_id=n + 1).value == {"count": len(a), "sum": sum(a), "max": None}
+    answers = probe(version, *(["run", ckpt[p], str(root[p]), p, "4", "v2"] for p in providers),
+                    *(["state", ckpt[p]] for p in providers))
     expected: dict[str, list[Any]] = {}
     for r in GOOD + MORE:
         c, s, m = expected.get(r["k"], [0, 0, None])
         new_max = m if r not in MORE else r["v"] if m is None else max(m, r["v"])
         expected[r["k"]] = [c + 1, s + r["v"], new_max]
-    assert state == expected
+    a = [r["v"] for r in GOOD if r["k"] == "a"]
+    for i, p in enumerate(providers):
+        assert "refused" not in answers[i] and CheckpointReader(ckpt[p]).resolve_batch(None) == n[p] + 2, p
+        # The key's history reads each batch in the schema it was written in: before the migration, after it.
+        assert lookup_key(ckpt[p], key={"k": "a"}, batch_id=n[p]).value == {"count": len(a), "sum": sum(a)}
+        assert lookup_key(ckpt[p], key={"k": "a"}, batch_id=n[p] + 1).value == \
+            {"count": len(a), "sum": sum(a), "max": None}
+        assert answers[len(providers) + i] == expected, p
 
 
 def test_sparks_state_reader_reads_a_migration_of_columns_of_one_buffer_name_paired_by_position(
