@@ -13,7 +13,8 @@ counts and sums per key of the JSON lines in ROOT/in, checkpointed at CKPT.
 
 PROVIDER `tws` runs a transformWithStateInPandas count instead (RocksDB): a value state
 `total` and a list state `seen` of every value of the key, in arrival order. `run` reads one
-file a batch.
+file a batch. PROVIDER `apiws-hdfs` or `apiws-rocksdb` runs the count and sum per key as an
+applyInPandasWithState group state, on that store.
 
 Commands joined by `--` run in order in one Spark session (one JVM start, the dearest part
 of each), each printing one JSON line on stdout: the batches run (or `refused`: the error
@@ -78,6 +79,21 @@ def tws_counts(df):  # noqa: ANN001, ANN201 - a DataFrame in, a DataFrame out
                                                       outputMode="Update", timeMode="None")
 
 
+def apiws_counts(df):  # noqa: ANN001, ANN201 - a DataFrame in, a DataFrame out
+    import pandas as pd
+
+    def count(key, frames, state):  # noqa: ANN001, ANN202
+        n, total = state.get if state.exists else (0, 0)
+        for pdf in frames:
+            n += len(pdf)
+            total += int(pdf["v"].sum())
+        state.update((n, total))
+        yield pd.DataFrame({"k": [key[0]], "n": [n], "s": [total]})
+
+    return df.groupBy("k").applyInPandasWithState(count, "k string, n long, s long", "c long, s long", "Update",
+                                                  "NoTimeout")
+
+
 def command(argv: list[str]) -> None:
     own = json.loads(argv.pop()) if len(argv) > 3 and argv[-1].startswith("{") else {}
     active = SparkSession.getActiveSession()
@@ -97,6 +113,15 @@ def command(argv: list[str]) -> None:
                          "spark.sql.streaming.stateStore.providerClass": PROVIDERS["rocksdb"]})
         df = spark.readStream.schema("k string, v long").option("maxFilesPerTrigger", 1).json(f"{root}/in")
         q = tws_counts(df).writeStream.foreachBatch(lambda d, b: d.count()).outputMode("update") \
+            .option("checkpointLocation", ckpt).trigger(availableNow=True).start()
+        q.awaitTermination()
+        print(json.dumps({"batch": q.lastProgress["batchId"] if q.lastProgress else None}))
+    elif mode == "run" and argv[4].startswith("apiws-"):
+        root, partitions = argv[3], argv[5]
+        spark = session({"spark.sql.shuffle.partitions": partitions,
+                         "spark.sql.streaming.stateStore.providerClass": PROVIDERS[argv[4].split("-", 1)[1]], **own})
+        df = spark.readStream.schema("k string, v long").json(f"{root}/in")
+        q = apiws_counts(df).writeStream.foreachBatch(lambda d, b: d.count()).outputMode("update") \
             .option("checkpointLocation", ckpt).trigger(availableNow=True).start()
         q.awaitTermination()
         print(json.dumps({"batch": q.lastProgress["batchId"] if q.lastProgress else None}))

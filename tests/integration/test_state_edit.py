@@ -179,6 +179,56 @@ def test_a_deduplication_repaired_in_place_lets_the_key_a_bad_record_took_throug
             [{"k": "d", "v": 5}, {"k": "x", "v": 42}]
 
 
+def test_an_apply_in_pandas_with_state_stream_repaired_in_place_resumes_and_ends_as_if_it_never_saw_the_bad_input(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """applyInPandasWithState's group state (count and sum per key, a struct beside its
+    timeout), HDFS-backed and RocksDB: the bogus key deleted and the real key set back to the
+    value it held before the bad record (read from a run on the good input alone), checked by
+    Spark's state reader, the stream resumes and its state equals that of a run that never
+    saw the bad input."""
+    from airflow_provider_streamstate.engine.edit.changes import matching_entries
+    from airflow_provider_streamstate.engine.lookup.reading.sources import CheckpointSource
+
+    version = spark_versions.get("4.1")
+    monkeypatch.setenv(ENV_UNMANAGED_WINDOW, "0")
+    monkeypatch.setenv("STREAMSTATE_HOME", str(tmp_path / "home"))
+    kinds = ("apiws-hdfs", "apiws-rocksdb")
+    runs = {}  # kind -> {run: (checkpoint, input)}: poisoned, the good input alone, the reference
+    for kind in kinds:
+        runs[kind] = {name: (str(tmp_path / kind / name), tmp_path / kind / f"{name}-in")
+                      for name in ("poisoned", "good", "reference")}
+        for name, files in (("poisoned", {"0-good": GOOD, "1-bad": BAD}), ("good", {"0-good": GOOD}),
+                            ("reference", {"0-good": GOOD, "2-more": MORE})):
+            for file, records in files.items():
+                feed(runs[kind][name][1], file, records)
+    probe(version, *(["run", ckpt, str(root), kind, "4"] for kind in kinds for ckpt, root in runs[kind].values()))
+
+    for kind in kinds:
+        ckpt, good = runs[kind]["poisoned"][0], runs[kind]["good"][0]
+        n = CheckpointReader(ckpt).resolve_batch(None)
+        (before,) = [v for k, v in matching_entries(CheckpointSource(good), 0, "default", None) if k == ["a"]]
+        edit = EditSpec.from_json({"delete": ["bot"], "set": [{"key": "a", "value": before}]}, "planted bad records")
+        result = edit_stream(LocalStore(tmp_path / kind / "snapshots", fsync=False), "counts", ckpt, edit,
+                             apply=True, command=check_command(version), requested_by="test")
+        assert result.edit_batch == n + 1 and result.preview.changed == 2, kind
+        assert result.spark is not None and result.spark["keys_checked"] == 2, kind
+        assert result.spark["entries"] == {"0/default": 5}, kind
+
+    for kind in kinds:
+        feed(runs[kind]["poisoned"][1], "2-more", MORE)
+    answers = probe(version, *(["run", runs[k]["poisoned"][0], str(runs[k]["poisoned"][1]), k, "4"] for k in kinds),
+                    *(step for k in kinds for step in (["state", runs[k]["poisoned"][0]],
+                                                       ["state", runs[k]["reference"][0]])))
+    for i, kind in enumerate(kinds):
+        repaired, reference = answers[len(kinds) + 2 * i], answers[len(kinds) + 2 * i + 1]
+        assert repaired == reference and len(reference) == 7, (kind, repaired, reference)
+        assert "[3, 15]" in json.dumps(reference["a"]) and "[1, 1]" in json.dumps(reference["bot"]), reference
+        # The engine's reading of the resumed state says the same, field by field.
+        resumed = runs[kind]["poisoned"][0]
+        assert lookup_key(resumed, key={"k": "a"}).value == {"groupState": {"c": 3, "s": 15}}, kind
+        assert lookup_key(resumed, key={"k": "bot"}).value == {"groupState": {"c": 1, "s": 1}}, kind
+
+
 def test_the_cli_repairs_a_stopped_stream_from_its_spec_with_sparks_check_through_the_specs_spark(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """`streamstate state edit --spec`: the dry run, then --apply, Spark's check submitted
