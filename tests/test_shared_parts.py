@@ -89,9 +89,9 @@ def test_a_part_let_go_early_is_stopped_by_the_last_holder_and_its_undo_runs_onc
     mine = shared_parts.hold(tmp_path, "p", starter(log), stopper(log))
     next(mine)
     shared_parts.also_on_let_go("p", lambda: undone.append("p"))
-    assert shared_parts.held() == ["p"]
+    assert "p" in shared_parts.held()  # beside what this test process holds for other tests
     assert shared_parts.let_go("p") and not shared_parts.let_go("p")
-    assert log.read_text() == "stop\nstart\nstop\n" and undone == ["p"] and shared_parts.held() == []
+    assert log.read_text() == "stop\nstart\nstop\n" and undone == ["p"] and "p" not in shared_parts.held()
     next(mine, None)  # the session's end: nothing more to let go of
     assert log.read_text() == "stop\nstart\nstop\n" and undone == ["p"]
     assert not (tmp_path / "shared" / "p" / "info.json").exists()
