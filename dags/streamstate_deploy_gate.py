@@ -135,16 +135,14 @@ with DAG(
 
         from airflow.sdk.exceptions import AirflowFailException
 
-        from airflow_provider_streamstate.engine.checkpoint.sidecar import open_sidecar
         from airflow_provider_streamstate.engine.streams import launcher
-        from airflow_provider_streamstate.hooks.store import open_checkpoint
         from airflow_provider_streamstate.spec import StreamSpec
-        from airflow_provider_streamstate.streams.start import stream_command
+        from airflow_provider_streamstate.streams.start import opened_checkpoint, stream_command
 
         assert params is not None
         spec = StreamSpec.from_value(gate_plan(params, str(run_id))["clone"])
         command, env = stream_command(spec)
-        side = open_sidecar(open_checkpoint(spec.checkpoint, spec.aws_conn_id))
+        side = opened_checkpoint(spec)
         handle = launcher.launch(command, stream=spec.name, checkpoint=side, env=env,
                                  heartbeat_interval_s=spec.heartbeat_interval_s)
         deadline = time.monotonic() + float(params["run_timeout_s"])

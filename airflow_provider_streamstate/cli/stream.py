@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import logging
 import socket
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_streamstate.cli.common import (
     EXIT_OK,
@@ -33,6 +33,9 @@ from airflow_provider_streamstate.cli.common import (
     read_spec,
     use_spec_connection,
 )
+
+if TYPE_CHECKING:
+    from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS
 
 log = logging.getLogger("streamstate.cli")
 
@@ -110,9 +113,11 @@ def _checkpoint(args: argparse.Namespace) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from airflow_provider_streamstate.engine.checkpoint.sidecar import open_sidecar
     from airflow_provider_streamstate.engine.streams import launcher
 
-    st = launcher.status(_checkpoint(args))
+    side = open_sidecar(_checkpoint(args))  # opened once: the records, then the checkpoint's layout
+    st = launcher.status(side)
     data = st.to_json()
     beat = st.heartbeat
     lines = [f"{st.checkpoint}: {st.state}"]
@@ -128,7 +133,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         lines.append(f"  not started by streamstate: {st.writer}")
     if st.last_error:
         lines.append(f"  last error: {st.last_error}")
-    unfinished = _unfinished_repartition(_checkpoint(args))
+    unfinished = _unfinished_repartition(side.fs.fresh())
     data["checkpoint_problem"] = unfinished
     if unfinished:
         lines.append(f"  checkpoint: {unfinished}; restore its newest good snapshot (docs/runbooks/rescale.md)")
@@ -138,14 +143,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _unfinished_repartition(location: str) -> str | None:
+def _unfinished_repartition(checkpoint: CheckpointFS) -> str | None:
     """A repartition Spark wrote and never committed (it will not start the query on it)."""
     from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
     from airflow_provider_streamstate.engine.checkpoint.repartition import unfinished_repartition
     from airflow_provider_streamstate.engine.core.errors import StreamstateError
 
     try:
-        found = unfinished_repartition(CheckpointReader(location))
+        found = unfinished_repartition(CheckpointReader(checkpoint))
     except StreamstateError:
         return None  # no checkpoint yet, or one status has already said it cannot read
     return found.describe() if found is not None else None

@@ -28,6 +28,7 @@ from airflow_provider_streamstate.utils.task_errors import CancellableTask, engi
 
 if TYPE_CHECKING:
     from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS
+    from airflow_provider_streamstate.engine.checkpoint.sidecar import Sidecar
     from airflow_provider_streamstate.engine.stores.base import SnapshotStore
 
 
@@ -80,6 +81,13 @@ class StreamstateTask(CancellableTask, BaseOperator):
 
         with engine_errors():
             return open_checkpoint(location, self.subject().aws_conn_id, max_connections=self.parallelism * 2)
+
+    def records(self, location: str) -> Sidecar:
+        """The records beside a checkpoint location (launch, driver, heartbeat, stop request),
+        opened once with the subject's connection for every step of this task."""
+        from airflow_provider_streamstate.engine.checkpoint.sidecar import open_sidecar
+
+        return open_sidecar(self.checkpoint(location))
 
     def run_state_request(self, request: Any, spark: SparkJobOptions) -> dict[str, Any]:
         """One state job (a batch of them too), in the task on a local Spark session, or as
@@ -136,15 +144,18 @@ class StreamTask(StreamstateTask):
         spec = self.spec
         return Subject(f"stream {spec.name}", spec.store, spec.aws_conn_id, spec.kafka_conn_id)
 
-    def start_stream(self, spec: StreamSpec, startup_timeout_s: float) -> tuple[Any, Any, bool]:
-        """Launch `spec` (or reconnect to it) and wait until its query runs (streams/start.py)."""
+    def start_stream(self, spec: StreamSpec, startup_timeout_s: float, checkpoint: Sidecar | None = None
+                     ) -> tuple[Any, Any, bool]:
+        """Launch `spec` (or reconnect to it) and wait until its query runs (streams/start.py);
+        `checkpoint`: the records beside its checkpoint, when this task opened them already."""
         from airflow_provider_streamstate.streams.start import start_stream
 
         def remember(handle: Any) -> None:
             self._starting = handle
 
         try:
-            return start_stream(spec, startup_timeout_s=startup_timeout_s, log=self.log, on_launch=remember)
+            return start_stream(spec, startup_timeout_s=startup_timeout_s, log=self.log, on_launch=remember,
+                                checkpoint=checkpoint)
         finally:
             self._starting = None
 

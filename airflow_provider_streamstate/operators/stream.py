@@ -89,8 +89,9 @@ class StopStreamOperator(StreamTask):
         from airflow_provider_streamstate.engine.streams import launcher
 
         spec = self.spec
+        side = self.records(spec.checkpoint)  # the stop and the planned batch's run: one opened checkpoint
         with self.cancellable():
-            result = launcher.stop(self.checkpoint(spec.checkpoint), timeout_s=parse_duration(self.timeout, "timeout"),
+            result = launcher.stop(side, timeout_s=parse_duration(self.timeout, "timeout"),
                                    requested_by=f"task {self.task_id}")
         self.log.info("stream %s on %s: %s in %.1fs (state %s, exit code %s)", spec.name, spec.checkpoint,
                       result.outcome, result.seconds, result.state, result.exit_code)
@@ -103,7 +104,7 @@ class StopStreamOperator(StreamTask):
             context["ti"].xcom_push(key="return_value", value=stopped)
             with self.cancellable():
                 stopped["finished_planned_batch"] = finish_planned_batch(
-                    spec, timeout_s=parse_duration(self.timeout, "timeout") + 600, log=self.log)
+                    spec, timeout_s=parse_duration(self.timeout, "timeout") + 600, log=self.log, checkpoint=side)
         return stopped
 
 

@@ -86,8 +86,9 @@ class SuperviseStreamOperator(StreamTask):
                 from airflow_provider_streamstate.hooks.kafka import StreamKafkaHook
 
                 offsets = StreamKafkaHook(kafka_config_id=conn_id).broker_offsets
+            side = self.records(spec.checkpoint)  # the round and its restarts: one opened checkpoint
             report = supervise(
-                spec.name, self.checkpoint(spec.checkpoint), start=lambda: self.start_stream(spec, startup_s)[0],
+                spec.name, side, start=lambda: self.start_stream(spec, startup_s, checkpoint=side)[0],
                 policy=policy, store=lambda: self.hook.store, broker_offsets=offsets, snapshot=self.snapshot,
                 parallelism=self.parallelism,
             )

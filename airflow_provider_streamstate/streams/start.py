@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.spec import StreamSpec
 from airflow_provider_streamstate.utils.spark_submit import require_spark_connection, spark_submit_command
+
+if TYPE_CHECKING:
+    from airflow_provider_streamstate.engine.checkpoint.sidecar import Sidecar
 
 
 def stream_command(spec: StreamSpec) -> tuple[list[str], dict[str, str]]:
@@ -38,20 +41,18 @@ def stream_command(spec: StreamSpec) -> tuple[list[str], dict[str, str]]:
 
 
 def start_stream(
-    spec: StreamSpec, *, startup_timeout_s: float, log: Any, on_launch: Callable[[Any], None] = lambda h: None
+    spec: StreamSpec, *, startup_timeout_s: float, log: Any, on_launch: Callable[[Any], None] = lambda h: None,
+    checkpoint: Sidecar | None = None,
 ) -> tuple[Any, Any, bool]:
     """Launch `spec` (or reconnect to the copy running or starting on its checkpoint) and
     wait until its query runs. Returns (handle, status, reconnected). A driver that dies
     before its query runs fails with its log's last error line; one that does not run in
-    `startup_timeout_s` is killed (a retry starts afresh)."""
-    from airflow_provider_streamstate.engine.checkpoint.sidecar import open_sidecar
+    `startup_timeout_s` is killed (a retry starts afresh). `checkpoint`: the spec's
+    checkpoint as the caller opened it (`opened_checkpoint`), else opened here."""
     from airflow_provider_streamstate.engine.core.errors import TransientError
     from airflow_provider_streamstate.engine.streams import launcher
-    from airflow_provider_streamstate.hooks.store import open_checkpoint
 
-    # The records beside a remote checkpoint are read and written with the spec's connection
-    # here; the driver writes its own with the credentials of its environment.
-    side = open_sidecar(open_checkpoint(spec.checkpoint, spec.aws_conn_id))
+    side = checkpoint if checkpoint is not None else opened_checkpoint(spec)
     handle = launcher.running_handle(side)
     reconnected = handle is not None
     if handle is not None:
@@ -88,6 +89,16 @@ def start_stream(
     return handle, status, reconnected
 
 
+def opened_checkpoint(spec: StreamSpec, *, max_connections: int = 16) -> Sidecar:
+    """The records beside the spec's checkpoint, reached with the spec's connection: opened
+    once per operation and handed to every step of it (the driver writes its own records
+    with the credentials of its environment)."""
+    from airflow_provider_streamstate.engine.checkpoint.sidecar import open_sidecar
+    from airflow_provider_streamstate.hooks.store import open_checkpoint
+
+    return open_sidecar(open_checkpoint(spec.checkpoint, spec.aws_conn_id, max_connections=max_connections))
+
+
 def _warn_if_the_driver_stays_here(spec: StreamSpec, command: list[str], log: Any) -> None:
     """Client mode on a cluster: the driver lives on this worker, as long as this host (and,
     under the Kubernetes executor, this task's pod) does. Said once per launch."""
@@ -104,7 +115,8 @@ def _warn_if_the_driver_stays_here(spec: StreamSpec, command: list[str], log: An
 
 
 
-def finish_planned_batch(spec: StreamSpec, *, timeout_s: float, log: Any) -> int | None:
+def finish_planned_batch(spec: StreamSpec, *, timeout_s: float, log: Any, checkpoint: Sidecar | None = None
+                         ) -> int | None:
     """Commit the batch a stop interrupted, as Spark planned it, and leave the stream stopped.
 
     A stop lets the batch in flight finish, but a busy stream plans its next batch the moment
@@ -113,24 +125,23 @@ def finish_planned_batch(spec: StreamSpec, *, timeout_s: float, log: Any) -> int
     whatever works on the stopped checkpoint at batch N (a rescale, an edit) would drop it.
     This runs the stream's application once with every query on Trigger.Once, which runs
     exactly the planned batch and ends. Returns the batch it committed, None when the
-    checkpoint held none (nothing is launched then). The stream must be stopped."""
+    checkpoint held none (nothing is launched then). The stream must be stopped. `checkpoint`:
+    the spec's checkpoint as the caller opened it (the stop's), else opened here."""
     import time
 
     from airflow_provider_streamstate.engine.checkpoint.liveness import now_iso
     from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
-    from airflow_provider_streamstate.engine.checkpoint.sidecar import open_sidecar
     from airflow_provider_streamstate.engine.core.errors import StreamRunningError, TransientError
     from airflow_provider_streamstate.engine.streams import launcher
     from airflow_provider_streamstate.engine.streams.records import write_stop_request
-    from airflow_provider_streamstate.hooks.store import open_checkpoint
 
-    fs = open_checkpoint(spec.checkpoint, spec.aws_conn_id)
+    side = checkpoint if checkpoint is not None else opened_checkpoint(spec)
+    fs = side.fs
     reader = CheckpointReader(fs.fresh())
     offsets, commits = reader.offset_batches(), reader.committed_batches()
     if not offsets or (commits and commits[-1] >= offsets[-1]):
         return None
     planned = offsets[-1]
-    side = open_sidecar(fs)
     state = launcher.status(side).state
     if state in ("starting", "running"):
         raise StreamRunningError(f"stream {spec.name} is {state} on {spec.checkpoint}: its planned batch {planned} "
@@ -168,16 +179,18 @@ def put_back(spec: StreamSpec, pinned: str | None, *, start: bool, requested_by:
     rescale and repair DAGs' rollbacks do."""
     from airflow_provider_streamstate.engine.lifecycle.restore import restore_snapshot
     from airflow_provider_streamstate.engine.streams import launcher
-    from airflow_provider_streamstate.hooks.store import StreamstateStoreHook, open_checkpoint
+    from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
 
+    if not pinned and not start:
+        return {"restored": None, "started": False}
+    side = opened_checkpoint(spec)
     if pinned:
-        checkpoint = open_checkpoint(spec.checkpoint, spec.aws_conn_id)
-        launcher.stop(checkpoint, timeout_s=120, requested_by=requested_by)
+        launcher.stop(side, timeout_s=120, requested_by=requested_by)
         store = StreamstateStoreHook(spec.store, aws_conn_id=spec.aws_conn_id).store
-        restore_snapshot(store, spec.name, pinned, checkpoint, force=True)
+        restore_snapshot(store, spec.name, pinned, side.fs, force=True)
         log.info("restored %s over %s: the stream is back at its state before the change", pinned, spec.checkpoint)
     if not start:
         return {"restored": pinned, "started": False}
-    handle, status, reconnected = start_stream(spec, startup_timeout_s=900, log=log)
+    handle, status, reconnected = start_stream(spec, startup_timeout_s=900, log=log, checkpoint=side)
     return {"restored": pinned, "started": True, "launch_id": handle.launch_id, "reconnected": reconnected,
             "state": status.state}

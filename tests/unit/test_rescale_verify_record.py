@@ -48,7 +48,7 @@ def here(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, bool]]:
     monkeypatch.setattr(rescale, "repartition_at", lambda reader, b: Repartition(b, 4, 6, committed=True))
     calls: list[tuple[int, bool]] = []
 
-    def local(location: str, batch: int, *, connection: Any = None, placement: bool = True) -> StateDigest:
+    def local(checkpoint: Any, batch: int, *, connection: Any = None, placement: bool = True) -> StateDigest:
         calls.append((batch, placement))
         return digest(batch, 4 if batch == 7 else 6)
 

@@ -161,7 +161,7 @@ def edit_stream(
             raise UsageError(f"the edit changes nothing in snapshot {source.snapshot_id}: every key to delete is absent "
                              "(and no key matches delete_where)",
                              hint="check the keys (`streamstate state get`), or the operator and store")
-        before = state_digest(work_fs.location, source.batch_id, connection=connection, placement=False)
+        before = state_digest(work_fs, source.batch_id, connection=connection, placement=False)
         whole: frozenset[tuple[int, str]] = frozenset()
         if isinstance(edit, Migration):  # every key of the store: its whole new state
             op_id = src.operator(edit.operator).operator_id

@@ -81,7 +81,7 @@ def verified_digest(fs: CheckpointFS, batch_id: int, before: StateDigest | None,
     """The digest of the checkpoint `fs` at `batch_id`, once it holds exactly `before` (None:
     no entries at all, a new checkpoint) with `changes`, each key in its place and read back;
     CorruptionError naming the first problem (`what` does not hold ...) otherwise."""
-    after = state_digest(fs.location, batch_id, connection=connection)
+    after = state_digest(fs, batch_id, connection=connection)
     if before is None:
         before = replace(after, batch_id=batch_id - 1,
                          stores=tuple(replace(s, entries=0, fingerprint=f"{0:032x}") for s in after.stores))

@@ -21,7 +21,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_provider_streamstate.engine.checkpoint.filesystems import open_checkpoint_fs
+from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS, open_checkpoint_fs
+from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
 from airflow_provider_streamstate.engine.core import errors
 from airflow_provider_streamstate.engine.lookup.digest_tasks import (
     MASK,
@@ -172,10 +173,12 @@ def _workers(plan: DigestPlan, workers: int | None) -> int:
 
 
 def run_plan(plan: DigestPlan, location: str, *, connection: Any = None, workers: int | None = None,
-             progress: Callable[[str], None] = lambda msg: None) -> list[PartitionDigest]:
+             progress: Callable[[str], None] = lambda msg: None, fs: CheckpointFS | None = None
+             ) -> list[PartitionDigest]:
     """Every task of `plan`, in this process (`workers` 1) or in that many worker processes
     (engine/lookup/digest_workers.py; default: one per core once the state is large enough
-    to pay for their start), each reaching the checkpoint as `connection` does."""
+    to pay for their start), each reaching the checkpoint as `connection` does. `fs`: the
+    checkpoint as the caller opened it, for the tasks run here (a worker opens its own)."""
     n = _workers(plan, workers)
     done: list[PartitionDigest] = []
 
@@ -193,7 +196,7 @@ def run_plan(plan: DigestPlan, location: str, *, connection: Any = None, workers
             log.warning("%d of the digest's %d tasks ran in no worker process: running them here", len(left),
                         len(plan.tasks))
     if left:
-        fs = open_checkpoint_fs(location, connection=connection)
+        fs = fs or open_checkpoint_fs(location, connection=connection)
         for task in left:
             report(digest_partition(task, fs))
     return done
@@ -210,16 +213,20 @@ def raise_unreadable(results: Iterable[PartitionDigest]) -> None:
             raise cls(message, hint=hint)
 
 
-def state_digest(location: str, batch_id: int | None = None, *, connection: Any = None,
+def state_digest(checkpoint: str | CheckpointFS, batch_id: int | None = None, *, connection: Any = None,
                  progress: Callable[[str], None] = lambda msg: None, workers: int | None = None,
                  placement: bool = True) -> StateDigest:
-    """The digest of the checkpoint at `location` at committed batch `batch_id` (default the
-    newest), read through `connection` when it is remote (else the environment's), in
-    `workers` processes (default: see `run_plan`); with `placement`, every key's partition
-    is checked where the operator allows it. A partition that cannot be read raises its
-    error (engine/core/errors.py)."""
-    plan = plan_digest(location, batch_id, connection=connection, placement=placement)
-    results = run_plan(plan, location, connection=connection, workers=workers, progress=progress)
+    """The digest of the checkpoint (a location, or its filesystem as the caller opened it)
+    at committed batch `batch_id` (default the newest), read through `connection` when it is
+    remote (else the environment's; worker processes reach it so), in `workers` processes
+    (default: see `run_plan`); with `placement`, every key's partition is checked where the
+    operator allows it. A partition that cannot be read raises its error
+    (engine/core/errors.py)."""
+    location = checkpoint.location if isinstance(checkpoint, CheckpointFS) else checkpoint
+    fs = checkpoint.fresh() if isinstance(checkpoint, CheckpointFS) else open_checkpoint_fs(
+        location, connection=connection)  # opened once: for the plan and the tasks run here
+    plan = plan_digest(location, batch_id, placement=placement, reader=CheckpointReader(fs))
+    results = run_plan(plan, location, connection=connection, workers=workers, progress=progress, fs=fs)
     digest = combine(plan, results)
     raise_unreadable(results)
     return digest

@@ -18,6 +18,7 @@ from typing import Any
 from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS
 from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
 from airflow_provider_streamstate.engine.checkpoint.repartition import unfinished_repartition
+from airflow_provider_streamstate.engine.checkpoint.sidecar import open_sidecar
 from airflow_provider_streamstate.engine.core.errors import StreamstateError
 from airflow_provider_streamstate.engine.overview.history import (
     SnapshotBrief,
@@ -58,7 +59,8 @@ def stream_state(checkpoint: str | CheckpointFS | None, *, now: datetime | None 
     if not checkpoint:
         return StreamState("unknown", "no checkpoint configured for this stream", None, None, None)
     try:
-        st = launcher.status(checkpoint)
+        side = open_sidecar(checkpoint)  # opened once: the records, the newest commit and the layout
+        st = launcher.status(side)
     except Exception as exc:  # noqa: BLE001 - a page shows the reason instead of failing
         return StreamState("unknown", f"records beside {_name(checkpoint)} could not be read: {_why(exc)}", None,
                            None, None)
@@ -73,8 +75,8 @@ def stream_state(checkpoint: str | CheckpointFS | None, *, now: datetime | None 
     else:
         message = st.state
     try:
-        batch, at = newest_commit(checkpoint)
-        unfinished = unfinished_repartition(CheckpointReader(checkpoint))
+        batch, at = newest_commit(side)
+        unfinished = unfinished_repartition(CheckpointReader(side.fs.fresh()))
     except Exception as exc:  # noqa: BLE001
         return StreamState(st.state, f"{message}; checkpoint unreadable: {_why(exc)}", beat_age, None, None)
     if unfinished is not None:

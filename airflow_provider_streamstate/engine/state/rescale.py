@@ -322,8 +322,8 @@ def _verify(work: CheckpointFS, batch: int, before: int, partitions: int, record
         why = "the repartition job recorded no verification" if checked is None else \
             checked.problems[0] if checked.problems else "the repartition job's digests are unreadable"
         log.warning("%s: verifying the copy here instead (%s)", why, location)
-        old = state_digest(location, batch, connection=connection, placement=False)
-        new = state_digest(location, batch + 1, connection=connection)
+        old = state_digest(work, batch, connection=connection, placement=False)  # each a fresh view of `work`
+        new = state_digest(work, batch + 1, connection=connection)
         where = "here"
     problems = repartition_problems(old, new, partitions)
     if old.batch_id != batch:

@@ -132,8 +132,9 @@ def check_progress(checkpoint: Checkpoint, *, after_batch: int | None = None, fr
         raise UsageError(f"after_batch must be a batch id >= 0 or None, not {after_batch!r}")
     if freshness_s is not None and not freshness_s > 0:
         raise UsageError(f"freshness must be a positive duration, not {freshness_s!r} seconds")
-    batch, progress_at = newest_commit(checkpoint)
-    st = launcher.status(checkpoint)
+    side = open_sidecar(checkpoint)  # opened once for both reads
+    batch, progress_at = newest_commit(side)
+    st = launcher.status(side)
     now = datetime.now(UTC)
     beat = st.heartbeat
     heartbeat_age = round(beat.age_s(now), 1) if beat is not None else None
@@ -242,16 +243,16 @@ def check_lag(checkpoint: Checkpoint, *, max_lag: int, broker_offsets: BrokerOff
     failOnDataLoss=false)."""
     if isinstance(max_lag, bool) or not isinstance(max_lag, int) or max_lag < 0:
         raise UsageError(f"max_lag must be a number of records >= 0, not {max_lag!r}")
-    found = committed_kafka_offsets(checkpoint)
+    side = open_sidecar(checkpoint)  # opened once for every read and message below
+    found = committed_kafka_offsets(side)
     if found is None:
-        return LagCheck(WAITING, f"checkpoint {open_sidecar(checkpoint).location} has no committed batch yet",
-                        max_lag, None)
+        return LagCheck(WAITING, f"checkpoint {side.location} has no committed batch yet", max_lag, None)
     batch, offsets = found
     try:
         measured = broker_offsets(offsets)
     except NotFoundError as exc:  # engine.kafka.offsets speaks of snapshots; here it is the live stream's topic
         raise NotFoundError(
-            exc.message.replace(" of the snapshot", f" that the stream on {open_sidecar(checkpoint).location} reads"),
+            exc.message.replace(" of the snapshot", f" that the stream on {side.location} reads"),
             hint="check that the Kafka connection points at the stream's cluster; if the topic was deleted, "
             "the stream must be reset or restored before it can catch up",
         ) from None

@@ -166,7 +166,7 @@ BrokerOffsets = Callable[[dict[str, dict[str, int]]], list[PartitionOffsets]]
 
 def supervise(
     stream: str,
-    checkpoint: str | Path | CheckpointFS,
+    checkpoint: str | Path | CheckpointFS | Sidecar,
     *,
     start: StartFn,
     policy: SupervisionPolicy,
@@ -178,7 +178,8 @@ def supervise(
     """One supervision round of `stream` on `checkpoint` (see the module docstring).
     `store` opens the snapshot store (needed only to restore); `snapshot` names what to
     restore: `latest` (the newest on the current timeline that verifies) or an id. A remote
-    checkpoint given as an opened `CheckpointFS` is read and written with its connection."""
+    checkpoint given opened (a `CheckpointFS`, or its `Sidecar` that `start` also uses) is
+    read and written with its connection."""
 
     # Every step below reads the records and the checkpoint through its storage, from any host.
     root = open_sidecar(checkpoint)
