@@ -68,6 +68,7 @@ def gate_plan(params: dict[str, Any], run_id: str) -> dict[str, Any]:
     root = params["clone_root"] or os.path.join(os.path.dirname(production.checkpoint.rstrip("/")), "gate")
     checkpoint = os.path.join(root, name)
     clone = candidate.derive(name=name, checkpoint=checkpoint, sinks=sinks)
+    mask_secrets(candidate)  # its own arguments may hold one too
     return {"production": production.to_dict(), "candidate": candidate.to_dict(), "clone": clone.to_dict(),
             "name": name, "checkpoint": checkpoint, "sinks": sinks,
             "reports": params["reports"] or os.path.join(root, f"{name}-reports")}
@@ -129,7 +130,7 @@ with DAG(
     )
 
     @task
-    def run_candidate(plan: dict, params: dict | None = None, run_id: str | None = None) -> dict:
+    def run_candidate(params: dict | None = None, run_id: str | None = None) -> dict:
         """spark-submit the candidate on the clone; wait until it stops by itself."""
         import time
 
@@ -161,7 +162,7 @@ with DAG(
         return {"state": st.state, "batch_id": st.heartbeat.batch_id if st.heartbeat else None, "log": handle.log}
 
     @task
-    def migrate_clone(plan: dict, params: dict | None = None, run_id: str | None = None) -> dict:
+    def migrate_clone(params: dict | None = None, run_id: str | None = None) -> dict:
         """With `migrate_to`: the clone's state rewritten into the candidate's schema."""
         from airflow_provider_streamstate.spec import StreamSpec
         from airflow_provider_streamstate.streams.edit import edit_spec, migration
@@ -180,8 +181,8 @@ with DAG(
         print(f"migrated {result.preview.changed} key(s) of {clone.name} to the schema of {params['migrate_to']}")
         return {"migrated": True, **result.to_json()}
 
-    migrated = migrate_clone(planned)
-    ran = run_candidate(planned)
+    migrated = migrate_clone()
+    ran = run_candidate()
     on_cluster = {"spark": "{{ params.state_jobs or None }}"}
     snapshot_clone = SnapshotStreamOperator(task_id="snapshot_clone", stream=gate_spec_("clone"))
     validate = ValidateSnapshotOperator(

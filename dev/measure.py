@@ -69,7 +69,10 @@ def kind_of(cmd: list[str]) -> str:
         return "pytest (tests, Airflow's dag.test, the engine in process)"
     exe = os.path.basename(cmd[0]) if cmd else ""
     if exe == "java" or exe.startswith("java"):
-        return next((kind for needle, kind in _JAVA_KINDS if needle in line), "other JVM")
+        kind = next((kind for needle, kind in _JAVA_KINDS if needle in line), "other JVM")
+        if kind == "spark driver" and "org.apache.spark.deploy.SparkSubmit" in line and _cluster_mode(cmd):
+            return "spark-submit in cluster mode (submits; the driver runs in the cluster)"
+        return kind
     if "pyspark.daemon" in line or "pyspark.worker" in line:
         return "spark python workers"
     if "moto.server" in line or "moto_server" in line:
@@ -77,6 +80,12 @@ def kind_of(cmd: list[str]) -> str:
     if exe.startswith("python"):
         return "other python (stream apps' drivers, CLI runs, jobs)"
     return "other"
+
+
+def _cluster_mode(cmd: list[str]) -> bool:
+    """Whether a spark-submit only submits (its driver is the cluster's application master)."""
+    return any(a == "--deploy-mode" and b == "cluster" for a, b in zip(cmd, cmd[1:], strict=False)) or any(
+        a in ("--deploy-mode=cluster", "spark.submit.deployMode=cluster") for a in cmd)
 
 
 def _is_pytest(cmd: list[str]) -> bool:

@@ -67,24 +67,24 @@ def _live_holders(part_dir: Path) -> list[int]:
 
 
 # What letting go of each part this process holds does, in order: part name -> callables.
-_LET_GO: dict[str, list[Callable[[], None]]] = {}
+_RELEASE_STEPS: dict[str, list[Callable[[], None]]] = {}
 
 
 def held() -> list[str]:
     """The parts this process holds now."""
-    return list(_LET_GO)
+    return list(_RELEASE_STEPS)
 
 
 def also_on_let_go(name: str, undo: Callable[[], None]) -> None:
     """Run `undo` first when this process lets go of part `name` (e.g. forget its address)."""
-    _LET_GO[name].insert(0, undo)
+    _RELEASE_STEPS[name].insert(0, undo)
 
 
 def let_go(name: str) -> bool:
     """Let go of part `name` now, if this process holds it (the last holder stops it); whether
     it held it. For a run past the last test that uses the part: the session fixture that
     holds it must not be used after."""
-    steps = _LET_GO.pop(name, None)
+    steps = _RELEASE_STEPS.pop(name, None)
     for step in steps or ():
         step()
     return steps is not None
@@ -114,7 +114,7 @@ def hold(root: Path, name: str, start: Callable[[Path], dict[str, Any]], stop: C
                 info_file.unlink(missing_ok=True)
                 stop(part_dir)
 
-    _LET_GO[name] = [release]
+    _RELEASE_STEPS[name] = [release]
     try:
         yield info
     finally:

@@ -194,6 +194,10 @@ def test_processes_are_named_by_what_they_run() -> None:
     assert cpu.kind_of(["/usr/lib/jvm/bin/java", "-cp", "x", "org.apache.spark.deploy.SparkSubmit", "app.py"]) == "spark driver"
     assert cpu.kind_of(["java", "-Xmx128m", "-cp", "x", "org.apache.spark.launcher.Main", "org.apache.spark.deploy.SparkSubmit",
                         "app.py"]) == "spark-submit's command builder"
+    assert cpu.kind_of(["java", "-cp", "x", "org.apache.spark.deploy.SparkSubmit", "--master", "yarn", "--deploy-mode",
+                        "cluster", "app.py"]).startswith("spark-submit in cluster mode")
+    assert cpu.kind_of(["java", "-cp", "x", "org.apache.spark.deploy.yarn.ApplicationMaster", "--class", "x"]) == \
+        "spark driver"
     assert cpu.kind_of(["java", "-cp", "x", "org.apache.spark.executor.CoarseGrainedExecutorBackend"]) == "spark executor"
     assert cpu.kind_of(["/usr/bin/java", "-cp", "k/*", "kafka.Kafka", "kafka.properties"]) == "kafka broker"
     assert cpu.kind_of(["[pytest-xdist running] tests/integration/test_a.py::test_b"]).startswith("pytest")

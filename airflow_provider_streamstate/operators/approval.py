@@ -3,7 +3,8 @@
 
 The repair DAG asks before it changes production state; a repair planned on a Friday may
 wait for Monday, one planned during an incident for minutes. An unanswered approval fails
-when its time is up (Airflow's scheduler times it out), and nothing after it runs.
+when its time is up (Airflow's scheduler times it out), and nothing after it runs, unless
+`defaults` names the answer a timeout takes (the repair DAG gives none).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ class TimedApprovalOperator(ApprovalOperator):
     (`subject`, `body`, `defaults`, ...) are Airflow's `ApprovalOperator`'s.
 
     :param hours: how long to wait for an answer, in hours (a number, or a string of one)
-        (templated): unanswered by then, the task fails.
+        (templated): unanswered by then, the task fails, or takes `defaults` when given.
     """
 
     template_fields = (*ApprovalOperator.template_fields, "hours")

@@ -37,7 +37,7 @@ PROVIDERS = {"hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedS
              "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"}
 
 
-_ONE_COMMANDS: set[str] = set()  # the confs the last command alone was given, unset before the next
+_COMMAND_CONF_KEYS: set[str] = set()  # the confs the last command alone was given, unset before the next
 
 
 def session(conf: dict[str, str]) -> SparkSession:
@@ -97,10 +97,10 @@ def apiws_counts(df):  # noqa: ANN001, ANN201 - a DataFrame in, a DataFrame out
 def command(argv: list[str]) -> None:
     own = json.loads(argv.pop()) if len(argv) > 3 and argv[-1].startswith("{") else {}
     active = SparkSession.getActiveSession()
-    for k in _ONE_COMMANDS if active is not None else ():
+    for k in _COMMAND_CONF_KEYS if active is not None else ():
         active.conf.unset(k)
-    _ONE_COMMANDS.clear()
-    _ONE_COMMANDS.update(own)
+    _COMMAND_CONF_KEYS.clear()
+    _COMMAND_CONF_KEYS.update(own)
     mode, ckpt = argv[1], argv[2]
     if mode == "wait":  # the caller acts meanwhile (a recovery), on the answers so far
         while not os.path.exists(ckpt):
@@ -110,7 +110,7 @@ def command(argv: list[str]) -> None:
     if mode == "run" and argv[4] == "tws":
         root, partitions = argv[3], argv[5]
         spark = session({"spark.sql.shuffle.partitions": partitions,
-                         "spark.sql.streaming.stateStore.providerClass": PROVIDERS["rocksdb"]})
+                         "spark.sql.streaming.stateStore.providerClass": PROVIDERS["rocksdb"], **own})
         df = spark.readStream.schema("k string, v long").option("maxFilesPerTrigger", 1).json(f"{root}/in")
         q = tws_counts(df).writeStream.foreachBatch(lambda d, b: d.count()).outputMode("update") \
             .option("checkpointLocation", ckpt).trigger(availableNow=True).start()

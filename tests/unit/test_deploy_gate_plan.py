@@ -51,3 +51,14 @@ def test_every_task_derives_the_same_specs_with_their_secrets_from_the_run(gate:
     # The operators take their specs through this template, rendered in the task.
     assert gate["gate_spec_"]("clone") == "{{ gate_plan(params, run_id)['clone'] }}"
     assert gate["dag"].user_defined_macros["gate_plan"] is gate["gate_plan"]
+
+
+def test_an_operators_spec_template_renders_to_the_runs_spec_as_a_native_dict(gate: dict[str, Any],
+                                                                              tmp_path: Path) -> None:
+    """What Airflow renders in the task, with the DAG's macros and native rendering."""
+    dag, given = gate["dag"], params(tmp_path)
+    template = dag.get_task("clone").stream
+    rendered = dag.get_template_env().from_string(template).render(params=given, run_id="manual__1")
+    assert isinstance(rendered, dict)
+    assert rendered == gate["gate_plan"](given, "manual__1")["candidate"]
+    assert rendered["conf"]["spark.hadoop.fs.s3a.secret.key"] == SECRET
