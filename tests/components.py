@@ -21,9 +21,8 @@ COMPONENT_MARKERS = {
 def marker_of_part(part: str) -> str | None:
     """The marker of the tests that use a shared part (tests/shared_parts.py), by the part's
     name; None for the stack, which every test may use."""
-    if part.startswith("regions-"):
-        return "dr_regions"
-    return {"yarn": "yarn", "hdfs": "hdfs", "spark-standalone": "spark_standalone", "s3proxy": "s3proxy"}.get(part)
+    fixture = "regions" if part.startswith("regions-") else part.replace("-", "_")  # a pair per policy
+    return COMPONENT_MARKERS.get(fixture)
 
 
 def last_users(files: list[tuple[str, set[str]]]) -> dict[str, int]:
