@@ -34,12 +34,13 @@ log = logging.getLogger("streamstate.state_job")
 
 
 def _ran_on(spark: Any) -> dict[str, Any]:
-    """Where the job ran: the application, the driver's host and Python, and where its
-    code came from (the zip the submit shipped in its py-files, or an installed copy)."""
+    """Where the job ran: the application and its Spark, the driver's host and Python, and
+    where its code came from (the zip the submit shipped in its py-files, or an installed copy)."""
     import airflow_provider_streamstate
 
     sc = spark.sparkContext
-    return {"master": sc.master, "deploy_mode": sc.getConf().get("spark.submit.deployMode", "client"),
+    return {"master": sc.master, "spark": spark.version,
+            "deploy_mode": sc.getConf().get("spark.submit.deployMode", "client"),
             "app_id": sc.applicationId, "driver_host": socket.gethostname(), "python": sys.executable,
             "package": os.path.dirname(airflow_provider_streamstate.__file__)}
 

@@ -285,3 +285,47 @@ def test_a_local_output_of_a_job_whose_driver_runs_on_the_cluster_is_refused(tmp
     to_s3 = StateJobRequest(kind="validate", store=store.url, stream="orders", suite={"name": "s"},
                             data_docs="s3://docs/x").with_job_id()
     assert complete_command(cluster, to_s3, store, {"HADOOP_CONF_DIR": str(conf_dir)})[0][0] == "spark-submit"
+
+
+def _spark_home(tmp_path: Path, version: str, fake_submit: str) -> Path:
+    """A Spark installation's layout: bin/spark-submit (the stand-in) and its spark-core jar."""
+    home = tmp_path / f"spark-{version}"
+    (home / "bin").mkdir(parents=True)
+    (home / "jars").mkdir()
+    (home / "jars" / f"spark-core_2.13-{version}.jar").write_bytes(b"")
+    (home / "bin" / "spark-submit").write_text(fake_submit)
+    (home / "bin" / "spark-submit").chmod(0o755)
+    return home
+
+
+@pytest.mark.parametrize("by", ["SPARK_HOME", "path"])
+def test_a_state_job_for_a_spark_without_the_state_reader_is_refused_before_it_is_submitted(
+    fake, tmp_path, monkeypatch, by
+) -> None:
+    """SPARK_HOME (or the spark-submit's own installation) is Spark 3.5: the job would only
+    come back from the cluster with the same refusal, so nothing is submitted or written."""
+    from airflow_provider_streamstate.engine.core.errors import UnsupportedCheckpointError
+
+    home = _spark_home(tmp_path, "3.5.7", (tmp_path / "fake-spark-submit").read_text())
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    store = fake.store
+    request = StateJobRequest(kind="show", store=store.url, stream="orders").with_job_id()
+    binary = "spark-submit" if by == "SPARK_HOME" else str(home / "bin" / "spark-submit")
+    env = {"SPARK_HOME": str(home)} if by == "SPARK_HOME" else {}
+    with pytest.raises(UnsupportedCheckpointError, match=r"Spark 3\.5\.7 has no state data source .*: a state job"):
+        submit_state_job(request, store, [binary, "--master", "local[1]", "state_job.py", store.url, "orders",
+                                          request.job_id], env=env, poll_s=0.05)
+    assert not (tmp_path / "seen.json").exists()  # never started
+    assert _leftovers(store, request) == []
+    assert not list((tmp_path / "home").rglob(f"{request.job_id}*"))  # no log either
+
+
+def test_a_state_job_for_spark_4_0_is_submitted(fake, tmp_path, monkeypatch) -> None:
+    home = _spark_home(tmp_path, "4.0.4", (tmp_path / "fake-spark-submit").read_text())
+    monkeypatch.setenv("FAKE_BEHAVIOUR", "ok")
+    store = fake.store
+    request = StateJobRequest(kind="show", store=store.url, stream="orders").with_job_id()
+    result = submit_state_job(request, store, [str(home / "bin" / "spark-submit"), "--master", "local[1]",
+                                               "state_job.py", store.url, "orders", request.job_id],
+                              env={"SPARK_HOME": str(home)}, poll_s=0.05)
+    assert result["total_rows"] == 3

@@ -326,15 +326,16 @@ def _apply_pinned_confs(spark: SparkSession, conf: dict[str, str], state_store: 
 STATE_READER_SINCE = (4, 0)  # Spark's state data source (`statestore`, `state-metadata`)
 
 
-def _require_state_reader(spark: SparkSession) -> None:
-    """Refuse, in one line naming the version, a Spark without the state data source."""
+def require_state_reader(version: str, *, who: str = "this session") -> None:
+    """Refuse, in one line naming the version, a Spark without the state data source (also
+    before a job is submitted: a cluster round trip would only bring the same answer)."""
     try:
-        line = tuple(int(x) for x in str(spark.version).split(".")[:2])
+        line = tuple(int(x) for x in version.split(".")[:2])
     except ValueError:
         return  # a vendor's version string: let Spark answer
     if line < STATE_READER_SINCE:
         raise UnsupportedCheckpointError(
-            f"Spark {spark.version} has no state data source (`statestore`, Spark 4.0 added it): this session "
+            f"Spark {version} has no state data source (`statestore`, Spark 4.0 added it): {who} "
             "cannot read a snapshot's state",
             hint="run state queries, validation and bisect with Spark 4.0 or later (the main streamstate "
             "environment's, or a cluster's); snapshots of a Spark 3.5 stream read there exactly")
@@ -608,7 +609,7 @@ class StateReader:
     def _session(self, mat: Materialised) -> SparkSession:
         """The child session that reads `mat`, with the confs its checkpoint pinned."""
         if mat.session is None:
-            _require_state_reader(self.spark)
+            require_state_reader(str(self.spark.version))
             touch_streams(self.spark)
             session = self.spark.newSession()
             _copy_sql_confs(self.spark, session)

@@ -49,6 +49,7 @@ from airflow_provider_streamstate.engine.state.jobs import (
     request_key,
     result_key,
 )
+from airflow_provider_streamstate.engine.state.reader import require_state_reader
 from airflow_provider_streamstate.engine.state.scratch import job_started, remove_scratch
 from airflow_provider_streamstate.engine.stores.base import SnapshotStore
 from airflow_provider_streamstate.engine.streams.applications import RunningApplication, run_to_end
@@ -56,7 +57,7 @@ from airflow_provider_streamstate.engine.streams.command import with_confs
 from airflow_provider_streamstate.engine.streams.driver_logs import last_error_line, prune_logs
 from airflow_provider_streamstate.engine.streams.managers import manager_for
 from airflow_provider_streamstate.engine.streams.package_code import with_package_code
-from airflow_provider_streamstate.engine.streams.submission import Submission
+from airflow_provider_streamstate.engine.streams.submission import Submission, spark_version_of
 
 log = logging.getLogger("streamstate.state")
 
@@ -128,6 +129,9 @@ def submit_state_job(
     if not request.job_id:
         raise UsageError("a submitted state job needs a job id", hint="use request.with_job_id()")
     argv, child_env = complete_command(command, request, store, {**os.environ, **(env or {})}, ship_code=ship_code)
+    version = spark_version_of(argv, child_env)
+    if version is not None:  # refused here, not after a round trip through the cluster
+        require_state_reader(version, who=f"a state job submitted with {argv[0]}")
     logs = job_log_dir()
     logs.mkdir(parents=True, exist_ok=True)
     prune_logs(logs)  # old logs, and secrets files nobody deleted (older than an hour)

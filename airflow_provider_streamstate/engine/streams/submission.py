@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -66,6 +67,20 @@ def resolve_spark_submit(command: Sequence[str], env: Mapping[str, str]) -> tupl
             return cmd, out
     raise UsageError(f"no {binary} here: SPARK_HOME is not set, {binary} is not on the PATH and no pyspark "
                      "with its own is installed", hint=SPARK_SUBMIT_HINT)
+
+
+def spark_version_of(command: Sequence[str], env: Mapping[str, str]) -> str | None:
+    """The version of the Spark a resolved spark-submit `command` runs: its installation's
+    spark-core jar (SPARK_HOME's when set: spark-submit runs its classes). None when the
+    layout does not say (a vendor's wrapper script): Spark answers then."""
+    home = env.get("SPARK_HOME") or os.environ.get("SPARK_HOME")
+    if not home and command and os.sep in command[0]:
+        home = str(Path(command[0]).resolve().parent.parent)
+    for jar in sorted(Path(home).glob("jars/spark-core_*.jar")) if home else []:
+        found = re.fullmatch(r"spark-core_\d+\.\d+-(\d+\.\d+\.\d+\S*)\.jar", jar.name)
+        if found:
+            return found.group(1)
+    return None
 
 
 # Where spark-submit comes from, in the order resolve_spark_submit looks.
