@@ -453,15 +453,18 @@ class YarnCluster:
         return {"HADOOP_CONF_DIR": self.conf_dir, "YARN_CONF_DIR": self.conf_dir}
 
     def pyspark_conf(self, staging: Path | str, *, executors: int = 1, executor_memory: str = "512m",
-                     driver_memory: str = "512m") -> dict[str, str]:
+                     driver_memory: str = "512m", spark_home: Path | None = None,
+                     python: str | None = None) -> dict[str, str]:
         """The Spark confs a PySpark application needs here: the driver (the application
-        master picks its address itself) and the executors on loopback, this Python, Spark's
-        own jars from the pyspark installation (no 460 MB upload per submit), and `staging`
-        as the staging directory."""
-        import pyspark
+        master picks its address itself) and the executors on loopback, `python` (default
+        this one), Spark's own jars from `spark_home` (default this Python's pyspark: no
+        460 MB upload per submit), and `staging` as the staging directory."""
+        if spark_home is None:
+            import pyspark
 
-        jars = Path(pyspark.__file__).resolve().parent / "jars"
-        python = sys.executable
+            spark_home = Path(pyspark.__file__).resolve().parent
+        jars = spark_home / "jars"
+        python = python or sys.executable
         return {
             **{f"spark.{side}.SPARK_LOCAL_{what}": "127.0.0.1" for side in ("yarn.appMasterEnv", "executorEnv")
                for what in ("IP", "HOSTNAME")},

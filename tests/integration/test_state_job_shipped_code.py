@@ -4,9 +4,11 @@ and the application answers from that code as Spark's own state reader answers o
 snapshot. The Python is a virtualenv made here from what the main one has installed (no
 download): pyspark, lz4, xxhash and Great Expectations with their dependencies, nothing
 else, plus an old copy of this package that fails on import, which the shipped code must
-win over. Locally (`--master local[1]`, shipping asked for) and on the run's YARN cluster
-in cluster mode (shipping by default: the driver in the application master's container);
-and a rescale's repartition job, whose executors decode the state with the shipped code."""
+win over. Locally (`--master local[1]`, shipping asked for); on the run's YARN cluster in
+cluster mode from a worker with no extra, the platform's Spark (3.5, 4.3) as SPARK_HOME
+(shipping by default: the driver in the application master's container, on a Python with
+that line's pyspark and Great Expectations); and a rescale's repartition job, whose
+executors decode the state with the shipped code."""
 
 from __future__ import annotations
 
@@ -88,6 +90,17 @@ def python_without_streamstate(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 GOLDEN_CASE = "small_aggregation_rocksdb_changelog"
+PROBE_WORKER = """
+import importlib.util, json, os
+from importlib.metadata import distributions
+spec = importlib.util.find_spec("pyspark")
+print(json.dumps({
+    "great_expectations": importlib.util.find_spec("great_expectations") is not None,
+    "pyspark_jars": spec is not None and os.path.isdir(os.path.join(os.path.dirname(spec.origin), "jars")),
+    "pyspark_dist": next((d.metadata["Name"] for d in distributions() if d.metadata["Name"].startswith("pyspark")),
+                         None),
+}))
+"""
 
 
 def _snapshot(tmp_path: Path) -> tuple[Golden, LocalStore, str]:
@@ -153,28 +166,62 @@ def test_a_validation_on_a_python_without_this_package_runs_the_shipped_code_and
 
 
 @pytest.mark.yarn
-def test_on_yarn_in_cluster_mode_the_shipped_code_runs_by_default_in_the_application_master(
-    python_without_streamstate, yarn, capsys, monkeypatch, tmp_path
+@pytest.mark.spark_lines
+@pytest.mark.parametrize("line", ["3.5", "4.3"])
+def test_a_thin_worker_validates_on_yarn_with_the_platforms_spark_and_gx_only_in_the_cluster(
+    line, yarn, tmp_path
 ) -> None:
-    """No option: a submit to YARN ships the code; the driver runs in the application
-    master's container on the cluster's Python, from the zip YARN localized there."""
-    monkeypatch.setenv("STREAMSTATE_HOME", str(tmp_path / "home"))
-    monkeypatch.chdir(tmp_path)
-    for key, value in yarn.env().items():
-        monkeypatch.setenv(key, value)
-    g, store, snapshot_id = _snapshot(tmp_path)
+    """A platform's worker: Airflow with this package and no extra (no pyspark, no Great
+    Expectations: `.venv-worker`), the platform's Spark installation as SPARK_HOME (a line
+    other than the package's own: 3.5, 4.3), and no option but the master. The submit ships
+    the code by default; the driver runs in the application master's container on the
+    cluster's Python, which has that line's pyspark and Great Expectations but not this
+    package, from the zip YARN localized there."""
+    from dev.spark_cds import with_archive_of
+    from tests.test_worker_install import WORKER, worker_env
+
+    if not (WORKER / ".installed").is_file():
+        pytest.fail(f"no worker virtualenv at {WORKER}: run `make setup`")
+    spark = spark_versions.get(line).require()
+    python = str(cluster_python(tmp_path / "cluster-env", source=spark.venv))
+    g = golden(GOLDEN_CASE, line)
+    store = LocalStore(tmp_path / "store")
+    snapshot_id = create_snapshot(g.copy_to(tmp_path / "checkpoint"), store, "golden",
+                                  batch_id=g.last_batch).manifest.snapshot_id
     sums = [row.value[0] for row in g.state().rows]
-    python = {k: python_without_streamstate for k in ("spark.pyspark.python", "spark.yarn.appMasterEnv.PYSPARK_PYTHON",
-                                                     "spark.executorEnv.PYSPARK_PYTHON")}
-    conf = {**yarn.pyspark_conf(tmp_path / "staging"), **python, "spark.sql.shuffle.partitions": "2"}
-    result = _validate(capsys, "--store", store.url, "--stream", "golden", snapshot_id,
-                       "--suite", str(_suite(tmp_path, sums)), "--master", "yarn", "--deploy-mode", "cluster",
-                       *(a for k, v in conf.items() for a in ("--conf", f"{k}={v}")))
+    python_confs = {k: python for k in ("spark.pyspark.python", "spark.yarn.appMasterEnv.PYSPARK_PYTHON",
+                                        "spark.executorEnv.PYSPARK_PYTHON")}
+    conf = {**yarn.pyspark_conf(tmp_path / "staging", spark_home=spark.spark_home, python=python), **python_confs,
+            "spark.sql.shuffle.partitions": "2"}
+    env = worker_env(tmp_path, **yarn.env(), SPARK_HOME=str(spark.spark_home))
+    if "SPARK_SUBMIT_OPTS" in env:  # this line's class data sharing archive, not the main line's
+        env["SPARK_SUBMIT_OPTS"] = with_archive_of(env["SPARK_SUBMIT_OPTS"], spark.spark_home)
+    # The worker has no Great Expectations and no Spark of its own: its `pyspark` is the
+    # Spark Connect client the apache-spark provider 6.x requires (no jars, no spark-submit).
+    probe = subprocess.run([str(WORKER / "bin" / "python"), "-c", PROBE_WORKER], capture_output=True, text=True,
+                           cwd=tmp_path, env=env)
+    assert json.loads(probe.stdout) == {"great_expectations": False, "pyspark_jars": False,
+                                        "pyspark_dist": "pyspark-client"}, probe.stderr
+    out = subprocess.run(
+        [str(WORKER / "bin" / "streamstate"), "validate", "--store", store.url, "--stream", "golden", snapshot_id,
+         "--suite", str(_suite(tmp_path, sums)), "--master", "yarn", "--deploy-mode", "cluster", "--json",
+         *(a for k, v in conf.items() for a in ("--conf", f"{k}={v}"))],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+    if spark.major_minor < (4, 0):  # no state data source: refused at once, nothing submitted
+        assert out.returncode == 1 and out.stdout == "", out.stderr[-3000:]
+        assert out.stderr.startswith(f"streamstate: error: Spark {spark.pyspark} has no state data source"), out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1 and not (tmp_path / "staging").exists()
+        assert not list((tmp_path / "streamstate-home").rglob("*.log"))
+        return
+    assert out.returncode == 3, out.stderr[-3000:]  # the suite fails, as it must
+    result = json.loads(out.stdout.strip().splitlines()[-1])
     ran_on = result["ran_on"]
-    assert (ran_on["master"], ran_on["deploy_mode"], ran_on["python"]) == ("yarn", "cluster", python_without_streamstate)
-    (shipped,) = (tmp_path / "home" / "py-files").glob("streamstate-code-*.zip")
+    assert (ran_on["master"], ran_on["deploy_mode"], ran_on["python"]) == ("yarn", "cluster", python)
+    assert ran_on["spark"] == spark.pyspark
+    (shipped,) = (tmp_path / "streamstate-home" / "py-files").glob("streamstate-code-*.zip")
     assert ran_on["package"].endswith(f"/{shipped.name}/airflow_provider_streamstate")
     assert not ran_on["package"].startswith(str(shipped.parent))  # YARN's copy in the container, not ours
+    assert result["failed"][0]["type"] == "expect_column_values_to_be_between"
     _assert_answers_as_sparks_reader(store, snapshot_id, sums)
 
 
