@@ -1,12 +1,14 @@
 """An operation on a stream resolves its checkpoint once: the Airflow connection is looked
 up once and the location opened once, and the opened checkpoint is handed to every step
-(the stop and the run of its planned batch, a supervision round and its restart, a
-sensor's poke, the Streams page's state of a stream, `streamstate stream status`). Counted
-on real local checkpoints, at the two places every opening goes through."""
+(the stop and the run of its planned batch, a supervision round and its restart, from a
+task and from `streamstate stream`, a sensor's poke, the Streams page's state of a stream,
+`streamstate stream status`). Counted on real local checkpoints, at the two places every
+opening goes through."""
 
 from __future__ import annotations
 
 import io
+import json
 import logging
 from collections.abc import Iterator
 from contextlib import redirect_stdout
@@ -98,6 +100,22 @@ def test_a_stop_that_finishes_the_planned_batch_opens_the_checkpoint_once(checkp
     assert (openings.lookups, openings.opened) == (1, 1)
 
 
+def streamstate(*argv: str) -> tuple[int, dict[str, Any]]:
+    """`streamstate ARGV --json`: its exit code and the document it printed."""
+    with redirect_stdout(io.StringIO()) as out:
+        code = main([*argv, "--json"])
+    return code, json.loads(out.getvalue())
+
+
+def test_streamstate_stream_stop_finishing_the_planned_batch_opens_the_checkpoint_once(
+        checkpoint: Path, openings: Openings, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")  # what the command sets, undone after
+    code, out = streamstate("stream", "stop", "--spec", json.dumps(spec_of(checkpoint).to_dict()), "--timeout", "5",
+                            "--finish-planned-batch")
+    assert (code, out["outcome"], out["finished_planned_batch"]) == (0, "not-running", None)  # batch 2 is committed
+    assert (openings.lookups, openings.opened) == (1, 1)
+
+
 @pytest.fixture
 def failed(checkpoint: Path) -> Path:
     """The checkpoint of a stream whose query failed (its driver's last beat says so)."""
@@ -111,6 +129,14 @@ def test_a_supervision_round_and_its_restart_open_the_checkpoint_once(failed: Pa
     supervise = SuperviseStreamOperator(task_id="supervise", stream=spec_of(failed).to_dict(), settle=1)
     with pytest.raises(AirflowFailException, match="its restart failed: .*spark_nowhere"):
         supervise.execute({"ti": RecordingTI()})
+    assert (openings.lookups, openings.opened) == (1, 1)
+
+
+def test_streamstate_stream_supervise_opens_the_checkpoint_once_for_its_round_and_restart(
+        failed: Path, openings: Openings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")  # what the command sets, undone after
+    code = main(["stream", "supervise", "--spec", json.dumps(spec_of(failed).to_dict()), "--settle", "1"])
+    assert code != 0 and "spark_nowhere" in capsys.readouterr().err  # restarted; the start failed before it launched
     assert (openings.lookups, openings.opened) == (1, 1)
 
 
@@ -169,3 +195,4 @@ def test_a_put_back_restores_and_starts_through_one_opened_checkpoint(golden_spe
         put_back(spec, done.pinned, start=True, requested_by="test rollback", log=logging.getLogger("test"))
     assert state_digest(spec.checkpoint).batch_id == done.edit_batch - 1  # the edit's batch is gone
     assert (openings.lookups, openings.opened) == (1, 1 + 1)  # the put back's, and this test's digest
+
