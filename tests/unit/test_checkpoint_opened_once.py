@@ -2,8 +2,8 @@
 up once and the location opened once, and the opened checkpoint is handed to every step
 (the stop and the run of its planned batch, a supervision round and its restart, from a
 task and from `streamstate stream`, a sensor's poke, the Streams page's state of a stream,
-`streamstate stream status`). Counted on real local checkpoints, at the two places every
-opening goes through."""
+`streamstate stream status`, a clone's restore and its start). Counted on real local
+checkpoints, at the two places every opening goes through."""
 
 from __future__ import annotations
 
@@ -26,11 +26,13 @@ from airflow_provider_streamstate.engine.checkpoint.liveness import Heartbeat, n
 from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.engine.edit.changes import EditSpec
 from airflow_provider_streamstate.engine.kafka.offsets import PartitionOffsets
+from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.lookup.digest import state_digest
 from airflow_provider_streamstate.engine.overview.streams import stream_state
+from airflow_provider_streamstate.engine.stores import open_store
 from airflow_provider_streamstate.engine.stores.backends import backend_for
 from airflow_provider_streamstate.engine.streams.health import check_lag, check_progress
-from airflow_provider_streamstate.operators.stream import StopStreamOperator
+from airflow_provider_streamstate.operators.stream import CloneStreamOperator, StopStreamOperator
 from airflow_provider_streamstate.operators.supervise import SuperviseStreamOperator
 from airflow_provider_streamstate.sensors.stream import StreamProgressSensor
 from airflow_provider_streamstate.spec import StreamSpec
@@ -196,3 +198,15 @@ def test_a_put_back_restores_and_starts_through_one_opened_checkpoint(golden_spe
     assert state_digest(spec.checkpoint).batch_id == done.edit_batch - 1  # the edit's batch is gone
     assert (openings.lookups, openings.opened) == (1, 1 + 1)  # the put back's, and this test's digest
 
+
+def test_a_clone_started_at_once_is_restored_and_started_through_one_opened_checkpoint(
+        golden_spec: tuple[StreamSpec, str], openings: Openings, tmp_path: Path) -> None:
+    spec, _ = golden_spec
+    create_snapshot(spec.checkpoint, open_store(spec.store), spec.name)
+    clone = CloneStreamOperator(task_id="clone", stream=spec.to_dict(), clone_name="orders-clone",
+                                clone_checkpoint=str(tmp_path / "clone"), sinks={}, start=True, parallelism=1)
+    openings.lookups = openings.opened = 0
+    with pytest.raises(AirflowFailException, match="spark_nowhere"):  # restored; the start fails before it launches
+        clone.execute({"ti": RecordingTI()})
+    assert (tmp_path / "clone" / "_streamstate" / "clone.json").is_file()
+    assert (openings.lookups, openings.opened) == (1, 1)
