@@ -2,7 +2,8 @@
 up once and the location opened once, and the opened checkpoint is handed to every step
 (the stop and the run of its planned batch, a supervision round and its restart, from a
 task and from `streamstate stream`, a sensor's poke, the Streams page's state of a stream,
-`streamstate stream status`, a clone's restore and its start). Counted on real local
+`streamstate stream status`, a transform's snapshot, plan and edit, from a task and from
+`streamstate state edit`, a clone's restore and its start). Counted on real local
 checkpoints, at the two places every opening goes through."""
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from airflow_provider_streamstate.engine.overview.streams import stream_state
 from airflow_provider_streamstate.engine.stores import open_store
 from airflow_provider_streamstate.engine.stores.backends import backend_for
 from airflow_provider_streamstate.engine.streams.health import check_lag, check_progress
+from airflow_provider_streamstate.operators.edit import StateEditOperator
 from airflow_provider_streamstate.operators.stream import CloneStreamOperator, StopStreamOperator
 from airflow_provider_streamstate.operators.supervise import SuperviseStreamOperator
 from airflow_provider_streamstate.sensors.stream import StreamProgressSensor
@@ -198,6 +200,40 @@ def test_a_put_back_restores_and_starts_through_one_opened_checkpoint(golden_spe
     assert state_digest(spec.checkpoint).batch_id == done.edit_batch - 1  # the edit's batch is gone
     assert (openings.lookups, openings.opened) == (1, 1 + 1)  # the put back's, and this test's digest
 
+
+@pytest.mark.parametrize("apply", [False, True], ids=["dry-run", "applied-in-place"])
+def test_a_transform_edit_snapshots_plans_and_edits_through_one_opened_checkpoint(
+        golden_spec: tuple[StreamSpec, str], openings: Openings, apply: bool) -> None:
+    spec, _ = golden_spec
+    (g,) = [g for g in goldens("small_aggregation_hdfs") if g.line == "4.1"]
+    (field,) = g.state().types["value"].names
+    top = max(r.value[0] for r in g.state().rows)
+
+    def drop_top(key: dict[str, Any], value: dict[str, Any]) -> dict[str, Any] | None:
+        return None if value[field] == top else value
+
+    edit = StateEditOperator(task_id="edit", stream=spec.to_dict(), transform=drop_top, apply=apply,
+                             spark_check=False, parallelism=1)
+    out = edit.execute({})
+    assert out["dry_run"] is not apply and out["preview"]["changed"] == 1
+    assert (openings.lookups, openings.opened) == (1, 1)
+
+
+
+def test_streamstate_state_edit_applies_a_transform_through_one_opened_checkpoint(
+        golden_spec: tuple[StreamSpec, str], openings: Openings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec, _ = golden_spec
+    (g,) = [g for g in goldens("small_aggregation_hdfs") if g.line == "4.1"]
+    (field,) = g.state().types["value"].names
+    top = max(r.value[0] for r in g.state().rows)
+    (tmp_path / "fixes_for_opened_once.py").write_text(f"def halve(key, value):\n    return {{'{field}': value['{field}'] // 2}}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")  # what the command sets, undone after
+    code, out = streamstate("state", "edit", "--spec", json.dumps(spec.to_dict()), "--transform",
+                            "fixes_for_opened_once:halve", "--where", f"{field} >= {top}", "--apply", "--no-spark-check",
+                            "--parallelism", "1")
+    assert (code, out["preview"]["changed"], out["dry_run"]) == (0, 1, False)
+    assert (openings.lookups, openings.opened) == (1, 1)
 
 def test_a_clone_started_at_once_is_restored_and_started_through_one_opened_checkpoint(
         golden_spec: tuple[StreamSpec, str], openings: Openings, tmp_path: Path) -> None:
