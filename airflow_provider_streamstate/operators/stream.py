@@ -247,8 +247,8 @@ class CloneStreamOperator(StreamTask):
                 clones.write_clone_label(target, label)
             self._record(spec, clone, label)
             handle = None
-            if parse_flag(self.start, "start"):  # through the target as the restore reached it: opened once
-                handle, _, _ = self.start_stream(clone, startup_s, checkpoint=open_sidecar(target))
+            if parse_flag(self.start, "start"):  # the target as the restore reached it, seen afresh
+                handle, _, _ = self.start_stream(clone, startup_s, checkpoint=open_sidecar(target.fresh()))
         self.log.info("clone %s of %s from snapshot %s on %s, sinks %s, expires %s%s", clone.name, spec.name,
                       label.snapshot_id, clone.checkpoint, clone.sinks, label.expires_at,
                       f", running (pid {handle.pid})" if handle else "")
