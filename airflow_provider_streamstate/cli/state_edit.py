@@ -180,18 +180,22 @@ def cmd_state_edit(args: argparse.Namespace) -> int:
         spec = spec.derive(master=args.master or spec.master, deploy_mode=args.deploy_mode or spec.deploy_mode)
     use_spec_connection(spec)
     from airflow_provider_streamstate.streams.edit import (
+        Opened,
         edit_spec,
         migration,
+        opened_for_edit,
         planned_transform,
         transform_source,
     )
 
     operator = int(args.operator) if args.operator.isdigit() else args.operator
     edit: Any
-    if args.transform:
-        args.snapshot = transform_source(spec, args.snapshot, args.apply)
+    opened: Opened | None = None
+    if args.transform:  # its snapshot, its plan and the edit: one opened checkpoint
+        opened = opened_for_edit(spec, parallelism=args.parallelism)
+        args.snapshot = transform_source(spec, args.snapshot, args.apply, opened=opened)
         edit = planned_transform(spec, args.transform, where=args.where, operator=operator, store=args.store_name,
-                                 snapshot=args.snapshot, description=args.description).edit
+                                 snapshot=args.snapshot, description=args.description, opened=opened).edit
     elif args.migrate_to:
         edit = migration(spec, args.migrate_to, operator=operator, store=args.store_name, defaults=defaults,
                          description=args.description, pairs=pairs)
@@ -200,7 +204,7 @@ def cmd_state_edit(args: argparse.Namespace) -> int:
 
     r = edit_spec(spec, edit, apply=args.apply, snapshot=args.snapshot, target=args.target,
                   clone_name=args.clone_name, spark_check=not args.no_spark_check, requested_by=args.requested_by,
-                  timeout_s=args.timeout, parallelism=args.parallelism)
+                  timeout_s=args.timeout, parallelism=args.parallelism, opened=opened)
     p = r.preview
     lines = [f"{'would change' if r.dry_run else 'changed'} {p.changed} key(s) of {r.stream} ({r.description}) in "
              f"{p.source} at batch {p.batch_id}:"]

@@ -13,7 +13,10 @@ cluster manager, for drivers in cluster deploy mode).
 
 SPEC is a StreamSpec as JSON, or the path of a file holding it. spark-submit's master and
 deploy mode come from the spec, or these options, else its `spark_conn_id` Airflow
-connection. An S3 checkpoint's records are read with the AWS environment.
+connection. `status`, `recover` and a plain `stop` reach the checkpoint (given, or the
+spec's) with the environment's credentials; `start`, `supervise` and a stop that finishes
+its planned batch open the spec's checkpoint once, with its `aws_conn_id`, and hand it to
+every step.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ from airflow_provider_streamstate.cli.common import (
 
 if TYPE_CHECKING:
     from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS
+    from airflow_provider_streamstate.engine.checkpoint.sidecar import Sidecar
+    from airflow_provider_streamstate.spec import StreamSpec
 
 log = logging.getLogger("streamstate.cli")
 
@@ -164,17 +169,23 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
         raise UsageError("--finish-planned-batch runs the stream once more, which needs its --spec",
                          hint="give --spec instead of --checkpoint")
-    result = launcher.stop(_checkpoint(args), timeout_s=args.timeout,
+    spec: StreamSpec | None = None
+    side: Sidecar | None = None
+    if args.finish_planned_batch:
+        spec = read_spec(args.spec)
+        use_spec_connection(spec)
+        from airflow_provider_streamstate.streams.start import opened_checkpoint
+
+        side = opened_checkpoint(spec)  # the stop and the planned batch's run: one opened checkpoint
+    result = launcher.stop(side or _checkpoint(args), timeout_s=args.timeout,
                            requested_by=f"streamstate stream stop on {socket.gethostname()}")
     text = (f"{result.checkpoint}: {result.outcome} in {result.seconds:.1f}s (state {result.state}, exit code "
             f"{result.exit_code})")
     finished = None
-    if args.finish_planned_batch:
-        spec = read_spec(args.spec)
-        use_spec_connection(spec)
+    if spec is not None:
         from airflow_provider_streamstate.streams.start import finish_planned_batch
 
-        finished = finish_planned_batch(spec, timeout_s=args.timeout + 600, log=log)
+        finished = finish_planned_batch(spec, timeout_s=args.timeout + 600, log=log, checkpoint=side)
         if finished is not None:
             text += f"; ran once more to commit its planned batch {finished}"
     print_result(args, {**result.to_json(), "finished_planned_batch": finished}, text)
@@ -209,7 +220,10 @@ def cmd_supervise(args: argparse.Namespace) -> int:
             return broker_offsets(args.kafka_bootstrap, committed, config=client)
 
     start = _starter(spec)
-    report = supervise(spec.name, spec.checkpoint, start=lambda: start(spec, startup_timeout_s=600, log=log)[0],
+    from airflow_provider_streamstate.streams.start import opened_checkpoint
+
+    side = opened_checkpoint(spec)  # the round and its restarts: one opened checkpoint
+    report = supervise(spec.name, side, start=lambda: start(spec, startup_timeout_s=600, log=log, checkpoint=side)[0],
                        policy=policy, store=lambda: open_store(spec.store), broker_offsets=offsets,
                        snapshot=args.snapshot)
     print_result(args, report.to_json(), report.message)

@@ -106,8 +106,10 @@ class StateEditOperator(StreamTask):
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_streamstate.engine.edit.changes import EditSpec
         from airflow_provider_streamstate.streams.edit import (
+            Opened,
             edit_spec,
             migration,
+            opened_for_edit,
             planned_transform,
             transform_source,
         )
@@ -119,15 +121,17 @@ class StateEditOperator(StreamTask):
             operator = int(self.operator) if str(self.operator).isdigit() else self.operator
             snapshot = self.snapshot or None
             edit: Any
+            opened: Opened | None = None
             if self.migrate_to:
                 edit = migration(spec, self.migrate_to, operator=operator, store=self.store_name or "default",
                                  defaults=dict(self.defaults or {}), description=self.description or None,
                                  pairs=dict(self.pairs or {}))
-            elif self.transform is not None:
-                snapshot = transform_source(spec, snapshot, bool(self.apply))
+            elif self.transform is not None:  # its snapshot, its plan and the edit: one opened checkpoint
+                opened = opened_for_edit(spec, parallelism=self.parallelism)
+                snapshot = transform_source(spec, snapshot, bool(self.apply), opened=opened)
                 edit = planned_transform(spec, self.transform, where=self.where or None, operator=operator,
                                          store=self.store_name or "default", snapshot=snapshot,
-                                         description=self.description or None).edit
+                                         description=self.description or None, opened=opened).edit
             else:
                 edit = EditSpec.from_json(self.edit if isinstance(self.edit, str) else json.dumps(self.edit),
                                           self.description or None)
@@ -137,7 +141,7 @@ class StateEditOperator(StreamTask):
             result = edit_spec(spec, edit, apply=bool(self.apply), snapshot=snapshot,
                                target=self.target or None, clone_name=self.clone_name or None,
                                spark_check=spark_check, requested_by=self.requested_by or _asked_by(context),
-                               timeout_s=timeout_s, parallelism=self.parallelism)
+                               timeout_s=timeout_s, parallelism=self.parallelism, opened=opened)
         p = result.preview
         self.log.info("%s %d key(s) of %s at batch %d", "would change" if result.dry_run else "changed", p.changed,
                       p.source, p.batch_id)

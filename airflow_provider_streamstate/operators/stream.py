@@ -166,7 +166,8 @@ class CloneStreamOperator(StreamTask):
         to must be given one of the clone's own). (templated)
     :param snapshot: the snapshot to clone, an id or `latest`. (templated)
     :param ttl: how long the clone lives (a timedelta or seconds): its label's expiry.
-    :param start: start the clone (as StartStreamOperator does) once restored.
+    :param start: start the clone (as StartStreamOperator does) once restored, through its
+        checkpoint as the restore reached it.
     :param startup_timeout: how long the clone's query may take to run (a timedelta or seconds).
     :param parallelism: concurrent file transfers of the restore.
     :param delete_sinks_on_expiry: when the clone expires, also delete its sinks that are
@@ -217,6 +218,7 @@ class CloneStreamOperator(StreamTask):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_streamstate.engine.catalog.timeline import read_lineage
+        from airflow_provider_streamstate.engine.checkpoint.sidecar import open_sidecar
         from airflow_provider_streamstate.engine.lifecycle.restore import open_target, restore_snapshot
         from airflow_provider_streamstate.engine.streams import clones
 
@@ -245,8 +247,8 @@ class CloneStreamOperator(StreamTask):
                 clones.write_clone_label(target, label)
             self._record(spec, clone, label)
             handle = None
-            if parse_flag(self.start, "start"):
-                handle, _, _ = self.start_stream(clone, startup_s)
+            if parse_flag(self.start, "start"):  # the target as the restore reached it, seen afresh
+                handle, _, _ = self.start_stream(clone, startup_s, checkpoint=open_sidecar(target.fresh()))
         self.log.info("clone %s of %s from snapshot %s on %s, sinks %s, expires %s%s", clone.name, spec.name,
                       label.snapshot_id, clone.checkpoint, clone.sinks, label.expires_at,
                       f", running (pid {handle.pid})" if handle else "")

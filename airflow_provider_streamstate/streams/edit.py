@@ -7,10 +7,16 @@ and StateEditOperator use."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_streamstate.spec import StreamSpec
 from airflow_provider_streamstate.utils.spark_submit import spark_submit_command
+
+if TYPE_CHECKING:
+    from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS
+
+# The connection the spec's checkpoint is reached with, and the checkpoint opened with it.
+Opened = tuple[Any, "CheckpointFS"]
 
 
 def edit_check_command(spec: StreamSpec) -> Callable[[Sequence[str]], tuple[Sequence[str], Mapping[str, str]]]:
@@ -26,34 +32,58 @@ def edit_check_command(spec: StreamSpec) -> Callable[[Sequence[str]], tuple[Sequ
     return command
 
 
+def opened_for_edit(spec: StreamSpec, *, parallelism: int = 8) -> Opened:
+    """The connection the spec's checkpoint is reached with (its Airflow connection's; the
+    digests' worker processes and a clone's target are reached with it too) and the
+    checkpoint opened with it: resolved once per edit and handed to each of its steps
+    (`opened`), a transform's snapshot and plan as well as the edit."""
+    from airflow_provider_streamstate.engine.checkpoint.filesystems import open_checkpoint_fs
+    from airflow_provider_streamstate.hooks.store import checkpoint_connection
+
+    connection = checkpoint_connection(spec.checkpoint, spec.aws_conn_id, max_connections=parallelism * 2)
+    return connection, open_checkpoint_fs(spec.checkpoint, connection=connection, conn_id=spec.aws_conn_id)
+
+
 def edit_spec(
     spec: StreamSpec, edit: Any, *, apply: bool = False, snapshot: str | None = None, target: str | None = None,
     clone_name: str | None = None, spark_check: bool = True, requested_by: str | None = None,
     timeout_s: float | None = None, parallelism: int = 8, on_submit: Callable[[Any], None] | None = None,
+    opened: Opened | None = None,
 ) -> Any:
     """`engine.edit.repair.edit_stream` for the stream `spec` describes (`edit`: an EditSpec):
-    a dry run, or applied in place (the stream stopped) or as a clone at `target`."""
+    a dry run, or applied in place (the stream stopped) or as a clone at `target`.
+    `opened`: the spec's checkpoint as the caller resolved it (`opened_for_edit`), else
+    resolved here."""
     from airflow_provider_streamstate.engine.edit.repair import edit_stream
     from airflow_provider_streamstate.hooks.store import StreamstateStoreHook, checkpoint_connection
 
     store = StreamstateStoreHook(spec.store, aws_conn_id=spec.aws_conn_id, parallelism=parallelism).store
-    connection = checkpoint_connection(spec.checkpoint, spec.aws_conn_id, max_connections=parallelism * 2)
+    if opened is None:
+        connection, fs = checkpoint_connection(spec.checkpoint, spec.aws_conn_id,
+                                               max_connections=parallelism * 2), None
+    else:
+        connection, fs = opened[0], opened[1].fresh()  # a fresh view: the checkpoint as it is now
     return edit_stream(store, spec.name, spec.checkpoint, edit, apply=apply, snapshot=snapshot, target=target,
                        clone_name=clone_name, command=edit_check_command(spec) if spark_check and apply else None,
                        requested_by=requested_by, connection=connection, parallelism=parallelism,
-                       timeout_s=timeout_s, on_submit=on_submit)
+                       timeout_s=timeout_s, on_submit=on_submit, fs=fs)
 
 
-def transform_source(spec: StreamSpec, snapshot: str | None, apply: bool) -> str | None:
+def transform_source(spec: StreamSpec, snapshot: str | None, apply: bool, *, opened: Opened | None = None
+                     ) -> str | None:
     """The snapshot a transform is planned on and applied to: the one given, else (applied)
     a new snapshot of the stream, taken here so that the plan and the edit read the same
-    batch (a running stream moves on between the two); None: a dry run of the checkpoint."""
+    batch (a running stream moves on between the two); None: a dry run of the checkpoint.
+    `opened`: the spec's checkpoint as the caller resolved it (`opened_for_edit`)."""
     if snapshot or not apply:
         return snapshot
     from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
     from airflow_provider_streamstate.hooks.store import StreamstateStoreHook, checkpoint_connection
 
     store = StreamstateStoreHook(spec.store, aws_conn_id=spec.aws_conn_id).store
+    if opened is not None:
+        return str(create_snapshot(opened[1].fresh(), store, spec.name, spark_version=spec.spark_version)
+                   .manifest.snapshot_id)
     return str(create_snapshot(spec.checkpoint, store, spec.name, spark_version=spec.spark_version,
                                checkpoint_connection=checkpoint_connection(spec.checkpoint, spec.aws_conn_id))
                .manifest.snapshot_id)
@@ -61,11 +91,12 @@ def transform_source(spec: StreamSpec, snapshot: str | None, apply: bool) -> str
 
 def planned_transform(
     spec: StreamSpec, transform: Any, *, where: str | None = None, operator: int | str = 0, store: str = "default",
-    snapshot: str | None = None, description: str | None = None,
+    snapshot: str | None = None, description: str | None = None, opened: Opened | None = None,
 ) -> Any:
     """`engine.edit.plan.plan_transform` of the stream's state: its snapshot `snapshot`, else
     its checkpoint's newest batch (`transform_source` gives the snapshot an applied edit
-    must use). `transform`: a function of (key, value), or `module:function`."""
+    must use), read through `opened` (`opened_for_edit`) when the caller resolved it.
+    `transform`: a function of (key, value), or `module:function`."""
     from airflow_provider_streamstate.engine.checkpoint.filesystems import open_checkpoint_fs
     from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
     from airflow_provider_streamstate.engine.edit.plan import load_transform, plan_transform
@@ -77,9 +108,9 @@ def planned_transform(
         src: Any = SnapshotSource(StreamstateStoreHook(spec.store, aws_conn_id=spec.aws_conn_id).store, spec.name,
                                   snapshot)
     else:
-        connection = checkpoint_connection(spec.checkpoint, spec.aws_conn_id)
-        src = CheckpointSource(spec.checkpoint,
-                               reader=CheckpointReader(open_checkpoint_fs(spec.checkpoint, connection=connection)))
+        fs = opened[1].fresh() if opened is not None else open_checkpoint_fs(
+            spec.checkpoint, connection=checkpoint_connection(spec.checkpoint, spec.aws_conn_id))
+        src = CheckpointSource(spec.checkpoint, reader=CheckpointReader(fs))
     return plan_transform(src, fn, where=where, operator=operator, store=store, description=description,
                           name=transform if isinstance(transform, str) else None)
 

@@ -1,12 +1,15 @@
 """An operation on a stream resolves its checkpoint once: the Airflow connection is looked
 up once and the location opened once, and the opened checkpoint is handed to every step
-(the stop and the run of its planned batch, a supervision round and its restart, a
-sensor's poke, the Streams page's state of a stream, `streamstate stream status`). Counted
-on real local checkpoints, at the two places every opening goes through."""
+(the stop and the run of its planned batch, a supervision round and its restart, from a
+task and from `streamstate stream`, a sensor's poke, the Streams page's state of a stream,
+`streamstate stream status`, a transform's snapshot, plan and edit, from a task and from
+`streamstate state edit`, a clone's restore and its start). Counted on real local
+checkpoints, at the two places every opening goes through."""
 
 from __future__ import annotations
 
 import io
+import json
 import logging
 from collections.abc import Iterator
 from contextlib import redirect_stdout
@@ -24,11 +27,14 @@ from airflow_provider_streamstate.engine.checkpoint.liveness import Heartbeat, n
 from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.engine.edit.changes import EditSpec
 from airflow_provider_streamstate.engine.kafka.offsets import PartitionOffsets
+from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
 from airflow_provider_streamstate.engine.lookup.digest import state_digest
 from airflow_provider_streamstate.engine.overview.streams import stream_state
+from airflow_provider_streamstate.engine.stores import open_store
 from airflow_provider_streamstate.engine.stores.backends import backend_for
 from airflow_provider_streamstate.engine.streams.health import check_lag, check_progress
-from airflow_provider_streamstate.operators.stream import StopStreamOperator
+from airflow_provider_streamstate.operators.edit import StateEditOperator
+from airflow_provider_streamstate.operators.stream import CloneStreamOperator, StopStreamOperator
 from airflow_provider_streamstate.operators.supervise import SuperviseStreamOperator
 from airflow_provider_streamstate.sensors.stream import StreamProgressSensor
 from airflow_provider_streamstate.spec import StreamSpec
@@ -98,6 +104,22 @@ def test_a_stop_that_finishes_the_planned_batch_opens_the_checkpoint_once(checkp
     assert (openings.lookups, openings.opened) == (1, 1)
 
 
+def streamstate(*argv: str) -> tuple[int, dict[str, Any]]:
+    """`streamstate ARGV --json`: its exit code and the document it printed."""
+    with redirect_stdout(io.StringIO()) as out:
+        code = main([*argv, "--json"])
+    return code, json.loads(out.getvalue())
+
+
+def test_streamstate_stream_stop_finishing_the_planned_batch_opens_the_checkpoint_once(
+        checkpoint: Path, openings: Openings, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")  # what the command sets, undone after
+    code, out = streamstate("stream", "stop", "--spec", json.dumps(spec_of(checkpoint).to_dict()), "--timeout", "5",
+                            "--finish-planned-batch")
+    assert (code, out["outcome"], out["finished_planned_batch"]) == (0, "not-running", None)  # batch 2 is committed
+    assert (openings.lookups, openings.opened) == (1, 1)
+
+
 @pytest.fixture
 def failed(checkpoint: Path) -> Path:
     """The checkpoint of a stream whose query failed (its driver's last beat says so)."""
@@ -111,6 +133,14 @@ def test_a_supervision_round_and_its_restart_open_the_checkpoint_once(failed: Pa
     supervise = SuperviseStreamOperator(task_id="supervise", stream=spec_of(failed).to_dict(), settle=1)
     with pytest.raises(AirflowFailException, match="its restart failed: .*spark_nowhere"):
         supervise.execute({"ti": RecordingTI()})
+    assert (openings.lookups, openings.opened) == (1, 1)
+
+
+def test_streamstate_stream_supervise_opens_the_checkpoint_once_for_its_round_and_restart(
+        failed: Path, openings: Openings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")  # what the command sets, undone after
+    code = main(["stream", "supervise", "--spec", json.dumps(spec_of(failed).to_dict()), "--settle", "1"])
+    assert code != 0 and "spark_nowhere" in capsys.readouterr().err  # restarted; the start failed before it launched
     assert (openings.lookups, openings.opened) == (1, 1)
 
 
@@ -169,3 +199,50 @@ def test_a_put_back_restores_and_starts_through_one_opened_checkpoint(golden_spe
         put_back(spec, done.pinned, start=True, requested_by="test rollback", log=logging.getLogger("test"))
     assert state_digest(spec.checkpoint).batch_id == done.edit_batch - 1  # the edit's batch is gone
     assert (openings.lookups, openings.opened) == (1, 1 + 1)  # the put back's, and this test's digest
+
+
+@pytest.mark.parametrize("apply", [False, True], ids=["dry-run", "applied-in-place"])
+def test_a_transform_edit_snapshots_plans_and_edits_through_one_opened_checkpoint(
+        golden_spec: tuple[StreamSpec, str], openings: Openings, apply: bool) -> None:
+    spec, _ = golden_spec
+    (g,) = [g for g in goldens("small_aggregation_hdfs") if g.line == "4.1"]
+    (field,) = g.state().types["value"].names
+    top = max(r.value[0] for r in g.state().rows)
+
+    def drop_top(key: dict[str, Any], value: dict[str, Any]) -> dict[str, Any] | None:
+        return None if value[field] == top else value
+
+    edit = StateEditOperator(task_id="edit", stream=spec.to_dict(), transform=drop_top, apply=apply,
+                             spark_check=False, parallelism=1)
+    out = edit.execute({})
+    assert out["dry_run"] is not apply and out["preview"]["changed"] == 1
+    assert (openings.lookups, openings.opened) == (1, 1)
+
+
+
+def test_streamstate_state_edit_applies_a_transform_through_one_opened_checkpoint(
+        golden_spec: tuple[StreamSpec, str], openings: Openings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec, _ = golden_spec
+    (g,) = [g for g in goldens("small_aggregation_hdfs") if g.line == "4.1"]
+    (field,) = g.state().types["value"].names
+    top = max(r.value[0] for r in g.state().rows)
+    (tmp_path / "fixes_for_opened_once.py").write_text(f"def halve(key, value):\n    return {{'{field}': value['{field}'] // 2}}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")  # what the command sets, undone after
+    code, out = streamstate("state", "edit", "--spec", json.dumps(spec.to_dict()), "--transform",
+                            "fixes_for_opened_once:halve", "--where", f"{field} >= {top}", "--apply", "--no-spark-check",
+                            "--parallelism", "1")
+    assert (code, out["preview"]["changed"], out["dry_run"]) == (0, 1, False)
+    assert (openings.lookups, openings.opened) == (1, 1)
+
+def test_a_clone_started_at_once_is_restored_and_started_through_one_opened_checkpoint(
+        golden_spec: tuple[StreamSpec, str], openings: Openings, tmp_path: Path) -> None:
+    spec, _ = golden_spec
+    create_snapshot(spec.checkpoint, open_store(spec.store), spec.name)
+    clone = CloneStreamOperator(task_id="clone", stream=spec.to_dict(), clone_name="orders-clone",
+                                clone_checkpoint=str(tmp_path / "clone"), sinks={}, start=True, parallelism=1)
+    openings.lookups = openings.opened = 0
+    with pytest.raises(AirflowFailException, match="spark_nowhere"):  # restored; the start fails before it launches
+        clone.execute({"ti": RecordingTI()})
+    assert (tmp_path / "clone" / "_streamstate" / "clone.json").is_file()
+    assert (openings.lookups, openings.opened) == (1, 1)

@@ -126,19 +126,21 @@ def edit_stream(
     parallelism: int = 8,
     timeout_s: float | None = None,
     on_submit: Callable[[Any], None] | None = None,
+    fs: CheckpointFS | None = None,
 ) -> EditResult:
     """Edit the state of `stream` (checkpoint `checkpoint`) as `edit` says; see the module
     docstring. A dry run unless `apply`. In place (`target` None: the stream must be stopped)
     or as a clone at `target` (named `clone_name`, default `<stream>-edited`). `snapshot`:
     the source (an id, `latest`, `latest-good:<suite>`); default the checkpoint's newest
     batch (applied: a new snapshot of the stopped stream). `command`: how to run Spark's
-    check in the stream's Spark (None: the copy is verified without Spark only)."""
+    check in the stream's Spark (None: the copy is verified without Spark only). `fs`: the
+    checkpoint as the caller opened it with `connection`, else opened here."""
     started = time.monotonic()
     seconds: dict[str, float] = {}
     in_place = target is None
     if not apply:
         src: StateSource = SnapshotSource(store, stream, snapshot) if snapshot else CheckpointSource(
-            checkpoint, reader=CheckpointReader(open_checkpoint_fs(checkpoint, connection=connection)))
+            checkpoint, reader=CheckpointReader(fs or open_checkpoint_fs(checkpoint, connection=connection)))
         changes = _changes(src, edit)
         seen = preview(src, changes, current_values(src, changes))
         seconds["total"] = time.monotonic() - started
@@ -146,7 +148,8 @@ def edit_stream(
                           src.manifest.snapshot_id if isinstance(src, SnapshotSource) else None,
                           in_place=in_place, seconds=seconds)
     copy = WorkCopy.open("edit", "edited", store, stream, checkpoint, work=target or work_location(checkpoint),
-                         target=target, clone_name=clone_name, connection=connection, parallelism=parallelism)
+                         target=target, clone_name=clone_name, connection=connection, parallelism=parallelism,
+                         fs=fs)
     seconds = copy.seconds
     source = copy.source(snapshot)
     copy.check_at_source(source)

@@ -149,10 +149,12 @@ class WorkCopy:
 
     @classmethod
     def open(cls, doing: str, done: str, store: SnapshotStore, stream: str, checkpoint: str, *, work: str,
-             target: str | None, clone_name: str | None, connection: Any, parallelism: int) -> WorkCopy:
-        """Step 1: refuse what cannot be changed, after finishing a crashed swap (in place)."""
+             target: str | None, clone_name: str | None, connection: Any, parallelism: int,
+             fs: CheckpointFS | None = None) -> WorkCopy:
+        """Step 1: refuse what cannot be changed, after finishing a crashed swap (in place).
+        `fs`: the checkpoint as the caller opened it with `connection`, else opened here."""
         started = time.monotonic()
-        fs = open_checkpoint_fs(checkpoint, connection=connection)
+        fs = fs if fs is not None else open_checkpoint_fs(checkpoint, connection=connection)
         if target is None:
             recover_swap(fs)  # a crashed swap of this checkpoint is finished first (it changes nothing else)
             refuse_running(fs, stream, doing)
