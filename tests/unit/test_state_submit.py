@@ -94,6 +94,7 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("STREAMSTATE_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("FAKE_SEEN", str(tmp_path / "seen.json"))
+    monkeypatch.delenv("SPARK_HOME", raising=False)  # the stand-in is the Spark that runs, whatever this machine has
     store = LocalStore(tmp_path / "store")
 
     def run(behaviour: str, *, conf: tuple[str, ...] = (), **kw: object) -> dict:
@@ -307,12 +308,12 @@ def test_a_state_job_for_a_spark_without_the_state_reader_is_refused_before_it_i
     from airflow_provider_streamstate.engine.core.errors import UnsupportedCheckpointError
 
     home = _spark_home(tmp_path, "3.5.7", (tmp_path / "fake-spark-submit").read_text())
-    monkeypatch.delenv("SPARK_HOME", raising=False)
     store = fake.store
     request = StateJobRequest(kind="show", store=store.url, stream="orders").with_job_id()
     binary = "spark-submit" if by == "SPARK_HOME" else str(home / "bin" / "spark-submit")
     env = {"SPARK_HOME": str(home)} if by == "SPARK_HOME" else {}
-    with pytest.raises(UnsupportedCheckpointError, match=r"Spark 3\.5\.7 has no state data source .*: a state job"):
+    with pytest.raises(UnsupportedCheckpointError,
+                       match=rf"Spark 3\.5\.7 has no state data source .*: the Spark at {home} cannot"):
         submit_state_job(request, store, [binary, "--master", "local[1]", "state_job.py", store.url, "orders",
                                           request.job_id], env=env, poll_s=0.05)
     assert not (tmp_path / "seen.json").exists()  # never started
@@ -329,3 +330,37 @@ def test_a_state_job_for_spark_4_0_is_submitted(fake, tmp_path, monkeypatch) -> 
                                                "state_job.py", store.url, "orders", request.job_id],
                               env={"SPARK_HOME": str(home)}, poll_s=0.05)
     assert result["total_rows"] == 3
+
+
+@pytest.mark.parametrize(("jar", "version"), [
+    ("spark-core_2.12-3.5.1-amzn-0.jar", "3.5.1-amzn-0"),
+    ("spark-core_2.13-4.0.0-SNAPSHOT.jar", "4.0.0-SNAPSHOT"),
+    ("spark-core_2.12-3.3.2.3.3.7190.0-91.jar", "3.3.2.3.3.7190.0-91"),
+])
+def test_the_version_of_a_spark_installation_is_read_from_its_core_jar(tmp_path, jar, version) -> None:
+    from airflow_provider_streamstate.engine.streams.submission import spark_version_of
+
+    home = _spark_home(tmp_path, "0.0.0", "#!/bin/sh\n")
+    (home / "jars" / "spark-core_2.13-0.0.0.jar").unlink()
+    (home / "jars" / jar).write_bytes(b"")
+    submit = str(home / "bin" / "spark-submit")
+    assert spark_version_of([submit], {}) == (version, str(home.resolve()))
+    assert spark_version_of(["spark-submit"], {"SPARK_HOME": str(home)}) == (version, str(home))
+    assert spark_version_of(["spark-submit"], {"PATH": str(home / "bin")}) == (version, str(home.resolve()))
+
+
+def test_where_the_installation_cannot_be_told_spark_answers(tmp_path) -> None:
+    """A wrapper given as a path outside SPARK_HOME may set its own SPARK_HOME; an empty
+    SPARK_HOME is unset; an installation without `jars/` says nothing."""
+    from airflow_provider_streamstate.engine.streams.submission import spark_version_of
+
+    old, new = _spark_home(tmp_path, "3.5.7", "#!/bin/sh\n"), _spark_home(tmp_path, "4.1.3", "#!/bin/sh\n")
+    wrapper = str(new / "bin" / "spark-submit")
+    assert spark_version_of([wrapper], {"SPARK_HOME": str(old)}) is None
+    assert spark_version_of([wrapper], {"SPARK_HOME": str(new)}) == ("4.1.3", str(new.resolve()))
+    assert spark_version_of([wrapper], {"SPARK_HOME": ""}) == ("4.1.3", str(new.resolve()))
+    assert spark_version_of(["spark-submit"], {"SPARK_HOME": "", "PATH": "/nonexistent"}) is None
+    bare = tmp_path / "pip-venv" / "bin"
+    bare.mkdir(parents=True)
+    (bare / "spark-submit").write_text("#!/bin/sh\n")
+    assert spark_version_of([str(bare / "spark-submit")], {}) is None

@@ -337,8 +337,9 @@ def require_state_reader(version: str, *, who: str = "this session") -> None:
         raise UnsupportedCheckpointError(
             f"Spark {version} has no state data source (`statestore`, Spark 4.0 added it): {who} "
             "cannot read a snapshot's state",
-            hint="run state queries, validation and bisect with Spark 4.0 or later (the main streamstate "
-            "environment's, or a cluster's); snapshots of a Spark 3.5 stream read there exactly")
+            hint="run state queries, validation and bisect with Spark 4.0 or later (SPARK_HOME or the spark "
+            "connection's spark-binary, the main streamstate environment's, or a cluster's); snapshots of a "
+            "Spark 3.5 stream read there exactly")
 
 
 def _copy_sql_confs(parent: SparkSession, child: SparkSession) -> None:

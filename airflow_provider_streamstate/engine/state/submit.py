@@ -128,10 +128,11 @@ def submit_state_job(
     the application gets this package's code in its py-files (None: on a cluster)."""
     if not request.job_id:
         raise UsageError("a submitted state job needs a job id", hint="use request.with_job_id()")
-    argv, child_env = complete_command(command, request, store, {**os.environ, **(env or {})}, ship_code=ship_code)
-    version = spark_version_of(argv, child_env)
-    if version is not None:  # refused here, not after a round trip through the cluster
-        require_state_reader(version, who=f"a state job submitted with {argv[0]}")
+    child = {**os.environ, **(env or {})}
+    spark = spark_version_of(command, child)
+    if spark is not None:  # refused here, not after a round trip through the cluster
+        require_state_reader(spark[0], who=f"the Spark at {spark[1]}")
+    argv, child_env = complete_command(command, request, store, child, ship_code=ship_code)
     logs = job_log_dir()
     logs.mkdir(parents=True, exist_ok=True)
     prune_logs(logs)  # old logs, and secrets files nobody deleted (older than an hour)

@@ -69,17 +69,26 @@ def resolve_spark_submit(command: Sequence[str], env: Mapping[str, str]) -> tupl
                      "with its own is installed", hint=SPARK_SUBMIT_HINT)
 
 
-def spark_version_of(command: Sequence[str], env: Mapping[str, str]) -> str | None:
-    """The version of the Spark a resolved spark-submit `command` runs: its installation's
-    spark-core jar (SPARK_HOME's when set: spark-submit runs its classes). None when the
-    layout does not say (a vendor's wrapper script): Spark answers then."""
-    home = env.get("SPARK_HOME") or os.environ.get("SPARK_HOME")
-    if not home and command and os.sep in command[0]:
-        home = str(Path(command[0]).resolve().parent.parent)
+def spark_version_of(command: Sequence[str], env: Mapping[str, str]) -> tuple[str, str] | None:
+    """The version of the Spark a resolved spark-submit `command` (run with `env`) runs, and
+    the installation that says so: its `spark-core` jar. Apache's script runs SPARK_HOME's
+    classes when it is set; else its own installation's. None when that cannot be told (a
+    wrapper given as a path outside SPARK_HOME may set its own; a vendor's layout): Spark
+    answers then."""
+    home = env.get("SPARK_HOME") or ""
+    binary = command[0] if command else ""
+    if os.sep in binary:
+        own = Path(binary).resolve().parent.parent
+        if home and own != Path(home).resolve():
+            return None
+        home = str(own)
+    elif not home:
+        found = shutil.which(binary, path=env.get("PATH")) if binary else None
+        home = str(Path(found).resolve().parent.parent) if found else ""
     for jar in sorted(Path(home).glob("jars/spark-core_*.jar")) if home else []:
-        found = re.fullmatch(r"spark-core_\d+\.\d+-(\d+\.\d+\.\d+\S*)\.jar", jar.name)
-        if found:
-            return found.group(1)
+        match = re.fullmatch(r"spark-core_\d+\.\d+-(\d+\.\d+\.\d+\S*)\.jar", jar.name)
+        if match:
+            return match.group(1), home
     return None
 
 
