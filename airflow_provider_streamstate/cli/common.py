@@ -151,13 +151,17 @@ def progress_for(args: argparse.Namespace) -> Any:
 
 
 def open_store_from_args(args: argparse.Namespace) -> Any:
+    return open_store_with(args.store, getattr(args, "aws_conn_id", None), parallelism=getattr(args, "parallelism", 8))
+
+
+def open_store_with(url: str, conn_id: str | None, *, parallelism: int = 8) -> Any:
+    """The store at `url`, reached through Airflow connection `conn_id` when given (a spec's
+    `aws_conn_id`, `--aws-conn-id`), else with the environment's credentials."""
     from airflow_provider_streamstate.engine.core.errors import UsageError
     from airflow_provider_streamstate.engine.stores import open_store
 
-    parallelism = getattr(args, "parallelism", 8)
-    conn_id = getattr(args, "aws_conn_id", None)
     if not conn_id:
-        return open_store(args.store, parallelism=parallelism)
+        return open_store(url, parallelism=parallelism)
     # Airflow configures its logging at import, onto the stdout it finds then: send it to
     # stderr, warnings only, so `--json` output stays one document.
     os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
@@ -169,7 +173,7 @@ def open_store_from_args(args: argparse.Namespace) -> Any:
                 f"--aws-conn-id needs Airflow and its amazon provider: {exc}",
                 hint="install apache-airflow-providers-amazon, or configure S3 with the AWS_* environment variables",
             ) from None
-        return StreamstateStoreHook(args.store, aws_conn_id=conn_id, parallelism=parallelism).store
+        return StreamstateStoreHook(url, aws_conn_id=conn_id, parallelism=parallelism).store
 
 
 def format_ms(ms: int | None) -> str:

@@ -32,6 +32,7 @@ from airflow_provider_streamstate.cli.common import (
     Parser,
     add_kafka_options,
     kafka_config_from_args,
+    open_store_with,
     print_result,
     read_spec,
     use_spec_connection,
@@ -204,7 +205,6 @@ def cmd_recover(args: argparse.Namespace) -> int:
 
 
 def cmd_supervise(args: argparse.Namespace) -> int:
-    from airflow_provider_streamstate.engine.stores import open_store
     from airflow_provider_streamstate.engine.streams.supervisor import SupervisionPolicy, supervise
 
     spec = read_spec(args.spec)
@@ -224,7 +224,7 @@ def cmd_supervise(args: argparse.Namespace) -> int:
 
     side = opened_checkpoint(spec)  # the round and its restarts: one opened checkpoint
     report = supervise(spec.name, side, start=lambda: start(spec, startup_timeout_s=600, log=log, checkpoint=side)[0],
-                       policy=policy, store=lambda: open_store(spec.store), broker_offsets=offsets,
+                       policy=policy, store=lambda: open_store_with(spec.store, spec.aws_conn_id), broker_offsets=offsets,
                        snapshot=args.snapshot)
     print_result(args, report.to_json(), report.message)
     return EXIT_OK

@@ -33,14 +33,20 @@ def edit_check_command(spec: StreamSpec) -> Callable[[Sequence[str]], tuple[Sequ
 
 
 def opened_for_edit(spec: StreamSpec, *, parallelism: int = 8) -> Opened:
-    """The connection the spec's checkpoint is reached with (its Airflow connection's; the
-    digests' worker processes and a clone's target are reached with it too) and the
+    """The connection the spec's checkpoint is reached with (its Airflow connection's, else
+    the store's own where the checkpoint is on the store's service, as a snapshot reaches it;
+    the digests' worker processes and a clone's target are reached with it too) and the
     checkpoint opened with it: resolved once per edit and handed to each of its steps
     (`opened`), a transform's snapshot and plan as well as the edit."""
     from airflow_provider_streamstate.engine.checkpoint.filesystems import open_checkpoint_fs
     from airflow_provider_streamstate.hooks.store import checkpoint_connection
 
     connection = checkpoint_connection(spec.checkpoint, spec.aws_conn_id, max_connections=parallelism * 2)
+    if connection is None:  # the store's own client where the checkpoint is on its service (server-side copies)
+        from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
+
+        store = StreamstateStoreHook(spec.store, aws_conn_id=spec.aws_conn_id, parallelism=parallelism).store
+        connection = store.checkpoint_connection(spec.checkpoint)
     return connection, open_checkpoint_fs(spec.checkpoint, connection=connection, conn_id=spec.aws_conn_id)
 
 
