@@ -24,6 +24,7 @@ def stream_command(spec: StreamSpec) -> tuple[list[str], dict[str, str]]:
     and principal; `spec.master` and `spec.deploy_mode` override them), and the environment
     the driver gets on top of the worker's."""
     from airflow_provider_streamstate.engine.streams.launcher import supervised_application
+    from airflow_provider_streamstate.engine.streams.package_code import ships_driver_code, with_package_code
 
     if not spec.application:
         raise UsageError(f"stream {spec.name} has no application", hint="set the spec's application (its .py file)")
@@ -34,10 +35,11 @@ def stream_command(spec: StreamSpec) -> tuple[list[str], dict[str, str]]:
     application = spec.application
     if "://" not in application and os.path.exists(application):
         application = os.path.abspath(application)
-    return spark_submit_command(
+    command, env = spark_submit_command(
         supervised_application(), conn_id=spec.spark_conn_id, application_args=[application, *spec.resolved_args()],
         name=spec.name, conf=spec.conf, jars=spec.jars, env=spec.env, master=spec.master,
         deploy_mode=spec.deploy_mode)
+    return with_package_code(command, ships_driver_code(command, spec.ship_code)), env
 
 
 def start_stream(

@@ -9,7 +9,9 @@ the checkpoint, and stops it gracefully (the application ends SUCCEEDED). A driv
 application is killed reads as dead with YARN's diagnostics, and a supervision round
 restarts it through YARN from its checkpoint, or, when its state objects are damaged,
 restores the newest verified snapshot onto the S3 checkpoint and starts it on YARN again;
-a failover onto an S3 checkpoint in the DR region runs on YARN too. The state ends exact."""
+a failover onto an S3 checkpoint in the DR region runs on YARN too. The state ends exact.
+The cluster's Python has pyspark and boto3 but not this package (an old copy that fails on
+import): each submit ships the package's code to the driver's container."""
 
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ from airflow_provider_streamstate.engine.streams.supervisor import (
 )
 from airflow_provider_streamstate.jobs.generator import GeneratorSpec, expected_aggregates, produce
 from dev import stack as stack_mod
+from tests.cluster_python import cluster_python
 from tests.hosts import python_on_host, require_namespaces
 from tests.s3 import delete_newest_state
 from tests.streams import account_state, consumed_records, example_stream_spec, wait_for
@@ -42,16 +45,17 @@ log = logging.getLogger(__name__)
 APPS = Path(__file__).resolve().parent.parent / "apps"
 
 
-def _yarn_spec(stack, topic, tmp_path, yarn, checkpoint):  # noqa: ANN001, ANN202
+def _yarn_spec(stack, topic, tmp_path, yarn, checkpoint, python=None):  # noqa: ANN001, ANN202
     """The example stream in cluster deploy mode on YARN (the `spark_yarn` connection: master
     yarn, deploy-mode cluster), checkpointing to S3; the driver in its container writes the
-    records beside the checkpoint with the AWS environment the spec gives it."""
+    records beside the checkpoint with the AWS environment the spec gives it. `python`: the
+    cluster's Python (default this one)."""
     spec = example_stream_spec(stack, topic, tmp_path, extra_args=["--shuffle-partitions", "2"])
     conf = {k: v for k, v in spec.conf.items() if k not in ("spark.driver.host", "spark.driver.bindAddress")}
     return spec.derive(
         spark_conn_id="spark_yarn", checkpoint=checkpoint,
         env={**yarn.env(), **stack.s3_env("primary")},
-        conf={**conf, **yarn.pyspark_conf(tmp_path / "staging"), **stack.s3a_conf("primary")},
+        conf={**conf, **yarn.pyspark_conf(tmp_path / "staging", python=python), **stack.s3a_conf("primary")},
     )
 
 
@@ -88,7 +92,10 @@ def test_a_stream_in_cluster_mode_on_yarn_outlives_its_launcher_and_is_watched_s
     for key, value in stack.s3a_conf("primary").items():
         hadoop.set(key.removeprefix("spark.hadoop."), value)
     checkpoint = f"s3a://{stack.s3['primary']['bucket']}/yarn/{uuid.uuid4().hex[:10]}/orders"
-    spec = _yarn_spec(stack, topic, tmp_path, yarn, checkpoint)
+    # The cluster's Python has pyspark and boto3 (the driver's records beside an S3 checkpoint),
+    # and a copy of this package that fails on import: the driver runs the code the submit ships.
+    python = str(cluster_python(tmp_path / "cluster-python", ("pyspark", "boto3", "confluent-kafka")))
+    spec = _yarn_spec(stack, topic, tmp_path, yarn, checkpoint, python=python)
     rounds = [GeneratorSpec(seed=71, accounts=10, events=200)]
     rounds.append(rounds[0].next_round(150))
     rounds.append(rounds[1].next_round(100))

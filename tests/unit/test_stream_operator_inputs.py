@@ -89,3 +89,24 @@ def test_on_kill_kills_a_driver_that_is_still_starting(tmp_path) -> None:
     op.on_kill()
     assert time.monotonic() - started < 15
     assert launcher.status(checkpoint).state == "dead"
+
+
+@pytest.mark.parametrize(("connection", "ship_code", "shipped"), [
+    ({"host": "yarn", "extra": {"deploy-mode": "cluster"}}, None, True),  # the driver on the cluster
+    ({"host": "yarn", "extra": {"deploy-mode": "client"}}, None, False),  # a driver here: this Python has it
+    ({"host": "spark://h:7077"}, None, False),
+    ({"host": "local[2]"}, None, False),
+    ({"host": "yarn", "extra": {"deploy-mode": "cluster"}}, False, False),  # the cluster's Python has it
+    ({"host": "yarn", "extra": {"deploy-mode": "client"}}, True, True),
+])
+def test_a_streams_driver_gets_this_packages_code_where_it_runs_on_the_cluster(
+    monkeypatch, connection, ship_code, shipped
+) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_TEST", json.dumps({"conn_type": "spark", **connection}))
+    monkeypatch.setenv("STREAMSTATE_HOME", "/tmp/streamstate-test-home")
+    command, _ = stream_command(PROD.derive(spark_conn_id="spark_test", ship_code=ship_code))
+    py_files = command[command.index("--py-files") + 1].split(",") if "--py-files" in command else []
+    assert bool(py_files) is shipped
+    if shipped:
+        assert py_files[0].rsplit("/", 1)[-1].startswith("streamstate-code-")
+    assert command.index(supervised_application()) > (command.index("--py-files") if shipped else 0)

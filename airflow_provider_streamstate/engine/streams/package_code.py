@@ -120,6 +120,16 @@ def ships_code(command: Sequence[str], ship_code: bool | None) -> bool:
     return bool(master) and not (master == "local" or master.startswith("local["))
 
 
+def ships_driver_code(command: Sequence[str], ship_code: bool | None) -> bool:
+    """Whether a stream's submit ships this package's code: as asked, else (None) where its
+    driver runs on the cluster. A driver here runs for days on this host's Python, which has
+    the package; the zip it would import from here may be pruned meanwhile (KEEP_UNUSED_S),
+    while a cluster copies it next to the driver at the submit."""
+    from airflow_provider_streamstate.engine.streams.managers import manager_for
+
+    return ship_code if ship_code is not None else manager_for(command).driver_on_cluster(command)
+
+
 def with_package_code(command: Sequence[str], ship_code: bool | None = None) -> list[str]:
     """`command` with this package's zip first in its py-files (`--py-files`, whose value
     wins over a `spark.submit.pyFiles` conf in spark-submit, so both are merged into it)
