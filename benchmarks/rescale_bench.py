@@ -53,7 +53,9 @@ commit: its `airflow_provider_streamstate` exported with `git archive`) and as i
 entries of the batch digested. CPU seconds (a local digest's process and its workers; the
 job's tasks, as they measured them) stand beside wall seconds: on a shared machine they say
 what the code costs, wall seconds what the run got.
-Prints Markdown tables; writes nothing outside its work directory, which it removes.
+Prints Markdown tables; `--cost` and `--verification` also write their figures as JSON
+(`--results`, default `.bench/rescale_cost_results.json` or `.bench/rescale_verification_results.json`);
+nothing else outside the work directory, which they remove.
 """
 
 from __future__ import annotations
@@ -197,8 +199,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="--verification: before each job, wait (up to an hour) for the 1-minute load average to "
                         "fall under this (a shared machine)")
     p.add_argument("--jobs-only", action="store_true", help="--verification: the jobs, not the local digests")
-    p.add_argument("--state", help="--verification: a checkpoint built by tests/apps/keyed_state.py to use (copied, "
-                                   "left as it is) instead of building one")
+    p.add_argument("--state", help="--verification, --cost: a checkpoint built by tests/apps/keyed_state.py to use "
+                                   "(copied, left as it is) instead of building one")
+    p.add_argument("--results", help="--verification, --cost: the JSON file of the figures "
+                                     "(default .bench/rescale_<cost|verification>_results.json)")
     args = p.parse_args(argv)
     if args.verification:
         return verification_bench(args)
@@ -473,6 +477,7 @@ def cost_bench(args: argparse.Namespace) -> int:
     WORK.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="rescale-cost-", dir=WORK))
     os.environ["STREAMSTATE_HOME"] = str(work / "home")
+    started, load = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), os.getloadavg()
     # The state was written a moment ago by the build, whose query has stopped: not a query running on it.
     os.environ["STREAMSTATE_UNMANAGED_WINDOW_S"] = "0"
     try:
@@ -517,6 +522,15 @@ def cost_bench(args: argparse.Namespace) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
+    copied = sum(b for k, b in written.items() if not k.startswith("Spark"))
+    given = copied - written["snapshot of the stopped stream (blobs written to the store)"]
+    _write_results(args, "cost", {
+        "date": started, "keys (--keys)": args.keys, "state (--state)": args.state, "batch": batch,
+        "partitions": {"from": args.partitions, "to": to}, "load average": {"start": load, "end": os.getloadavg()},
+        "state bytes (the source snapshot's state files)": state, "state/ bytes before (every version)": on_disk,
+        "state/ bytes after": after, "store bytes": blobs, "rescale": result.to_json(), "bytes written": written,
+        "bytes copied by the rescale": copied, "bytes copied from an existing snapshot": given,
+        "plain restore s": plain, "repartition job alone s": job})
     print(f"\nstate: {state / MiB:.1f} MiB at batch {batch} (the snapshot's state files; {on_disk / MiB:.1f} MiB in "
           f"the checkpoint's state/ with older versions), {args.partitions} -> {to} partitions; after the rescale "
           f"{after / MiB:.1f} MiB in the checkpoint's state/, {blobs / MiB:.1f} MiB in the store")
@@ -526,9 +540,7 @@ def cost_bench(args: argparse.Namespace) -> int:
             print(f"| {k} | {sec[k]:.2f} | | |")
     for k, b in written.items():
         print(f"| {k} | | {b / MiB:.1f} | {b / state:.2f}x |")
-    copied = sum(b for k, b in written.items() if not k.startswith("Spark"))
     print(f"| **copied by the rescale (all but Spark's write)** | | {copied / MiB:.1f} | {copied / state:.2f}x |")
-    given = copied - written["snapshot of the stopped stream (blobs written to the store)"]
     print(f"| **the same from an existing snapshot (`--snapshot latest`)** | | {given / MiB:.1f} | {given / state:.2f}x |")
     print(f"\n| baseline | s |\n|---|---:|\n| plain restore of the source snapshot | {plain:.2f} |"
           f"\n| the repartition job alone (spark-submit, repartition and verification) | {job:.2f} |")
@@ -546,6 +558,7 @@ def verification_bench(args: argparse.Namespace) -> int:
     line = spark_versions.get("4.3").require()
     WORK.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="rescale-verify-", dir=WORK))
+    args.started, args.load = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), os.getloadavg()
     try:
         built, batch, to = _built_state(args, line, work)
 
@@ -568,7 +581,8 @@ def verification_bench(args: argparse.Namespace) -> int:
                 raise SystemExit(f"the job with {executors} executor(s) failed ({out.returncode}): "
                                  f"{v.problems if v else out.stderr[-3000:]}")
             entries = {k: sum(s["entries"] for s in (getattr(v, k) or {})["stores"]) for k in ("before", "after")}
-            runs[executors] = {"wall": wall, "repartition": record.seconds or 0.0, "v": v, "entries": entries}
+            runs[executors] = {"wall": wall, "repartition": record.seconds or 0.0, "v": v, "entries": entries,
+                               "load average": {"before": load, "after": os.getloadavg()[0]}}
             print(f"{executors} executor(s): job {wall:.0f} s, repartition {record.seconds:.1f} s, digests "
                   f"{v.seconds['digests']:.1f} s ({v.tasks} tasks on {v.executors} executors); load average "
                   f"{load:.1f} before, {os.getloadavg()[0]:.1f} after", flush=True)
@@ -578,7 +592,7 @@ def verification_bench(args: argparse.Namespace) -> int:
 
         local: dict[tuple[str, str, str], dict[str, Any]] = {}
         if args.jobs_only:
-            return _print_verification(args, to, runs, local)
+            return _finish_verification(args, to, runs, local)
         # Without Spark, on the repartitioned copy: the digest before, as it is, in 2 processes.
         baseline = work / "baseline"
         baseline.mkdir()
@@ -600,7 +614,25 @@ def verification_bench(args: argparse.Namespace) -> int:
                 raise SystemExit(f"a local digest of batch {b} differs from the job's")
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    return _finish_verification(args, to, runs, local)
+
+
+def _finish_verification(args: argparse.Namespace, to: int, runs: dict[int, dict[str, Any]],
+                         local: dict[tuple[str, str, str], dict[str, Any]]) -> int:
+    _write_results(args, "verification", {
+        "date": args.started, "keys (--keys)": args.keys, "state (--state)": args.state,
+        "partitions": {"from": args.partitions, "to": to}, "load average": {"start": args.load, "end": os.getloadavg()},
+        "jobs": {f"{e} executor(s)": {**{k: v for k, v in r.items() if k != "v"}, "verification": r["v"].to_json()}
+                 for e, r in runs.items()},
+        "local digests": {"/".join(k): {n: x for n, x in r.items() if n != "stores"} for k, r in local.items()}})
     return _print_verification(args, to, runs, local)
+
+
+def _write_results(args: argparse.Namespace, kind: str, results: dict[str, Any]) -> None:
+    out = Path(args.results) if args.results else WORK / f"rescale_{kind}_results.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1, default=str) + "\n")
+    print(f"results: {out}", flush=True)
 
 
 def _print_verification(args: argparse.Namespace, to: int, runs: dict[int, dict[str, Any]],
