@@ -68,6 +68,7 @@ def test_a_refreshed_blob_is_young_again_and_survives_a_sweep_that_listed_it_old
     monkeypatch.setattr(gc_mod, "MAX_SNAPSHOT_SECONDS", 1)
     store, _, _ = make_store(store_kind)
     d = put_blob(store, b"found present by a writer")
+    control = put_blob(store, b"written with it, never refreshed")
     time.sleep(2 * GRACE)
     listed_against = time.time() - GRACE  # the blob is older than this
     assert store.blob_modified(d) < listed_against
@@ -75,10 +76,13 @@ def test_a_refreshed_blob_is_young_again_and_survives_a_sweep_that_listed_it_old
     assert store.blob_modified(d) >= listed_against
     assert not store.delete_blob(d, written_before=listed_against)
     assert store.has_blob(d)
-    # The sweep's grace is just under the blob's age before the refresh (it would delete the
-    # blob unrefreshed), and seconds over its age since: S3 dates are whole seconds, and on a
-    # loaded machine the requests above took over two seconds (a grace of 3 s failed once).
-    assert collect_garbage(store, grace_seconds=2 * GRACE - 0.5).blobs_young == 1
+    # The sweep's grace is just under the blobs' age before the refresh (it deletes the one
+    # written with it and never refreshed), and seconds over its age since: S3 dates are whole
+    # seconds, and on a loaded machine the requests above took over two seconds (a grace of 3 s
+    # failed once).
+    swept = collect_garbage(store, grace_seconds=2 * GRACE - 0.5)
+    assert (swept.blobs_young, swept.blobs_deleted) == (1, 1)
+    assert store.has_blob(d) and not store.has_blob(control)
     assert not store.refresh_blob("cd" * 32)  # absent: the writer stores it instead
 
 
