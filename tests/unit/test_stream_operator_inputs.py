@@ -98,13 +98,18 @@ def test_on_kill_kills_a_driver_that_is_still_starting(tmp_path) -> None:
     ({"host": "local[2]"}, None, False),
     ({"host": "yarn", "extra": {"deploy-mode": "cluster"}}, False, False),  # the cluster's Python has it
     ({"host": "yarn", "extra": {"deploy-mode": "client"}}, True, True),
+    # Kubernetes takes a local py-file in cluster mode only with an upload path
+    ({"host": "k8s://https://k:443", "extra": {"deploy-mode": "cluster"}}, None, False),
+    ({"host": "k8s://https://k:443", "extra": {"deploy-mode": "cluster"}, "upload": True}, None, True),
 ])
 def test_a_streams_driver_gets_this_packages_code_where_it_runs_on_the_cluster(
     monkeypatch, connection, ship_code, shipped
 ) -> None:
+    upload = connection.pop("upload", False)
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_TEST", json.dumps({"conn_type": "spark", **connection}))
     monkeypatch.setenv("STREAMSTATE_HOME", "/tmp/streamstate-test-home")
-    command, _ = stream_command(PROD.derive(spark_conn_id="spark_test", ship_code=ship_code))
+    conf = {"spark.kubernetes.file.upload.path": "s3a://uploads/spark"} if upload else {}
+    command, _ = stream_command(PROD.derive(spark_conn_id="spark_test", ship_code=ship_code, conf=conf))
     py_files = command[command.index("--py-files") + 1].split(",") if "--py-files" in command else []
     assert bool(py_files) is shipped
     if shipped:

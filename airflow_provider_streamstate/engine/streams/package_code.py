@@ -120,14 +120,23 @@ def ships_code(command: Sequence[str], ship_code: bool | None) -> bool:
     return bool(master) and not (master == "local" or master.startswith("local["))
 
 
+K8S_UPLOAD_CONF = "spark.kubernetes.file.upload.path"
+
+
 def ships_driver_code(command: Sequence[str], ship_code: bool | None) -> bool:
     """Whether a stream's submit ships this package's code: as asked, else (None) where its
-    driver runs on the cluster. A driver here runs for days on this host's Python, which has
-    the package; the zip it would import from here may be pruned meanwhile (KEEP_UNUSED_S),
-    while a cluster copies it next to the driver at the submit."""
+    driver runs on the cluster and the cluster copies the zip next to it at the submit (YARN;
+    Kubernetes only with an upload path, without which spark-submit refuses a local
+    py-file). A driver here runs for days on this host's Python, which has the package; a zip
+    it imported from here may be pruned meanwhile (KEEP_UNUSED_S)."""
     from airflow_provider_streamstate.engine.streams.managers import manager_for
 
-    return ship_code if ship_code is not None else manager_for(command).driver_on_cluster(command)
+    if ship_code is not None:
+        return ship_code
+    manager = manager_for(command)
+    if not manager.driver_on_cluster(command):
+        return False
+    return manager.name != "kubernetes" or conf_value(command, K8S_UPLOAD_CONF) is not None
 
 
 def with_package_code(command: Sequence[str], ship_code: bool | None = None) -> list[str]:
