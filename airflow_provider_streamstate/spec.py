@@ -60,7 +60,8 @@ class StreamSpec:
     heartbeat_interval_s: float = 5.0
     # This package's code as a zip in the driver's py-files, so that the cluster's Python
     # needs no copy of it: None ships it where the driver runs on the cluster (cluster deploy
-    # mode); False: the cluster's Python has this package, of the version that submits.
+    # mode on YARN; on Kubernetes with spark.kubernetes.file.upload.path); False: the
+    # cluster's Python has this package, of the version that submits.
     ship_code: bool | None = None
 
     # Airflow renders these when a spec is an operator's templated argument.
