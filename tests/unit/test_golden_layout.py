@@ -31,3 +31,17 @@ def test_a_missing_delta_changes_the_layout(tmp_path: Path) -> None:
     (checkpoint / "state" / "0" / "3" / "2.delta").unlink()
     after = golden_mod.layout(checkpoint, 4, changelog=False)
     assert set(before) - set(after) == {"state/0/3/2.delta"}
+
+
+def test_every_golden_records_the_query_of_its_own_case() -> None:
+    """What `make golden` recorded as the query is today's source of the case it names (the
+    drift check compares it on one case a day; this compares every one, without Spark)."""
+    import json
+
+    from dev.golden_cases import CASES
+
+    records = sorted(GOLDEN.glob("spark-*/*/golden.json"))
+    assert records
+    wrong = [str(p.relative_to(GOLDEN)) for p in records
+             if json.loads(p.read_text())["query"] != CASES[json.loads(p.read_text())["case"]].source()]
+    assert wrong == []
