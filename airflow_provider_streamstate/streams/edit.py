@@ -7,7 +7,7 @@ and StateEditOperator use."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from airflow_provider_streamstate.spec import StreamSpec
 from airflow_provider_streamstate.utils.spark_submit import spark_submit_command
@@ -15,8 +15,12 @@ from airflow_provider_streamstate.utils.spark_submit import spark_submit_command
 if TYPE_CHECKING:
     from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS
 
-# The connection the spec's checkpoint is reached with, and the checkpoint opened with it.
-Opened = tuple[Any, "CheckpointFS"]
+
+class Opened(NamedTuple):
+    """The connection the spec's checkpoint is reached with, and the checkpoint opened with it."""
+
+    connection: Any
+    fs: CheckpointFS
 
 
 def edit_check_command(spec: StreamSpec) -> Callable[[Sequence[str]], tuple[Sequence[str], Mapping[str, str]]]:
@@ -47,7 +51,12 @@ def opened_for_edit(spec: StreamSpec, *, parallelism: int = 8) -> Opened:
 
         store = StreamstateStoreHook(spec.store, aws_conn_id=spec.aws_conn_id, parallelism=parallelism).store
         connection = store.checkpoint_connection(spec.checkpoint)
-    return connection, open_checkpoint_fs(spec.checkpoint, connection=connection, conn_id=spec.aws_conn_id)
+    return Opened(connection, open_checkpoint_fs(spec.checkpoint, connection=connection, conn_id=spec.aws_conn_id))
+
+
+def _resolved(spec: StreamSpec, opened: Opened | None, parallelism: int = 8) -> Opened:
+    """`opened` as the caller resolved it, else resolved here the same way."""
+    return opened if opened is not None else opened_for_edit(spec, parallelism=parallelism)
 
 
 def edit_spec(
@@ -61,14 +70,11 @@ def edit_spec(
     `opened`: the spec's checkpoint as the caller resolved it (`opened_for_edit`), else
     resolved here."""
     from airflow_provider_streamstate.engine.edit.repair import edit_stream
-    from airflow_provider_streamstate.hooks.store import StreamstateStoreHook, checkpoint_connection
+    from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
 
     store = StreamstateStoreHook(spec.store, aws_conn_id=spec.aws_conn_id, parallelism=parallelism).store
-    if opened is None:
-        connection, fs = checkpoint_connection(spec.checkpoint, spec.aws_conn_id,
-                                               max_connections=parallelism * 2), None
-    else:
-        connection, fs = opened[0], opened[1].fresh()  # a fresh view: the checkpoint as it is now
+    connection, opened_fs = _resolved(spec, opened, parallelism)
+    fs = opened_fs.fresh()  # a fresh view: the checkpoint as it is now
     return edit_stream(store, spec.name, spec.checkpoint, edit, apply=apply, snapshot=snapshot, target=target,
                        clone_name=clone_name, command=edit_check_command(spec) if spark_check and apply else None,
                        requested_by=requested_by, connection=connection, parallelism=parallelism,
@@ -84,14 +90,10 @@ def transform_source(spec: StreamSpec, snapshot: str | None, apply: bool, *, ope
     if snapshot or not apply:
         return snapshot
     from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
-    from airflow_provider_streamstate.hooks.store import StreamstateStoreHook, checkpoint_connection
+    from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
 
     store = StreamstateStoreHook(spec.store, aws_conn_id=spec.aws_conn_id).store
-    if opened is not None:
-        return str(create_snapshot(opened[1].fresh(), store, spec.name, spark_version=spec.spark_version)
-                   .manifest.snapshot_id)
-    return str(create_snapshot(spec.checkpoint, store, spec.name, spark_version=spec.spark_version,
-                               checkpoint_connection=checkpoint_connection(spec.checkpoint, spec.aws_conn_id))
+    return str(create_snapshot(_resolved(spec, opened).fs.fresh(), store, spec.name, spark_version=spec.spark_version)
                .manifest.snapshot_id)
 
 
@@ -103,20 +105,17 @@ def planned_transform(
     its checkpoint's newest batch (`transform_source` gives the snapshot an applied edit
     must use), read through `opened` (`opened_for_edit`) when the caller resolved it.
     `transform`: a function of (key, value), or `module:function`."""
-    from airflow_provider_streamstate.engine.checkpoint.filesystems import open_checkpoint_fs
     from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
     from airflow_provider_streamstate.engine.edit.plan import load_transform, plan_transform
     from airflow_provider_streamstate.engine.lookup.reading.sources import CheckpointSource, SnapshotSource
-    from airflow_provider_streamstate.hooks.store import StreamstateStoreHook, checkpoint_connection
+    from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
 
     fn = load_transform(transform) if isinstance(transform, str) else transform
     if snapshot:
         src: Any = SnapshotSource(StreamstateStoreHook(spec.store, aws_conn_id=spec.aws_conn_id).store, spec.name,
                                   snapshot)
     else:
-        fs = opened[1].fresh() if opened is not None else open_checkpoint_fs(
-            spec.checkpoint, connection=checkpoint_connection(spec.checkpoint, spec.aws_conn_id))
-        src = CheckpointSource(spec.checkpoint, reader=CheckpointReader(fs))
+        src = CheckpointSource(spec.checkpoint, reader=CheckpointReader(_resolved(spec, opened).fs.fresh()))
     return plan_transform(src, fn, where=where, operator=operator, store=store, description=description,
                           name=transform if isinstance(transform, str) else None)
 
