@@ -16,7 +16,8 @@ by the main Spark line (dev/spark_versions.py, the main .venv's pyspark).
   and 50 set to new values, in the aggregation's store; `edit_stream(..., apply=True)` as a
   clone (`target`) and in place, each (a) verified without Spark only and (b) with Spark's
   check as well (the edit check job submitted with the main line's spark-submit on
-  `local[2]`). Each run starts from its own copy of the built checkpoint and its own local
+  `local[2]`), and each proved (`--verify`) by its changes (the default: the source's files
+  unchanged, the new files decoded) and by digests of the whole state. Each run starts from its own copy of the built checkpoint and its own local
   store (fsync on), and takes its own source snapshot of the stopped stream. Its phases are
   `EditResult.seconds`; the bytes the edit wrote are the edit batch's files (one state file
   per store partition, its offsets and commit), against the source snapshot's state files.
@@ -56,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keys", type=int, default=1_000_000, help="accounts in the state")
     p.add_argument("--partitions", type=int, default=4, help="state partitions of the built state")
     p.add_argument("--batches", type=int, default=4, help="batches that build the state (one more updates 1%%)")
+    p.add_argument("--verify", nargs="+", choices=["changes", "state"], default=["changes", "state"],
+                   help="how each edit is proved (edit_stream's verify=), every run once per way")
     p.add_argument("--work", help="the work directory, kept (default: a temporary one under .bench/, removed)")
     p.add_argument("--state", help="a checkpoint built by tests/apps/keyed_state.py with --keys accounts, to use "
                                    "(copied, left as it is) instead of building one")
@@ -137,32 +140,33 @@ def _run(args: argparse.Namespace, line: Any, work: Path) -> dict[str, Any]:
           f"{results['digest at N, no placement check s']:.1f} / {results['digest at N, placement checked s']:.1f} s",
           flush=True)
 
-    for how in ("clone", "in place"):
-        for check in ("no Spark", "Spark check"):
-            name = f"{how}, {check}".replace(" ", "-").replace(",", "")
-            checkpoint, store = copy(name)
-            target = str(work / name / "clone") if how == "clone" else None
-            load = os.getloadavg()[0]
+    for how, check, verify in [(h, c, v) for h in ("clone", "in place") for c in ("no Spark", "Spark check")
+                           for v in args.verify]:
+        label = f"{how}, {check}" + (f", by {verify}" if len(args.verify) > 1 else "")
+        name = label.replace(" ", "-").replace(",", "")
+        checkpoint, store = copy(name)
+        target = str(work / name / "clone") if how == "clone" else None
+        load = os.getloadavg()[0]
+        t = time.monotonic()
+        result = edit_stream(store, STREAM, str(checkpoint), EditSpec.from_json(edit, "bench"), apply=True,
+                             target=target, command=command if check == "Spark check" else None, verify=verify)
+        wall = time.monotonic() - t
+        assert result.edit_batch == batch + 1 and result.checkpoint is not None
+        source = resolve_snapshot(store, STREAM, str(result.source_snapshot))
+        state = sum(f.size for f in source.files if f.path.startswith("state/"))
+        files, written = _edit_batch_files(Path(result.checkpoint), batch + 1)
+        run = {"seconds": dict(result.seconds), "wall s": wall, "load before": load,
+               "edit batch files": files, "edit batch bytes": written, "state bytes (snapshot N)": state,
+               "snapshot bytes (N)": sum(f.size for f in source.files), "changed": result.preview.changed,
+               "spark": result.spark, "verified": result.verified}
+        if how == "in place" and check == "no Spark" and "plain restore s" not in results:
             t = time.monotonic()
-            result = edit_stream(store, STREAM, str(checkpoint), EditSpec.from_json(edit, "bench"), apply=True,
-                                 target=target, command=command if check == "Spark check" else None)
-            wall = time.monotonic() - t
-            assert result.edit_batch == batch + 1 and result.checkpoint is not None
-            source = resolve_snapshot(store, STREAM, str(result.source_snapshot))
-            state = sum(f.size for f in source.files if f.path.startswith("state/"))
-            files, written = _edit_batch_files(Path(result.checkpoint), batch + 1)
-            run = {"seconds": dict(result.seconds), "wall s": wall, "load before": load,
-                   "edit batch files": files, "edit batch bytes": written, "state bytes (snapshot N)": state,
-                   "snapshot bytes (N)": sum(f.size for f in source.files), "changed": result.preview.changed,
-                   "spark": result.spark}
-            if how == "in place" and check == "no Spark":
-                t = time.monotonic()
-                restore_snapshot(store, STREAM, str(result.source_snapshot), str(work / name / "plain-restore"))
-                results["plain restore s"] = time.monotonic() - t
-            results["runs"][f"{how}, {check}"] = run
-            print(f"{how}, {check}: {wall:.1f} s {json.dumps({k: round(v, 2) for k, v in result.seconds.items()})}",
-                  flush=True)
-            shutil.rmtree(work / name, ignore_errors=True)
+            restore_snapshot(store, STREAM, str(result.source_snapshot), str(work / name / "plain-restore"))
+            results["plain restore s"] = time.monotonic() - t
+        results["runs"][label] = run
+        print(f"{label}: {wall:.1f} s {json.dumps({k: round(v, 2) for k, v in result.seconds.items()})}",
+              flush=True)
+        shutil.rmtree(work / name, ignore_errors=True)
     shutil.rmtree(work / "dry", ignore_errors=True)
     results["load after"] = os.getloadavg()[0]
     return results

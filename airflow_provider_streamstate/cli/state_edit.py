@@ -7,7 +7,7 @@ clone. A dry run unless --apply.
                            | --migrate-to CKPT [--default COL=JSON]... [--pair COL=COL]...) [--operator ID|NAME]
                            [--store-name N] [--description TEXT] [--snapshot SNAPSHOT]
                            [--dry-run | --apply [--target CKPT [--clone-name NAME]]] [--requested-by WHO]
-                           [--no-spark-check] [--master M] [--deploy-mode client|cluster]
+                           [--no-spark-check] [--verify changes|state] [--master M] [--deploy-mode client|cluster]
                            [--timeout SECONDS] [--json]
 
 SPEC is the stream's StreamSpec (JSON, or a file holding it): its checkpoint and store, and
@@ -77,6 +77,10 @@ def register(sub: Any) -> Handlers:
     p.add_argument("--requested-by", metavar="WHO", default=None, help="who asked (a label of the result's snapshot)")
     p.add_argument("--no-spark-check", action="store_true",
                    help="verify the copy without Spark only (Spark's state reader needs Spark 4.0+)")
+    p.add_argument("--verify", choices=["changes", "state"], default="changes",
+                   help="how the copy is proved before it is used: from what the edit wrote (changes, the default: "
+                   "the source's files unchanged, the new files decoded) or from digests of the whole state at N "
+                   "and N+1 (state: reads every entry twice); a migration always reads the state")
     p.add_argument("--master", default=None, help="spark-submit's master for the check (over the spec's)")
     p.add_argument("--deploy-mode", choices=["client", "cluster"], default=None, help="where the check's driver runs")
     p.add_argument("--timeout", type=duration, default=None, metavar="SECONDS",
@@ -204,7 +208,7 @@ def cmd_state_edit(args: argparse.Namespace) -> int:
 
     r = edit_spec(spec, edit, apply=args.apply, snapshot=args.snapshot, target=args.target,
                   clone_name=args.clone_name, spark_check=not args.no_spark_check, requested_by=args.requested_by,
-                  timeout_s=args.timeout, parallelism=args.parallelism, opened=opened)
+                  timeout_s=args.timeout, parallelism=args.parallelism, opened=opened, verify=args.verify)
     p = r.preview
     lines = [f"{'would change' if r.dry_run else 'changed'} {p.changed} key(s) of {r.stream} ({r.description}) in "
              f"{p.source} at batch {p.batch_id}:"]
@@ -222,7 +226,7 @@ def cmd_state_edit(args: argparse.Namespace) -> int:
         checked = f"; Spark {r.spark['spark_version']} read it the same" if r.spark else \
             "; not checked by Spark (--no-spark-check)"
         lines.append(f"edit batch {r.edit_batch} {where}: {snapshot} (edited from {r.source_snapshot}, "
-                     f"{sum(s['entries'] for s in r.stores)} entries verified{checked})")
+                     f"{r.verified_text()}{checked})")
         if r.pinned:
             lines.append(f"{r.pinned} is pinned: restore it to roll back")
     print_result(args, r.to_json(), "\n".join(lines))

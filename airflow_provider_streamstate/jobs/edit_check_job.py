@@ -6,7 +6,8 @@ stream's own Spark): the edited copy read with Spark's state reader at the edit 
 The request is beside the copy (`_streamstate/edit-check-request.json`: the batch, every
 operator's stores, the changed keys with their asked values). For every store the job
 counts the rows Spark's reader returns at the batch (loading every partition's new file
-through Spark's own state store provider); the changed keys it is asked about are looked
+through Spark's own state store provider), and at the batch before when the request names
+it (`base_batch_id`: the submitter compares the difference with the edit's); the changed keys it is asked about are looked
 up by value in one join per store (each key's fields, given in order, made a struct of the
 reader's key type, matched null-safely), and each one's value given as `to_json` writes it,
 beside the asked value made and written the same way. The answer goes beside the request (`_streamstate/edit-check.json`); the submitter
@@ -81,10 +82,15 @@ def answer(spark: Any, checkpoint: str, req: dict[str, Any]) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
     batch = int(req["batch_id"])
+    base = req.get("base_batch_id")
     out: dict[str, Any] = {"spark_version": str(spark.version), "entries": {}, "keys": []}
+    if base is not None:
+        out["base_entries"] = {}
     for s in req["stores"]:
-        out["entries"][f"{s['operator_id']}/{s['store']}"] = _reader(spark, checkpoint, batch, s["operator_id"],
-                                                                     s["store"]).count()
+        label = f"{s['operator_id']}/{s['store']}"
+        out["entries"][label] = _reader(spark, checkpoint, batch, s["operator_id"], s["store"]).count()
+        if base is not None:
+            out["base_entries"][label] = _reader(spark, checkpoint, int(base), s["operator_id"], s["store"]).count()
     groups: dict[tuple[int, str], list[tuple[int, dict[str, Any]]]] = {}
     for i, k in enumerate(req["keys"]):
         groups.setdefault((k["operator_id"], k["store"]), []).append((i, k))

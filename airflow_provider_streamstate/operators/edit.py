@@ -28,7 +28,7 @@ class StateEditOperator(StreamTask):
     moved past, an edit that changes nothing or state an edit cannot write fail the task
     without retries, with nothing changed. Returns the engine's EditResult.to_json
     (`source_snapshot`, `edited_snapshot`, `edit_batch`, `checkpoint`, `in_place`,
-    `pinned`, `preview`, `spark`, `stores`, `seconds`, ...).
+    `pinned`, `preview`, `spark`, `verified`, `stores`, `seconds`, ...).
 
     :param stream: the stream, a `StreamSpec` or its `to_dict()`. (templated)
     :param edit: the edit: `{"operator", "store", "delete", "delete_where", "set"}` or a
@@ -68,11 +68,15 @@ class StateEditOperator(StreamTask):
         triggering user, else the DAG and run). (templated)
     :param timeout: how long Spark's check may run before it is killed (a timedelta or
         seconds; None: no limit). (templated)
+    :param verify: how the copy is proved before it is used: `changes` (from what the edit
+        wrote: the source's files unchanged, the new files decoded; its cost follows the
+        edit) or `state` (digests of the whole state before and after; a migration always
+        does this). (templated)
     """
 
     template_fields: Sequence[str] = ("stream", "edit", "transform", "migrate_to", "defaults", "pairs", "where",
                                       "operator", "store_name", "description", "snapshot", "target", "clone_name",
-                                      "requested_by", "timeout", "spark_check")
+                                      "requested_by", "timeout", "spark_check", "verify")
 
     def __init__(
         self, *, edit: dict[str, Any] | list[Any] | str | None = None, transform: Callable[[Any, Any], Any] | str | None = None,
@@ -81,7 +85,7 @@ class StateEditOperator(StreamTask):
         operator: int | str = 0, store_name: str = "default", description: str | None = None,
         snapshot: str | None = None, target: str | None = None, clone_name: str | None = None,
         apply: bool = True, spark_check: bool | str = True, requested_by: str | None = None,
-        timeout: timedelta | float | None = None, **kwargs: Any,
+        timeout: timedelta | float | None = None, verify: str = "changes", **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         if sum(x is not None for x in (edit, transform, migrate_to)) != 1:
@@ -102,9 +106,12 @@ class StateEditOperator(StreamTask):
         self.spark_check = spark_check
         self.requested_by = requested_by
         self.timeout = timeout
+        self.verify = verify
 
     def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_provider_streamstate.engine.core.errors import UsageError
         from airflow_provider_streamstate.engine.edit.changes import EditSpec
+        from airflow_provider_streamstate.engine.edit.repair import VERIFY_BY
         from airflow_provider_streamstate.streams.edit import (
             Opened,
             edit_spec,
@@ -118,6 +125,10 @@ class StateEditOperator(StreamTask):
         with engine_errors():
             spark_check = parse_flag(self.spark_check, "spark_check")
             timeout_s = optional_duration(self.timeout, "timeout")
+            verify = self.verify or "changes"
+            if verify not in VERIFY_BY:
+                raise UsageError(f"verify={verify!r} is not a way to verify an edit",
+                                 hint=f"give one of {', '.join(VERIFY_BY)}")
             operator = int(self.operator) if str(self.operator).isdigit() else self.operator
             snapshot = self.snapshot or None
             edit: Any
@@ -141,7 +152,8 @@ class StateEditOperator(StreamTask):
             result = edit_spec(spec, edit, apply=bool(self.apply), snapshot=snapshot,
                                target=self.target or None, clone_name=self.clone_name or None,
                                spark_check=spark_check, requested_by=self.requested_by or _asked_by(context),
-                               timeout_s=timeout_s, parallelism=self.parallelism, opened=opened)
+                               timeout_s=timeout_s, parallelism=self.parallelism, opened=opened,
+                               verify=verify)
         p = result.preview
         self.log.info("%s %d key(s) of %s at batch %d", "would change" if result.dry_run else "changed", p.changed,
                       p.source, p.batch_id)

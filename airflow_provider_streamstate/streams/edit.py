@@ -63,7 +63,7 @@ def edit_spec(
     spec: StreamSpec, edit: Any, *, apply: bool = False, snapshot: str | None = None, target: str | None = None,
     clone_name: str | None = None, spark_check: bool = True, requested_by: str | None = None,
     timeout_s: float | None = None, parallelism: int = 8, on_submit: Callable[[Any], None] | None = None,
-    opened: Opened | None = None,
+    opened: Opened | None = None, verify: str = "changes",
 ) -> Any:
     """`engine.edit.repair.edit_stream` for the stream `spec` describes (`edit`: an EditSpec):
     a dry run, or applied in place (the stream stopped) or as a clone at `target`.
@@ -78,7 +78,7 @@ def edit_spec(
     return edit_stream(store, spec.name, spec.checkpoint, edit, apply=apply, snapshot=snapshot, target=target,
                        clone_name=clone_name, command=edit_check_command(spec) if spark_check and apply else None,
                        requested_by=requested_by, connection=connection, parallelism=parallelism,
-                       timeout_s=timeout_s, on_submit=on_submit, fs=fs)
+                       timeout_s=timeout_s, on_submit=on_submit, fs=fs, verify=verify)
 
 
 def transform_source(spec: StreamSpec, snapshot: str | None, apply: bool, *, opened: Opened | None = None

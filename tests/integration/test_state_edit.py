@@ -288,11 +288,14 @@ def test_sparks_state_reader_of_the_goldens_line_reads_an_edited_golden_as_the_e
         g: Any, sets: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Windows (struct keys with timestamps), deduplication, applyInPandasWithState's group
     state, checkpoint format 2: the check job, in the Spark that wrote the golden, agrees with
-    the engine's reading of the edit."""
+    the engine's reading of the edit: the change in entries from the batch before that the
+    proof by the changes gives, and the count the digest of the whole state gives."""
     from airflow_provider_streamstate.engine.checkpoint.filesystems import open_checkpoint_fs
     from airflow_provider_streamstate.engine.edit.batch import write_edit_batch
     from airflow_provider_streamstate.engine.edit.changes import compile_changes
-    from airflow_provider_streamstate.engine.edit.spark_check import spark_check
+    from airflow_provider_streamstate.engine.edit.preview import current_values
+    from airflow_provider_streamstate.engine.edit.spark_check import ExpectedEntries, spark_check
+    from airflow_provider_streamstate.engine.edit.verify import verified_batch
     from airflow_provider_streamstate.engine.lookup.digest import state_digest
     from airflow_provider_streamstate.engine.lookup.reading.sources import CheckpointSource
     from tests.edits import repair_of, work_copy
@@ -305,11 +308,15 @@ def test_sparks_state_reader_of_the_goldens_line_reads_an_edited_golden_as_the_e
     edit, gone, changed = repair_of(g, deletes=2, sets=sets)
     src = CheckpointSource(work)
     changes = compile_changes(src, EditSpec.from_json(edit))
+    old, restored = current_values(src, changes), open_checkpoint_fs(work).versions()
     batch = write_edit_batch(open_checkpoint_fs(work), src.batch_id, changes)
     digest = state_digest(work, batch.batch_id)
+    proof = verified_batch(open_checkpoint_fs(work), batch, changes, old, restored, what="not proved", hint="-")
 
-    checked = spark_check("golden", open_checkpoint_fs(work), batch.batch_id, digest, changes, check_command(version))
+    checked = spark_check("golden", open_checkpoint_fs(work), batch.batch_id, ExpectedEntries.of_change(proof),
+                          changes, check_command(version))
     assert checked.spark_version == version.pyspark and checked.keys_checked == len(gone) + len(changed)
+    assert proof.stores[0].entries_change == -len(gone)
     assert checked.entries == {"0/default": digest.stores[0].entries} and digest.stores[0].entries == \
         len(g.state().rows) - len(gone)
 

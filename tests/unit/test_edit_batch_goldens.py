@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,7 @@ from airflow_provider_streamstate.engine.core.errors import (
 from airflow_provider_streamstate.engine.edit.batch import write_edit_batch
 from airflow_provider_streamstate.engine.edit.changes import EditSpec, compile_changes
 from airflow_provider_streamstate.engine.edit.preview import current_values, preview
-from airflow_provider_streamstate.engine.edit.verify import edit_problems, expected_digest
+from airflow_provider_streamstate.engine.edit.verify import edit_problems, expected_digest, verified_batch
 from airflow_provider_streamstate.engine.lookup import lookup_key
 from airflow_provider_streamstate.engine.lookup.digest import state_digest
 from airflow_provider_streamstate.engine.lookup.formats.codec import decompress
@@ -190,3 +191,120 @@ def test_keys_selected_by_a_condition_on_value_and_key_are_deleted_and_only_they
     after = state_digest(work, n + 1)
     assert edit_problems(expected_digest(before, changes, old), after, CheckpointSource(work, n + 1), changes) == []
     assert after.stores[0].entries == len(rows) - len(doomed)
+
+
+def _proved(work: str, n: int, edit: dict[str, Any]) -> tuple[Any, list[Any], list[Any], dict[str, Any]]:
+    """(the edit batch, its changes, their old values, the copy's files before it) of `edit`
+    written into `work` at batch `n`."""
+    fs = open_checkpoint_fs(work)
+    src = CheckpointSource(work)
+    changes = compile_changes(src, EditSpec.from_json(edit))
+    old = current_values(src, changes)
+    restored = fs.versions()
+    return write_edit_batch(fs, n, changes), changes, old, restored
+
+
+@pytest.mark.parametrize("g", params(*CASES))
+def test_an_edit_batch_is_proved_from_its_own_files_and_the_proof_agrees_with_the_whole_states_digests(
+        g: Golden, tmp_path: Path) -> None:
+    """The proof by the changes reads the batch's files only; what it says each store gained
+    and lost is what the digests of the whole state before and after say."""
+    work = work_copy(g, tmp_path)
+    edit, gone, changed = repair_of(g, deletes=2, sets=1)
+    n = CheckpointReader(work).resolve_batch(None)
+    before = state_digest(work, n, placement=False)
+    batch, changes, old, restored = _proved(work, n, edit)
+
+    proof = verified_batch(open_checkpoint_fs(work), batch, changes, old, restored, what="bad", hint="-")
+
+    after = state_digest(work, n + 1)
+    assert proof.batch_id == n + 1 and proof.files_decoded == len(batch.files) - 2 == 4
+    assert proof.records == len(changes) == len(gone) + len(changed) and proof.keys_read_back == len(changes)
+    assert proof.files_unchanged == len([r for r in restored if not r.startswith("_streamstate/")])
+    (store,) = proof.stores
+    assert (store.deleted, store.added, store.replaced) == (len(gone), 0, len(changed))
+    assert store.entries_change == after.stores[0].entries - before.stores[0].entries == -len(gone)
+    assert store.placement_checked == after.stores[0].placement_checked
+
+
+def _state_file(work: str, batch: Any, part: int) -> Path:
+    (rel,) = [f for f in batch.files if f.startswith(f"state/0/{part}/")]
+    return Path(work) / rel
+
+
+@pytest.mark.parametrize("g", params("small_aggregation_hdfs", "windowed_aggregation_rocksdb_changelog_format_2"))
+def test_an_edit_batch_holding_one_more_record_than_asked_is_not_proved(g: Golden, tmp_path: Path) -> None:
+    """A record the edit did not ask for, in a file the planner loads, is named: the proof
+    decodes every record of every new file."""
+    from airflow_provider_streamstate.engine.core.errors import CorruptionError
+    from airflow_provider_streamstate.engine.edit.batch import _lineage
+    from airflow_provider_streamstate.engine.edit.state_files import changelog_file, delta_file
+
+    work = work_copy(g, tmp_path)
+    edit, _, _ = repair_of(g, deletes=1, sets=0)
+    n = CheckpointReader(work).resolve_batch(None)
+    batch, changes, old, restored = _proved(work, n, edit)
+    part = changes[0].partition
+    path = _state_file(work, batch, part)
+    ops = [(changes[0].key_bytes, None), (changes[0].key_bytes + b"x", None)]
+    if path.name.endswith(".delta"):
+        path.write_bytes(delta_file(ops, "lz4"))
+    else:
+        fs = open_checkpoint_fs(work)
+        uid = CheckpointReader(work).commit(n)["stateUniqueIds"]["0"][part][0]
+        path.write_bytes(changelog_file(ops, "lz4", _lineage(fs, f"state/0/{part}", n + 1, uid, "lz4")))
+    batch_now = batch  # the same file names: only their records differ
+
+    with pytest.raises(CorruptionError, match=r"holds 2 record\(s\), the edit asked for 1") as err:
+        verified_batch(open_checkpoint_fs(work), batch_now, changes, old, restored, what="not proved", hint="-")
+    assert err.value.one_line().startswith("not proved: ")
+
+
+def test_a_file_of_the_source_written_again_or_one_appearing_beside_the_batch_is_not_proved(tmp_path: Path) -> None:
+    """The proof stands on the source's files being the ones restored: one written again
+    since (even with the same bytes), or a file no one asked for, fails it."""
+    from airflow_provider_streamstate.engine.core.errors import CorruptionError
+
+    g = golden("small_aggregation_hdfs")
+    work = work_copy(g, tmp_path)
+    edit, _, _ = repair_of(g, deletes=1, sets=0)
+    n = CheckpointReader(work).resolve_batch(None)
+    batch, changes, old, restored = _proved(work, n, edit)
+    older = sorted(r for r in restored if r.startswith("state/0/1/") and r.endswith(".delta"))[0]
+    path = Path(work) / older
+    data = path.read_bytes()
+    path.unlink()
+    path.write_bytes(data)
+    import os
+
+    os.utime(path, ns=(1, 1))  # another mtime: written again
+    with pytest.raises(CorruptionError, match="restored from the source snapshot, was written again"):
+        verified_batch(open_checkpoint_fs(work), batch, changes, old, restored, what="not proved", hint="-")
+    restored[older] = open_checkpoint_fs(work).versions()[older]
+    (Path(work) / "state/0/2" / f"{n + 3}.delta").write_bytes(b"")
+    with pytest.raises(CorruptionError, match=f"{n + 3}.delta appeared beside the edit batch"):
+        verified_batch(open_checkpoint_fs(work), batch, changes, old, restored, what="not proved", hint="-")
+
+
+def test_a_key_set_in_a_partition_other_than_sparks_is_not_proved(tmp_path: Path) -> None:
+    """Every key the edit sets is placed again by Spark's hash of its stored bytes (not by
+    the values the edit was compiled from): one written to another partition is named."""
+    from dataclasses import replace
+
+    from airflow_provider_streamstate.engine.core.errors import CorruptionError
+
+    g = golden("small_aggregation_hdfs")
+    work = work_copy(g, tmp_path)
+    rows = g.state().rows
+    n = CheckpointReader(work).resolve_batch(None)
+    src = CheckpointSource(work)
+    (change,) = compile_changes(src, EditSpec.from_json({"set": [{"key": [987654], "value": [1]}]}))
+    wrong = replace(change, partition=(change.partition + 1) % 4)
+    old = current_values(src, [wrong])
+    fs = open_checkpoint_fs(work)
+    restored = fs.versions()
+    batch = write_edit_batch(fs, n, [wrong])
+    assert rows  # the golden has state
+    with pytest.raises(CorruptionError, match=f"is written to partition {wrong.partition}, Spark looks for it in "
+                       f"{change.partition}"):
+        verified_batch(open_checkpoint_fs(work), batch, [wrong], old, restored, what="not proved", hint="-")

@@ -77,6 +77,33 @@ def test_an_applied_edit_in_place_adds_the_verified_batch_pins_the_source_and_sn
         assert lookup_key(ckpt, key=row.key_input).value == lookup_key(ckpt, key=g.state().rows[0].key_input,
                                                                       batch_id=n).value
     assert not Path(work_location(ckpt)).exists()
+    assert result.verified["by"] == "changes" and result.stores == []
+    assert result.verified["records"] == len(gone) + len(changed) and result.verified["keys_read_back"] == \
+        len(gone) + len(changed)
+    assert [(s["deleted"], s["replaced"], s["entries_change"]) for s in result.verified["stores"]] == \
+        [(len(gone), len(changed), -len(gone))]
+
+
+def test_an_edit_asked_to_be_proved_by_the_state_digests_it_whole_and_a_made_up_way_is_refused(
+        tmp_path: Path) -> None:
+    g = golden("small_aggregation_hdfs")
+    ckpt = work_copy(g, tmp_path)
+    store = LocalStore(tmp_path / "snapshots", fsync=False)
+    edit, gone, _ = repair_of(g)
+    with pytest.raises(UsageError, match="verify='entries' is not a way to verify an edit"):
+        edit_stream(store, "orders", ckpt, EditSpec.from_json(edit), apply=True, verify="entries")
+    assert not list_snapshots_or_none(store)
+    result = edit_stream(store, "orders", ckpt, EditSpec.from_json(edit), apply=True, verify="state")
+    assert result.verified == {"by": "state"}
+    assert [s["entries"] for s in result.stores] == [len(g.state().rows) - len(gone)]
+    assert "entries verified" in result.verified_text()
+
+
+def list_snapshots_or_none(store: LocalStore) -> list[object]:
+    try:
+        return list(list_snapshots(store, "orders"))
+    except NotFoundError:
+        return []
 
 
 def test_an_edit_as_a_clone_leaves_the_stream_as_it_was(tmp_path: Path) -> None:

@@ -50,7 +50,7 @@ from airflow_provider_streamstate.engine.edit.changes import (
     compile_changes,
     store_schema,
 )
-from airflow_provider_streamstate.engine.edit.spark_check import CommandFor, spark_check
+from airflow_provider_streamstate.engine.edit.spark_check import CommandFor, ExpectedEntries, spark_check
 from airflow_provider_streamstate.engine.edit.state_files import changelog_file, delta_file
 from airflow_provider_streamstate.engine.edit.verify import verified_digest
 from airflow_provider_streamstate.engine.lookup.formats.codec import codec_name
@@ -200,7 +200,8 @@ def bootstrap_checkpoint(
         spark = None
         if command is not None:
             t = time.monotonic()
-            spark = spark_check("bootstrap", out, 0, digest, changes, command, timeout_s=timeout_s).to_json()
+            spark = spark_check("bootstrap", out, 0, ExpectedEntries.of_digest(digest), changes, command,
+                                timeout_s=timeout_s).to_json()
             seconds["spark_check"] = time.monotonic() - t
     except BaseException:
         out.delete_all()

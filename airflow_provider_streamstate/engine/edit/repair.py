@@ -15,10 +15,13 @@ writes itself:
    and write batch N+1 there (batch.py: a delta or changelog per store partition, offsets
    and commit last): the same source offsets as N, so the stream resumes where it was; a
    migration also replaces the store's schema file with the new version's.
-4. Verify the copy without Spark (verify.py): its digest at N+1 is the source's with exactly
-   the asked changes, every other entry byte for byte, every key where Spark looks for it,
-   each changed key read back. Then, with a `command`, Spark's own state reader reads the
-   copy at N+1 and must agree (spark_check.py).
+4. Verify the copy without Spark (verify.py): the state at N+1 is the source's with exactly
+   the asked changes, every other entry byte for byte, every key set where Spark looks for
+   it, each changed key read back. A repair proves it from what it wrote (`verify=
+   "changes"`: the source's files unchanged, the batch's files decoded, at a cost that
+   follows the edit); a migration, or `verify="state"`, from two digests of the whole
+   state (N and N+1). Then, with a `command`, Spark's own state reader reads the copy at
+   N+1 and must agree (spark_check.py).
 5. In place: pin the source snapshot (rollback is one restore of it) and swap the edit
    batch's files in behind a fence (engine/checkpoint/swap.py), refusing if a query ran or
    the checkpoint moved on meanwhile; then snapshot it, labelled `edited-from=<source>`
@@ -49,8 +52,8 @@ from airflow_provider_streamstate.engine.edit.batch import EditBatch, write_edit
 from airflow_provider_streamstate.engine.edit.changes import EditSpec, KeyChange, compile_changes
 from airflow_provider_streamstate.engine.edit.migrate import Migration, migrated_changes
 from airflow_provider_streamstate.engine.edit.preview import EditPreview, current_values, preview
-from airflow_provider_streamstate.engine.edit.spark_check import CommandFor, spark_check
-from airflow_provider_streamstate.engine.edit.verify import verified_digest
+from airflow_provider_streamstate.engine.edit.spark_check import CommandFor, ExpectedEntries, spark_check
+from airflow_provider_streamstate.engine.edit.verify import BatchProof, verified_batch, verified_digest
 from airflow_provider_streamstate.engine.lookup.digest import StateDigest, state_digest
 from airflow_provider_streamstate.engine.lookup.reading.sources import (
     CheckpointSource,
@@ -67,6 +70,7 @@ LABEL_FROM = "edited-from"
 LABEL_EDIT = "edit"
 LABEL_BY = "edited-by"
 MAX_LABEL = 200  # characters of the description a label keeps (the result has it whole)
+VERIFY_BY = ("changes", "state")  # what proves an edit batch: what it wrote, or the whole state's digests
 
 
 class EditError(StreamstateError):
@@ -86,16 +90,25 @@ class EditResult:
     in_place: bool = True
     pinned: str | None = None
     spark: dict[str, Any] | None = None  # what Spark's state reader found (None: not asked)
-    stores: list[dict[str, Any]] = field(default_factory=list)  # the verified digest at the edit batch
+    stores: list[dict[str, Any]] = field(default_factory=list)  # the verified digest at the edit batch (by state)
     seconds: dict[str, float] = field(default_factory=dict)
     snapshot_error: str | None = None
+    verified: dict[str, Any] = field(default_factory=dict)  # what the proof read (verify.BatchProof, or by state)
+
+    def verified_text(self) -> str:
+        """What was verified, in a few words."""
+        if self.verified.get("by") == "changes":
+            return (f"{self.verified['records']} record(s) in {self.verified['files_decoded']} new file(s) verified, "
+                    f"{self.verified['files_unchanged']} file(s) of the source unchanged")
+        return f"{sum(s['entries'] for s in self.stores)} entries verified"
 
     def to_json(self) -> dict[str, Any]:
         return {"stream": self.stream, "description": self.description, "dry_run": self.dry_run,
                 "preview": self.preview.to_json(), "source_snapshot": self.source_snapshot,
                 "edited_snapshot": self.edited_snapshot, "edit_batch": self.edit_batch, "checkpoint": self.checkpoint,
                 "in_place": self.in_place, "pinned": self.pinned, "spark": self.spark, "stores": self.stores,
-                "seconds": {k: round(v, 3) for k, v in self.seconds.items()}, "snapshot_error": self.snapshot_error}
+                "seconds": {k: round(v, 3) for k, v in self.seconds.items()}, "snapshot_error": self.snapshot_error,
+                "verified": self.verified}
 
 
 def work_location(checkpoint: str) -> str:
@@ -127,6 +140,7 @@ def edit_stream(
     timeout_s: float | None = None,
     on_submit: Callable[[Any], None] | None = None,
     fs: CheckpointFS | None = None,
+    verify: str = "changes",
 ) -> EditResult:
     """Edit the state of `stream` (checkpoint `checkpoint`) as `edit` says; see the module
     docstring. A dry run unless `apply`. In place (`target` None: the stream must be stopped)
@@ -134,7 +148,11 @@ def edit_stream(
     the source (an id, `latest`, `latest-good:<suite>`); default the checkpoint's newest
     batch (applied: a new snapshot of the stopped stream). `command`: how to run Spark's
     check in the stream's Spark (None: the copy is verified without Spark only). `fs`: the
-    checkpoint as the caller opened it with `connection`, else opened here."""
+    checkpoint as the caller opened it with `connection`, else opened here. `verify`:
+    `changes` (a repair proved from what it wrote) or `state` (digests of the whole state
+    at N and N+1; what a migration always does)."""
+    if verify not in VERIFY_BY:
+        raise UsageError(f"verify={verify!r} is not a way to verify an edit", hint=f"give one of {', '.join(VERIFY_BY)}")
     started = time.monotonic()
     seconds: dict[str, float] = {}
     in_place = target is None
@@ -164,7 +182,8 @@ def edit_stream(
             raise UsageError(f"the edit changes nothing in snapshot {source.snapshot_id}: every key to delete is absent "
                              "(and no key matches delete_where)",
                              hint="check the keys (`streamstate state get`), or the operator and store")
-        before = state_digest(work_fs, source.batch_id, connection=connection, placement=False)
+        by_state = verify == "state" or isinstance(edit, Migration)
+        before = state_digest(work_fs, source.batch_id, connection=connection, placement=False) if by_state else None
         whole: frozenset[tuple[int, str]] = frozenset()
         if isinstance(edit, Migration):  # every key of the store: its whole new state
             op_id = src.operator(edit.operator).operator_id
@@ -183,12 +202,18 @@ def edit_stream(
         seconds["write"] = time.monotonic() - t
         crash_point("edit.written")
         t = time.monotonic()
-        digest = _verify(work_fs, before, changes, old, connection)
+        digest: StateDigest | None = None
+        if before is not None:
+            digest = _verify(work_fs, before, changes, old, connection)
+            expected, verified = ExpectedEntries.of_digest(digest), {"by": "state"}
+        else:
+            proof = _verify_changes(work_fs, batch, changes, old, copy.restored_versions)
+            expected, verified = ExpectedEntries.of_change(proof), proof.to_json()
         seconds["verify"] = time.monotonic() - t
         spark = None
         if command is not None:
             t = time.monotonic()
-            spark = spark_check(stream, work_fs, batch.batch_id, digest, changes, command, timeout_s=timeout_s,
+            spark = spark_check(stream, work_fs, batch.batch_id, expected, changes, command, timeout_s=timeout_s,
                                 on_submit=on_submit).to_json()
             seconds["spark_check"] = time.monotonic() - t
         copy.promote(Change(
@@ -201,8 +226,9 @@ def edit_stream(
     log.info("edited %s (%s): batch %d, snapshot %s (%s)", stream, edit.description, batch.batch_id,
              done.snapshot_id, "in place" if in_place else f"clone at {copy.work}")
     return EditResult(stream, edit.description, False, seen, source.snapshot_id, done.snapshot_id, batch.batch_id,
-                      done.checkpoint, in_place, done.pinned, spark, [s.to_json() for s in digest.stores], seconds,
-                      done.snapshot_error)
+                      done.checkpoint, in_place, done.pinned, spark,
+                      [s.to_json() for s in digest.stores] if digest is not None else [], seconds,
+                      done.snapshot_error, verified)
 
 
 def _verify(work: CheckpointFS, before: StateDigest, changes: list[KeyChange], old: list[bytes | None],
@@ -214,6 +240,16 @@ def _verify(work: CheckpointFS, before: StateDigest, changes: list[KeyChange], o
     log.info("verified the edit of %s: %d entries, %d keys changed, every other entry as it was", work.location,
              sum(s.entries for s in after.stores), len(changes))
     return after
+
+
+def _verify_changes(work: CheckpointFS, batch: EditBatch, changes: list[KeyChange], old: list[bytes | None],
+                    restored: dict[str, tuple[int, str]]) -> BatchProof:
+    """The proof, from what the edit wrote, that the copy holds exactly the asked state."""
+    proof = verified_batch(work, batch, changes, old, restored, what="the edited copy does not hold the asked state",
+                           hint="nothing was put in place; report it with the copy's location, " + work.location)
+    log.info("verified the edit of %s: %d records in %d new files, %d keys changed, %d files of the source unchanged",
+             work.location, proof.records, proof.files_decoded, len(changes), proof.files_unchanged)
+    return proof
 
 
 def _changes(src: StateSource, edit: EditSpec | Migration) -> list[KeyChange]:

@@ -11,9 +11,11 @@ one's, a migration's or a bootstrap's): the engine's own verification covers eve
 byte for byte.
 
 The request is written beside the copy (`_streamstate/edit-check-request.json`) and the job
-answers beside it (`_streamstate/edit-check.json`). Agreement means: the same number of
-entries per store as the engine's digest of the copy, deleted keys absent, set keys holding
-the asked value. Spark 3.5 has no state reader: the job says so and the check is refused.
+answers beside it (`_streamstate/edit-check.json`). Agreement means: per store, the number
+of entries the engine's verification expects (`ExpectedEntries`: the digest's count at the
+edit batch; or, when the edit was proved by its changes, Spark counts the batch before too
+and the difference must be the edit's), deleted keys absent, set keys holding the asked
+value. Spark 3.5 has no state reader: the job says so and the check is refused.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from airflow_provider_streamstate.engine.checkpoint.filesystems import Checkpoin
 from airflow_provider_streamstate.engine.checkpoint.filesystems.base import SIDECAR_DIR
 from airflow_provider_streamstate.engine.core.errors import StreamstateError, UnsupportedCheckpointError
 from airflow_provider_streamstate.engine.edit.changes import KeyChange
+from airflow_provider_streamstate.engine.edit.verify import BatchProof
 from airflow_provider_streamstate.engine.lookup.digest import StateDigest
 from airflow_provider_streamstate.engine.lookup.encodings.values import to_jsonable
 from airflow_provider_streamstate.engine.streams.applications import CommandFor, run_job
@@ -73,28 +76,55 @@ def sample(changes: Sequence[KeyChange], n: int = 0) -> list[KeyChange]:
     return [changes[int(i * step)] for i in range(n)]
 
 
-def request(batch_id: int, digest: StateDigest, changes: Sequence[KeyChange]) -> dict[str, Any]:
-    """What the job reads: the batch, each operator's stores, and the changed keys to ask
-    about (a sample of them: `sample`)."""
-    stores = sorted({(s.operator_id, s.store.split("/")[0]) for s in digest.stores}
+@dataclass(frozen=True)
+class ExpectedEntries:
+    """How many entries Spark must read per store (`<operator>/<store>`): `entries` at the
+    edit batch, or with `base_batch`, `entries` more than at that batch (fewer: negative)."""
+
+    entries: dict[str, int]
+    base_batch: int | None = None
+
+    @classmethod
+    def of_digest(cls, digest: StateDigest) -> ExpectedEntries:
+        """The digest's counts (a column family's entries counted with its store's)."""
+        out: dict[str, int] = {}
+        for s in digest.stores:
+            label = f"{s.operator_id}/{s.store.split('/')[0]}"
+            out[label] = out.get(label, 0) + s.entries
+        return cls(out)
+
+    @classmethod
+    def of_change(cls, proof: BatchProof) -> ExpectedEntries:
+        return cls({s.label: s.entries_change for s in proof.stores}, base_batch=proof.batch_id - 1)
+
+
+def request(batch_id: int, expected: ExpectedEntries, changes: Sequence[KeyChange]) -> dict[str, Any]:
+    """What the job reads: the batch (and the one to count against), each operator's
+    stores, and the changed keys to ask about (a sample of them: `sample`)."""
+    stores = sorted({(int(op), st) for op, st in (label.split("/", 1) for label in expected.entries)}
                     | {(c.operator_id, c.store) for c in changes})
     changes = sample(changes)
-    return {"batch_id": batch_id, "stores": [{"operator_id": op, "store": st} for op, st in stores],
+    return {"batch_id": batch_id, "base_batch_id": expected.base_batch,
+            "stores": [{"operator_id": op, "store": st} for op, st in stores],
             "keys": [{"operator_id": c.operator_id, "store": c.store, "key": to_jsonable(list(c.key.values())),
                       "value": to_jsonable(list(c.value.values())) if c.value is not None else None}
                      for c in changes]}
 
 
-def problems(answer: dict[str, Any], digest: StateDigest) -> list[str]:
+def problems(answer: dict[str, Any], expected: ExpectedEntries) -> list[str]:
     """Where Spark's reading of the copy disagrees with the engine's (empty: none)."""
     out = []
-    ours: dict[str, int] = {}
-    for s in digest.stores:
-        label = f"{s.operator_id}/{s.store}"
-        ours[label] = ours.get(label, 0) + s.entries
+    ours = expected.entries
+    base = answer.get("base_entries") or {}
     for label, n in sorted(answer.get("entries", {}).items()):
-        if ours.get(label, 0) != n:
-            out.append(f"operator/store {label}: Spark reads {n} entries, the engine {ours.get(label, 0)}")
+        if expected.base_batch is None:
+            if ours.get(label, 0) != n:
+                out.append(f"operator/store {label}: Spark reads {n} entries, the engine {ours.get(label, 0)}")
+        elif label not in base:
+            out.append(f"operator/store {label}: Spark did not count batch {expected.base_batch}")
+        elif n - base[label] != ours.get(label, 0):
+            out.append(f"operator/store {label}: Spark reads {n} entries, {base[label]} at batch {expected.base_batch} "
+                       f"({n - base[label]:+d}), the edit's change is {ours.get(label, 0):+d}")
     for k in answer.get("keys", []):
         where = f"key {json.dumps(k['key'])} of operator {k['operator_id']}"
         if k["expected"] is None and k["found"]:
@@ -106,12 +136,13 @@ def problems(answer: dict[str, Any], digest: StateDigest) -> list[str]:
     return out
 
 
-def spark_check(stream: str, work: CheckpointFS, batch_id: int, digest: StateDigest, changes: Sequence[KeyChange],
+def spark_check(stream: str, work: CheckpointFS, batch_id: int, expected: ExpectedEntries,
+                changes: Sequence[KeyChange],
                 command: CommandFor, *, timeout_s: float | None = None,
                 on_submit: Callable[[Any], None] | None = None) -> SparkCheck:
     """Run the check job on the copy `work` at `batch_id` and compare; EditCheckFailed (or
     UnsupportedCheckpointError on a Spark without a state reader) when Spark disagrees."""
-    work.write_record(REQUEST, json.dumps(request(batch_id, digest, changes)).encode())
+    work.write_record(REQUEST, json.dumps(request(batch_id, expected, changes)).encode())
     work.delete_record(ANSWER)
     app = run_job(command, [work.shared_location], logs="edit", job_id=f"{stream}-{uuid.uuid4().hex[:8]}",
                   name=f"streamstate-edit-check-{stream}", what=f"Spark's check of the edit of {stream}",
@@ -128,7 +159,7 @@ def spark_check(stream: str, work: CheckpointFS, batch_id: int, digest: StateDig
     if answer.get("error"):
         raise EditCheckFailed(f"Spark could not read the edited copy: {answer['error']}",
                               hint=f"nothing was changed; its log: {app.log_path}")
-    found = problems(answer, digest)
+    found = problems(answer, expected)
     if found:
         raise EditCheckFailed(f"Spark reads the edited copy otherwise: {found[0]}"
                               + (f" (and {len(found) - 1} more)" if len(found) > 1 else ""),

@@ -1,7 +1,19 @@
 """Prove an edit batch before anything relies on it, without Spark: the state at N+1 is the
-state at N with exactly the asked changes.
+state at N with exactly the asked changes. Two proofs, by what they read:
 
-A state digest (engine/lookup/digest.py) sums a 128-bit hash of every stored (key, value)
+**The changes** (`verified_batch`, a repair's default): what the edit wrote and nothing else,
+so its cost follows the edit, not the state. Spark loads state version N+2 of a partition
+as version N+1 with that version's one new file applied (a delta or a changelog), and the
+copy's files of version N+1 and below are the source snapshot's, each byte checked against
+its sha256 by the restore. So the state at N+1 is the source's with exactly the asked
+changes when: every restored file is still there unchanged and the only new files are the
+edit batch's (a fresh listing); the checkpoint's plan at N+1 loads each of them; each,
+decoded by the engine's readers (not by the code that wrote it), holds exactly the asked
+records of its partition, every partition one file; every key set is in the partition
+Spark's hash of its stored bytes gives; and each changed key read back through the whole
+load path at N+1 is gone or holds the asked bytes.
+
+**The state** (`verified_digest`: a migration, a bootstrap, or asked for): a state digest (engine/lookup/digest.py) sums a 128-bit hash of every stored (key, value)
 per operator and store, so the digest the edit must produce is computable from the source's
 digest and the changed keys alone: minus each changed key's old entry, plus its new one.
 The edited copy's digest at N+1, read back with the engine's own decoders, must equal it:
@@ -14,17 +26,28 @@ exactly the bytes asked for.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS
+from airflow_provider_streamstate.engine.checkpoint.filesystems.base import SIDECAR_DIR
 from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
-from airflow_provider_streamstate.engine.core.errors import CorruptionError
-from airflow_provider_streamstate.engine.edit.changes import KeyChange
+from airflow_provider_streamstate.engine.core.errors import CorruptionError, StreamstateError
+from airflow_provider_streamstate.engine.edit.batch import EditBatch
+from airflow_provider_streamstate.engine.edit.changes import KeyChange, provider_of
 from airflow_provider_streamstate.engine.edit.preview import current_values
 from airflow_provider_streamstate.engine.lookup.digest import StateDigest, StoreDigest, state_digest
-from airflow_provider_streamstate.engine.lookup.digest_tasks import MASK
+from airflow_provider_streamstate.engine.lookup.digest_tasks import MASK, placement_schemas
+from airflow_provider_streamstate.engine.lookup.encodings import rocksdb_keys as rk
+from airflow_provider_streamstate.engine.lookup.encodings.placement import row_partitioner
+from airflow_provider_streamstate.engine.lookup.encodings.unsafe_row import RowFormatError
+from airflow_provider_streamstate.engine.lookup.formats.codec import codec_name, decompress
+from airflow_provider_streamstate.engine.lookup.formats.hdfs_state import iter_records
+from airflow_provider_streamstate.engine.lookup.formats.rocksdb_state import DELETE, PUT, parse_changelog
 from airflow_provider_streamstate.engine.lookup.reading.sources import CheckpointSource, StateSource
+
+Record = tuple[bytes, bytes | None]  # (stored key, stored value or None for a removal)
+_NOT_ASKED = object()
 
 
 def entry_hash(key: bytes, value: bytes) -> int:
@@ -67,12 +90,18 @@ def edit_problems(expected: StateDigest, after: StateDigest, src_after: StateSou
     problems += list(after.misplaced)
     if after.misplaced_keys > len(after.misplaced):
         problems.append(f"{after.misplaced_keys - len(after.misplaced)} more keys are not where Spark looks for them")
+    return problems + read_back_problems(src_after, changes, after.batch_id)
+
+
+def read_back_problems(src_after: StateSource, changes: Sequence[KeyChange], batch_id: int) -> list[str]:
+    """Each changed key looked up at the edit batch (`src_after`), through the whole load
+    path: gone, or holding exactly the asked bytes."""
+    problems = []
     for c, now in zip(changes, current_values(src_after, changes), strict=True):
         if now != c.value_bytes:
             want = "absent" if c.value_bytes is None else f"set to {c.value}"
             got = "absent" if now is None else "another value" if c.value_bytes is not None else "still there"
-            problems.append(f"key {c.key} of operator {c.operator_id} should be {want} at batch {after.batch_id}, "
-                            f"is {got}")
+            problems.append(f"key {c.key} of operator {c.operator_id} should be {want} at batch {batch_id}, is {got}")
     return problems
 
 
@@ -87,7 +116,164 @@ def verified_digest(fs: CheckpointFS, batch_id: int, before: StateDigest | None,
                          stores=tuple(replace(s, entries=0, fingerprint=f"{0:032x}") for s in after.stores))
     src = CheckpointSource(fs.location, batch_id, reader=CheckpointReader(fs.fresh()))
     problems = edit_problems(expected_digest(before, changes, old), after, src, changes)
+    _raise_first(problems, what, hint)
+    return after
+
+
+def _raise_first(problems: list[str], what: str, hint: str) -> None:
     if problems:
         raise CorruptionError(f"{what}: {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1
                                                            else ""), hint=hint)
-    return after
+
+
+@dataclass(frozen=True)
+class StoreChange:
+    """What an edit batch proved of one store of one operator: how many keys it deleted,
+    added and replaced, and whether each key it set was placed by Spark's hash."""
+
+    operator_id: int
+    operator: str
+    store: str
+    deleted: int = 0
+    added: int = 0
+    replaced: int = 0
+    placement_checked: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"{self.operator_id}/{self.store}"
+
+    @property
+    def entries_change(self) -> int:
+        return self.added - self.deleted
+
+    def to_json(self) -> dict[str, Any]:
+        return {"operator_id": self.operator_id, "operator": self.operator, "store": self.store,
+                "deleted": self.deleted, "added": self.added, "replaced": self.replaced,
+                "entries_change": self.entries_change, "placement_checked": self.placement_checked}
+
+
+@dataclass(frozen=True)
+class BatchProof:
+    """What `verified_batch` read to prove an edit batch: the batch's state files decoded,
+    the records in them, the files of the source checked unchanged, each store's change."""
+
+    batch_id: int
+    files_decoded: int
+    records: int
+    files_unchanged: int
+    keys_read_back: int
+    stores: tuple[StoreChange, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"by": "changes", "batch_id": self.batch_id, "files_decoded": self.files_decoded,
+                "records": self.records, "files_unchanged": self.files_unchanged,
+                "keys_read_back": self.keys_read_back, "stores": [s.to_json() for s in self.stores]}
+
+
+def _place(rel: str) -> tuple[int, str, int]:
+    """(operator, store, partition) of a state file `state/<op>/<part>[/<store>]/<name>`."""
+    parts = rel.split("/")
+    return int(parts[1]), (parts[3] if len(parts) == 5 else "default"), int(parts[2])
+
+
+def decoded_records(fs: CheckpointFS, rel: str, provider: str, codec: str) -> list[Record]:
+    """The records of one delta or changelog (version 1 or 3) of the copy, as the engine's
+    readers decode them; CorruptionError for anything else (a merge, a typed changelog)."""
+    where = fs.where(rel)
+    data = fs.read_bytes(rel)
+    if provider == "hdfs":
+        return list(iter_records(iter([decompress(data, codec, where)]), where, removals=True))
+    version, records = parse_changelog(decompress(data, codec, where), where)
+    if version not in (1, 3) or any(kind not in (PUT, DELETE) for kind, _, _ in records):
+        raise CorruptionError(f"{where} is a changelog of version {version} with typed records, which an edit of "
+                              "a store without column families does not write")
+    return [(key, None if kind == DELETE else value) for kind, key, value in records]
+
+
+def verified_batch(fs: CheckpointFS, batch: EditBatch, changes: Sequence[KeyChange], old: Sequence[bytes | None],
+                   restored: dict[str, tuple[int, str]], *, what: str, hint: str) -> BatchProof:
+    """The proof that the copy `fs` at `batch.batch_id` holds its state at the batch before
+    with exactly `changes` (`old`: each changed key's value there, None where absent), read
+    from the edit batch's files alone (the module docstring); `restored`: the copy's files
+    as the restore of the source left them (`CheckpointFS.versions`). CorruptionError naming
+    the first problem (`what`: ...) otherwise."""
+    n = batch.batch_id
+    problems: list[str] = []
+    now = {rel: v for rel, v in fs.versions().items() if not rel.startswith(f"{SIDECAR_DIR}/")}
+    source = {rel: v for rel, v in restored.items() if not rel.startswith(f"{SIDECAR_DIR}/")}
+    for rel, v in sorted(source.items()):
+        if now.get(rel) != v:
+            problems.append(f"{fs.where(rel)}, restored from the source snapshot, "
+                            f"{'is gone' if rel not in now else 'was written again'}")
+    written = set(batch.files)
+    problems += [f"{fs.where(rel)} appeared beside the edit batch" for rel in sorted(set(now) - set(source) - written)]
+    problems += [f"{fs.where(rel)}, written by the edit, is gone" for rel in sorted(written - set(now))]
+    _raise_first(problems, what, hint)
+    reader = CheckpointReader(fs.fresh())
+    cut = reader.plan(n)
+    provider, codec = provider_of(cut.conf, reader.where), codec_name(cut.conf)
+    loaded = {f.path for f in cut.files}
+    asked: dict[tuple[int, str, int], dict[bytes, bytes | None]] = {}
+    for c in changes:
+        asked.setdefault(c.where, {})[c.key_bytes] = c.value_bytes
+    files = records = 0
+    for rel in batch.files:
+        if not rel.startswith("state/"):
+            continue
+        files += 1
+        if rel not in loaded:
+            problems.append(f"{fs.where(rel)} is not among the files the checkpoint's batch {n} loads")
+        try:
+            found = decoded_records(fs, rel, provider, codec)
+        except StreamstateError as exc:
+            problems.append(str(exc))
+            continue
+        records += len(found)
+        want = asked.pop(_place(rel), {})
+        if len(found) != len(want) or dict(found) != want:
+            wrong = sum(1 for k, v in found if want.get(k, _NOT_ASKED) != v) + max(0, len(want) - len(found))
+            problems.append(f"{fs.where(rel)} holds {len(found)} record(s), the edit asked for {len(want)} "
+                            f"({wrong} differ)")
+    problems += [f"operator {op} store {store} partition {part}: the edit batch has no file for its changes"
+                 for op, store, part in sorted(asked)]
+    stores = _store_changes(CheckpointSource(fs.location, n, reader=reader), cut.operators, changes, old,
+                            provider, problems)
+    _raise_first(problems, what, hint)
+    problems += read_back_problems(CheckpointSource(fs.location, n, reader=CheckpointReader(fs.fresh())), changes, n)
+    _raise_first(problems, what, hint)
+    return BatchProof(n, files, records, len(source), len(changes), stores)
+
+
+def _store_changes(src: CheckpointSource, operators: list[dict[str, Any]], changes: Sequence[KeyChange],
+                   old: Sequence[bytes | None], provider: str, problems: list[str]) -> tuple[StoreChange, ...]:
+    """Each store's change (every store of every operator, unchanged ones too: Spark's check
+    loads them all), each key set placed by Spark's hash of its stored bytes where the
+    operator's stored key is the one Spark partitions by; misplaced keys go to `problems`."""
+    base = 0 if provider == "hdfs" else len(rk.VERSION)
+    out = []
+    for d in operators:
+        op = src.operator(int(d["operator_id"]))
+        mine = [(c, was) for c, was in zip(changes, old, strict=True) if c.operator_id == op.operator_id]
+        schemas = placement_schemas(src, op) if mine else {}
+        for store in op.stores:
+            here = [(c, was) for c, was in mine if c.store == store]
+            schema = schemas.get(store)
+            place = row_partitioner(schema, op.partitions) if schema is not None else None
+            for c, _ in here:
+                if place is None or c.value_bytes is None:
+                    continue
+                try:
+                    expected = place(c.key_bytes, base)
+                except RowFormatError as exc:
+                    problems.append(f"key {c.key} of operator {op.operator_id} is not a row of its key schema ({exc})")
+                    continue
+                if expected != c.partition:
+                    problems.append(f"key {c.key} of operator {op.operator_id} store {store} is written to partition "
+                                    f"{c.partition}, Spark looks for it in {expected}")
+            out.append(StoreChange(op.operator_id, op.name, store,
+                                   deleted=sum(1 for c, was in here if c.value_bytes is None and was is not None),
+                                   added=sum(1 for c, was in here if c.value_bytes is not None and was is None),
+                                   replaced=sum(1 for c, was in here if c.value_bytes is not None and was is not None),
+                                   placement_checked=place is not None))
+    return tuple(out)

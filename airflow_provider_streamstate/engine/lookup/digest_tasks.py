@@ -174,7 +174,7 @@ def _store_files(files: list[StateFile], op_id: int, partition: int, store: str)
     return tuple(out)
 
 
-def _key_schemas(src: StateSource, op: OperatorView) -> dict[str, StructType]:
+def placement_schemas(src: StateSource, op: OperatorView) -> dict[str, StructType]:
     """The key schema of each store whose stored key is the partitioning key: a single-store
     operator's, and a join side's key -> count store (its key -> rows store appends an index).
     None for an operator without a schema file (Spark before 3.1), transformWithState (column
@@ -219,7 +219,7 @@ def plan_digest(location: str, batch_id: int | None = None, *, connection: Any =
         op = OperatorView(int(d["operator_id"]), str(d.get("name", "unknown")), tuple(d["stores"]),
                           int(d["partitions"]), tuple(d.get("state_variables") or ()))
         partitions[op.operator_id] = op.partitions
-        schemas = _key_schemas(src, op) if placement else {}
+        schemas = placement_schemas(src, op) if placement else {}
         lists = frozenset(str(v["name"]) for v in op.state_variables if v.get("kind") == "ListState")
         for store in op.stores:
             for p in range(op.partitions):
