@@ -7,13 +7,14 @@ The request is beside the copy (`_streamstate/edit-check-request.json`: the batc
 operator's stores, the changed keys with their asked values). For every store the job
 counts the rows Spark's reader returns at the batch (loading every partition's new file
 through Spark's own state store provider), and at the batch before when the request names
-it (`base_batch_id`: the submitter compares the difference with the edit's); the changed keys it is asked about are looked
-up by value in one join per store (each key's fields, given in order, made a struct of the
-reader's key type, matched null-safely), and each one's value given as `to_json` writes it,
-beside the asked value made and written the same way. The answer goes beside the request (`_streamstate/edit-check.json`); the submitter
-compares it with its own reading. Exit 0 when answered (agreement is the submitter's
-call), 1 when Spark failed to read (the answer says why), 3 on a Spark without a state
-reader (3.5).
+it (`base_batch_id`: the submitter compares the difference with the edit's). The changed
+keys it is asked about are found in the same read: each key's fields, given in order, made
+a struct of the reader's key type, and the store left-joined with them null-safely, counted
+and collected in one pass; each found key's value is given as `to_json` writes it, beside
+the asked value made and written the same way. The answer goes beside the request
+(`_streamstate/edit-check.json`); the submitter compares it with its own reading. Exit 0
+when answered (agreement is the submitter's call), 1 when Spark failed to read (the answer
+says why), 3 on a Spark without a state reader (3.5).
 """
 
 from __future__ import annotations
@@ -86,31 +87,39 @@ def answer(spark: Any, checkpoint: str, req: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"spark_version": str(spark.version), "entries": {}, "keys": []}
     if base is not None:
         out["base_entries"] = {}
-    for s in req["stores"]:
-        label = f"{s['operator_id']}/{s['store']}"
-        out["entries"][label] = _reader(spark, checkpoint, batch, s["operator_id"], s["store"]).count()
-        if base is not None:
-            out["base_entries"][label] = _reader(spark, checkpoint, int(base), s["operator_id"], s["store"]).count()
     groups: dict[tuple[int, str], list[tuple[int, dict[str, Any]]]] = {}
     for i, k in enumerate(req["keys"]):
         groups.setdefault((k["operator_id"], k["store"]), []).append((i, k))
     found: dict[int, str | None] = {}
     expected: dict[int, str | None] = {}
-    for (op, store), keys in groups.items():
-        # One read of the store for all its keys: the asked keys as a small table, joined.
+    for s in req["stores"]:
+        op, store = s["operator_id"], s["store"]
+        label = f"{op}/{store}"
         df = _reader(spark, checkpoint, batch, op, store)
-        key_type, value_type = df.schema["key"].dataType, df.schema["value"].dataType
-        wanted = reduce(lambda a, b: a.unionAll(b), [
-            spark.range(1).select(F.lit(i).alias("i"), _row_literal(k["key"], key_type).alias("wanted"))
-            for i, k in keys])
-        for row in df.join(F.broadcast(wanted), df["key"].eqNullSafe(wanted["wanted"])) \
-                .select("i", F.to_json("value").alias("v")).collect():
-            found[int(row["i"])] = row["v"]
-        asked = [(i, k) for i, k in keys if k["value"] is not None]
-        if asked:
-            first = spark.range(1).select(*[F.to_json(_row_literal(k["value"], value_type)).alias(f"e{i}")
-                                            for i, k in asked]).first()
-            expected.update({i: first[f"e{i}"] for i, _ in asked})
+        keys = groups.get((op, store), [])
+        if not keys:
+            out["entries"][label] = df.count()
+        else:
+            # One read of the store for its count and all its keys: the asked keys as a small
+            # table, left-joined (a key matches at most one of them: the count is the store's).
+            key_type, value_type = df.schema["key"].dataType, df.schema["value"].dataType
+            wanted = reduce(lambda a, b: a.unionAll(b), [
+                spark.range(1).select(F.lit(i).alias("i"), _row_literal(k["key"], key_type).alias("wanted"))
+                for i, k in keys])
+            row = df.join(F.broadcast(wanted), df["key"].eqNullSafe(wanted["wanted"]), "left").agg(
+                F.count(F.lit(1)).alias("n"),
+                F.collect_list(F.when(F.col("i").isNotNull(),
+                                      F.struct(F.col("i"), F.to_json("value").alias("v")))).alias("hits")).first()
+            out["entries"][label] = int(row["n"])
+            for hit in row["hits"]:
+                found[int(hit["i"])] = hit["v"]
+            asked = [(i, k) for i, k in keys if k["value"] is not None]
+            if asked:
+                first = spark.range(1).select(*[F.to_json(_row_literal(k["value"], value_type)).alias(f"e{i}")
+                                                for i, k in asked]).first()
+                expected.update({i: first[f"e{i}"] for i, _ in asked})
+        if base is not None:
+            out["base_entries"][label] = _reader(spark, checkpoint, int(base), op, store).count()
     for i, k in enumerate(req["keys"]):
         out["keys"].append({"operator_id": k["operator_id"], "store": k["store"], "key": k["key"],
                             "found": i in found, "value": found.get(i), "expected": expected.get(i)})
