@@ -173,3 +173,34 @@ def test_a_dry_run_of_a_snapshot_reads_its_blobs_and_names_it(tmp_path: Path) ->
     assert result.dry_run and result.source_snapshot == sid and result.preview.source.startswith(f"snapshot {sid}")
     wanted = {tuple(rows[0].key)} | {tuple(r.key) for r in rows if r.value[0] >= top}
     assert result.preview.changed == len(wanted) and "delete where" in result.description
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_an_edit_of_a_checkpoint_in_s3_is_proved_by_its_changes_and_put_in_place(
+        case: str, tmp_path: Path, moto_endpoint: str) -> None:
+    """On S3 the proof's listing compares ETags: the restored objects unchanged, the batch's
+    the only new ones; the edited checkpoint reads as asked through the same client."""
+    from tests.unit.conftest import moto_bucket
+
+    g = golden(case)
+    client = moto_bucket(moto_endpoint, "edits")
+    local = Path(work_copy(g, tmp_path))
+    prefix = f"{tmp_path.name}/ckpt"
+    for p in sorted(local.rglob("*")):
+        if p.is_file():
+            client.put_object(Bucket="edits", Key=f"{prefix}/{p.relative_to(local).as_posix()}", Body=p.read_bytes())
+    ckpt = f"s3a://edits/{prefix}"
+    store = LocalStore(tmp_path / "snapshots", fsync=False)
+    edit, gone, changed = repair_of(g)
+    n = CheckpointReader(ckpt, connection=client).resolve_batch(None)
+
+    result = edit_stream(store, "orders", ckpt, EditSpec.from_json(edit), apply=True, connection=client)
+
+    assert result.edit_batch == n + 1 and result.verified["by"] == "changes"
+    assert result.verified["files_unchanged"] > 0 and result.verified["records"] == len(gone) + len(changed)
+    assert CheckpointReader(ckpt, connection=client).resolve_batch(None) == n + 1
+    from airflow_provider_streamstate.engine.lookup.reading.sources import CheckpointSource
+
+    edited = CheckpointSource(ckpt, reader=CheckpointReader(ckpt, connection=client))
+    for row in gone:
+        assert not lookup_key(edited, key=row.key_input).found
