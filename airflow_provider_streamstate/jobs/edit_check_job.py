@@ -1,7 +1,7 @@
 """Spark's check of an edit batch (engine/edit/spark_check.py submits it, through the
 stream's own Spark): the edited copy read with Spark's state reader at the edit batch.
 
-    spark-submit [options] edit_check_job.py CHECKPOINT
+    spark-submit [options] edit_check_job.py CHECKPOINT [CHECKPOINT ...]
 
 The request is beside the copy (`_streamstate/edit-check-request.json`: the batch, every
 operator's stores, the changed keys with their asked values). For every store the job
@@ -12,9 +12,11 @@ keys it is asked about are found in the same read: each key's fields, given in o
 a struct of the reader's key type, and the store left-joined with them null-safely, counted
 and collected in one pass; each found key's value is given as `to_json` writes it, beside
 the asked value made and written the same way. The answer goes beside the request
-(`_streamstate/edit-check.json`); the submitter compares it with its own reading. Exit 0
-when answered (agreement is the submitter's call), 1 when Spark failed to read (the answer
-says why), 3 on a Spark without a state reader (3.5).
+(`_streamstate/edit-check.json`); the submitter compares it with its own reading. Several
+copies are answered one after the other in one application, each with the confs it pinned.
+Exit 0 when every copy is answered (agreement is the submitter's call), 1 when Spark failed
+to read one (its answer says why), 2 when one holds no request, 3 on a Spark without a
+state reader (3.5).
 """
 
 from __future__ import annotations
@@ -42,18 +44,18 @@ def _reader(spark: Any, checkpoint: str, batch_id: int, op: int, store: str) -> 
     return r.load(checkpoint)
 
 
-def pin_confs(spark: Any, reader: CheckpointReader, batch: int) -> None:
+def pin_confs(spark: Any, reader: CheckpointReader, batch: int) -> list[str]:
     """The confs the checkpoint pinned (provider, format versions, codec), its checkpoint
     format (Spark reads a format 2 commit log only with it), and changelog replay on for
-    RocksDB (the edit batch is a changelog on every RocksDB store)."""
+    RocksDB (the edit batch is a changelog on every RocksDB store). Returns the keys set."""
     meta, _ = reader.offsets(batch)
-    conf = {str(k): str(v) for k, v in (meta.get("conf") or {}).items()}
-    for key, value in conf.items():
-        if key.startswith("spark.sql.streaming."):
-            spark.conf.set(key, value)
+    conf = {str(k): str(v) for k, v in (meta.get("conf") or {}).items() if str(k).startswith("spark.sql.streaming.")}
     if conf.get(PROVIDER_CONF) == ROCKSDB_PROVIDER:
-        spark.conf.set(CHANGELOG_CONF, "true")
-    spark.conf.set(FORMAT_VERSION_CONF, str(reader.checkpoint_format(batch)))
+        conf[CHANGELOG_CONF] = "true"
+    conf[FORMAT_VERSION_CONF] = str(reader.checkpoint_format(batch))
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    return list(conf)
 
 
 def _row_literal(values: list[Any], struct: Any) -> Any:
@@ -127,35 +129,45 @@ def answer(spark: Any, checkpoint: str, req: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: edit_check_job.py CHECKPOINT", file=sys.stderr)
+    if len(argv) < 2:
+        print("usage: edit_check_job.py CHECKPOINT [CHECKPOINT ...]", file=sys.stderr)
         return 2
     remove_secrets_file()
     from pyspark.sql import SparkSession
 
-    checkpoint = argv[1]
     spark = SparkSession.builder.appName("streamstate-edit-check").getOrCreate()
     version = str(spark.version)
-    conf = spark.sparkContext.getConf()
-    fs = Reach.from_spark_conf(lambda key: conf.get(key, None), checkpoint).open(checkpoint)
     if tuple(int(x) for x in version.split(".")[:2]) < (4, 0):
         print(f"streamstate: Spark {version} has no state reader (Spark 4.0 added it)", file=sys.stderr)
         return NO_STATE_READER
+    spark.streams.active  # noqa: B018 - PySpark 4.1 loads a RocksDB store offline only after this
+    codes = [check(spark, checkpoint) for checkpoint in argv[1:]]
+    spark.stop()
+    return max(codes)
+
+
+def check(spark: Any, checkpoint: str) -> int:
+    """Answer the request beside one copy (several copies: one after the other, each with
+    its own pinned confs): 0 answered, 1 Spark failed to read it, 2 no request there."""
+    conf = spark.sparkContext.getConf()
+    fs = Reach.from_spark_conf(lambda key: conf.get(key, None), checkpoint).open(checkpoint)
     raw = fs.read_record(REQUEST)
     if raw is None:
         print(f"streamstate: {checkpoint} holds no edit check request", file=sys.stderr)
         return 2
-    spark.streams.active  # noqa: B018 - PySpark 4.1 loads a RocksDB store offline only after this
+    pinned: list[str] = []
     try:
         req = json.loads(raw)
-        pin_confs(spark, CheckpointReader(fs), int(req["batch_id"]))
+        pinned = pin_confs(spark, CheckpointReader(fs), int(req["batch_id"]))
         out = answer(spark, checkpoint.replace("s3://", "s3a://", 1), req)
         code = 0
     except Exception as exc:  # noqa: BLE001 - Py4J and PySpark errors alike: recorded and reported
-        out = {"spark_version": version, "error": " ".join(str(exc).split())[:2000]}
+        out = {"spark_version": str(spark.version), "error": " ".join(str(exc).split())[:2000]}
         code = 1
+    finally:
+        for key in pinned:  # the next copy reads with its own confs, none of this one's
+            spark.conf.unset(key)
     fs.write_record(ANSWER, json.dumps(out).encode())
-    spark.stop()
     return code
 
 

@@ -275,50 +275,60 @@ GOLDEN_CASES = (("windowed_aggregation_rocksdb_changelog_format_2", 1), ("window
 ONE_LINE = {"apply_in_pandas_with_state_rocksdb_changelog": "4.3", "apply_in_pandas_with_state_hdfs": "4.1"}
 
 
-def golden_params() -> list[Any]:
+def golden_lines() -> list[Any]:
+    """Per Spark line, the goldens it wrote that an edit is checked on (one Spark application
+    checks them all: a JVM start is the dearest part of each check)."""
     from tests.goldens import goldens
 
-    return [pytest.param(g, sets, id=f"spark-{g.line}-{g.case}") for case, sets in GOLDEN_CASES
-            for g in goldens(case) if g.line != "3.5" and (g.line, g.case) != ("4.0", "small_aggregation_rocksdb_changelog")
-            and ONE_LINE.get(case, g.line) == g.line]
+    by_line: dict[str, list[tuple[Any, int]]] = {}
+    for case, sets in GOLDEN_CASES:
+        for g in goldens(case):
+            if g.line != "3.5" and (g.line, g.case) != ("4.0", "small_aggregation_rocksdb_changelog") \
+                    and ONE_LINE.get(case, g.line) == g.line:
+                by_line.setdefault(g.line, []).append((g, sets))
+    return [pytest.param(line, items, id=f"spark-{line}") for line, items in sorted(by_line.items())]
 
 
-@pytest.mark.parametrize(("g", "sets"), golden_params())
-def test_sparks_state_reader_of_the_goldens_line_reads_an_edited_golden_as_the_engine_does(
-        g: Any, sets: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("line", "items"), golden_lines())
+def test_sparks_state_reader_of_each_line_reads_its_edited_goldens_as_the_engine_does(
+        line: str, items: list[tuple[Any, int]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Windows (struct keys with timestamps), deduplication, applyInPandasWithState's group
-    state, checkpoint format 2: the check job, in the Spark that wrote the golden, agrees with
-    the engine's reading of the edit: the change in entries from the batch before that the
-    proof by the changes gives, and the count the digest of the whole state gives."""
+    state, checkpoint format 2: the check job, in the Spark that wrote each golden, agrees
+    with the engine's reading of its edit: the change in entries from the batch before that
+    the proof by the changes gives, and the count the digest of the whole state gives."""
     from airflow_provider_streamstate.engine.checkpoint.filesystems import open_checkpoint_fs
     from airflow_provider_streamstate.engine.edit.batch import write_edit_batch
     from airflow_provider_streamstate.engine.edit.changes import compile_changes
     from airflow_provider_streamstate.engine.edit.preview import current_values
-    from airflow_provider_streamstate.engine.edit.spark_check import ExpectedEntries, spark_check
+    from airflow_provider_streamstate.engine.edit.spark_check import EditedCopy, ExpectedEntries, spark_checks
     from airflow_provider_streamstate.engine.edit.verify import verified_batch
     from airflow_provider_streamstate.engine.lookup.digest import state_digest
     from airflow_provider_streamstate.engine.lookup.reading.sources import CheckpointSource
     from tests.edits import repair_of, work_copy
 
-    version = spark_versions.get(g.line)
+    version = spark_versions.get(line)
     if not version.installed():
-        pytest.skip(f"Spark {g.line} is not installed here: run `make setup`")
+        pytest.skip(f"Spark {line} is not installed here: run `make setup`")
     monkeypatch.setenv("STREAMSTATE_HOME", str(tmp_path / "home"))
-    work = work_copy(g, tmp_path)
-    edit, gone, changed = repair_of(g, deletes=2, sets=sets)
-    src = CheckpointSource(work)
-    changes = compile_changes(src, EditSpec.from_json(edit))
-    old, restored = current_values(src, changes), open_checkpoint_fs(work).versions()
-    batch = write_edit_batch(open_checkpoint_fs(work), src.batch_id, changes)
-    digest = state_digest(work, batch.batch_id)
-    proof = verified_batch(open_checkpoint_fs(work), batch, changes, old, restored, what="not proved", hint="-")
+    copies, wanted = [], []
+    for g, sets in items:
+        work = work_copy(g, tmp_path / g.case)
+        edit, gone, changed = repair_of(g, deletes=2, sets=sets)
+        src = CheckpointSource(work)
+        changes = compile_changes(src, EditSpec.from_json(edit))
+        old, restored = current_values(src, changes), open_checkpoint_fs(work).versions()
+        batch = write_edit_batch(open_checkpoint_fs(work), src.batch_id, changes)
+        digest = state_digest(work, batch.batch_id)
+        proof = verified_batch(open_checkpoint_fs(work), batch, changes, old, restored, what="not proved", hint="-")
+        assert proof.stores[0].entries_change == -len(gone), g.case
+        assert digest.stores[0].entries == len(g.state().rows) - len(gone), g.case
+        copies.append(EditedCopy(open_checkpoint_fs(work), batch.batch_id, ExpectedEntries.of_change(proof), changes))
+        wanted.append((g.case, len(gone) + len(changed), {"0/default": digest.stores[0].entries}))
 
-    checked = spark_check("golden", open_checkpoint_fs(work), batch.batch_id, ExpectedEntries.of_change(proof),
-                          changes, check_command(version))
-    assert checked.spark_version == version.pyspark and checked.keys_checked == len(gone) + len(changed)
-    assert proof.stores[0].entries_change == -len(gone)
-    assert checked.entries == {"0/default": digest.stores[0].entries} and digest.stores[0].entries == \
-        len(g.state().rows) - len(gone)
+    checked = spark_checks("golden", copies, check_command(version))
+
+    assert [(case, c.spark_version, c.keys_checked, c.entries) for (case, _, _), c in zip(wanted, checked, strict=True)] \
+        == [(case, version.pyspark, keys, entries) for case, keys, entries in wanted]
 
 
 def test_a_new_query_version_with_one_more_aggregate_starts_on_the_migrated_state_and_continues_exactly(

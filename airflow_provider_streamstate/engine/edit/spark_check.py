@@ -136,34 +136,58 @@ def problems(answer: dict[str, Any], expected: ExpectedEntries) -> list[str]:
     return out
 
 
+@dataclass(frozen=True)
+class EditedCopy:
+    """One edited copy for Spark to check: the copy, its edit batch, what the engine's
+    verification expects there, and the changes."""
+
+    work: CheckpointFS
+    batch_id: int
+    expected: ExpectedEntries
+    changes: Sequence[KeyChange]
+
+
 def spark_check(stream: str, work: CheckpointFS, batch_id: int, expected: ExpectedEntries,
-                changes: Sequence[KeyChange],
-                command: CommandFor, *, timeout_s: float | None = None,
+                changes: Sequence[KeyChange], command: CommandFor, *, timeout_s: float | None = None,
                 on_submit: Callable[[Any], None] | None = None) -> SparkCheck:
     """Run the check job on the copy `work` at `batch_id` and compare; EditCheckFailed (or
     UnsupportedCheckpointError on a Spark without a state reader) when Spark disagrees."""
-    work.write_record(REQUEST, json.dumps(request(batch_id, expected, changes)).encode())
-    work.delete_record(ANSWER)
-    app = run_job(command, [work.shared_location], logs="edit", job_id=f"{stream}-{uuid.uuid4().hex[:8]}",
-                  name=f"streamstate-edit-check-{stream}", what=f"Spark's check of the edit of {stream}",
-                  timeout_s=timeout_s, on_submit=on_submit)
-    raw = work.read_record(ANSWER)
+    return spark_checks(stream, [EditedCopy(work, batch_id, expected, changes)], command, timeout_s=timeout_s,
+                        on_submit=on_submit)[0]
+
+
+def spark_checks(stream: str, copies: Sequence[EditedCopy], command: CommandFor, *, timeout_s: float | None = None,
+                 on_submit: Callable[[Any], None] | None = None) -> list[SparkCheck]:
+    """`spark_check` of several copies by one Spark application (one start of Spark for
+    them all), each compared on its own; the first disagreement raises."""
+    for c in copies:
+        c.work.write_record(REQUEST, json.dumps(request(c.batch_id, c.expected, c.changes)).encode())
+        c.work.delete_record(ANSWER)
+    app = run_job(command, [c.work.shared_location for c in copies], logs="edit",
+                  job_id=f"{stream}-{uuid.uuid4().hex[:8]}", name=f"streamstate-edit-check-{stream}",
+                  what=f"Spark's check of the edit of {stream}", timeout_s=timeout_s, on_submit=on_submit)
     code = app.proc.returncode if app.proc is not None else None
-    if raw is None:
-        if code == NO_STATE_READER:
-            raise UnsupportedCheckpointError(f"the Spark of {stream} has no state reader (Spark 3.5) to check the edit",
-                                             hint="edit a stream that runs Spark 4.0 or later")
-        raise EditCheckFailed(f"Spark's check of the edit recorded nothing: {app.last_error()}",
-                              hint=f"nothing was changed; its log: {app.log_path}")
-    answer = json.loads(raw)
-    if answer.get("error"):
-        raise EditCheckFailed(f"Spark could not read the edited copy: {answer['error']}",
-                              hint=f"nothing was changed; its log: {app.log_path}")
-    found = problems(answer, expected)
-    if found:
-        raise EditCheckFailed(f"Spark reads the edited copy otherwise: {found[0]}"
-                              + (f" (and {len(found) - 1} more)" if len(found) > 1 else ""),
-                              hint="nothing was put in place; report it with the copy's location, " + work.location)
-    log.info("Spark %s read the edited copy as the engine did (%d keys checked)", answer.get("spark_version"),
-             len(answer.get("keys", [])))
-    return SparkCheck(str(answer.get("spark_version")), dict(answer.get("entries", {})), len(answer.get("keys", [])))
+    out = []
+    for c in copies:
+        raw = c.work.read_record(ANSWER)
+        if raw is None:
+            if code == NO_STATE_READER:
+                raise UnsupportedCheckpointError(f"the Spark of {stream} has no state reader (Spark 3.5) to check the "
+                                                 "edit", hint="edit a stream that runs Spark 4.0 or later")
+            raise EditCheckFailed(f"Spark's check of the edit recorded nothing: {app.last_error()}",
+                                  hint=f"nothing was changed; its log: {app.log_path}")
+        answer = json.loads(raw)
+        if answer.get("error"):
+            raise EditCheckFailed(f"Spark could not read the edited copy: {answer['error']}",
+                                  hint=f"nothing was changed; its log: {app.log_path}")
+        found = problems(answer, c.expected)
+        if found:
+            raise EditCheckFailed(f"Spark reads the edited copy otherwise: {found[0]}"
+                                  + (f" (and {len(found) - 1} more)" if len(found) > 1 else ""),
+                                  hint="nothing was put in place; report it with the copy's location, "
+                                  + c.work.location)
+        log.info("Spark %s read the edited copy %s as the engine did (%d keys checked)", answer.get("spark_version"),
+                 c.work.location, len(answer.get("keys", [])))
+        out.append(SparkCheck(str(answer.get("spark_version")), dict(answer.get("entries", {})),
+                              len(answer.get("keys", []))))
+    return out
