@@ -80,8 +80,6 @@ def _row_literal(values: list[Any], struct: Any) -> Any:
 
 
 def answer(spark: Any, checkpoint: str, req: dict[str, Any]) -> dict[str, Any]:
-    from functools import reduce
-
     from pyspark.sql import functions as F
 
     batch = int(req["batch_id"])
@@ -103,11 +101,11 @@ def answer(spark: Any, checkpoint: str, req: dict[str, Any]) -> dict[str, Any]:
             out["entries"][label] = df.count()
         else:
             # One read of the store for its count and all its keys: the asked keys as a small
-            # table, left-joined (a key matches at most one of them: the count is the store's).
+            # table (one array of literal rows, exploded: one plan, not a union of one per key),
+            # left-joined (a key matches at most one of them: the count is the store's).
             key_type, value_type = df.schema["key"].dataType, df.schema["value"].dataType
-            wanted = reduce(lambda a, b: a.unionAll(b), [
-                spark.range(1).select(F.lit(i).alias("i"), _row_literal(k["key"], key_type).alias("wanted"))
-                for i, k in keys])
+            wanted = spark.range(1).select(F.inline(F.array(*[
+                F.struct(F.lit(i).alias("i"), _row_literal(k["key"], key_type).alias("wanted")) for i, k in keys])))
             row = df.join(F.broadcast(wanted), df["key"].eqNullSafe(wanted["wanted"]), "left").agg(
                 F.count(F.lit(1)).alias("n"),
                 F.collect_list(F.when(F.col("i").isNotNull(),

@@ -14,13 +14,16 @@ from airflow_provider_streamstate.utils.spark_submit import spark_submit_command
 
 if TYPE_CHECKING:
     from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS
+    from airflow_provider_streamstate.engine.stores.base import SnapshotStore
 
 
 class Opened(NamedTuple):
-    """The connection the spec's checkpoint is reached with, and the checkpoint opened with it."""
+    """The connection the spec's checkpoint is reached with, the checkpoint opened with it,
+    and the spec's store."""
 
     connection: Any
     fs: CheckpointFS
+    store: SnapshotStore
 
 
 def edit_check_command(spec: StreamSpec) -> Callable[[Sequence[str]], tuple[Sequence[str], Mapping[str, str]]]:
@@ -43,15 +46,14 @@ def opened_for_edit(spec: StreamSpec, *, parallelism: int = 8) -> Opened:
     checkpoint opened with it: resolved once per edit and handed to each of its steps
     (`opened`), a transform's snapshot and plan as well as the edit."""
     from airflow_provider_streamstate.engine.checkpoint.filesystems import open_checkpoint_fs
-    from airflow_provider_streamstate.hooks.store import checkpoint_connection
+    from airflow_provider_streamstate.hooks.store import StreamstateStoreHook, checkpoint_connection
 
+    store = StreamstateStoreHook(spec.store, aws_conn_id=spec.aws_conn_id, parallelism=parallelism).store
     connection = checkpoint_connection(spec.checkpoint, spec.aws_conn_id, max_connections=parallelism * 2)
     if connection is None:  # the store's own client where the checkpoint is on its service (server-side copies)
-        from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
-
-        store = StreamstateStoreHook(spec.store, aws_conn_id=spec.aws_conn_id, parallelism=parallelism).store
         connection = store.checkpoint_connection(spec.checkpoint)
-    return Opened(connection, open_checkpoint_fs(spec.checkpoint, connection=connection, conn_id=spec.aws_conn_id))
+    return Opened(connection, open_checkpoint_fs(spec.checkpoint, connection=connection, conn_id=spec.aws_conn_id),
+                  store)
 
 
 def _resolved(spec: StreamSpec, opened: Opened | None, parallelism: int = 8) -> Opened:
@@ -70,10 +72,8 @@ def edit_spec(
     `opened`: the spec's checkpoint as the caller resolved it (`opened_for_edit`), else
     resolved here."""
     from airflow_provider_streamstate.engine.edit.repair import edit_stream
-    from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
 
-    store = StreamstateStoreHook(spec.store, aws_conn_id=spec.aws_conn_id, parallelism=parallelism).store
-    connection, opened_fs = _resolved(spec, opened, parallelism)
+    connection, opened_fs, store = _resolved(spec, opened, parallelism)
     fs = opened_fs.fresh()  # a fresh view: the checkpoint as it is now
     return edit_stream(store, spec.name, spec.checkpoint, edit, apply=apply, snapshot=snapshot, target=target,
                        clone_name=clone_name, command=edit_check_command(spec) if spark_check and apply else None,
@@ -90,10 +90,9 @@ def transform_source(spec: StreamSpec, snapshot: str | None, apply: bool, *, ope
     if snapshot or not apply:
         return snapshot
     from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapshot
-    from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
 
-    store = StreamstateStoreHook(spec.store, aws_conn_id=spec.aws_conn_id).store
-    return str(create_snapshot(_resolved(spec, opened).fs.fresh(), store, spec.name, spark_version=spec.spark_version)
+    resolved = _resolved(spec, opened)
+    return str(create_snapshot(resolved.fs.fresh(), resolved.store, spec.name, spark_version=spec.spark_version)
                .manifest.snapshot_id)
 
 
@@ -112,8 +111,9 @@ def planned_transform(
 
     fn = load_transform(transform) if isinstance(transform, str) else transform
     if snapshot:
-        src: Any = SnapshotSource(StreamstateStoreHook(spec.store, aws_conn_id=spec.aws_conn_id).store, spec.name,
-                                  snapshot)
+        snapshots = opened.store if opened is not None else StreamstateStoreHook(spec.store,
+                                                                                aws_conn_id=spec.aws_conn_id).store
+        src: Any = SnapshotSource(snapshots, spec.name, snapshot)
     else:
         src = CheckpointSource(spec.checkpoint, reader=CheckpointReader(_resolved(spec, opened).fs.fresh()))
     return plan_transform(src, fn, where=where, operator=operator, store=store, description=description,

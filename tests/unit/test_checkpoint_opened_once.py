@@ -51,6 +51,7 @@ class Openings:
 
     lookups: int = 0
     opened: int = 0
+    stores: int = 0  # the spec's store built (StreamstateStoreHook.store)
 
 
 @pytest.fixture
@@ -69,6 +70,13 @@ def openings(monkeypatch: pytest.MonkeyPatch) -> Openings:
         counts.lookups += 1
         return look_up(*args, **kwargs)
 
+    class CountedHook(store_hook.StreamstateStoreHook):
+        @property
+        def store(self) -> Any:
+            counts.stores += 1
+            return super().store
+
+    monkeypatch.setattr(store_hook, "StreamstateStoreHook", CountedHook)
     counted = replace(local, open_checkpoint=opened)
     monkeypatch.setattr(filesystems, "backend_for", lambda scheme: counted if scheme == "file" else backend_for(scheme))
     monkeypatch.setattr(store_hook, "checkpoint_connection", looked_up)
@@ -182,12 +190,14 @@ def golden_spec(tmp_path: Path) -> tuple[StreamSpec, str]:
     return replace(spec_of(work), checkpoint=str(work)), g.state().rows[0].key_input
 
 
-def test_an_edit_in_place_opens_the_checkpoint_once_digests_included(golden_spec: tuple[StreamSpec, str],
-                                                                     openings: Openings) -> None:
+@pytest.mark.parametrize("verify", ["changes", "state"])
+def test_an_edit_in_place_opens_the_checkpoint_and_builds_the_store_once_its_proof_included(
+        golden_spec: tuple[StreamSpec, str], openings: Openings, verify: str) -> None:
     spec, key = golden_spec
-    done = edit_spec(spec, EditSpec.from_json({"delete": [key]}), apply=True, spark_check=False, parallelism=1)
-    assert done.pinned and done.preview.changed == 1
-    assert (openings.lookups, openings.opened) == (1, 1)
+    done = edit_spec(spec, EditSpec.from_json({"delete": [key]}), apply=True, spark_check=False, parallelism=1,
+                     verify=verify)
+    assert done.pinned and done.preview.changed == 1 and done.verified["by"] == verify
+    assert (openings.lookups, openings.opened, openings.stores) == (1, 1, 1)
 
 
 def test_a_put_back_restores_and_starts_through_one_opened_checkpoint(golden_spec: tuple[StreamSpec, str],
@@ -216,7 +226,7 @@ def test_a_transform_edit_snapshots_plans_and_edits_through_one_opened_checkpoin
                              spark_check=False, parallelism=1)
     out = edit.execute({})
     assert out["dry_run"] is not apply and out["preview"]["changed"] == 1
-    assert (openings.lookups, openings.opened) == (1, 1)
+    assert (openings.lookups, openings.opened, openings.stores) == (1, 1, 1)
 
 
 
