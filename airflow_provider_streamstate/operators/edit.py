@@ -62,7 +62,7 @@ class StateEditOperator(StreamTask):
         change).
     :param spark_check: have Spark's state reader check the edited copy (Spark 4.0+), as a
         Spark application through the stream's own Spark settings; False on Spark 3.5, which
-        has none (the entry-by-entry verification runs all the same); a bool, or text that
+        has none (the verification without Spark runs all the same); a bool, or text that
         says it (`false`). (templated)
     :param requested_by: who asked, for the `edited-by` label (default: the DAG run's
         triggering user, else the DAG and run). (templated)

@@ -237,8 +237,8 @@ def _verify(work: CheckpointFS, before: StateDigest, changes: list[KeyChange], o
     after = verified_digest(work, before.batch_id + 1, before, changes, old, connection=connection,
                             what="the edited copy does not hold the asked state",
                             hint="nothing was put in place; report it with the copy's location, " + work.location)
-    log.info("verified the edit of %s: %d entries, %d keys changed, every other entry as it was", work.location,
-             sum(s.entries for s in after.stores), len(changes))
+    log.info("verified the edit of %s by the state: %d entries, %d keys changed, every other entry as it was",
+             work.location, sum(s.entries for s in after.stores), len(changes))
     return after
 
 
