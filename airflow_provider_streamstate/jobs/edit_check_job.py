@@ -44,18 +44,28 @@ def _reader(spark: Any, checkpoint: str, batch_id: int, op: int, store: str) -> 
     return r.load(checkpoint)
 
 
-def pin_confs(spark: Any, reader: CheckpointReader, batch: int) -> list[str]:
+def pin_confs(spark: Any, reader: CheckpointReader, batch: int, was: dict[str, str | None]) -> None:
     """The confs the checkpoint pinned (provider, format versions, codec), its checkpoint
     format (Spark reads a format 2 commit log only with it), and changelog replay on for
-    RocksDB (the edit batch is a changelog on every RocksDB store). Returns the keys set."""
+    RocksDB (the edit batch is a changelog on every RocksDB store). `was` gets each key's
+    value before (None: unset) as it is set, for `unpin_confs`."""
     meta, _ = reader.offsets(batch)
     conf = {str(k): str(v) for k, v in (meta.get("conf") or {}).items() if str(k).startswith("spark.sql.streaming.")}
     if conf.get(PROVIDER_CONF) == ROCKSDB_PROVIDER:
         conf[CHANGELOG_CONF] = "true"
     conf[FORMAT_VERSION_CONF] = str(reader.checkpoint_format(batch))
     for key, value in conf.items():
+        was.setdefault(key, spark.conf.get(key, None))
         spark.conf.set(key, value)
-    return list(conf)
+
+
+def unpin_confs(spark: Any, was: dict[str, str | None]) -> None:
+    """Every conf `pin_confs` set back to what it was (the application's own settings)."""
+    for key, value in was.items():
+        if value is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, value)
 
 
 def _row_literal(values: list[Any], struct: Any) -> Any:
@@ -106,13 +116,16 @@ def answer(spark: Any, checkpoint: str, req: dict[str, Any]) -> dict[str, Any]:
             key_type, value_type = df.schema["key"].dataType, df.schema["value"].dataType
             wanted = spark.range(1).select(F.inline(F.array(*[
                 F.struct(F.lit(i).alias("i"), _row_literal(k["key"], key_type).alias("wanted")) for i, k in keys])))
+            # Keys Spark holds equal (0.0 and -0.0, say) are one row here: a stored key matches once.
+            wanted = wanted.groupBy("wanted").agg(F.collect_list("i").alias("ids"))
             row = df.join(F.broadcast(wanted), df["key"].eqNullSafe(wanted["wanted"]), "left").agg(
                 F.count(F.lit(1)).alias("n"),
-                F.collect_list(F.when(F.col("i").isNotNull(),
-                                      F.struct(F.col("i"), F.to_json("value").alias("v")))).alias("hits")).first()
+                F.collect_list(F.when(F.col("ids").isNotNull(),
+                                      F.struct(F.col("ids"), F.to_json("value").alias("v")))).alias("hits")).first()
             out["entries"][label] = int(row["n"])
             for hit in row["hits"]:
-                found[int(hit["i"])] = hit["v"]
+                for i in hit["ids"]:
+                    found[int(i)] = hit["v"]
             asked = [(i, k) for i, k in keys if k["value"] is not None]
             if asked:
                 first = spark.range(1).select(*[F.to_json(_row_literal(k["value"], value_type)).alias(f"e{i}")
@@ -153,18 +166,17 @@ def check(spark: Any, checkpoint: str) -> int:
     if raw is None:
         print(f"streamstate: {checkpoint} holds no edit check request", file=sys.stderr)
         return 2
-    pinned: list[str] = []
+    was: dict[str, str | None] = {}
     try:
         req = json.loads(raw)
-        pinned = pin_confs(spark, CheckpointReader(fs), int(req["batch_id"]))
+        pin_confs(spark, CheckpointReader(fs), int(req["batch_id"]), was)
         out = answer(spark, checkpoint.replace("s3://", "s3a://", 1), req)
         code = 0
     except Exception as exc:  # noqa: BLE001 - Py4J and PySpark errors alike: recorded and reported
         out = {"spark_version": str(spark.version), "error": " ".join(str(exc).split())[:2000]}
         code = 1
-    finally:
-        for key in pinned:  # the next copy reads with its own confs, none of this one's
-            spark.conf.unset(key)
+    finally:  # the next copy reads with its own confs over the application's, none of this one's
+        unpin_confs(spark, was)
     fs.write_record(ANSWER, json.dumps(out).encode())
     return code
 

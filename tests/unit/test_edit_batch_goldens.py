@@ -308,3 +308,103 @@ def test_a_key_set_in_a_partition_other_than_sparks_is_not_proved(tmp_path: Path
     with pytest.raises(CorruptionError, match=f"is written to partition {wrong.partition}, Spark looks for it in "
                        f"{change.partition}"):
         verified_batch(open_checkpoint_fs(work), batch, [wrong], old, restored, what="not proved", hint="-")
+
+
+def test_a_key_set_to_another_value_than_asked_is_not_proved(tmp_path: Path) -> None:
+    """A put of the right key with other bytes than asked (what a digest of the whole state
+    would call a changed entry) is named by the decoded file."""
+    from airflow_provider_streamstate.engine.core.errors import CorruptionError
+    from airflow_provider_streamstate.engine.edit.state_files import delta_file
+
+    g = golden("small_aggregation_hdfs")
+    work = work_copy(g, tmp_path)
+    edit, _, changed = repair_of(g, deletes=0, sets=1)
+    n = CheckpointReader(work).resolve_batch(None)
+    batch, changes, old, restored = _proved(work, n, edit)
+    (change,) = changes
+    assert change.value_bytes is not None
+    _state_file(work, batch, change.partition).write_bytes(delta_file([(change.key_bytes, change.value_bytes[:-1] + b"\x7f")],
+                                                                      "lz4"))
+    with pytest.raises(CorruptionError, match=r"holds 1 record\(s\), the edit asked for 1 \(2 differ\)"):
+        verified_batch(open_checkpoint_fs(work), batch, changes, old, restored, what="not proved", hint="-")
+
+
+def test_a_new_file_spark_would_load_otherwise_is_not_proved(tmp_path: Path) -> None:
+    """The edit's delta renamed to a snapshot (Spark would load it alone, without the state
+    before it): the plan at the edit batch is no longer the plan before with the new file."""
+    from airflow_provider_streamstate.engine.core.errors import CorruptionError
+
+    g = golden("small_aggregation_hdfs")
+    work = work_copy(g, tmp_path)
+    edit, _, _ = repair_of(g, deletes=0, sets=1)
+    n = CheckpointReader(work).resolve_batch(None)
+    batch, changes, old, restored = _proved(work, n, edit)
+    delta = _state_file(work, batch, changes[0].partition)
+    snapshot = delta.with_name(f"{n + 2}.snapshot")
+    delta.rename(snapshot)
+    moved = replace_files(batch, delta, snapshot, work)
+    with pytest.raises(CorruptionError, match=f"loaded at batch {n} or written by the edit, is not loaded at batch {n + 1}"):
+        verified_batch(open_checkpoint_fs(work), moved, changes, old, restored, what="not proved", hint="-")
+
+
+def replace_files(batch: Any, old: Path, new: Path, work: str) -> Any:
+    from dataclasses import replace
+
+    rel_old, rel_new = str(old.relative_to(work)), str(new.relative_to(work))
+    return replace(batch, files=tuple(rel_new if f == rel_old else f for f in batch.files))
+
+
+@pytest.mark.parametrize("g", params("windowed_aggregation_rocksdb_changelog_format_2"))
+def test_a_format_2_changelog_whose_lineage_is_not_the_sources_is_not_proved(g: Golden, tmp_path: Path) -> None:
+    """Spark loads a format 2 version from the lineage its changelog carries: a changelog
+    holding the asked records but another lineage is named."""
+    from airflow_provider_streamstate.engine.core.errors import CorruptionError
+    from airflow_provider_streamstate.engine.edit.state_files import changelog_file
+
+    work = work_copy(g, tmp_path)
+    edit, _, _ = repair_of(g, deletes=1, sets=0)
+    n = CheckpointReader(work).resolve_batch(None)
+    batch, changes, old, restored = _proved(work, n, edit)
+    untouched = next(p for p in range(4) if p != changes[0].partition)
+    path = _state_file(work, batch, untouched)
+    path.write_bytes(changelog_file([], "lz4", [(n + 1, "00000000-0000-0000-0000-000000000000")]))
+    with pytest.raises(CorruptionError, match="carries the lineage"):
+        verified_batch(open_checkpoint_fs(work), batch, changes, old, restored, what="not proved", hint="-")
+
+
+def test_an_edit_batch_whose_offsets_are_not_the_batch_befores_is_not_proved(tmp_path: Path) -> None:
+    """The stream resumes where batch N ended only with N's offsets: other offsets (here a
+    watermark moved) are named, as a commit that differs in more than its ids is."""
+    from airflow_provider_streamstate.engine.core.errors import CorruptionError
+
+    g = golden("small_aggregation_hdfs")
+    work = work_copy(g, tmp_path)
+    edit, _, _ = repair_of(g, deletes=1, sets=0)
+    n = CheckpointReader(work).resolve_batch(None)
+    batch, changes, old, restored = _proved(work, n, edit)
+    offsets = Path(work) / f"offsets/{n + 1}"
+    offsets.write_bytes(offsets.read_bytes().replace(b'"batchWatermarkMs":', b'"batchWatermarkMs":1'))
+    with pytest.raises(CorruptionError, match=f"offsets/{n + 1} is not offsets/{n} byte for byte"):
+        verified_batch(open_checkpoint_fs(work), batch, changes, old, restored, what="not proved", hint="-")
+
+
+def test_a_key_deleted_in_a_partition_other_than_sparks_is_not_proved(tmp_path: Path) -> None:
+    """A removal written to another partition than Spark's leaves the key where it is, and
+    reading that partition back would not see it: every changed key is placed again."""
+    from dataclasses import replace
+
+    from airflow_provider_streamstate.engine.core.errors import CorruptionError
+
+    g = golden("small_aggregation_hdfs")
+    work = work_copy(g, tmp_path)
+    n = CheckpointReader(work).resolve_batch(None)
+    src = CheckpointSource(work)
+    (change,) = compile_changes(src, EditSpec.from_json({"delete": [g.state().rows[0].key_input]}))
+    wrong = replace(change, partition=(change.partition + 1) % 4)
+    old = current_values(src, [wrong])
+    fs = open_checkpoint_fs(work)
+    restored = fs.versions()
+    batch = write_edit_batch(fs, n, [wrong])
+    with pytest.raises(CorruptionError, match=f"is written to partition {wrong.partition}, Spark looks for it in "
+                       f"{change.partition}"):
+        verified_batch(open_checkpoint_fs(work), batch, [wrong], old, restored, what="not proved", hint="-")

@@ -202,5 +202,8 @@ def test_an_edit_of_a_checkpoint_in_s3_is_proved_by_its_changes_and_put_in_place
     from airflow_provider_streamstate.engine.lookup.reading.sources import CheckpointSource
 
     edited = CheckpointSource(ckpt, reader=CheckpointReader(ckpt, connection=client))
+    source = CheckpointSource(ckpt, n, reader=CheckpointReader(ckpt, connection=client))
     for row in gone:
         assert not lookup_key(edited, key=row.key_input).found
+    for row in changed:  # set to the first row's value
+        assert lookup_key(edited, key=row.key_input).value == lookup_key(source, key=g.state().rows[0].key_input).value

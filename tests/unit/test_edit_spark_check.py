@@ -38,3 +38,45 @@ def test_against_a_digest_spark_must_read_its_counts_exactly() -> None:
     assert problems({"entries": {"0/default": 98}, "keys": []}, expected) == []
     assert problems({"entries": {"0/default": 97}, "keys": []}, expected) == [
         "operator/store 0/default: Spark reads 97 entries, the engine 98"]
+
+
+class _Conf:
+    """A Spark session's runtime conf, as the check job uses it."""
+
+    def __init__(self, values: dict[str, str]) -> None:
+        self.values = dict(values)
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        return self.values.get(key, default)
+
+    def set(self, key: str, value: str) -> None:
+        self.values[key] = value
+
+    def unset(self, key: str) -> None:
+        self.values.pop(key, None)
+
+
+def test_the_check_job_reads_each_copy_with_its_pinned_confs_and_then_puts_the_applications_back() -> None:
+    """Several copies in one application: each one's confs over the application's own, and
+    the application's own again after it (a conf given at spark-submit is restored, one it
+    did not give is unset), so the next copy reads with none of this one's."""
+    from types import SimpleNamespace
+
+    from airflow_provider_streamstate.engine.checkpoint.reader import (
+        FORMAT_VERSION_CONF,
+        PROVIDER_CONF,
+        ROCKSDB_PROVIDER,
+        CheckpointReader,
+    )
+    from airflow_provider_streamstate.jobs.edit_check_job import pin_confs, unpin_confs
+    from tests.goldens import golden
+
+    g = golden("windowed_aggregation_rocksdb_changelog_format_2")
+    given = {PROVIDER_CONF: "org.example.SubmittedProvider", "spark.app.name": "check"}
+    spark = SimpleNamespace(conf=_Conf(given))
+    was: dict[str, str | None] = {}
+    pin_confs(spark, CheckpointReader(g.checkpoint), g.last_batch, was)
+    assert spark.conf.values[PROVIDER_CONF] == ROCKSDB_PROVIDER and spark.conf.values[FORMAT_VERSION_CONF] == "2"
+    assert was[PROVIDER_CONF] == "org.example.SubmittedProvider" and was[FORMAT_VERSION_CONF] is None
+    unpin_confs(spark, was)
+    assert spark.conf.values == given

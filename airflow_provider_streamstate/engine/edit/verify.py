@@ -3,18 +3,22 @@ state at N with exactly the asked changes. Two proofs, by what they read:
 
 **The changes** (`verified_batch`, a repair's default): what the edit wrote and nothing else,
 so its cost follows the edit, not the state. Spark loads state version N+2 of a partition
-as version N+1 with that version's one new file applied (a delta or a changelog), and the
-copy's files of version N+1 and below are the source snapshot's, each byte checked against
-its sha256 by the restore. So the state at N+1 is the source's with exactly the asked
-changes when: every restored file is still there unchanged and the only new files are the
-edit batch's (a fresh listing); the checkpoint's plan at N+1 loads each of them; each,
-decoded by the engine's readers (not by the code that wrote it), holds exactly the asked
-records of its partition, every partition one file; every key set is in the partition
-Spark's hash of its stored bytes gives; and each changed key read back through the whole
-load path at N+1 is gone or holds the asked bytes.
+as version N+1 with that version's one new file applied (a delta or a changelog; in
+checkpoint format 2 the changelog's lineage names the versions below it), and the copy's
+files of version N+1 and below are the source snapshot's, each byte checked against its
+sha256 by the restore. So the state at N+1 is the source's with exactly the asked changes
+when: every restored file is still there unchanged and the only new files are the edit
+batch's (a fresh listing); `offsets/N+1` is `offsets/N` and `commits/N+1` is `commits/N`
+but for the state files' ids; each partition's files at N+1 are its files at N plus the
+one new file, named as the edit writes it (in format 2: the id the commit names, its
+lineage the source's with version N+1 added); each new file, decoded by the engine's
+readers (not by the code that wrote it), holds exactly the asked records of its partition;
+every changed key is in the partition Spark's hash of its stored bytes gives; and each
+changed key read back through the whole load path at N+1 is gone or holds the asked bytes.
 
-**The state** (`verified_digest`: a migration, a bootstrap, or asked for): a state digest (engine/lookup/digest.py) sums a 128-bit hash of every stored (key, value)
-per operator and store, so the digest the edit must produce is computable from the source's
+**The state** (`verified_digest`: a migration, a bootstrap, or asked for): a state digest
+(engine/lookup/digest.py) sums a 128-bit hash of every stored (key, value) per operator
+and store, so the digest the edit must produce is computable from the source's
 digest and the changed keys alone: minus each changed key's old entry, plus its new one.
 The edited copy's digest at N+1, read back with the engine's own decoders, must equal it:
 every key the edit did not select is byte-identical to the source (an extra, lost or
@@ -25,6 +29,7 @@ exactly the bytes asked for.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -43,7 +48,12 @@ from airflow_provider_streamstate.engine.lookup.encodings.placement import row_p
 from airflow_provider_streamstate.engine.lookup.encodings.unsafe_row import RowFormatError
 from airflow_provider_streamstate.engine.lookup.formats.codec import codec_name, decompress
 from airflow_provider_streamstate.engine.lookup.formats.hdfs_state import iter_records
-from airflow_provider_streamstate.engine.lookup.formats.rocksdb_state import DELETE, PUT, parse_changelog
+from airflow_provider_streamstate.engine.lookup.formats.rocksdb_state import (
+    DELETE,
+    PUT,
+    changelog_lineage,
+    parse_changelog,
+)
 from airflow_provider_streamstate.engine.lookup.reading.sources import CheckpointSource, StateSource
 
 Record = tuple[bytes, bytes | None]  # (stored key, stored value or None for a removal)
@@ -174,21 +184,76 @@ class BatchProof:
 def _place(rel: str) -> tuple[int, str, int]:
     """(operator, store, partition) of a state file `state/<op>/<part>[/<store>]/<name>`."""
     parts = rel.split("/")
-    return int(parts[1]), (parts[3] if len(parts) == 5 else "default"), int(parts[2])
+    try:
+        return int(parts[1]), (parts[3] if len(parts) == 5 else "default"), int(parts[2])
+    except (IndexError, ValueError):
+        raise CorruptionError(f"{rel} is not a state file of a store partition") from None
+
+
+def _decompressed(fs: CheckpointFS, rel: str, codec: str) -> bytes:
+    return decompress(fs.read_bytes(rel), codec, fs.where(rel))
 
 
 def decoded_records(fs: CheckpointFS, rel: str, provider: str, codec: str) -> list[Record]:
     """The records of one delta or changelog (version 1 or 3) of the copy, as the engine's
     readers decode them; CorruptionError for anything else (a merge, a typed changelog)."""
     where = fs.where(rel)
-    data = fs.read_bytes(rel)
+    data = _decompressed(fs, rel, codec)
     if provider == "hdfs":
-        return list(iter_records(iter([decompress(data, codec, where)]), where, removals=True))
-    version, records = parse_changelog(decompress(data, codec, where), where)
+        return list(iter_records(iter([data]), where, removals=True))
+    version, records = parse_changelog(data, where)
     if version not in (1, 3) or any(kind not in (PUT, DELETE) for kind, _, _ in records):
         raise CorruptionError(f"{where} is a changelog of version {version} with typed records, which an edit of "
                               "a store without column families does not write")
     return [(key, None if kind == DELETE else value) for kind, key, value in records]
+
+
+def _logs_problems(fs: CheckpointFS, n: int) -> list[str]:
+    """`offsets/n` must be `offsets/n-1` byte for byte (the stream resumes where it was) and
+    `commits/n` must be `commits/n-1` but for the state files' unique ids."""
+    out = []
+    if fs.read_bytes(f"offsets/{n}") != fs.read_bytes(f"offsets/{n - 1}"):
+        out.append(f"{fs.where(f'offsets/{n}')} is not offsets/{n - 1} byte for byte")
+    (head_a, _, body_a), (head_b, _, body_b) = (fs.read_bytes(f"commits/{b}").partition(b"\n") for b in (n - 1, n))
+    try:
+        a, b = json.loads(body_a or b"{}"), json.loads(body_b or b"{}")
+    except ValueError:
+        return [*out, f"{fs.where(f'commits/{n}')} is not a commit Spark wrote or an edit writes"]
+    for d in (a, b):
+        d.pop("stateUniqueIds", None)
+    if head_a != head_b or a != b:
+        out.append(f"{fs.where(f'commits/{n}')} differs from commits/{n - 1} in more than its state files' ids")
+    return out
+
+
+def _file_problems(fs: CheckpointFS, rel: str, version: int, provider: str, codec: str, ids: Any, prev_ids: Any
+                   ) -> list[str]:
+    """What is wrong with the name of a new state file of `version`, and, in checkpoint
+    format 2 (`ids`: the edit batch's commit's unique ids, `prev_ids`: the batch before's),
+    with the lineage Spark's loader follows from it: the source's lineage of version
+    `version - 1` with that version added."""
+    op, store, part = _place(rel)
+    name = rel.rsplit("/", 1)[1]
+    store_rel = rel.rsplit("/", 1)[0]
+    if provider == "hdfs":
+        return [] if name == f"{version}.delta" else [f"{fs.where(rel)} is not the {version}.delta an edit writes"]
+    if ids is None:
+        return [] if name == f"{version}.changelog" else [
+            f"{fs.where(rel)} is not the {version}.changelog an edit writes"]
+    try:
+        (uid,), (prev,) = ids[str(op)][part], prev_ids[str(op)][part]
+    except (KeyError, IndexError, TypeError, ValueError):
+        return [f"the commits name no single state file id for operator {op} partition {part} of store {store}"]
+    if name != f"{version}_{uid}.changelog":
+        return [f"{fs.where(rel)} is not the {version}_{uid}.changelog the edit batch's commit names"]
+    below_rel = f"{store_rel}/{version - 1}_{prev}.changelog"
+    below = changelog_lineage(_decompressed(fs, below_rel, codec), fs.where(below_rel)) \
+        if fs.stat(below_rel) is not None else []
+    lineage = changelog_lineage(_decompressed(fs, rel, codec), fs.where(rel))
+    if lineage != [*below, (version - 1, str(prev))]:
+        return [f"{fs.where(rel)} carries the lineage {lineage}, not the source's {below} with version "
+                f"{version - 1} ({prev}) added: Spark would load other files"]
+    return []
 
 
 def verified_batch(fs: CheckpointFS, batch: EditBatch, changes: Sequence[KeyChange], old: Sequence[bytes | None],
@@ -210,31 +275,41 @@ def verified_batch(fs: CheckpointFS, batch: EditBatch, changes: Sequence[KeyChan
     problems += [f"{fs.where(rel)} appeared beside the edit batch" for rel in sorted(set(now) - set(source) - written)]
     problems += [f"{fs.where(rel)}, written by the edit, is gone" for rel in sorted(written - set(now))]
     _raise_first(problems, what, hint)
+    problems += _logs_problems(fs, n)
     reader = CheckpointReader(fs.fresh())
-    cut = reader.plan(n)
+    try:
+        cut, cut_before = reader.plan(n), CheckpointReader(fs.fresh()).plan(n - 1)
+    except StreamstateError as exc:
+        problems.append(f"its batch {n} or {n - 1} cannot be planned: {exc}")
+        _raise_first(problems, what, hint)
+        raise  # unreachable: problems is not empty
     provider, codec = provider_of(cut.conf, reader.where), codec_name(cut.conf)
-    loaded = {f.path for f in cut.files}
+    new_state = {rel for rel in batch.files if rel.startswith("state/")}
+    loaded, loaded_before = ({f.path for f in c.files if f.path.startswith("state/")} for c in (cut, cut_before))
+    problems += [f"{fs.where(rel)} is loaded at batch {n} but is neither batch {n - 1}'s nor the edit's"
+                 for rel in sorted(loaded - loaded_before - new_state)]
+    problems += [f"{fs.where(rel)}, loaded at batch {n - 1} or written by the edit, is not loaded at batch {n}"
+                 for rel in sorted((loaded_before | new_state) - loaded)]
+    ids = reader.commit(n).get("stateUniqueIds") if cut.checkpoint_format == 2 else None
+    prev_ids = reader.commit(n - 1).get("stateUniqueIds") if ids is not None else None
     asked: dict[tuple[int, str, int], dict[bytes, bytes | None]] = {}
     for c in changes:
         asked.setdefault(c.where, {})[c.key_bytes] = c.value_bytes
     files = records = 0
-    for rel in batch.files:
-        if not rel.startswith("state/"):
-            continue
+    for rel in sorted(new_state):
         files += 1
-        if rel not in loaded:
-            problems.append(f"{fs.where(rel)} is not among the files the checkpoint's batch {n} loads")
         try:
+            problems += _file_problems(fs, rel, n + 1, provider, codec, ids, prev_ids)
             found = decoded_records(fs, rel, provider, codec)
+            want = asked.pop(_place(rel), {})
         except StreamstateError as exc:
             problems.append(str(exc))
             continue
         records += len(found)
-        want = asked.pop(_place(rel), {})
         if len(found) != len(want) or dict(found) != want:
-            wrong = sum(1 for k, v in found if want.get(k, _NOT_ASKED) != v) + max(0, len(want) - len(found))
+            differ = len(set(found) ^ set(want.items())) + len(found) - len(dict(found))
             problems.append(f"{fs.where(rel)} holds {len(found)} record(s), the edit asked for {len(want)} "
-                            f"({wrong} differ)")
+                            f"({differ} differ)")
     problems += [f"operator {op} store {store} partition {part}: the edit batch has no file for its changes"
                  for op, store, part in sorted(asked)]
     stores = _store_changes(CheckpointSource(fs.location, n, reader=reader), cut.operators, changes, old,
@@ -248,7 +323,7 @@ def verified_batch(fs: CheckpointFS, batch: EditBatch, changes: Sequence[KeyChan
 def _store_changes(src: CheckpointSource, operators: list[dict[str, Any]], changes: Sequence[KeyChange],
                    old: Sequence[bytes | None], provider: str, problems: list[str]) -> tuple[StoreChange, ...]:
     """Each store's change (every store of every operator, unchanged ones too: Spark's check
-    loads them all), each key set placed by Spark's hash of its stored bytes where the
+    loads them all), each changed key placed by Spark's hash of its stored bytes where the
     operator's stored key is the one Spark partitions by; misplaced keys go to `problems`."""
     base = 0 if provider == "hdfs" else len(rk.VERSION)
     out = []
@@ -260,8 +335,8 @@ def _store_changes(src: CheckpointSource, operators: list[dict[str, Any]], chang
             here = [(c, was) for c, was in mine if c.store == store]
             schema = schemas.get(store)
             place = row_partitioner(schema, op.partitions) if schema is not None else None
-            for c, _ in here:
-                if place is None or c.value_bytes is None:
+            for c, _ in here:  # a delete in another partition than Spark's would leave the key where it is
+                if place is None:
                     continue
                 try:
                     expected = place(c.key_bytes, base)

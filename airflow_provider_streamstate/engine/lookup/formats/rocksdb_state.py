@@ -96,6 +96,26 @@ class Merges(list):  # type: ignore[type-arg]
     """Merge operands (oldest first) of a key whose base value is below the changelogs."""
 
 
+def changelog_lineage(data: bytes, where: str) -> list[tuple[int, str]]:
+    """The lineage a decompressed changelog of version 3 or 4 carries (checkpoint format 2:
+    the versions below it, each with its unique id, from the snapshot it builds on), as
+    Spark's loader reads it; empty for versions 1 and 2, which carry none."""
+    if len(data) < 2:
+        return []
+    (ulen,) = struct.unpack_from(">H", data, 0)
+    if data[2:2 + ulen] not in (b"v3", b"v4"):
+        return []
+    pos = 2 + ulen
+    if pos + 2 > len(data):
+        raise _truncated(where)
+    (jlen,) = struct.unpack_from(">H", data, pos)
+    try:
+        entries = json.loads(data[pos + 2:pos + 2 + jlen].decode("utf-8"))
+        return [(int(e["version"]), str(e["checkpointUniqueId"])) for e in entries]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CorruptionError(f"{where} has an unreadable lineage: {exc}") from None
+
+
 def parse_changelog(data: bytes, where: str) -> tuple[int, list[tuple[int, bytes, bytes]]]:
     """(changelog version, [(record type, key, value)]) of a decompressed changelog."""
     records: list[tuple[int, bytes, bytes]] = []
@@ -120,7 +140,7 @@ def apply_changelog(overlay: dict[bytes, Any], data: bytes, where: str,
     if version not in (1, 2, 3, 4):
         raise UnsupportedCheckpointError(f"{where} is a state changelog of version {version}",
                                          hint="key lookups read changelog versions 1 to 4")
-    if version in (3, 4):  # the lineage (checkpoint format v2): the planner already followed it
+    if version in (3, 4):  # the lineage (checkpoint format v2): `changelog_lineage` reads it
         if pos + 2 > n:
             raise _truncated(where)
         (ulen,) = struct.unpack_from(">H", data, pos)
