@@ -5,10 +5,10 @@ every partition's new file is loaded by Spark's provider), and reports per store
 entries Spark reads, and for each changed key it is asked about whether Spark finds it and
 its value (as Spark's `to_json` writes it, beside the asked value written the same way).
 Keys and values travel as JSON lists in field order (a window aggregation's key repeats a
-column name). The keys are found in one join per store; the job is asked about at most
-SPARK_KEYS changed keys, spread over the edit (all of a small repair's, a sample of a large
-one's, a migration's or a bootstrap's): the engine's own verification covers every key
-byte for byte.
+column name). The keys are found in the read that counts each store (a join); the job is
+asked about at most SPARK_KEYS changed keys, spread over the edit (all of a small repair's,
+a sample of a large one's, a migration's or a bootstrap's): the engine's own verification
+covers every key byte for byte.
 
 The request is written beside the copy (`_streamstate/edit-check-request.json`) and the job
 answers beside it (`_streamstate/edit-check.json`). Agreement means: per store, the number
