@@ -194,11 +194,9 @@ def _decompressed(fs: CheckpointFS, rel: str, codec: str) -> bytes:
     return decompress(fs.read_bytes(rel), codec, fs.where(rel))
 
 
-def decoded_records(fs: CheckpointFS, rel: str, provider: str, codec: str) -> list[Record]:
-    """The records of one delta or changelog (version 1 or 3) of the copy, as the engine's
+def decoded_records(data: bytes, where: str, provider: str) -> list[Record]:
+    """The records of one decompressed delta or changelog (version 1 or 3), as the engine's
     readers decode them; CorruptionError for anything else (a merge, a typed changelog)."""
-    where = fs.where(rel)
-    data = _decompressed(fs, rel, codec)
     if provider == "hdfs":
         return list(iter_records(iter([data]), where, removals=True))
     version, records = parse_changelog(data, where)
@@ -226,12 +224,12 @@ def _logs_problems(fs: CheckpointFS, n: int) -> list[str]:
     return out
 
 
-def _file_problems(fs: CheckpointFS, rel: str, version: int, provider: str, codec: str, ids: Any, prev_ids: Any
-                   ) -> list[str]:
-    """What is wrong with the name of a new state file of `version`, and, in checkpoint
-    format 2 (`ids`: the edit batch's commit's unique ids, `prev_ids`: the batch before's),
-    with the lineage Spark's loader follows from it: the source's lineage of version
-    `version - 1` with that version added."""
+def _file_problems(fs: CheckpointFS, rel: str, data: bytes, version: int, provider: str, codec: str, ids: Any,
+                   prev_ids: Any) -> list[str]:
+    """What is wrong with the name of a new state file of `version` (`data`: its bytes,
+    decompressed), and, in checkpoint format 2 (`ids`: the edit batch's commit's unique ids,
+    `prev_ids`: the batch before's), with the lineage Spark's loader follows from it: the
+    source's lineage of version `version - 1` with that version added."""
     op, store, part = _place(rel)
     name = rel.rsplit("/", 1)[1]
     store_rel = rel.rsplit("/", 1)[0]
@@ -249,7 +247,7 @@ def _file_problems(fs: CheckpointFS, rel: str, version: int, provider: str, code
     below_rel = f"{store_rel}/{version - 1}_{prev}.changelog"
     below = changelog_lineage(_decompressed(fs, below_rel, codec), fs.where(below_rel)) \
         if fs.stat(below_rel) is not None else []
-    lineage = changelog_lineage(_decompressed(fs, rel, codec), fs.where(rel))
+    lineage = changelog_lineage(data, fs.where(rel))
     if lineage != [*below, (version - 1, str(prev))]:
         return [f"{fs.where(rel)} carries the lineage {lineage}, not the source's {below} with version "
                 f"{version - 1} ({prev}) added: Spark would load other files"]
@@ -299,8 +297,9 @@ def verified_batch(fs: CheckpointFS, batch: EditBatch, changes: Sequence[KeyChan
     for rel in sorted(new_state):
         files += 1
         try:
-            problems += _file_problems(fs, rel, n + 1, provider, codec, ids, prev_ids)
-            found = decoded_records(fs, rel, provider, codec)
+            data = _decompressed(fs, rel, codec)
+            problems += _file_problems(fs, rel, data, n + 1, provider, codec, ids, prev_ids)
+            found = decoded_records(data, fs.where(rel), provider)
             want = asked.pop(_place(rel), {})
         except StreamstateError as exc:
             problems.append(str(exc))
