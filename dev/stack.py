@@ -309,7 +309,7 @@ def _start_s3(state_dir: Path, name: str, region: str, port: int | None = None) 
     port = port or free_port()
     _spawn(
         f"s3-{name}",
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        [sys.executable, str(Path(__file__).with_name("moto_server.py")), "-H", "127.0.0.1", "-p", str(port)],
         state_dir,
         env={"MOTO_ALLOW_NONEXISTENT_REGION": "true"},
     )

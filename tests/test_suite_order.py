@@ -202,6 +202,7 @@ def test_processes_are_named_by_what_they_run() -> None:
     assert cpu.kind_of(["/usr/bin/java", "-cp", "k/*", "kafka.Kafka", "kafka.properties"]) == "kafka broker"
     assert cpu.kind_of(["[pytest-xdist running] tests/integration/test_a.py::test_b"]).startswith("pytest")
     assert cpu.kind_of(["python", "-m", "moto.server", "-p", "1"]) == "moto S3"
+    assert cpu.kind_of(["python", "dev/moto_server.py", "-p", "1"]) == "moto S3"  # the stack's (dev/stack.py)
     assert cpu._test_file("tests/integration/test_a.py::test_b[p-1] (call)") == "tests/integration/test_a.py"
 
 
