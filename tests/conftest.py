@@ -168,18 +168,32 @@ def s3proxy(stack: stack_mod.Stack, shared_root: Path) -> Iterator[dict[str, str
 
 @pytest.fixture(scope="session")
 def spark(stack: stack_mod.Stack):  # noqa: ANN201 - pyspark is imported lazily
+    import pyspark
+
     from airflow_provider_streamstate.engine.state.spark import spark_session
+    from tests.streams import local_checkpoint_conf
 
     # Fast maintenance: snapshots, zips and cleanup happen while tests take snapshots.
     session = spark_session(
         "streamstate-tests",
         stack.spark_jars,
-        conf={"spark.sql.streaming.stateStore.maintenanceInterval": "1s"},
+        conf={"spark.sql.streaming.stateStore.maintenanceInterval": "1s", **local_checkpoint_conf(pyspark.__version__)},
     )
     yield session
     for q in session.streams.active:
         q.stop()
     session.stop()
+
+
+@pytest.fixture
+def spark_default_checkpoint_manager(spark):  # noqa: ANN001, ANN201
+    """The shared session with Spark's default checkpoint file manager (FileContext where the
+    scheme has one, as on S3A and HDFS), for a test of a stream checkpointing to remote
+    storage: the session's own choice is for local disks (tests/streams.py)."""
+    from tests.streams import CHECKPOINT_FILE_MANAGER_CONF
+
+    spark.conf.unset(CHECKPOINT_FILE_MANAGER_CONF)  # set again after the test (_spark_conf_restored)
+    return spark
 
 
 @pytest.fixture(autouse=True)

@@ -43,7 +43,7 @@ from tests.streams import (
     wait_for,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.hdfs]
+pytestmark = [pytest.mark.integration, pytest.mark.hdfs, pytest.mark.usefixtures("spark_default_checkpoint_manager")]
 
 
 @pytest.fixture

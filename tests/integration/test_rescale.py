@@ -44,7 +44,13 @@ from airflow_provider_streamstate.jobs.generator import GeneratorSpec, expected_
 from airflow_provider_streamstate.streams.rescale import rescale_spec
 from airflow_provider_streamstate.streams.start import start_stream
 from dev import spark_versions
-from tests.streams import consumed_records, example_stream_spec, use_local_connections, wait_for
+from tests.streams import (
+    consumed_records,
+    example_stream_spec,
+    local_checkpoint_conf,
+    use_local_connections,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark_lines]
 log = logging.getLogger(__name__)
@@ -71,7 +77,7 @@ def spec_on(line: spark_versions.SparkVersion, stack: Any, topic: str, root: Pat
             for i, a in enumerate(spec.application_args)]
     env = {k: v for k, v in line.env({"PATH": os.environ["PATH"]}).items()}
     return spec.derive(application_args=args, jars=line.kafka_jars(), env=env, kafka_conn_id="kafka_local",
-                       conf={**spec.conf, **(conf or {})})
+                       conf={**spec.conf, **local_checkpoint_conf(line.pyspark), **(conf or {})})
 
 
 def accounts_exact(checkpoint: str, rounds: list[GeneratorSpec]) -> None:

@@ -19,7 +19,7 @@ from airflow_provider_streamstate.jobs.generator import GeneratorSpec, expected_
 from tests.s3 import s3_client
 from tests.streams import account_state, oracle_state, use_state_store
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("spark_default_checkpoint_manager")]
 
 
 @pytest.fixture
