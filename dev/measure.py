@@ -42,6 +42,7 @@ from typing import Any
 
 TAG_VARIABLE = "STREAMSTATE_MEASURE"
 INTERVAL_S = 0.5
+DRIVER_MIN_CPU_S = 0.5  # a JVM with Spark's driver class that used less was a fork, not a driver
 _TICKS = os.sysconf("SC_CLK_TCK")
 SHARED = "shared parts (stack, clusters)"
 _JAVA_KINDS = (
@@ -205,10 +206,15 @@ class Sampler:
                 "by_file": {k: round(v, 1) for k, v in self.by_file.most_common()},
                 "by_kind": {k: round(v, 1) for k, v in self.by_kind.most_common()},
                 "processes_by_kind": dict(Counter(c["kind"] for c in self.known.values() if c).most_common()),
-                "spark_drivers_by_file": dict(Counter(c["file"] for c in self.known.values()
-                                                      if c and c["kind"] == "spark driver").most_common()),
-                "spark_drivers_by_test": dict(Counter(c["test"] or c["file"] for c in self.known.values()
-                                                      if c and c["kind"] == "spark driver").most_common())}
+                "spark_drivers_by_file": dict(Counter(c["file"] for c in self._drivers()).most_common()),
+                "spark_drivers_by_test": dict(Counter(c["test"] or c["file"] for c in self._drivers()).most_common())}
+
+    def _drivers(self) -> list[dict[str, Any]]:
+        """The Spark drivers the run started. A process a driver's JVM forks (Hadoop's
+        `readlink` and `chmod`, RocksDB's `rm -rf`: thousands a minute) carries the JVM's
+        command line until it execs, and one seen only then looks like a driver; a driver
+        spends seconds of CPU starting, such a fork none."""
+        return [c for c in self.known.values() if c and c["kind"] == "spark driver" and c["cpu"] >= DRIVER_MIN_CPU_S]
 
 
 def measure(argv: list[str]) -> tuple[int, dict[str, Any]]:

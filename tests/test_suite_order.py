@@ -177,6 +177,21 @@ def test_the_in_process_spark_sessions_cpu_is_charged_to_the_test_its_worker_run
     assert by_file.get("tests/integration/test_first.py", 0) < 0.3, by_file
 
 
+def test_a_fork_of_a_driver_seen_before_it_execs_is_not_counted_as_a_driver() -> None:
+    """A Spark driver's JVM forks thousands of short processes (Hadoop's `readlink`, `chmod`);
+    one sampled before its exec has the driver's command line and no CPU of its own."""
+    cpu = _cpu_module()
+    sampler = cpu.Sampler("t4")
+    driver_cmd = ["java", "-cp", "x", "org.apache.spark.deploy.SparkSubmit", "app.py"]
+    for pid, used in ((101, 6.0), (102, 0.0), (103, 0.01)):
+        sampler.known[(pid, 1)] = {"cpu": used, "kind": cpu.kind_of(driver_cmd), "cmd": driver_cmd,
+                                   "file": "tests/integration/test_a.py", "test": "tests/integration/test_a.py::t",
+                                   "follows": None}
+    report = sampler.report()
+    assert report["spark_drivers_by_file"] == {"tests/integration/test_a.py": 1}
+    assert report["spark_drivers_by_test"] == {"tests/integration/test_a.py::t": 1}
+
+
 def test_a_measured_command_keeps_its_exit_code_and_its_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]
                                                                 ) -> None:
     import sys
