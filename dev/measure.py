@@ -205,7 +205,7 @@ class Sampler:
                 "charged_cpu_s": round(charged, 1),
                 "by_file": {k: round(v, 1) for k, v in self.by_file.most_common()},
                 "by_kind": {k: round(v, 1) for k, v in self.by_kind.most_common()},
-                "processes_by_kind": dict(Counter(c["kind"] for c in self.known.values() if c).most_common()),
+                "processes_by_kind": dict(Counter(_counted_kind(c) for c in self.known.values() if c).most_common()),
                 "spark_drivers_by_file": dict(Counter(c["file"] for c in self._drivers()).most_common()),
                 "spark_drivers_by_test": dict(Counter(c["test"] or c["file"] for c in self._drivers()).most_common())}
 
@@ -214,7 +214,14 @@ class Sampler:
         `readlink` and `chmod`, RocksDB's `rm -rf`: thousands a minute) carries the JVM's
         command line until it execs, and one seen only then looks like a driver; a driver
         spends seconds of CPU starting, such a fork none."""
-        return [c for c in self.known.values() if c and c["kind"] == "spark driver" and c["cpu"] >= DRIVER_MIN_CPU_S]
+        return [c for c in self.known.values() if c and _counted_kind(c) == "spark driver"]
+
+
+def _counted_kind(charge: dict[str, Any]) -> str:
+    """The kind a process is counted as: a fork of a driver's JVM is not a driver."""
+    if charge["kind"] == "spark driver" and charge["cpu"] < DRIVER_MIN_CPU_S:
+        return "fork of a JVM, seen before its exec"
+    return str(charge["kind"])
 
 
 def measure(argv: list[str]) -> tuple[int, dict[str, Any]]:

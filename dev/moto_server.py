@@ -1,7 +1,7 @@
 """moto's S3 server as the stack runs it: `python -m moto.server` with two of its per-request
 costs taken away, so the stack's S3 regions spend their CPU on S3.
 
-- moto finds the service of each request by listing its ~150 service packages on disk and
+- moto finds the service of each request by listing its ~175 service packages on disk and
   matching the inferred host against every backend's URL patterns, under one lock, for every
   request; the answer for a host never changes, so it is looked up once per host here;
 - werkzeug logs a line per request to the region's log, which nobody reads in a run.

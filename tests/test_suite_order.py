@@ -190,6 +190,7 @@ def test_a_fork_of_a_driver_seen_before_it_execs_is_not_counted_as_a_driver() ->
     report = sampler.report()
     assert report["spark_drivers_by_file"] == {"tests/integration/test_a.py": 1}
     assert report["spark_drivers_by_test"] == {"tests/integration/test_a.py::t": 1}
+    assert report["processes_by_kind"] == {"fork of a JVM, seen before its exec": 2, "spark driver": 1}
 
 
 def test_a_measured_command_keeps_its_exit_code_and_its_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -47,6 +47,7 @@ OTHER_CASES = _todays(_generated(OTHER_LINE), salt=7) if OTHER_LINE else []
 
 
 @pytest.mark.parametrize("case", MAIN_CASES)
+@pytest.mark.usefixtures("spark_default_checkpoint_manager")
 def test_a_golden_regenerated_by_the_main_lines_spark_holds_the_same_entries_and_layout(spark, tmp_path,
                                                                                          case: str) -> None:
     problems = golden_mod.regenerate(spark, case, GOLDEN / f"spark-{MAIN_LINE}" / case, tmp_path / case)

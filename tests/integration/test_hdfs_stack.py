@@ -159,6 +159,7 @@ def test_permissions_are_off_so_any_user_name_may_change_what_another_wrote_but_
     assert nobody.info(f"{root}/anonymous")["owner"] == "dr.who"
 
 
+@pytest.mark.usefixtures("spark_default_checkpoint_manager")
 def test_a_stateful_stream_checkpoints_to_hdfs_with_no_hadoop_configuration_and_continues_after_a_restart(
     spark: Any, hdfs: stack_mod.HdfsCluster, webhdfs: WebHDFS, root: str
 ) -> None:

@@ -19,7 +19,7 @@ from airflow_provider_streamstate.jobs.generator import GeneratorSpec, expected_
 from tests.s3 import s3_client
 from tests.streams import account_state, oracle_state, use_state_store
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("spark_default_checkpoint_manager")]
+pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
@@ -35,6 +35,7 @@ def s3a(stack, spark):  # noqa: ANN001, ANN201
     return f"s3a://{stack.s3['primary']['bucket']}/tests/{uuid.uuid4().hex[:10]}"
 
 
+@pytest.mark.usefixtures("spark_default_checkpoint_manager")
 def test_a_stream_checkpointing_to_s3_snapshots_restores_exactly_and_a_restored_s3_copy_resumes(
     stack, spark, topic, tmp_path, make_store, s3a
 ) -> None:
@@ -141,6 +142,7 @@ def test_the_engine_reads_restores_and_copies_checkpoints_on_both_s3_implementat
 
 
 @pytest.mark.s3proxy
+@pytest.mark.usefixtures("spark_default_checkpoint_manager")
 def test_a_stream_checkpointing_to_s3proxy_through_s3a_snapshots_and_restores_exactly(
     stack, spark, topic, tmp_path, make_store, s3proxy
 ) -> None:
@@ -166,6 +168,7 @@ def test_a_stream_checkpointing_to_s3proxy_through_s3a_snapshots_and_restores_ex
     assert account_state(spark, str(target), last) == oracle_state(stack.kafka_bootstrap, snap.kafka_offsets)
 
 
+@pytest.mark.usefixtures("spark_default_checkpoint_manager")
 def test_checkpoint_objects_s3a_wrote_with_sha256_checksums_are_snapshotted_without_being_read(
     stack, spark, topic, tmp_path, make_store, s3a
 ) -> None:
