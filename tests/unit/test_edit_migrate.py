@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_streamstate.backends.local.store import LocalStore
+from airflow_provider_streamstate.engine.checkpoint.offset_rewrite import hadoop_crc
 from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
 from airflow_provider_streamstate.engine.core.errors import UnsupportedCheckpointError, UsageError
 from airflow_provider_streamstate.engine.edit.changes import matching_entries
@@ -59,6 +60,8 @@ def test_every_key_is_rewritten_in_the_new_schema_and_the_schema_file_replaced(
     assert done.edit_batch == n + 1 and done.preview.changed == len(g.state().rows)
     migrated = clone or work
     assert (Path(migrated) / "state/0/0/_metadata/schema").read_bytes() == m.schema_file
+    # Its Hadoop checksum sidecar follows: Hadoop's local filesystem refuses a file that does not match it.
+    assert (Path(migrated) / "state/0/0/_metadata/.schema.crc").read_bytes() == hadoop_crc(m.schema_file)
     if g.case.endswith("_hdfs"):  # the whole new state as a snapshot: Spark loads none of the old-format files
         assert all((Path(migrated) / f"state/0/{p}/{n + 2}.snapshot").is_file() for p in range(4))
         assert not list(Path(migrated).glob(f"state/0/*/{n + 2}.delta"))

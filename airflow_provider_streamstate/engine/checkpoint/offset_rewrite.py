@@ -97,6 +97,12 @@ def _kind(rel: str) -> str | None:
     return None
 
 
+def checksum_sidecar(rel: str) -> str:
+    """`offsets/.4.crc` for `offsets/4`: where Hadoop's local filesystem keeps the file's checksums."""
+    head, _, name = rel.rpartition("/")
+    return f"{head}/.{name}.crc" if head else f".{name}.crc"
+
+
 def sidecar_of(rel: str) -> str | None:
     """`offsets/4` for Hadoop's checksum sidecar `offsets/.4.crc`; None for any other file."""
     head, _, name = rel.rpartition("/")

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS, open_checkpoint_fs
+from airflow_provider_streamstate.engine.checkpoint.offset_rewrite import checksum_sidecar, hadoop_crc
 from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
 from airflow_provider_streamstate.engine.checkpoint.state_schemas import schema_before, schema_file
 from airflow_provider_streamstate.engine.checkpoint.swap import Put
@@ -199,6 +200,10 @@ def edit_stream(
                                       "migrated before", hint="nothing was put in place; edit again")
             work_fs.write_record(schema_rel, edit.schema_file, content_type="application/octet-stream")
             replaced, kept = (schema_rel,), (before_rel,)
+            sidecar = checksum_sidecar(schema_rel)  # Hadoop's local filesystem checks the file against it
+            if work_fs.stat(sidecar) is not None:
+                work_fs.write_record(sidecar, hadoop_crc(edit.schema_file), content_type="application/octet-stream")
+                replaced = (schema_rel, sidecar)
         seconds["write"] = time.monotonic() - t
         crash_point("edit.written")
         t = time.monotonic()
