@@ -266,8 +266,8 @@ def _edit_files(work: CheckpointFS, restored: dict[str, tuple[int, str]], batch:
     """The files the edit wrote into the copy, exactly (nothing Spark's check may have left
     there): what the swap moves in, its offsets and commit created only if absent (a query
     writing that batch meanwhile wins, and the swap refuses); `replaced`: files of the
-    checkpoint the edit rewrote (a migration's schema file); `kept`: new files beside them (the
-    schema the migration replaced)."""
+    checkpoint the edit rewrote (a migration's schema file, and its checksum sidecar on a
+    local disk); `kept`: new files beside them (the schema the migration replaced)."""
     now = work.versions()
     exclusive = {f"offsets/{batch.batch_id}", f"commits/{batch.batch_id}", *kept}
     out = [Put(rel, now[rel][0]) for rel in replaced]
