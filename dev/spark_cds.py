@@ -21,6 +21,7 @@ import argparse
 import functools
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -108,26 +109,48 @@ def with_archive_of(opts: str, spark_home: Path) -> str:
     return " ".join([*kept, f"-XX:SharedArchiveFile={archive}", QUIET] if archive.is_file() else kept)
 
 
+ATTEMPTS = 3
+ATTEMPT_TIMEOUT_S = 300  # a training run takes 30-60 s on this 2-core machine, two side by side
+
+
 def build(python: str, spark_home: Path) -> Path:
     """Run the training query under that Python's spark-submit with `-XX:ArchiveClassesAtExit`
-    (the archive is written when its JVM exits); the archive's path."""
+    (the archive is written when its JVM exits); the archive's path. A JVM that has not
+    exited in ATTEMPT_TIMEOUT_S is killed with its process group and the run tried again: once
+    in many setups Spark 3.5's JVM hung in its exit (its state store maintenance and RocksDB
+    threads waiting) after its archive was written, and setup waited for it."""
     archive = archive_path(spark_home)
     archive.parent.mkdir(parents=True, exist_ok=True)
     spark_submit = spark_home / "bin" / "spark-submit"
-    with tempfile.TemporaryDirectory(prefix="spark-cds-") as tmp:
-        app = Path(tmp) / "training.py"
-        app.write_text(TRAINING)
-        partial = archive.with_suffix(".partial")
-        env = {**os.environ, "SPARK_HOME": str(spark_home), "PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python,
-               "SPARK_SUBMIT_OPTS": f"{SHORT_LIVED_JVM} -XX:ArchiveClassesAtExit={partial} {QUIET}"}
-        env.pop("VIRTUAL_ENV", None)
-        proc = subprocess.run([str(spark_submit), "--master", "local[1]", "--conf", "spark.driver.host=127.0.0.1",
-                               "--conf", "spark.driver.bindAddress=127.0.0.1", str(app), tmp],
-                              env=env, capture_output=True, text=True, timeout=900)
-        if proc.returncode != 0 or not partial.is_file():
-            raise SystemExit(f"building {archive.name} failed:\n{proc.stderr[-3000:]}")
-        partial.rename(archive)
-    return archive
+    partial = archive.with_suffix(".partial")
+    env = {**os.environ, "SPARK_HOME": str(spark_home), "PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python,
+           "SPARK_SUBMIT_OPTS": f"{SHORT_LIVED_JVM} -XX:ArchiveClassesAtExit={partial} {QUIET}"}
+    env.pop("VIRTUAL_ENV", None)
+    failure = ""
+    for attempt in range(1, ATTEMPTS + 1):
+        partial.unlink(missing_ok=True)
+        with tempfile.TemporaryDirectory(prefix="spark-cds-") as tmp:
+            app = Path(tmp) / "training.py"
+            app.write_text(TRAINING)
+            proc = subprocess.Popen([str(spark_submit), "--master", "local[1]", "--conf", "spark.driver.host=127.0.0.1",
+                                     "--conf", "spark.driver.bindAddress=127.0.0.1", str(app), tmp],
+                                    env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                    start_new_session=True)
+            try:
+                _, stderr = proc.communicate(timeout=ATTEMPT_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+                failure = f"its JVM had not exited after {ATTEMPT_TIMEOUT_S} s (attempt {attempt} of {ATTEMPTS})"
+                print(f"building {archive.name}: {failure}; trying again", file=sys.stderr)
+                continue
+        if proc.returncode == 0 and partial.is_file():
+            partial.rename(archive)
+            return archive
+        failure = stderr[-3000:]
+        break
+    partial.unlink(missing_ok=True)
+    raise SystemExit(f"building {archive.name} failed: {failure}")
 
 
 def main(argv: list[str] | None = None) -> int:
