@@ -27,9 +27,9 @@ from airflow_provider_streamstate.engine.state.spark import read_state
 # FileContext is missing, writes the same files by the same temporary-file-and-rename, with
 # the `chmod`s alone: a quarter less CPU per batch for such a stream. The tests' shared session
 # and the rescale tests' RocksDB streams use it (the class moved package in Spark 4.1); the
-# example stream's spark-submit drivers (2 partitions: no gain measured), the Spark-line
-# drivers and the test applications keep Spark's default, so the FileContext path still runs
-# on checkpoints the engine restored, edited and rescaled.
+# example stream's spark-submit drivers, the Spark-line drivers and the test applications
+# keep Spark's default, so the FileContext path still runs on checkpoints the engine
+# restored, edited and rescaled.
 CHECKPOINT_FILE_MANAGER_CONF = "spark.sql.streaming.checkpointFileManagerClass"
 
 
