@@ -20,7 +20,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests import airflow_harness, shared_parts  # noqa: E402
+from tests import airflow_harness, shared_parts, spark_jvm  # noqa: E402
 from tests.components import last_users, marker_of_part, require_marker, unmarked_components  # noqa: E402
 from tests.s3 import s3_client  # noqa: E402
 
@@ -174,11 +174,13 @@ def spark(stack: stack_mod.Stack):  # noqa: ANN201 - pyspark is imported lazily
     from tests.streams import local_checkpoint_conf
 
     # Fast maintenance: snapshots, zips and cleanup happen while tests take snapshots.
+    spark_jvm.shut_down_foreign_jvm()  # one left by a test before: it lacks the Kafka connector
     session = spark_session(
         "streamstate-tests",
         stack.spark_jars,
         conf={"spark.sql.streaming.stateStore.maintenanceInterval": "1s", **local_checkpoint_conf(pyspark.__version__)},
     )
+    spark_jvm.mark_shared(session.sparkContext._gateway)  # noqa: SLF001 - PySpark has no public accessor
     yield session
     for q in session.streams.active:
         q.stop()
@@ -203,6 +205,15 @@ def _component_marked(request: pytest.FixtureRequest) -> None:
     if mark is not None:
         pytest.fail(f"{request.node.nodeid} starts the {mark.args[0]} component: mark it "
                     f"`pytest.mark.{mark.args[0]}` (see tests/components.py)")
+
+
+@pytest.fixture(autouse=True)
+def _no_jvm_left_behind() -> Iterator[None]:
+    """A JVM the engine started in this process during the test (without the Kafka
+    connector, its session stopped) goes with the test: tests/spark_jvm.py says why."""
+    yield
+    if spark_jvm.shut_down_foreign_jvm():
+        logging.getLogger(__name__).info("shut down the JVM a test's own Spark session left behind")
 
 
 @pytest.fixture(autouse=True)

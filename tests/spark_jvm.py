@@ -1,0 +1,48 @@
+"""The JVM a test process's PySpark talks to. PySpark starts it on the process's first
+SparkContext and keeps it for the life of the process, with the classpath of that first
+context: a session made later (the shared `spark` fixture) with `spark.jars` still cannot
+find the Kafka connector if an earlier test's engine code started Spark without it (a
+reader's own session, stopped, leaves its JVM behind). Which test runs before which in a
+worker depends on timing (`--dist loadfile`), so such a JVM is shut down after the test
+that started it, as a fresh process would have it."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+_shared: dict[str, Any] = {}
+
+
+def mark_shared(gateway: Any) -> None:
+    """Remember the gateway of the shared session (it stays for the whole run)."""
+    _shared["gateway"] = gateway
+
+
+def current_gateway() -> Any:
+    """This process's PySpark gateway, or None (pyspark is not imported for it)."""
+    if "pyspark" not in sys.modules:
+        return None
+    from pyspark import SparkContext
+
+    return SparkContext._gateway  # noqa: SLF001 - PySpark has no public accessor
+
+
+def shut_down_foreign_jvm() -> bool:
+    """Stop a JVM that is not the shared session's (its context first); True if there was one."""
+    gateway = current_gateway()
+    if gateway is None or gateway is _shared.get("gateway"):
+        return False
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    if SparkContext._active_spark_context is not None:  # noqa: SLF001
+        SparkSession.builder.getOrCreate().stop()
+    proc = getattr(gateway, "proc", None)
+    gateway.shutdown()
+    if proc is not None:  # the JVM exits when its stdin closes (PythonGatewayServer)
+        proc.stdin.close()
+        proc.wait(timeout=60)
+    SparkContext._gateway = None  # noqa: SLF001 - the next context starts a JVM of its own
+    SparkContext._jvm = None  # noqa: SLF001
+    return True
