@@ -25,10 +25,10 @@ from airflow_provider_streamstate.engine.state.spark import read_state
 # 31,000 processes in three minutes of a 12-partition RocksDB stream (profiled with Java
 # Flight Recorder, docs/testing.md). The FileSystem-based manager, the one Spark uses where
 # FileContext is missing, writes the same files by the same temporary-file-and-rename, with
-# the `chmod`s alone: a quarter less CPU per batch for such a stream. The tests' shared session
-# and the rescale tests' RocksDB streams use it (the class moved package in Spark 4.1); the
-# example stream's spark-submit drivers, the Spark-line drivers and the test applications
-# keep Spark's default, so the FileContext path still runs on checkpoints the engine
+# the `chmod`s alone. The tests' shared session, the example stream's spark-submit drivers and
+# the rescale tests' streams use it (the class moved package in Spark 4.1); the Spark-line
+# drivers, the test applications, the supervisor's recoveries and the stop at a batch
+# boundary keep Spark's default, so the FileContext path still runs on checkpoints the engine
 # restored, edited and rescaled.
 CHECKPOINT_FILE_MANAGER_CONF = "spark.sql.streaming.checkpointFileManagerClass"
 
@@ -229,10 +229,15 @@ def late_maintenance_files(older: Any, newer: Any) -> list[Any]:
 
 
 def example_stream_spec(stack: Any, topic: str, root: Path, *, name: str = "orders", state_store: str = "hdfs",
-                        extra_args: Sequence[str] = ()) -> Any:
+                        extra_args: Sequence[str] = (), spark_default_manager: bool = False) -> Any:
     """The example stream as a StreamSpec run by spark-submit on `local[1]` (through the
     `spark_local` connection the caller defines), reading `topic`, checkpoint and store
-    under `root`."""
+    under `root`, through the FileSystem-based checkpoint manager (above).
+    `spark_default_manager`: Spark's own default instead, for a caller that moves the
+    checkpoint to S3 or HDFS, or that proves Spark's default path on a checkpoint the engine
+    rewrote."""
+    from importlib.metadata import version
+
     import airflow_provider_streamstate.jobs.example_stream as job
     from airflow_provider_streamstate.spec import StreamSpec
 
@@ -248,7 +253,8 @@ def example_stream_spec(stack: Any, topic: str, root: Path, *, name: str = "orde
         store=f"file://{root / 'store'}",
         spark_conn_id="spark_local",
         jars=list(stack.spark_jars),
-        conf={"spark.ui.enabled": "false", "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"},
+        conf={"spark.ui.enabled": "false", "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
+              **({} if spark_default_manager else local_checkpoint_conf(version("pyspark")))},
         sinks={"alerts": f"{topic}-alerts"},
         heartbeat_interval_s=1.0,
     )

@@ -92,7 +92,7 @@ def test_a_stream_on_yarn_checkpointing_to_hdfs_is_snapshotted_supervised_cloned
     run = uuid.uuid4().hex[:10]
     store_url = hdfs.url(f"/stores/{run}")
     checkpoint = hdfs.url(f"/streams/{run}/orders")
-    spec = example_stream_spec(stack, topic, tmp_path, extra_args=["--shuffle-partitions", "2"])
+    spec = example_stream_spec(stack, topic, tmp_path, extra_args=["--shuffle-partitions", "2"], spark_default_manager=True)
     spec = spec.derive(
         spark_conn_id="spark_yarn", checkpoint=checkpoint, store=store_url, env=hadoop_env,
         conf={**{k: v for k, v in spec.conf.items() if k not in ("spark.driver.host", "spark.driver.bindAddress")},

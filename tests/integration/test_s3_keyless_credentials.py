@@ -95,7 +95,7 @@ def s3a_endpoint_confs(stack: stack_mod.Stack) -> dict[str, str]:
 def stream_spec(stack: stack_mod.Stack, topic: str, tmp_path: Path, *, env: dict[str, str],
                 conf: dict[str, str]) -> StreamSpec:
     """The example stream on `local[1]` with its checkpoint in S3, given `env` and `conf`."""
-    base = example_stream_spec(stack, topic, tmp_path, extra_args=["--shuffle-partitions", "1"])
+    base = example_stream_spec(stack, topic, tmp_path, extra_args=["--shuffle-partitions", "1"], spark_default_manager=True)
     checkpoint = f"s3a://{stack.s3['primary']['bucket']}/tests/{uuid.uuid4().hex[:10]}/orders"
     return base.derive(checkpoint=checkpoint, env={"PYSPARK_PYTHON": sys.executable, **env},
                        conf={**base.conf, **s3a_endpoint_confs(stack), **conf,

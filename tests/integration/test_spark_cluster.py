@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 def _cluster_spec(stack, topic, tmp_path, master, checkpoint, *, name):  # noqa: ANN001, ANN202
     """The example stream on the standalone cluster, checkpointing through S3A to `checkpoint`;
     its driver writes its records beside it with boto3 from the stack's AWS environment."""
-    spec = example_stream_spec(stack, topic, tmp_path, name=name, extra_args=["--shuffle-partitions", "2"])
+    spec = example_stream_spec(stack, topic, tmp_path, name=name, extra_args=["--shuffle-partitions", "2"], spark_default_manager=True)
     return spec.derive(
         master=master, checkpoint=checkpoint, env={"PYSPARK_PYTHON": sys.executable, **stack.s3_env("primary")},
         conf={**spec.conf, **stack.s3a_conf("primary"), "spark.executor.memory": "512m", "spark.cores.max": "2",

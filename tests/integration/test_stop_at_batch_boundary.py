@@ -34,7 +34,7 @@ def test_a_batch_a_stop_left_planned_is_committed_by_one_more_run_that_reads_not
     stack, topic, tmp_path, monkeypatch
 ) -> None:
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", json.dumps({"conn_type": "spark", "host": "local[1]"}))
-    spec = example_stream_spec(stack, topic, tmp_path)
+    spec = example_stream_spec(stack, topic, tmp_path, spark_default_manager=True)
     first = GeneratorSpec(seed=17, accounts=20, events=300)
     produce(stack.kafka_bootstrap, topic, first)
     start_stream(spec, startup_timeout_s=600, log=log)

@@ -32,7 +32,8 @@ def stream(stack, topic, tmp_path, monkeypatch):  # noqa: ANN201
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", json.dumps({"conn_type": "spark", "host": "local[1]"}))
     monkeypatch.setenv("AIRFLOW_CONN_KAFKA_LOCAL", json.dumps(
         {"conn_type": "kafka", "extra": {"bootstrap.servers": stack.kafka_bootstrap}}))
-    spec = example_stream_spec(stack, topic, tmp_path, extra_args=["--shuffle-partitions", "2"]).derive(
+    spec = example_stream_spec(stack, topic, tmp_path, extra_args=["--shuffle-partitions", "2"],
+                               spark_default_manager=True).derive(
         kafka_conn_id="kafka_local")
     yield spec
     launcher.stop(spec.checkpoint, timeout_s=30)  # never leave a driver behind
@@ -177,7 +178,8 @@ def test_a_stream_on_an_s3_checkpoint_is_supervised_from_its_storage_and_restore
         hadoop.set(key.removeprefix("spark.hadoop."), value)
     bucket = stack.s3["primary"]["bucket"]
     prefix = f"tests/{uuid.uuid4().hex[:10]}/orders"
-    base = example_stream_spec(stack, topic, tmp_path, extra_args=["--shuffle-partitions", "2"])
+    base = example_stream_spec(stack, topic, tmp_path, extra_args=["--shuffle-partitions", "2"],
+                               spark_default_manager=True)
     spec = base.derive(checkpoint=f"s3a://{bucket}/{prefix}", kafka_conn_id="kafka_local",
                        env={"PYSPARK_PYTHON": sys.executable, **stack.s3_env("primary")},
                        conf={**base.conf, **stack.s3a_conf("primary")})

@@ -50,7 +50,7 @@ def _yarn_spec(stack, topic, tmp_path, yarn, checkpoint, python=None):  # noqa: 
     yarn, deploy-mode cluster), checkpointing to S3; the driver in its container writes the
     records beside the checkpoint with the AWS environment the spec gives it. `python`: the
     cluster's Python (default this one)."""
-    spec = example_stream_spec(stack, topic, tmp_path, extra_args=["--shuffle-partitions", "2"])
+    spec = example_stream_spec(stack, topic, tmp_path, extra_args=["--shuffle-partitions", "2"], spark_default_manager=True)
     conf = {k: v for k, v in spec.conf.items() if k not in ("spark.driver.host", "spark.driver.bindAddress")}
     return spec.derive(
         spark_conn_id="spark_yarn", checkpoint=checkpoint,
