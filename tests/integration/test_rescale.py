@@ -69,12 +69,13 @@ def connections(stack: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
 
 
 def spec_on(line: spark_versions.SparkVersion, stack: Any, topic: str, root: Path, *, name: str = "orders",
-            partitions: int = 4, max_offsets: int = 100, conf: dict[str, str] | None = None) -> Any:
+            partitions: int = 4, max_offsets: int = 100, trigger: str = "processing:1 second",
+            conf: dict[str, str] | None = None) -> Any:
     """The example stream on `line`'s Spark: its spark-submit, Python and Kafka connector."""
     spec = example_stream_spec(stack, topic, root, name=name, state_store="rocksdb-changelog",
                                extra_args=["--shuffle-partitions", str(partitions)])
-    args = [str(max_offsets) if a == "100" and spec.application_args[i - 1] == "--max-offsets-per-trigger" else a
-            for i, a in enumerate(spec.application_args)]
+    given = {"--max-offsets-per-trigger": str(max_offsets), "--trigger": trigger}
+    args = [given.get(spec.application_args[i - 1], a) if i else a for i, a in enumerate(spec.application_args)]
     env = {k: v for k, v in line.env({"PATH": os.environ["PATH"]}).items()}
     return spec.derive(application_args=args, jars=line.kafka_jars(), env=env, kafka_conn_id="kafka_local",
                        conf={**spec.conf, **local_checkpoint_conf(line.pyspark), **(conf or {})})
@@ -107,14 +108,17 @@ def probe(line: spark_versions.SparkVersion, *commands: list[str]) -> list[Any]:
 def test_a_stream_grown_4_to_12_by_the_dag_under_lag_and_shrunk_12_to_3_by_the_cli_continues_exactly(
     stack, topic, tmp_path, connections, spark43, run_dag, capsys
 ) -> None:
-    spec = spec_on(spark43, stack, topic, tmp_path, max_offsets=40)
+    # At most 40 records a second, in batches of 120 every 3 s: the burst below keeps a lag
+    # for as long as at 40 a batch every second, in a third of the batches (each one costs
+    # Spark's fixed work per partition, 12 of them after the rescale).
+    spec = spec_on(spark43, stack, topic, tmp_path, max_offsets=120, trigger="processing:3 seconds")
     rounds = [GeneratorSpec(seed=61, accounts=30, events=200)]
     produce(stack.kafka_bootstrap, topic, rounds[0])
     try:
         start_stream(spec, startup_timeout_s=600, log=log)
         wait_for(lambda: consumed_records(spec.checkpoint) == 200, timeout=300, what="the first 200 records")
 
-        # A burst the stream takes about 75 batches to read (40 records a batch): lag builds
+        # A burst the stream takes at least 75 s to read (25 batches of 120): lag builds
         # and stays while the DAG run starts and samples it twice, 15 s apart (1,200 records
         # were read before a loaded machine had the run sampling: 1,800 by its second sample,
         # leaving a lag of 1,200). What is left after the stop is read after the restart.
