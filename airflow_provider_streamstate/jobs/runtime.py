@@ -32,10 +32,9 @@ def attach_heartbeat(
     other's `stopped`). A listener whose query ended (`stopped` set) is not handed out again."""
     import socket
 
-    from pyspark.sql.streaming import StreamingQueryListener
-
     from airflow_provider_streamstate.engine.checkpoint.liveness import Heartbeat, now_iso, write_heartbeat
     from airflow_provider_streamstate.engine.core.errors import StreamstateError
+    from airflow_provider_streamstate.jobs.query_events import light_listener_base
 
     key = _checkpoint_key(checkpoint)
     attached: dict[str, Any] = spark.__dict__.setdefault("_streamstate_heartbeats", {})
@@ -43,7 +42,7 @@ def attach_heartbeat(
         return attached[key]
     spark_version = str(spark.version)
 
-    class HeartbeatListener(StreamingQueryListener):
+    class HeartbeatListener(light_listener_base()):  # type: ignore[misc]  # events as views (query_events)
         def __init__(self) -> None:
             self.lock = threading.Lock()
             self.query_id: str | None = None
@@ -146,11 +145,11 @@ def _checkpoint_key(checkpoint: str) -> str:
 
 def attach_batch_log(spark: SparkSession, out: TextIO | None = None) -> object:
     """Print one line per committed batch: id, input rows, duration, state rows."""
-    from pyspark.sql.streaming import StreamingQueryListener
+    from airflow_provider_streamstate.jobs.query_events import light_listener_base
 
     stream = out or sys.stdout
 
-    class BatchLog(StreamingQueryListener):
+    class BatchLog(light_listener_base()):  # type: ignore[misc]  # events as views (query_events)
         def onQueryStarted(self, event: object) -> None:
             print(f"query {event.name or event.id} started", file=stream, flush=True)  # type: ignore[attr-defined]
 

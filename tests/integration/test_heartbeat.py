@@ -159,3 +159,41 @@ def test_an_application_attaching_its_own_heartbeat_under_the_wrapper_shares_the
         for listener in {id(x): x for x in attached}.values():
             listener.stopped.set()
             spark.streams.removeListener(listener)
+
+
+def test_the_drivers_listeners_read_each_batch_without_an_exception_in_the_jvm(spark, tmp_path, monkeypatch) -> None:
+    """The heartbeat and the batch log get each event as a view of the JVM's object
+    (jobs/query_events.py): PySpark's conversion of a progress raised an exception in the
+    JVM for each map it copied, each one looked up through the whole classpath to be
+    converted: a third of a driver's CPU."""
+    import io
+
+    import pyspark.errors.exceptions.captured as captured
+    from pyspark.sql import functions as F
+
+    from airflow_provider_streamstate.jobs.runtime import attach_batch_log, attach_heartbeat
+
+    converted: list[object] = []
+    original = captured.convert_exception
+    monkeypatch.setattr(captured, "convert_exception", lambda e: converted.append(e) or original(e))
+    checkpoint = str(tmp_path / "ckpt")
+    out = io.StringIO()
+    batch_log = attach_batch_log(spark, out)
+    listener = attach_heartbeat(spark, checkpoint, interval_s=1.0, query_name="viewed")
+    try:
+        query = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 7).load()
+                 .groupBy(F.col("value") % 3)
+                 .count().writeStream.queryName("viewed").format("noop").outputMode("update")
+                 .option("checkpointLocation", checkpoint).trigger(processingTime="200 milliseconds").start())
+        wait_for(lambda: out.getvalue().count("batch ") >= 4, what="four batches logged")
+        query.stop()
+        assert listener.stopped.wait(60)  # type: ignore[attr-defined]
+    finally:
+        spark.streams.removeListener(listener)
+        spark.streams.removeListener(batch_log)
+    assert converted == []
+    lines = [ln for ln in out.getvalue().splitlines() if ln.startswith("batch ")]
+    assert lines[0].startswith("batch 0: 7 input rows, ") and lines[0].endswith(", 3 state rows"), lines
+    beat = read_heartbeat(checkpoint)
+    assert beat is not None and beat.state == "stopped" and beat.query_name == "viewed"
+    assert beat.batch_id is not None and beat.batch_id >= 3 and beat.input_rows == 7
