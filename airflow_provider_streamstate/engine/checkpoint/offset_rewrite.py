@@ -117,12 +117,12 @@ def _target_of_crc(rel: str) -> str | None:
     return base if base is not None and _kind(base) is not None else None
 
 
-def _write(path: Path, data: bytes) -> None:
-    """Replace a checkpoint file and, when it has one, its Hadoop checksum sidecar."""
-    for p, content in ((path, data), (path.with_name(f".{path.name}.crc"), hadoop_crc(data))):
-        if p != path and not p.exists():
-            continue
-        write_atomically(p, content)
+def _write(root: Path, rel: str, data: bytes) -> None:
+    """Replace the checkpoint file `rel` and, when it has one, its Hadoop checksum sidecar."""
+    write_atomically(root / rel, data)
+    sidecar = root / checksum_sidecar(rel)
+    if sidecar.exists():
+        write_atomically(sidecar, hadoop_crc(data))
 
 
 def rewrite_local_checkpoint(root: Path, rewrite: Any) -> list[str]:
@@ -147,6 +147,6 @@ def rewrite_local_checkpoint(root: Path, rewrite: Any) -> list[str]:
     for rel in names:
         new = rewrite.rewrite(rel, (root / rel).read_bytes())
         if new is not None:
-            _write(root / rel, new)
+            _write(root, rel, new)
             changed.append(rel)
     return changed
