@@ -210,9 +210,12 @@ def _component_marked(request: pytest.FixtureRequest) -> None:
 @pytest.fixture(autouse=True)
 def _no_jvm_left_behind() -> Iterator[None]:
     """A JVM the engine started in this process during the test (without the Kafka
-    connector, its session stopped) goes with the test: tests/spark_jvm.py says why."""
+    connector, its session stopped) goes with the test: tests/spark_jvm.py says why. One
+    that was there before (a module's own, if one ever makes it) is left alone."""
+    before = spark_jvm.current_gateway()
     yield
-    if spark_jvm.shut_down_foreign_jvm():
+    after = spark_jvm.current_gateway()
+    if after is not before and spark_jvm.shut_down_foreign_jvm(only=after):
         logging.getLogger(__name__).info("shut down the JVM a test's own Spark session left behind")
 
 

@@ -8,6 +8,7 @@ that started it, as a fresh process would have it."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from typing import Any
 
@@ -28,21 +29,29 @@ def current_gateway() -> Any:
     return SparkContext._gateway  # noqa: SLF001 - PySpark has no public accessor
 
 
-def shut_down_foreign_jvm() -> bool:
-    """Stop a JVM that is not the shared session's (its context first); True if there was one."""
+def shut_down_foreign_jvm(only: Any = None) -> bool:
+    """Stop a JVM that is not the shared session's (its context first); True if there was one.
+    `only`: stop it only if it is that gateway (one a test started). The class attributes
+    are reset whatever happens, so a JVM that will not stop cannot fail every later test."""
     gateway = current_gateway()
-    if gateway is None or gateway is _shared.get("gateway"):
+    if gateway is None or gateway is _shared.get("gateway") or (only is not None and gateway is not only):
         return False
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    if SparkContext._active_spark_context is not None:  # noqa: SLF001
-        SparkSession.builder.getOrCreate().stop()
     proc = getattr(gateway, "proc", None)
-    gateway.shutdown()
-    if proc is not None:  # the JVM exits when its stdin closes (PythonGatewayServer)
-        proc.stdin.close()
-        proc.wait(timeout=60)
-    SparkContext._gateway = None  # noqa: SLF001 - the next context starts a JVM of its own
-    SparkContext._jvm = None  # noqa: SLF001
+    try:
+        if SparkContext._active_spark_context is not None:  # noqa: SLF001
+            SparkSession.builder.getOrCreate().stop()
+        gateway.shutdown()
+    finally:
+        SparkContext._gateway = None  # noqa: SLF001 - the next context starts a JVM of its own
+        SparkContext._jvm = None  # noqa: SLF001
+        if proc is not None:  # the JVM exits when its stdin closes (PythonGatewayServer)
+            proc.stdin.close()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=30)
     return True
