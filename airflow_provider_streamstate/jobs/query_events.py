@@ -7,13 +7,14 @@ end by raising in the JVM, and PySpark's handler for each such exception resolve
 `py4j.reflection.TypeUtil` by name again and again, each miss a lookup through every jar of
 the classpath. Profiled (Java Flight Recorder) on the example stream, that took a third of
 its driver's CPU, per batch and per listener, to fill fields the heartbeat never reads. The
-views here answer the same attribute names as PySpark's events (`id`, `runId`, `name`,
-`progress.batchId`, `progress.durationMs`, `exception`...), so a listener works with either.
+views here answer, under PySpark's names, the attributes the runtime's listeners read
+(jobs/runtime.py: `id`, `runId`, `name`, `exception`, `progress.id`, `progress.batchId`,
+`progress.numInputRows`, `progress.durationMs.get`, `progress.stateOperators[i].numRowsTotal`),
+so those listeners work with either; they are not PySpark's events in full.
 """
 
 from __future__ import annotations
 
-import json
 from functools import cached_property
 from typing import Any
 
@@ -46,20 +47,37 @@ class QueryEvent:
 
     @cached_property
     def exception(self) -> str | None:
-        """Why a terminated query failed (None: stopped, or not a terminated event)."""
+        """Why a terminated query failed (None: it stopped); a terminated event's only."""
         return _option(self._j.exception())
 
 
 class StateOperatorView:
     """One stateful operator's progress in a batch."""
 
-    def __init__(self, fields: dict[str, Any]) -> None:
-        self.numRowsTotal: int = fields.get("numRowsTotal", 0)  # PySpark's name
+    def __init__(self, joperator: Any) -> None:
+        self._j = joperator
+
+    @cached_property
+    def numRowsTotal(self) -> int:  # noqa: N802 - PySpark's name
+        return int(self._j.numRowsTotal())
+
+
+class DurationsView:
+    """A batch's phase durations (ms) by name, read one key at a time from the JVM's map:
+    `get` and `in`, as the listeners use PySpark's dict."""
+
+    def __init__(self, jmap: Any) -> None:
+        self._j = jmap
+
+    def __contains__(self, phase: object) -> bool:
+        return bool(self._j.containsKey(phase))
+
+    def get(self, phase: str, default: int | None = None) -> int | None:
+        return int(self._j.get(phase)) if phase in self else default
 
 
 class ProgressView:
-    """A batch's progress (StreamingQueryProgress): the fields the heartbeat reads one by
-    one, the rest from the progress's own JSON, one call, when asked."""
+    """A batch's progress (StreamingQueryProgress): the fields the runtime's listeners read."""
 
     def __init__(self, jprogress: Any) -> None:
         self._j = jprogress
@@ -77,16 +95,13 @@ class ProgressView:
         return int(self._j.numInputRows())
 
     @cached_property
-    def _fields(self) -> dict[str, Any]:
-        return json.loads(self._j.json())
-
-    @cached_property
-    def durationMs(self) -> dict[str, int]:  # noqa: N802 - PySpark's name
-        return dict(self._fields.get("durationMs") or {})
+    def durationMs(self) -> DurationsView:  # noqa: N802 - PySpark's name
+        return DurationsView(self._j.durationMs())
 
     @cached_property
     def stateOperators(self) -> list[StateOperatorView]:  # noqa: N802 - PySpark's name
-        return [StateOperatorView(op) for op in self._fields.get("stateOperators") or []]
+        operators = self._j.stateOperators()
+        return [StateOperatorView(operators[i]) for i in range(len(operators))]
 
 
 class ProgressEvent:
@@ -125,14 +140,15 @@ def light_listener_base() -> type:
     PySpark's `addListener` and `removeListener` register the JVM object a listener's
     `_jlistener` gives (PySpark 3.4 to 4.3); this one wraps `_Forwarder` instead of
     PySpark's converting forwarder. Should a PySpark line not ask `_jlistener`, the
-    listener gets PySpark's own events, which answer the same attribute names."""
-    from pyspark import SparkContext
+    listener gets PySpark's own events, which answer the same attributes."""
     from pyspark.sql.streaming import StreamingQueryListener
 
     class LightListener(StreamingQueryListener):
         @property
         def _jlistener(self) -> Any:
             if not hasattr(self, "_jlistenerobj"):
+                from pyspark import SparkContext
+
                 self._jlistenerobj = SparkContext._jvm.PythonStreamingQueryListenerWrapper(  # type: ignore[union-attr]  # noqa: SLF001
                     _Forwarder(self)
                 )

@@ -171,7 +171,7 @@ def test_the_drivers_listeners_read_each_batch_without_an_exception_in_the_jvm(s
     import pyspark.errors.exceptions.captured as captured
     from pyspark.sql import functions as F
 
-    from airflow_provider_streamstate.jobs.runtime import attach_batch_log, attach_heartbeat
+    from airflow_provider_streamstate.jobs.runtime import attach_batch_log, attach_heartbeat, stop_query
 
     converted: list[object] = []
     original = captured.convert_exception
@@ -180,15 +180,16 @@ def test_the_drivers_listeners_read_each_batch_without_an_exception_in_the_jvm(s
     out = io.StringIO()
     batch_log = attach_batch_log(spark, out)
     listener = attach_heartbeat(spark, checkpoint, interval_s=1.0, query_name="viewed")
+    query = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 7).load()
+             .groupBy(F.col("value") % 3)
+             .count().writeStream.queryName("viewed").format("noop").outputMode("update")
+             .option("checkpointLocation", checkpoint).trigger(processingTime="200 milliseconds").start())
     try:
-        query = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 7).load()
-                 .groupBy(F.col("value") % 3)
-                 .count().writeStream.queryName("viewed").format("noop").outputMode("update")
-                 .option("checkpointLocation", checkpoint).trigger(processingTime="200 milliseconds").start())
         wait_for(lambda: out.getvalue().count("batch ") >= 4, what="four batches logged")
-        query.stop()
-        assert listener.stopped.wait(60)  # type: ignore[attr-defined]
     finally:
+        listener.stopping = True  # type: ignore[attr-defined]  # the driver's own stop, as run_until_stopped
+        stop_query(query)
+        listener.finish(query)  # type: ignore[attr-defined]
         spark.streams.removeListener(listener)
         spark.streams.removeListener(batch_log)
     assert converted == []
