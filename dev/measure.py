@@ -45,6 +45,7 @@ INTERVAL_S = 0.5
 DRIVER_MIN_CPU_S = 0.5  # a JVM with Spark's driver class that used less was a fork, not a driver
 _TICKS = os.sysconf("SC_CLK_TCK")
 SHARED = "shared parts (stack, clusters)"
+OUTSIDE = "(outside any test)"
 _JAVA_KINDS = (
     # spark-class's command builder, a tenth of a second before each spark-submit: its
     # arguments name SparkSubmit too, so it is told apart first (not a driver).
@@ -154,7 +155,7 @@ class Sampler:
         elif "/shared/" in " ".join(cmd) or "/shared/" in where:
             file = SHARED
         else:
-            file = _test_file(current) or (parents["file"] if parents else "(outside any test)")
+            file = _test_file(current) or (parents["file"] if parents else OUTSIDE)
         # The in-process Spark session's JVM (and its Python workers) serves whichever test its
         # pytest process runs: charged, sample by sample, to that test, not to the first.
         follows = parents.get("follows") if parents else None
@@ -207,7 +208,15 @@ class Sampler:
                 "by_kind": {k: round(v, 1) for k, v in self.by_kind.most_common()},
                 "processes_by_kind": dict(Counter(_counted_kind(c) for c in self.known.values() if c).most_common()),
                 "spark_drivers_by_file": dict(Counter(c["file"] for c in self._drivers()).most_common()),
-                "spark_drivers_by_test": dict(Counter(c["test"] or c["file"] for c in self._drivers()).most_common())}
+                "spark_drivers_by_test": dict(Counter(c["test"] or c["file"] for c in self._drivers()).most_common()),
+                "outside_any_test": self._outside()}
+
+    def _outside(self, top: int = 8) -> list[dict[str, Any]]:
+        """The costliest processes charged to no test (started with no test running and by
+        no process of one): what they are, to find where they come from."""
+        placed = [c for c in self.known.values() if c and c["file"] == OUTSIDE and c["follows"] is None]
+        return [{"cpu_s": round(c["cpu"], 1), "kind": c["kind"], "cmd": " ".join(c["cmd"])[:400]}
+                for c in sorted(placed, key=lambda c: -c["cpu"])[:top]]
 
     def _drivers(self) -> list[dict[str, Any]]:
         """The Spark drivers the run started. A process a driver's JVM forks (Hadoop's
