@@ -214,7 +214,8 @@ class Sampler:
     def _outside(self, top: int = 8) -> list[dict[str, Any]]:
         """The costliest processes charged to no test (started with no test running and by
         no process of one): what they are, to find where they come from."""
-        placed = [c for c in self.known.values() if c and c["file"] == OUTSIDE and c["follows"] is None]
+        placed = [c for c in self.known.values() if c and c["file"] == OUTSIDE and c["follows"] is None
+                  and not (c["cmd"] and c["cmd"][0].startswith("[pytest-xdist"))]  # workers: charged by their title
         return [{"cpu_s": round(c["cpu"], 1), "kind": c["kind"], "cmd": " ".join(c["cmd"])[:400]}
                 for c in sorted(placed, key=lambda c: -c["cpu"])[:top]]
 
