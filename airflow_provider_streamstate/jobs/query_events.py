@@ -73,7 +73,8 @@ class DurationsView:
         return bool(self._j.containsKey(phase))
 
     def get(self, phase: str, default: int | None = None) -> int | None:
-        return int(self._j.get(phase)) if phase in self else default
+        value = self._j.get(phase)  # one call: the map holds no nulls, so None is "absent"
+        return default if value is None else int(value)
 
 
 class ProgressView:
