@@ -68,6 +68,8 @@ def airflow_app(airflow_dags: Path, tmp_path_factory: pytest.TempPathFactory) ->
     from airflow.api_fastapi.app import create_app, purge_cached_app
     from airflow.models.variable import Variable
 
+    from airflow_provider_streamstate.plugins import app as ui_app
+
     tmp = tmp_path_factory.mktemp("ui")
     ckpt, store, dr, ids = rolled_back_history(tmp)
     keys = key_stream(tmp, store)
@@ -84,6 +86,9 @@ def airflow_app(airflow_dags: Path, tmp_path_factory: pytest.TempPathFactory) ->
     caches = (plugins_manager._get_plugins, plugins_manager.get_fastapi_plugins, plugins_manager._get_ui_plugins)
     for cache in caches:
         cache.cache_clear()
+    # The server keeps a configuration it read for a few seconds: a module that shares these
+    # fixtures (tests/test_ui_key_budget.py) and ran just before would leave its streams.
+    ui_app._CONFIGURATIONS.clear()
     try:
         yield {"app": create_app(), "ids": ids, "store": store, "dr": dr, "keys": keys, "long": long_ids}
     finally:
@@ -95,6 +100,7 @@ def airflow_app(airflow_dags: Path, tmp_path_factory: pytest.TempPathFactory) ->
         airflow.settings.LAZY_LOAD_PROVIDERS = lazy
         for cache in caches:
             cache.cache_clear()
+        ui_app._CONFIGURATIONS.clear()
         purge_cached_app()
 
 
