@@ -3,9 +3,12 @@ HDFS, MiniDFSCluster): the stream's URLs name a logical HDFS service, `hdfs://wa
 that neither the host's Hadoop configuration (there is none) nor DNS resolves; the
 `streamstate_hdfs` connection names the NameNode's WebHDFS address and the HDFS user. The
 operators snapshot the checkpoint into the store and restore it to another HDFS location,
-byte for byte; without the connection the same URLs reach nothing. A `webhdfs` connection
-(the apache-hdfs provider's type, same fields) is read the same way, and a connection of
-another kind is refused for an HDFS store."""
+byte for byte; without the connection the same URLs reach nothing. A state job, a Spark
+application (local spark-submit), reads a snapshot of that store through the same name: the
+connection's NameNode reaches its Spark and its driver as the Hadoop properties of a
+nameservice, and it acts as the connection's HDFS user. A `webhdfs` connection (the
+apache-hdfs provider's type, same fields) is read the same way, and a connection of another
+kind is refused for an HDFS store."""
 
 from __future__ import annotations
 
@@ -30,7 +33,8 @@ def only_the_connection(hdfs: stack_mod.HdfsCluster, monkeypatch: pytest.MonkeyP
     for key in ("HADOOP_CONF_DIR", "HADOOP_HOME", "HADOOP_USER_NAME"):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("AIRFLOW_CONN_HDFS_WAREHOUSE", json.dumps(
-        {"conn_type": "streamstate_hdfs", "host": "127.0.0.1", "port": hdfs.http_port, "login": "streamstate"}))
+        {"conn_type": "streamstate_hdfs", "host": "127.0.0.1", "port": hdfs.http_port, "login": "streamstate",
+         "extra": {"rpc_port": hdfs.rpc_port}}))
     return "hdfs_warehouse"
 
 
@@ -97,6 +101,50 @@ def test_an_hdfs_store_and_checkpoint_are_reached_through_an_airflow_connection_
     # The same URLs without the connection: this worker has no way to the service.
     with pytest.raises(StreamstateError):
         open_checkpoint(spec.checkpoint, None).files()
+
+
+def test_a_state_job_reads_a_snapshot_in_an_hdfs_store_only_the_connection_resolves_as_its_user(
+        only_the_connection: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_provider_streamstate.engine.state.jobs import StateJobRequest, result_key
+    from airflow_provider_streamstate.engine.state.submit import (
+        state_job_application,
+        state_job_arguments,
+        submit_state_job,
+    )
+    from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
+    from airflow_provider_streamstate.operators.snapshot import SnapshotStreamOperator
+    from airflow_provider_streamstate.spec import StreamSpec
+    from dev import spark_versions
+    from tests.goldens import golden
+
+    monkeypatch.setenv("STREAMSTATE_HOME", str(tmp_path / "home"))
+    conn_id = only_the_connection
+    g = golden("small_aggregation_hdfs")  # written by the main line's Spark, whose spark-submit runs the job
+    store = StreamstateStoreHook(f"hdfs://{SERVICE}/tests/{uuid.uuid4().hex[:10]}/store", aws_conn_id=conn_id).store
+    base = store.root.path.rsplit("/", 1)[0]
+    _upload(store.client, Path(g.checkpoint), f"{base}/ckpt")
+    spec = StreamSpec(name="orders", checkpoint=f"hdfs://{SERVICE}{base}/ckpt", store=store.url, aws_conn_id=conn_id)
+    taken = SnapshotStreamOperator(task_id="snap", stream=spec).execute({})
+
+    request = StateJobRequest(kind="show", store=store.url, stream="orders", snapshot=taken["snapshot_id"],
+                              limit=1000).with_job_id()
+    line = spark_versions.get(spark_versions.MAIN_LINE)
+    command = line.submit_command(state_job_application(), state_job_arguments(request))
+    owners: dict[str, str | None] = {}  # of each record the submitter deletes once the job has answered
+    delete = store.delete_record
+
+    def delete_noting_its_owner(key: str) -> None:
+        owners[key] = (store.client.status(store.root.join(key).path) or {}).get("owner")
+        delete(key)
+    monkeypatch.setattr(store, "delete_record", delete_noting_its_owner)
+    shown = submit_state_job(request, store, command, env=line.env())
+
+    expected = {(r.key, r.value, r.partition_id) for r in g.state().rows}  # what Spark's reader gave on the golden
+    assert shown["columns"] == ["key__groupingexpression", "value_sum", "partition_id"]  # the job's flattened columns
+    assert {((r["key__groupingexpression"],), (r["value_sum"],), r["partition_id"]) for r in shown["rows"]} == expected
+    assert shown["total_rows"] == len(expected) and shown["batch_id"] == g.last_batch
+    # The driver wrote its result as the connection's user, not as this worker's OS user.
+    assert owners[result_key("orders", request.job_id)] == "streamstate"
 
 
 def test_a_webhdfs_connection_reaches_hdfs_too_and_another_kind_is_refused_for_an_hdfs_store(

@@ -1,7 +1,9 @@
 """An Airflow HDFS connection (`streamstate_hdfs`, or the apache-hdfs provider's `webhdfs`)
 becomes a WebHDFS client of the NameNode(s) it names: an HA pair's hosts comma-separated, the
 port (9870, or 9871 with SSL when none is given), the HDFS user, HTTPS and its certificate
-check from the extra; a connection naming no NameNode is refused in one line."""
+check from the extra; a connection naming no NameNode, or an invalid RPC port, is refused in
+one line. A Spark application is given the connection's NameNodes as a nameservice of the
+name only the connection resolves, and its HDFS user."""
 
 from __future__ import annotations
 
@@ -32,3 +34,40 @@ def test_ssl_takes_the_https_port_and_the_extras_certificate_check() -> None:
 def test_a_connection_naming_no_namenode_is_refused() -> None:
     with pytest.raises(UsageError, match="'empty' names no NameNode"):
         webhdfs_client(Connection(conn_id="empty", conn_type="streamstate_hdfs"))
+
+
+def test_a_spark_application_is_given_the_connections_namenodes_as_a_nameservice_and_its_user(
+        tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_provider_streamstate.backends.hdfs.webhdfs import reach_from_spark_conf, spark_access
+
+    (tmp_path / "hdfs-site.xml").write_text(
+        "<configuration><property><name>dfs.nameservices</name><value>lake</value></property></configuration>")
+    monkeypatch.setenv("HADOOP_CONF_DIR", str(tmp_path))  # this worker's own nameservice stays listed
+    monkeypatch.delenv("HADOOP_USER_NAME", raising=False)
+    client = webhdfs_client(Connection(conn_id="hdfs_prod", conn_type="streamstate_hdfs", login="etl",
+                                       host="nn1.example.com,nn2.example.com", extra='{"rpc_port": 8021}'))
+    confs, env = spark_access(client, "warehouse")
+    p = "spark.hadoop."
+    assert env == {"HADOOP_USER_NAME": "etl"}
+    assert confs == {
+        p + "dfs.nameservices": "lake,warehouse",
+        p + "dfs.ha.namenodes.warehouse": "nn0,nn1",
+        p + "dfs.client.failover.proxy.provider.warehouse":
+            "org.apache.hadoop.hdfs.server.namenode.ha.ConfiguredFailoverProxyProvider",
+        p + "dfs.namenode.rpc-address.warehouse.nn0": "nn1.example.com:8021",
+        p + "dfs.namenode.http-address.warehouse.nn0": "nn1.example.com:9870",
+        p + "dfs.namenode.rpc-address.warehouse.nn1": "nn2.example.com:8021",
+        p + "dfs.namenode.http-address.warehouse.nn1": "nn2.example.com:9870",
+    }
+    # The application's driver opens the same NameNodes from its conf, as the user it runs as.
+    monkeypatch.setenv("SPARK_USER", "etl")
+    access = reach_from_spark_conf(confs.get, "hdfs://warehouse/streams/store")
+    assert access is not None and access.connection().urls == client.urls and access.user == "etl"
+    # An authority with a port is an address Spark reaches by itself: only the user is given.
+    assert spark_access(client, "nn1.example.com:8020") == ({}, {"HADOOP_USER_NAME": "etl"})
+
+
+def test_an_invalid_rpc_port_is_refused_in_one_line() -> None:
+    with pytest.raises(UsageError, match="'hdfs_bad' has an invalid rpc_port 'eighty'"):
+        webhdfs_client(Connection(conn_id="hdfs_bad", conn_type="streamstate_hdfs", host="nn",
+                                  extra='{"rpc_port": "eighty"}'))

@@ -7,8 +7,10 @@ The connection type is ours, `streamstate_hdfs` (registered in get_provider_info
 the fields of the apache-hdfs provider's `webhdfs` type, whose connections are read the same
 way: host = the NameNode host, or the hosts of an HA pair comma-separated (the active one
 answers); port = their WebHDFS port (9870, 9871 with SSL); login = the HDFS user (simple
-authentication, as HADOOP_USER_NAME); extra `use_ssl` (HTTPS) and `verify` (false, or a CA
-bundle's path). That provider's hook is not used: it hands out an HdfsCLI client, whose
+authentication, as HADOOP_USER_NAME); extra `use_ssl` (HTTPS), `verify` (false, or a CA
+bundle's path) and `rpc_port` (the NameNodes' RPC port, default 8020: what a Spark
+application of this package is given to reach a nameservice only the connection resolves,
+`webhdfs.spark_access`). That provider's hook is not used: it hands out an HdfsCLI client, whose
 writes and renames hide the create-only semantics the stores rely on, and it would bring
 HdfsCLI and its Kerberos and Avro extras into every installation.
 """
@@ -19,7 +21,12 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
-from airflow_provider_streamstate.backends.hdfs.webhdfs import DEFAULT_HTTP_PORT, DEFAULT_HTTPS_PORT, WebHdfs
+from airflow_provider_streamstate.backends.hdfs.webhdfs import (
+    DEFAULT_HTTP_PORT,
+    DEFAULT_HTTPS_PORT,
+    DEFAULT_RPC_PORT,
+    WebHdfs,
+)
 from airflow_provider_streamstate.engine.core.errors import UsageError
 
 CONN_TYPES = ("streamstate_hdfs", "webhdfs")
@@ -42,7 +49,13 @@ def webhdfs_client(conn: Any) -> WebHdfs:
     if not isinstance(verify, bool) and str(verify).strip().lower() in ("true", "false"):
         verify = _flag(verify)
     urls = [f"{'https' if ssl else 'http'}://{h}{'' if ':' in h else f':{port}'}/webhdfs/v1" for h in hosts]
-    return WebHdfs(urls, user=conn.login or None, verify=verify)
+    try:
+        rpc_port = int(extra.get("rpc_port") or DEFAULT_RPC_PORT)
+    except (TypeError, ValueError):
+        raise UsageError(f"Airflow connection {conn.conn_id!r} has an invalid rpc_port {extra.get('rpc_port')!r}",
+                         hint="set its extra rpc_port to the NameNodes' RPC port (8020 by default)") from None
+    rpc = [f"{h.rpartition(':')[0] if ':' in h else h}:{rpc_port}" for h in hosts]
+    return WebHdfs(urls, user=conn.login or None, verify=verify, rpc_addresses=rpc)
 
 
 def connect(conn_id: str, *, max_connections: int = 16) -> WebHdfs | None:
@@ -87,7 +100,7 @@ class StreamstateHdfsHook(BaseHook):
                            "login": "HDFS user"},
             "placeholders": {"host": "namenode1.example.com,namenode2.example.com", "port": "9870",
                              "login": "hdfs user (simple authentication)",
-                             "extra": '{"use_ssl": false, "verify": true}'},
+                             "extra": '{"use_ssl": false, "verify": true, "rpc_port": 8020}'},
         }
 
     def get_conn(self) -> WebHdfs:

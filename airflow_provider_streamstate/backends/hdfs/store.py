@@ -22,7 +22,12 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from airflow_provider_streamstate.backends.hdfs.webhdfs import HdfsPath, WebHdfs
+from airflow_provider_streamstate.backends.hdfs.webhdfs import (
+    HdfsPath,
+    WebHdfs,
+    reach_from_spark_conf,
+    spark_access,
+)
 from airflow_provider_streamstate.engine.core.cancel import check_cancelled
 from airflow_provider_streamstate.engine.core.digest import CHUNK
 from airflow_provider_streamstate.engine.core.errors import (
@@ -78,6 +83,9 @@ class HdfsStore(SnapshotStore):
     def checkpoint_connection(self, location: str) -> Any:
         same = location.startswith("hdfs://") and HdfsPath.parse(location).authority == self.root.authority
         return self.client if same else None
+
+    def spark_access(self) -> tuple[dict[str, str], dict[str, str]]:
+        return spark_access(self.client, self.root.authority)
 
     # --- blobs -------------------------------------------------------------------------------
 
@@ -335,9 +343,13 @@ class HdfsStore(SnapshotStore):
 
 def open_hdfs(url: str, options: StoreOptions) -> HdfsStore:
     """`hdfs://namenode[:port]/path`, reached through WebHDFS (backends/hdfs/webhdfs.py): with
-    the given client (an Airflow connection's), else one configured from HADOOP_CONF_DIR."""
+    the given client (an Airflow connection's), else, in a Spark application's driver, the
+    NameNodes its submitter gave it (`spark_access`), else one configured from HADOOP_CONF_DIR."""
     client = options.connection
     if client is not None and not isinstance(client, WebHdfs):
         raise UsageError(f"an HDFS store ({url}) is reached through a WebHDFS client, not a {type(client).__name__}",
                          hint="give an hdfs connection (conn_type streamstate_hdfs), or none (HADOOP_CONF_DIR)")
+    if client is None and options.spark_conf is not None:
+        access = reach_from_spark_conf(options.spark_conf, url)
+        client = access.connection() if access is not None else None
     return HdfsStore(url, client=client)

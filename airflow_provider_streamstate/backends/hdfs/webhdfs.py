@@ -106,9 +106,39 @@ def _same_namenode(default_fs: str, rpc: str) -> bool:
 
 
 def hadoop_user(env: Mapping[str, str] | None = None) -> str:
-    """Who HDFS is told this client is: HADOOP_USER_NAME, else the OS user (as Hadoop's
-    simple authentication does)."""
-    return ({**os.environ, **(env or {})}.get("HADOOP_USER_NAME") or getpass.getuser()).strip()
+    """Who HDFS is told this client is: HADOOP_USER_NAME, else, in a Spark application's
+    container, the user Spark acts as there (SPARK_USER: spark-submit's own user), else the
+    OS user (as Hadoop's simple authentication does)."""
+    found = {**os.environ, **(env or {})}
+    return (found.get("HADOOP_USER_NAME") or found.get("SPARK_USER") or getpass.getuser()).strip()
+
+
+FAILOVER_PROVIDER = "org.apache.hadoop.hdfs.server.namenode.ha.ConfiguredFailoverProxyProvider"
+
+
+def spark_access(client: WebHdfs, authority: str) -> tuple[dict[str, str], dict[str, str]]:
+    """What a Spark application needs to reach `hdfs://<authority>` as `client` does
+    (`SnapshotStore.spark_access`): spark-submit's environment names the client's HDFS user
+    (HADOOP_USER_NAME: Spark passes spark-submit's user to every container as SPARK_USER);
+    and where the authority is a name only the client's Airflow connection resolves (no
+    port, the connection's NameNodes and RPC port known), the Hadoop properties of an HA
+    nameservice of that name, for Spark's own HDFS client and for this engine's in the
+    application's driver (`reach_from_spark_conf`). Other nameservices of this worker's
+    Hadoop configuration stay listed."""
+    env = {"HADOOP_USER_NAME": client.user}
+    if ":" in authority or not client.rpc_addresses:
+        return {}, env
+    p = "spark.hadoop."
+    ids = [f"nn{i}" for i in range(len(client.rpc_addresses))]
+    listed = [n.strip() for n in hadoop_conf.load("hdfs-site.xml").get("dfs.nameservices", "").split(",")]
+    confs = {p + "dfs.nameservices": ",".join(dict.fromkeys([*(n for n in listed if n), authority])),
+             p + f"dfs.ha.namenodes.{authority}": ",".join(ids),
+             p + f"dfs.client.failover.proxy.provider.{authority}": FAILOVER_PROVIDER}
+    for i, rpc, url in zip(ids, client.rpc_addresses, client.urls, strict=True):
+        parts = urllib.parse.urlsplit(url)
+        confs[p + f"dfs.namenode.rpc-address.{authority}.{i}"] = rpc
+        confs[p + f"dfs.namenode.{'https' if parts.scheme == 'https' else 'http'}-address.{authority}.{i}"] = parts.netloc
+    return confs, env
 
 
 @dataclass(frozen=True)
@@ -120,10 +150,11 @@ class WebHdfsAccess:
     timeout_s: float = TIMEOUT_S
     authority: str = ""
     verify: bool | str = True
+    rpc_addresses: tuple[str, ...] = ()
 
     def connection(self) -> WebHdfs:
         return WebHdfs(list(self.urls), user=self.user, timeout_s=self.timeout_s, authority=self.authority,
-                       verify=self.verify)
+                       verify=self.verify, rpc_addresses=self.rpc_addresses)
 
 
 def reach_of(connection: Any) -> WebHdfsAccess | None:
@@ -132,10 +163,24 @@ def reach_of(connection: Any) -> WebHdfsAccess | None:
 
 
 def reach_from_spark_conf(get: Any, location: str) -> WebHdfsAccess | None:
-    """The NameNode this process's Hadoop configuration names for a Spark application's HDFS
-    checkpoint (its executors may have none of their own); None without a configuration."""
+    """The NameNode(s) of a Spark application's HDFS location: those `spark_access` gave the
+    application for its authority (read back from its conf: `get(key)`, None when unset),
+    else those this process's Hadoop configuration names (its executors may have none of
+    their own); None without either."""
     try:
-        return WebHdfs.for_authority(HdfsPath.parse(location).authority).access()
+        authority = HdfsPath.parse(location).authority
+        p = "spark.hadoop."
+        ids = [i.strip() for i in (get(p + f"dfs.ha.namenodes.{authority}") or "").split(",") if i.strip()]
+        urls = []
+        for i in ids:
+            https = get(p + f"dfs.namenode.https-address.{authority}.{i}")
+            http = get(p + f"dfs.namenode.http-address.{authority}.{i}")
+            if https or http:
+                urls.append(f"https://{https}/webhdfs/v1" if https else f"http://{http}/webhdfs/v1")
+        if urls:
+            rpc = tuple(a for a in (get(p + f"dfs.namenode.rpc-address.{authority}.{i}") for i in ids) if a)
+            return WebHdfsAccess(tuple(urls), hadoop_user(), authority=authority, rpc_addresses=rpc)
+        return WebHdfs.for_authority(authority).access()
     except UsageError:
         return None
 
@@ -144,7 +189,7 @@ class WebHdfs:
     """One NameNode's (or HA pair's) WebHDFS API. Thread-safe: one `requests` session per thread."""
 
     def __init__(self, urls: list[str], *, user: str | None = None, timeout_s: float = TIMEOUT_S,
-                 authority: str = "", verify: bool | str = True) -> None:
+                 authority: str = "", verify: bool | str = True, rpc_addresses: Iterable[str] = ()) -> None:
         if not urls:
             raise UsageError("no WebHDFS address", hint="set HADOOP_CONF_DIR to the cluster's configuration")
         self.urls = [u.rstrip("/") for u in urls]
@@ -152,6 +197,9 @@ class WebHdfs:
         self.timeout_s = timeout_s
         self.authority = authority
         self.verify = verify  # HTTPS: check the NameNode's certificate (True), against a CA bundle (a path), or not
+        # The NameNodes' RPC addresses (host:port), where a connection names them: what a
+        # Spark application's Hadoop client needs (`spark_access`); empty otherwise.
+        self.rpc_addresses = tuple(rpc_addresses)
         self._local = threading.local()
 
     @classmethod
@@ -164,7 +212,8 @@ class WebHdfs:
 
     def access(self) -> WebHdfsAccess:
         """What opens this client again in another process (`Reach`)."""
-        return WebHdfsAccess(tuple(self.urls), self.user, self.timeout_s, self.authority, self.verify)
+        return WebHdfsAccess(tuple(self.urls), self.user, self.timeout_s, self.authority, self.verify,
+                             self.rpc_addresses)
 
     @property
     def identity(self) -> tuple[tuple[str, ...], str]:

@@ -82,6 +82,9 @@ def job_log_dir() -> Path:
     return streamstate_home() / "state-jobs"
 
 
+SUBMITTER_ENV = ("HADOOP_USER_NAME",)  # of a store's driver environment, given to spark-submit in cluster mode too
+
+
 def complete_command(command: Sequence[str], request: StateJobRequest, store: SnapshotStore,
                      env: Mapping[str, str], *, ship_code: bool | None = None) -> tuple[list[str], dict[str, str]]:
     """The caller's spark-submit command with what the job needs to reach its store (and
@@ -105,7 +108,9 @@ def complete_command(command: Sequence[str], request: StateJobRequest, store: Sn
                 raise UsageError(f"{what} of a job in cluster deploy mode cannot go to the local path {path}",
                                  hint="give an s3:// or hdfs:// location (s3a:// for an export), or run the job "
                                  "in client mode")
-        # The driver opens the store with the confs above: no secret in the container's environment.
+        # The driver opens the store with the confs above: no secret in the container's
+        # environment. spark-submit's own HDFS user is the one every container acts as.
+        child_env.update({k: v for k, v in driver_env.items() if k in SUBMITTER_ENV})
     else:
         child_env.update(driver_env)
     return with_package_code(with_confs(cmd, confs), ship_code), child_env

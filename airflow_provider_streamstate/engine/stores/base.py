@@ -332,8 +332,9 @@ class SnapshotStore(ABC):
     def spark_access(self) -> tuple[dict[str, str], dict[str, str]]:
         """What a Spark application of this package needs to reach the store as this client
         does: Spark confs (for its executors, and for its driver on a cluster: no secret in a
-        container's environment) and the environment of a driver that runs here. Nothing
-        for a store the cluster reaches by itself (a shared path, HDFS)."""
+        container's environment) and the environment of a driver that runs here (HDFS: the
+        user, which spark-submit is given in cluster mode too). Nothing for a store the
+        cluster reaches by itself (a shared path)."""
         return {}, {}
 
     def blob_ref(self, blob: str) -> ObjectRef | None:
