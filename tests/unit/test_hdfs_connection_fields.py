@@ -42,11 +42,12 @@ def test_a_spark_application_is_given_the_connections_namenodes_as_a_nameservice
 
     (tmp_path / "hdfs-site.xml").write_text(
         "<configuration><property><name>dfs.nameservices</name><value>lake</value></property></configuration>")
-    monkeypatch.setenv("HADOOP_CONF_DIR", str(tmp_path))  # this worker's own nameservice stays listed
+    submit_env = {"HADOOP_CONF_DIR": str(tmp_path)}  # spark-submit's: its nameservice stays listed
+    monkeypatch.delenv("HADOOP_CONF_DIR", raising=False)
     monkeypatch.delenv("HADOOP_USER_NAME", raising=False)
     client = webhdfs_client(Connection(conn_id="hdfs_prod", conn_type="streamstate_hdfs", login="etl",
                                        host="nn1.example.com,nn2.example.com", extra='{"rpc_port": 8021}'))
-    confs, env = spark_access(client, "warehouse")
+    confs, env = spark_access(client, "warehouse", submit_env)
     p = "spark.hadoop."
     assert env == {"HADOOP_USER_NAME": "etl"}
     assert confs == {
@@ -55,11 +56,12 @@ def test_a_spark_application_is_given_the_connections_namenodes_as_a_nameservice
         p + "dfs.client.failover.proxy.provider.warehouse":
             "org.apache.hadoop.hdfs.server.namenode.ha.ConfiguredFailoverProxyProvider",
         p + "dfs.namenode.rpc-address.warehouse.nn0": "nn1.example.com:8021",
-        p + "dfs.namenode.http-address.warehouse.nn0": "nn1.example.com:9870",
         p + "dfs.namenode.rpc-address.warehouse.nn1": "nn2.example.com:8021",
-        p + "dfs.namenode.http-address.warehouse.nn1": "nn2.example.com:9870",
+        "spark.streamstate.webhdfs.warehouse.urls":
+            "http://nn1.example.com:9870/webhdfs/v1,http://nn2.example.com:9870/webhdfs/v1",
+        "spark.streamstate.webhdfs.warehouse.verify": "true",
     }
-    # The application's driver opens the same NameNodes from its conf, as the user it runs as.
+    # The application's driver opens the same NameNodes from its conf, as the user Spark runs it as.
     monkeypatch.setenv("SPARK_USER", "etl")
     access = reach_from_spark_conf(confs.get, "hdfs://warehouse/streams/store")
     assert access is not None and access.connection().urls == client.urls and access.user == "etl"
@@ -67,7 +69,31 @@ def test_a_spark_application_is_given_the_connections_namenodes_as_a_nameservice
     assert spark_access(client, "nn1.example.com:8020") == ({}, {"HADOOP_USER_NAME": "etl"})
 
 
+def test_a_client_of_the_hadoop_configuration_gives_an_application_nothing(tmp_path) -> None:
+    """No connection: the application has the same configuration, and whatever user its
+    environment names (a worker's own HADOOP_USER_NAME is not forced on it)."""
+    from airflow_provider_streamstate.backends.hdfs.webhdfs import WebHdfs, spark_access
+
+    client = WebHdfs(["http://nn1.example.com:9870/webhdfs/v1"], user="airflow")
+    assert client.rpc_port is None and spark_access(client, "warehouse") == ({}, {})
+
+
+def test_https_and_its_certificate_check_reach_the_applications_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_provider_streamstate.backends.hdfs.webhdfs import reach_from_spark_conf, spark_access
+
+    for verify, sent, read in (("false", "false", False), ("/etc/ssl/ca.pem", "true", True)):
+        client = webhdfs_client(Connection(conn_id="hdfs_tls", conn_type="streamstate_hdfs", host="nn1,[fe80::1]",
+                                           login="etl", extra=f'{{"use_ssl": true, "verify": "{verify}"}}'))
+        confs, _ = spark_access(client, "secure")
+        assert confs["spark.streamstate.webhdfs.secure.verify"] == sent
+        assert confs["spark.hadoop.dfs.namenode.rpc-address.secure.nn1"] == "[fe80::1]:8020"
+        access = reach_from_spark_conf(confs.get, "hdfs://secure/x")
+        assert access is not None and access.verify is read
+        assert access.urls == ("https://nn1:9871/webhdfs/v1", "https://[fe80::1]:9871/webhdfs/v1")
+
+
 def test_an_invalid_rpc_port_is_refused_in_one_line() -> None:
-    with pytest.raises(UsageError, match="'hdfs_bad' has an invalid rpc_port 'eighty'"):
-        webhdfs_client(Connection(conn_id="hdfs_bad", conn_type="streamstate_hdfs", host="nn",
-                                  extra='{"rpc_port": "eighty"}'))
+    for bad in ('"eighty"', "70000", "-1"):
+        with pytest.raises(UsageError, match="'hdfs_bad' has an invalid rpc_port"):
+            webhdfs_client(Connection(conn_id="hdfs_bad", conn_type="streamstate_hdfs", host="nn",
+                                      extra=f'{{"rpc_port": {bad}}}'))

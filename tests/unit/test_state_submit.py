@@ -215,6 +215,25 @@ def test_credentials_go_to_s3a_per_bucket_confs_and_never_into_a_yarn_container_
     assert client_env["AWS_SECRET_ACCESS_KEY"] == "s3cr3t-value"  # a driver here: its own environment
 
 
+def test_an_hdfs_connections_user_runs_spark_submit_in_cluster_mode_too(tmp_path) -> None:
+    """spark-submit's own user is the one every container of the application acts as on
+    HDFS (Spark passes it on as SPARK_USER): an HDFS connection's user is given to it
+    whether the driver runs here or on the cluster."""
+    from airflow_provider_streamstate.backends.hdfs.store import HdfsStore
+    from airflow_provider_streamstate.backends.hdfs.webhdfs import WebHdfs
+
+    store = HdfsStore("hdfs://warehouse/snapshots",
+                      client=WebHdfs(["http://nn1:9870/webhdfs/v1"], user="etl", rpc_port=8020))
+    request = StateJobRequest(kind="show", store=store.url, stream="orders").with_job_id()
+    conf_dir = _yarn_conf_dir(tmp_path)
+    for deploy in ("cluster", "client"):
+        cmd, env = complete_command(["spark-submit", "--master", "yarn", "--deploy-mode", deploy, "app.py"],
+                                    request, store, {"HADOOP_CONF_DIR": str(conf_dir), "HADOOP_USER_NAME": "airflow"})
+        confs = dict(cmd[i + 1].split("=", 1) for i, a in enumerate(cmd) if a == "--conf")
+        assert env["HADOOP_USER_NAME"] == "etl", deploy
+        assert confs["spark.hadoop.dfs.namenode.rpc-address.warehouse.nn0"] == "nn1:8020", deploy
+
+
 def test_a_job_runs_with_its_driver_in_a_kubernetes_pod_as_a_stream_does(tmp_path) -> None:
     """State jobs run on every manager streams run on: on Kubernetes the driver pod is named
     by the submission, known before spark-submit says anything."""

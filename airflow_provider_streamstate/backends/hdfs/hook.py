@@ -17,6 +17,7 @@ HdfsCLI and its Kerberos and Avro extras into every installation.
 
 from __future__ import annotations
 
+import urllib.parse
 from typing import Any
 
 from airflow.sdk import BaseHook
@@ -36,6 +37,14 @@ def _flag(value: Any) -> bool:
     return value is True or str(value).strip().lower() in ("true", "1", "yes")
 
 
+def _has_port(host: str) -> bool:
+    """`nn1:50070` and `[fe80::1]:50070` name their port; `nn1` and `[fe80::1]` do not."""
+    try:
+        return urllib.parse.urlsplit(f"//{host}").port is not None
+    except ValueError:
+        return False
+
+
 def webhdfs_client(conn: Any) -> WebHdfs:
     """The WebHDFS client of an Airflow connection of one of `CONN_TYPES`."""
     hosts = [h.strip() for h in (conn.host or "").split(",") if h.strip()]
@@ -48,14 +57,15 @@ def webhdfs_client(conn: Any) -> WebHdfs:
     verify = extra.get("verify", True)
     if not isinstance(verify, bool) and str(verify).strip().lower() in ("true", "false"):
         verify = _flag(verify)
-    urls = [f"{'https' if ssl else 'http'}://{h}{'' if ':' in h else f':{port}'}/webhdfs/v1" for h in hosts]
+    urls = [f"{'https' if ssl else 'http'}://{h}{'' if _has_port(h) else f':{port}'}/webhdfs/v1" for h in hosts]
     try:
         rpc_port = int(extra.get("rpc_port") or DEFAULT_RPC_PORT)
     except (TypeError, ValueError):
+        rpc_port = 0
+    if not 0 < rpc_port < 65536:
         raise UsageError(f"Airflow connection {conn.conn_id!r} has an invalid rpc_port {extra.get('rpc_port')!r}",
-                         hint="set its extra rpc_port to the NameNodes' RPC port (8020 by default)") from None
-    rpc = [f"{h.rpartition(':')[0] if ':' in h else h}:{rpc_port}" for h in hosts]
-    return WebHdfs(urls, user=conn.login or None, verify=verify, rpc_addresses=rpc)
+                         hint="set its extra rpc_port to the NameNodes' RPC port (8020 by default)")
+    return WebHdfs(urls, user=conn.login or None, verify=verify, rpc_port=rpc_port)
 
 
 def connect(conn_id: str, *, max_connections: int = 16) -> WebHdfs | None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -84,8 +84,8 @@ class HdfsStore(SnapshotStore):
         same = location.startswith("hdfs://") and HdfsPath.parse(location).authority == self.root.authority
         return self.client if same else None
 
-    def spark_access(self) -> tuple[dict[str, str], dict[str, str]]:
-        return spark_access(self.client, self.root.authority)
+    def spark_access(self, env: Mapping[str, str] | None = None) -> tuple[dict[str, str], dict[str, str]]:
+        return spark_access(self.client, self.root.authority, env)
 
     # --- blobs -------------------------------------------------------------------------------
 

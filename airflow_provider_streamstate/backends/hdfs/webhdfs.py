@@ -16,8 +16,9 @@ these (its `mv` drops RENAME's result and options, its writes always overwrite, 
 keep only the message of Hadoop's RemoteException), so this module is a small client of
 its own on `requests`, as engine/streams/managers/yarn.py is for YARN's REST API.
 
-Security: simple authentication (`user.name`: HADOOP_USER_NAME, else the OS user), as on
-a cluster without Kerberos; Kerberos (SPNEGO) is not supported here (docs/deployment.md).
+Security: simple authentication (`user.name`: HADOOP_USER_NAME, else, in a Spark
+application's container, SPARK_USER, else the OS user), as on a cluster without Kerberos;
+Kerberos (SPNEGO) is not supported here (docs/deployment.md).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import io
 import os
 import threading
 import urllib.parse
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, BinaryIO
@@ -114,31 +115,45 @@ def hadoop_user(env: Mapping[str, str] | None = None) -> str:
 
 
 FAILOVER_PROVIDER = "org.apache.hadoop.hdfs.server.namenode.ha.ConfiguredFailoverProxyProvider"
+HADOOP = "spark.hadoop."  # a Spark conf's prefix for a Hadoop property
+# This engine's own keys of a Spark application's conf for the NameNodes of an authority a
+# connection resolved (`spark_access`): their WebHDFS URLs and the certificate check.
+WEBHDFS_URLS = "spark.streamstate.webhdfs.{}.urls"
+WEBHDFS_VERIFY = "spark.streamstate.webhdfs.{}.verify"
 
 
-def spark_access(client: WebHdfs, authority: str) -> tuple[dict[str, str], dict[str, str]]:
-    """What a Spark application needs to reach `hdfs://<authority>` as `client` does
-    (`SnapshotStore.spark_access`): spark-submit's environment names the client's HDFS user
-    (HADOOP_USER_NAME: Spark passes spark-submit's user to every container as SPARK_USER);
-    and where the authority is a name only the client's Airflow connection resolves (no
-    port, the connection's NameNodes and RPC port known), the Hadoop properties of an HA
-    nameservice of that name, for Spark's own HDFS client and for this engine's in the
-    application's driver (`reach_from_spark_conf`). Other nameservices of this worker's
-    Hadoop configuration stay listed."""
-    env = {"HADOOP_USER_NAME": client.user}
-    if ":" in authority or not client.rpc_addresses:
-        return {}, env
-    p = "spark.hadoop."
-    ids = [f"nn{i}" for i in range(len(client.rpc_addresses))]
-    listed = [n.strip() for n in hadoop_conf.load("hdfs-site.xml").get("dfs.nameservices", "").split(",")]
-    confs = {p + "dfs.nameservices": ",".join(dict.fromkeys([*(n for n in listed if n), authority])),
-             p + f"dfs.ha.namenodes.{authority}": ",".join(ids),
-             p + f"dfs.client.failover.proxy.provider.{authority}": FAILOVER_PROVIDER}
-    for i, rpc, url in zip(ids, client.rpc_addresses, client.urls, strict=True):
-        parts = urllib.parse.urlsplit(url)
-        confs[p + f"dfs.namenode.rpc-address.{authority}.{i}"] = rpc
-        confs[p + f"dfs.namenode.{'https' if parts.scheme == 'https' else 'http'}-address.{authority}.{i}"] = parts.netloc
-    return confs, env
+def _rpc_address(url: str, port: int) -> str:
+    host = urllib.parse.urlsplit(url).hostname or ""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def spark_access(client: WebHdfs, authority: str,
+                 env: Mapping[str, str] | None = None) -> tuple[dict[str, str], dict[str, str]]:
+    """What a Spark application needs to reach `hdfs://<authority>` as `client` does, when
+    an Airflow connection made `client` (it knows the NameNodes' RPC port); nothing for a
+    client of the Hadoop configuration, which the application has too
+    (`SnapshotStore.spark_access`). spark-submit's environment names the connection's HDFS
+    user (HADOOP_USER_NAME; Spark passes spark-submit's user to its containers as
+    SPARK_USER). Where the authority is a name only the connection resolves (no port): the
+    Hadoop properties of an HA nameservice of that name for Spark's own HDFS client (the
+    nameservices of the Hadoop configuration in `env`, spark-submit's, stay listed), and
+    the WebHDFS URLs and certificate check for this engine in the application's driver
+    (`reach_from_spark_conf`; a CA bundle's path does not travel: true is sent for it)."""
+    if client.rpc_port is None:
+        return {}, {}
+    env_out = {"HADOOP_USER_NAME": client.user}
+    if ":" in authority:
+        return {}, env_out
+    ids = [f"nn{i}" for i in range(len(client.urls))]
+    listed = [n.strip() for n in hadoop_conf.load("hdfs-site.xml", env=env).get("dfs.nameservices", "").split(",")]
+    confs = {HADOOP + "dfs.nameservices": ",".join(dict.fromkeys([*(n for n in listed if n), authority])),
+             HADOOP + f"dfs.ha.namenodes.{authority}": ",".join(ids),
+             HADOOP + f"dfs.client.failover.proxy.provider.{authority}": FAILOVER_PROVIDER,
+             WEBHDFS_URLS.format(authority): ",".join(client.urls),
+             WEBHDFS_VERIFY.format(authority): "false" if client.verify is False else "true"}
+    for i, url in zip(ids, client.urls, strict=True):
+        confs[HADOOP + f"dfs.namenode.rpc-address.{authority}.{i}"] = _rpc_address(url, client.rpc_port)
+    return confs, env_out
 
 
 @dataclass(frozen=True)
@@ -150,11 +165,11 @@ class WebHdfsAccess:
     timeout_s: float = TIMEOUT_S
     authority: str = ""
     verify: bool | str = True
-    rpc_addresses: tuple[str, ...] = ()
+    rpc_port: int | None = None
 
     def connection(self) -> WebHdfs:
         return WebHdfs(list(self.urls), user=self.user, timeout_s=self.timeout_s, authority=self.authority,
-                       verify=self.verify, rpc_addresses=self.rpc_addresses)
+                       verify=self.verify, rpc_port=self.rpc_port)
 
 
 def reach_of(connection: Any) -> WebHdfsAccess | None:
@@ -162,24 +177,17 @@ def reach_of(connection: Any) -> WebHdfsAccess | None:
     return connection.access() if isinstance(connection, WebHdfs) else None
 
 
-def reach_from_spark_conf(get: Any, location: str) -> WebHdfsAccess | None:
+def reach_from_spark_conf(get: Callable[[str], str | None], location: str) -> WebHdfsAccess | None:
     """The NameNode(s) of a Spark application's HDFS location: those `spark_access` gave the
     application for its authority (read back from its conf: `get(key)`, None when unset),
     else those this process's Hadoop configuration names (its executors may have none of
     their own); None without either."""
     try:
         authority = HdfsPath.parse(location).authority
-        p = "spark.hadoop."
-        ids = [i.strip() for i in (get(p + f"dfs.ha.namenodes.{authority}") or "").split(",") if i.strip()]
-        urls = []
-        for i in ids:
-            https = get(p + f"dfs.namenode.https-address.{authority}.{i}")
-            http = get(p + f"dfs.namenode.http-address.{authority}.{i}")
-            if https or http:
-                urls.append(f"https://{https}/webhdfs/v1" if https else f"http://{http}/webhdfs/v1")
+        urls = tuple(u.strip() for u in (get(WEBHDFS_URLS.format(authority)) or "").split(",") if u.strip())
         if urls:
-            rpc = tuple(a for a in (get(p + f"dfs.namenode.rpc-address.{authority}.{i}") for i in ids) if a)
-            return WebHdfsAccess(tuple(urls), hadoop_user(), authority=authority, rpc_addresses=rpc)
+            verify = (get(WEBHDFS_VERIFY.format(authority)) or "true").strip().lower() != "false"
+            return WebHdfsAccess(urls, hadoop_user(), authority=authority, verify=verify)
         return WebHdfs.for_authority(authority).access()
     except UsageError:
         return None
@@ -189,7 +197,7 @@ class WebHdfs:
     """One NameNode's (or HA pair's) WebHDFS API. Thread-safe: one `requests` session per thread."""
 
     def __init__(self, urls: list[str], *, user: str | None = None, timeout_s: float = TIMEOUT_S,
-                 authority: str = "", verify: bool | str = True, rpc_addresses: Iterable[str] = ()) -> None:
+                 authority: str = "", verify: bool | str = True, rpc_port: int | None = None) -> None:
         if not urls:
             raise UsageError("no WebHDFS address", hint="set HADOOP_CONF_DIR to the cluster's configuration")
         self.urls = [u.rstrip("/") for u in urls]
@@ -197,9 +205,9 @@ class WebHdfs:
         self.timeout_s = timeout_s
         self.authority = authority
         self.verify = verify  # HTTPS: check the NameNode's certificate (True), against a CA bundle (a path), or not
-        # The NameNodes' RPC addresses (host:port), where a connection names them: what a
-        # Spark application's Hadoop client needs (`spark_access`); empty otherwise.
-        self.rpc_addresses = tuple(rpc_addresses)
+        # The NameNodes' RPC port where an Airflow connection made this client: what a Spark
+        # application's Hadoop client is given with their hosts (`spark_access`); else None.
+        self.rpc_port = rpc_port
         self._local = threading.local()
 
     @classmethod
@@ -213,7 +221,7 @@ class WebHdfs:
     def access(self) -> WebHdfsAccess:
         """What opens this client again in another process (`Reach`)."""
         return WebHdfsAccess(tuple(self.urls), self.user, self.timeout_s, self.authority, self.verify,
-                             self.rpc_addresses)
+                             self.rpc_port)
 
     @property
     def identity(self) -> tuple[tuple[str, ...], str]:

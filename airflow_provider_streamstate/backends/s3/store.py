@@ -14,7 +14,7 @@ import hashlib
 import io
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO, cast
@@ -204,7 +204,7 @@ class S3Store(SnapshotStore):
             raise CheckpointChanged(f"s3://{ref.bucket}/{ref.key}: its copy is {actual.split(' ', 1)[1]}")
         return blob, actual
 
-    def spark_access(self) -> tuple[dict[str, str], dict[str, str]]:
+    def spark_access(self, env: Mapping[str, str] | None = None) -> tuple[dict[str, str], dict[str, str]]:
         return S3Access.from_client(self.client).spark_access(self.bucket)
 
     def has_blob(self, blob: str) -> bool:

@@ -98,7 +98,7 @@ def complete_command(command: Sequence[str], request: StateJobRequest, store: Sn
     confs: list[tuple[str, str]] = []
     if not any(a.startswith("spark.sql.session.timeZone=") for a in cmd):
         confs.append(("spark.sql.session.timeZone", "UTC"))  # rows read back as the local path shows them
-    store_confs, driver_env = store.spark_access()
+    store_confs, driver_env = store.spark_access(env)
     confs += sorted(store_confs.items())
     child_env = dict(env)
     if manager.driver_on_cluster(cmd):

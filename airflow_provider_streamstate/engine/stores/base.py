@@ -28,7 +28,7 @@ import json
 import re
 import secrets
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -329,12 +329,13 @@ class SnapshotStore(ABC):
         environment's is used."""
         return None
 
-    def spark_access(self) -> tuple[dict[str, str], dict[str, str]]:
+    def spark_access(self, env: Mapping[str, str] | None = None) -> tuple[dict[str, str], dict[str, str]]:
         """What a Spark application of this package needs to reach the store as this client
-        does: Spark confs (for its executors, and for its driver on a cluster: no secret in a
-        container's environment) and the environment of a driver that runs here (HDFS: the
-        user, which spark-submit is given in cluster mode too). Nothing for a store the
-        cluster reaches by itself (a shared path)."""
+        does, spark-submit running with `env`: Spark confs (for its executors, and for its
+        driver on a cluster: no secret in a container's environment) and the environment of
+        a driver that runs here (an HDFS connection's: its user, which spark-submit is given
+        in cluster mode too). Nothing for a store the application reaches by itself (a shared
+        path, HDFS through the Hadoop configuration)."""
         return {}, {}
 
     def blob_ref(self, blob: str) -> ObjectRef | None:

@@ -52,7 +52,8 @@ class Reach:
     def from_spark_conf(cls, get: Callable[[str], str | None], location: str) -> Reach:
         """The reach of a Spark application's checkpoint from its conf (`get(key)`, None when
         unset), as the location's backend reads it (S3: the S3A options of its bucket, else the
-        global ones; HDFS: the NameNode this process's Hadoop configuration names); nothing
+        global ones; HDFS: the NameNodes the submitter gave it for an HDFS connection's
+        authority, else those this process's Hadoop configuration names); nothing
         set, or a backend that reads none: the environment's."""
         backend = checkpoint_backend(location)
         if backend is None or backend.reach_from_spark_conf is None:
