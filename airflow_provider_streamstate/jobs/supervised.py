@@ -43,10 +43,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airflow_provider_streamstate.engine.checkpoint.liveness import now_iso
-from airflow_provider_streamstate.engine.checkpoint.sidecar import open_sidecar, refuse_unfinished_restore
+from airflow_provider_streamstate.engine.checkpoint.sidecar import (
+    open_sidecar,
+    reach_location_as,
+    refuse_unfinished_restore,
+)
 from airflow_provider_streamstate.engine.core.errors import StreamstateError
 from airflow_provider_streamstate.engine.streams.launcher import (
     ENV_CHECKPOINT,
+    ENV_CHECKPOINT_FROM_CONF,
     ENV_FINISH_PLANNED_BATCH,
     ENV_HEARTBEAT_INTERVAL,
     ENV_LAUNCH_GENERATION,
@@ -302,6 +307,12 @@ def main(argv: list[str] | None = None) -> int:
         query_name=os.environ.get(ENV_QUERY_NAME) or None,
         stop_batch_wait_s=_float_env(ENV_STOP_BATCH_WAIT, 60.0),
     )
+    if os.environ.get(ENV_CHECKPOINT_FROM_CONF):
+        try:
+            _reach_checkpoint_from_conf(checkpoint)
+        except StreamstateError as exc:
+            _say(f"not starting: {exc.one_line()}")
+            return 3
     refusal = supervisor.superseded_reason()  # before the driver writes anything
     try:
         refuse_unfinished_restore(open_sidecar(checkpoint))
@@ -330,6 +341,23 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         supervisor.finish(code, error)
     return 0
+
+
+def _reach_checkpoint_from_conf(checkpoint: str) -> None:
+    """Reach the checkpoint, wherever this driver opens it by its location, as the launcher's
+    connection to it does (`CheckpointFS.spark_access`, read back from this application's
+    Spark conf: spark-submit's JVM, which holds it, is up before the application has a
+    session; pyspark's SparkConf reads it only once connected to that JVM)."""
+    if not os.environ.get("PYSPARK_GATEWAY_PORT"):
+        return  # not under spark-submit's JVM (Spark Connect): the environment's way it is
+    from pyspark import SparkConf, SparkContext
+
+    from airflow_provider_streamstate.engine.lookup.reading.reach import Reach
+
+    SparkContext._ensure_initialized()  # what SparkContext() does first: connect to spark-submit's JVM
+    conf = SparkConf()
+    reach = Reach.from_spark_conf(lambda key: conf.get(key, None), checkpoint)
+    reach_location_as(checkpoint, open_sidecar(reach.open(checkpoint)))
 
 
 def _one_line(exc: BaseException) -> str:

@@ -147,6 +147,52 @@ def test_a_state_job_reads_a_snapshot_in_an_hdfs_store_only_the_connection_resol
     assert owners[result_key("orders", request.job_id)] == "streamstate"
 
 
+def test_a_stream_runs_on_an_hdfs_checkpoint_only_the_connection_resolves_and_keeps_its_records_there(
+        only_the_connection: str, stack: stack_mod.Stack, topic: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The example stream (Kafka in, spark-submit on local[1], the main line's Spark)
+    started through the stream operators' path with its checkpoint at
+    `hdfs://warehouse/...`: Spark's own HDFS client writes the checkpoint, and the
+    supervised driver its heartbeat and records beside it, both as the connection's user,
+    though neither the worker nor the driver has a Hadoop configuration naming the service."""
+    import logging
+    from dataclasses import replace
+
+    from airflow_provider_streamstate.engine.checkpoint.liveness import HEARTBEAT_FILE, read_heartbeat
+    from airflow_provider_streamstate.engine.streams import launcher
+    from airflow_provider_streamstate.engine.streams.health import committed_kafka_offsets
+    from airflow_provider_streamstate.engine.streams.records import DRIVER_FILE, read_driver
+    from airflow_provider_streamstate.jobs.generator import GeneratorSpec, produce
+    from airflow_provider_streamstate.streams.start import opened_checkpoint, start_stream
+    from tests.streams import example_stream_spec, use_local_connections, wait_for
+
+    use_local_connections(monkeypatch, stack, tmp_path, master="local[1]")
+    base = f"/tests/{uuid.uuid4().hex[:10]}"
+    spec = replace(example_stream_spec(stack, topic, tmp_path, spark_default_manager=True),
+                   checkpoint=f"hdfs://{SERVICE}{base}/ckpt", aws_conn_id=only_the_connection)
+    produce(stack.kafka_bootstrap, topic, GeneratorSpec(seed=41, accounts=10, events=150))
+    side = opened_checkpoint(spec)
+    handle, status, reconnected = start_stream(spec, startup_timeout_s=600, log=logging.getLogger(__name__),
+                                               checkpoint=side)
+    try:
+        assert status.state == "running" and not reconnected
+
+        def read_all() -> bool:
+            found = committed_kafka_offsets(side.fs)
+            return found is not None and sum(sum(p.values()) for p in found[1].values()) == 150
+        wait_for(read_all, timeout=300, what="the 150 records committed on hdfs://warehouse")
+    finally:
+        launcher.stop(handle, timeout_s=120, checkpoint=side)
+
+    beat, driver = read_heartbeat(side), read_driver(side, handle.launch_id)
+    assert beat is not None and beat.state == "stopped" and beat.launch_id == handle.launch_id
+    assert driver is not None and driver.exit_code == 0
+    client = side.fs.client
+    owners = {rel: (client.status(side.fs.path(rel)) or {}).get("owner")
+              for rel in ("commits/0", "state/0/0/1.delta", HEARTBEAT_FILE, DRIVER_FILE)}
+    assert owners == dict.fromkeys(owners, "streamstate"), owners  # not this worker's OS user
+
+
 def test_a_webhdfs_connection_reaches_hdfs_too_and_another_kind_is_refused_for_an_hdfs_store(
         hdfs: stack_mod.HdfsCluster, monkeypatch: pytest.MonkeyPatch) -> None:
     from airflow_provider_streamstate.hooks.store import StreamstateStoreHook

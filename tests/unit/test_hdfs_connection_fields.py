@@ -65,8 +65,13 @@ def test_a_spark_application_is_given_the_connections_namenodes_as_a_nameservice
     monkeypatch.setenv("SPARK_USER", "etl")
     access = reach_from_spark_conf(confs.get, "hdfs://warehouse/streams/store")
     assert access is not None and access.connection().urls == client.urls and access.user == "etl"
-    # An authority with a port is an address Spark reaches by itself: only the user is given.
-    assert spark_access(client, "nn1.example.com:8020") == ({}, {"HADOOP_USER_NAME": "etl"})
+    # An authority with a port is an address Spark reaches by itself: no Hadoop property,
+    # the user, and for the engine in the driver the connection's WebHDFS URLs (its HTTP
+    # port is not the RPC port's default pair).
+    confs, env = spark_access(client, "nn1.example.com:8020")
+    assert env == {"HADOOP_USER_NAME": "etl"} and not any(k.startswith(p) for k in confs)
+    access = reach_from_spark_conf(confs.get, "hdfs://nn1.example.com:8020/streams/ckpt")
+    assert access is not None and access.connection().urls == client.urls
 
 
 def test_a_client_of_the_hadoop_configuration_gives_an_application_nothing(tmp_path) -> None:
@@ -97,3 +102,29 @@ def test_an_invalid_rpc_port_is_refused_in_one_line() -> None:
         with pytest.raises(UsageError, match="'hdfs_bad' has an invalid rpc_port"):
             webhdfs_client(Connection(conn_id="hdfs_bad", conn_type="streamstate_hdfs", host="nn",
                                       extra=f'{{"rpc_port": {bad}}}'))
+
+
+def test_a_job_on_a_connections_hdfs_checkpoint_gets_its_namenodes_and_user_where_the_caller_set_none(
+        tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the launcher and the engine's jobs add to a spark-submit command for the
+    checkpoint they work on: the caller's own conf or HADOOP_USER_NAME wins; a checkpoint the
+    application reaches by its own configuration (a local one) adds nothing."""
+    from airflow_provider_streamstate.backends.hdfs.checkpoint import open_hdfs
+    from airflow_provider_streamstate.engine.checkpoint.filesystems import open_checkpoint_fs
+    from airflow_provider_streamstate.engine.streams.command import conf_value, with_checkpoint_access
+
+    monkeypatch.delenv("HADOOP_CONF_DIR", raising=False)
+    client = webhdfs_client(Connection(conn_id="hdfs_prod", conn_type="streamstate_hdfs", login="etl",
+                                       host="nn1,nn2", extra='{"rpc_port": 8021}'))
+    fs = open_hdfs("hdfs://warehouse/streams/orders", client)
+    command = ["spark-submit", "--conf", "spark.hadoop.dfs.ha.namenodes.warehouse=a,b", "app.py"]
+    argv, env, given = with_checkpoint_access(command, {}, fs)
+    assert given and env == {"HADOOP_USER_NAME": "etl"} and argv[-1] == "app.py"
+    assert conf_value(argv, "spark.hadoop.dfs.ha.namenodes.warehouse") == "a,b"  # the caller's, once
+    assert argv.count("spark.hadoop.dfs.ha.namenodes.warehouse=a,b") == 1
+    assert conf_value(argv, "spark.hadoop.dfs.nameservices") == "warehouse"
+    assert conf_value(argv, "spark.streamstate.webhdfs.warehouse.urls") == \
+        "http://nn1:9870/webhdfs/v1,http://nn2:9870/webhdfs/v1"
+    assert with_checkpoint_access(command, {"HADOOP_USER_NAME": "ops"}, fs)[1] == {"HADOOP_USER_NAME": "ops"}
+    local = open_checkpoint_fs(str(tmp_path / "ckpt"))
+    assert with_checkpoint_access(command, {"A": "1"}, local) == (command, {"A": "1"}, False)

@@ -25,11 +25,11 @@ import hashlib
 import os
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, BinaryIO
 
-from airflow_provider_streamstate.backends.hdfs.webhdfs import HdfsPath, WebHdfs
+from airflow_provider_streamstate.backends.hdfs.webhdfs import HdfsPath, WebHdfs, spark_access
 from airflow_provider_streamstate.engine.checkpoint.filesystems.base import (
     MAX_RECORD_BYTES,
     CheckpointFS,
@@ -72,6 +72,10 @@ class HdfsCheckpointFS(CheckpointFS):
 
     def path(self, rel: str) -> str:
         return self.where_.join(rel).path
+
+    def spark_access(self, env: Mapping[str, str] | None = None) -> tuple[dict[str, str], dict[str, str]]:
+        """A connection's NameNodes and user for the application (`webhdfs.spark_access`)."""
+        return spark_access(self.client, self.where_.authority, env)
 
     # --- reading -------------------------------------------------------------------------
 

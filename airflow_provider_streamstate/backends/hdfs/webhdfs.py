@@ -134,23 +134,23 @@ def spark_access(client: WebHdfs, authority: str,
     client of the Hadoop configuration, which the application has too
     (`SnapshotStore.spark_access`). spark-submit's environment names the connection's HDFS
     user (HADOOP_USER_NAME; Spark passes spark-submit's user to its containers as
-    SPARK_USER). Where the authority is a name only the connection resolves (no port): the
-    Hadoop properties of an HA nameservice of that name for Spark's own HDFS client (the
-    nameservices of the Hadoop configuration in `env`, spark-submit's, stay listed), and
-    the WebHDFS URLs and certificate check for this engine in the application's driver
-    (`reach_from_spark_conf`; a CA bundle's path does not travel: true is sent for it)."""
+    SPARK_USER); the WebHDFS URLs and certificate check reach this engine in the
+    application's driver (`reach_from_spark_conf`; a CA bundle's path does not travel: true
+    is sent for it). Where the authority is a name only the connection resolves (no port):
+    the Hadoop properties of an HA nameservice of that name for Spark's own HDFS client too
+    (the nameservices of the Hadoop configuration in `env`, spark-submit's, stay listed)."""
     if client.rpc_port is None:
         return {}, {}
     env_out = {"HADOOP_USER_NAME": client.user}
-    if ":" in authority:
-        return {}, env_out
+    confs = {WEBHDFS_URLS.format(authority): ",".join(client.urls),
+             WEBHDFS_VERIFY.format(authority): "false" if client.verify is False else "true"}
+    if ":" in authority:  # Spark's HDFS client reaches host:port itself
+        return confs, env_out
     ids = [f"nn{i}" for i in range(len(client.urls))]
     listed = [n.strip() for n in hadoop_conf.load("hdfs-site.xml", env=env).get("dfs.nameservices", "").split(",")]
-    confs = {HADOOP + "dfs.nameservices": ",".join(dict.fromkeys([*(n for n in listed if n), authority])),
-             HADOOP + f"dfs.ha.namenodes.{authority}": ",".join(ids),
-             HADOOP + f"dfs.client.failover.proxy.provider.{authority}": FAILOVER_PROVIDER,
-             WEBHDFS_URLS.format(authority): ",".join(client.urls),
-             WEBHDFS_VERIFY.format(authority): "false" if client.verify is False else "true"}
+    confs |= {HADOOP + "dfs.nameservices": ",".join(dict.fromkeys([*(n for n in listed if n), authority])),
+              HADOOP + f"dfs.ha.namenodes.{authority}": ",".join(ids),
+              HADOOP + f"dfs.client.failover.proxy.provider.{authority}": FAILOVER_PROVIDER}
     for i, url in zip(ids, client.urls, strict=True):
         confs[HADOOP + f"dfs.namenode.rpc-address.{authority}.{i}"] = _rpc_address(url, client.rpc_port)
     return confs, env_out

@@ -83,6 +83,15 @@ class Sidecar:
 
 MAX_CACHED_SIDECARS = 64
 _BY_LOCATION: dict[str, Sidecar] = {}  # remote locations opened with the environment's credentials
+_GIVEN: dict[str, Sidecar] = {}  # locations this process was told how to reach (`reach_location_as`)
+
+
+def reach_location_as(location: str, side: Sidecar) -> None:
+    """Open `location`, given as text, as `side` from now on in this process: a stream's
+    driver reaches its checkpoint as its launcher said (the connection's address and user in
+    its Spark conf), where its own environment may not reach it at all."""
+    with _lock:
+        _GIVEN[location.rstrip("/")] = side
 _lock = threading.Lock()
 
 
@@ -95,6 +104,8 @@ def open_sidecar(checkpoint: str | Path | Sidecar | CheckpointFS) -> Sidecar:
     if isinstance(checkpoint, CheckpointFS):
         return Sidecar(checkpoint)
     text = str(checkpoint)
+    if (given := _GIVEN.get(text.rstrip("/"))) is not None:
+        return given
     try:
         fs = open_checkpoint_fs(text)
     except UnsupportedCheckpointError as exc:

@@ -165,7 +165,8 @@ def spark_checks(stream: str, copies: Sequence[EditedCopy], command: CommandFor,
         c.work.delete_record(ANSWER)
     app = run_job(command, [c.work.shared_location for c in copies], logs="edit",
                   job_id=f"{stream}-{uuid.uuid4().hex[:8]}", name=f"streamstate-edit-check-{stream}",
-                  what=f"Spark's check of the edit of {stream}", timeout_s=timeout_s, on_submit=on_submit)
+                  what=f"Spark's check of the edit of {stream}", timeout_s=timeout_s, on_submit=on_submit,
+                  checkpoints=[c.work for c in copies])
     code = app.proc.returncode if app.proc is not None else None
     out = []
     for c in copies:

@@ -280,7 +280,7 @@ def _repartition(stream: str, work: CheckpointFS, partitions: int, command: Comm
     app = run_job(command, rescale_job_arguments(work.shared_location, partitions), logs="rescale",
                   job_id=f"{stream}-{partitions}-{uuid.uuid4().hex[:8]}", name=f"streamstate-rescale-{stream}",
                   what=f"the repartition of {stream} to {partitions} partitions", timeout_s=timeout_s,
-                  on_submit=on_submit, ship_code=ship_code)
+                  on_submit=on_submit, ship_code=ship_code, checkpoints=[work])
     record = None
     try:
         record = read_repartition_record(work)

@@ -22,9 +22,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from airflow_provider_streamstate.engine.checkpoint.filesystems import streamstate_home
+from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS, streamstate_home
 from airflow_provider_streamstate.engine.core.cancel import check_cancelled
 from airflow_provider_streamstate.engine.core.errors import StreamstateError, TransientError
+from airflow_provider_streamstate.engine.streams.command import with_checkpoint_access
 from airflow_provider_streamstate.engine.streams.driver_logs import last_error_line, prune_logs
 from airflow_provider_streamstate.engine.streams.managers import AppReport, ClusterApp, manager_named
 from airflow_provider_streamstate.engine.streams.package_code import with_package_code
@@ -94,14 +95,17 @@ class RunningApplication:
 def run_job(
     command: CommandFor, arguments: Sequence[str], *, logs: str, job_id: str, name: str, what: str,
     timeout_s: float | None = None, on_submit: Callable[[RunningApplication], None] | None = None,
-    ship_code: bool | None = None,
+    ship_code: bool | None = None, checkpoints: Sequence[CheckpointFS] = (),
 ) -> RunningApplication:
     """Run one of the engine's jobs, `command(arguments)`, to its end (`run_to_end`): its
     log `<streamstate home>/<logs>/<job_id>.log` (older ones pruned), the application named
     `name`, the command's environment kept as secrets (off the command line and the log),
     this package's code in its py-files as `ship_code` says (None: on a cluster;
-    engine/streams/package_code.py)."""
+    engine/streams/package_code.py), and what it needs to reach the `checkpoints` it works
+    on as the engine does (`with_checkpoint_access`)."""
     argv, env = command(arguments)
+    for fs in checkpoints:
+        argv, env, _ = with_checkpoint_access(argv, env, fs)
     argv = with_package_code(argv, ship_code)
     folder = streamstate_home() / logs
     folder.mkdir(parents=True, exist_ok=True)

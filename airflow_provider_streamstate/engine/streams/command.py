@@ -4,7 +4,12 @@ both read commands through it."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS
 
 
 def option_value(command: Sequence[str], name: str) -> str | None:
@@ -48,6 +53,17 @@ def with_confs(command: Sequence[str], confs: Sequence[tuple[str, str]]) -> list
     """`command` with `--conf key=value` pairs right after spark-submit itself (before any
     of the command's own options and its application)."""
     return [command[0], *(a for k, v in confs for a in ("--conf", f"{k}={v}")), *command[1:]]
+
+
+def with_checkpoint_access(command: Sequence[str], env: Mapping[str, str],
+                           checkpoint: CheckpointFS) -> tuple[list[str], dict[str, str], bool]:
+    """`command` and spark-submit's environment `env` (on top of this process's) with what
+    the application needs to reach `checkpoint` as the engine's connection to it does
+    (`CheckpointFS.spark_access`: an HDFS connection's NameNodes and user; a conf or
+    variable the caller set stays), and whether it needed any."""
+    confs, access_env = checkpoint.spark_access({**os.environ, **env})
+    added = sorted((k, v) for k, v in confs.items() if conf_value(command, k) is None)
+    return with_confs(command, added), {**access_env, **env}, bool(confs or access_env)
 
 
 def without_option(command: Sequence[str], name: str) -> list[str]:

@@ -65,6 +65,7 @@ from airflow_provider_streamstate.engine.core.errors import (
     UsageError,
 )
 from airflow_provider_streamstate.engine.streams import processes
+from airflow_provider_streamstate.engine.streams.command import with_checkpoint_access
 from airflow_provider_streamstate.engine.streams.driver_logs import last_error_line, prune_logs
 from airflow_provider_streamstate.engine.streams.managers import AppReport, ClusterApp, manager_named
 from airflow_provider_streamstate.engine.streams.records import (
@@ -94,6 +95,10 @@ ENV_LAUNCH_GENERATION = "STREAMSTATE_LAUNCH_GENERATION"
 ENV_HEARTBEAT_INTERVAL = "STREAMSTATE_HEARTBEAT_INTERVAL"
 ENV_QUERY_NAME = "STREAMSTATE_QUERY_NAME"
 ENV_STREAM = "STREAMSTATE_STREAM"
+# Set: the driver reaches its checkpoint as its Spark conf says (the launcher's connection to
+# it gave the application its address and user: CheckpointFS.spark_access), not only as
+# its own environment would.
+ENV_CHECKPOINT_FROM_CONF = "STREAMSTATE_CHECKPOINT_FROM_CONF"
 # Set: every query the application starts runs once (Trigger.Once), so a checkpoint holding a
 # planned, uncommitted batch gets exactly that batch committed and the driver exits.
 ENV_FINISH_PLANNED_BATCH = "STREAMSTATE_FINISH_PLANNED_BATCH"
@@ -351,14 +356,16 @@ def launch(
         logs = Path(log_dir).expanduser().absolute() if log_dir else side.local_dir / LOG_DIR
         logs.mkdir(parents=True, exist_ok=True)
         prune_logs(logs)
+        reached, env, given = with_checkpoint_access(command, dict(env or {}), side.fs)
         settings = {
             ENV_CHECKPOINT: side.location, ENV_LAUNCH_ID: launch_id, ENV_STREAM: stream,
             ENV_LAUNCH_GENERATION: str(generation), ENV_HEARTBEAT_INTERVAL: str(heartbeat_interval_s),
             **({ENV_QUERY_NAME: query_name} if query_name else {}),
+            **({ENV_CHECKPOINT_FROM_CONF: "1"} if given else {}),
         }
         submission = Submission.prepare(
-            command, env={**os.environ, **(env or {}), **settings}, log_path=logs / f"{stream}-{launch_id}.log",
-            name=stream, launch_id=launch_id, settings=settings, secret_env=env or {})
+            reached, env={**os.environ, **env, **settings}, log_path=logs / f"{stream}-{launch_id}.log",
+            name=stream, launch_id=launch_id, settings=settings, secret_env=env)
         started_at = now_iso()
         proc = submission.start(f"launching {stream} ({launch_id}) at {started_at}", cwd=cwd)
         handle = StreamHandle(stream, side.location, launch_id, proc.pid, socket.gethostname(),

@@ -83,6 +83,13 @@ class CheckpointFS(ABC):
         local path with its symlinks kept, or the URL."""
         return self.location
 
+    def spark_access(self, env: Mapping[str, str] | None = None) -> tuple[dict[str, str], dict[str, str]]:
+        """What a Spark application on this checkpoint (the stream's driver, the engine's
+        jobs) needs to reach it as this filesystem's connection does, beyond its own
+        configuration: Spark confs, and spark-submit's environment (given `env`, its own).
+        Nothing by default: the application reaches it as its cluster is configured."""
+        return {}, {}
+
     # --- reading: the planner ------------------------------------------------------------
 
     def refresh(self) -> None:  # noqa: B027 - a capability: most filesystems cache nothing
