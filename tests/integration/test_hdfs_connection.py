@@ -42,7 +42,7 @@ def hdfs_port(client) -> int:  # noqa: ANN001 - a WebHdfs
     return int(client.urls[0].split(":")[2].split("/")[0])
 
 
-def _upload(client, local: Path, path: str) -> None:  # noqa: ANN001 - a WebHdfs
+def upload(client, local: Path, path: str) -> None:  # noqa: ANN001 - a WebHdfs
     for p in sorted(local.rglob("*")):
         if p.is_file():
             client.create(f"{path}/{p.relative_to(local).as_posix()}", p.read_bytes())
@@ -77,7 +77,7 @@ def test_an_hdfs_store_and_checkpoint_are_reached_through_an_airflow_connection_
     assert StreamstateHdfsHook(conn_id).test_connection()[0]
     base = f"/tests/{uuid.uuid4().hex[:10]}"
     local = hdfs_checkpoint(tmp_path / "ckpt")
-    _upload(client, local, f"{base}/ckpt")
+    upload(client, local, f"{base}/ckpt")
     spec = StreamSpec(name="orders", checkpoint=f"hdfs://{SERVICE}{base}/ckpt", store=f"hdfs://{SERVICE}{base}/store",
                       aws_conn_id=conn_id)
 
@@ -122,7 +122,7 @@ def test_a_state_job_reads_a_snapshot_in_an_hdfs_store_only_the_connection_resol
     g = golden("small_aggregation_hdfs")  # written by the main line's Spark, whose spark-submit runs the job
     store = StreamstateStoreHook(f"hdfs://{SERVICE}/tests/{uuid.uuid4().hex[:10]}/store", aws_conn_id=conn_id).store
     base = store.root.path.rsplit("/", 1)[0]
-    _upload(store.client, Path(g.checkpoint), f"{base}/ckpt")
+    upload(store.client, Path(g.checkpoint), f"{base}/ckpt")
     spec = StreamSpec(name="orders", checkpoint=f"hdfs://{SERVICE}{base}/ckpt", store=store.url, aws_conn_id=conn_id)
     taken = SnapshotStreamOperator(task_id="snap", stream=spec).execute({})
 

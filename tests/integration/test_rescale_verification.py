@@ -13,7 +13,9 @@ wrong place; a table replaced by another partition's: entries lost, others twice
 misplaced; a table file the repartition batch names deleted) are verified again by the job
 and refused with the problem named. A checkpoint in S3 and in HDFS is
 digested by worker processes that reach it as the caller does (what an executor does with
-the application's S3A options or the Hadoop configuration)."""
+the application's S3A options or the Hadoop configuration). A checkpoint at a name only an
+Airflow HDFS connection resolves is rescaled in place by the engine, the repartition job
+reaching it through what the engine gave it from the connection."""
 
 from __future__ import annotations
 
@@ -42,6 +44,7 @@ from airflow_provider_streamstate.engine.lookup.digest import StateDigest, state
 from airflow_provider_streamstate.engine.state.rescale import rescale_job_application
 from dev import spark_versions
 from dev import stack as stack_mod
+from tests.integration.test_hdfs_connection import only_the_connection  # noqa: F401 - a fixture
 from tests.s3 import s3_client
 
 pytestmark = [pytest.mark.integration, pytest.mark.yarn, pytest.mark.hdfs]
@@ -201,3 +204,36 @@ def test_worker_processes_reach_a_remote_checkpoint_as_the_caller_does(keyed, st
     here = state_digest(str(keyed), workers=1)
     there = state_digest(target, connection=connection, workers=2)
     assert same_digest(there.to_json(), here.to_json())
+
+
+def test_a_checkpoint_only_an_hdfs_connection_resolves_is_rescaled_in_place_as_its_user(
+        keyed, spark43, only_the_connection, tmp_path, monkeypatch) -> None:  # noqa: F811 - the fixture
+    """The rescale's whole path on `hdfs://warehouse/...` (snapshot into a store there,
+    work copy, Spark's repartition and its verification on the executors, swap) with no
+    Hadoop configuration anywhere: the repartition job's Spark and its driver reach the work
+    copy only through what the engine gives them from the `streamstate_hdfs` connection."""
+    from airflow_provider_streamstate.backends.hdfs.hook import StreamstateHdfsHook
+    from airflow_provider_streamstate.engine.state.rescale import rescale_stream
+    from airflow_provider_streamstate.hooks.store import StreamstateStoreHook, open_checkpoint
+    from tests.integration.test_hdfs_connection import SERVICE, upload
+
+    monkeypatch.setenv("STREAMSTATE_HOME", str(tmp_path / "home"))
+    client = StreamstateHdfsHook(only_the_connection).get_conn()
+    base = f"/tests/{uuid.uuid4().hex[:10]}"
+    upload(client, keyed, f"{base}/ckpt")
+    checkpoint = f"hdfs://{SERVICE}{base}/ckpt"
+    store = StreamstateStoreHook(f"hdfs://{SERVICE}{base}/store", aws_conn_id=only_the_connection).store
+    batch = CheckpointReader(str(keyed)).resolve_batch(None)
+
+    def command(arguments):  # noqa: ANN001, ANN202 - the engine's CommandFor
+        return spark43.submit_command(rescale_job_application(), list(arguments), master="local[2]"), spark43.env()
+
+    done = rescale_stream(store, "keyed", checkpoint, partitions=8, command=command, connection=client)
+    assert done.in_place and (done.from_partitions, done.to_partitions) == (4, 8)
+    assert done.repartition_batch == batch + 1 and done.rescaled_snapshot is not None
+    fs = open_checkpoint(checkpoint, only_the_connection)
+    after = state_digest(fs.location, batch + 1, connection=client, workers=1)
+    assert after.partitions == {0: 8, 1: 8} and after.placed == sum(s.entries for s in after.stores)
+    assert {s.store: s.entries for s in after.stores if s.operator_id == 0} == {"default": 3000}
+    # The repartition batch was written by the job's Spark as the connection's user.
+    assert (client.status(fs.path(f"commits/{batch + 1}")) or {}).get("owner") == "streamstate"
