@@ -27,7 +27,10 @@ start: spark-submit has read it), STREAMSTATE_HEARTBEAT_INTERVAL (seconds, defau
 the heartbeat follows; default the first one started), STREAMSTATE_STOP_BATCH_WAIT
 (seconds a stop waits for the batch in flight, default 60), STREAMSTATE_FINISH_PLANNED_BATCH
 (set: every query runs once, which commits a planned batch a stop interrupted, and the driver
-exits: `streams.start.finish_planned_batch`).
+exits: `streams.start.finish_planned_batch`), STREAMSTATE_CHECKPOINT_FROM_CONF (set: the
+checkpoint is reached as the application's Spark conf says, read from spark-submit's JVM
+before the application runs: what the launcher's connection to it gave,
+`CheckpointFS.spark_access`).
 """
 
 from __future__ import annotations
@@ -310,9 +313,9 @@ def main(argv: list[str] | None = None) -> int:
     if os.environ.get(ENV_CHECKPOINT_FROM_CONF):
         try:
             _reach_checkpoint_from_conf(checkpoint)
-        except StreamstateError as exc:
-            _say(f"not starting: {exc.one_line()}")
-            return 3
+        except Exception as exc:  # noqa: BLE001 - the driver's own configuration may still reach it
+            why = exc.one_line() if isinstance(exc, StreamstateError) else f"{type(exc).__name__}: {exc}"
+            _say(f"cannot reach {checkpoint} as the launcher said ({why}); trying this driver's own configuration")
     refusal = supervisor.superseded_reason()  # before the driver writes anything
     try:
         refuse_unfinished_restore(open_sidecar(checkpoint))
@@ -349,7 +352,7 @@ def _reach_checkpoint_from_conf(checkpoint: str) -> None:
     Spark conf: spark-submit's JVM, which holds it, is up before the application has a
     session; pyspark's SparkConf reads it only once connected to that JVM)."""
     if not os.environ.get("PYSPARK_GATEWAY_PORT"):
-        return  # not under spark-submit's JVM (Spark Connect): the environment's way it is
+        return  # not started by spark-submit: no JVM holds a conf; the environment's way it is
     from pyspark import SparkConf, SparkContext
 
     from airflow_provider_streamstate.engine.lookup.reading.reach import Reach

@@ -121,6 +121,20 @@ def hdfs(shared_root: Path) -> Iterator[stack_mod.HdfsCluster]:
         yield stack_mod.HdfsCluster(**info)
 
 
+@pytest.fixture
+def only_the_connection(hdfs: stack_mod.HdfsCluster, monkeypatch: pytest.MonkeyPatch) -> str:
+    """No Hadoop configuration on this worker; an Airflow connection (`streamstate_hdfs`,
+    its id returned) naming the stack's NameNode, its RPC port and the HDFS user
+    `streamstate`: a logical name in an `hdfs://` URL (no Hadoop configuration or DNS
+    entry says where it is) is reached through it alone."""
+    for key in ("HADOOP_CONF_DIR", "HADOOP_HOME", "HADOOP_USER_NAME"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AIRFLOW_CONN_HDFS_WAREHOUSE", json.dumps(
+        {"conn_type": "streamstate_hdfs", "host": "127.0.0.1", "port": hdfs.http_port, "login": "streamstate",
+         "extra": {"rpc_port": hdfs.rpc_port}}))
+    return "hdfs_warehouse"
+
+
 @dataclass(frozen=True)
 class SparkStandalone:
     """The Spark standalone cluster (a master and two workers): its `spark://` URL and the

@@ -24,18 +24,7 @@ from tests.unit.test_checkpoint_fs import hdfs_checkpoint
 
 pytestmark = [pytest.mark.integration, pytest.mark.hdfs]
 
-SERVICE = "warehouse"  # a logical name: no Hadoop configuration or DNS entry says where it is
-
-
-@pytest.fixture
-def only_the_connection(hdfs: stack_mod.HdfsCluster, monkeypatch: pytest.MonkeyPatch) -> str:
-    """No Hadoop configuration on this worker; an Airflow connection naming the NameNode."""
-    for key in ("HADOOP_CONF_DIR", "HADOOP_HOME", "HADOOP_USER_NAME"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("AIRFLOW_CONN_HDFS_WAREHOUSE", json.dumps(
-        {"conn_type": "streamstate_hdfs", "host": "127.0.0.1", "port": hdfs.http_port, "login": "streamstate",
-         "extra": {"rpc_port": hdfs.rpc_port}}))
-    return "hdfs_warehouse"
+SERVICE = "warehouse"  # a logical name only the connection (`only_the_connection`, conftest.py) resolves
 
 
 def hdfs_port(client) -> int:  # noqa: ANN001 - a WebHdfs

@@ -44,7 +44,6 @@ from airflow_provider_streamstate.engine.lookup.digest import StateDigest, state
 from airflow_provider_streamstate.engine.state.rescale import rescale_job_application
 from dev import spark_versions
 from dev import stack as stack_mod
-from tests.integration.test_hdfs_connection import only_the_connection  # noqa: F401 - a fixture
 from tests.s3 import s3_client
 
 pytestmark = [pytest.mark.integration, pytest.mark.yarn, pytest.mark.hdfs]
@@ -207,7 +206,7 @@ def test_worker_processes_reach_a_remote_checkpoint_as_the_caller_does(keyed, st
 
 
 def test_a_checkpoint_only_an_hdfs_connection_resolves_is_rescaled_in_place_as_its_user(
-        keyed, spark43, only_the_connection, tmp_path, monkeypatch) -> None:  # noqa: F811 - the fixture
+        keyed, spark43, only_the_connection, tmp_path, monkeypatch) -> None:
     """The rescale's whole path on `hdfs://warehouse/...` (snapshot into a store there,
     work copy, Spark's repartition and its verification on the executors, swap) with no
     Hadoop configuration anywhere: the repartition job's Spark and its driver reach the work

@@ -117,14 +117,57 @@ def test_a_job_on_a_connections_hdfs_checkpoint_gets_its_namenodes_and_user_wher
     client = webhdfs_client(Connection(conn_id="hdfs_prod", conn_type="streamstate_hdfs", login="etl",
                                        host="nn1,nn2", extra='{"rpc_port": 8021}'))
     fs = open_hdfs("hdfs://warehouse/streams/orders", client)
-    command = ["spark-submit", "--conf", "spark.hadoop.dfs.ha.namenodes.warehouse=a,b", "app.py"]
+    command = ["spark-submit", "--conf", "spark.sql.shuffle.partitions=4", "app.py"]
     argv, env, given = with_checkpoint_access(command, {}, fs)
     assert given and env == {"HADOOP_USER_NAME": "etl"} and argv[-1] == "app.py"
-    assert conf_value(argv, "spark.hadoop.dfs.ha.namenodes.warehouse") == "a,b"  # the caller's, once
-    assert argv.count("spark.hadoop.dfs.ha.namenodes.warehouse=a,b") == 1
     assert conf_value(argv, "spark.hadoop.dfs.nameservices") == "warehouse"
+    assert conf_value(argv, "spark.hadoop.dfs.namenode.rpc-address.warehouse.nn1") == "nn2:8021"
     assert conf_value(argv, "spark.streamstate.webhdfs.warehouse.urls") == \
         "http://nn1:9870/webhdfs/v1,http://nn2:9870/webhdfs/v1"
     assert with_checkpoint_access(command, {"HADOOP_USER_NAME": "ops"}, fs)[1] == {"HADOOP_USER_NAME": "ops"}
+    # The caller's own Hadoop properties for the service win whole: none of the generated group
+    # is mixed with them (the engine's own URLs still go to its driver).
+    own = ["spark-submit", "--conf", "spark.hadoop.dfs.ha.namenodes.warehouse=a,b", "app.py"]
+    argv, _, _ = with_checkpoint_access(own, {}, fs)
+    assert [a for a in argv if a.startswith("spark.hadoop.")] == ["spark.hadoop.dfs.ha.namenodes.warehouse=a,b"]
+    assert conf_value(argv, "spark.streamstate.webhdfs.warehouse.verify") == "true"
     local = open_checkpoint_fs(str(tmp_path / "ckpt"))
     assert with_checkpoint_access(command, {"A": "1"}, local) == (command, {"A": "1"}, False)
+
+
+def test_a_nameservice_spark_submits_hadoop_configuration_defines_keeps_its_namenodes(tmp_path) -> None:
+    """A connection to a service the cluster's own Hadoop configuration names (an HA pair
+    it lists, or a gateway the connection points at): the application reaches it as that
+    configuration says; only the user and the engine's WebHDFS URLs are given."""
+    from airflow_provider_streamstate.backends.hdfs.webhdfs import spark_access
+
+    (tmp_path / "hdfs-site.xml").write_text(
+        "<configuration><property><name>dfs.nameservices</name><value>prodns</value></property>"
+        "<property><name>dfs.namenode.rpc-address.other.nn1</name><value>nn9:8020</value></property>"
+        "</configuration>")
+    client = webhdfs_client(Connection(conn_id="hdfs_gw", conn_type="streamstate_hdfs", login="etl",
+                                       host="httpfs.example.com", port=14000, extra='{"rpc_port": 8020}'))
+    for authority in ("prodns", "other"):
+        confs, env = spark_access(client, authority, {"HADOOP_CONF_DIR": str(tmp_path)})
+        assert env == {"HADOOP_USER_NAME": "etl"}
+        assert sorted(confs) == [f"spark.streamstate.webhdfs.{authority}.urls",
+                                 f"spark.streamstate.webhdfs.{authority}.verify"]
+
+
+def test_a_yarn_application_is_watched_killed_and_cleaned_up_as_the_user_that_submitted_it(tmp_path) -> None:
+    """spark-submit runs as HADOOP_USER_NAME (a connection's login) where it is set: the
+    ResourceManager's requests and the staging directory's removal act as that user."""
+    import getpass
+
+    from airflow_provider_streamstate.backends.hdfs.checkpoint import open_hdfs
+    from airflow_provider_streamstate.engine.streams.managers.yarn import staging_base, submitting_user
+
+    (tmp_path / "core-site.xml").write_text(
+        "<configuration><property><name>fs.defaultFS</name><value>hdfs://nn1:8020</value></property></configuration>")
+    env = {"HADOOP_CONF_DIR": str(tmp_path), "HADOOP_USER_NAME": "etl"}
+    assert submitting_user(env) == "etl" and submitting_user({}) == getpass.getuser()
+    assert staging_base(["spark-submit", "--master", "yarn", "app.py"], env) == "hdfs://nn1:8020/user/etl"
+    staging = open_hdfs("hdfs://nn1:8020/user/etl/.sparkStaging/application_1_0001", client=None)
+    as_etl = staging.as_user("etl")
+    assert as_etl.client.user == "etl" and as_etl.location == staging.location
+    assert staging.as_user(staging.client.user) is staging

@@ -77,6 +77,13 @@ class HdfsCheckpointFS(CheckpointFS):
         """A connection's NameNodes and user for the application (`webhdfs.spark_access`)."""
         return spark_access(self.client, self.where_.authority, env)
 
+    def as_user(self, user: str) -> HdfsCheckpointFS:
+        if not user or user == self.client.user:
+            return self
+        c = self.client
+        return HdfsCheckpointFS(self.where_, WebHdfs(c.urls, user=user, timeout_s=c.timeout_s, authority=c.authority,
+                                                     verify=c.verify, rpc_port=c.rpc_port), given=self.spark_location)
+
     # --- reading -------------------------------------------------------------------------
 
     def refresh(self) -> None:

@@ -136,9 +136,10 @@ def spark_access(client: WebHdfs, authority: str,
     user (HADOOP_USER_NAME; Spark passes spark-submit's user to its containers as
     SPARK_USER); the WebHDFS URLs and certificate check reach this engine in the
     application's driver (`reach_from_spark_conf`; a CA bundle's path does not travel: true
-    is sent for it). Where the authority is a name only the connection resolves (no port):
-    the Hadoop properties of an HA nameservice of that name for Spark's own HDFS client too
-    (the nameservices of the Hadoop configuration in `env`, spark-submit's, stay listed)."""
+    is sent for it). Where the authority is a name only the connection resolves (no port,
+    and not a nameservice of the Hadoop configuration in `env`, spark-submit's): the Hadoop
+    properties of an HA nameservice of that name for Spark's own HDFS client too (the
+    configuration's own nameservices stay listed)."""
     if client.rpc_port is None:
         return {}, {}
     env_out = {"HADOOP_USER_NAME": client.user}
@@ -146,8 +147,11 @@ def spark_access(client: WebHdfs, authority: str,
              WEBHDFS_VERIFY.format(authority): "false" if client.verify is False else "true"}
     if ":" in authority:  # Spark's HDFS client reaches host:port itself
         return confs, env_out
+    site = hadoop_conf.load("hdfs-site.xml", env=env)
+    listed = [n.strip() for n in site.get("dfs.nameservices", "").split(",")]
+    if authority in listed or any(k.startswith(f"dfs.namenode.rpc-address.{authority}") for k in site):
+        return confs, env_out  # spark-submit's Hadoop configuration defines the service: its NameNodes stay
     ids = [f"nn{i}" for i in range(len(client.urls))]
-    listed = [n.strip() for n in hadoop_conf.load("hdfs-site.xml", env=env).get("dfs.nameservices", "").split(",")]
     confs |= {HADOOP + "dfs.nameservices": ",".join(dict.fromkeys([*(n for n in listed if n), authority])),
               HADOOP + f"dfs.ha.namenodes.{authority}": ",".join(ids),
               HADOOP + f"dfs.client.failover.proxy.provider.{authority}": FAILOVER_PROVIDER}

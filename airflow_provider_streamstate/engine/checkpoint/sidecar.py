@@ -84,6 +84,7 @@ class Sidecar:
 MAX_CACHED_SIDECARS = 64
 _BY_LOCATION: dict[str, Sidecar] = {}  # remote locations opened with the environment's credentials
 _GIVEN: dict[str, Sidecar] = {}  # locations this process was told how to reach (`reach_location_as`)
+_lock = threading.Lock()
 
 
 def reach_location_as(location: str, side: Sidecar) -> None:
@@ -92,7 +93,6 @@ def reach_location_as(location: str, side: Sidecar) -> None:
     its Spark conf), where its own environment may not reach it at all."""
     with _lock:
         _GIVEN[location.rstrip("/")] = side
-_lock = threading.Lock()
 
 
 def open_sidecar(checkpoint: str | Path | Sidecar | CheckpointFS) -> Sidecar:

@@ -55,13 +55,19 @@ def with_confs(command: Sequence[str], confs: Sequence[tuple[str, str]]) -> list
     return [command[0], *(a for k, v in confs for a in ("--conf", f"{k}={v}")), *command[1:]]
 
 
+HADOOP_PREFIX = "spark.hadoop."  # a Spark conf that is a property of the application's Hadoop configuration
+
+
 def with_checkpoint_access(command: Sequence[str], env: Mapping[str, str],
                            checkpoint: CheckpointFS) -> tuple[list[str], dict[str, str], bool]:
     """`command` and spark-submit's environment `env` (on top of this process's) with what
     the application needs to reach `checkpoint` as the engine's connection to it does
-    (`CheckpointFS.spark_access`: an HDFS connection's NameNodes and user; a conf or
-    variable the caller set stays), and whether it needed any."""
+    (`CheckpointFS.spark_access`: an HDFS connection's NameNodes and user), and whether it
+    needed any. A conf or variable the caller set stays; Hadoop properties go whole or not
+    at all: where the caller sets one of them, its own define the service."""
     confs, access_env = checkpoint.spark_access({**os.environ, **env})
+    if any(conf_value(command, k) is not None for k in confs if k.startswith(HADOOP_PREFIX)):
+        confs = {k: v for k, v in confs.items() if not k.startswith(HADOOP_PREFIX)}
     added = sorted((k, v) for k, v in confs.items() if conf_value(command, k) is None)
     return with_confs(command, added), {**access_env, **env}, bool(confs or access_env)
 

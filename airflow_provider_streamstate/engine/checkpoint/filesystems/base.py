@@ -90,6 +90,12 @@ class CheckpointFS(ABC):
         Nothing by default: the application reaches it as its cluster is configured."""
         return {}, {}
 
+    def as_user(self, user: str) -> CheckpointFS:
+        """The same directory, acting as `user` where the filesystem is told who acts
+        (HDFS's simple authentication: a YARN application's staging is its submitter's);
+        itself elsewhere."""
+        return self
+
     # --- reading: the planner ------------------------------------------------------------
 
     def refresh(self) -> None:  # noqa: B027 - a capability: most filesystems cache nothing

@@ -200,6 +200,12 @@ def _with_default_port(host: str | None, https: bool) -> str | None:
 _STAGING = re.compile(r"-> (\S+?/\.sparkStaging/(application_\d+_\d+))/")
 
 
+def submitting_user(env: Mapping[str, str]) -> str:
+    """Who YARN and HDFS take spark-submit to be (simple authentication, as Hadoop's client
+    decides): HADOOP_USER_NAME in its environment, else its OS user."""
+    return (env.get("HADOOP_USER_NAME") or "").strip() or getpass.getuser()
+
+
 def staging_base(command: Sequence[str], env: Mapping[str, str]) -> str:
     """Where Spark stages a YARN application's files: `spark.yarn.stagingDir`, else the
     submitting user's home on the cluster's default filesystem (`fs.defaultFS`), as
@@ -210,7 +216,7 @@ def staging_base(command: Sequence[str], env: Mapping[str, str]) -> str:
     default_fs = hadoop_conf.load("core-site.xml", env=env).get("fs.defaultFS", "file:///")
     if default_fs.startswith("file:"):
         return f"file:{Path.home()}"
-    return f"{default_fs.rstrip('/')}/user/{getpass.getuser()}"
+    return f"{default_fs.rstrip('/')}/user/{submitting_user(env)}"
 
 
 class YarnManager(ClusterManager):
@@ -237,7 +243,7 @@ class YarnManager(ClusterManager):
         self.check(command, env)
         confs = [("spark.yarn.submit.waitAppCompletion", "false"), ("spark.yarn.maxAppAttempts", "1"),
                  *((f"spark.yarn.appMasterEnv.{k}", v) for k, v in sorted(settings.items()))]
-        app = ClusterApp(self.name, None, resource_manager_urls(env), getpass.getuser(),
+        app = ClusterApp(self.name, None, resource_manager_urls(env), submitting_user(env),
                          staging=staging_base(command, env))
         return Prepared(with_confs(command, confs), submit_client_env(env), app)
 
@@ -264,7 +270,7 @@ class YarnManager(ClusterManager):
         if not app.staging or not app.app_id or not app.staging.rstrip("/").endswith(f".sparkStaging/{app.app_id}"):
             return []
         try:
-            removed = open_checkpoint_fs(app.staging).delete_all()
+            removed = open_checkpoint_fs(app.staging).as_user(app.user).delete_all()  # its owner's
         except (StreamstateError, OSError) as exc:
             why = exc.one_line() if isinstance(exc, StreamstateError) else str(exc)
             log.warning("could not remove the staging directory %s of %s: %s", app.staging, app.app_id, why)
