@@ -51,7 +51,7 @@ from airflow_provider_streamstate.engine.checkpoint.sidecar import (
     reach_location_as,
     refuse_unfinished_restore,
 )
-from airflow_provider_streamstate.engine.core.errors import StreamstateError
+from airflow_provider_streamstate.engine.core.errors import StreamstateError, UsageError
 from airflow_provider_streamstate.engine.streams.launcher import (
     ENV_CHECKPOINT,
     ENV_CHECKPOINT_FROM_CONF,
@@ -352,7 +352,8 @@ def _reach_checkpoint_from_conf(checkpoint: str) -> None:
     Spark conf: spark-submit's JVM, which holds it, is up before the application has a
     session; pyspark's SparkConf reads it only once connected to that JVM)."""
     if not os.environ.get("PYSPARK_GATEWAY_PORT"):
-        return  # not started by spark-submit: no JVM holds a conf; the environment's way it is
+        raise UsageError("the driver was not started by spark-submit: no JVM holds its conf",
+                         hint="start it with spark-submit, as the launcher does")
     from pyspark import SparkConf, SparkContext
 
     from airflow_provider_streamstate.engine.lookup.reading.reach import Reach
