@@ -14,8 +14,9 @@ misplaced; a table file the repartition batch names deleted) are verified again 
 and refused with the problem named. A checkpoint in S3 and in HDFS is
 digested by worker processes that reach it as the caller does (what an executor does with
 the application's S3A options or the Hadoop configuration). A checkpoint at a name only an
-Airflow HDFS connection resolves is rescaled in place by the engine, the repartition job
-reaching it through what the engine gave it from the connection."""
+Airflow HDFS connection resolves is rescaled, then repaired, in place by the engine, the
+repartition job and Spark's check of the edit reaching it through what the engine gave them
+from the connection."""
 
 from __future__ import annotations
 
@@ -205,13 +206,19 @@ def test_worker_processes_reach_a_remote_checkpoint_as_the_caller_does(keyed, st
     assert same_digest(there.to_json(), here.to_json())
 
 
-def test_a_checkpoint_only_an_hdfs_connection_resolves_is_rescaled_in_place_as_its_user(
+def test_a_checkpoint_only_an_hdfs_connection_resolves_is_rescaled_then_repaired_in_place_as_its_user(
         keyed, spark43, only_the_connection, tmp_path, monkeypatch) -> None:
     """The rescale's whole path on `hdfs://warehouse/...` (snapshot into a store there,
-    work copy, Spark's repartition and its verification on the executors, swap) with no
-    Hadoop configuration anywhere: the repartition job's Spark and its driver reach the work
-    copy only through what the engine gives them from the `streamstate_hdfs` connection."""
+    work copy, Spark's repartition and its verification on the executors, swap), then a
+    repair with Spark's check, with no Hadoop configuration anywhere: the repartition job
+    and the check reach the work copy only through what the engine gives them from the
+    `streamstate_hdfs` connection."""
     from airflow_provider_streamstate.backends.hdfs.hook import StreamstateHdfsHook
+    from airflow_provider_streamstate.engine.edit.changes import EditSpec
+    from airflow_provider_streamstate.engine.edit.repair import edit_stream
+    from airflow_provider_streamstate.engine.edit.spark_check import edit_check_application
+    from airflow_provider_streamstate.engine.lookup.api import lookup_key
+    from airflow_provider_streamstate.engine.lookup.reading.sources import CheckpointSource
     from airflow_provider_streamstate.engine.state.rescale import rescale_stream
     from airflow_provider_streamstate.hooks.store import StreamstateStoreHook, open_checkpoint
     from tests.integration.test_hdfs_connection import SERVICE, upload
@@ -224,10 +231,12 @@ def test_a_checkpoint_only_an_hdfs_connection_resolves_is_rescaled_in_place_as_i
     store = StreamstateStoreHook(f"hdfs://{SERVICE}{base}/store", aws_conn_id=only_the_connection).store
     batch = CheckpointReader(str(keyed)).resolve_batch(None)
 
-    def command(arguments):  # noqa: ANN001, ANN202 - the engine's CommandFor
-        return spark43.submit_command(rescale_job_application(), list(arguments), master="local[2]"), spark43.env()
+    def submit(application: str):  # noqa: ANN202 - the engine's CommandFor of `application`
+        return lambda arguments: (spark43.submit_command(application, list(arguments), master="local[2]"),
+                                  spark43.env())
 
-    done = rescale_stream(store, "keyed", checkpoint, partitions=8, command=command, connection=client)
+    done = rescale_stream(store, "keyed", checkpoint, partitions=8, command=submit(rescale_job_application()),
+                          connection=client)
     assert done.in_place and (done.from_partitions, done.to_partitions) == (4, 8)
     assert done.repartition_batch == batch + 1 and done.rescaled_snapshot is not None
     fs = open_checkpoint(checkpoint, only_the_connection)
@@ -236,3 +245,13 @@ def test_a_checkpoint_only_an_hdfs_connection_resolves_is_rescaled_in_place_as_i
     assert {s.store: s.entries for s in after.stores if s.operator_id == 0} == {"default": 3000}
     # The repartition batch was written by the job's Spark as the connection's user.
     assert (client.status(fs.path(f"commits/{batch + 1}")) or {}).get("owner") == "streamstate"
+
+    edit = EditSpec.from_json({"operator": 0, "delete": ["acct-000000001"],
+                               "set": [{"key": "acct-000000002", "value": [1, 5, 5]}]}, "two accounts put right")
+    repaired = edit_stream(store, "keyed", checkpoint, edit, apply=True, command=submit(edit_check_application()),
+                           connection=client, fs=fs, requested_by="test")
+    assert repaired.edit_batch == batch + 2 and repaired.spark is not None and repaired.spark["keys_checked"] == 2
+    source = CheckpointSource(fs.location, reader=CheckpointReader(fs))
+    assert source.batch_id == batch + 2
+    assert lookup_key(source, key="acct-000000002").value == {"count": 1, "sum": 5, "max": 5}
+    assert not lookup_key(source, key="acct-000000001").found
