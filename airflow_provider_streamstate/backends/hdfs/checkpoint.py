@@ -27,6 +27,7 @@ import re
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any, BinaryIO
 
 from airflow_provider_streamstate.backends.hdfs.webhdfs import HdfsPath, WebHdfs, spark_access
@@ -80,9 +81,8 @@ class HdfsCheckpointFS(CheckpointFS):
     def as_user(self, user: str) -> HdfsCheckpointFS:
         if not user or user == self.client.user:
             return self
-        c = self.client
-        return HdfsCheckpointFS(self.where_, WebHdfs(c.urls, user=user, timeout_s=c.timeout_s, authority=c.authority,
-                                                     verify=c.verify, rpc_port=c.rpc_port), given=self.spark_location)
+        return HdfsCheckpointFS(self.where_, replace(self.client.access(), user=user).connection(),
+                                given=self.spark_location)
 
     # --- reading -------------------------------------------------------------------------
 

@@ -115,7 +115,6 @@ def hadoop_user(env: Mapping[str, str] | None = None) -> str:
 
 
 FAILOVER_PROVIDER = "org.apache.hadoop.hdfs.server.namenode.ha.ConfiguredFailoverProxyProvider"
-HADOOP = "spark.hadoop."  # a Spark conf's prefix for a Hadoop property
 # This engine's own keys of a Spark application's conf for the NameNodes of an authority a
 # connection resolved (`spark_access`): their WebHDFS URLs and the certificate check.
 WEBHDFS_URLS = "spark.streamstate.webhdfs.{}.urls"
@@ -152,11 +151,12 @@ def spark_access(client: WebHdfs, authority: str,
     if authority in listed or any(k.startswith(f"dfs.namenode.rpc-address.{authority}") for k in site):
         return confs, env_out  # spark-submit's Hadoop configuration defines the service: its NameNodes stay
     ids = [f"nn{i}" for i in range(len(client.urls))]
-    confs |= {HADOOP + "dfs.nameservices": ",".join(dict.fromkeys([*(n for n in listed if n), authority])),
-              HADOOP + f"dfs.ha.namenodes.{authority}": ",".join(ids),
-              HADOOP + f"dfs.client.failover.proxy.provider.{authority}": FAILOVER_PROVIDER}
+    p = hadoop_conf.SPARK_PREFIX
+    confs |= {p + "dfs.nameservices": ",".join(dict.fromkeys([*(n for n in listed if n), authority])),
+              p + f"dfs.ha.namenodes.{authority}": ",".join(ids),
+              p + f"dfs.client.failover.proxy.provider.{authority}": FAILOVER_PROVIDER}
     for i, url in zip(ids, client.urls, strict=True):
-        confs[HADOOP + f"dfs.namenode.rpc-address.{authority}.{i}"] = _rpc_address(url, client.rpc_port)
+        confs[p + f"dfs.namenode.rpc-address.{authority}.{i}"] = _rpc_address(url, client.rpc_port)
     return confs, env_out
 
 

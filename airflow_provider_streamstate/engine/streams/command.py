@@ -8,6 +8,8 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from airflow_provider_streamstate.engine.core.config import hadoop_conf
+
 if TYPE_CHECKING:
     from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS
 
@@ -55,9 +57,6 @@ def with_confs(command: Sequence[str], confs: Sequence[tuple[str, str]]) -> list
     return [command[0], *(a for k, v in confs for a in ("--conf", f"{k}={v}")), *command[1:]]
 
 
-HADOOP_PREFIX = "spark.hadoop."  # a Spark conf that is a property of the application's Hadoop configuration
-
-
 def with_checkpoint_access(command: Sequence[str], env: Mapping[str, str],
                            checkpoint: CheckpointFS) -> tuple[list[str], dict[str, str], bool]:
     """`command` and spark-submit's environment `env` (on top of this process's) with what
@@ -66,8 +65,8 @@ def with_checkpoint_access(command: Sequence[str], env: Mapping[str, str],
     needed any. A conf or variable the caller set stays; Hadoop properties go whole or not
     at all: where the caller sets one of them, its own define the service."""
     confs, access_env = checkpoint.spark_access({**os.environ, **env})
-    if any(conf_value(command, k) is not None for k in confs if k.startswith(HADOOP_PREFIX)):
-        confs = {k: v for k, v in confs.items() if not k.startswith(HADOOP_PREFIX)}
+    if any(conf_value(command, k) is not None for k in confs if k.startswith(hadoop_conf.SPARK_PREFIX)):
+        confs = {k: v for k, v in confs.items() if not k.startswith(hadoop_conf.SPARK_PREFIX)}
     added = sorted((k, v) for k, v in confs.items() if conf_value(command, k) is None)
     return with_confs(command, added), {**access_env, **env}, bool(confs or access_env)
 

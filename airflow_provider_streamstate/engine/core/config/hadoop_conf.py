@@ -21,6 +21,7 @@ from airflow_provider_streamstate.engine.core.errors import UsageError
 
 _REFERENCE = re.compile(r"\$\{([^}]+)\}")
 SHIPPED_CONF_DIR = Path("__spark_conf__") / "__hadoop_conf__"  # below a Spark YARN container's working dir
+SPARK_PREFIX = "spark.hadoop."  # a Spark conf with this prefix is a property of the application's Hadoop configuration
 
 
 def conf_dirs(env: Mapping[str, str] | None = None, *, yarn: bool = False) -> list[Path]:
