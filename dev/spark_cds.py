@@ -7,8 +7,9 @@ those classes again. On this 2-core machine a local session's start and one smal
     .venv/bin/python dev/spark_cds.py          # build every installed Spark line's archive (make setup does)
     .venv/bin/python dev/spark_cds.py --opts   # print the JVM options that use the main venv's
 
-`jvm_opts()` is what SPARK_SUBMIT_OPTS gets in tests (tests/conftest.py): SHORT_LIVED_JVM,
-plus the archive of this pyspark when it was built for this Java; `with_archive_of()` swaps in
+`jvm_opts()` is what SPARK_SUBMIT_OPTS gets in tests (tests/conftest.py): SHORT_LIVED_JVM and
+INTERPRETED_SQL (the archive is trained with both), plus the archive of this pyspark when it
+was built for this Java; `with_archive_of()` swaps in
 another line's (dev/spark_versions.py's `env()` does for a driver of that line). A JVM whose
 classpath the archive does not match (a YARN container, a Spark without an archive) runs as
 without it: the JVM checks, and its messages about it are off (they would go to the
@@ -36,6 +37,13 @@ from dev.stack import JARS, SHORT_LIVED_JVM  # noqa: E402
 
 ARCHIVES = JARS / "spark-cds"
 QUIET = "-Xlog:cds=off,cds+dynamic=off"
+# Spark SQL's expressions and operators interpreted instead of compiled to Java with Janino,
+# as Spark's own test suites run them (`spark.sql.codegen.factoryMode`, an internal conf for
+# tests): a test's few hundred rows cost less to interpret than to compile, and each
+# query's compilation is most of a short driver's JIT work. What Spark writes (rows, state,
+# checkpoints) is the same either way. About a tenth of a driver's CPU here (docs/testing.md);
+# the tests of Spark's own behaviour run its defaults (`with_compiled_sql`).
+INTERPRETED_SQL = "-Dspark.sql.codegen.wholeStage=false -Dspark.sql.codegen.factoryMode=NO_CODEGEN"
 
 # The training run: a session, SQL, a stateful streaming query on RocksDB state with
 # changelog checkpointing and on the default store, Spark's state readers, files.
@@ -92,10 +100,17 @@ def archive_path(spark_home: Path | None = None, java: str | None = None) -> Pat
 
 
 def jvm_opts(spark_home: Path | None = None) -> str:
-    """SHORT_LIVED_JVM, with the archive of this Spark (default: this pyspark) and Java when it
-    exists."""
+    """SHORT_LIVED_JVM and INTERPRETED_SQL, with the archive of this Spark (default: this
+    pyspark) and Java when it exists."""
     archive = archive_path(spark_home)
-    return f"{SHORT_LIVED_JVM} -XX:SharedArchiveFile={archive} {QUIET}" if archive.is_file() else SHORT_LIVED_JVM
+    base = f"{SHORT_LIVED_JVM} {INTERPRETED_SQL}"
+    return f"{base} -XX:SharedArchiveFile={archive} {QUIET}" if archive.is_file() else base
+
+
+def with_compiled_sql(opts: str) -> str:
+    """JVM options `opts` without INTERPRETED_SQL: Spark's default code generation."""
+    dropped = set(INTERPRETED_SQL.split())
+    return " ".join(o for o in opts.split() if o not in dropped)
 
 
 def with_archive_of(opts: str, spark_home: Path) -> str:
@@ -124,7 +139,7 @@ def build(python: str, spark_home: Path) -> Path:
     spark_submit = spark_home / "bin" / "spark-submit"
     partial = archive.with_suffix(".partial")
     env = {**os.environ, "SPARK_HOME": str(spark_home), "PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python,
-           "SPARK_SUBMIT_OPTS": f"{SHORT_LIVED_JVM} -XX:ArchiveClassesAtExit={partial} {QUIET}"}
+           "SPARK_SUBMIT_OPTS": f"{SHORT_LIVED_JVM} {INTERPRETED_SQL} -XX:ArchiveClassesAtExit={partial} {QUIET}"}
     env.pop("VIRTUAL_ENV", None)
     failure = ""
     for attempt in range(1, ATTEMPTS + 1):

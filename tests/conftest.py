@@ -198,6 +198,25 @@ def spark_default_checkpoint_manager(spark):  # noqa: ANN001, ANN201
     return spark
 
 
+@pytest.fixture(scope="module")
+def spark_compiled_sql() -> Iterator[None]:
+    """Spark's default code generation for the Spark applications a module starts (the suite's
+    JVMs interpret SQL: dev/spark_cds.INTERPRETED_SQL), for the tests of what each Spark line
+    itself does: the version matrix and the goldens' drift check."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SPARK_SUBMIT_OPTS", spark_cds.with_compiled_sql(os.environ.get("SPARK_SUBMIT_OPTS", "")))
+        yield
+
+
+@pytest.fixture
+def spark_compiled_sql_in_session(spark):  # noqa: ANN001, ANN201
+    """The shared session with Spark's default code generation (restored after the test by
+    `_spark_conf_restored`): SQL confs a query reads when it starts."""
+    spark.conf.set("spark.sql.codegen.wholeStage", "true")
+    spark.conf.set("spark.sql.codegen.factoryMode", "FALLBACK")
+    return spark
+
+
 @pytest.fixture(autouse=True)
 def _component_marked(request: pytest.FixtureRequest) -> None:
     """A test that uses a component's fixture without its marker fails, naming the marker."""

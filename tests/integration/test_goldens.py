@@ -47,7 +47,7 @@ OTHER_CASES = _todays(_generated(OTHER_LINE), salt=7) if OTHER_LINE else []
 
 
 @pytest.mark.parametrize("case", MAIN_CASES)
-@pytest.mark.usefixtures("spark_default_checkpoint_manager")
+@pytest.mark.usefixtures("spark_default_checkpoint_manager", "spark_compiled_sql_in_session")
 def test_a_golden_regenerated_by_the_main_lines_spark_holds_the_same_entries_and_layout(spark, tmp_path,
                                                                                          case: str) -> None:
     problems = golden_mod.regenerate(spark, case, GOLDEN / f"spark-{MAIN_LINE}" / case, tmp_path / case)
@@ -58,6 +58,7 @@ def test_a_golden_regenerated_by_the_main_lines_spark_holds_the_same_entries_and
 
 @pytest.mark.spark_lines
 @pytest.mark.parametrize("case", OTHER_CASES)
+@pytest.mark.usefixtures("spark_compiled_sql")
 def test_a_golden_regenerated_by_another_lines_spark_holds_the_same_entries_and_layout(case: str) -> None:
     assert OTHER_LINE is not None
     version = spark_versions.get(OTHER_LINE)
