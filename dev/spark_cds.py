@@ -41,8 +41,9 @@ QUIET = "-Xlog:cds=off,cds+dynamic=off"
 # as Spark's own test suites run them (`spark.sql.codegen.factoryMode`, an internal conf for
 # tests): a test's few hundred rows cost less to interpret than to compile, and each
 # query's compilation is most of a short driver's JIT work. What Spark writes (rows, state,
-# checkpoints) is the same either way. About a tenth of a driver's CPU here (docs/testing.md);
-# the tests of Spark's own behaviour run its defaults (`with_compiled_sql`).
+# checkpoints) is the same either way. Two in-place repair tests, run alternately, took about
+# a tenth less CPU (docs/testing.md; a whole run's variance between runs hides it); the tests
+# of what each Spark line itself does run its defaults (`with_compiled_sql`).
 INTERPRETED_SQL = "-Dspark.sql.codegen.wholeStage=false -Dspark.sql.codegen.factoryMode=NO_CODEGEN"
 
 # The training run: a session, SQL, a stateful streaming query on RocksDB state with
