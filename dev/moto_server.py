@@ -118,8 +118,7 @@ def list_objects(self: Any, bucket: Any, prefix: str | None, delimiter: str | No
         if delimiter and delimiter in rest:
             folders.add(f"{prefix}{rest.split(delimiter)[0]}{delimiter}")
         elif not isinstance(key, s3_models.FakeDeleteMarker):
-            keys.append(key)
-    keys.sort(key=lambda k: k.name)
+            keys.append(key)  # by name: `under` reads the sorted names
     if marker:
         keys = self._get_results_from_token(keys, self._pagination_tokens.get(marker) or marker)
     truncated, next_marker = False, None
