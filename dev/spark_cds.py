@@ -44,7 +44,11 @@ QUIET = "-Xlog:cds=off,cds+dynamic=off"
 # checkpoints) is the same either way. Two in-place repair tests, run alternately, took about
 # a tenth less CPU (docs/testing.md; a whole run's variance between runs hides it); the tests
 # of what each Spark line itself does run its defaults (`with_compiled_sql`).
-INTERPRETED_SQL = "-Dspark.sql.codegen.wholeStage=false -Dspark.sql.codegen.factoryMode=NO_CODEGEN"
+SQL_CODE_GENERATION = {  # conf: (interpreted, Spark's default)
+    "spark.sql.codegen.wholeStage": ("false", "true"),
+    "spark.sql.codegen.factoryMode": ("NO_CODEGEN", "FALLBACK"),
+}
+INTERPRETED_SQL = " ".join(f"-D{conf}={interpreted}" for conf, (interpreted, _) in SQL_CODE_GENERATION.items())
 
 # The training run: a session, SQL, a stateful streaming query on RocksDB state with
 # changelog checkpointing and on the default store, Spark's state readers, files.

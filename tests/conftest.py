@@ -212,8 +212,8 @@ def spark_compiled_sql() -> Iterator[None]:
 def spark_compiled_sql_in_session(spark):  # noqa: ANN001, ANN201
     """The shared session with Spark's default code generation (restored after the test by
     `_spark_conf_restored`): SQL confs a query reads when it starts."""
-    spark.conf.set("spark.sql.codegen.wholeStage", "true")
-    spark.conf.set("spark.sql.codegen.factoryMode", "FALLBACK")
+    for conf, (_, default) in spark_cds.SQL_CODE_GENERATION.items():
+        spark.conf.set(conf, default)
     return spark
 
 
