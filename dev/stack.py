@@ -454,6 +454,15 @@ class YarnCluster:
     def to_json(self) -> dict[str, str]:
         return asdict(self)
 
+    def unhealthy_nodes(self) -> list[str]:
+        """The NodeManagers that launch nothing, each with YARN's reason (a full disk, say):
+        on them an application waits ACCEPTED for good."""
+        with urllib.request.urlopen(urllib.request.Request(
+                f"{self.rm_web}/ws/v1/cluster/nodes?states=UNHEALTHY,LOST,DECOMMISSIONED,SHUTDOWN",
+                headers={"Accept": "application/json"}), timeout=5) as r:
+            nodes = (json.loads(r.read()).get("nodes") or {}).get("node") or []
+        return [f"{n['id']} {n['state']}: {n.get('healthReport', '').strip()}" for n in nodes]
+
     def env(self) -> dict[str, str]:
         """What spark-submit needs to submit to it."""
         return {"HADOOP_CONF_DIR": self.conf_dir, "YARN_CONF_DIR": self.conf_dir}
@@ -506,13 +515,19 @@ def start_yarn_cluster(state_dir: Path | str, *, memory_mb: int = 8192, vcores: 
         if not (conf_dir / "yarn-cluster.json").exists():
             return False
         with urllib.request.urlopen(urllib.request.Request(
-                f"http://127.0.0.1:{web_port}/ws/v1/cluster/info", headers={"Accept": "application/json"}),
+                f"http://127.0.0.1:{web_port}/ws/v1/cluster/metrics", headers={"Accept": "application/json"}),
                 timeout=2) as r:
-            return bool(json.loads(r.read())["clusterInfo"]["state"] == "STARTED")
+            metrics = json.loads(r.read())["clusterMetrics"]
+        return bool(metrics["activeNodes"] + metrics["unhealthyNodes"] > 0)  # the NodeManager has registered
 
     _wait(YARN_PART, state_dir, ready, timeout=max(READY_TIMEOUT_S, 120))
     info = json.loads((conf_dir / "yarn-cluster.json").read_text())
-    return YarnCluster(str(conf_dir), info["rm_web"], info["rm_address"], info["nm_web"], info["work_dir"])
+    cluster = YarnCluster(str(conf_dir), info["rm_web"], info["rm_address"], info["nm_web"], info["work_dir"])
+    unhealthy = cluster.unhealthy_nodes()
+    if unhealthy:
+        stop_yarn_cluster(state_dir)
+        raise StackError(f"YARN's NodeManager would launch no container: {'; '.join(unhealthy)}")
+    return cluster
 
 
 def stop_yarn_cluster(state_dir: Path | str) -> None:
