@@ -209,7 +209,9 @@ class Sampler:
                 "processes_by_kind": dict(Counter(_counted_kind(c) for c in self.known.values() if c).most_common()),
                 "spark_drivers_by_file": dict(Counter(c["file"] for c in self._drivers()).most_common()),
                 "spark_drivers_by_test": dict(Counter(c["test"] or c["file"] for c in self._drivers()).most_common()),
-                "outside_any_test": self._outside()}
+                "outside_any_test": self._outside(),
+                "costliest_by_kind": self._costliest(),
+                "python_by_program": self._python_by_program()}
 
     def _outside(self, top: int = 8) -> list[dict[str, Any]]:
         """The costliest processes charged to no test (started with no test running and by
@@ -218,6 +220,31 @@ class Sampler:
                   and not (c["cmd"] and c["cmd"][0].startswith("[pytest-xdist"))]  # workers: charged by their title
         return [{"cpu_s": round(c["cpu"], 1), "kind": c["kind"], "cmd": " ".join(c["cmd"])[:400]}
                 for c in sorted(placed, key=lambda c: -c["cpu"])[:top]]
+
+    def _costliest(self, top: int = 12) -> dict[str, list[dict[str, Any]]]:
+        """Each kind's processes that used the most CPU: what the largest shares of a kind (a
+        Python that is a stream's driver, a CLI run, a job) actually were."""
+        by_kind: dict[str, list[dict[str, Any]]] = {}
+        for c in self.known.values():
+            if c and not (c["cmd"] and c["cmd"][0].startswith("[pytest-xdist")):
+                by_kind.setdefault(_counted_kind(c), []).append(c)
+        return {kind: [{"cpu_s": round(c["cpu"], 1), "test": c["test"] or c["file"], "cmd": " ".join(c["cmd"])[:300]}
+                       for c in sorted(cs, key=lambda c: -c["cpu"])[:top]]
+                for kind, cs in by_kind.items()}
+
+    def _python_by_program(self) -> dict[str, dict[str, float]]:
+        """The "other python" processes summed by the program they ran (a script, a module,
+        `-c`): many short ones add up where no single one shows among the costliest."""
+        sums: dict[str, dict[str, float]] = {}
+        for c in self.known.values():
+            if c and c["kind"] == kind_of(["python"]):
+                args = c["cmd"][1:]
+                program = (f"-m {args[1]}" if args[:1] == ["-m"] and len(args) > 1
+                           else os.path.basename(args[0]) if args else os.path.basename(c["cmd"][0]))
+                entry = sums.setdefault(program, {"processes": 0, "cpu_s": 0.0})
+                entry["processes"] += 1
+                entry["cpu_s"] = round(entry["cpu_s"] + c["cpu"], 1)
+        return dict(sorted(sums.items(), key=lambda kv: -kv[1]["cpu_s"]))
 
     def _drivers(self) -> list[dict[str, Any]]:
         """The Spark drivers the run started. A process a driver's JVM forks (Hadoop's
