@@ -4,9 +4,10 @@ that neither the host's Hadoop configuration (there is none) nor DNS resolves; t
 `streamstate_hdfs` connection names the NameNode's WebHDFS address and the HDFS user. The
 operators snapshot the checkpoint into the store and restore it to another HDFS location,
 byte for byte; without the connection the same URLs reach nothing. A state job, a Spark
-application (local spark-submit), reads a snapshot of that store through the same name: the
-connection's NameNode reaches its Spark and its driver as the Hadoop properties of a
-nameservice, and it acts as the connection's HDFS user. A `webhdfs` connection (the
+application (spark-submit on a local master, and in YARN's cluster deploy mode), reads a
+snapshot of that store through the same name: the connection's NameNode reaches its Spark
+and its driver as the Hadoop properties of a nameservice, and it acts as the connection's
+HDFS user. A `webhdfs` connection (the
 apache-hdfs provider's type, same fields) is read the same way, and a connection of another
 kind is refused for an HDFS store."""
 
@@ -92,8 +93,14 @@ def test_an_hdfs_store_and_checkpoint_are_reached_through_an_airflow_connection_
         open_checkpoint(spec.checkpoint, None).files()
 
 
+@pytest.mark.parametrize("deploy", ["local", pytest.param("yarn-cluster", marks=pytest.mark.yarn)])
 def test_a_state_job_reads_a_snapshot_in_an_hdfs_store_only_the_connection_resolves_as_its_user(
-        only_the_connection: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        deploy: str, only_the_connection: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        request: pytest.FixtureRequest) -> None:
+    """On a local master, and in YARN's cluster deploy mode: the driver then runs in the
+    application master's container, on a machine whose Hadoop configuration (YARN's alone,
+    for spark-submit) names no HDFS service either; it gets the nameservice from the job's
+    confs and acts as the connection's user, which spark-submit passes to the container."""
     from airflow_provider_streamstate.engine.state.jobs import StateJobRequest, result_key
     from airflow_provider_streamstate.engine.state.submit import (
         state_job_application,
@@ -115,10 +122,19 @@ def test_a_state_job_reads_a_snapshot_in_an_hdfs_store_only_the_connection_resol
     spec = StreamSpec(name="orders", checkpoint=f"hdfs://{SERVICE}{base}/ckpt", store=store.url, aws_conn_id=conn_id)
     taken = SnapshotStreamOperator(task_id="snap", stream=spec).execute({})
 
-    request = StateJobRequest(kind="show", store=store.url, stream="orders", snapshot=taken["snapshot_id"],
-                              limit=1000).with_job_id()
+    job = StateJobRequest(kind="show", store=store.url, stream="orders", snapshot=taken["snapshot_id"],
+                           limit=1000).with_job_id()
     line = spark_versions.get(spark_versions.MAIN_LINE)
-    command = line.submit_command(state_job_application(), state_job_arguments(request))
+    env = line.env()
+    if deploy == "local":
+        command = line.submit_command(state_job_application(), state_job_arguments(job))
+    else:
+        yarn: stack_mod.YarnCluster = request.getfixturevalue("yarn")
+        conf = {**yarn.pyspark_conf(tmp_path / "staging"), "spark.sql.shuffle.partitions": "2"}
+        command = [str(line.spark_submit), "--master", "yarn", "--deploy-mode", "cluster",
+                   *(a for k, v in conf.items() for a in ("--conf", f"{k}={v}")), state_job_application(),
+                   *state_job_arguments(job)]
+        env = {**env, **yarn.env()}  # YARN's configuration only: no core-site.xml, no HDFS service in it
     owners: dict[str, str | None] = {}  # of each record the submitter deletes once the job has answered
     delete = store.delete_record
 
@@ -126,14 +142,17 @@ def test_a_state_job_reads_a_snapshot_in_an_hdfs_store_only_the_connection_resol
         owners[key] = (store.client.status(store.root.join(key).path) or {}).get("owner")
         delete(key)
     monkeypatch.setattr(store, "delete_record", delete_noting_its_owner)
-    shown = submit_state_job(request, store, command, env=line.env())
+    shown = submit_state_job(job, store, command, env=env)
 
     expected = {(r.key, r.value, r.partition_id) for r in g.state().rows}  # what Spark's reader gave on the golden
     assert shown["columns"] == ["key__groupingexpression", "value_sum", "partition_id"]  # the job's flattened columns
     assert {((r["key__groupingexpression"],), (r["value_sum"],), r["partition_id"]) for r in shown["rows"]} == expected
     assert shown["total_rows"] == len(expected) and shown["batch_id"] == g.last_batch
+    ran_on = shown["ran_on"]
+    assert (ran_on["master"], ran_on["deploy_mode"]) == (("local[2]", "client") if deploy == "local" else
+                                                         ("yarn", "cluster"))
     # The driver wrote its result as the connection's user, not as this worker's OS user.
-    assert owners[result_key("orders", request.job_id)] == "streamstate"
+    assert owners[result_key("orders", job.job_id)] == "streamstate"
 
 
 def test_a_stream_runs_on_an_hdfs_checkpoint_only_the_connection_resolves_and_keeps_its_records_there(
