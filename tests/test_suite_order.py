@@ -193,6 +193,27 @@ def test_a_fork_of_a_driver_seen_before_it_execs_is_not_counted_as_a_driver() ->
     assert report["processes_by_kind"] == {"fork of a JVM, seen before its exec": 2, "spark driver": 1}
 
 
+def test_the_python_processes_are_summed_by_program_and_each_kind_lists_its_costliest() -> None:
+    """Many short Python processes (CLI runs, drivers' Python sides) add up where no single one
+    shows: the report sums them by the script or module they ran."""
+    cpu = _cpu_module()
+    sampler = cpu.Sampler("t5")
+    runs = [(["/v/bin/python", "/v/bin/streamstate", "snapshot"], 0.5), (["/v/bin/python", "/v/bin/streamstate"], 0.25),
+            (["python", "-m", "airflow_provider_streamstate.cli", "rescale"], 2.0),
+            (["/v/bin/python", "/repo/airflow_provider_streamstate/jobs/supervised.py", "app.py"], 4.0)]
+    for pid, (cmd, used) in enumerate(runs, start=200):
+        sampler.known[(pid, 1)] = {"cpu": used, "kind": cpu.kind_of(cmd), "cmd": cmd,
+                                   "file": "tests/integration/test_a.py", "test": "tests/integration/test_a.py::t",
+                                   "follows": None}
+    report = sampler.report()
+    assert report["python_by_program"] == {"supervised.py": {"processes": 1, "cpu_s": 4.0},
+                                           "-m airflow_provider_streamstate.cli": {"processes": 1, "cpu_s": 2.0},
+                                           "streamstate": {"processes": 2, "cpu_s": 0.8}}
+    costliest = report["costliest_by_kind"][cpu.kind_of(["python"])]
+    assert [c["cpu_s"] for c in costliest] == [4.0, 2.0, 0.5, 0.2]  # 0.25, rounded to a tenth
+    assert costliest[0]["test"] == "tests/integration/test_a.py::t" and "supervised.py" in costliest[0]["cmd"]
+
+
 def test_a_measured_command_keeps_its_exit_code_and_its_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]
                                                                 ) -> None:
     import sys
