@@ -234,6 +234,40 @@ def test_an_hdfs_connections_user_runs_spark_submit_in_cluster_mode_too(tmp_path
         assert confs["spark.hadoop.dfs.namenode.rpc-address.warehouse.nn0"] == "nn1:8020", deploy
 
 
+def test_a_callers_confs_stay_an_hdfs_service_it_defines_is_its_own_and_its_s3_endpoint_keeps_the_credentials(
+    tmp_path,
+) -> None:
+    """The caller's command decides where it sets a conf, by the rule streams follow for their
+    checkpoints (`access_confs_to_add`): one NameNode property of the caller's and the
+    service is the caller's (none of the connection's NameNodes mixed in); an S3 endpoint of
+    the caller's for the bucket, and the connection's credentials still reach it."""
+    from airflow_provider_streamstate.backends.hdfs.store import HdfsStore
+    from airflow_provider_streamstate.backends.hdfs.webhdfs import WebHdfs
+
+    def confs_of(cmd: list[str]) -> list[tuple[str, str]]:
+        return [tuple(cmd[i + 1].split("=", 1)) for i, a in enumerate(cmd) if a == "--conf"]
+
+    hdfs = HdfsStore("hdfs://warehouse/snapshots",
+                     client=WebHdfs(["http://nn1:9870/webhdfs/v1", "http://nn2:9870/webhdfs/v1"], user="etl",
+                                    rpc_port=8020))
+    request = StateJobRequest(kind="show", store=hdfs.url, stream="orders").with_job_id()
+    own = "spark.hadoop.dfs.namenode.rpc-address.warehouse.nn0=mine:8020"
+    cmd, _ = complete_command(["spark-submit", "--conf", own, "app.py"], request, hdfs, {})
+    hadoop = [(k, v) for k, v in confs_of(cmd) if k.startswith("spark.hadoop.")]
+    assert hadoop == [tuple(own.split("=", 1))]
+    assert dict(confs_of(cmd))["spark.streamstate.webhdfs.warehouse.urls"].count("http://") == 2  # the engine's reach
+    cmd, _ = complete_command(["spark-submit", "app.py"], request, hdfs, {})
+    assert dict(confs_of(cmd))["spark.hadoop.dfs.namenode.rpc-address.warehouse.nn1"] == "nn2:8020"
+
+    s3 = _s3_store()
+    request = StateJobRequest(kind="show", store="s3://state/prod", stream="orders").with_job_id()
+    endpoint = "spark.hadoop.fs.s3a.bucket.state.endpoint"
+    cmd, _ = complete_command(["spark-submit", "--conf", f"{endpoint}=https://vpce.example", "app.py"], request, s3, {})
+    confs = confs_of(cmd)
+    assert [v for k, v in confs if k == endpoint] == ["https://vpce.example"]  # given once: the caller's
+    assert dict(confs)["spark.hadoop.fs.s3a.bucket.state.secret.key"] == "s3cr3t-value"
+
+
 def test_a_job_runs_with_its_driver_in_a_kubernetes_pod_as_a_stream_does(tmp_path) -> None:
     """State jobs run on every manager streams run on: on Kubernetes the driver pod is named
     by the submission, known before spark-submit says anything."""

@@ -53,7 +53,7 @@ from airflow_provider_streamstate.engine.state.reader import require_state_reade
 from airflow_provider_streamstate.engine.state.scratch import job_started, remove_scratch
 from airflow_provider_streamstate.engine.stores.base import SnapshotStore
 from airflow_provider_streamstate.engine.streams.applications import RunningApplication, run_to_end
-from airflow_provider_streamstate.engine.streams.command import with_confs
+from airflow_provider_streamstate.engine.streams.command import access_confs_to_add, with_confs
 from airflow_provider_streamstate.engine.streams.driver_logs import last_error_line, prune_logs
 from airflow_provider_streamstate.engine.streams.managers import manager_for
 from airflow_provider_streamstate.engine.streams.package_code import with_package_code
@@ -87,9 +87,11 @@ SUBMITTER_ENV = ("HADOOP_USER_NAME",)  # of a store's driver environment, given 
 
 def complete_command(command: Sequence[str], request: StateJobRequest, store: SnapshotStore,
                      env: Mapping[str, str], *, ship_code: bool | None = None) -> tuple[list[str], dict[str, str]]:
-    """The caller's spark-submit command with what the job needs to reach its store (and
-    this package's code in its py-files: engine/streams/package_code.py, `ship_code` None
-    where it runs on a cluster), and the environment spark-submit runs with; refused in one
+    """The caller's spark-submit command with what the job needs to reach its store (a conf
+    the caller set stays: `access_confs_to_add`, as for a stream's checkpoint; and this
+    package's code in its py-files: engine/streams/package_code.py, `ship_code` None where
+    it runs on a cluster), and the environment spark-submit runs with (`env` is the whole
+    environment: the store's variables win over this process's); refused in one
     line when its cluster manager cannot run it, or when it names a local path a driver on
     the cluster would lose."""
     cmd = list(command)
@@ -99,7 +101,7 @@ def complete_command(command: Sequence[str], request: StateJobRequest, store: Sn
     if not any(a.startswith("spark.sql.session.timeZone=") for a in cmd):
         confs.append(("spark.sql.session.timeZone", "UTC"))  # rows read back as the local path shows them
     store_confs, driver_env = store.spark_access(env)
-    confs += sorted(store_confs.items())
+    confs += access_confs_to_add(cmd, store_confs)
     child_env = dict(env)
     if manager.driver_on_cluster(cmd):
         jobs = request.batch() if request.kind == "batch" else [request]

@@ -57,17 +57,27 @@ def with_confs(command: Sequence[str], confs: Sequence[tuple[str, str]]) -> list
     return [command[0], *(a for k, v in confs for a in ("--conf", f"{k}={v}")), *command[1:]]
 
 
+def access_confs_to_add(command: Sequence[str], confs: Mapping[str, str]) -> list[tuple[str, str]]:
+    """Of the confs a store or checkpoint gives an application to reach it (`spark_access`),
+    those `command` does not set itself, sorted: a conf the caller set stays. The HDFS
+    client's properties (an HA nameservice's NameNodes) go whole or not at all: where the
+    caller sets one of them, its own define the service. S3A's per-bucket properties stand
+    each alone: a caller's endpoint for a bucket keeps the connection's credentials."""
+    service = hadoop_conf.SPARK_PREFIX + "dfs."
+    if any(conf_value(command, k) is not None for k in confs if k.startswith(service)):
+        confs = {k: v for k, v in confs.items() if not k.startswith(service)}
+    return sorted((k, v) for k, v in confs.items() if conf_value(command, k) is None)
+
+
 def with_checkpoint_access(command: Sequence[str], env: Mapping[str, str],
                            checkpoint: CheckpointFS) -> tuple[list[str], dict[str, str], bool]:
     """`command` and spark-submit's environment `env` (on top of this process's) with what
     the application needs to reach `checkpoint` as the engine's connection to it does
     (`CheckpointFS.spark_access`: an HDFS connection's NameNodes and user), and whether it
-    needed any. A conf or variable the caller set stays; Hadoop properties go whole or not
-    at all: where the caller sets one of them, its own define the service."""
+    needed any. A conf the caller set stays (`access_confs_to_add`), and so does a variable
+    of `env`: the caller's own choice, not this process's environment."""
     confs, access_env = checkpoint.spark_access({**os.environ, **env})
-    if any(conf_value(command, k) is not None for k in confs if k.startswith(hadoop_conf.SPARK_PREFIX)):
-        confs = {k: v for k, v in confs.items() if not k.startswith(hadoop_conf.SPARK_PREFIX)}
-    added = sorted((k, v) for k, v in confs.items() if conf_value(command, k) is None)
+    added = access_confs_to_add(command, confs)
     return with_confs(command, added), {**access_env, **env}, bool(confs or access_env)
 
 
