@@ -153,11 +153,16 @@ def test_a_thin_worker_validates_on_yarn_with_the_platforms_spark_and_gx_only_in
                            cwd=tmp_path, env=env)
     assert json.loads(probe.stdout) == {"great_expectations": False, "pyspark_jars": False,
                                         "pyspark_dist": "pyspark-client"}, probe.stderr
-    out = subprocess.run(
-        [str(WORKER / "bin" / "streamstate"), "validate", "--store", store.url, "--stream", "golden", snapshot_id,
-         "--suite", str(_suite(tmp_path, sums)), "--master", "yarn", "--deploy-mode", "cluster", "--json",
-         *(a for k, v in conf.items() for a in ("--conf", f"{k}={v}"))],
-        capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+    try:
+        out = subprocess.run(
+            [str(WORKER / "bin" / "streamstate"), "validate", "--store", store.url, "--stream", "golden", snapshot_id,
+             "--suite", str(_suite(tmp_path, sums)), "--master", "yarn", "--deploy-mode", "cluster", "--json",
+             *(a for k, v in conf.items() for a in ("--conf", f"{k}={v}"))],
+            capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+    except subprocess.TimeoutExpired:  # say where it waited: the submit's log goes with tmp_path
+        logs = sorted((tmp_path / "streamstate-home").rglob("*.log"))
+        pytest.fail(f"no answer in 600 s; YARN's unhealthy nodes: {yarn.unhealthy_nodes()}; "
+                    + "".join(f"\n--- {p}:\n{p.read_text(errors='replace')[-3000:]}" for p in logs))
     if spark.major_minor < (4, 0):  # no state data source: refused at once, nothing submitted
         assert out.returncode == 1 and out.stdout == "", out.stderr[-3000:]
         assert out.stderr.startswith(f"streamstate: error: Spark {spark.pyspark} has no state data source"), out.stderr
