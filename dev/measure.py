@@ -46,6 +46,7 @@ DRIVER_MIN_CPU_S = 0.5  # a JVM with Spark's driver class that used less was a f
 _TICKS = os.sysconf("SC_CLK_TCK")
 SHARED = "shared parts (stack, clusters)"
 OUTSIDE = "(outside any test)"
+OTHER_PYTHON = "other python (stream apps' drivers, CLI runs, jobs)"
 _JAVA_KINDS = (
     # spark-class's command builder, a tenth of a second before each spark-submit: its
     # arguments name SparkSubmit too, so it is told apart first (not a driver).
@@ -80,7 +81,7 @@ def kind_of(cmd: list[str]) -> str:
     if "moto.server" in line or "moto_server" in line:
         return "moto S3"
     if exe.startswith("python"):
-        return "other python (stream apps' drivers, CLI runs, jobs)"
+        return OTHER_PYTHON
     return "other"
 
 
@@ -237,7 +238,7 @@ class Sampler:
         `-c`): many short ones add up where no single one shows among the costliest."""
         sums: dict[str, dict[str, float]] = {}
         for c in self.known.values():
-            if c and c["kind"] == kind_of(["python"]):
+            if c and c["kind"] == OTHER_PYTHON:
                 args = c["cmd"][1:]
                 program = (f"-m {args[1]}" if args[:1] == ["-m"] and len(args) > 1
                            else os.path.basename(args[0]) if args else os.path.basename(c["cmd"][0]))

@@ -209,7 +209,7 @@ def test_the_python_processes_are_summed_by_program_and_each_kind_lists_its_cost
     assert report["python_by_program"] == {"supervised.py": {"processes": 1, "cpu_s": 4.0},
                                            "-m airflow_provider_streamstate.cli": {"processes": 1, "cpu_s": 2.0},
                                            "streamstate": {"processes": 2, "cpu_s": 0.8}}
-    costliest = report["costliest_by_kind"][cpu.kind_of(["python"])]
+    costliest = report["costliest_by_kind"][cpu.OTHER_PYTHON]
     assert [c["cpu_s"] for c in costliest] == [4.0, 2.0, 0.5, 0.2]  # 0.25, rounded to a tenth
     assert costliest[0]["test"] == "tests/integration/test_a.py::t" and "supervised.py" in costliest[0]["cmd"]
 

@@ -41,6 +41,7 @@ def python_without_streamstate(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 GOLDEN_CASE = "small_aggregation_rocksdb_changelog"
+ANSWER_TIMEOUT_S = 600  # a validation on YARN answers in about 30 s
 PROBE_WORKER = """
 import importlib.util, json, os
 from importlib.metadata import distributions
@@ -158,10 +159,10 @@ def test_a_thin_worker_validates_on_yarn_with_the_platforms_spark_and_gx_only_in
             [str(WORKER / "bin" / "streamstate"), "validate", "--store", store.url, "--stream", "golden", snapshot_id,
              "--suite", str(_suite(tmp_path, sums)), "--master", "yarn", "--deploy-mode", "cluster", "--json",
              *(a for k, v in conf.items() for a in ("--conf", f"{k}={v}"))],
-            capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+            capture_output=True, text=True, timeout=ANSWER_TIMEOUT_S, cwd=tmp_path, env=env)
     except subprocess.TimeoutExpired:  # say where it waited: the submit's log goes with tmp_path
         logs = sorted((tmp_path / "streamstate-home").rglob("*.log"))
-        pytest.fail(f"no answer in 600 s; YARN's unhealthy nodes: {yarn.unhealthy_nodes()}; "
+        pytest.fail(f"no answer in {ANSWER_TIMEOUT_S} s; YARN's unhealthy nodes: {yarn.unhealthy_nodes()}; "
                     + "".join(f"\n--- {p}:\n{p.read_text(errors='replace')[-3000:]}" for p in logs))
     if spark.major_minor < (4, 0):  # no state data source: refused at once, nothing submitted
         assert out.returncode == 1 and out.stdout == "", out.stderr[-3000:]
