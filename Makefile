@@ -9,6 +9,7 @@ MVN    ?= mvn
 .PHONY: setup setup-parts browser spark-cds demo demo-dr test test-quick golden golden-check lint bench lock lock-spark lock-worker spark-envs stack-up stack-down clean ui-screenshots
 
 GROUP_STATE_JOB := .jvm/group-state-job/streamstate-group-state-job.jar
+LOCAL_FS_JAR := .jvm/local-fs/streamstate-local-fs.jar
 
 # The other Spark lines a platform may run, each in its own virtualenv with its own pyspark
 # (dev/spark_versions.py says where each line's spark-submit, Python and Kafka jars are; the
@@ -27,7 +28,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 setup:
 	@$(MAKE) --no-print-directory -j$(JOBS) --output-sync=target setup-parts
 
-setup-parts: $(VENV)/.installed .jvm/.fetched $(GROUP_STATE_JOB) browser spark-envs spark-cds $(WORKER_VENV)/.installed
+setup-parts: $(VENV)/.installed .jvm/.fetched $(GROUP_STATE_JOB) $(LOCAL_FS_JAR) browser spark-envs spark-cds $(WORKER_VENV)/.installed
 
 # A headless Chromium and its chromedriver for the Streams UI tests (Debian packages).
 browser:
@@ -94,6 +95,18 @@ $(GROUP_STATE_JOB): $(wildcard jvm/group-state-job/src/main/java/io/streamstate/
 	@javac -nowarn -cp "$$($(PY) -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')/jars/*" \
 	  -d .jvm/group-state-job/classes $(wildcard jvm/group-state-job/src/main/java/io/streamstate/dev/*.java)
 	@jar cf $@ -C .jvm/group-state-job/classes .
+
+# Hadoop's local filesystem without a process per chmod or readlink, for the tests' Spark JVMs
+# (jvm/local-fs; tests/conftest.py puts it on their class path), compiled against the Hadoop
+# classes pyspark ships.
+$(LOCAL_FS_JAR): $(wildcard jvm/local-fs/src/main/java/io/streamstate/dev/*.java) jvm/local-fs/src/main/resources/core-site.xml $(VENV)/.installed | .jvm/.fetched
+	@bash dev/require.sh java
+	@command -v javac >/dev/null 2>&1 || { echo "error: javac not found; install a JDK 17+ (e.g. apt-get install openjdk-17-jdk-headless)" >&2; exit 1; }
+	@rm -rf .jvm/local-fs && mkdir -p .jvm/local-fs/classes
+	@javac -nowarn -cp "$$($(PY) -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')/jars/*" \
+	  -d .jvm/local-fs/classes $(wildcard jvm/local-fs/src/main/java/io/streamstate/dev/*.java)
+	@cp jvm/local-fs/src/main/resources/core-site.xml .jvm/local-fs/classes/
+	@jar cf $@ -C .jvm/local-fs/classes .
 
 demo: setup
 	@$(PY) dev/demo.py

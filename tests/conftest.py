@@ -40,6 +40,11 @@ from dev import stack as stack_mod  # noqa: E402
 # data sharing archive `make setup` builds (dev/spark_cds.py), a JVM of the main venv's Spark
 # maps the classes it would load and verify again: about half the CPU of a short session.
 os.environ.setdefault("SPARK_SUBMIT_OPTS", spark_cds.jvm_opts())
+# ... and Hadoop's local filesystem without a process per chmod or readlink on their class path
+# (dev/spark_cds.LOCAL_FS_JAR): a stateful query's micro-batch on a local checkpoint took about
+# a third of the CPU with it.
+if (_local_fs := spark_cds.local_fs_classpath()) is not None:
+    os.environ.setdefault("SPARK_DIST_CLASSPATH", _local_fs)
 
 # The suite's checkpoints are written a moment before a test works on them, by queries that
 # have stopped (or by the test itself) and often keep no heartbeat: what a query not started
@@ -199,12 +204,14 @@ def spark_default_checkpoint_manager(spark):  # noqa: ANN001, ANN201
 
 
 @pytest.fixture(scope="module")
-def spark_compiled_sql() -> Iterator[None]:
-    """Spark's default code generation for the Spark applications a module starts (the suite's
-    JVMs interpret SQL: dev/spark_cds.INTERPRETED_SQL), for the tests of what each Spark line
-    itself does: the version matrix and the goldens' drift check."""
+def spark_as_shipped() -> Iterator[None]:
+    """Spark's default code generation and Hadoop's own local filesystem for the Spark
+    applications a module starts (the suite's JVMs interpret SQL and set permissions without
+    a process: dev/spark_cds.py), for the tests of what each Spark line itself does: the
+    version matrix and the goldens' drift check."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SPARK_SUBMIT_OPTS", spark_cds.with_compiled_sql(os.environ.get("SPARK_SUBMIT_OPTS", "")))
+        mp.delenv("SPARK_DIST_CLASSPATH", raising=False)
         yield
 
 

@@ -60,7 +60,7 @@ from dev import spark_versions
 from tests.integration.test_failover_translation import mirror
 from tests.streams import consumed_records, wait_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark_lines, pytest.mark.usefixtures("spark_compiled_sql")]
+pytestmark = [pytest.mark.integration, pytest.mark.spark_lines, pytest.mark.usefixtures("spark_as_shipped")]
 
 DRIVER = Path(__file__).resolve().parent / "apps" / "compat_driver.py"
 STORES = ("hdfs", "rocksdb-changelog")
@@ -440,7 +440,7 @@ def _guarded(run: LineRun, others: list[LineRun]) -> None:
 
 @pytest.fixture(scope="module")
 def line_runs(request: pytest.FixtureRequest, stack: Any, tmp_path_factory: pytest.TempPathFactory,
-              spark_compiled_sql: None) -> dict[str, LineRun]:
+              spark_as_shipped: None) -> dict[str, LineRun]:
     """Every line the selected tests ask for, PARALLEL at a time, the main line last (with
     Spark's default code generation: what each line does is this module's question)."""
     params = [item.callspec.params for item in request.session.items  # type: ignore[attr-defined]

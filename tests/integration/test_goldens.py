@@ -58,7 +58,7 @@ def test_a_golden_regenerated_by_the_main_lines_spark_holds_the_same_entries_and
 
 @pytest.mark.spark_lines
 @pytest.mark.parametrize("case", OTHER_CASES)
-@pytest.mark.usefixtures("spark_compiled_sql")
+@pytest.mark.usefixtures("spark_as_shipped")
 def test_a_golden_regenerated_by_another_lines_spark_holds_the_same_entries_and_layout(case: str) -> None:
     assert OTHER_LINE is not None
     version = spark_versions.get(OTHER_LINE)
