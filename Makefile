@@ -97,16 +97,17 @@ $(GROUP_STATE_JOB): $(wildcard jvm/group-state-job/src/main/java/io/streamstate/
 	@jar cf $@ -C .jvm/group-state-job/classes .
 
 # Hadoop's local filesystem without a process per chmod or readlink, for the tests' Spark JVMs
-# (jvm/local-fs; tests/conftest.py puts it on their class path), compiled against the Hadoop
-# classes pyspark ships.
+# (jvm/local-fs; dev/local_fs.py puts it on their class path), compiled against the Hadoop
+# classes pyspark ships, for Java 17. The jar is replaced in one rename: a running suite's
+# executors never find it missing.
 $(LOCAL_FS_JAR): $(wildcard jvm/local-fs/src/main/java/io/streamstate/dev/*.java) jvm/local-fs/src/main/resources/core-site.xml $(VENV)/.installed | .jvm/.fetched
 	@bash dev/require.sh java
 	@command -v javac >/dev/null 2>&1 || { echo "error: javac not found; install a JDK 17+ (e.g. apt-get install openjdk-17-jdk-headless)" >&2; exit 1; }
-	@rm -rf .jvm/local-fs && mkdir -p .jvm/local-fs/classes
-	@javac -nowarn -cp "$$($(PY) -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')/jars/*" \
+	@rm -rf .jvm/local-fs/classes && mkdir -p .jvm/local-fs/classes
+	@javac -nowarn --release 17 -cp "$$($(PY) -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')/jars/*" \
 	  -d .jvm/local-fs/classes $(wildcard jvm/local-fs/src/main/java/io/streamstate/dev/*.java)
 	@cp jvm/local-fs/src/main/resources/core-site.xml .jvm/local-fs/classes/
-	@jar cf $@ -C .jvm/local-fs/classes .
+	@jar cf $@.partial -C .jvm/local-fs/classes . && mv -f $@.partial $@
 
 demo: setup
 	@$(PY) dev/demo.py

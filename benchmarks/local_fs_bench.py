@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from dev import spark_cds  # noqa: E402
+from dev import local_fs, spark_cds  # noqa: E402
 
 OWN, FORKLESS = "Hadoop's own", "forkless"
 QUERY = """
@@ -49,11 +49,11 @@ def driver_cpu(batches: int, forkless: bool, work: Path) -> float:
     """CPU seconds of one spark-submit driver running the query for `batches` batches."""
     ckpt = work / "ckpt"
     shutil.rmtree(ckpt, ignore_errors=True)
-    env = {k: v for k, v in os.environ.items() if k != "SPARK_DIST_CLASSPATH"}
+    env = {k: v for k, v in os.environ.items() if k != local_fs.ENV}
     env["SPARK_SUBMIT_OPTS"] = spark_cds.jvm_opts()
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     if forkless:
-        env["SPARK_DIST_CLASSPATH"] = str(spark_cds.LOCAL_FS_JAR)
+        env[local_fs.ENV] = str(local_fs.LOCAL_FS_JAR)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     subprocess.run([str(Path(sys.executable).parent / "spark-submit"), "--master", "local[2]", str(work / "query.py"),
                     str(ckpt), str(batches)], env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -66,22 +66,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--batches", default="5,50", help="the short and the long run's batches")
     args = parser.parse_args(argv)
-    if not spark_cds.LOCAL_FS_JAR.is_file():
-        raise SystemExit(f"error: {spark_cds.LOCAL_FS_JAR} is not built; run `make setup`")
-    short, long = (int(b) for b in args.batches.split(","))
+    if not local_fs.LOCAL_FS_JAR.is_file():
+        raise SystemExit(f"error: {local_fs.LOCAL_FS_JAR} is not built; run `make setup`")
+    short, many = (int(b) for b in args.batches.split(","))
     cpu: dict[tuple[str, int], list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="local-fs-bench-") as tmp:
         work = Path(tmp)
         (work / "query.py").write_text(QUERY)
         for _ in range(args.runs):
-            for batches in (short, long):
+            for batches in (short, many):
                 for name, forkless in ((OWN, False), (FORKLESS, True)):
                     cpu.setdefault((name, batches), []).append(driver_cpu(batches, forkless, work))
-    per_batch = {}
+    per_batch: dict[str, float] = {}
     for name in (OWN, FORKLESS):
-        s, lg = statistics.median(cpu[name, short]), statistics.median(cpu[name, long])
-        per_batch[name] = (lg - s) / (long - short)
-        print(f"{name:13} {short} batches {s:5.1f} CPU-s, {long} batches {lg:5.1f} CPU-s, "
+        s, lg = statistics.median(cpu[name, short]), statistics.median(cpu[name, many])
+        per_batch[name] = (lg - s) / (many - short)
+        print(f"{name:13} {short} batches {s:5.1f} CPU-s, {many} batches {lg:5.1f} CPU-s, "
               f"a batch {per_batch[name]:.2f} CPU-s (medians of {args.runs})")
     print(f"a batch, {FORKLESS} / {OWN}: {per_batch[FORKLESS] / per_batch[OWN]:.2f}x")
     return 0

@@ -7,8 +7,7 @@ those classes again. On this 2-core machine a local session's start and one smal
     .venv/bin/python dev/spark_cds.py          # build every installed Spark line's archive (make setup does)
     .venv/bin/python dev/spark_cds.py --opts   # print the JVM options that use the main venv's
 
-`jvm_opts()` is what SPARK_SUBMIT_OPTS gets in tests (tests/conftest.py), and
-`local_fs_classpath()` what SPARK_DIST_CLASSPATH gets: SHORT_LIVED_JVM and
+`jvm_opts()` is what SPARK_SUBMIT_OPTS gets in tests (tests/conftest.py): SHORT_LIVED_JVM and
 INTERPRETED_SQL (the archive is trained with both), plus the archive of this pyspark when it
 was built for this Java; `with_archive_of()` swaps in
 another line's (dev/spark_versions.py's `env()` does for a driver of that line). A JVM whose
@@ -113,21 +112,6 @@ def jvm_opts(spark_home: Path | None = None) -> str:
     return f"{base} -XX:SharedArchiveFile={archive} {QUIET}" if archive.is_file() else base
 
 
-# Hadoop's local filesystem without a process per chmod or readlink (jvm/local-fs, built by
-# `make setup`): pyspark ships no native Hadoop library, so each local checkpoint file cost a
-# `chmod` process and, through FileContext's rename, `readlink` ones, about a dozen per
-# micro-batch of a small stateful query and two thirds of its CPU (docs/testing.md). Its jar
-# names its classes in its own core-site.xml, so a JVM uses them only with the jar on its
-# class path: SPARK_DIST_CLASSPATH, which spark-submit appends after Spark's jars (the archive
-# above still matches) and which Spark's YARN client adds to its containers' class path.
-LOCAL_FS_JAR = JARS / "local-fs" / "streamstate-local-fs.jar"
-
-
-def local_fs_classpath() -> str | None:
-    """What SPARK_DIST_CLASSPATH gets in tests: the forkless local filesystem's jar, when built."""
-    return str(LOCAL_FS_JAR) if LOCAL_FS_JAR.is_file() else None
-
-
 def with_compiled_sql(opts: str) -> str:
     """JVM options `opts` without INTERPRETED_SQL: Spark's default code generation."""
     dropped = set(INTERPRETED_SQL.split())
@@ -162,6 +146,7 @@ def build(python: str, spark_home: Path) -> Path:
     env = {**os.environ, "SPARK_HOME": str(spark_home), "PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python,
            "SPARK_SUBMIT_OPTS": f"{SHORT_LIVED_JVM} {INTERPRETED_SQL} -XX:ArchiveClassesAtExit={partial} {QUIET}"}
     env.pop("VIRTUAL_ENV", None)
+    env.pop("SPARK_DIST_CLASSPATH", None)  # Spark's jars alone: a JVM with entries after them still maps it
     failure = ""
     for attempt in range(1, ATTEMPTS + 1):
         partial.unlink(missing_ok=True)

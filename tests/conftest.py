@@ -32,7 +32,7 @@ if airflow_harness.HOME is None:
     airflow_harness.configure_airflow_env(airflow_harness.HOME)
 _AIRFLOW_HOME = airflow_harness.HOME
 
-from dev import spark_cds  # noqa: E402
+from dev import local_fs, spark_cds  # noqa: E402
 from dev import stack as stack_mod  # noqa: E402
 
 # Every Spark JVM the suite starts through spark-submit (sessions here, drivers, state jobs,
@@ -41,10 +41,10 @@ from dev import stack as stack_mod  # noqa: E402
 # maps the classes it would load and verify again: about half the CPU of a short session.
 os.environ.setdefault("SPARK_SUBMIT_OPTS", spark_cds.jvm_opts())
 # ... and Hadoop's local filesystem without a process per chmod or readlink on their class path
-# (dev/spark_cds.LOCAL_FS_JAR): a stateful query's micro-batch on a local checkpoint took about
-# a third of the CPU with it.
-if (_local_fs := spark_cds.local_fs_classpath()) is not None:
-    os.environ.setdefault("SPARK_DIST_CLASSPATH", _local_fs)
+# (dev/local_fs.py), after whatever SPARK_DIST_CLASSPATH already holds: a stateful query's
+# micro-batch on a local checkpoint took two fifths of the CPU with it.
+if (_dist_classpath := local_fs.with_local_fs(os.environ.get(local_fs.ENV))) is not None:
+    os.environ[local_fs.ENV] = _dist_classpath
 
 # The suite's checkpoints are written a moment before a test works on them, by queries that
 # have stopped (or by the test itself) and often keep no heartbeat: what a query not started
@@ -206,12 +206,15 @@ def spark_default_checkpoint_manager(spark):  # noqa: ANN001, ANN201
 @pytest.fixture(scope="module")
 def spark_as_shipped() -> Iterator[None]:
     """Spark's default code generation and Hadoop's own local filesystem for the Spark
-    applications a module starts (the suite's JVMs interpret SQL and set permissions without
-    a process: dev/spark_cds.py), for the tests of what each Spark line itself does: the
-    version matrix and the goldens' drift check."""
+    applications a module starts (the suite's JVMs interpret SQL, dev/spark_cds.py, and set
+    permissions without a process, dev/local_fs.py), for the tests of what each Spark line
+    itself does: the version matrix and the drift check's runs of other lines' Spark."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SPARK_SUBMIT_OPTS", spark_cds.with_compiled_sql(os.environ.get("SPARK_SUBMIT_OPTS", "")))
-        mp.delenv("SPARK_DIST_CLASSPATH", raising=False)
+        if (classpath := local_fs.without_local_fs(os.environ.get(local_fs.ENV))) is None:
+            mp.delenv(local_fs.ENV, raising=False)
+        else:
+            mp.setenv(local_fs.ENV, classpath)
         yield
 
 
