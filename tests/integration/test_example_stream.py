@@ -26,6 +26,7 @@ from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointRead
 from airflow_provider_streamstate.engine.state.spark import read_state
 from airflow_provider_streamstate.jobs.example_stream import StreamArgs, start_query
 from airflow_provider_streamstate.jobs.generator import GeneratorSpec, expected_aggregates, produce
+from dev import local_fs
 from tests.streams import run_to_end, wait_for
 
 pytestmark = pytest.mark.integration
@@ -89,20 +90,26 @@ def spark_submit(
 ) -> subprocess.Popen[str]:
     """The example stream under spark-submit, as getting-started runs it (local master, the
     stack's connector jars, the venv's Python), in its own session like a terminal's job;
-    `path_first`: a folder of commands found before the system's."""
+    `path_first`: a folder of commands found before the system's, for Hadoop's own local
+    filesystem to run (not the suite's forkless one: dev/local_fs.py)."""
     import pyspark
 
     import airflow_provider_streamstate.jobs.example_stream as job
 
     submit = Path(sys.executable).parent / "spark-submit"
     path = os.environ["PATH"] if path_first is None else f"{path_first}{os.pathsep}{os.environ['PATH']}"
+    env = dict(os.environ)
+    if path_first is not None:
+        env.pop(local_fs.ENV, None)
+        if (classpath := local_fs.without_local_fs(os.environ.get(local_fs.ENV))) is not None:
+            env[local_fs.ENV] = classpath
     return subprocess.Popen(
         [str(submit), "--master", "local[2]", "--jars", ",".join(stack.spark_jars),
          "--conf", "spark.ui.enabled=false", "--conf", "spark.driver.host=127.0.0.1",
          job.__file__, "--bootstrap-servers", stack.kafka_bootstrap, *job_args],
         text=True, start_new_session=True,
         # What an activated virtualenv gives spark-submit: Spark's home and this Python.
-        env={**os.environ, "SPARK_HOME": os.path.dirname(pyspark.__file__), "PATH": path,
+        env={**env, "SPARK_HOME": os.path.dirname(pyspark.__file__), "PATH": path,
              "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable},
         **popen,
     )
@@ -111,7 +118,8 @@ def spark_submit(
 def slow_chmod(folder: Path) -> Path:
     """A `chmod` that takes half a second on a batch's own writes (state deltas, the commit
     log) and leaves a mark while it does. Spark's local filesystem runs chmod for every file
-    it writes, in the driver's process group: a Ctrl-C then kills the write in flight."""
+    it writes (without the suite's forkless one), in the driver's process group: a Ctrl-C then
+    kills the write in flight."""
     real = shutil.which("chmod")
     (folder / "bin").mkdir()
     (folder / "live").mkdir()
