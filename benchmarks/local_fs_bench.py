@@ -49,7 +49,7 @@ def driver_cpu(batches: int, forkless: bool, work: Path) -> float:
     """CPU seconds of one spark-submit driver running the query for `batches` batches."""
     ckpt = work / "ckpt"
     shutil.rmtree(ckpt, ignore_errors=True)
-    env = {k: v for k, v in os.environ.items() if k != local_fs.ENV}
+    env = local_fs.hadoops_own(os.environ)
     env["SPARK_SUBMIT_OPTS"] = spark_cds.jvm_opts()
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     if forkless:

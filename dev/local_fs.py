@@ -15,6 +15,7 @@ process that starts it.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from dev.stack import JARS
@@ -37,3 +38,12 @@ def without_local_fs(classpath: str | None, jar: Path = LOCAL_FS_JAR) -> str | N
     filesystem."""
     entries = [e for e in (classpath or "").split(os.pathsep) if e and e != str(jar)]
     return os.pathsep.join(entries) or None
+
+
+def hadoops_own(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` for a Spark JVM on Hadoop's own local filesystem: the jar taken off
+    SPARK_DIST_CLASSPATH, anything else on it kept."""
+    out = dict(env)
+    if (classpath := without_local_fs(out.pop(ENV, None))) is not None:
+        out[ENV] = classpath
+    return out

@@ -211,7 +211,7 @@ def spark_as_shipped() -> Iterator[None]:
     itself does: the version matrix and the drift check's runs of other lines' Spark."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SPARK_SUBMIT_OPTS", spark_cds.with_compiled_sql(os.environ.get("SPARK_SUBMIT_OPTS", "")))
-        if (classpath := local_fs.without_local_fs(os.environ.get(local_fs.ENV))) is None:
+        if (classpath := local_fs.hadoops_own(os.environ).get(local_fs.ENV)) is None:
             mp.delenv(local_fs.ENV, raising=False)
         else:
             mp.setenv(local_fs.ENV, classpath)

@@ -98,11 +98,7 @@ def spark_submit(
 
     submit = Path(sys.executable).parent / "spark-submit"
     path = os.environ["PATH"] if path_first is None else f"{path_first}{os.pathsep}{os.environ['PATH']}"
-    env = dict(os.environ)
-    if path_first is not None:
-        env.pop(local_fs.ENV, None)
-        if (classpath := local_fs.without_local_fs(os.environ.get(local_fs.ENV))) is not None:
-            env[local_fs.ENV] = classpath
+    env = dict(os.environ) if path_first is None else local_fs.hadoops_own(os.environ)
     return subprocess.Popen(
         [str(submit), "--master", "local[2]", "--jars", ",".join(stack.spark_jars),
          "--conf", "spark.ui.enabled=false", "--conf", "spark.driver.host=127.0.0.1",

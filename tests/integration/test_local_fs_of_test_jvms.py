@@ -91,8 +91,7 @@ def run_app(tmp_path: Path, name: str, *, forkless: bool) -> tuple[dict[str, Any
     for i in range(3):
         (source / f"{i}.json").write_text("".join(json.dumps({"k": f"k{(i + j) % 4}", "v": i * 10 + j}) + "\n"
                                                   for j in range(5)))
-    env = dict(os.environ)
-    env.pop(local_fs.ENV, None)
+    env = local_fs.hadoops_own(os.environ)
     env["PATH"] = os.pathsep.join([str(wrappers), str(Path(sys.executable).parent), env.get("PATH", "")])
     env["SPARK_SUBMIT_OPTS"] = f"{spark_cds.jvm_opts()} -Xshare:on"
     if forkless:
