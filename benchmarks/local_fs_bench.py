@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from dev import local_fs, spark_cds  # noqa: E402
+from dev import local_fs, spark_cds, spark_versions  # noqa: E402
 
 OWN, FORKLESS = "Hadoop's own", "forkless"
 QUERY = """
@@ -49,13 +49,12 @@ def driver_cpu(batches: int, forkless: bool, work: Path) -> float:
     """CPU seconds of one spark-submit driver running the query for `batches` batches."""
     ckpt = work / "ckpt"
     shutil.rmtree(ckpt, ignore_errors=True)
-    env = local_fs.hadoops_own(os.environ)
-    env["SPARK_SUBMIT_OPTS"] = spark_cds.jvm_opts()
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    main = spark_versions.get(spark_versions.MAIN_LINE)
+    env = main.env({**local_fs.hadoops_own(os.environ), "SPARK_SUBMIT_OPTS": spark_cds.jvm_opts()})
     if forkless:
         env[local_fs.ENV] = str(local_fs.LOCAL_FS_JAR)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run([str(Path(sys.executable).parent / "spark-submit"), "--master", "local[2]", str(work / "query.py"),
+    subprocess.run([str(main.spark_submit), "--master", "local[2]", str(work / "query.py"),
                     str(ckpt), str(batches)], env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)

@@ -15,13 +15,12 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from dev import local_fs, spark_cds
+from dev import local_fs, spark_cds, spark_versions
 
 pytestmark = [pytest.mark.integration]
 
@@ -91,12 +90,12 @@ def run_app(tmp_path: Path, name: str, *, forkless: bool) -> tuple[dict[str, Any
     for i in range(3):
         (source / f"{i}.json").write_text("".join(json.dumps({"k": f"k{(i + j) % 4}", "v": i * 10 + j}) + "\n"
                                                   for j in range(5)))
-    env = local_fs.hadoops_own(os.environ)
-    env["PATH"] = os.pathsep.join([str(wrappers), str(Path(sys.executable).parent), env.get("PATH", "")])
-    env["SPARK_SUBMIT_OPTS"] = f"{spark_cds.jvm_opts()} -Xshare:on"
+    main = spark_versions.get(spark_versions.MAIN_LINE)
+    env = main.env({**local_fs.hadoops_own(os.environ), "SPARK_SUBMIT_OPTS": f"{spark_cds.jvm_opts()} -Xshare:on"})
+    env["PATH"] = os.pathsep.join([str(wrappers), env["PATH"]])
     if forkless:
         env[local_fs.ENV] = str(local_fs.LOCAL_FS_JAR)
-    out = subprocess.run([str(Path(sys.executable).parent / "spark-submit"), "--master", "local[2]", str(app),
+    out = subprocess.run([str(main.spark_submit), "--master", "local[2]", str(app),
                           str(ckpt), str(source), str(tmp_path / name / "extra")],
                          capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
