@@ -128,6 +128,16 @@ def attach_heartbeat(
             self._write(state="failed" if exc is not None else "stopped", batch_id=batch, exception=error_line(exc))
             self.stopped.set()
 
+        def close(self, error: str | None) -> None:
+            """The last beat when nothing else wrote it: an application that stops its query
+            and then Spark itself leaves no query to `finish` and may lose Spark's event for
+            it, and a `running` record would outlive the driver. `failed` with `error`, or
+            `stopped`."""
+            if self.beat is None or self.stopped.is_set():
+                return
+            self._write(state="failed" if error else "stopped", exception=error_line(error))
+            self.stopped.set()
+
     listener = HeartbeatListener()
     spark.streams.addListener(listener)
     attached[key] = listener

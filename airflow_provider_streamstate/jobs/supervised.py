@@ -68,6 +68,7 @@ from airflow_provider_streamstate.jobs.runtime import STOP_POLL_S
 
 ENV_STOP_BATCH_WAIT = "STREAMSTATE_STOP_BATCH_WAIT"
 FENCE_CHECK_S = 10.0  # how often a running driver checks that no newer launch owns its checkpoint
+LAST_EVENT_WAIT_S = 10.0  # how long an exiting driver waits for Spark's event that its query ended
 USAGE = "usage: spark-submit [options] supervised.py APP.py [ARGS...] (with STREAMSTATE_CHECKPOINT set)"
 
 
@@ -252,9 +253,11 @@ class Supervisor:
         self.done.set()
         if self.superseded:  # the driver record is the newer launch's now
             return
+        failure = error or (f"the driver exited with status {exit_code}" if exit_code else None)
         for listener in list(self.listeners):
             if getattr(listener, "beat", None) is not None:
-                listener.terminated.wait(10)
+                listener.terminated.wait(LAST_EVENT_WAIT_S)
+                listener.close(failure)  # nothing when Spark's event or the stop wrote the last beat
         try:
             write_driver(self.checkpoint, DriverRecord(
                 self.launch_id, socket.gethostname(), os.getpid(), self.started_at,

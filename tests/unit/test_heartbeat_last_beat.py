@@ -1,7 +1,8 @@
 """The driver's last heartbeat stays its last: Spark's listener bus delivers progress and
 idle events late, after `finish()` wrote `stopped` from the driver's own view of the query;
 such an event must not turn the record back to `running` (the stream would look alive until
-the record went stale, and a stop that succeeded would read as one that did not)."""
+the record went stale, and a stop that succeeded would read as one that did not). And there
+is a last beat even when neither Spark's event nor the driver's stop wrote one."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from airflow_provider_streamstate.engine.checkpoint.liveness import read_heartbeat
+from airflow_provider_streamstate.jobs import supervised
 from airflow_provider_streamstate.jobs.runtime import attach_heartbeat
 
 
@@ -36,3 +40,44 @@ def test_a_progress_event_after_the_last_beat_leaves_it_stopped(tmp_path: Path) 
     listener.onQueryIdle(SimpleNamespace(id="q1"))
     beat = read_heartbeat(str(tmp_path))
     assert (beat.state, beat.batch_id) == ("stopped", 3)
+
+
+def _started(tmp_path: Path, listeners: list[Any]) -> Any:
+    spark = SimpleNamespace(streams=_Streams(), version="4.1.3")
+    listener: Any = attach_heartbeat(spark, str(tmp_path), interval_s=3600)  # type: ignore[arg-type]
+    listener.onQueryStarted(SimpleNamespace(id="q1", runId="r1", name="orders"))
+    listener.onQueryProgress(SimpleNamespace(progress=SimpleNamespace(id="q1", batchId=3, numInputRows=10)))
+    listeners.append(listener)
+    return listener
+
+
+@pytest.mark.parametrize(("exit_code", "error", "state", "why"), [
+    (0, None, "stopped", None),
+    (1, None, "failed", "the driver exited with status 1"),
+    (1, "ValueError: bad input", "failed", "ValueError: bad input"),
+])
+def test_an_application_that_stops_its_query_and_spark_itself_still_leaves_a_last_beat(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exit_code: int, error: str | None, state: str,
+        why: str | None) -> None:
+    """The application stopped its query before the supervisor saw it (no query left to
+    `finish`) and stopped Spark before the listener bus delivered the query's end: the
+    driver's exit writes the last beat, which says how the driver ended."""
+    monkeypatch.setattr(supervised, "LAST_EVENT_WAIT_S", 0.01)
+    supervisor = supervised.Supervisor(str(tmp_path), launch_id="L1", interval_s=3600, query_name=None,
+                                       stop_batch_wait_s=0)
+    _started(tmp_path, supervisor.listeners)
+    supervisor.finish(exit_code, error)
+    beat = read_heartbeat(str(tmp_path))
+    assert (beat.state, beat.batch_id, beat.exception) == (state, 3, why)
+
+
+def test_the_last_beat_spark_or_the_stop_wrote_is_not_written_again(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(supervised, "LAST_EVENT_WAIT_S", 0.01)
+    supervisor = supervised.Supervisor(str(tmp_path), launch_id="L1", interval_s=3600, query_name=None,
+                                       stop_batch_wait_s=0)
+    listener = _started(tmp_path, supervisor.listeners)
+    listener.onQueryTerminated(SimpleNamespace(id="q1", exception="StreamingQueryException: boom"))
+    supervisor.finish(0, None)  # the driver exited 0 after its query failed: Spark's event said it
+    beat = read_heartbeat(str(tmp_path))
+    assert (beat.state, beat.exception) == ("failed", "StreamingQueryException: boom")
