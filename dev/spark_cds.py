@@ -129,6 +129,62 @@ def with_archive_of(opts: str, spark_home: Path) -> str:
     return " ".join([*kept, f"-XX:SharedArchiveFile={archive}", QUIET] if archive.is_file() else kept)
 
 
+def cluster_jvm_opts(spark_home: Path | None = None) -> str:
+    """JVM options for the JVMs a cluster starts for an application of this Spark (a
+    standalone worker's executors, YARN's containers): SHORT_LIVED_JVM with the archive when
+    it was built. Spark's SQL code generation stays as shipped there. A standalone executor's
+    class path is the launcher's own, so the archive maps as it is (an application's two
+    executors used 10 CPU-s instead of 16, docs/testing.md); a YARN container needs
+    `yarn_container_confs`."""
+    archive = archive_path(spark_home)
+    return f"{SHORT_LIVED_JVM} -XX:SharedArchiveFile={archive} {QUIET}" if archive.is_file() else SHORT_LIVED_JVM
+
+
+@functools.cache
+def launcher_class_path(spark_home: Path) -> str | None:
+    """The class path Spark's own launcher gives a JVM of this Spark, up to its jars: what
+    the archive was dumped with (it differs by line: 4.1 puts slf4j-api's jar before the
+    rest, 4.0 a hive-jackson directory first). Asked of the launcher; None when it cannot say."""
+    core = next(iter(sorted((spark_home / "jars").glob("spark-core_*.jar"))), None)
+    if core is None:
+        return None
+    scala = core.name.split("_", 1)[1].split("-", 1)[0]
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_DIST_CLASSPATH", "SPARK_CLASSPATH")}
+    env |= {"SPARK_HOME": str(spark_home), "SPARK_SCALA_VERSION": scala}
+    try:
+        out = subprocess.run(["java", "-Xmx128m", *SHORT_LIVED_JVM.split(), "-cp", f"{spark_home}/jars/*",
+                              "org.apache.spark.launcher.Main", "org.apache.spark.deploy.SparkSubmit", "app.py"],
+                             capture_output=True, text=True, timeout=120, env=env, cwd=spark_home)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    command = out.stdout.split("\0")
+    if out.returncode != 0 or "-cp" not in command:
+        return None
+    jars = f"{spark_home}/jars/*"
+    entries = command[command.index("-cp") + 1].split(":")
+    return ":".join(entries[: entries.index(jars) + 1]) if jars in entries else None
+
+
+def yarn_container_confs(spark_home: Path | None = None) -> dict[str, str]:
+    """Spark confs that let YARN's containers for an application of this Spark (its
+    application master, its executors) map the archive: `cluster_jvm_opts` and, first on
+    their class path, the launcher's own (a container's starts with its working directory,
+    where the archive's has Spark's jars; the JVM checks the entries it loaded classes from).
+    An application of Spark's example with one executor took 19 container CPU-s instead of
+    32 (docs/testing.md). Without the archive: SHORT_LIVED_JVM alone."""
+    if spark_home is None:
+        import pyspark
+
+        spark_home = Path(pyspark.__file__).resolve().parent
+    sides = ("driver", "executor", "yarn.am")
+    class_path = launcher_class_path(spark_home) if archive_path(spark_home).is_file() else None
+    if class_path is None:
+        return {f"spark.{side}.extraJavaOptions": SHORT_LIVED_JVM for side in sides}
+    opts = cluster_jvm_opts(spark_home)
+    return {**{f"spark.{side}.extraJavaOptions": opts for side in sides},
+            **{f"spark.{side}.extraClassPath": class_path for side in sides}}
+
+
 ATTEMPTS = 3
 ATTEMPT_TIMEOUT_S = 300  # a training run takes 30-60 s on this 2-core machine, two side by side
 

@@ -473,7 +473,10 @@ class YarnCluster:
         """The Spark confs a PySpark application needs here: the driver (the application
         master picks its address itself) and the executors on loopback, `python` (default
         this one), Spark's own jars from `spark_home` (default this Python's pyspark: no
-        460 MB upload per submit), and `staging` as the staging directory."""
+        460 MB upload per submit), `staging` as the staging directory, and the containers'
+        JVMs on that Spark's class data sharing archive (dev/spark_cds.py)."""
+        from dev import spark_cds  # it imports this module
+
         if spark_home is None:
             import pyspark
 
@@ -488,7 +491,7 @@ class YarnCluster:
             "spark.yarn.am.memory": "512m", "spark.executor.memory": executor_memory,
             "spark.executor.instances": str(executors), "spark.executor.cores": "1",
             "spark.yarn.jars": f"local:{jars}/*", "spark.yarn.stagingDir": f"file://{Path(staging).resolve()}",
-            **{f"spark.{side}.extraJavaOptions": SHORT_LIVED_JVM for side in ("driver", "executor", "yarn.am")},
+            **spark_cds.yarn_container_confs(spark_home),
         }
 
 

@@ -11,6 +11,7 @@ import json
 import logging
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -20,7 +21,7 @@ from airflow_provider_streamstate.engine.lifecycle.snapshot import create_snapsh
 from airflow_provider_streamstate.engine.stores import open_store
 from airflow_provider_streamstate.engine.streams import launcher, records
 from airflow_provider_streamstate.jobs.generator import GeneratorSpec, produce
-from dev import stack as stack_mod
+from dev import spark_cds
 from tests.streams import account_state, consumed_records, example_stream_spec, oracle_state, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark_standalone]
@@ -34,7 +35,7 @@ def _cluster_spec(stack, topic, tmp_path, master, checkpoint, *, name):  # noqa:
     return spec.derive(
         master=master, checkpoint=checkpoint, env={"PYSPARK_PYTHON": sys.executable, **stack.s3_env("primary")},
         conf={**spec.conf, **stack.s3a_conf("primary"), "spark.executor.memory": "512m", "spark.cores.max": "2",
-              "spark.executor.extraJavaOptions": stack_mod.SHORT_LIVED_JVM},
+              "spark.executor.extraJavaOptions": spark_cds.cluster_jvm_opts()},
     )
 
 
@@ -122,3 +123,24 @@ def _commits_after(checkpoint: str, batch_id: int) -> list[str]:
     from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
 
     return [f"commits/{n}" for n in CheckpointReader(checkpoint).committed_batches() if n > batch_id]
+
+
+def test_the_executors_of_an_application_map_the_class_data_sharing_archive_of_its_spark(
+        spark_standalone) -> None:  # noqa: ANN001
+    """A standalone worker starts an application's executors with the launcher's class path,
+    the archive's (dev/spark_cds.py): with `-Xshare:on` an executor that could not map it
+    would not start, and the application would fail for want of executors."""
+    import os
+    import subprocess
+
+    from dev import spark_versions
+
+    main = spark_versions.get(spark_versions.MAIN_LINE)
+    assert spark_cds.archive_path(main.spark_home).is_file(), "no class data sharing archive: run `make setup`"
+    app = Path(__file__).resolve().parent.parent / "apps" / "count.py"
+    opts = spark_cds.cluster_jvm_opts(main.spark_home).replace(spark_cds.QUIET, "-Xshare:on")
+    ran = subprocess.run([str(main.spark_submit), "--master", spark_standalone.master, "--conf", "spark.ui.enabled=false",
+                          "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.cores.max=1",
+                          "--conf", "spark.executor.memory=512m", "--conf", f"spark.executor.extraJavaOptions={opts}",
+                          str(app)], capture_output=True, text=True, timeout=600, env={**os.environ})
+    assert ran.returncode == 0, ran.stderr[-3000:]

@@ -27,6 +27,7 @@ from airflow_provider_streamstate.engine.state.diff import diff_snapshots
 from airflow_provider_streamstate.engine.state.reader import StateReader, StateSelector
 from airflow_provider_streamstate.engine.state.validation import load_suite, validate_snapshot
 from airflow_provider_streamstate.jobs.generator import GeneratorSpec, ensure_topic, produce
+from dev import spark_cds
 from dev import stack as stack_mod
 from tests.integration.test_state_history import SUITE, produce_poison
 from tests.s3 import s3_client
@@ -111,7 +112,7 @@ def test_state_jobs_on_a_standalone_cluster_answer_as_the_local_path_does_and_le
            "--jars", ",".join(stack.spark_jars), "--conf", "spark.driver.host=127.0.0.1",
            "--conf", "spark.driver.bindAddress=127.0.0.1", "--conf", "spark.executor.memory=512m",
            "--conf", "spark.cores.max=1", "--conf", "spark.sql.shuffle.partitions=2",
-           "--conf", f"spark.executor.extraJavaOptions={stack_mod.SHORT_LIVED_JVM}"]
+           "--conf", f"spark.executor.extraJavaOptions={spark_cds.cluster_jvm_opts()}"]
     first, last = h.ids[0], h.ids[-1]
 
     # Bisect validates (and records) good and bad snapshots in one application.

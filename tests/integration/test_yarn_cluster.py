@@ -240,3 +240,34 @@ def test_a_failover_onto_an_s3_checkpoint_in_the_dr_region_runs_on_yarn_and_ends
     assert min(n for n in CheckpointReader(checkpoint).committed_batches() if n > batch) == batch + 1
     assert account_state(spark, checkpoint) == expected_aggregates([first, second])
 
+
+
+def test_the_containers_of_an_application_map_the_class_data_sharing_archive_of_its_spark(
+        yarn: stack_mod.YarnCluster, tmp_path: Path) -> None:
+    """The suite's YARN applications start their containers (the driver's application master,
+    the executors) on the archive `make setup` built for this Spark (dev/spark_cds.py), which
+    saves each container about 40% of its CPU: with `-Xshare:on` a JVM that cannot map it
+    refuses to start. Without the launcher's class path first (a container's own begins with
+    its working directory), the same application fails: the check can fail."""
+    import os
+    import subprocess
+
+    from dev import spark_cds, spark_versions
+
+    main = spark_versions.get(spark_versions.MAIN_LINE)
+    assert spark_cds.archive_path(main.spark_home).is_file(), "no class data sharing archive: run `make setup`"
+    def submit(conf: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        args = [str(main.spark_submit), "--master", "yarn", "--deploy-mode", "cluster"]
+        for key, value in {**conf, "spark.ui.enabled": "false", "spark.yarn.maxAppAttempts": "1"}.items():
+            args += ["--conf", f"{key}={value}"]
+        return subprocess.run([*args, str(APPS / "count.py")], capture_output=True, text=True, timeout=600,
+                              env={**os.environ, **yarn.env()})
+
+    conf = yarn.pyspark_conf(tmp_path / "staging")
+    strict = {k: v.replace(spark_cds.QUIET, "-Xshare:on") if k.endswith("extraJavaOptions") else v
+              for k, v in conf.items()}
+    assert all("-Xshare:on" in strict[f"spark.{side}.extraJavaOptions"] for side in ("driver", "executor"))
+    ran = submit(strict)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    refused = submit({k: v for k, v in strict.items() if not k.endswith("extraClassPath")})
+    assert refused.returncode != 0 and "shared class paths mismatch" in refused.stderr, refused.stderr[-3000:]

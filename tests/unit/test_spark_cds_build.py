@@ -59,3 +59,24 @@ def test_a_failed_training_run_is_reported_with_its_error_and_not_retried(tmp_pa
     with pytest.raises(SystemExit, match="training failed: no Java"):
         spark_cds.build("python3", home)
     assert (home / "runs").read_text().count("run") == 1
+
+
+def test_cluster_jvms_get_the_archive_and_yarn_containers_the_launchers_class_path_first(tmp_path: Path) -> None:
+    """The archive is dumped with the class path Spark's launcher writes; a YARN container's
+    starts with its working directory, so the launcher's goes first there (extraClassPath,
+    cut after Spark's jars). The real launcher of the main line is asked."""
+    from dev import spark_versions
+
+    home = spark_versions.get(spark_versions.MAIN_LINE).spark_home
+    launcher = spark_cds.launcher_class_path(home)
+    assert launcher is not None and launcher.startswith(f"{home}/conf:") and launcher.endswith(f"{home}/jars/*")
+    assert spark_cds.yarn_container_confs(home) == {f"spark.{side}.extraJavaOptions": spark_cds.SHORT_LIVED_JVM
+                                                    for side in ("driver", "executor", "yarn.am")}  # none built here
+    archive = spark_cds.archive_path(home)
+    archive.parent.mkdir(parents=True)
+    archive.write_bytes(b"")
+    confs = spark_cds.yarn_container_confs(home)
+    assert confs["spark.executor.extraClassPath"] == confs["spark.driver.extraClassPath"] == launcher
+    assert confs["spark.yarn.am.extraJavaOptions"] == spark_cds.cluster_jvm_opts(home)
+    assert f"-XX:SharedArchiveFile={archive}" in spark_cds.cluster_jvm_opts(home).split()
+    assert spark_cds.INTERPRETED_SQL not in spark_cds.cluster_jvm_opts(home)  # as shipped on clusters
