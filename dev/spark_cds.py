@@ -10,8 +10,10 @@ those classes again. On this 2-core machine a local session's start and one smal
 `jvm_opts()` is what SPARK_SUBMIT_OPTS gets in tests (tests/conftest.py): SHORT_LIVED_JVM and
 INTERPRETED_SQL (the archive is trained with both), plus the archive of this pyspark when it
 was built for this Java; `with_archive_of()` swaps in
-another line's (dev/spark_versions.py's `env()` does for a driver of that line). A JVM whose
-classpath the archive does not match (a YARN container, a Spark without an archive) runs as
+another line's (dev/spark_versions.py's `env()` does for a driver of that line). The JVMs a
+cluster starts map it too: `cluster_jvm_opts()` for a standalone worker's executors,
+`yarn_container_confs()` for YARN's containers (their class path needs the launcher's first).
+A JVM whose class path the archive does not match (a Spark without an archive) runs as
 without it: the JVM checks, and its messages about it are off (they would go to the
 application's stdout).
 """
