@@ -85,10 +85,9 @@ def on_yarn(spark43: spark_versions.SparkVersion, yarn: stack_mod.YarnCluster, s
             executors: int) -> tuple[int, str, RepartitionRecord]:
     """The job in cluster deploy mode on YARN: the driver and `executors` executors (1 core
     each) in containers, all on the 4.3 line's Python and jars."""
-    conf = {**yarn.pyspark_conf(staging, executors=executors, executor_memory="768m", driver_memory="768m"),
-            "spark.pyspark.python": str(spark43.python), "spark.yarn.appMasterEnv.PYSPARK_PYTHON": str(spark43.python),
-            "spark.executorEnv.PYSPARK_PYTHON": str(spark43.python),
-            "spark.yarn.jars": f"local:{spark43.spark_home / 'jars'}/*", "spark.ui.enabled": "false"}
+    conf = {**yarn.pyspark_conf(staging, executors=executors, executor_memory="768m", driver_memory="768m",
+                                spark_home=spark43.spark_home, python=str(spark43.python)),
+            "spark.ui.enabled": "false"}
     command = [str(spark43.spark_submit), "--master", "yarn", "--deploy-mode", "cluster",
                *(a for k, v in conf.items() for a in ("--conf", f"{k}={v}")), rescale_job_application(),
                checkpoint, "8"]
