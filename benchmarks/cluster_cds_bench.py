@@ -35,7 +35,8 @@ REAPED_SETTLE_S = 5.0  # the cluster reaps an ended container's processes a mome
 
 def reaped_cpu(pattern: str) -> float:
     """CPU seconds of the reaped children (and theirs) of the processes whose command line
-    matches `pattern`."""
+    matches `pattern`: this run's own clusters, named by their state directories (another
+    run's clusters on the machine are not counted)."""
     pids = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
     total = 0.0
     for pid in pids:
@@ -82,16 +83,16 @@ def main(argv: list[str] | None = None) -> int:
             cases: dict[str, Callable[[], float]] = {
                 "YARN, without": lambda: submit_cpu(
                     [*submit, "--master", "yarn", "--deploy-mode", "cluster", *confs(without), str(APP)], yarn_env,
-                    "MiniYARNCluster|yarn-cluster"),
+                    str(work / "yarn")),
                 "YARN, with": lambda: submit_cpu(
                     [*submit, "--master", "yarn", "--deploy-mode", "cluster", *confs(with_archive), str(APP)], yarn_env,
-                    "MiniYARNCluster|yarn-cluster"),
+                    str(work / "yarn")),
                 "standalone, without": lambda: submit_cpu(
                     [*standalone, "--conf", f"spark.executor.extraJavaOptions={stack_mod.SHORT_LIVED_JVM}", str(APP)],
-                    env, "deploy.worker.Worker"),
+                    env, str(work / "standalone")),
                 "standalone, with": lambda: submit_cpu(
                     [*standalone, "--conf", f"spark.executor.extraJavaOptions={spark_cds.cluster_jvm_opts()}", str(APP)],
-                    env, "deploy.worker.Worker"),
+                    env, str(work / "standalone")),
             }
             for _ in range(args.runs):
                 for name, run in cases.items():

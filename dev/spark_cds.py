@@ -13,8 +13,8 @@ was built for this Java; `with_archive_of()` swaps in
 another line's (dev/spark_versions.py's `env()` does for a driver of that line). The JVMs a
 cluster starts map it too: `cluster_jvm_opts()` for a standalone worker's executors,
 `yarn_container_confs()` for YARN's containers (their class path needs the launcher's first).
-A JVM whose class path the archive does not match (a Spark without an archive) runs as
-without it: the JVM checks, and its messages about it are off (they would go to the
+A JVM whose class path the archive does not match (a YARN container without the launcher's
+class path first) runs as without it: the JVM checks, and its messages about it are off (they would go to the
 application's stdout).
 """
 
@@ -136,17 +136,32 @@ def cluster_jvm_opts(spark_home: Path | None = None) -> str:
     standalone worker's executors, YARN's containers): SHORT_LIVED_JVM with the archive when
     it was built. Spark's SQL code generation stays as shipped there. A standalone executor's
     class path is the launcher's own, so the archive maps as it is (an application's two
-    executors used 10 CPU-s instead of 16, docs/testing.md); a YARN container needs
-    `yarn_container_confs`."""
+    executors used 0.6 of their CPU, benchmarks/cluster_cds_bench.py); a YARN container
+    needs `yarn_container_confs`."""
     archive = archive_path(spark_home)
     return f"{SHORT_LIVED_JVM} -XX:SharedArchiveFile={archive} {QUIET}" if archive.is_file() else SHORT_LIVED_JVM
 
 
-@functools.cache
+_LAUNCHER_CLASS_PATHS: dict[Path, str] = {}
+
+
 def launcher_class_path(spark_home: Path) -> str | None:
     """The class path Spark's own launcher gives a JVM of this Spark, up to its jars: what
     the archive was dumped with (it differs by line: 4.1 puts slf4j-api's jar before the
-    rest, 4.0 a hive-jackson directory first). Asked of the launcher; None when it cannot say."""
+    rest, 4.0 a hive-jackson directory first). Asked of the launcher once (an answer is
+    kept); None, said on stderr, when it cannot say."""
+    if spark_home in _LAUNCHER_CLASS_PATHS:
+        return _LAUNCHER_CLASS_PATHS[spark_home]
+    found = _ask_launcher(spark_home)
+    if found is None:
+        print(f"dev/spark_cds.py: Spark's launcher in {spark_home} gave no class path; "
+              "its cluster JVMs run without the archive", file=sys.stderr)
+    else:
+        _LAUNCHER_CLASS_PATHS[spark_home] = found
+    return found
+
+
+def _ask_launcher(spark_home: Path) -> str | None:
     core = next(iter(sorted((spark_home / "jars").glob("spark-core_*.jar"))), None)
     if core is None:
         return None
@@ -172,8 +187,11 @@ def yarn_container_confs(spark_home: Path | None = None) -> dict[str, str]:
     application master, its executors) map the archive: `cluster_jvm_opts` and, first on
     their class path, the launcher's own (a container's starts with its working directory,
     where the archive's has Spark's jars; the JVM checks the entries it loaded classes from).
-    An application of Spark's example with one executor took 19 container CPU-s instead of
-    32 (docs/testing.md). Without the archive: SHORT_LIVED_JVM alone."""
+    The application master's class path is `spark.driver.extraClassPath` in either deploy
+    mode (there is no `spark.yarn.am.extraClassPath`). A small application's containers
+    used 0.6 of their CPU (benchmarks/cluster_cds_bench.py). Spark's jars come before the
+    container's `__spark_conf__` then: none of them carries a log4j or Hadoop site file.
+    Without the archive: SHORT_LIVED_JVM alone."""
     if spark_home is None:
         import pyspark
 
@@ -184,7 +202,7 @@ def yarn_container_confs(spark_home: Path | None = None) -> dict[str, str]:
         return {f"spark.{side}.extraJavaOptions": SHORT_LIVED_JVM for side in sides}
     opts = cluster_jvm_opts(spark_home)
     return {**{f"spark.{side}.extraJavaOptions": opts for side in sides},
-            **{f"spark.{side}.extraClassPath": class_path for side in sides}}
+            **{f"spark.{side}.extraClassPath": class_path for side in ("driver", "executor")}}
 
 
 ATTEMPTS = 3

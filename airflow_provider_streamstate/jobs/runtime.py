@@ -59,12 +59,13 @@ def attach_heartbeat(
             with self.lock:
                 self.muted = True
 
-        def _write(self, **changes: object) -> None:
+        def _write(self, *, keep_last: bool = False, **changes: object) -> None:
             with self.lock:
                 if self.muted:
                     return
                 assert self.beat is not None
-                if self.beat.state in ("stopped", "failed") and changes.get("state") not in ("stopped", "failed"):
+                if self.beat.state in ("stopped", "failed") and (
+                        keep_last or changes.get("state") not in ("stopped", "failed")):
                     return  # a progress or idle event the listener bus delivered after the last beat
                 fields = {**self.beat.__dict__, **changes, "updated_at": now_iso()}
                 self.beat = Heartbeat(**fields)  # type: ignore[arg-type]
@@ -132,10 +133,12 @@ def attach_heartbeat(
             """The last beat when nothing else wrote it: an application that stops its query
             and then Spark itself leaves no query to `finish` and may lose Spark's event for
             it, and a `running` record would outlive the driver. `failed` with `error`, or
-            `stopped`."""
+            `stopped` (also when `error` is the stop's own interrupt, as in `finish`). A last
+            beat Spark's event writes meanwhile is kept."""
             if self.beat is None or self.stopped.is_set():
                 return
-            self._write(state="failed" if error else "stopped", exception=error_line(error))
+            why = query_error(error, stopping=self.stopping, signalled=self.signalled)
+            self._write(state="failed" if why else "stopped", exception=error_line(why), keep_last=True)
             self.stopped.set()
 
     listener = HeartbeatListener()

@@ -248,8 +248,9 @@ class Supervisor:
     def finish(self, exit_code: int, error: str | None = None) -> None:
         """Wait briefly for Spark's event that each query ended (listener events are
         asynchronous, and a driver that exits before the JVM delivers one logs a Py4J error;
-        the last beat may already be written, by whoever stopped the query), then record how
-        the driver ended (and the error it died of)."""
+        the last beat may already be written, by whoever stopped the query), write the last
+        beat where nothing did (the application stopped its query and Spark itself), then
+        record how the driver ended (and the error it died of)."""
         self.done.set()
         if self.superseded:  # the driver record is the newer launch's now
             return
@@ -257,7 +258,10 @@ class Supervisor:
         for listener in list(self.listeners):
             if getattr(listener, "beat", None) is not None:
                 listener.terminated.wait(LAST_EVENT_WAIT_S)
-                listener.close(failure)  # nothing when Spark's event or the stop wrote the last beat
+                if not self.superseded:  # found meanwhile: the records are the newer launch's
+                    listener.close(failure)  # nothing when Spark's event or the stop wrote the last beat
+        if self.superseded:
+            return
         try:
             write_driver(self.checkpoint, DriverRecord(
                 self.launch_id, socket.gethostname(), os.getpid(), self.started_at,

@@ -81,3 +81,19 @@ def test_the_last_beat_spark_or_the_stop_wrote_is_not_written_again(tmp_path: Pa
     supervisor.finish(0, None)  # the driver exited 0 after its query failed: Spark's event said it
     beat = read_heartbeat(str(tmp_path))
     assert (beat.state, beat.exception) == ("failed", "StreamingQueryException: boom")
+
+
+def test_the_last_beat_never_overwrites_one_sparks_event_wrote_just_before(tmp_path: Path) -> None:
+    """Spark's event can come as the driver's wait for it ends: its `failed` stays."""
+    listener = _started(tmp_path, [])
+    listener._write(state="failed", exception="StreamingQueryException: boom")  # its event, not yet marked done
+    listener.close(None)
+    assert read_heartbeat(str(tmp_path)).state == "failed"
+
+
+def test_the_stops_own_interrupt_is_a_clean_stop_in_the_last_beat_too(tmp_path: Path) -> None:
+    listener = _started(tmp_path, [])
+    listener.stopping = True  # the driver stopped the query; the application then died of the interrupt
+    listener.close("StreamingQueryException: ... java.lang.InterruptedException")
+    beat = read_heartbeat(str(tmp_path))
+    assert (beat.state, beat.exception) == ("stopped", None)

@@ -77,6 +77,7 @@ def test_cluster_jvms_get_the_archive_and_yarn_containers_the_launchers_class_pa
     archive.write_bytes(b"")
     confs = spark_cds.yarn_container_confs(home)
     assert confs["spark.executor.extraClassPath"] == confs["spark.driver.extraClassPath"] == launcher
+    assert "spark.yarn.am.extraClassPath" not in confs  # not a Spark conf: the AM takes the driver's
     assert confs["spark.yarn.am.extraJavaOptions"] == spark_cds.cluster_jvm_opts(home)
     assert f"-XX:SharedArchiveFile={archive}" in spark_cds.cluster_jvm_opts(home).split()
     assert spark_cds.INTERPRETED_SQL not in spark_cds.cluster_jvm_opts(home)  # as shipped on clusters
