@@ -14,8 +14,8 @@ another line's (dev/spark_versions.py's `env()` does for a driver of that line).
 cluster starts map it too: `cluster_jvm_opts()` for a standalone worker's executors,
 `yarn_container_confs()` for YARN's containers (their class path needs the launcher's first).
 A JVM whose class path the archive does not match (a YARN container without the launcher's
-class path first) runs as without it: the JVM checks, and its messages about it are off (they would go to the
-application's stdout).
+class path first) runs as without it: the JVM checks, and its messages about it are off
+(they would go to the application's stdout).
 """
 
 from __future__ import annotations
@@ -109,8 +109,12 @@ def archive_path(spark_home: Path | None = None, java: str | None = None) -> Pat
 def jvm_opts(spark_home: Path | None = None) -> str:
     """SHORT_LIVED_JVM and INTERPRETED_SQL, with the archive of this Spark (default: this
     pyspark) and Java when it exists."""
+    return _with_archive(f"{SHORT_LIVED_JVM} {INTERPRETED_SQL}", spark_home)
+
+
+def _with_archive(base: str, spark_home: Path | None) -> str:
+    """JVM options `base` with this Spark's archive when it was built."""
     archive = archive_path(spark_home)
-    base = f"{SHORT_LIVED_JVM} {INTERPRETED_SQL}"
     return f"{base} -XX:SharedArchiveFile={archive} {QUIET}" if archive.is_file() else base
 
 
@@ -138,8 +142,7 @@ def cluster_jvm_opts(spark_home: Path | None = None) -> str:
     class path is the launcher's own, so the archive maps as it is (an application's two
     executors used 0.6 of their CPU, benchmarks/cluster_cds_bench.py); a YARN container
     needs `yarn_container_confs`."""
-    archive = archive_path(spark_home)
-    return f"{SHORT_LIVED_JVM} -XX:SharedArchiveFile={archive} {QUIET}" if archive.is_file() else SHORT_LIVED_JVM
+    return _with_archive(SHORT_LIVED_JVM, spark_home)
 
 
 _LAUNCHER_CLASS_PATHS: dict[Path, str] = {}
