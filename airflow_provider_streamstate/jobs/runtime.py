@@ -52,6 +52,7 @@ def attach_heartbeat(
             self.stopping = False  # the driver stopped the query: an interrupted batch is no failure
             self.signalled: int | None = None  # a signal asked for the stop: its exit status (query_error)
             self.muted = False
+            self.written_at = time.monotonic()
             threading.Thread(target=self._timer, name="streamstate-heartbeat", daemon=True).start()
 
         def mute(self) -> None:
@@ -73,10 +74,15 @@ def attach_heartbeat(
                     write_heartbeat(checkpoint, self.beat)
                 except (OSError, StreamstateError):
                     pass  # a full disk or an unreachable S3 must not kill the stream; the beat goes stale
+                self.written_at = time.monotonic()
 
         def _timer(self) -> None:
-            while not self.stopped.wait(interval_s):
-                if self.beat is not None and self.beat.state in ("starting", "running"):
+            # Beats only when no event wrote one for an interval: a stream whose batches
+            # report every few seconds is not written twice as often (each beat is a PUT on
+            # S3), and a long batch still beats at least every 1.5 intervals.
+            while not self.stopped.wait(interval_s / 2):
+                if (self.beat is not None and self.beat.state in ("starting", "running")
+                        and time.monotonic() - self.written_at >= interval_s):
                     self._write()
 
         def _ours(self, qid: str, name: str | None = None) -> bool:

@@ -97,3 +97,25 @@ def test_the_stops_own_interrupt_is_a_clean_stop_in_the_last_beat_too(tmp_path: 
     listener.close("StreamingQueryException: ... java.lang.InterruptedException")
     beat = read_heartbeat(str(tmp_path))
     assert (beat.state, beat.exception) == ("stopped", None)
+
+
+def test_the_timer_beats_only_when_no_event_beat_for_an_interval(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each beat is a write (a PUT on S3): a stream reporting batches more often than the
+    interval is not also written by the timer, and a long batch with no event still beats."""
+    import time
+
+    from airflow_provider_streamstate.engine.checkpoint import liveness
+
+    written: list[str] = []
+    monkeypatch.setattr(liveness, "write_heartbeat", lambda _where, beat: written.append(beat.state))
+    spark = SimpleNamespace(streams=_Streams(), version="4.1.3")
+    listener: Any = attach_heartbeat(spark, str(tmp_path), interval_s=1.0)  # type: ignore[arg-type]
+    listener.onQueryStarted(SimpleNamespace(id="q1", runId="r1", name="orders"))
+    for batch in range(15):  # a batch every 0.1 s for 1.5 s: three of the timer's checks
+        listener.onQueryProgress(SimpleNamespace(progress=SimpleNamespace(id="q1", batchId=batch, numInputRows=1)))
+        time.sleep(0.1)
+    assert written == ["starting"] + ["running"] * 15
+    time.sleep(2.5)  # a long batch: no event for 2.5 intervals
+    assert 1 <= len(written) - 16 <= 2
+    listener.onQueryTerminated(SimpleNamespace(id="q1", exception=None))

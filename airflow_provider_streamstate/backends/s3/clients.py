@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -25,10 +26,52 @@ def _endpoint_from_env() -> bool:
     return bool(os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"))
 
 
-def _client_from_env(max_connections: int) -> Any:
-    import boto3
+# Building a boto3 client costs about 0.2 CPU-s (a new session loads the service model), and a
+# stream's heartbeat on S3 opens its checkpoint for every beat: clients are kept per process,
+# for the same settings. boto3 clients are thread-safe; a client of another process (a fork)
+# is never reused. Credentials that expire are refreshed by the client itself.
+_MAX_CACHED_CLIENTS = 16
+_clients: dict[tuple[Any, ...], Any] = {}
+_clients_lock = threading.Lock()
 
-    return boto3.session.Session().client("s3", config=client_config(max_connections, path_style=_endpoint_from_env()))
+
+def _aws_files() -> tuple[tuple[str, int], ...]:
+    """The AWS config and credentials files boto3 would read, with their change times."""
+    paths = (os.environ.get("AWS_CONFIG_FILE") or "~/.aws/config",
+             os.environ.get("AWS_SHARED_CREDENTIALS_FILE") or "~/.aws/credentials")
+    found = []
+    for path in paths:
+        try:
+            found.append((path, os.stat(os.path.expanduser(path)).st_mtime_ns))
+        except OSError:
+            found.append((path, 0))
+    return tuple(found)
+
+
+def _cached_client(key: tuple[Any, ...], build: Callable[[], Any]) -> Any:
+    """The client built for `key` in this process, built by `build()` the first time."""
+    key = (os.getpid(), *key)
+    with _clients_lock:
+        client = _clients.get(key)
+    if client is not None:
+        return client
+    client = build()
+    with _clients_lock:
+        client = _clients.setdefault(key, client)
+        while len(_clients) > _MAX_CACHED_CLIENTS:
+            _clients.pop(next(iter(_clients)))
+    return client
+
+
+def _client_from_env(max_connections: int) -> Any:
+    def build() -> Any:
+        import boto3
+
+        return boto3.session.Session().client(
+            "s3", config=client_config(max_connections, path_style=_endpoint_from_env()))
+
+    env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
+    return _cached_client(("env", max_connections, env, _aws_files()), build)
 
 
 def s3_client(*, max_connections: int = 16) -> Any:
@@ -170,14 +213,21 @@ class S3Access:
         return self.s3_client()
 
     def s3_client(self, max_connections: int = 16) -> Any:
-        """A boto3 client with this endpoint and these credentials."""
-        import boto3
+        """A boto3 client with this endpoint and these credentials (one per process and
+        settings, as `s3_client`'s)."""
+        def build() -> Any:
+            import boto3
 
-        return boto3.session.Session(
-            aws_access_key_id=self.access_key, aws_secret_access_key=self.secret_key,
-            aws_session_token=self.session_token, region_name=self.region,
-        ).client("s3", endpoint_url=self.endpoint_url,
-                 config=client_config(max_connections, path_style=bool(self.endpoint_url)))
+            return boto3.session.Session(
+                aws_access_key_id=self.access_key, aws_secret_access_key=self.secret_key,
+                aws_session_token=self.session_token, region_name=self.region,
+            ).client("s3", endpoint_url=self.endpoint_url,
+                     config=client_config(max_connections, path_style=bool(self.endpoint_url)))
+
+        if not (self.access_key and self.secret_key):  # the environment's credentials, read by boto3
+            env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
+            return _cached_client(("access", self, max_connections, env, _aws_files()), build)
+        return _cached_client(("access", self, max_connections), build)
 
     def s3a_confs(self, bucket: str) -> dict[str, str]:
         """S3A per-bucket options for `bucket` only: the executors read the scratch copies

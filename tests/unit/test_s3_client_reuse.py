@@ -1,0 +1,79 @@
+"""A process builds one boto3 S3 client per set of settings: building one costs about 0.2
+CPU-s (a new session loads the service model), and a stream's heartbeat on S3 opened its
+checkpoint, and so built a client, for every beat. A change in the AWS environment or its
+files, another process, or other credentials get a client of their own."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_streamstate.backends.s3 import clients
+from airflow_provider_streamstate.backends.s3.clients import S3Access, s3_client
+from airflow_provider_streamstate.engine.checkpoint.filesystems import open_checkpoint_fs
+
+
+@pytest.fixture(autouse=True)
+def _aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for key in list(os.environ):
+        if key.startswith("AWS_"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AK")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "SK")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+
+
+def _key(client: object) -> str:
+    return client._request_signer._credentials.get_frozen_credentials().access_key  # type: ignore[attr-defined]
+
+
+def test_a_checkpoint_opened_again_reuses_the_client_of_the_first_open() -> None:
+    first = open_checkpoint_fs("s3a://bucket/streams/orders")
+    again = open_checkpoint_fs("s3a://bucket/streams/orders")
+    other = open_checkpoint_fs("s3a://other/streams/payments")
+    assert again.client is first.client and other.client is first.client  # type: ignore[attr-defined]
+    assert s3_client(max_connections=8) is not first.client  # type: ignore[attr-defined]
+
+
+def test_a_changed_aws_environment_gets_a_client_with_its_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = s3_client()
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "ROTATED")
+    after = s3_client()
+    assert after is not before and (_key(before), _key(after)) == ("AK", "ROTATED")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:10")
+    assert s3_client().meta.endpoint_url == "http://127.0.0.1:10"
+
+
+def test_a_changed_aws_config_file_gets_a_new_client(tmp_path: Path) -> None:
+    before = s3_client()
+    (tmp_path / "config").write_text("[default]\nregion = eu-west-1\n")
+    assert s3_client() is not before
+
+
+def test_another_process_builds_its_own_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    parent = s3_client()
+    monkeypatch.setattr(clients.os, "getpid", lambda: -1)  # what a fork sees: another pid
+    assert s3_client() is not parent
+
+
+def test_an_access_reuses_its_client_and_other_credentials_get_theirs() -> None:
+    access = S3Access("http://127.0.0.1:9", "us-east-1", "AK", "SK", None)
+    assert access.s3_client() is S3Access("http://127.0.0.1:9", "us-east-1", "AK", "SK", None).s3_client()
+    other = S3Access("http://127.0.0.1:9", "us-east-1", "AK2", "SK2", None).s3_client()
+    assert _key(other) == "AK2" and other is not access.s3_client()
+
+
+def test_the_cache_stays_bounded_and_forgets_the_oldest(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(clients, "_MAX_CACHED_CLIENTS", 2)
+    built = []
+    for n in range(3):
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", f"AK{n}")
+        built.append(s3_client())
+    assert len(clients._clients) == 2 and s3_client() is built[2]
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AK0")
+    assert s3_client() is not built[0]
