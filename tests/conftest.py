@@ -60,6 +60,12 @@ logging.getLogger("py4j").setLevel(logging.WARNING)
 DURATIONS = Path(__file__).resolve().parent / "durations.json"
 
 
+# Each collected test file's markers, before any deselection (-k, -m): a test about the whole
+# suite reads them instead of collecting it again in another process (tests/test_testing_doc.py).
+COLLECTED_MARKERS = pytest.StashKey[dict[str, set[str]]]()
+
+
+@pytest.hookimpl(tryfirst=True)  # before -k and -m deselect
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every component a test uses is in its marks (tests/components.py). Then longest files
     first (seconds per file in tests/durations.json, from a whole run by
@@ -71,6 +77,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         # A failure of the test itself, not a collection error: an xdist worker that raises
         # here ends its session silently and the controller reports only an internal error.
         item.add_marker(pytest.mark.unmarked_component(marker))
+    collected: dict[str, set[str]] = {}
+    for item in items:
+        collected.setdefault(item.nodeid.split("::")[0], set()).update(m.name for m in item.iter_markers())
+    config.stash[COLLECTED_MARKERS] = collected
     if not DURATIONS.exists():
         return
     import json

@@ -10,7 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.components import COMPONENT_MARKERS
+from tests.conftest import COLLECTED_MARKERS
 
 REPO = Path(__file__).resolve().parent.parent
 MARKERS = sorted({*COMPONENT_MARKERS.values(), "spark_lines", "browser"})
@@ -38,12 +41,23 @@ def _rows() -> dict[str, str]:
     return rows
 
 
-def test_the_component_map_names_every_marked_test_file_under_its_marker() -> None:
+def _marked_files(config: pytest.Config) -> dict[str, list[str]]:
+    """{marker: the test files marked with it} of the whole suite: from this session's own
+    collection when it collected every test file (a whole run: each xdist worker collects
+    the whole suite), else from a collection of `tests` in another process."""
+    collected = config.stash.get(COLLECTED_MARKERS, {})
+    on_disk = {p.relative_to(REPO).as_posix() for p in (REPO / "tests").rglob("test_*.py")}
+    if on_disk and on_disk <= collected.keys() and Path(str(config.rootpath)) == REPO:
+        return {m: sorted(f for f, names in collected.items() if m in names) for m in MARKERS}
     proc = subprocess.run([sys.executable, "-c", COLLECT, ",".join(MARKERS)], cwd=REPO, capture_output=True,
                           text=True, timeout=300)
     marked_line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("MARKED ")), None)
     assert marked_line is not None, proc.stdout[-2000:] + proc.stderr[-2000:]
-    marked: dict[str, list[str]] = json.loads(marked_line.removeprefix("MARKED "))
+    return json.loads(marked_line.removeprefix("MARKED "))
+
+
+def test_the_component_map_names_every_marked_test_file_under_its_marker(request: pytest.FixtureRequest) -> None:
+    marked = _marked_files(request.config)
     rows = _rows()
     assert sorted(m for m in MARKERS if m in rows) == MARKERS, f"docs/testing.md has no row for {set(MARKERS) - set(rows)}"
     missing = [f"{path} ({marker})" for marker, paths in marked.items() for path in paths
