@@ -77,3 +77,24 @@ def test_the_cache_stays_bounded_and_forgets_the_oldest(monkeypatch: pytest.Monk
     assert len(clients._clients) == 2 and s3_client() is built[2]
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AK0")
     assert s3_client() is not built[0]
+
+
+def test_an_airflow_connection_reuses_its_client_until_the_connection_changes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sensors, triggers and the Streams pages open the same connection on every poll."""
+    import json
+
+    from airflow_provider_streamstate.backends.s3.hook import s3_client_from_connection
+
+    def define(key: str) -> None:
+        monkeypatch.setenv("AIRFLOW_CONN_STORE_S3", json.dumps({
+            "conn_type": "aws", "login": key, "password": "SK",
+            "extra": {"endpoint_url": "http://127.0.0.1:9", "region_name": "us-east-1"}}))
+
+    define("AK1")
+    first = s3_client_from_connection("store_s3")
+    assert s3_client_from_connection("store_s3") is first and _key(first) == "AK1"
+    define("AK2")  # the connection rotated its key
+    rotated = s3_client_from_connection("store_s3")
+    assert rotated is not first and _key(rotated) == "AK2"
+    assert rotated.meta.endpoint_url == "http://127.0.0.1:9"

@@ -35,6 +35,10 @@ _clients: dict[tuple[Any, ...], Any] = {}
 _clients_lock = threading.Lock()
 
 
+def _aws_env() -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
+
+
 def _aws_files() -> tuple[tuple[str, int], ...]:
     """The AWS config and credentials files boto3 would read, with their change times."""
     paths = (os.environ.get("AWS_CONFIG_FILE") or "~/.aws/config",
@@ -48,9 +52,11 @@ def _aws_files() -> tuple[tuple[str, int], ...]:
     return tuple(found)
 
 
-def _cached_client(key: tuple[Any, ...], build: Callable[[], Any]) -> Any:
-    """The client built for `key` in this process, built by `build()` the first time."""
-    key = (os.getpid(), *key)
+def cached_client(key: tuple[Any, ...], build: Callable[[], Any]) -> Any:
+    """The client built for `key` in this process, built by `build()` the first time. The
+    AWS environment and its files are part of every key: a client without credentials of its
+    own takes them from there."""
+    key = (os.getpid(), *key, _aws_env(), _aws_files())
     with _clients_lock:
         client = _clients.get(key)
     if client is not None:
@@ -70,8 +76,7 @@ def _client_from_env(max_connections: int) -> Any:
         return boto3.session.Session().client(
             "s3", config=client_config(max_connections, path_style=_endpoint_from_env()))
 
-    env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
-    return _cached_client(("env", max_connections, env, _aws_files()), build)
+    return cached_client(("env", max_connections), build)
 
 
 def s3_client(*, max_connections: int = 16) -> Any:
@@ -224,10 +229,7 @@ class S3Access:
             ).client("s3", endpoint_url=self.endpoint_url,
                      config=client_config(max_connections, path_style=bool(self.endpoint_url)))
 
-        if not (self.access_key and self.secret_key):  # the environment's credentials, read by boto3
-            env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
-            return _cached_client(("access", self, max_connections, env, _aws_files()), build)
-        return _cached_client(("access", self, max_connections), build)
+        return cached_client(("access", self, max_connections), build)
 
     def s3a_confs(self, bucket: str) -> dict[str, str]:
         """S3A per-bucket options for `bucket` only: the executors read the scratch copies

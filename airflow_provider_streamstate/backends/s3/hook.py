@@ -9,7 +9,7 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
-from airflow_provider_streamstate.backends.s3.clients import client_config
+from airflow_provider_streamstate.backends.s3.clients import cached_client, client_config
 from airflow_provider_streamstate.backends.s3.errors import client_error
 from airflow_provider_streamstate.engine.core.errors import StreamstateError, UsageError
 
@@ -22,19 +22,26 @@ def s3_client_from_connection(aws_conn_id: str, *, max_connections: int = 16) ->
     from airflow.sdk.exceptions import AirflowNotFoundException
 
     try:
-        BaseHook.get_connection(aws_conn_id)
+        conn = BaseHook.get_connection(aws_conn_id)
     except AirflowNotFoundException:
         raise UsageError(
             f"Airflow connection {aws_conn_id!r} does not exist",
             hint=f"define it (an AIRFLOW_CONN_{aws_conn_id.upper()} environment variable, or in Airflow's "
             "connections or secrets backend), or fix the connection id",
         ) from None
-    try:
+    def build() -> Any:
         wrapper = S3Hook(aws_conn_id=aws_conn_id).conn_config
         config = client_config(max_connections, path_style=bool(wrapper.get_service_endpoint_url("s3")))
         if wrapper.botocore_config is not None:
             config = config.merge(wrapper.botocore_config)
         return S3Hook(aws_conn_id=aws_conn_id, config=config).get_conn()
+
+    # Sensors, triggers and the Streams pages open the same connection on every poll or
+    # request: its client is kept per process while the connection's content is the same.
+    content = tuple(str(v) for v in (conn.conn_type, conn.host, conn.login, conn.password, conn.schema, conn.port,
+                                     conn.extra))
+    try:
+        return cached_client(("connection", aws_conn_id, content, max_connections), build)
     except StreamstateError:
         raise
     except Exception as exc:  # noqa: BLE001 - building a client fails only on configuration
