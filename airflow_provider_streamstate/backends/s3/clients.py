@@ -26,13 +26,17 @@ def _endpoint_from_env() -> bool:
     return bool(os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"))
 
 
-# Building a boto3 client costs about 0.2 CPU-s (a new session loads the service model), and a
-# stream's heartbeat on S3 opens its checkpoint for every beat: clients are kept per process,
-# for the same settings. boto3 clients are thread-safe; a client of another process (a fork)
-# is never reused. Credentials that expire are refreshed by the client itself.
+# A boto3 client of a new session costs about 0.2 CPU-s (the session loads the service model),
+# one of a kept session about 6 ms, and a stream's heartbeat on S3 opens its checkpoint for
+# every beat: clients are kept per process for the same settings, and built from one session
+# per AWS environment. boto3 clients are thread-safe, sessions are not (clients are built
+# from them one at a time); nothing of another process (a fork) is reused. Credentials that
+# expire are refreshed by the client itself.
 _MAX_CACHED_CLIENTS = 16
 _clients: dict[tuple[Any, ...], Any] = {}
 _clients_lock = threading.Lock()
+_sessions: dict[tuple[Any, ...], Any] = {}
+_build_lock = threading.Lock()
 
 
 def _aws_env() -> tuple[tuple[str, str], ...]:
@@ -50,6 +54,22 @@ def _aws_files() -> tuple[tuple[str, int], ...]:
         except OSError:
             found.append((path, 0))
     return tuple(found)
+
+
+def _new_client(**kwargs: Any) -> Any:
+    """An S3 client of this process's boto3 session for the current AWS environment; `kwargs`
+    (credentials, region, endpoint, config) as `boto3.Session.client` takes them, None for
+    the environment's."""
+    import boto3
+
+    key = (os.getpid(), _aws_env(), _aws_files())
+    with _build_lock:
+        session = _sessions.get(key)
+        if session is None:
+            session = _sessions[key] = boto3.session.Session()
+            while len(_sessions) > _MAX_CACHED_CLIENTS:
+                _sessions.pop(next(iter(_sessions)))
+        return session.client("s3", **kwargs)
 
 
 def cached_client(key: tuple[Any, ...], build: Callable[[], Any]) -> Any:
@@ -70,13 +90,8 @@ def cached_client(key: tuple[Any, ...], build: Callable[[], Any]) -> Any:
 
 
 def _client_from_env(max_connections: int) -> Any:
-    def build() -> Any:
-        import boto3
-
-        return boto3.session.Session().client(
-            "s3", config=client_config(max_connections, path_style=_endpoint_from_env()))
-
-    return cached_client(("env", max_connections), build)
+    return cached_client(("env", max_connections), lambda: _new_client(
+        config=client_config(max_connections, path_style=_endpoint_from_env())))
 
 
 def s3_client(*, max_connections: int = 16) -> Any:
@@ -220,16 +235,10 @@ class S3Access:
     def s3_client(self, max_connections: int = 16) -> Any:
         """A boto3 client with this endpoint and these credentials (one per process and
         settings, as `s3_client`'s)."""
-        def build() -> Any:
-            import boto3
-
-            return boto3.session.Session(
-                aws_access_key_id=self.access_key, aws_secret_access_key=self.secret_key,
-                aws_session_token=self.session_token, region_name=self.region,
-            ).client("s3", endpoint_url=self.endpoint_url,
-                     config=client_config(max_connections, path_style=bool(self.endpoint_url)))
-
-        return cached_client(("access", self, max_connections), build)
+        return cached_client(("access", self, max_connections), lambda: _new_client(
+            aws_access_key_id=self.access_key, aws_secret_access_key=self.secret_key,
+            aws_session_token=self.session_token, region_name=self.region, endpoint_url=self.endpoint_url,
+            config=client_config(max_connections, path_style=bool(self.endpoint_url))))
 
     def s3a_confs(self, bucket: str) -> dict[str, str]:
         """S3A per-bucket options for `bucket` only: the executors read the scratch copies
