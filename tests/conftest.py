@@ -21,7 +21,13 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tests import airflow_harness, shared_parts, spark_jvm  # noqa: E402
-from tests.components import last_users, marker_of_part, require_marker, unmarked_components  # noqa: E402
+from tests.components import (  # noqa: E402
+    COLLECTED_MARKERS,
+    last_users,
+    marker_of_part,
+    require_marker,
+    unmarked_components,
+)
 from tests.s3 import s3_client  # noqa: E402
 
 # Airflow reads its home, DB and DAG folder at import: keep them out of the user's ~/airflow.
@@ -58,11 +64,6 @@ logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 DURATIONS = Path(__file__).resolve().parent / "durations.json"
-
-
-# Each collected test file's markers, before any deselection (-k, -m): a test about the whole
-# suite reads them instead of collecting it again in another process (tests/test_testing_doc.py).
-COLLECTED_MARKERS = pytest.StashKey[dict[str, set[str]]]()
 
 
 @pytest.hookimpl(tryfirst=True)  # before -k and -m deselect

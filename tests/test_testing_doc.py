@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.components import COMPONENT_MARKERS
-from tests.conftest import COLLECTED_MARKERS
+from tests.components import COLLECTED_MARKERS, COMPONENT_MARKERS
 
 REPO = Path(__file__).resolve().parent.parent
 MARKERS = sorted({*COMPONENT_MARKERS.values(), "spark_lines", "browser"})

@@ -112,10 +112,12 @@ def test_the_timer_beats_only_when_no_event_beat_for_an_interval(tmp_path: Path,
     spark = SimpleNamespace(streams=_Streams(), version="4.1.3")
     listener: Any = attach_heartbeat(spark, str(tmp_path), interval_s=1.0)  # type: ignore[arg-type]
     listener.onQueryStarted(SimpleNamespace(id="q1", runId="r1", name="orders"))
-    for batch in range(15):  # a batch every 0.1 s for 1.5 s: three of the timer's checks
-        listener.onQueryProgress(SimpleNamespace(progress=SimpleNamespace(id="q1", batchId=batch, numInputRows=1)))
-        time.sleep(0.1)
-    assert written == ["starting"] + ["running"] * 15
-    time.sleep(2.5)  # a long batch: no event for 2.5 intervals
-    assert 1 <= len(written) - 16 <= 2
-    listener.onQueryTerminated(SimpleNamespace(id="q1", exception=None))
+    try:
+        for batch in range(15):  # a batch every 0.1 s for 1.5 s: three of the timer's checks
+            listener.onQueryProgress(SimpleNamespace(progress=SimpleNamespace(id="q1", batchId=batch, numInputRows=1)))
+            time.sleep(0.1)
+        assert written == ["starting"] + ["running"] * 15
+        time.sleep(2.5)  # a long batch: no event for 2.5 intervals
+        assert 1 <= len(written) - 16 <= 2
+    finally:
+        listener.onQueryTerminated(SimpleNamespace(id="q1", exception=None))

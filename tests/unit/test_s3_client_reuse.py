@@ -55,10 +55,46 @@ def test_a_changed_aws_config_file_gets_a_new_client(tmp_path: Path) -> None:
     assert s3_client() is not before
 
 
-def test_another_process_builds_its_own_client(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_forked_child_builds_its_own_client() -> None:
     parent = s3_client()
-    monkeypatch.setattr(clients.os, "getpid", lambda: -1)  # what a fork sees: another pid
-    assert s3_client() is not parent
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: nothing of the parent's is kept, its own client is
+        try:
+            inherited = bool(clients._clients or clients._sessions)
+            child = s3_client()
+            answer = f"{inherited} {child is parent} {child is s3_client()}"
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+            answer = repr(exc)
+        os.write(write, answer.encode())
+        os._exit(0)
+    os.close(write)
+    answer = os.read(read, 1000).decode()
+    os.waitpid(pid, 0)
+    assert answer == "False False True"
+
+
+def test_a_client_that_found_no_credentials_is_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The next call looks again (an instance's metadata endpoint that timed out once)."""
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    assert s3_client() is not s3_client()
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "LATER")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "SK")
+    assert _key(s3_client()) == "LATER"
+
+
+def test_a_credentials_file_replaced_by_a_copy_with_its_old_time_gets_a_new_client(tmp_path: Path) -> None:
+    credentials = tmp_path / "credentials"
+    credentials.write_text("[default]\naws_access_key_id = OLD\naws_secret_access_key = SK\n")
+    os.utime(credentials, ns=(1_000_000_000, 1_000_000_000))
+    before = s3_client()
+    rotated = tmp_path / "rotated"
+    rotated.write_text("[default]\naws_access_key_id = NEWER\naws_secret_access_key = SK\n")
+    os.utime(rotated, ns=(1_000_000_000, 1_000_000_000))  # what `cp -p` keeps
+    rotated.replace(credentials)
+    assert s3_client() is not before
 
 
 def test_an_access_reuses_its_client_and_other_credentials_get_theirs() -> None:

@@ -30,29 +30,46 @@ def _endpoint_from_env() -> bool:
 # one of a kept session about 6 ms, and a stream's heartbeat on S3 opens its checkpoint for
 # every beat: clients are kept per process for the same settings, and built from one session
 # per AWS environment. boto3 clients are thread-safe, sessions are not (clients are built
-# from them one at a time); nothing of another process (a fork) is reused. Credentials that
-# expire are refreshed by the client itself.
+# from them one at a time). A forked child starts with none of them. A client that found no
+# credentials is not kept (the next call looks again); credentials that expire (an assumed
+# role, web identity, an instance's) are refreshed by the client itself.
 _MAX_CACHED_CLIENTS = 16
 _clients: dict[tuple[Any, ...], Any] = {}
 _clients_lock = threading.Lock()
 _sessions: dict[tuple[Any, ...], Any] = {}
 _build_lock = threading.Lock()
+# What else botocore reads when it builds a client: the CA bundle and the proxies.
+_CLIENT_ENV = {"REQUESTS_CA_BUNDLE", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy"}
+
+
+def _forget_after_fork() -> None:
+    """In a forked child: no client, session or lock of the parent (a lock another thread
+    held at the fork would never be released)."""
+    global _clients_lock, _build_lock
+    _clients_lock, _build_lock = threading.Lock(), threading.Lock()
+    _clients.clear()
+    _sessions.clear()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def _aws_env() -> tuple[tuple[str, str], ...]:
-    return tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
+    return tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_") or k in _CLIENT_ENV))
 
 
-def _aws_files() -> tuple[tuple[str, int], ...]:
-    """The AWS config and credentials files boto3 would read, with their change times."""
+def _aws_files() -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """The AWS config and credentials files boto3 would read, each with what changes when it
+    is rewritten or replaced (also by a copy that keeps the modification time)."""
     paths = (os.environ.get("AWS_CONFIG_FILE") or "~/.aws/config",
              os.environ.get("AWS_SHARED_CREDENTIALS_FILE") or "~/.aws/credentials")
-    found = []
+    found: list[tuple[str, tuple[int, ...]]] = []
     for path in paths:
         try:
-            found.append((path, os.stat(os.path.expanduser(path)).st_mtime_ns))
+            st = os.stat(os.path.expanduser(path))
+            found.append((path, (st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_size)))
         except OSError:
-            found.append((path, 0))
+            found.append((path, ()))
     return tuple(found)
 
 
@@ -62,7 +79,7 @@ def _new_client(**kwargs: Any) -> Any:
     the environment's."""
     import boto3
 
-    key = (os.getpid(), _aws_env(), _aws_files())
+    key = (_aws_env(), _aws_files())
     with _build_lock:
         session = _sessions.get(key)
         if session is None:
@@ -72,16 +89,23 @@ def _new_client(**kwargs: Any) -> Any:
         return session.client("s3", **kwargs)
 
 
+def _has_credentials(client: Any) -> bool:
+    signer = getattr(client, "_request_signer", None)
+    return getattr(signer, "_credentials", None) is not None
+
+
 def cached_client(key: tuple[Any, ...], build: Callable[[], Any]) -> Any:
     """The client built for `key` in this process, built by `build()` the first time. The
     AWS environment and its files are part of every key: a client without credentials of its
-    own takes them from there."""
-    key = (os.getpid(), *key, _aws_env(), _aws_files())
+    own takes them from there. A client that found no credentials is returned, not kept."""
+    key = (*key, _aws_env(), _aws_files())
     with _clients_lock:
         client = _clients.get(key)
     if client is not None:
         return client
     client = build()
+    if not _has_credentials(client):
+        return client
     with _clients_lock:
         client = _clients.setdefault(key, client)
         while len(_clients) > _MAX_CACHED_CLIENTS:
