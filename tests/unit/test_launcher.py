@@ -14,7 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_streamstate.engine.checkpoint.liveness import Heartbeat, now_iso, write_heartbeat
+from airflow_provider_streamstate.engine.checkpoint.liveness import (
+    HEARTBEAT_FILE,
+    Heartbeat,
+    now_iso,
+    write_heartbeat,
+)
 from airflow_provider_streamstate.engine.core.errors import StreamRunningError, StreamstateError, UsageError
 from airflow_provider_streamstate.engine.streams import launcher, records
 
@@ -100,3 +105,28 @@ def test_a_running_beat_whose_driver_recorded_its_exit_reads_as_that_exit(
         assert time.monotonic() < deadline, "the stand-in driver did not exit"
         time.sleep(0.05)
     assert launcher.status(checkpoint).state == state
+
+
+def test_a_status_reads_the_heartbeat_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each read is a GET beside an S3 checkpoint, and waits, stops and the supervisor ask for
+    the status several times a second: the record read decides whether it is fresh too."""
+    from airflow_provider_streamstate.engine.checkpoint.sidecar import Sidecar
+
+    checkpoint = tmp_path / "ckpt"
+    handle = launcher.launch(py("import time; time.sleep(60)"), stream="orders", checkpoint=checkpoint)
+    try:
+        write_heartbeat(checkpoint, Heartbeat(query_id="q", run_id="r", query_name="orders", host="h",
+                                              pid=handle.pid, state="running", batch_id=3, input_rows=1,
+                                              updated_at=now_iso(), launch_id=handle.launch_id))
+        reads: list[str] = []
+        original = Sidecar.read
+
+        def counted(self: Sidecar, name: str, *args: object, **kwargs: object) -> bytes | None:
+            reads.append(name)
+            return original(self, name, *args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(Sidecar, "read", counted)
+        assert launcher.status(checkpoint).state == "running"
+        assert reads.count(HEARTBEAT_FILE) == 1, reads
+    finally:
+        launcher.stop(handle, timeout_s=1.0)

@@ -155,7 +155,9 @@ def read_heartbeat(checkpoint: str | Path | Sidecar | CheckpointFS) -> Heartbeat
         return None
 
 
-def _running(beat: Heartbeat | None, now: datetime | None) -> bool:
+def beat_says_running(beat: Heartbeat | None, now: datetime | None = None) -> bool:
+    """Whether `beat` (a record already read) says its stream runs: starting/running, fresh,
+    and (beaten on this host) its driver process alive."""
     if beat is None or beat.state not in ("starting", "running") or not beat.is_fresh(now):
         return False
     return not (beat.host == socket.gethostname() and not pid_alive(beat.pid))
@@ -164,7 +166,7 @@ def _running(beat: Heartbeat | None, now: datetime | None) -> bool:
 def is_running(checkpoint: str | Path | Sidecar | CheckpointFS, *, now: datetime | None = None) -> bool:
     """Whether a stream is running on `checkpoint`: its last beat says starting/running, is
     fresh, and (when it beat on this host) its driver process is alive."""
-    return _running(read_heartbeat(checkpoint), now)
+    return beat_says_running(read_heartbeat(checkpoint), now)
 
 
 def unmanaged_window_s() -> float:
@@ -217,7 +219,7 @@ def assert_not_running(checkpoint: str | Path | Sidecar | CheckpointFS, what: st
     checkpoint's own writes do (`unmanaged_writer`)."""
     side = open_sidecar(checkpoint)
     beat = read_heartbeat(side)  # read once: the verdict and the message agree
-    if beat is None or not _running(beat, None):
+    if beat is None or not beat_says_running(beat):
         other = unmanaged_writer(side, beat)
         if other is not None:
             window = unmanaged_window_s()

@@ -45,7 +45,7 @@ from typing import Any
 from airflow_provider_streamstate.engine.checkpoint.filesystems import CheckpointFS
 from airflow_provider_streamstate.engine.checkpoint.liveness import (
     Heartbeat,
-    is_running,
+    beat_says_running,
     now_iso,
     read_heartbeat,
     unmanaged_writer,
@@ -237,7 +237,7 @@ def status(checkpoint: str | Path | Sidecar | CheckpointFS) -> StreamStatus:
             exit_code = processes.exit_code(handle.pid)
 
     if beat is not None and beat.state in ("starting", "running"):
-        if is_running(side) and alive is not False:
+        if beat_says_running(beat) and alive is not False:
             state = beat.state
         else:  # a driver that recorded a clean exit stopped its query; the last beat was lost
             state = "stopped" if driver is not None and driver.exit_code == 0 else "dead"
@@ -282,7 +282,7 @@ def _cluster_status(side: Sidecar, launch: LaunchRecord, beat: Heartbeat | None,
         if driver is not None and driver.exit_code is not None:
             state = "stopped" if driver.exit_code == 0 else "dead"
         elif beat is not None:
-            state = beat.state if beat.state not in ("starting", "running") or is_running(side) else "dead"
+            state = beat.state if beat.state not in ("starting", "running") or beat_says_running(beat) else "dead"
         else:
             state = "starting" if age < STARTUP_GRACE_S else "dead"
         if state == "dead":
@@ -298,7 +298,7 @@ def _cluster_status(side: Sidecar, launch: LaunchRecord, beat: Heartbeat | None,
         else:
             # The application holds the checkpoint whatever its beat says (a stale beat is a
             # stuck or silent driver: the supervisor's freshness check tells, not this).
-            state = "running" if beat.state == "running" or not is_running(side) else beat.state
+            state = "running" if beat.state == "running" or not beat_says_running(beat) else beat.state
     else:
         state = app.stream_state()
         if beat is not None and beat.state == "failed":
