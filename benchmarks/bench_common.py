@@ -38,6 +38,28 @@ def moto_s3(bucket: str) -> tuple[Any, Any, Any]:
     return server, client, s3_backends[DEFAULT_ACCOUNT_ID]["aws"]
 
 
+def start_s3_server(cmd: list[str]) -> tuple[Any, int]:
+    """An S3 server process (`cmd`, given its host and port here) on loopback once it answers:
+    (the process, its port). Terminate it."""
+    import os
+    import subprocess
+    import time
+    import urllib.request
+
+    from dev.stack import free_port
+
+    port = free_port()
+    proc = subprocess.Popen([*cmd, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env={**os.environ, "MOTO_ALLOW_NONEXISTENT_REGION": "true"})
+    for _ in range(150):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/moto-api/", timeout=1)
+            break
+        except OSError:
+            time.sleep(0.2)
+    return proc, port
+
+
 def write_results(name: str, results: dict[str, Any]) -> None:
     """Keep a benchmark's figures in .bench/<name>_results.json and print them as a Markdown table."""
     import json

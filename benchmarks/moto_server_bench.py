@@ -13,10 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -36,19 +33,10 @@ def server_cpu(cmd: list[str], rounds: int, bucket_keys: int = 0) -> float:
     from concurrent.futures import ThreadPoolExecutor
 
     import boto3
+    from bench_common import start_s3_server  # this folder is on sys.path
 
-    from dev.stack import free_port
-
-    port = free_port()
-    proc = subprocess.Popen([*cmd, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, env={**os.environ, "MOTO_ALLOW_NONEXISTENT_REGION": "true"})
+    proc, port = start_s3_server(cmd)
     try:
-        for _ in range(150):
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/moto-api/", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.2)
         s3 = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1",
                           aws_access_key_id="bench", aws_secret_access_key="bench")
         s3.create_bucket(Bucket="bench-bucket")

@@ -12,10 +12,8 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import time
-import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -53,18 +51,10 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
-    from dev.stack import free_port
+    from bench_common import start_s3_server  # this folder is on sys.path
 
-    port = free_port()
-    server = subprocess.Popen([sys.executable, str(REPO / "dev" / "moto_server.py"), "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server, port = start_s3_server([sys.executable, str(REPO / "dev" / "moto_server.py")])
     try:
-        for _ in range(150):
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/moto-api/", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.2)
         os.environ.update({"AWS_ENDPOINT_URL_S3": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "bench",
                            "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"})
         import boto3
