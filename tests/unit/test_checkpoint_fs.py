@@ -741,3 +741,27 @@ def test_a_listing_is_compared_with_a_manifest_in_one_place_naming_what_is_missi
     mismatch = listing_mismatch({"metadata": 10, "offsets/0": 21, "extra": 1}, want)
     assert (mismatch.missing, mismatch.unexpected, mismatch.wrong_size) == (["commits/0"], ["extra"], ["offsets/0"])
     assert mismatch.first_ones() == "missing ['commits/0'], unexpected ['extra'], wrong size ['offsets/0']"
+
+
+def test_a_local_listing_skips_a_file_a_running_query_removed_while_it_was_listed(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spark writes a temporary file and renames it: one listed and gone before its size is
+    read is not part of the checkpoint (a restore over a running stream must reach its
+    refusal, not fail on the temporary file)."""
+    import os
+
+    from airflow_provider_streamstate.backends.local.checkpoint import LocalCheckpointFS
+
+    (tmp_path / "ckpt" / "state" / "0" / "0").mkdir(parents=True)
+    (tmp_path / "ckpt" / "state" / "0" / "0" / "1.delta").write_bytes(b"abc")
+    real_walk = os.walk
+
+    def walk_with_a_vanished_tmp(top: Any) -> Any:
+        for dirpath, dirnames, filenames in real_walk(top):
+            extra = [".1.delta.crc.0a1b.tmp"] if dirpath.endswith("/0/0") else []
+            yield dirpath, dirnames, [*filenames, *extra]
+
+    monkeypatch.setattr(os, "walk", walk_with_a_vanished_tmp)
+    fs = LocalCheckpointFS(tmp_path / "ckpt")
+    assert fs.files() == {"state/0/0/1.delta": 3}
+    assert list(fs.versions()) == ["state/0/0/1.delta"]

@@ -183,7 +183,10 @@ class LocalCheckpointFS(CheckpointFS):
         for dirpath, _, filenames in os.walk(self.root):
             for name in filenames:
                 path = Path(dirpath) / name
-                out[path.relative_to(self.root).as_posix()] = path.stat().st_size
+                try:
+                    out[path.relative_to(self.root).as_posix()] = path.stat().st_size
+                except FileNotFoundError:
+                    continue  # a running query's temporary file, renamed or deleted since the listing
         return out
 
     def versions(self) -> dict[str, tuple[int, str]]:
@@ -193,7 +196,10 @@ class LocalCheckpointFS(CheckpointFS):
         for dirpath, _, filenames in os.walk(self.root):
             for name in filenames:
                 path = Path(dirpath) / name
-                st = os.lstat(path)
+                try:
+                    st = os.lstat(path)
+                except FileNotFoundError:
+                    continue  # a running query's temporary file, renamed or deleted since the listing
                 if stat.S_ISREG(st.st_mode):
                     out[path.relative_to(self.root).as_posix()] = (
                         st.st_size, f"{st.st_dev}:{st.st_ino}:{st.st_mtime_ns}:{st.st_ctime_ns}")
