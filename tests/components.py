@@ -11,13 +11,13 @@ from collections.abc import Iterable
 
 import pytest
 
-# fixture -> the marker of the tests that use it
 # Each collected test file's markers, before any deselection (-k, -m), stashed by
 # tests/conftest.py: a test about the whole suite reads them instead of collecting it again in
 # another process (tests/test_testing_doc.py). Here, not in the conftest: pytest imports that
 # as `conftest`, and a second import as `tests.conftest` would make a second key.
 COLLECTED_MARKERS = pytest.StashKey[dict[str, set[str]]]()
 
+# fixture -> the marker of the tests that use it
 COMPONENT_MARKERS = {
     "yarn": "yarn", "hdfs": "hdfs", "spark_standalone": "spark_standalone", "s3proxy": "s3proxy",
     "regions": "dr_regions", "private_regions": "dr_regions",
