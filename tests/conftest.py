@@ -247,6 +247,15 @@ def _component_marked(request: pytest.FixtureRequest) -> None:
                     f"`pytest.mark.{mark.args[0]}` (see tests/components.py)")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _probe_processes_end_with_their_file() -> Iterator[None]:
+    """The Spark processes a file's probe steps kept (tests/spark_probe.py) end with the file."""
+    yield
+    probes = sys.modules.get("tests.spark_probe")
+    if probes is not None:
+        probes.close_all()
+
+
 @pytest.fixture(autouse=True)
 def _no_jvm_left_behind() -> Iterator[None]:
     """A JVM the engine started in this process during the test (without the Kafka

@@ -18,7 +18,14 @@ applyInPandasWithState group state, on that store.
 
 Commands joined by `--` run in order in one Spark session (one JVM start, the dearest part
 of each), each printing one JSON line on stdout: the batches run (or `refused`: the error
-Spark's `start()` raised), Spark's error class, or the state. `PROBE_CONF` (JSON) adds Spark
+Spark's `start()` raised), Spark's error class, or the state.
+
+    python repartition_probe.py serve IDLE_S        (requests on stdin, one a line: a JSON list of
+                                                     commands; see tests/spark_probe.py)
+
+`serve` keeps the process's SparkContext for request after request, each in a new session
+(SQL confs its own) and ending in a line `{"probe": "done"}` or `{"probe": "error", ...}`;
+it exits when stdin closes or no request came for IDLE_S seconds. `PROBE_CONF` (JSON) adds Spark
 confs to the session (S3A for an s3a:// checkpoint; HDFS comes with HADOOP_CONF_DIR); a JSON
 object as a command's last argument adds SQL confs to that command alone (e.g. a checkpoint
 format for one query of several)."""
@@ -27,8 +34,10 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import sys
 import time
+import traceback
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -38,17 +47,24 @@ PROVIDERS = {"hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedS
 
 
 _COMMAND_CONF_KEYS: set[str] = set()  # the confs the last command alone was given, unset before the next
+_REQUEST: list[SparkSession] = []  # `serve`: the session of the request being run
 
 
-def session(conf: dict[str, str]) -> SparkSession:
-    """The process's one local session, with `conf` set for what runs next (the SQL confs a
-    query reads when it starts)."""
+def base_session() -> SparkSession:
+    """The process's one local session (its SparkContext: the JVM)."""
     builder = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false") \
         .config("spark.ui.showConsoleProgress", "false").config("spark.driver.host", "127.0.0.1")
     for k, v in json.loads(os.environ.get("PROBE_CONF", "{}")).items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def session(conf: dict[str, str]) -> SparkSession:
+    """The session commands run in (the request's, under `serve`), with `conf` set for what
+    runs next (the SQL confs a query reads when it starts)."""
+    spark = _REQUEST[0] if _REQUEST else base_session()
     for k, v in conf.items():
         spark.conf.set(k, v)
     return spark
@@ -96,7 +112,7 @@ def apiws_counts(df):  # noqa: ANN001, ANN201 - a DataFrame in, a DataFrame out
 
 def command(argv: list[str]) -> None:
     own = json.loads(argv.pop()) if len(argv) > 3 and argv[-1].startswith("{") else {}
-    active = SparkSession.getActiveSession()
+    active = _REQUEST[0] if _REQUEST else SparkSession.getActiveSession()
     for k in _COMMAND_CONF_KEYS if active is not None else ():
         active.conf.unset(k)
     _COMMAND_CONF_KEYS.clear()
@@ -183,8 +199,43 @@ def command(argv: list[str]) -> None:
         print(json.dumps({r.key.k: list(r.value) for r in rows}))
 
 
+def read_line(fd: int, pending: bytearray, idle_s: float) -> bytes | None:
+    """The next line of `fd`, or None at its end or after `idle_s` without one."""
+    while b"\n" not in pending:
+        if not select.select([fd], [], [], idle_s)[0]:
+            return None
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return None
+        pending += chunk
+    line, _, rest = bytes(pending).partition(b"\n")
+    pending[:] = rest
+    return line
+
+
+def serve(argv0: str, idle_s: float) -> int:
+    """Requests until stdin closes or none comes for `idle_s`: each a new session of the one
+    SparkContext, its commands' answers, then the request's end."""
+    base, pending = base_session(), bytearray()
+    while (line := read_line(sys.stdin.fileno(), pending, idle_s)) is not None:
+        _REQUEST[:] = [base.newSession()]
+        _COMMAND_CONF_KEYS.clear()
+        try:
+            for c in json.loads(line):
+                command([argv0, *c])
+            print(json.dumps({"probe": "done"}))
+        except Exception:  # noqa: BLE001 - the request failed, the process serves the next
+            for q in _REQUEST[0].streams.active:
+                q.stop()
+            print(json.dumps({"probe": "error", "error": traceback.format_exc()[-4000:]}))
+    base.stop()
+    return 0
+
+
 def main(argv: list[str]) -> int:
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[attr-defined]  # each answer as it comes
+    if argv[1:2] == ["serve"]:
+        return serve(argv[0], float(argv[2]))
     args = argv[1:]
     while args:
         cut = args.index("--") if "--" in args else len(args)

@@ -20,7 +20,6 @@ import json
 import logging
 import os
 import shutil
-import subprocess
 import threading
 from pathlib import Path
 from typing import Any
@@ -44,6 +43,7 @@ from airflow_provider_streamstate.jobs.generator import GeneratorSpec, expected_
 from airflow_provider_streamstate.streams.rescale import rescale_spec
 from airflow_provider_streamstate.streams.start import start_stream
 from dev import spark_versions
+from tests.spark_probe import probe
 from tests.streams import (
     consumed_records,
     example_stream_spec,
@@ -54,7 +54,6 @@ from tests.streams import (
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark_lines]
 log = logging.getLogger(__name__)
-APP = Path(__file__).resolve().parent.parent / "apps" / "repartition_probe.py"
 FORMAT_CONF = "spark.sql.streaming.stateStore.checkpointFormatVersion"
 
 
@@ -91,18 +90,6 @@ def accounts_exact(checkpoint: str, rounds: list[GeneratorSpec]) -> None:
         assert hit.found, account
         got[account] = {k: hit.value[k] for k in ("count", "sum", "max")}
     assert got == expected
-
-
-def probe(line: spark_versions.SparkVersion, *commands: list[str]) -> list[Any]:
-    """tests/apps/repartition_probe.py's commands, in order, in one Spark process of `line`:
-    each one's JSON answer."""
-    argv = [a for i, c in enumerate(commands) for a in ([*c] if i == 0 else ["--", *c])]
-    out = subprocess.run([str(line.python), str(APP), *argv], capture_output=True, text=True, timeout=600,
-                         env=line.env())
-    assert out.returncode == 0, out.stderr[-3000:]
-    answers = [json.loads(ln) for ln in out.stdout.strip().splitlines() if ln.startswith(("{", "["))]
-    assert len(answers) == len(commands), out.stdout[-3000:]
-    return answers
 
 
 def test_a_stream_grown_4_to_12_by_the_dag_under_lag_and_shrunk_12_to_3_by_the_cli_continues_exactly(

@@ -10,7 +10,6 @@ never saw the bad input, on every line with a state reader (4.0+)."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -25,23 +24,13 @@ from airflow_provider_streamstate.engine.edit.repair import edit_stream
 from airflow_provider_streamstate.engine.edit.spark_check import SPARK_KEYS, edit_check_application
 from airflow_provider_streamstate.engine.lookup import lookup_key
 from dev import spark_versions
+from tests.spark_probe import probe
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark_lines]
-APP = Path(__file__).resolve().parent.parent / "apps" / "repartition_probe.py"
 
 GOOD = [{"k": k, "v": v} for k, v in [("a", 1), ("b", 2), ("c", 3), ("a", 4), ("d", 5), ("e", 6), ("b", 7)]]
 BAD = [{"k": "a", "v": 1_000_000}, {"k": "bot", "v": 9}, {"k": "bot", "v": 9}]
 MORE = [{"k": k, "v": v} for k, v in [("a", 10), ("bot", 1), ("c", 30), ("f", 60)]]
-
-
-def probe(line: spark_versions.SparkVersion, *commands: list[str]) -> list[Any]:
-    argv = [a for i, c in enumerate(commands) for a in ([*c] if i == 0 else ["--", *c])]
-    out = subprocess.run([str(line.python), str(APP), *argv], capture_output=True, text=True, timeout=900,
-                         env=line.env())
-    assert out.returncode == 0, out.stderr[-3000:]
-    answers = [json.loads(ln) for ln in out.stdout.strip().splitlines() if ln.startswith(("{", "["))]
-    assert len(answers) == len(commands), out.stdout[-3000:]
-    return answers
 
 
 def feed(root: Path, name: str, records: list[dict[str, Any]]) -> None:

@@ -22,7 +22,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -44,10 +43,10 @@ from airflow_provider_streamstate.engine.streams import launcher
 from airflow_provider_streamstate.spec import StreamSpec
 from dev import spark_versions
 from dev import stack as stack_mod
+from tests.spark_probe import ProbeRun
 from tests.unit.test_checkpoint_swap import POINTS, SWAP_SCRIPT
 
 pytestmark = [pytest.mark.integration, pytest.mark.s3proxy, pytest.mark.hdfs]
-PROBE = Path(__file__).resolve().parent.parent / "apps" / "repartition_probe.py"
 CRASH = "swap.half-placed"
 FILES = [[(f"k{i % 9}", i) for i in range(45)], [(f"k{3 + i % 11}", 100 + i) for i in range(33)],
          [(f"k{i % 5}", 1000 + i) for i in range(20)], [(f"k{20 + i % 4}", 5000 + i) for i in range(12)],
@@ -112,36 +111,12 @@ def expected(n: int) -> dict[str, list[int]]:
     return out
 
 
-class Probe:
-    """The probe's commands in one Spark process of `line`, read answer by answer (a test acts
-    between them: the probe's `wait` holds it)."""
-
-    def __init__(self, line: spark_versions.SparkVersion, place: Place, *commands: list[str]) -> None:
-        argv = [a for i, c in enumerate(commands) for a in ([*c] if i == 0 else ["--", *c])]
-        env = line.env({**os.environ, **place.env, "PROBE_CONF": json.dumps(
-            {**place.conf, **({"spark.jars": ",".join(place.jars)} if place.jars else {})})})
-        self.log = tempfile.NamedTemporaryFile("w+", prefix="probe-", suffix=".log")  # noqa: SIM115 - read at the end
-        self.proc = subprocess.Popen([str(line.python), str(PROBE), *argv], stdout=subprocess.PIPE,
-                                     stderr=self.log, text=True, env=env)
-
-    def errors(self) -> str:
-        self.log.seek(0)
-        return self.log.read()[-3000:]
-
-    def answer(self, timeout: float = 600) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        assert self.proc.stdout is not None
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
-                break
-            if line.startswith("{"):
-                return dict(json.loads(line))
-        self.proc.kill()
-        raise AssertionError(f"the probe gave no answer: {self.errors()}")
-
-    def finish(self) -> None:
-        assert self.proc.wait(timeout=600) == 0, self.errors()
+def start_probe(line: spark_versions.SparkVersion, place: Place, *commands: list[str]) -> ProbeRun:
+    """The probe's commands in the file's Spark process of `line` for `place`, read answer by
+    answer (a test acts between them: the probe's `wait` holds it)."""
+    env = line.env({**os.environ, **place.env, "PROBE_CONF": json.dumps(
+        {**place.conf, **({"spark.jars": ",".join(place.jars)} if place.jars else {})})})
+    return ProbeRun(line, *commands, env=env)
 
 
 def spec_for(line: spark_versions.SparkVersion, place: Place, checkpoint: str, store: str) -> StreamSpec:
@@ -177,7 +152,7 @@ def test_an_in_place_rescale_and_a_rollback_killed_mid_swap_are_refused_by_every
     root, ckpt, store_url = tmp_path / "input", place.location("ckpt"), f"file://{tmp_path / 'store'}"
     for n in (1, 2):
         write_input(root, n)
-    first = Probe(spark43, place, ["run", ckpt, f"file://{root}", "rocksdb", "4"])
+    first = start_probe(spark43, place, ["run", ckpt, f"file://{root}", "rocksdb", "4"])
     assert first.answer()["batch"] == 0
     first.finish()
     store = open_store(store_url)
@@ -190,7 +165,7 @@ def test_an_in_place_rescale_and_a_rollback_killed_mid_swap_are_refused_by_every
                   STREAMSTATE_CRASH_AT=CRASH, STREAMSTATE_UNMANAGED_WINDOW_S="0")
     assert crashed.returncode == -9, crashed.stderr[-3000:]
     assert all(m.labels.get("rescaled-from") is None for m in list_snapshots(store, "probe").manifests)  # none yet
-    probe = Probe(spark43, place, ["run", ckpt, f"file://{root}", "rocksdb", "4"], ["wait", str(tmp_path / "go1")],
+    probe = start_probe(spark43, place, ["run", ckpt, f"file://{root}", "rocksdb", "4"], ["wait", str(tmp_path / "go1")],
                   ["run", ckpt, f"file://{root}", "rocksdb", "4"], ["state", ckpt])
     refused_by_every_starter(probe.answer(), ckpt)
     assert main(["stream", "recover", "--checkpoint", ckpt, "--json"]) == 0
@@ -210,7 +185,7 @@ def test_an_in_place_rescale_and_a_rollback_killed_mid_swap_are_refused_by_every
     crashed = cli(["restore", "--store", store_url, "--stream", "probe", before.snapshot_id, "--target", ckpt,
                    "--force"], place, tmp_path, STREAMSTATE_CRASH_AT=CRASH, STREAMSTATE_UNMANAGED_WINDOW_S="0")
     assert crashed.returncode == -9, crashed.stderr[-3000:]
-    probe = Probe(spark43, place, ["run", ckpt, f"file://{root}", "rocksdb", "4"], ["wait", str(tmp_path / "go2")],
+    probe = start_probe(spark43, place, ["run", ckpt, f"file://{root}", "rocksdb", "4"], ["wait", str(tmp_path / "go2")],
                   ["run", ckpt, f"file://{root}", "rocksdb", "4"], ["state", ckpt])
     refused_by_every_starter(probe.answer(), ckpt)
     assert main(["stream", "recover", "--checkpoint", ckpt, "--json"]) == 0
@@ -279,7 +254,7 @@ def test_a_rescale_refuses_a_checkpoint_a_plain_query_wrote_while_it_ran_and_the
     root, ckpt, store_url = tmp_path / "input", place.location("ckpt"), f"file://{tmp_path / 'store'}"
     for n in (1, 2):
         write_input(root, n)
-    first = Probe(spark43, place, ["run", ckpt, f"file://{root}", "rocksdb", "4"])
+    first = start_probe(spark43, place, ["run", ckpt, f"file://{root}", "rocksdb", "4"])
     assert first.answer()["batch"] == 0
     first.finish()
     then = time.time() - 600  # the stream stopped ten minutes ago
@@ -299,11 +274,11 @@ def test_a_rescale_refuses_a_checkpoint_a_plain_query_wrote_while_it_ran_and_the
 
     # A plain spark-submit of the stream starts meanwhile, with input arriving.
     stop = tmp_path / "stop-follow"
-    live = Probe(spark43, place, ["follow", ckpt, f"file://{root}", "rocksdb", "4", str(stop)], ["state", ckpt])
+    live = start_probe(spark43, place, ["follow", ckpt, f"file://{root}", "rocksdb", "4", str(stop)], ["state", ckpt])
     write_input(root, 3)
     committed = Path(ckpt) / "commits"
     while not (committed / "1").exists():
-        assert live.proc.poll() is None and time.monotonic() < deadline, live.errors()
+        assert live.running() and time.monotonic() < deadline, live.errors()
         time.sleep(0.5)
     write_input(root, 4)
     held_rescale.touch()
@@ -330,7 +305,7 @@ def test_an_in_place_rescale_from_a_snapshot_the_checkpoint_moved_past_is_refuse
     place = Place("local", str(tmp_path / "ckpts"))
     root, ckpt, store_url = tmp_path / "input", place.location("ckpt"), f"file://{tmp_path / 'store'}"
     write_input(root, 1)
-    probe = Probe(spark43, place, ["run", ckpt, f"file://{root}", "rocksdb", "4"], ["wait", str(tmp_path / "go")],
+    probe = start_probe(spark43, place, ["run", ckpt, f"file://{root}", "rocksdb", "4"], ["wait", str(tmp_path / "go")],
                   ["run", ckpt, f"file://{root}", "rocksdb", "4"])
     probe.answer()
     old = create_snapshot(ckpt, open_store(store_url), "probe").manifest
