@@ -121,9 +121,12 @@ def aggregates(checkpoint: str, accounts: Any) -> dict[str, dict[str, int]]:
 
 
 @pytest.fixture(scope="module")
-def stream(stack: Any, airflow_dags: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PoisonedStream]:
+def stream(stack: Any, airflow_dags: Path, tmp_path_factory: pytest.TempPathFactory,
+           spark: Any) -> Iterator[PoisonedStream]:
     """The example stream running on 120 good records (snapshot `good`), then a bad record
-    for each of POISONED and 60 more good ones: its state fails SUITE."""
+    for each of POISONED and 60 more good ones: its state fails SUITE. The validations the
+    DAG's tasks run read state in the worker's shared session (`spark`): without one, each
+    test's tasks would start a JVM of their own, shut down after the test (tests/spark_jvm.py)."""
     root = tmp_path_factory.mktemp("repair")
     topic = f"t-{uuid.uuid4().hex[:10]}"
     ensure_topic(stack.kafka_bootstrap, topic, partitions=3)
