@@ -311,7 +311,7 @@ def _key_error(exc: StreamstateError) -> HTTPException:
     from airflow_provider_streamstate.engine.core.errors import ReadBudgetExceeded
 
     if isinstance(exc, ReadBudgetExceeded):
-        return HTTPException(status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, exc.one_line())
+        return HTTPException(413, exc.one_line())  # Content Too Large: Starlette's name for it changed
     return _engine_error(exc)
 
 
