@@ -17,8 +17,13 @@ the directory listing was 17% of the server's busy samples and the request log 1
 And one thing moto gets wrong that S3 gets right: a conditional write (`If-None-Match: *`,
 `If-Match: <ETag>`) checks the key and then writes it, on the request's thread, with nothing
 in between held, so two writers creating one key at once could both be told they created it
-(seen once in 40 rounds of tests/integration/test_launch_race.py on a loaded CI machine). S3
-decides such writes one at a time; here those of one key are checked and written under one lock.
+(seen once in 40 rounds of tests/integration/test_launch_race.py on a loaded CI machine), and
+a plain write could land between another's check and its write. S3 decides the writes of a
+key one at a time; here each write of a key (PutObject, CopyObject, DeleteObject, a POST such
+as CompleteMultipartUpload; not an upload's parts) holds that key's lock. What moto checks is
+unchanged: `If-None-Match: *` and `If-Match` on PutObject, `If-None-Match: *` on
+CompleteMultipartUpload, `If-Match` on DeleteObject; no destination condition on a copy (the
+engine sends none).
 
     python dev/moto_server.py -H 127.0.0.1 -p 5000
 """
@@ -140,45 +145,49 @@ def index_bucket_keys() -> None:
     s3_models.S3Backend.list_objects = list_objects  # type: ignore[method-assign]
 
 
-_CONDITIONS = ("If-None-Match", "If-Match")
-_conditional_writes = [threading.Lock() for _ in range(64)]  # by key: writers of one key share one
-_moto_put_object = s3_responses.S3Response.put_object
-_moto_key_response_post = s3_responses.S3Response._key_response_post  # noqa: SLF001 - completes an upload
+_key_writes = [threading.Lock() for _ in range(64)]  # by key: the writes of one key share one
+_moto_key_response_put = s3_responses.S3Response._key_response_put  # noqa: SLF001
+_moto_key_response_delete = s3_responses.S3Response._key_response_delete  # noqa: SLF001
+_moto_key_response_post = s3_responses.S3Response._key_response_post  # noqa: SLF001
 
 
 def _key_lock(bucket: str, key: str) -> threading.Lock:
-    return _conditional_writes[hash((bucket, key)) % len(_conditional_writes)]
+    return _key_writes[hash((bucket, key)) % len(_key_writes)]
 
 
-def put_object(self: Any) -> Any:
-    """moto's PutObject; a conditional one checks and writes while no other conditional write
-    of its key runs, as S3 decides them one at a time."""
-    if not any(self.headers.get(h) for h in _CONDITIONS):
-        return _moto_put_object(self)
-    with _key_lock(self.bucket_name, self.parse_key_name()):
-        return _moto_put_object(self)
+def key_response_put(self: Any, query: dict[str, Any], key_name: str) -> Any:
+    """moto's PUT on a key (PutObject, CopyObject, its ACL, tags...), one write of the key at
+    a time; an upload's parts, which no reader sees, side by side."""
+    if query.get("uploadId") and query.get("partNumber"):
+        return _moto_key_response_put(self, query, key_name)
+    with _key_lock(self.bucket_name, key_name):
+        return _moto_key_response_put(self, query, key_name)
+
+
+def key_response_delete(self: Any, bucket_name: str, query: dict[str, Any], key_name: str) -> Any:
+    """moto's DELETE of a key, one write of the key at a time."""
+    with _key_lock(bucket_name, key_name):
+        return _moto_key_response_delete(self, bucket_name, query, key_name)
 
 
 def key_response_post(self: Any, request: Any, body: bytes, bucket_name: str, query: dict[str, Any],
                       key_name: str) -> Any:
-    """moto's POST on a key (CompleteMultipartUpload among them), conditional ones of a key
-    one at a time."""
-    if not any(request.headers.get(h) for h in _CONDITIONS):
-        return _moto_key_response_post(self, request, body, bucket_name, query, key_name)
+    """moto's POST on a key (CompleteMultipartUpload among them), one write of the key at a time."""
     with _key_lock(bucket_name, key_name):
         return _moto_key_response_post(self, request, body, bucket_name, query, key_name)
 
 
-def decide_conditional_writes_one_at_a_time() -> None:
-    """Conditional PutObject and CompleteMultipartUpload are atomic, as on S3."""
-    s3_responses.S3Response.put_object = put_object  # type: ignore[method-assign]
+def decide_writes_of_a_key_one_at_a_time() -> None:
+    """A key's writes (a conditional one's check with its write) never interleave, as on S3."""
+    s3_responses.S3Response._key_response_put = key_response_put  # type: ignore[method-assign]  # noqa: SLF001
+    s3_responses.S3Response._key_response_delete = key_response_delete  # type: ignore[method-assign]  # noqa: SLF001
     s3_responses.S3Response._key_response_post = key_response_post  # type: ignore[method-assign]  # noqa: SLF001
 
 
 def app() -> CachedDispatcher:
     """The S3 server's WSGI application, with the changes above made to moto."""
     index_bucket_keys()
-    decide_conditional_writes_one_at_a_time()
+    decide_writes_of_a_key_one_at_a_time()
     return CachedDispatcher(create_backend_app)
 
 

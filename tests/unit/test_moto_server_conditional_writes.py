@@ -1,6 +1,7 @@
-"""The stack's S3 server (dev/moto_server.py) decides conditional writes one at a time, as S3
+"""The stack's S3 server (dev/moto_server.py) decides the writes of a key one at a time, as S3
 does: of writers creating one key at once (`If-None-Match: *`, by PutObject or by completing a
-multipart upload), or replacing one version of it (`If-Match`), exactly one succeeds. moto's
+multipart upload), or replacing one version of it (`If-Match`), exactly one succeeds, and no
+plain write lands between a conditional write's check and its write. moto's
 own check and write have a gap between them; here it is widened (a slow write) so that a race
 that a loaded machine hits once in a while is hit every round."""
 
@@ -38,8 +39,9 @@ def slowed(write: Callable[..., Any]) -> Callable[..., Any]:
 def serve(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[bool], tuple[Any, str]]]:
     """serve(atomic) -> (an S3 client of a fresh in-process server, a new bucket); moto's code
     is restored after."""
-    for owner, name in ((s3_responses.S3Response, "put_object"), (s3_responses.S3Response, "_key_response_post"),
-                        (s3_models, "_VersionedKeyStore"), (s3_models.S3Backend, "list_objects")):
+    for owner, name in ((s3_responses.S3Response, "_key_response_put"), (s3_responses.S3Response, "_key_response_post"),
+                        (s3_responses.S3Response, "_key_response_delete"), (s3_models, "_VersionedKeyStore"),
+                        (s3_models.S3Backend, "list_objects")):
         monkeypatch.setattr(owner, name, getattr(owner, name))  # put back whatever app() changes
     for name in ("put_object", "complete_multipart_upload"):
         monkeypatch.setattr(s3_models.S3Backend, name, slowed(getattr(s3_models.S3Backend, name)))
@@ -64,6 +66,7 @@ def serve(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[bool], tuple[An
     yield start
     for server in servers:
         server.shutdown()
+        server.server_close()
 
 
 def race(writes: list[Callable[[], None]]) -> int:
@@ -112,6 +115,21 @@ def test_of_writers_replacing_one_version_of_a_key_exactly_one_succeeds(serve: C
         writes = [lambda n=n, r=r, etag=etag: client.put_object(
             Bucket=bucket, Key="lease.json", Body=f"{r} by {n}".encode(), IfMatch=etag) for n in range(WRITERS)]
         assert race(writes) == 1
+
+
+def test_a_plain_write_never_lands_between_a_conditional_writes_check_and_its_write(
+        serve: Callable[[bool], tuple[Any, str]]) -> None:
+    """A replacement of version E racing a plain write: S3 does one then the other, so the
+    plain write's body is the object's in the end (first: the replacement finds another
+    version and is refused; second: it overwrites the replacement)."""
+    client, bucket = serve(True)
+    for r in range(ROUNDS):
+        etag = client.put_object(Bucket=bucket, Key="record.json", Body=b"before")["ETag"]
+        writes = [lambda r=r, etag=etag: client.put_object(Bucket=bucket, Key="record.json", Body=f"if {r}".encode(),
+                                                          IfMatch=etag),
+                  lambda r=r: client.put_object(Bucket=bucket, Key="record.json", Body=f"plain {r}".encode())]
+        race(writes)
+        assert client.get_object(Bucket=bucket, Key="record.json")["Body"].read() == f"plain {r}".encode()
 
 
 def test_of_multipart_uploads_completing_one_key_at_once_exactly_one_succeeds(serve: Callable[[bool], tuple[Any, str]]) -> None:
