@@ -24,8 +24,10 @@ Spark's `start()` raised), Spark's error class, or the state.
                                                      commands; see tests/spark_probe.py)
 
 `serve` keeps the process's SparkContext for request after request, each in a new session
-(SQL confs its own) and ending in a line `{"probe": "done"}` or `{"probe": "error", ...}`;
-it exits when stdin closes or no request came for IDLE_S seconds. `PROBE_CONF` (JSON) adds Spark
+(SQL confs its own; the JVM's active session while it runs) and ending in a line
+`{"__probe__": "done"}` or `{"__probe__": "error", ...}`, after which its queries are stopped
+and its state stores unloaded, as the process's exit would; it exits when stdin closes or no
+request came for IDLE_S seconds. `PROBE_CONF` (JSON) adds Spark
 confs to the session (S3A for an s3a:// checkpoint; HDFS comes with HADOOP_CONF_DIR); a JSON
 object as a command's last argument adds SQL confs to that command alone (e.g. a checkpoint
 format for one query of several)."""
@@ -199,6 +201,30 @@ def command(argv: list[str]) -> None:
         print(json.dumps({r.key.k: list(r.value) for r in rows}))
 
 
+def request_session(base: SparkSession) -> SparkSession:
+    """A new session of the one SparkContext, made the JVM's active and default one: what
+    resolves a data source by the active session (Spark's state reader) reads its confs."""
+    spark = base.newSession()
+    jvm = spark._jvm
+    get_class = getattr(SparkSession, "_get_j_spark_session_class", None)  # Spark 4: the classic session
+    j_session = get_class(jvm) if get_class is not None else jvm.SparkSession
+    j_session.setActiveSession(spark._jsparkSession)
+    j_session.setDefaultSession(spark._jsparkSession)
+    SparkSession._activeSession = spark
+    spark.streams.active  # noqa: B018 - its query manager registers the state store coordinator the state reader asks
+    return spark
+
+
+def end_request(spark: SparkSession) -> None:
+    """What the process's exit did after a request: no query of it left running, and no
+    state store of it left loaded (Spark's maintenance would go on writing snapshots and
+    deleting old files in checkpoints the tests go on to check)."""
+    for q in spark.streams.active:
+        q.stop()
+    state = spark._jvm.org.apache.spark.sql.execution.streaming.state
+    getattr(getattr(state, "StateStore$"), "MODULE$").stop()
+
+
 def read_line(fd: int, pending: bytearray, idle_s: float) -> bytes | None:
     """The next line of `fd`, or None at its end or after `idle_s` without one."""
     while b"\n" not in pending:
@@ -218,16 +244,15 @@ def serve(argv0: str, idle_s: float) -> int:
     SparkContext, its commands' answers, then the request's end."""
     base, pending = base_session(), bytearray()
     while (line := read_line(sys.stdin.fileno(), pending, idle_s)) is not None:
-        _REQUEST[:] = [base.newSession()]
         _COMMAND_CONF_KEYS.clear()
         try:
+            _REQUEST[:] = [request_session(base)]
             for c in json.loads(line):
                 command([argv0, *c])
-            print(json.dumps({"probe": "done"}))
-        except Exception:  # noqa: BLE001 - the request failed, the process serves the next
-            for q in _REQUEST[0].streams.active:
-                q.stop()
-            print(json.dumps({"probe": "error", "error": traceback.format_exc()[-4000:]}))
+            end_request(_REQUEST[0])
+            print(json.dumps({"__probe__": "done"}))
+        except Exception:  # noqa: BLE001 - the request failed: the caller retires the process
+            print(json.dumps({"__probe__": "error", "error": traceback.format_exc()[-4000:]}))
     base.stop()
     return 0
 
