@@ -159,7 +159,7 @@ class ProbeRun:
 
     def errors(self) -> str:
         """The process's stderr (its end), and the request's error if it ended with one."""
-        end = self.process.request_end() if self.process.alive() else None
+        end = self.process.request_end()  # also after the process died: its last lines are read
         return f"{end.get('error', '') if end else ''}\n{self.process.errors()}"
 
     def answer(self, timeout: float = 600) -> Any:
