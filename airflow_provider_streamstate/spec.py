@@ -8,7 +8,7 @@ runs (`SparkJobOptions`), the other value they write.
         application="/opt/jobs/orders.py",
         application_args=["--checkpoint", "{checkpoint}", "--alerts-topic", "{sinks[alerts]}"],
         checkpoint="/data/checkpoints/orders",
-        store="s3://snapshots/prod", aws_conn_id="aws_snapshots",
+        store="s3://snapshots/prod", storage_conn_id="aws_snapshots",
         kafka_conn_id="kafka_prod", sinks={"alerts": "orders-alerts"},
     )
 
@@ -19,8 +19,10 @@ follow. Pure Python: no Airflow, pyspark or boto3 import.
 
 from __future__ import annotations
 
+import functools
 import json
 import string
+import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, ClassVar
@@ -31,6 +33,7 @@ from airflow_provider_streamstate.engine.core.config.redact import (
     redact_mapping,
     sensitive_values,
 )
+from airflow_provider_streamstate.engine.core.config.renamed import renamed_argument, with_current_names
 from airflow_provider_streamstate.engine.core.config.values import optional_duration
 from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.engine.core.manifest import validate_stream_name
@@ -47,7 +50,7 @@ class StreamSpec:
     store: str
     application: str = ""
     application_args: list[str] = field(default_factory=list)
-    aws_conn_id: str | None = None  # the store's and checkpoint's Airflow connection: `aws` (S3), `streamstate_hdfs` (HDFS)
+    storage_conn_id: str | None = None  # the store's and checkpoint's Airflow connection: `aws` (S3), `streamstate_hdfs` (HDFS)
     kafka_conn_id: str | None = None  # the stream's Kafka cluster, an Airflow `kafka` connection
     spark_conn_id: str = "spark_default"  # the `spark` connection: master, deploy mode, spark-binary
     master: str | None = None  # overrides the spark connection's master (e.g. local[2])
@@ -92,6 +95,12 @@ class StreamSpec:
                         f"stream {self.name}: argument {arg!r} names {{{name}}}",
                         hint="arguments may name {checkpoint}, {name} and {sinks[KEY]}; write a literal brace as {{ or }}",
                     )
+
+    @property
+    def aws_conn_id(self) -> str | None:
+        """The old name of `storage_conn_id` (read with a deprecation warning)."""
+        warnings.warn("StreamSpec.aws_conn_id is renamed storage_conn_id", DeprecationWarning, stacklevel=2)
+        return self.storage_conn_id
 
     def resolved_args(self) -> list[str]:
         """`application_args` with `{checkpoint}`, `{name}` and `{sinks[KEY]}` filled in."""
@@ -140,6 +149,7 @@ class StreamSpec:
                 raise UsageError("a stream spec given as text must be JSON", hint="pass StreamSpec(...).to_dict()") from None
         if not isinstance(value, dict):
             raise UsageError(f"a stream spec must be a StreamSpec or a dict, not {type(value).__name__}")
+        value = with_current_names(value, what=f"stream {value.get('name')}")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(value) - known)
         if unknown:
@@ -148,6 +158,21 @@ class StreamSpec:
             return cls(**value)
         except TypeError as exc:
             raise UsageError(f"invalid stream spec: {exc}", hint="give at least name, checkpoint and store") from None
+
+
+_generated_init = StreamSpec.__init__
+
+
+@functools.wraps(_generated_init)
+def _init_reading_old_names(self: StreamSpec, *args: Any, **kwargs: Any) -> None:
+    """The dataclass's `__init__`, also taking `aws_conn_id` (DAG files written before the rename)."""
+    if "aws_conn_id" in kwargs:
+        kwargs["storage_conn_id"] = renamed_argument(kwargs, "storage_conn_id", kwargs.get("storage_conn_id"),
+                                                     owner="StreamSpec")
+    _generated_init(self, *args, **kwargs)
+
+
+setattr(StreamSpec, "__init__", _init_reading_old_names)  # noqa: B010 - a method mypy would refuse to assign
 
 
 @dataclass

@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
             elif store == "s3":
                 bucket = stack.s3["primary"]["bucket"]
                 spec = {"name": "overhead", "checkpoint": checkpoint,
-                        "store": f"s3://{bucket}/overhead-{uuid.uuid4().hex[:8]}", "aws_conn_id": "bench_s3"}
+                        "store": f"s3://{bucket}/overhead-{uuid.uuid4().hex[:8]}", "storage_conn_id": "bench_s3"}
                 os.environ.update(stack.s3_env("primary"))  # the CLI's and the in-process engine's S3
                 cli_env = dict(os.environ)
             else:

@@ -224,12 +224,12 @@ with DAG(
 
         assert params is not None
         production = StreamSpec.from_value(gate_plan(params, str(run_id))["production"])
-        store = StreamstateStoreHook(production.store, aws_conn_id=production.aws_conn_id).store
+        store = StreamstateStoreHook(production.store, storage_conn_id=production.storage_conn_id).store
         try:
             result = expire_clones(store, source_stream=production.name, names=[plan["name"]], force=True,
-                                   connection=checkpoint_connection(plan["checkpoint"], production.aws_conn_id)).to_json()
+                                   connection=checkpoint_connection(plan["checkpoint"], production.storage_conn_id)).to_json()
         except UsageError:  # the clone was never recorded (the restore failed): remove what is left
-            open_checkpoint(plan["checkpoint"], production.aws_conn_id).delete_all()
+            open_checkpoint(plan["checkpoint"], production.storage_conn_id).delete_all()
             result = {"clones_expired": 0}
         return result
 

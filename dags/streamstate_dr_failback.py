@@ -64,7 +64,7 @@ with DAG(
     to_primary = ReplicateSnapshotsOperator(
         task_id="replicate_to_primary", stream="{{ params.dr }}", snapshots=FINAL,
         destination_store="{{ params.stream.store }}",
-        destination_aws_conn_id="{{ params.stream.get('aws_conn_id') or '' }}",
+        destination_storage_conn_id="{{ params.stream.get('storage_conn_id') or params.stream.get('aws_conn_id') or '' }}",
     )
     failback = FailoverStreamOperator(
         task_id="failback", stream="{{ params.stream }}", snapshot=FINAL, topic_map="{{ params.topic_map }}",

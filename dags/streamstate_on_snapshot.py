@@ -37,6 +37,9 @@ class _Replicate(SkipUnlessConfigured, ReplicateSnapshotsOperator):
     needs = ("destination_store",)
 
 
+# the DR store's connection; a run conf written before the rename names it dr_aws_conn_id
+DR_CONN = "{{ params.dr_storage_conn_id or params.get('dr_aws_conn_id') or None }}"
+
 with DAG(
     dag_id="streamstate_on_snapshot",
     description="Validate and replicate to DR each new snapshot of a configured stream, as its asset event arrives",
@@ -49,7 +52,7 @@ with DAG(
         "streams": Param([], type="array", description="StreamSpec dicts; empty: the Variable streamstate_streams"),
         "suite": Param("", type="string", description="a GX suite JSON file to validate each snapshot with; empty: none"),
         "dr_store": Param("", type="string", description="the DR snapshot store (s3://bucket/prefix); empty: none"),
-        "dr_aws_conn_id": Param("", type="string", description="the DR store's Airflow aws connection"),
+        "dr_storage_conn_id": Param("", type="string", description="the DR store's Airflow connection (aws for S3)"),
     },
     tags=["streamstate"],
 ) as dag:
@@ -80,7 +83,7 @@ with DAG(
         _Validate(task_id="validate", stream=stream, suite="{{ params.suite }}", snapshot=snapshot_id)
         _Replicate(
             task_id="replicate", stream=stream, destination_store="{{ params.dr_store }}",
-            destination_aws_conn_id="{{ params.dr_aws_conn_id or None }}", snapshots=snapshot_id, retries=2,
+            destination_storage_conn_id=DR_CONN, snapshots=snapshot_id, retries=2,
             retry_delay=timedelta(minutes=1),
         )
 

@@ -15,7 +15,7 @@ good: `latest-good` and `failover --good-only` pass over it); the replication an
 retention run after it whatever its outcome.
 
 Pipelines come from the run's `pipelines` param (a list of dicts: the pipeline spec's
-`name`, `members`, `links`, plus `store`, `kafka_conn_id` and optionally `aws_conn_id`,
+`name`, `members`, `links`, plus `store`, `kafka_conn_id` and optionally `storage_conn_id`,
 `suites` {member: GX suite} and `spark_conn_id` for the validation) or, on schedule, from
 the Airflow Variable `streamstate_pipelines` (the same list as JSON).
 """
@@ -63,6 +63,9 @@ class _RetentionDr(SkipUnlessConfigured, PipelineRetentionOperator):
     needs = ("store", "keep_last")
 
 
+# the DR store's connection; a run conf written before the rename names it dr_aws_conn_id
+DR_CONN = "{{ params.dr_storage_conn_id or params.get('dr_aws_conn_id') or None }}"
+
 with DAG(
     dag_id="streamstate_pipeline_snapshot",
     description="A consistent cut of each configured pipeline, replicated to DR, with retention",
@@ -74,7 +77,7 @@ with DAG(
     params={
         "pipelines": Param([], type="array", description=f"pipeline dicts; empty: the Variable {PIPELINES_VARIABLE}"),
         "dr_store": Param("", type="string", description="the DR snapshot store (s3://bucket/prefix); empty: none"),
-        "dr_aws_conn_id": Param("", type="string", description="the DR store's Airflow aws connection"),
+        "dr_storage_conn_id": Param("", type="string", description="the DR store's Airflow connection (aws for S3)"),
         "keep_last": Param(96, type=["integer", "null"], description="pipeline snapshots kept in each store; null: all"),
     },
     tags=["streamstate"],
@@ -112,11 +115,11 @@ with DAG(
             snapshot="{{ ti.xcom_pull(task_ids='pipeline.snapshot', map_indexes=ti.map_index)['snapshot_id'] }}")
         # Whatever the validation said: a snapshot that failed it is kept, marked not good.
         replicate = _Replicate(task_id="replicate", pipeline=pipeline, destination_store="{{ params.dr_store }}",
-                               destination_aws_conn_id="{{ params.dr_aws_conn_id or None }}", retries=2,
+                               destination_storage_conn_id=DR_CONN, retries=2,
                                retry_delay=timedelta(minutes=1), trigger_rule="all_done")
         retention_dr = _RetentionDr(task_id="retention_dr", pipeline=pipeline, keep_last="{{ params.keep_last }}",
                                     store="{{ params.dr_store or None }}",
-                                    aws_conn_id="{{ params.dr_aws_conn_id or None }}")
+                                    storage_conn_id=DR_CONN)
         # After the replication (done or skipped): it must not copy a snapshot retention is deleting.
         retention = _Retention(task_id="retention", pipeline=pipeline, keep_last="{{ params.keep_last }}",
                                trigger_rule="all_done")

@@ -123,7 +123,7 @@ with DAG(
         p = params or {}
         with engine_errors():
             spec = stream_spec(p["stream"])
-            store = StreamstateStoreHook(spec.store, aws_conn_id=spec.aws_conn_id).store
+            store = StreamstateStoreHook(spec.store, storage_conn_id=spec.storage_conn_id).store
             bad = ti.xcom_pull(task_ids="snapshot")["snapshot_id"]
             good = found.get("last_good")
             if p["action"] == "restore" and not good:
@@ -159,8 +159,8 @@ with DAG(
         from airflow_provider_streamstate.utils.configured_streams import stream_spec
 
         spec = stream_spec((params or {})["stream"])
-        store = StreamstateStoreHook(spec.store, aws_conn_id=spec.aws_conn_id).store
-        target = open_checkpoint(planned["clone_checkpoint"], spec.aws_conn_id)
+        store = StreamstateStoreHook(spec.store, storage_conn_id=spec.storage_conn_id).store
+        target = open_checkpoint(planned["clone_checkpoint"], spec.storage_conn_id)
         lineage = read_lineage(target)
         label = clones.CloneLabel.new(
             clone=planned["clone_name"], source_stream=spec.name, source_checkpoint=spec.checkpoint,
@@ -238,12 +238,12 @@ with DAG(
         if not planned:
             return {"clones_expired": 0}  # nothing was planned: no clone
         spec = stream_spec((params or {})["stream"])
-        store = StreamstateStoreHook(spec.store, aws_conn_id=spec.aws_conn_id).store
+        store = StreamstateStoreHook(spec.store, storage_conn_id=spec.storage_conn_id).store
         if any(r.clone == planned["clone_name"] for r in list_clones(store, spec.name)):
             return expire_clones(store, source_stream=spec.name, names=[planned["clone_name"]], force=True,
                                  connection=checkpoint_connection(planned["clone_checkpoint"],
-                                                                  spec.aws_conn_id)).to_json()
-        open_checkpoint(planned["clone_checkpoint"], spec.aws_conn_id).delete_all()  # never recorded
+                                                                  spec.storage_conn_id)).to_json()
+        open_checkpoint(planned["clone_checkpoint"], spec.storage_conn_id).delete_all()  # never recorded
         return {"clones_expired": 0}
 
     checked = damage(validate.output)

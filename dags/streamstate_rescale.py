@@ -86,7 +86,7 @@ with DAG(
 
             raise AirflowFailException(f"stream {spec.name} names no kafka_conn_id: its lag cannot be measured")
         brokers = StreamKafkaHook(kafka_config_id=spec.kafka_conn_id).broker_offsets
-        checkpoint = open_checkpoint(spec.checkpoint, spec.aws_conn_id)
+        checkpoint = open_checkpoint(spec.checkpoint, spec.storage_conn_id)
         deadline = time.monotonic() + float(p.get("sustained_minutes") or 0) * 60
         while True:
             with engine_errors():

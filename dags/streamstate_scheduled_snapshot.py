@@ -49,6 +49,9 @@ class _Retention(SkipUnlessConfigured, ApplyRetentionOperator):
     needs = ("keep_last",)
 
 
+# the DR store's connection; a run conf written before the rename names it dr_aws_conn_id
+DR_CONN = "{{ params.dr_storage_conn_id or params.get('dr_aws_conn_id') or None }}"
+
 with DAG(
     dag_id="streamstate_scheduled_snapshot",
     description="Snapshot, validate, replicate to DR and apply retention for each configured stream",
@@ -61,7 +64,7 @@ with DAG(
         "streams": Param([], type="array", description="StreamSpec dicts; empty: the Variable streamstate_streams"),
         "suite": Param("", type="string", description="a GX suite JSON file to validate each snapshot with; empty: none"),
         "dr_store": Param("", type="string", description="the DR snapshot store (s3://bucket/prefix); empty: none"),
-        "dr_aws_conn_id": Param("", type="string", description="the DR store's Airflow aws connection"),
+        "dr_storage_conn_id": Param("", type="string", description="the DR store's Airflow connection (aws for S3)"),
         "dr_standby": Param("", type="string", description="each stream's warm standby in DR, `{stream}` for its "
                             "name (s3a://bucket/standby/{stream}), kept holding its newest snapshot (only changed "
                             "files written); `streamstate_dr_failover` with standby promotes it; empty: none"),
@@ -95,17 +98,17 @@ with DAG(
         validate = _Validate(task_id="validate", stream=stream, suite="{{ params.suite }}", snapshot=snapshot_id)
         replicate = _Replicate(
             task_id="replicate", stream=stream, destination_store="{{ params.dr_store }}",
-            destination_aws_conn_id="{{ params.dr_aws_conn_id or None }}", snapshots=[snapshot_id], retries=2,
+            destination_storage_conn_id=DR_CONN, snapshots=[snapshot_id], retries=2,
             retry_delay=timedelta(minutes=1), standby="{{ params.dr_standby or None }}",
         )
         replica = _ReplicaComplete(
             task_id="replica_complete", stream=stream, store="{{ params.dr_store }}",
-            aws_conn_id="{{ params.dr_aws_conn_id or None }}", snapshot=snapshot_id, deferrable=True,
+            storage_conn_id=DR_CONN, snapshot=snapshot_id, deferrable=True,
             poke_interval=10, timeout=600,
         )
         retention_dr = _Retention(
             task_id="retention_dr", stream=stream, store="{{ params.dr_store or None }}",
-            aws_conn_id="{{ params.dr_aws_conn_id or None }}", **policy,
+            storage_conn_id=DR_CONN, **policy,
         )
         retention_primary = _Retention(task_id="retention", stream=stream, trigger_rule="all_done", **policy)
         snapshot >> validate >> retention_primary

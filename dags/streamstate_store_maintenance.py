@@ -2,8 +2,8 @@
 
 Stores come from the run's `stores` param (a manual run) or, on schedule, from the
 Airflow Variable `streamstate_stores`: a JSON list of `{"store": "s3://bucket/prefix",
-"aws_conn_id": "aws_primary"}` (or plain URLs). One mapped task per store, so a failing
-store does not hold up the others. GC frees the blobs no snapshot references once the
+"storage_conn_id": "aws_primary"}` (or plain URLs; the key's old name `aws_conn_id` is read
+too). One mapped task per store, so a failing store does not hold up the others. GC frees the blobs no snapshot references once the
 grace period has passed (retention, in `streamstate_scheduled_snapshot`, only deletes
 manifests); clone expiry tears down clones whose expiry has passed (stream, checkpoint,
 snapshots, and topics when asked for at clone time).
@@ -17,6 +17,8 @@ from typing import Any
 import pendulum
 from airflow.sdk import DAG, Param, task
 
+from airflow_provider_streamstate.engine.core.config.renamed import with_current_names
+from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.operators.clones import ExpireClonesOperator
 from airflow_provider_streamstate.operators.gc import GarbageCollectOperator
 
@@ -24,7 +26,7 @@ STORES_VARIABLE = "streamstate_stores"
 
 
 def configured_stores(params: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """The stores as `{"store", "aws_conn_id"}` dicts; skips the task when none is configured."""
+    """The stores as `{"store", "storage_conn_id"}` dicts; skips the task when none is configured."""
     from airflow.sdk import Variable
     from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
@@ -36,9 +38,14 @@ def configured_stores(params: dict[str, Any] | None) -> list[dict[str, Any]]:
     out = []
     for s in stores:
         entry = {"store": s} if isinstance(s, str) else s
-        if not isinstance(entry, dict) or not isinstance(entry.get("store"), str) or set(entry) - {"store", "aws_conn_id"}:
-            raise AirflowFailException(f"invalid store entry {s!r}: give a URL or {{'store': URL, 'aws_conn_id': CONN}}")
-        out.append({"store": entry["store"], "aws_conn_id": entry.get("aws_conn_id")})
+        if isinstance(entry, dict):
+            try:
+                entry = with_current_names(entry, what=f"store entry {s!r}")
+            except UsageError as exc:
+                raise AirflowFailException(exc.one_line()) from None
+        if not isinstance(entry, dict) or not isinstance(entry.get("store"), str) or set(entry) - {"store", "storage_conn_id"}:
+            raise AirflowFailException(f"invalid store entry {s!r}: give a URL or {{'store': URL, 'storage_conn_id': CONN}}")
+        out.append({"store": entry["store"], "storage_conn_id": entry.get("storage_conn_id")})
     return out
 
 
@@ -52,7 +59,7 @@ with DAG(
     render_template_as_native_obj=True,
     params={
         "stores": Param([], type="array",
-                        description="store URLs or {store, aws_conn_id}; empty: the Variable streamstate_stores"),
+                        description="store URLs or {store, storage_conn_id}; empty: the Variable streamstate_stores"),
         "gc_hour": Param(3, type="integer", minimum=0, maximum=23, description="the UTC hour of the daily GC"),
         "gc_now": Param(False, type="boolean", description="run GC in this run whatever the hour"),
         "grace": Param("24h", type="string", description="GC grace period (more than the longest snapshot, 6h)"),

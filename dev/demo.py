@@ -199,7 +199,7 @@ def _demo(args: argparse.Namespace, stack: Any, t0: float) -> int:
             "--threshold-cents", str(threshold),
         ],
         checkpoint=str(work / "checkpoint"),
-        store=f"s3://{s3['bucket']}/demo-{run_id}", aws_conn_id="aws_demo",
+        store=f"s3://{s3['bucket']}/demo-{run_id}", storage_conn_id="aws_demo",
         kafka_conn_id="kafka_demo", spark_conn_id="spark_demo",
         jars=list(stack.spark_jars),
         conf={"spark.ui.enabled": "false", "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"},
@@ -264,7 +264,7 @@ def _demo(args: argparse.Namespace, stack: Any, t0: float) -> int:
     say(f"\nthe full scheduled round: validate with {suite.relative_to(REPO)}, replicate to {dr_store} (DR "
           "endpoint), retention keeping the newest 2 (and the newest known-good)")
     final_snapshot = run("streamstate_scheduled_snapshot", {
-        "streams": [stream], "suite": str(suite), "dr_store": dr_store, "dr_aws_conn_id": "aws_demo_dr",
+        "streams": [stream], "suite": str(suite), "dr_store": dr_store, "dr_storage_conn_id": "aws_demo_dr",
         "retention": {"keep_last": 2},
     }, log_dir)
     replicated = (final_snapshot.tasks.get("stream.replicate[0]") or final_snapshot.tasks.get("stream.replicate"))
@@ -353,7 +353,7 @@ def _browsable_copy(store: Any, spec: Any, work: Path) -> str:
 
     local = f"file://{work / 'snapshots'}"
     replicate(store, open_store(local), STREAM, all_missing=True)
-    Variable.set("streamstate_streams", json.dumps([{**spec.to_dict(), "store": local, "aws_conn_id": None}]))
+    Variable.set("streamstate_streams", json.dumps([{**spec.to_dict(), "store": local, "storage_conn_id": None}]))
     return str((work / "snapshots").relative_to(REPO))
 
 

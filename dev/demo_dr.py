@@ -139,7 +139,7 @@ def _drill(args: argparse.Namespace, primary: Any, dr: Any, work: Path, t0: floa
             application_args=["--bootstrap-servers", bootstrap, "--checkpoint", "{checkpoint}", "--source-topic",
                               topic, "--alerts-topic", "{sinks[alerts]}", "--trigger", "processing:2 seconds"],
             checkpoint=str(work / f"{region}-checkpoint"), store=f"s3://{s3['bucket']}/dr-demo-{run_id}",
-            aws_conn_id=aws_conn, kafka_conn_id=kafka_conn, spark_conn_id="spark_demo", jars=list(primary.spark_jars),
+            storage_conn_id=aws_conn, kafka_conn_id=kafka_conn, spark_conn_id="spark_demo", jars=list(primary.spark_jars),
             conf={"spark.ui.enabled": "false", "spark.driver.host": "127.0.0.1",
                   "spark.driver.bindAddress": "127.0.0.1"},
             sinks={"alerts": f"{topic}-alerts"}, heartbeat_interval_s=2.0,
@@ -162,7 +162,7 @@ def _drill(args: argparse.Namespace, primary: Any, dr: Any, work: Path, t0: floa
         wait_until(lambda: consumed(in_primary.checkpoint) >= end_offsets(primary.kafka_bootstrap, source), 180,
                    "the primary stream to read the round")
         run("streamstate_scheduled_snapshot", {"streams": [in_primary.to_dict()], "dr_store": in_dr.store,
-                                               "dr_aws_conn_id": "aws_dr"}, log_dir)
+                                               "dr_storage_conn_id": "aws_dr"}, log_dir)
 
     sent = produce(primary.kafka_bootstrap, source, gen, rate=1000, per_transaction=50)
     specs.append(gen)

@@ -82,12 +82,32 @@ class Parser(argparse.ArgumentParser):
         raise UsageFailure(f"{self.prog}: {message}")
 
 
+class RenamedOption(argparse.Action):
+    """An option's old name (hidden from --help): still taken, with a note on stderr."""
+
+    def __init__(self, *args: Any, new: str, **kwargs: Any) -> None:
+        super().__init__(*args, **{**kwargs, "help": argparse.SUPPRESS})
+        self.new = new
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        print(f"streamstate: {option_string} is renamed {self.new}; it will be removed", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def add_storage_conn_option(p: argparse.ArgumentParser, new: str, *, help: str) -> None:
+    """The option naming a storage connection (`--storage-conn-id`, `--from-storage-conn-id`...),
+    and its old name (`--aws-conn-id`...) for scripts written before the rename."""
+    dest = new.lstrip("-").replace("-", "_")
+    p.add_argument(new, metavar="CONN", default=None, dest=dest, help=help)
+    p.add_argument(new.replace("storage-conn-id", "aws-conn-id"), dest=dest, action=RenamedOption, new=new,
+                   metavar="CONN")
+
+
 def add_store_options(p: argparse.ArgumentParser, *, stream: bool = True) -> None:
     p.add_argument("--store", required=True, help="file:///abs/path, /abs/path, s3://bucket/prefix or hdfs://namenode:8020/path")
-    p.add_argument(
-        "--aws-conn-id",
-        metavar="CONN",
-        default=None,
+    add_storage_conn_option(
+        p, "--storage-conn-id",
         help="reach the store through this Airflow connection (AIRFLOW_CONN_<CONN> or Airflow's secrets "
         "backend): an aws one for s3:// (instead of the AWS_* variables), a streamstate_hdfs one for hdfs:// "
         "(instead of HADOOP_CONF_DIR)",
@@ -151,12 +171,12 @@ def progress_for(args: argparse.Namespace) -> Any:
 
 
 def open_store_from_args(args: argparse.Namespace) -> Any:
-    return open_store_with(args.store, getattr(args, "aws_conn_id", None), parallelism=getattr(args, "parallelism", 8))
+    return open_store_with(args.store, getattr(args, "storage_conn_id", None), parallelism=getattr(args, "parallelism", 8))
 
 
 def open_store_with(url: str, conn_id: str | None, *, parallelism: int = 8) -> Any:
     """The store at `url`, reached through Airflow connection `conn_id` when given (a spec's
-    `aws_conn_id`, `--aws-conn-id`), else with the environment's credentials."""
+    `storage_conn_id`, `--storage-conn-id`), else with the environment's credentials."""
     from airflow_provider_streamstate.engine.core.errors import UsageError
     from airflow_provider_streamstate.engine.stores import open_store
 
@@ -170,10 +190,11 @@ def open_store_with(url: str, conn_id: str | None, *, parallelism: int = 8) -> A
             from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
         except ImportError as exc:
             raise UsageError(
-                f"--aws-conn-id needs Airflow and its amazon provider: {exc}",
-                hint="install apache-airflow-providers-amazon, or configure S3 with the AWS_* environment variables",
+                f"--storage-conn-id needs Airflow: {exc}",
+                hint="install apache-airflow (and its amazon provider for s3://), or configure the store from the "
+                     "environment (AWS_* variables, HADOOP_CONF_DIR)",
             ) from None
-        return StreamstateStoreHook(url, aws_conn_id=conn_id, parallelism=parallelism).store
+        return StreamstateStoreHook(url, storage_conn_id=conn_id, parallelism=parallelism).store
 
 
 def format_ms(ms: int | None) -> str:

@@ -8,7 +8,7 @@ region) to the destination's newest snapshot, writing only the files that change
 (engine/dr/standby.py); `failover --standby` promotes it.
 
 Each side of an S3 to S3 replication has its own client: by default both take endpoint and
-credentials from the AWS_* environment; `--from-aws-conn-id`/`--to-aws-conn-id` take them
+credentials from the AWS_* environment; `--from-storage-conn-id`/`--to-storage-conn-id` take them
 from an Airflow connection, and `--from-endpoint-url`/`--to-endpoint-url`,
 `--from-region`/`--to-region` and `--from-profile`/`--to-profile` override the environment
 for one side (another region's endpoint, another account's profile).
@@ -22,6 +22,7 @@ from typing import Any
 from airflow_provider_streamstate.cli.common import (
     EXIT_OK,
     add_parallelism,
+    add_storage_conn_option,
     human_bytes,
     open_store_from_args,
     print_result,
@@ -39,9 +40,9 @@ def register(commands: Any) -> dict[tuple[str, str | None], Any]:
     p.add_argument("--all", action="store_true", help="every snapshot the destination does not hold yet (except those its retention deleted)")
     p.add_argument("--since", metavar="ID", default=None, help="this snapshot and every one created after it")
     for side, what in (("from", "source"), ("to", "destination")):
-        p.add_argument(
-            f"--{side}-aws-conn-id", metavar="CONN", default=None,
-            help=f"the {what}'s endpoint and credentials from this Airflow AWS connection",
+        add_storage_conn_option(
+            p, f"--{side}-storage-conn-id",
+            help=f"reach the {what} through this Airflow connection (aws for s3://, streamstate_hdfs for hdfs://)",
         )
         p.add_argument(
             f"--{side}-endpoint-url", metavar="URL", default=None,
@@ -64,7 +65,7 @@ def _side(args: argparse.Namespace, side: str, url: str) -> Any:
     from airflow_provider_streamstate.engine.core.errors import StreamstateError, UsageError
     from airflow_provider_streamstate.engine.stores import open_store
 
-    conn = getattr(args, f"{side}_aws_conn_id")
+    conn = getattr(args, f"{side}_storage_conn_id")
     endpoint = getattr(args, f"{side}_endpoint_url")
     region = getattr(args, f"{side}_region")
     profile = getattr(args, f"{side}_profile")
@@ -74,10 +75,10 @@ def _side(args: argparse.Namespace, side: str, url: str) -> Any:
     if conn:
         if overrides:
             raise UsageError(
-                f"--{side}-aws-conn-id and {overrides[0]} both configure the same client",
+                f"--{side}-storage-conn-id and {overrides[0]} both configure the same client",
                 hint="put the endpoint, region or profile in the Airflow connection, or drop the connection",
             )
-        return open_store_from_args(argparse.Namespace(store=url, aws_conn_id=conn, parallelism=args.parallelism))
+        return open_store_from_args(argparse.Namespace(store=url, storage_conn_id=conn, parallelism=args.parallelism))
     if not overrides:
         return open_store(url, parallelism=args.parallelism)
     try:

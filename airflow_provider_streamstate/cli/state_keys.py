@@ -22,6 +22,7 @@ from typing import Any
 from airflow_provider_streamstate.cli.common import (
     EXIT_OK,
     Handlers,
+    add_storage_conn_option,
     add_store_options,
     human_bytes,
     open_store_from_args,
@@ -48,8 +49,8 @@ def register(sub: Any) -> Handlers:
     get = sub.add_parser("get", help="one key of a snapshot or of the live checkpoint, without Spark")
     get.add_argument("--store", default=None, help="file:///abs/path, /abs/path, s3://bucket/prefix or hdfs://... "
                      "(with SNAPSHOT)")
-    get.add_argument("--aws-conn-id", metavar="CONN", default=None,
-                     help="take S3 endpoint and credentials from this Airflow AWS connection")
+    add_storage_conn_option(get, "--storage-conn-id", help="reach the store or checkpoint through this Airflow "
+                            "connection (aws for s3://, streamstate_hdfs for hdfs://)")
     get.add_argument("--stream", default=None, help="the stream's name in the store (with SNAPSHOT)")
     get.add_argument("snapshot_id", nargs="?", default=None, metavar="SNAPSHOT",
                      help="a snapshot id, `latest` or `latest-good:<suite>`")
@@ -144,14 +145,14 @@ def cmd_state_get(args: argparse.Namespace) -> int:
 
 
 def _checkpoint_reader(args: argparse.Namespace) -> Any:
-    """The checkpoint through --aws-conn-id's connection when given, else the environment's."""
+    """The checkpoint through --storage-conn-id's connection when given, else the environment's."""
     from airflow_provider_streamstate.engine.checkpoint.reader import CheckpointReader
 
-    if not args.aws_conn_id:
+    if not args.storage_conn_id:
         return CheckpointReader(args.checkpoint)
     from airflow_provider_streamstate.hooks.store import open_checkpoint
 
-    return CheckpointReader(open_checkpoint(args.checkpoint, args.aws_conn_id))
+    return CheckpointReader(open_checkpoint(args.checkpoint, args.storage_conn_id))
 
 
 def _batches(v: Any) -> str:

@@ -15,7 +15,7 @@ SPEC is a StreamSpec as JSON, or the path of a file holding it. spark-submit's m
 deploy mode come from the spec, or these options, else its `spark_conn_id` Airflow
 connection. `status`, `recover` and a plain `stop` reach the checkpoint (given, or the
 spec's) with the environment's credentials; `start`, `supervise` and a stop that finishes
-its planned batch open the spec's checkpoint once, with its `aws_conn_id`, and hand it to
+its planned batch open the spec's checkpoint once, with its `storage_conn_id`, and hand it to
 every step.
 """
 
@@ -224,7 +224,7 @@ def cmd_supervise(args: argparse.Namespace) -> int:
 
     side = opened_checkpoint(spec)  # the round and its restarts: one opened checkpoint
     report = supervise(spec.name, side, start=lambda: start(spec, startup_timeout_s=600, log=log, checkpoint=side)[0],
-                       policy=policy, store=lambda: open_store_with(spec.store, spec.aws_conn_id), broker_offsets=offsets,
+                       policy=policy, store=lambda: open_store_with(spec.store, spec.storage_conn_id), broker_offsets=offsets,
                        snapshot=args.snapshot)
     print_result(args, report.to_json(), report.message)
     return EXIT_OK

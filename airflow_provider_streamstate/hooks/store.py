@@ -13,8 +13,10 @@ from functools import cached_property
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
+from airflow.exceptions import AirflowProviderDeprecationWarning
 from airflow.sdk import BaseHook
 
+from airflow_provider_streamstate.engine.core.config.renamed import renamed_argument
 from airflow_provider_streamstate.engine.core.errors import StreamstateError, UsageError
 from airflow_provider_streamstate.engine.stores import SnapshotStore, open_store, store_scheme
 
@@ -55,32 +57,37 @@ class StreamstateStoreHook(BaseHook):
     scheme another distribution registers) for operators.
 
     :param store: the store's URL.
-    :param aws_conn_id: the Airflow connection that reaches the store: an `aws` one for S3, a
+    :param storage_conn_id: the Airflow connection that reaches the store: an `aws` one for S3, a
         `streamstate_hdfs` (or `webhdfs`) one for HDFS (None: the environment's: boto3's own
         credentials, HADOOP_CONF_DIR).
     :param parallelism: concurrent transfers; the S3 connection pool is twice as large.
     """
 
-    conn_name_attr = "aws_conn_id"
+    conn_name_attr = "storage_conn_id"
     default_conn_name = "aws_default"
     conn_type = "aws"
     hook_name = "streamstate snapshot store"
 
-    def __init__(self, store: str, *, aws_conn_id: str | None = None, parallelism: int = 8) -> None:
+    def __init__(self, store: str, *, storage_conn_id: str | None = None, parallelism: int = 8,
+                 **renamed: Any) -> None:
+        storage_conn_id = renamed_argument(renamed, "storage_conn_id", storage_conn_id, owner="StreamstateStoreHook",
+                                           category=AirflowProviderDeprecationWarning)
+        if renamed:
+            raise TypeError(f"unexpected argument(s) {', '.join(sorted(renamed))}")
         super().__init__()
         self.store_url = store
-        self.aws_conn_id = aws_conn_id
+        self.storage_conn_id = storage_conn_id
         self.parallelism = parallelism
 
     @cached_property
     def store(self) -> SnapshotStore:
         scheme = store_scheme(self.store_url)
-        connection = backend_connection(scheme, self.aws_conn_id, max_connections=self.parallelism * 2)
-        if self.aws_conn_id and connection is None and connector_for(scheme) is not None:
-            raise UsageError(f"Airflow connection {self.aws_conn_id!r} does not reach a {scheme}:// store",
+        connection = backend_connection(scheme, self.storage_conn_id, max_connections=self.parallelism * 2)
+        if self.storage_conn_id and connection is None and connector_for(scheme) is not None:
+            raise UsageError(f"Airflow connection {self.storage_conn_id!r} does not reach a {scheme}:// store",
                              hint=f"give a connection of the kind a {scheme}:// store takes (docs/operators.md)")
         return open_store(self.store_url, connection=connection, parallelism=self.parallelism,
-                          conn_id=self.aws_conn_id)
+                          conn_id=self.storage_conn_id)
 
     def get_conn(self) -> SnapshotStore:
         return self.store

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
+from airflow_provider_streamstate.engine.core.config.renamed import with_current_names
 from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
 from airflow_provider_streamstate.spec import SparkJobOptions, StreamSpec
@@ -38,7 +39,7 @@ class Subject:
 
     name: str
     store: str
-    aws_conn_id: str | None = None  # the store's, and S3 and HDFS checkpoints'
+    storage_conn_id: str | None = None  # the store's, and S3 and HDFS checkpoints'
     kafka_conn_id: str | None = None
 
 
@@ -60,27 +61,27 @@ class StreamstateTask(CancellableTask, BaseOperator):
     def hook(self) -> StreamstateStoreHook:
         """The subject's store, through its connection."""
         s = self.subject()
-        return StreamstateStoreHook(s.store, aws_conn_id=s.aws_conn_id, parallelism=self.parallelism)
+        return StreamstateStoreHook(s.store, storage_conn_id=s.storage_conn_id, parallelism=self.parallelism)
 
-    def store_at(self, url: str, aws_conn_id: str | None) -> SnapshotStore:
+    def store_at(self, url: str, storage_conn_id: str | None) -> SnapshotStore:
         """Another store (a replication's destination, the DR store), through its connection."""
         with engine_errors():
-            return StreamstateStoreHook(url, aws_conn_id=aws_conn_id or None, parallelism=self.parallelism).store
+            return StreamstateStoreHook(url, storage_conn_id=storage_conn_id or None, parallelism=self.parallelism).store
 
     def checkpoint_connection(self, location: str) -> Any:
         """The connection a checkpoint location of the subject is reached with (the subject's
-        `aws` connection for an S3 one); None: the store's own or the environment's."""
+        `aws` one for S3, `streamstate_hdfs` for HDFS); None: the store's own or the environment's."""
         from airflow_provider_streamstate.hooks.store import checkpoint_connection
 
         with engine_errors():
-            return checkpoint_connection(location, self.subject().aws_conn_id, max_connections=self.parallelism * 2)
+            return checkpoint_connection(location, self.subject().storage_conn_id, max_connections=self.parallelism * 2)
 
     def checkpoint(self, location: str) -> CheckpointFS:
         """A checkpoint location's filesystem, opened with the subject's connection."""
         from airflow_provider_streamstate.hooks.store import open_checkpoint
 
         with engine_errors():
-            return open_checkpoint(location, self.subject().aws_conn_id, max_connections=self.parallelism * 2)
+            return open_checkpoint(location, self.subject().storage_conn_id, max_connections=self.parallelism * 2)
 
     def records(self, location: str) -> Sidecar:
         """The records beside a checkpoint location (launch, driver, heartbeat, stop request),
@@ -142,7 +143,7 @@ class StreamTask(StreamstateTask):
 
     def subject(self) -> Subject:
         spec = self.spec
-        return Subject(f"stream {spec.name}", spec.store, spec.aws_conn_id, spec.kafka_conn_id)
+        return Subject(f"stream {spec.name}", spec.store, spec.storage_conn_id, spec.kafka_conn_id)
 
     def start_stream(self, spec: StreamSpec, startup_timeout_s: float, checkpoint: Sidecar | None = None
                      ) -> tuple[Any, Any, bool]:
@@ -176,7 +177,7 @@ class ConfiguredPipeline:
     spec: Any  # engine.pipeline.spec.PipelineSpec
     store: str
     kafka_conn_id: str | None
-    aws_conn_id: str | None
+    storage_conn_id: str | None
     suites: dict[str, Any] | None = None  # member -> a GX suite file or dict
     spark_conn_id: str | None = None
 
@@ -193,19 +194,20 @@ class ConfiguredPipeline:
         if not isinstance(value, dict) or not isinstance(value.get("store"), str):
             raise UsageError("a pipeline for the operators needs its `store`",
                              hint="add store (file:///... or s3://bucket/prefix) to the pipeline dict")
+        value = with_current_names(value, what=f"pipeline {value.get('name')}")
         spec = PipelineSpec.from_json({k: value.get(k) for k in ("name", "members", "links")}, "pipeline")
         suites = value.get("suites") or None
         if suites is not None and not isinstance(suites, dict):
             raise UsageError(f"pipeline {spec.name}: suites must map members to GX suites",
                              hint='e.g. "suites": {"totals": "/suites/totals.json"}')
-        return cls(spec, value["store"], value.get("kafka_conn_id") or None, value.get("aws_conn_id") or None,
+        return cls(spec, value["store"], value.get("kafka_conn_id") or None, value.get("storage_conn_id") or None,
                    suites, value.get("spark_conn_id") or None)
 
 
 class PipelineTask(StreamstateTask):
     """A task on one pipeline (operators/base.py: store hook, checkpoint connection, Kafka).
 
-    :param pipeline: the pipeline dict (spec, store, kafka_conn_id, aws_conn_id). (templated)
+    :param pipeline: the pipeline dict (spec, store, kafka_conn_id, storage_conn_id). (templated)
     :param parallelism: concurrent file transfers.
     """
 
@@ -222,7 +224,7 @@ class PipelineTask(StreamstateTask):
 
     def subject(self) -> Subject:
         c = self.configured
-        return Subject(f"pipeline {c.spec.name}", c.store, c.aws_conn_id, c.kafka_conn_id)
+        return Subject(f"pipeline {c.spec.name}", c.store, c.storage_conn_id, c.kafka_conn_id)
 
     def kafka(self) -> tuple[str, dict[str, Any]]:
         """(bootstrap servers, the rest of the client config) of the link topics' cluster."""
@@ -231,8 +233,8 @@ class PipelineTask(StreamstateTask):
         return bootstrap, config
 
     def members_connection(self) -> Any:
-        """The connection the members' checkpoints are reached with (the pipeline's `aws`
-        connection, for S3 ones); None: each location's default."""
+        """The connection the members' checkpoints are reached with (the pipeline's storage
+        connection); None: each location's default."""
         locations = list(self.configured.spec.members.values())
         return next((c for c in map(self.checkpoint_connection, locations) if c is not None), None)
 

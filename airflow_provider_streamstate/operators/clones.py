@@ -10,6 +10,7 @@ from airflow.sdk import Context
 
 from airflow_provider_streamstate.engine.core.config.values import parse_flag
 from airflow_provider_streamstate.operators.base import StreamstateTask, Subject
+from airflow_provider_streamstate.utils.renamed_arguments import current_argument
 from airflow_provider_streamstate.utils.task_errors import engine_errors
 
 
@@ -20,7 +21,7 @@ class ExpireClonesOperator(StreamstateTask):
     "dry_run", "clones_expired", "clones_not_expired", "expired", "seconds"}`.
 
     :param store: the store the clones' source streams are in. (templated)
-    :param aws_conn_id: the Airflow AWS connection of an S3 store. (templated)
+    :param storage_conn_id: the store's Airflow connection (`aws` for S3, `streamstate_hdfs` for HDFS). (templated)
     :param source_stream: only clones of this stream. (templated)
     :param kafka_conn_id: the Kafka connection for deleting topics; default the one each
         clone was recorded with. (templated)
@@ -28,22 +29,23 @@ class ExpireClonesOperator(StreamstateTask):
     :param stop_timeout: seconds a clone's stream has to stop gracefully before it is killed.
     """
 
-    template_fields: Sequence[str] = ("store", "aws_conn_id", "source_stream", "kafka_conn_id", "dry_run")
+    template_fields: Sequence[str] = ("store", "storage_conn_id", "source_stream", "kafka_conn_id", "dry_run")
 
     def __init__(
-        self, *, store: str, aws_conn_id: str | None = None, source_stream: str | None = None,
+        self, *, store: str, storage_conn_id: str | None = None, source_stream: str | None = None,
         kafka_conn_id: str | None = None, dry_run: bool = False, stop_timeout: float = 120.0, **kwargs: Any,
     ) -> None:
+        storage_conn_id = current_argument(kwargs, "storage_conn_id", storage_conn_id, owner=type(self).__name__)
         super().__init__(**kwargs)
         self.store = store
-        self.aws_conn_id = aws_conn_id
+        self.storage_conn_id = storage_conn_id
         self.source_stream = source_stream
         self.kafka_conn_id = kafka_conn_id
         self.dry_run: Any = dry_run
         self.stop_timeout = stop_timeout
 
     def subject(self) -> Subject:
-        return Subject(f"store {self.store}", self.store, self.aws_conn_id or None, self.kafka_conn_id or None)
+        return Subject(f"store {self.store}", self.store, self.storage_conn_id or None, self.kafka_conn_id or None)
 
     def _kafka_config(self, record: Any) -> dict[str, Any] | None:
         from airflow_provider_streamstate.engine.core.errors import UsageError

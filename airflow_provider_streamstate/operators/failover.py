@@ -59,7 +59,7 @@ class FencePrimaryStreamOperator(BaseOperator):
         try:
             from airflow_provider_streamstate.hooks.store import open_checkpoint
 
-            result = launcher.stop(open_checkpoint(spec.checkpoint, spec.aws_conn_id), timeout_s=float(self.timeout),
+            result = launcher.stop(open_checkpoint(spec.checkpoint, spec.storage_conn_id), timeout_s=float(self.timeout),
                                    requested_by=f"task {self.task_id}")
         except (StreamstateError, OSError) as exc:
             reason = exc.one_line() if isinstance(exc, StreamstateError) else f"{type(exc).__name__}: {exc}"

@@ -10,6 +10,7 @@ from airflow.sdk import Context
 
 from airflow_provider_streamstate.engine.core.config.values import optional_duration, parse_flag
 from airflow_provider_streamstate.operators.base import StreamstateTask, Subject
+from airflow_provider_streamstate.utils.renamed_arguments import current_argument
 from airflow_provider_streamstate.utils.task_errors import engine_errors
 
 
@@ -26,27 +27,28 @@ class GarbageCollectOperator(StreamstateTask):
     "kept_unreferenced", "missing_examples", "seconds"}`.
 
     :param store: the store URL (`s3://bucket/prefix`, `file:///abs/path`). (templated)
-    :param aws_conn_id: the Airflow AWS connection of an S3 store. (templated)
+    :param storage_conn_id: the store's Airflow connection (`aws` for S3, `streamstate_hdfs` for HDFS). (templated)
     :param grace: delete only what was last written longer ago (`24h`, a timedelta or
         seconds; default 24h, and more than the longest snapshot, 6h). (templated)
     :param dry_run: report what would be deleted; delete nothing. (templated)
     :param parallelism: concurrent store requests.
     """
 
-    template_fields: Sequence[str] = ("store", "aws_conn_id", "grace", "dry_run")
+    template_fields: Sequence[str] = ("store", "storage_conn_id", "grace", "dry_run")
 
     def __init__(
-        self, *, store: str, aws_conn_id: str | None = None, grace: timedelta | str | float | None = None,
+        self, *, store: str, storage_conn_id: str | None = None, grace: timedelta | str | float | None = None,
         dry_run: bool = False, **kwargs: Any,
     ) -> None:
+        storage_conn_id = current_argument(kwargs, "storage_conn_id", storage_conn_id, owner=type(self).__name__)
         super().__init__(**kwargs)
         self.store = store
-        self.aws_conn_id = aws_conn_id
+        self.storage_conn_id = storage_conn_id
         self.grace = grace
         self.dry_run: Any = dry_run
 
     def subject(self) -> Subject:
-        return Subject(f"store {self.store}", self.store, self.aws_conn_id or None)
+        return Subject(f"store {self.store}", self.store, self.storage_conn_id or None)
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_streamstate.engine.catalog.gc import DEFAULT_GRACE_SECONDS, collect_garbage

@@ -5,7 +5,7 @@ the store hook, the Kafka connection and `engine.pipeline`; each returns JSON fo
 
 Every operator takes `pipeline` (operators/base.py `PipelineTask`): a dict with the engine's pipeline spec (`name`, `members`:
 stream -> checkpoint, `links`: upstream/topic/downstream) plus where it lives: `store`,
-`kafka_conn_id` (the cluster of the link topics) and optionally `aws_conn_id` (the store's
+`kafka_conn_id` (the cluster of the link topics) and optionally `storage_conn_id` (the store's
 and the S3 checkpoints' connection), `suites` (member -> GX suite, for its validation) and
 `spark_conn_id` (where that validation runs).
 """
@@ -20,6 +20,7 @@ from airflow.sdk import Context
 from airflow_provider_streamstate.engine.core.errors import UsageError
 from airflow_provider_streamstate.operators.base import PipelineTask
 from airflow_provider_streamstate.spec import SparkJobOptions
+from airflow_provider_streamstate.utils.renamed_arguments import current_argument
 from airflow_provider_streamstate.utils.task_errors import engine_errors
 
 
@@ -28,7 +29,7 @@ class SnapshotPipelineOperator(PipelineTask):
     topics' channel records (docs/concepts.md, "Pipelines"). Returns `{"pipeline",
     "snapshot_id", "members", "channels", "cut_seconds", "seconds"}`.
 
-    :param pipeline: the pipeline dict (spec, store, kafka_conn_id, aws_conn_id). (templated)
+    :param pipeline: the pipeline dict (spec, store, kafka_conn_id, storage_conn_id). (templated)
     :param wait_s: how long to wait for each upstream to be between two batches.
     :param labels: KEY=VALUE labels for the member snapshots. (templated)
     :param parallelism: concurrent file transfers.
@@ -60,7 +61,7 @@ class RestorePipelineOperator(PipelineTask):
     on new link topics. Returns `{"pipeline", "snapshot_id", "checkpoints", "resume",
     "channel_records", "topics", "seconds"}`.
 
-    :param pipeline: the pipeline dict (spec, store, kafka_conn_id, aws_conn_id). (templated)
+    :param pipeline: the pipeline dict (spec, store, kafka_conn_id, storage_conn_id). (templated)
     :param snapshot: a pipeline snapshot id or `latest`. (templated)
     :param clone: `{"suffix": ..., "checkpoints": {member: location}, "topics": {link: new},
         "ttl_s": seconds}`: restore as a clone (members `<member>-<suffix>`, topics
@@ -107,7 +108,7 @@ class ValidatePipelineOperator(PipelineTask):
     a suite fails, unless `fail_on_failure` is False. Returns `{"pipeline", "snapshot_id",
     "success", "members": {member: {"snapshot_id", "suite", "success", "reused"}}}`.
 
-    :param pipeline: the pipeline dict (spec, store, kafka_conn_id, aws_conn_id, and its
+    :param pipeline: the pipeline dict (spec, store, kafka_conn_id, storage_conn_id, and its
         `suites` and `spark_conn_id` unless given here). (templated)
     :param suites: `{member: suite}`, each a GX suite JSON file or the suite as a dict; one
         per member; default the pipeline's. (templated)
@@ -226,24 +227,25 @@ class ReplicatePipelineOperator(PipelineTask):
     published there only once every member and channel is). Returns `{"pipeline",
     "published", "already_present", "member_snapshots_published", "seconds"}`.
 
-    :param pipeline: the pipeline dict (spec, store, kafka_conn_id, aws_conn_id). (templated)
+    :param pipeline: the pipeline dict (spec, store, kafka_conn_id, storage_conn_id). (templated)
     :param destination_store: the store to copy into. (templated)
-    :param destination_aws_conn_id: its aws connection. (templated)
+    :param destination_storage_conn_id: its Airflow connection. (templated)
     :param parallelism: concurrent file transfers.
     """
 
-    template_fields: Sequence[str] = ("pipeline", "destination_store", "destination_aws_conn_id")
+    template_fields: Sequence[str] = ("pipeline", "destination_store", "destination_storage_conn_id")
 
-    def __init__(self, *, destination_store: str, destination_aws_conn_id: str | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, destination_store: str, destination_storage_conn_id: str | None = None, **kwargs: Any) -> None:
+        destination_storage_conn_id = current_argument(kwargs, "destination_storage_conn_id", destination_storage_conn_id, owner=type(self).__name__)
         super().__init__(**kwargs)
         self.destination_store = destination_store
-        self.destination_aws_conn_id = destination_aws_conn_id
+        self.destination_storage_conn_id = destination_storage_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_streamstate.engine.pipeline.replicate import replicate_pipeline
 
         c = self.configured
-        destination = self.store_at(self.destination_store, self.destination_aws_conn_id)
+        destination = self.store_at(self.destination_store, self.destination_storage_conn_id)
         with self.cancellable():
             result = replicate_pipeline(self.hook.store, destination, c.spec.name, parallelism=self.parallelism)
         return result.to_json()
@@ -254,22 +256,23 @@ class PipelineRetentionOperator(PipelineTask):
     record first, then channels, then the pins that kept its members). Returns
     `{"pipeline", "kept", "deleted", "pins_released", "dry_run"}`.
 
-    :param pipeline: the pipeline dict (spec, store, kafka_conn_id, aws_conn_id). (templated)
+    :param pipeline: the pipeline dict (spec, store, kafka_conn_id, storage_conn_id). (templated)
     :param keep_last: how many of the newest pipeline snapshots to keep. (templated)
     :param store: another store to apply it in (e.g. the DR store); default the pipeline's. (templated)
-    :param aws_conn_id: that store's aws connection. (templated)
+    :param storage_conn_id: that store's Airflow connection. (templated)
     :param dry_run: say what would be deleted; delete nothing.
     :param parallelism: concurrent file transfers.
     """
 
-    template_fields: Sequence[str] = ("pipeline", "keep_last", "store", "aws_conn_id")
+    template_fields: Sequence[str] = ("pipeline", "keep_last", "store", "storage_conn_id")
 
-    def __init__(self, *, keep_last: int | str, store: str | None = None, aws_conn_id: str | None = None,
+    def __init__(self, *, keep_last: int | str, store: str | None = None, storage_conn_id: str | None = None,
                  dry_run: bool = False, **kwargs: Any) -> None:
+        storage_conn_id = current_argument(kwargs, "storage_conn_id", storage_conn_id, owner=type(self).__name__)
         super().__init__(**kwargs)
         self.keep_last = keep_last
         self.store = store
-        self.aws_conn_id = aws_conn_id
+        self.storage_conn_id = storage_conn_id
         self.dry_run: Any = dry_run
 
     def execute(self, context: Context) -> dict[str, Any]:
@@ -277,7 +280,7 @@ class PipelineRetentionOperator(PipelineTask):
         from airflow_provider_streamstate.engine.pipeline.retention import apply_pipeline_retention
 
         c = self.configured
-        store = self.store_at(self.store, self.aws_conn_id) if self.store else self.hook.store
+        store = self.store_at(self.store, self.storage_conn_id) if self.store else self.hook.store
         with self.cancellable():
             result = apply_pipeline_retention(store, c.spec.name, keep_last=int(self.keep_last),
                                               dry_run=parse_flag(self.dry_run, "dry_run"))

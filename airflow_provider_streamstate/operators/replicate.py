@@ -15,13 +15,14 @@ from airflow_provider_streamstate.links.streams_ui import SnapshotLink
 from airflow_provider_streamstate.operators.base import StreamstateTask, Subject
 from airflow_provider_streamstate.spec import StreamSpec
 from airflow_provider_streamstate.utils.configured_streams import stream_spec
+from airflow_provider_streamstate.utils.renamed_arguments import current_argument
 from airflow_provider_streamstate.utils.task_errors import engine_errors
 
 XCOM_SNAPSHOTS = 20  # the newest ones handled; the totals count them all
 
 
 def stream_and_store(
-    stream: StreamSpec | dict[str, Any] | str, store: str | None, aws_conn_id: str | None,
+    stream: StreamSpec | dict[str, Any] | str, store: str | None, storage_conn_id: str | None,
 ) -> tuple[str, str, str | None]:
     """(stream name, store URL, aws conn id) from a stream spec (its store and connection
     are the defaults) or a bare stream name (then `store` is required)."""
@@ -34,11 +35,11 @@ def stream_and_store(
                 f"stream {name} is given by name only, so the store to read is unknown",
                 hint="pass the source store (source_store=...) or a whole StreamSpec",
             )
-        return name, store, aws_conn_id
+        return name, store, storage_conn_id
     spec = stream_spec(stream)
     if store and store != spec.store:
-        return spec.name, store, aws_conn_id
-    return spec.name, spec.store, aws_conn_id if aws_conn_id is not None else spec.aws_conn_id
+        return spec.name, store, storage_conn_id
+    return spec.name, spec.store, storage_conn_id if storage_conn_id is not None else spec.storage_conn_id
 
 
 def snapshot_choice(snapshots: Any) -> tuple[list[str], bool]:
@@ -82,15 +83,15 @@ class ReplicateSnapshotsOperator(StreamstateTask):
 
     :param stream: the stream: a StreamSpec, its dict (or that as JSON), or just its name. (templated)
     :param destination_store: the store to copy into, `s3://bucket/prefix` or a local path. (templated)
-    :param destination_aws_conn_id: the Airflow `aws` connection of an S3 destination. (templated)
+    :param destination_storage_conn_id: the destination's Airflow connection (`aws` for S3, `streamstate_hdfs` for HDFS). (templated)
     :param source_store: the store to copy from; default the stream spec's store. (templated)
-    :param source_aws_conn_id: the source's `aws` connection; default the spec's when the source
+    :param source_storage_conn_id: the source's Airflow connection; default the spec's when the source
         is the spec's store. (templated)
     :param snapshots: `latest` (the newest on the source's current timeline), `all` (every
         snapshot the destination lacks), a snapshot id, or a list of ids. (templated)
     :param since: instead of `snapshots`: this snapshot and every one created after it. (templated)
     :param standby: then keep a warm standby at this checkpoint location (in the
-        destination's region, reached with `destination_aws_conn_id`) holding the
+        destination's region, reached with `destination_storage_conn_id`) holding the
         destination's newest snapshot, writing only the files that changed
         (engine.dr.standby); `{stream}` is replaced by the stream's name. Its update is in the
         result's `standby`. (templated)
@@ -98,31 +99,33 @@ class ReplicateSnapshotsOperator(StreamstateTask):
     """
 
     template_fields: Sequence[str] = (
-        "stream", "destination_store", "destination_aws_conn_id", "source_store", "source_aws_conn_id",
+        "stream", "destination_store", "destination_storage_conn_id", "source_store", "source_storage_conn_id",
         "snapshots", "since", "standby",
     )
     operator_extra_links = (SnapshotLink(),)
 
     def __init__(
         self, *, stream: StreamSpec | dict[str, Any] | str, destination_store: str,
-        destination_aws_conn_id: str | None = None, source_store: str | None = None,
-        source_aws_conn_id: str | None = None, snapshots: str | list[str] = "latest", since: str | None = None,
+        destination_storage_conn_id: str | None = None, source_store: str | None = None,
+        source_storage_conn_id: str | None = None, snapshots: str | list[str] = "latest", since: str | None = None,
         standby: str | None = None, **kwargs: Any,
     ) -> None:
+        destination_storage_conn_id = current_argument(kwargs, "destination_storage_conn_id", destination_storage_conn_id, owner=type(self).__name__)
+        source_storage_conn_id = current_argument(kwargs, "source_storage_conn_id", source_storage_conn_id, owner=type(self).__name__)
         super().__init__(**with_outlet(kwargs, REPLICAS))
         self._result: dict[str, Any] | None = None  # for lineage, once executed
         self.stream = stream
         self.destination_store = destination_store
-        self.destination_aws_conn_id = destination_aws_conn_id
+        self.destination_storage_conn_id = destination_storage_conn_id
         self.source_store = source_store
-        self.source_aws_conn_id = source_aws_conn_id
+        self.source_storage_conn_id = source_storage_conn_id
         self.snapshots = snapshots
         self.since = since
         self.standby = standby
 
     def subject(self) -> Subject:
         with engine_errors():
-            name, source_url, source_conn = stream_and_store(self.stream, self.source_store, self.source_aws_conn_id)
+            name, source_url, source_conn = stream_and_store(self.stream, self.source_store, self.source_storage_conn_id)
         return Subject(f"stream {name}", source_url, source_conn)
 
     def execute(self, context: Context) -> dict[str, Any]:
@@ -140,7 +143,7 @@ class ReplicateSnapshotsOperator(StreamstateTask):
             name, source_url, self.destination_store,
         )
         with self.cancellable():  # opening the stores too: an unknown connection is bad input
-            destination = self.store_at(self.destination_store, self.destination_aws_conn_id)
+            destination = self.store_at(self.destination_store, self.destination_storage_conn_id)
             result = replicate(
                 self.hook.store, destination, name,
                 snapshots=ids, since=since, all_missing=all_missing, parallelism=self.parallelism,
@@ -175,7 +178,7 @@ class ReplicateSnapshotsOperator(StreamstateTask):
         from airflow_provider_streamstate.hooks.store import open_checkpoint
 
         location = str(self.standby).replace("{stream}", name)
-        conn = self.destination_aws_conn_id or None  # else the destination store's own client, or the environment's
+        conn = self.destination_storage_conn_id or None  # else the destination store's own client, or the environment's
         target = open_checkpoint(location, conn, max_connections=self.parallelism * 2) if conn else location
         up = update_standby(destination, name, target, parallelism=self.parallelism)
         self.log.info("standby %s holds %s: %d file(s) written (%d bytes), %d removed, %d kept", up.location,

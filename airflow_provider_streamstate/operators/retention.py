@@ -16,6 +16,7 @@ from airflow.sdk import Context
 from airflow_provider_streamstate.engine.core.config.values import optional_duration, parse_flag
 from airflow_provider_streamstate.operators.base import StreamTask, Subject
 from airflow_provider_streamstate.spec import StreamSpec
+from airflow_provider_streamstate.utils.renamed_arguments import current_argument
 from airflow_provider_streamstate.utils.task_errors import engine_errors
 
 Duration = timedelta | str | float | int | None
@@ -34,7 +35,7 @@ class ApplyRetentionOperator(StreamTask):
 
     :param stream: the stream (a StreamSpec or its dict). (templated)
     :param store: apply it in this store instead of the stream's (e.g. the DR store). (templated)
-    :param aws_conn_id: the AWS connection of `store`; default the stream's. (templated)
+    :param storage_conn_id: the Airflow connection of `store`; default the stream's. (templated)
     :param keep_last: keep the newest N snapshots of the current timeline. (templated)
     :param max_age: keep everything younger (`7d`, `12h`, a timedelta or seconds). (templated)
     :param keep_hourly: keep the newest of each hour younger than this. (templated)
@@ -45,18 +46,19 @@ class ApplyRetentionOperator(StreamTask):
     """
 
     template_fields: Sequence[str] = (
-        "stream", "store", "aws_conn_id", "keep_last", "max_age", "keep_hourly", "keep_daily", "abandoned_max_age",
+        "stream", "store", "storage_conn_id", "keep_last", "max_age", "keep_hourly", "keep_daily", "abandoned_max_age",
         "dry_run",
     )
 
     def __init__(
-        self, *, stream: StreamSpec | dict[str, Any], store: str | None = None, aws_conn_id: str | None = None,
+        self, *, stream: StreamSpec | dict[str, Any], store: str | None = None, storage_conn_id: str | None = None,
         keep_last: int = 1, max_age: Duration = None, keep_hourly: Duration = None, keep_daily: Duration = None,
         abandoned_max_age: Duration = None, dry_run: bool = False, **kwargs: Any,
     ) -> None:
+        storage_conn_id = current_argument(kwargs, "storage_conn_id", storage_conn_id, owner=type(self).__name__)
         super().__init__(stream=stream, **kwargs)
         self.store = store
-        self.aws_conn_id = aws_conn_id
+        self.storage_conn_id = storage_conn_id
         self.keep_last = keep_last
         self.max_age = max_age
         self.keep_hourly = keep_hourly
@@ -68,8 +70,8 @@ class ApplyRetentionOperator(StreamTask):
         """The stream in `store` when given (its own connection, default the stream's only for its own store)."""
         spec = self.spec
         if not self.store:
-            return Subject(f"stream {spec.name}", spec.store, self.aws_conn_id or spec.aws_conn_id, spec.kafka_conn_id)
-        return Subject(f"stream {spec.name}", self.store, self.aws_conn_id, spec.kafka_conn_id)
+            return Subject(f"stream {spec.name}", spec.store, self.storage_conn_id or spec.storage_conn_id, spec.kafka_conn_id)
+        return Subject(f"stream {spec.name}", self.store, self.storage_conn_id, spec.kafka_conn_id)
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_streamstate.engine.catalog.retention import RetentionPolicy, apply_retention

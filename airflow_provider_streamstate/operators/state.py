@@ -26,7 +26,7 @@ class StateReportOperator(StateTask):
     :param stream: the stream, a `StreamSpec` or its `to_dict()`. (templated)
     :param snapshot: a snapshot id, `latest` or `latest-good:<suite>`. (templated)
     :param report_path: the report file to write: a path on the worker, or an `s3://` URL
-        (written with the stream's aws connection). (templated)
+        (written with the stream's storage connection). (templated)
     :param compare_to: another snapshot to diff against (`snapshot` is A, this is B). (templated)
     :param compare_stream: the stream `compare_to` belongs to (a clone); default the same. (templated)
     :param where: a Spark SQL filter on the state's columns (state reports). (templated)
@@ -83,7 +83,7 @@ class StateReportOperator(StateTask):
 
             url = "s3://" + self.report_path.split("://", 1)[1]
             bucket, key = S3Hook.parse_s3_url(url)
-            S3Hook(aws_conn_id=self.spec.aws_conn_id).load_bytes(data, key, bucket, replace=True)
+            S3Hook(aws_conn_id=self.spec.storage_conn_id).load_bytes(data, key, bucket, replace=True)
             return url
         out = Path(self.report_path).expanduser()
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -138,7 +138,7 @@ def _stream(config: Configuration, stream: str, store: str | None) -> tuple[Conf
         raise HTTPException(status.HTTP_404_NOT_FOUND,
                             f"stream {stream} is not configured (Variable streamstate_streams) and no recent DAG run "
                             "handled it; name its store with ?store=")
-    return cs, cs.store, cs.aws_conn_id
+    return cs, cs.store, cs.storage_conn_id
 
 
 def _dr(cs: ConfiguredStream | None, store: str) -> Any:
@@ -149,7 +149,7 @@ def _dr(cs: ConfiguredStream | None, store: str) -> Any:
     if cs is None or not cs.dr_store or store != cs.store or cs.dr_store == store:
         return None
     try:
-        return open_configured_store(cs.dr_store, cs.dr_aws_conn_id)
+        return open_configured_store(cs.dr_store, cs.dr_storage_conn_id)
     except StreamstateError as exc:
         log.warning("stream %s: DR store %s not opened: %s", cs.name, cs.dr_store, exc.one_line())
         return None
@@ -183,7 +183,7 @@ def streams_data(user: Any) -> tuple[Configuration, list[tuple[ConfiguredStream,
         from airflow_provider_streamstate.engine.overview.streams import StreamRow, StreamState
 
         try:
-            return cs, stream_row(open_configured_store(cs.store, cs.aws_conn_id), cs.name,
+            return cs, stream_row(open_configured_store(cs.store, cs.storage_conn_id), cs.name,
                                   checkpoint=checkpoint_of(cs), dr_store=_dr(cs, cs.store), now=now)
         except Exception as exc:  # noqa: BLE001 - one stream's connection must not hide the others
             why = exc.one_line() if isinstance(exc, StreamstateError) else f"{type(exc).__name__}: {exc}"
@@ -224,7 +224,7 @@ def snapshot_data(user: Any, stream: str, snapshot_id: str, store: str | None) -
         detail = snapshot_detail(open_configured_store(url, conn), stream, snapshot_id, dr_store=_dr(cs, url))
     except StreamstateError as exc:
         raise _engine_error(exc) from None
-    calls = recovery_calls(stream=stream, snapshot_id=snapshot_id, store=url, aws_conn_id=conn,
+    calls = recovery_calls(stream=stream, snapshot_id=snapshot_id, store=url, storage_conn_id=conn,
                            checkpoint=cs.checkpoint if cs else None, configured_store=cs.store if cs else None)
     return detail, calls, _data_docs(snapshot_id)
 
@@ -409,7 +409,7 @@ def diff_data(user: Any, stream: str, snapshot_id: str, store: str | None) -> tu
     cs, url, conn = _stream(_configuration(user), stream, store)
     exe = shutil.which("streamstate", path=str(Path(sys.executable).parent)) or shutil.which("streamstate")
     cmd = [exe] if exe else [sys.executable, "-m", "airflow_provider_streamstate.cli"]
-    cmd += ["diff", "--json", "--store", url, *(["--aws-conn-id", conn] if conn else []), "--stream", stream,
+    cmd += ["diff", "--json", "--store", url, *(["--storage-conn-id", conn] if conn else []), "--stream", stream,
             detail.parent, snapshot_id]
     if not _DIFF_RUNNING.acquire(blocking=False):
         raise HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, "a diff is running already: try again when it is done")

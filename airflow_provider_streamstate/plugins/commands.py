@@ -20,12 +20,12 @@ class RecoveryCalls:
                 "restore_operator": self.restore_operator, "clone_operator": self.clone_operator}
 
 
-def recovery_calls(*, stream: str, snapshot_id: str, store: str, aws_conn_id: str | None,
+def recovery_calls(*, stream: str, snapshot_id: str, store: str, storage_conn_id: str | None,
                    checkpoint: str | None, configured_store: str | None) -> RecoveryCalls:
     """Restore: rewind the stream's own checkpoint (stop it first; a new timeline starts).
     Clone: a new stream from the snapshot, its own checkpoint and query id."""
     q = shlex.quote
-    conn = f" --aws-conn-id {q(aws_conn_id)}" if aws_conn_id else ""
+    conn = f" --storage-conn-id {q(storage_conn_id)}" if storage_conn_id else ""
     target = checkpoint or "/path/to/checkpoint"
     clone_name = f"{stream}-clone"
     clone_target = f"{target.rstrip('/')}-clone"

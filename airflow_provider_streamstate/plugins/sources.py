@@ -16,6 +16,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_streamstate.engine.core.config.renamed import with_current_names
 from airflow_provider_streamstate.engine.core.errors import StreamstateError
 from airflow_provider_streamstate.spec import StreamSpec
 
@@ -55,18 +56,18 @@ class ConfiguredStream:
     name: str
     store: str
     checkpoint: str
-    aws_conn_id: str | None = None
+    storage_conn_id: str | None = None
     kafka_conn_id: str | None = None
     dr_store: str | None = None
-    dr_aws_conn_id: str | None = None
+    dr_storage_conn_id: str | None = None
     configured: bool = False  # in the Variable (else only seen in DAG runs)
     runs: list[RunRef] = field(default_factory=list)
     other_stores: list[str] = field(default_factory=list)  # earlier runs gave it another store
 
     def to_json(self) -> dict[str, Any]:
         return {"stream": self.name, "store": self.store, "checkpoint": self.checkpoint,
-                "aws_conn_id": self.aws_conn_id, "kafka_conn_id": self.kafka_conn_id, "dr_store": self.dr_store,
-                "dr_aws_conn_id": self.dr_aws_conn_id, "configured": self.configured,
+                "storage_conn_id": self.storage_conn_id, "kafka_conn_id": self.kafka_conn_id, "dr_store": self.dr_store,
+                "dr_storage_conn_id": self.dr_storage_conn_id, "configured": self.configured,
                 "runs": [r.to_json() for r in self.runs], "other_stores": self.other_stores}
 
 
@@ -75,7 +76,7 @@ class Configuration:
     """Every stream and store the pages may show."""
 
     streams: dict[str, ConfiguredStream]
-    stores: dict[str, str | None]  # store URL -> its aws connection id
+    stores: dict[str, str | None]  # store URL -> its connection id
     problems: list[str]
 
     def store_conn(self, url: str) -> str | None:
@@ -123,15 +124,15 @@ def load_configuration(session: Session, *, dag_ids: set[str] | None = None) -> 
         cs = streams.get(spec.name)
         if cs is None:
             cs = streams[spec.name] = ConfiguredStream(
-                spec.name, spec.store, spec.checkpoint, spec.aws_conn_id, spec.kafka_conn_id,
+                spec.name, spec.store, spec.checkpoint, spec.storage_conn_id, spec.kafka_conn_id,
                 dr_store or None, dr_conn or None, configured)
         elif spec.store != cs.store and spec.store not in cs.other_stores:
             cs.other_stores.append(spec.store)
         if cs.dr_store is None and dr_store and spec.store == cs.store:
-            cs.dr_store, cs.dr_aws_conn_id = dr_store, dr_conn or None
+            cs.dr_store, cs.dr_storage_conn_id = dr_store, dr_conn or None
         if run is not None and len(cs.runs) < RUNS_SHOWN and run not in cs.runs:
             cs.runs.append(run)
-        stores.setdefault(spec.store, spec.aws_conn_id)
+        stores.setdefault(spec.store, spec.storage_conn_id)
         if dr_store:
             stores.setdefault(dr_store, dr_conn or None)
 
@@ -145,8 +146,9 @@ def load_configuration(session: Session, *, dag_ids: set[str] | None = None) -> 
                 add(spec, configured=True)
         for entry in _variable(STORES_VARIABLE) or []:
             entry = {"store": entry} if isinstance(entry, str) else entry
+            entry = with_current_names(entry, what="a store entry") if isinstance(entry, dict) else entry
             if isinstance(entry, dict) and isinstance(entry.get("store"), str):
-                stores.setdefault(entry["store"], entry.get("aws_conn_id"))
+                stores.setdefault(entry["store"], entry.get("storage_conn_id"))
     except StreamstateError as exc:
         problems.append(exc.one_line())
 
@@ -177,7 +179,8 @@ def load_configuration(session: Session, *, dag_ids: set[str] | None = None) -> 
         if isinstance(one, dict):
             given.append(one)
         dr_store = conf.get("dr_store") if isinstance(conf.get("dr_store"), str) else None
-        dr_conn = conf.get("dr_aws_conn_id") if isinstance(conf.get("dr_aws_conn_id"), str) else None
+        dr_conn = next((c for c in (conf.get("dr_storage_conn_id"), conf.get("dr_aws_conn_id"))  # its old name
+                        if isinstance(c, str) and c), None)
         for value in given:
             spec = spec_of(value)
             if spec is not None:
@@ -195,19 +198,19 @@ _STORES: dict[tuple[str, str | None], SnapshotStore] = {}
 _LOCK = threading.Lock()
 
 
-def open_configured_store(url: str, aws_conn_id: str | None) -> SnapshotStore:
+def open_configured_store(url: str, storage_conn_id: str | None) -> SnapshotStore:
     """The store, opened once per process per (URL, connection): a page opens the stores it
     shows again and again, and a store holds only a client. Two connections to one URL are
     two stores; the cache keeps the MAX_STORES most recently used."""
     from airflow_provider_streamstate.hooks.store import StreamstateStoreHook
 
-    key = (url, aws_conn_id)
+    key = (url, storage_conn_id)
     with _LOCK:
         store = _STORES.pop(key, None)
         if store is not None:
             _STORES[key] = store  # the most recently used last
     if store is None:
-        store = StreamstateStoreHook(url, aws_conn_id=aws_conn_id).store
+        store = StreamstateStoreHook(url, storage_conn_id=storage_conn_id).store
         with _LOCK:
             _STORES[key] = store
             while len(_STORES) > MAX_STORES:
@@ -219,7 +222,7 @@ def checkpoint_of(stream: ConfiguredStream) -> CheckpointFS | None:
     """The stream's checkpoint, opened with its connection (None when none is configured)."""
     from airflow_provider_streamstate.hooks.store import open_checkpoint
 
-    return open_checkpoint(stream.checkpoint, stream.aws_conn_id) if stream.checkpoint else None
+    return open_checkpoint(stream.checkpoint, stream.storage_conn_id) if stream.checkpoint else None
 
 
 def broker_offsets_of(stream: ConfiguredStream) -> BrokerOffsets | None:

@@ -113,7 +113,7 @@ class StreamSensorBase(StreamstateSensor):
 
         spec = self.spec
         with engine_errors():
-            return open_checkpoint(spec.checkpoint, spec.aws_conn_id)
+            return open_checkpoint(spec.checkpoint, spec.storage_conn_id)
 
     def say(self, message: str) -> str:
         return f"stream {self.spec.name}: {message}"

@@ -8,6 +8,7 @@ from airflow_provider_streamstate.engine.lifecycle.replicate import ReplicaCheck
 from airflow_provider_streamstate.sensors.base import StreamstateSensor
 from airflow_provider_streamstate.spec import StreamSpec
 from airflow_provider_streamstate.triggers.replicate import SnapshotReplicaTrigger, replica_check
+from airflow_provider_streamstate.utils.renamed_arguments import current_argument
 from airflow_provider_streamstate.utils.task_errors import engine_errors
 
 
@@ -20,43 +21,45 @@ class SnapshotReplicaSensor(StreamstateSensor):
 
     :param stream: the stream: a StreamSpec, its dict (or that as JSON), or just its name. (templated)
     :param store: the store to watch, e.g. the DR region's. (templated)
-    :param aws_conn_id: the Airflow `aws` connection of an S3 `store`. (templated)
+    :param storage_conn_id: the Airflow connection of `store` (`aws` for S3, `streamstate_hdfs` for HDFS). (templated)
     :param snapshot: a snapshot id, or `latest`: the newest on the current timeline of the
         source store. (templated)
     :param source_store: where `latest` is read; default the stream spec's store (with a bare
         stream name and no source, `latest` is the newest in `store` itself). (templated)
-    :param source_aws_conn_id: the source's `aws` connection; default the spec's. (templated)
+    :param source_storage_conn_id: the source's Airflow connection; default the spec's. (templated)
     :param deferrable: wait in the triggerer instead of a worker slot.
     """
 
-    template_fields: tuple[str, ...] = ("stream", "store", "aws_conn_id", "snapshot", "source_store", "source_aws_conn_id")
+    template_fields: tuple[str, ...] = ("stream", "store", "storage_conn_id", "snapshot", "source_store", "source_storage_conn_id")
 
     def __init__(
-        self, *, stream: StreamSpec | dict[str, Any] | str, store: str, aws_conn_id: str | None = None,
-        snapshot: str = "latest", source_store: str | None = None, source_aws_conn_id: str | None = None,
+        self, *, stream: StreamSpec | dict[str, Any] | str, store: str, storage_conn_id: str | None = None,
+        snapshot: str = "latest", source_store: str | None = None, source_storage_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
+        storage_conn_id = current_argument(kwargs, "storage_conn_id", storage_conn_id, owner=type(self).__name__)
+        source_storage_conn_id = current_argument(kwargs, "source_storage_conn_id", source_storage_conn_id, owner=type(self).__name__)
         super().__init__(**kwargs)
         self.stream = stream
         self.store = store
-        self.aws_conn_id = aws_conn_id
+        self.storage_conn_id = storage_conn_id
         self.snapshot = snapshot
         self.source_store = source_store
-        self.source_aws_conn_id = source_aws_conn_id
+        self.source_storage_conn_id = source_storage_conn_id
 
     def target(self) -> dict[str, Any]:
         """The rendered arguments of one check (and of the trigger)."""
         from airflow_provider_streamstate.operators.replicate import stream_and_store
 
-        source_store, source_conn = self.source_store or None, self.source_aws_conn_id or None
+        source_store, source_conn = self.source_store or None, self.source_storage_conn_id or None
         with engine_errors():
             if isinstance(self.stream, str) and not self.stream.lstrip().startswith("{"):
                 name = stream_and_store(self.stream, source_store or self.store, source_conn)[0]
             else:
                 name, source_store, source_conn = stream_and_store(self.stream, source_store, source_conn)
         return {
-            "stream": name, "store": self.store, "aws_conn_id": self.aws_conn_id or None,
-            "snapshot": str(self.snapshot or "latest"), "source_store": source_store, "source_aws_conn_id": source_conn,
+            "stream": name, "store": self.store, "storage_conn_id": self.storage_conn_id or None,
+            "snapshot": str(self.snapshot or "latest"), "source_store": source_store, "source_storage_conn_id": source_conn,
         }
 
     def check(self) -> ReplicaCheck:

@@ -48,11 +48,11 @@ def opened_for_edit(spec: StreamSpec, *, parallelism: int = 8) -> Opened:
     from airflow_provider_streamstate.engine.checkpoint.filesystems import open_checkpoint_fs
     from airflow_provider_streamstate.hooks.store import StreamstateStoreHook, checkpoint_connection
 
-    store = StreamstateStoreHook(spec.store, aws_conn_id=spec.aws_conn_id, parallelism=parallelism).store
-    connection = checkpoint_connection(spec.checkpoint, spec.aws_conn_id, max_connections=parallelism * 2)
+    store = StreamstateStoreHook(spec.store, storage_conn_id=spec.storage_conn_id, parallelism=parallelism).store
+    connection = checkpoint_connection(spec.checkpoint, spec.storage_conn_id, max_connections=parallelism * 2)
     if connection is None:  # the store's own client where the checkpoint is on its service (server-side copies)
         connection = store.checkpoint_connection(spec.checkpoint)
-    return Opened(connection, open_checkpoint_fs(spec.checkpoint, connection=connection, conn_id=spec.aws_conn_id),
+    return Opened(connection, open_checkpoint_fs(spec.checkpoint, connection=connection, conn_id=spec.storage_conn_id),
                   store)
 
 
@@ -112,7 +112,7 @@ def planned_transform(
     fn = load_transform(transform) if isinstance(transform, str) else transform
     if snapshot:
         snapshots = opened.store if opened is not None else StreamstateStoreHook(spec.store,
-                                                                                aws_conn_id=spec.aws_conn_id).store
+                                                                                storage_conn_id=spec.storage_conn_id).store
         src: Any = SnapshotSource(snapshots, spec.name, snapshot)
     else:
         src = CheckpointSource(spec.checkpoint, reader=CheckpointReader(_resolved(spec, opened).fs.fresh()))
@@ -136,7 +136,7 @@ def migration(
                          hint="0 is the query's first stateful operator; a snapshot's page in the Streams UI lists "
                          "the operators with their ids")
     return migration_to(target, operator=operator, store=store, defaults=defaults, description=description,
-                        connection=checkpoint_connection(target, spec.aws_conn_id), pairs=pairs)
+                        connection=checkpoint_connection(target, spec.storage_conn_id), pairs=pairs)
 
 
 def bootstrap_spec(
@@ -150,11 +150,11 @@ def bootstrap_spec(
     from airflow_provider_streamstate.engine.edit.bootstrap import bootstrap_checkpoint, read_table
     from airflow_provider_streamstate.hooks.store import checkpoint_connection
 
-    rows = read_table(table, connection=checkpoint_connection(table, spec.aws_conn_id)) if isinstance(table, str) \
+    rows = read_table(table, connection=checkpoint_connection(table, spec.storage_conn_id)) if isinstance(table, str) \
         else table
     return bootstrap_checkpoint(skeleton, spec.checkpoint, rows, operator=operator, store=store,
                                 source_offsets=source_offsets,
                                 command=edit_check_command(spec) if spark_check else None,
-                                connection=checkpoint_connection(skeleton, spec.aws_conn_id),
-                                target_connection=checkpoint_connection(spec.checkpoint, spec.aws_conn_id),
+                                connection=checkpoint_connection(skeleton, spec.storage_conn_id),
+                                target_connection=checkpoint_connection(spec.checkpoint, spec.storage_conn_id),
                                 timeout_s=timeout_s)

@@ -36,8 +36,8 @@ def rescale_spec(
     from airflow_provider_streamstate.engine.state.rescale import rescale_stream
     from airflow_provider_streamstate.hooks.store import StreamstateStoreHook, checkpoint_connection
 
-    store = StreamstateStoreHook(spec.store, aws_conn_id=spec.aws_conn_id, parallelism=parallelism).store
-    connection = checkpoint_connection(spec.checkpoint, spec.aws_conn_id, max_connections=parallelism * 2)
+    store = StreamstateStoreHook(spec.store, storage_conn_id=spec.storage_conn_id, parallelism=parallelism).store
+    connection = checkpoint_connection(spec.checkpoint, spec.storage_conn_id, max_connections=parallelism * 2)
     return rescale_stream(store, spec.name, spec.checkpoint, partitions=partitions, command=rescale_command(spec),
                           snapshot=snapshot, target=target, clone_name=clone_name, connection=connection,
                           parallelism=parallelism, timeout_s=timeout_s, on_submit=on_submit, ship_code=ship_code)

@@ -98,7 +98,7 @@ def opened_checkpoint(spec: StreamSpec, *, max_connections: int = 16) -> Sidecar
     from airflow_provider_streamstate.engine.checkpoint.sidecar import open_sidecar
     from airflow_provider_streamstate.hooks.store import open_checkpoint
 
-    return open_sidecar(open_checkpoint(spec.checkpoint, spec.aws_conn_id, max_connections=max_connections))
+    return open_sidecar(open_checkpoint(spec.checkpoint, spec.storage_conn_id, max_connections=max_connections))
 
 
 def _warn_if_the_driver_stays_here(spec: StreamSpec, command: list[str], log: Any) -> None:
@@ -188,7 +188,7 @@ def put_back(spec: StreamSpec, pinned: str | None, *, start: bool, requested_by:
     side = opened_checkpoint(spec)
     if pinned:
         launcher.stop(side, timeout_s=120, requested_by=requested_by)
-        store = StreamstateStoreHook(spec.store, aws_conn_id=spec.aws_conn_id).store
+        store = StreamstateStoreHook(spec.store, storage_conn_id=spec.storage_conn_id).store
         restore_snapshot(store, spec.name, pinned, side.fs, force=True)
         log.info("restored %s over %s: the stream is back at its state before the change", pinned, spec.checkpoint)
     if not start:

@@ -44,7 +44,7 @@ class KafkaLagTrigger(BaseTrigger):
 
         spec = StreamSpec.from_value(self.stream)
         hook = StreamKafkaHook(kafka_config_id=self.kafka_conn_id)
-        return check_lag(open_checkpoint(spec.checkpoint, spec.aws_conn_id), max_lag=self.max_lag,
+        return check_lag(open_checkpoint(spec.checkpoint, spec.storage_conn_id), max_lag=self.max_lag,
                          broker_offsets=hook.broker_offsets)
 
     def describe(self, result: Check) -> str:

@@ -43,7 +43,7 @@ class StreamProgressTrigger(BaseTrigger):
         from airflow_provider_streamstate.hooks.store import open_checkpoint
 
         spec = StreamSpec.from_value(self.stream)
-        return check_progress(open_checkpoint(spec.checkpoint, spec.aws_conn_id), after_batch=self.after_batch,
+        return check_progress(open_checkpoint(spec.checkpoint, spec.storage_conn_id), after_batch=self.after_batch,
                               freshness_s=self.freshness_s)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:

@@ -26,10 +26,10 @@ with DAG(
 ) as dag:
     replicate = ReplicateSnapshotsOperator(
         task_id="replicate", stream="{{ params.stream }}", snapshots="{{ params.snapshot }}",
-        destination_store="{{ params.dr_store }}", destination_aws_conn_id="{{ params.dr_conn }}", parallelism=4,
+        destination_store="{{ params.dr_store }}", destination_storage_conn_id="{{ params.dr_conn }}", parallelism=4,
     )
     wait = SnapshotReplicaSensor(
-        task_id="wait", stream="{{ params.stream }}", store="{{ params.dr_store }}", aws_conn_id="{{ params.dr_conn }}",
+        task_id="wait", stream="{{ params.stream }}", store="{{ params.dr_store }}", storage_conn_id="{{ params.dr_conn }}",
         snapshot="latest", deferrable=True, poke_interval=1, timeout=180,
     )
     replicate >> wait

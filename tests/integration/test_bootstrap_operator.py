@@ -64,7 +64,7 @@ def test_a_table_in_remote_storage_bootstraps_a_checkpoint_through_the_streams_c
         table, conn_id = table_on_hdfs(request.getfixturevalue("hdfs"), monkeypatch, data)
     target = tmp_path / "moved"
     spec = StreamSpec(name="moved", application="moved.py", checkpoint=str(target), store=f"file://{tmp_path}/store",
-                      aws_conn_id=conn_id)
+                      storage_conn_id=conn_id)
 
     result = run_dag("streamstate_test_bootstrap", {"stream": spec.to_dict(), "skeleton": golden.checkpoint,
                                                     "table": table, "offsets": None})

@@ -6,6 +6,7 @@ print what they show; its JSON is the JSON the CLI prints."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -155,12 +156,14 @@ def _cli_commands() -> dict[str, object]:
     return commands
 
 
-def _options(command) -> set[str]:  # noqa: ANN001 - an argparse parser
-    return {o for a in command._actions for o in a.option_strings}  # noqa: SLF001
+def _options(command, *, hidden: bool = False) -> set[str]:  # noqa: ANN001 - an argparse parser
+    """Its options; `hidden`: also those --help does not show (old names still taken)."""
+    return {o for a in command._actions for o in a.option_strings  # noqa: SLF001
+            if hidden or a.help != argparse.SUPPRESS}
 
 
 # Options every command takes, documented once under "Stores" and "Exit codes and errors".
-COMMON_OPTIONS = {"-h", "--help", "--aws-conn-id", "--debug", "--verbose"}
+COMMON_OPTIONS = {"-h", "--help", "--storage-conn-id", "--debug", "--verbose"}
 
 
 def synopsis_lines(doc: Path) -> dict[str, str]:
@@ -193,7 +196,7 @@ def test_every_command_and_option_of_the_cli_is_in_the_reference_and_nothing_els
         assert shown <= _options(commands[key]), f"docs/cli.md shows {shown - _options(commands[key])} for `{key}`"
         assert known <= shown, f"`streamstate {key}` has {known - shown}, which its synopsis line does not show"
     for opt in re.findall(r"`(--[a-z][a-z-]*)", text):
-        assert any(opt in _options(p) for p in commands.values()) or opt in _options(build_parser()), (
+        assert any(opt in _options(p, hidden=True) for p in commands.values()) or opt in _options(build_parser()), (
             f"docs/cli.md names {opt}, which no command has")
 
 

@@ -92,7 +92,7 @@ def test_the_dr_failover_dag_resumes_the_stream_in_dr_after_the_primary_region_d
     primary_store = LocalStore(tmp_path / "primary" / "store", fsync=False)
     snap = create_snapshot(primary_ckpt, primary_store, "orders", kafka_bootstrap=primary.kafka_bootstrap)
     dr_store_url = f"s3://streamstate/dr-{uuid.uuid4().hex[:8]}"
-    dr_store = StreamstateStoreHook(dr_store_url, aws_conn_id="s3_dr_region").store
+    dr_store = StreamstateStoreHook(dr_store_url, storage_conn_id="s3_dr_region").store
     replicate(primary_store, dr_store, "orders")
     # With the identity policy, the DR checkpoint is a warm standby the replication keeps:
     # the failover promotes it, writing only its offset files.
@@ -107,9 +107,9 @@ def test_the_dr_failover_dag_resumes_the_stream_in_dr_after_the_primary_region_d
 
     in_dr = SimpleNamespace(kafka_bootstrap=dr.bootstrap, spark_jars=primary.spark_jars)
     dr_spec = example_stream_spec(in_dr, dr_topic, tmp_path / "dr").derive(
-        store=dr_store_url, aws_conn_id="s3_dr_region", kafka_conn_id="kafka_dr")
+        store=dr_store_url, storage_conn_id="s3_dr_region", kafka_conn_id="kafka_dr")
     primary_spec = dr_spec.derive(checkpoint=primary_ckpt, store=f"file://{tmp_path / 'primary' / 'store'}",
-                                  aws_conn_id=None, kafka_conn_id=None)
+                                  storage_conn_id=None, kafka_conn_id=None)
     try:
         result = run_dag("streamstate_dr_failover", {
             "stream": dr_spec.to_dict(), "primary": primary_spec.to_dict(), "replication_policy": dr.policy,
@@ -149,7 +149,7 @@ def test_the_dr_failover_dag_resumes_the_stream_in_dr_after_the_primary_region_d
                             source_alias="dr", target_alias="primary")
         in_primary = SimpleNamespace(kafka_bootstrap=primary.kafka_bootstrap, spark_jars=primary.spark_jars)
         home_spec = example_stream_spec(in_primary, dr_topic, tmp_path / "home").derive(
-            store=f"s3://streamstate/home-{uuid.uuid4().hex[:8]}", aws_conn_id="s3_primary_region",
+            store=f"s3://streamstate/home-{uuid.uuid4().hex[:8]}", storage_conn_id="s3_primary_region",
             kafka_conn_id="kafka_primary")
         result = run_dag("streamstate_dr_failback", {
             "stream": home_spec.to_dict(), "dr": dr_spec.to_dict(), "replication_policy": "identity",

@@ -69,11 +69,11 @@ def test_an_hdfs_store_and_checkpoint_are_reached_through_an_airflow_connection_
     local = hdfs_checkpoint(tmp_path / "ckpt")
     upload(client, local, f"{base}/ckpt")
     spec = StreamSpec(name="orders", checkpoint=f"hdfs://{SERVICE}{base}/ckpt", store=f"hdfs://{SERVICE}{base}/store",
-                      aws_conn_id=conn_id)
+                      storage_conn_id=conn_id)
 
     taken = SnapshotStreamOperator(task_id="snap", stream=spec).execute({})
     assert taken["batch_id"] == 3
-    store = StreamstateStoreHook(spec.store, aws_conn_id=conn_id).store
+    store = StreamstateStoreHook(spec.store, storage_conn_id=conn_id).store
     assert store.list_snapshot_ids("orders") == [taken["snapshot_id"]]
     assert store.client.urls == client.urls == [f"http://127.0.0.1:{hdfs_port(client)}/webhdfs/v1"]
 
@@ -116,10 +116,10 @@ def test_a_state_job_reads_a_snapshot_in_an_hdfs_store_only_the_connection_resol
     monkeypatch.setenv("STREAMSTATE_HOME", str(tmp_path / "home"))
     conn_id = only_the_connection
     g = golden("small_aggregation_hdfs")  # written by the main line's Spark, whose spark-submit runs the job
-    store = StreamstateStoreHook(f"hdfs://{SERVICE}/tests/{uuid.uuid4().hex[:10]}/store", aws_conn_id=conn_id).store
+    store = StreamstateStoreHook(f"hdfs://{SERVICE}/tests/{uuid.uuid4().hex[:10]}/store", storage_conn_id=conn_id).store
     base = store.root.path.rsplit("/", 1)[0]
     upload(store.client, Path(g.checkpoint), f"{base}/ckpt")
-    spec = StreamSpec(name="orders", checkpoint=f"hdfs://{SERVICE}{base}/ckpt", store=store.url, aws_conn_id=conn_id)
+    spec = StreamSpec(name="orders", checkpoint=f"hdfs://{SERVICE}{base}/ckpt", store=store.url, storage_conn_id=conn_id)
     taken = SnapshotStreamOperator(task_id="snap", stream=spec).execute({})
 
     job = StateJobRequest(kind="show", store=store.url, stream="orders", snapshot=taken["snapshot_id"],
@@ -177,7 +177,7 @@ def test_a_stream_runs_on_an_hdfs_checkpoint_only_the_connection_resolves_and_ke
     use_local_connections(monkeypatch, stack, tmp_path, master="local[1]")
     base = f"/tests/{uuid.uuid4().hex[:10]}"
     spec = replace(example_stream_spec(stack, topic, tmp_path, spark_default_manager=True),
-                   checkpoint=f"hdfs://{SERVICE}{base}/ckpt", aws_conn_id=only_the_connection)
+                   checkpoint=f"hdfs://{SERVICE}{base}/ckpt", storage_conn_id=only_the_connection)
     produce(stack.kafka_bootstrap, topic, GeneratorSpec(seed=41, accounts=10, events=150))
     side = opened_checkpoint(spec)
     handle, status, reconnected = start_stream(spec, startup_timeout_s=600, log=logging.getLogger(__name__),
@@ -210,9 +210,9 @@ def test_a_webhdfs_connection_reaches_hdfs_too_and_another_kind_is_refused_for_a
         {"conn_type": "webhdfs", "host": "127.0.0.1", "port": hdfs.http_port, "login": "streamstate"}))
     monkeypatch.setenv("AIRFLOW_CONN_S3_PROD", json.dumps({"conn_type": "aws", "extra": {}}))
     url = f"hdfs://{SERVICE}/tests/{uuid.uuid4().hex[:10]}/store"
-    hook = StreamstateStoreHook(url, aws_conn_id="webhdfs_prod")
+    hook = StreamstateStoreHook(url, storage_conn_id="webhdfs_prod")
     ok, message = hook.test_connection()
     assert ok, message
     assert hook.store.list_streams() == [] and hook.store.client.user == "streamstate"
     with pytest.raises(UsageError, match="'s3_prod' does not reach a hdfs:// store"):
-        _ = StreamstateStoreHook(url, aws_conn_id="s3_prod").store
+        _ = StreamstateStoreHook(url, storage_conn_id="s3_prod").store

@@ -21,13 +21,13 @@ def test_the_store_hook_opens_an_s3_store_from_an_aws_connection(stack, monkeypa
         monkeypatch.delenv(key, raising=False)
     for key, value in stack.airflow_conn_env("dr", "s3_dr").items():
         monkeypatch.setenv(key, value)
-    hook = StreamstateStoreHook("s3://streamstate/hooks-test", aws_conn_id="s3_dr", parallelism=4)
+    hook = StreamstateStoreHook("s3://streamstate/hooks-test", storage_conn_id="s3_dr", parallelism=4)
     ok, message = hook.test_connection()
     assert ok, message
     assert hook.store.client.meta.endpoint_url == stack.s3["dr"]["endpoint_url"]
     assert hook.store.client.meta.config.max_pool_connections == 8
 
-    missing = StreamstateStoreHook("s3://streamstate/x", aws_conn_id="no_such_conn")
+    missing = StreamstateStoreHook("s3://streamstate/x", storage_conn_id="no_such_conn")
     with pytest.raises(UsageError, match="'no_such_conn' does not exist"):
         _ = missing.store
     assert missing.test_connection()[0] is False

@@ -266,14 +266,14 @@ def test_each_side_of_the_cli_takes_its_client_from_its_own_options(stack, make_
     # No AWS_* variables at all: the destination's endpoint and credentials come from an Airflow connection.
     bare = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env = {**bare, **stack.airflow_conn_env("dr", "s3_dr_cli")}
-    proc = subprocess.run([STREAMSTATE, "replicate", "--from", local_url, "--to", dst_url, "--to-aws-conn-id", "s3_dr_cli",
+    proc = subprocess.run([STREAMSTATE, "replicate", "--from", local_url, "--to", dst_url, "--to-storage-conn-id", "s3_dr_cli",
                            "--stream", "x", "--json"], capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
     assert [s["snapshot_id"] for s in json.loads(proc.stdout)["snapshots"]] == [sid]
     assert dst.list_snapshot_ids("x") == [sid]
     mistakes = {
         ("--to-endpoint-url", "http://127.0.0.1:9", "--to", local_url + "-copy"): "applies only to s3:// stores",
-        ("--to", dst_url, "--to-aws-conn-id", "c", "--to-region", "eu-west-1"): "both configure the same client",
+        ("--to", dst_url, "--to-storage-conn-id", "c", "--to-region", "eu-west-1"): "both configure the same client",
         ("--to", dst_url, "--all", "--since", sid): "choose the snapshots one way",
     }
     for args, words in mistakes.items():

@@ -30,10 +30,10 @@ def test_the_operator_replicates_and_the_deferred_sensor_waits_for_the_newest_sn
             monkeypatch.setenv(key, value)
     prefix = f"repl-dag-{uuid.uuid4().hex[:8]}"
     spec = StreamSpec(name="orders", checkpoint=str(tmp_path / "ckpt"), store=f"s3://streamstate/{prefix}",
-                      aws_conn_id="s3_primary")
+                      storage_conn_id="s3_primary")
     dr_url = f"s3://streamstate/{prefix}-dr"
-    source = StreamstateStoreHook(spec.store, aws_conn_id="s3_primary").store
-    dr = StreamstateStoreHook(dr_url, aws_conn_id="s3_dr").store
+    source = StreamstateStoreHook(spec.store, storage_conn_id="s3_primary").store
+    dr = StreamstateStoreHook(dr_url, storage_conn_id="s3_dr").store
     ckpt = make_checkpoint(tmp_path / "ckpt", batches=1)
     grow(ckpt, 2)
     first = create_snapshot(str(ckpt), source, "orders").manifest.snapshot_id

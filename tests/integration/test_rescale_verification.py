@@ -227,7 +227,7 @@ def test_a_checkpoint_only_an_hdfs_connection_resolves_is_rescaled_then_repaired
     base = f"/tests/{uuid.uuid4().hex[:10]}"
     upload(client, keyed, f"{base}/ckpt")
     checkpoint = f"hdfs://{SERVICE}{base}/ckpt"
-    store = StreamstateStoreHook(f"hdfs://{SERVICE}{base}/store", aws_conn_id=only_the_connection).store
+    store = StreamstateStoreHook(f"hdfs://{SERVICE}{base}/store", storage_conn_id=only_the_connection).store
     batch = CheckpointReader(str(keyed)).resolve_batch(None)
 
     def submit(application: str):  # noqa: ANN202 - the engine's CommandFor of `application`

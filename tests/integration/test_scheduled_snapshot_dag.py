@@ -45,10 +45,10 @@ def test_snapshot_validate_replicate_and_retention_run_per_stream_and_a_failed_s
             monkeypatch.setenv(key, value)
     prefix = f"scheduled-{uuid.uuid4().hex[:8]}"
     spec = StreamSpec(name="orders", checkpoint=str(tmp_path / "ckpt"), store=f"s3://streamstate/{prefix}",
-                      aws_conn_id="s3_primary")
+                      storage_conn_id="s3_primary")
     dr_url = f"s3://streamstate/{prefix}-dr"
-    primary = StreamstateStoreHook(spec.store, aws_conn_id="s3_primary").store
-    dr = StreamstateStoreHook(dr_url, aws_conn_id="s3_dr").store
+    primary = StreamstateStoreHook(spec.store, storage_conn_id="s3_primary").store
+    dr = StreamstateStoreHook(dr_url, storage_conn_id="s3_dr").store
 
     gen = GeneratorSpec(seed=71, accounts=8, events=200)
     produce(stack.kafka_bootstrap, topic, gen)
@@ -59,7 +59,7 @@ def test_snapshot_validate_replicate_and_retention_run_per_stream_and_a_failed_s
 
     good = tmp_path / "good.json"
     good.write_text(json.dumps(suite(100_000)))
-    conf = {"streams": [spec.to_dict()], "suite": str(good), "dr_store": dr_url, "dr_aws_conn_id": "s3_dr",
+    conf = {"streams": [spec.to_dict()], "suite": str(good), "dr_store": dr_url, "dr_storage_conn_id": "s3_dr",
             "retention": {"keep_last": 1}}
     result = run_dag("streamstate_scheduled_snapshot", conf)
     assert result.state == "success", result.log[-5000:]

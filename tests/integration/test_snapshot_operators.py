@@ -40,7 +40,7 @@ def stream(stack, checkpoint, monkeypatch) -> StreamSpec:
     monkeypatch.setenv("AIRFLOW_CONN_KAFKA_OPS", json.dumps(
         {"conn_type": "kafka", "extra": {"bootstrap.servers": stack.kafka_bootstrap}}))
     return StreamSpec(name="ops", checkpoint=checkpoint, store=f"s3://streamstate/ops-{uuid.uuid4().hex[:8]}",
-                      aws_conn_id="s3_primary", kafka_conn_id="kafka_ops")
+                      storage_conn_id="s3_primary", kafka_conn_id="kafka_ops")
 
 
 def test_snapshot_verify_and_restore_run_as_tasks(run_dag, stream, spark, tmp_path) -> None:
@@ -63,12 +63,12 @@ def test_bad_input_fails_the_task_once_in_one_line_and_writes_nothing(run_dag, s
 
     running = stream.derive(checkpoint=str(tmp_path / "running"))
     shutil.copytree(stream.checkpoint, running.checkpoint)
-    create_snapshot(running.checkpoint, StreamstateStoreHook(running.store, aws_conn_id="s3_primary").store, "ops")
+    create_snapshot(running.checkpoint, StreamstateStoreHook(running.store, storage_conn_id="s3_primary").store, "ops")
     write_heartbeat(running.checkpoint, Heartbeat(
         query_id="q", run_id="r", query_name="ops-live", host=socket.gethostname(), pid=os.getpid(),
         state="running", batch_id=3, input_rows=1, updated_at=now_iso(), interval_s=30.0))
     cases = {
-        "unknown_connection": (stream.derive(aws_conn_id="no_such_connection"),
+        "unknown_connection": (stream.derive(storage_conn_id="no_such_connection"),
                                "Airflow connection 'no_such_connection' does not exist"),
         "unreachable_store": (stream.derive(store="s3://no-such-bucket-anywhere/x"),
                               "bucket no-such-bucket-anywhere does not exist"),

@@ -1,5 +1,5 @@
 """S3 store errors through the real stack and the CLI: every AWS configuration mistake is one
-line naming the setting to fix (never "unexpected ..."); `--aws-conn-id` takes the client
+line naming the setting to fix (never "unexpected ..."); `--storage-conn-id` takes the client
 from an Airflow connection; a connection cut mid-body is a retryable error; verify tells a
 missing blob from a corrupt one."""
 
@@ -97,22 +97,22 @@ def _small_checkpoint(root: Path) -> Path:
     return root
 
 
-def test_aws_conn_id_takes_the_client_from_an_airflow_connection(stack, clean_env, tmp_path) -> None:
+def test_storage_conn_id_takes_the_client_from_an_airflow_connection(stack, clean_env, tmp_path) -> None:
     env = {**clean_env, **stack.airflow_conn_env("primary", "s3_primary")}  # no AWS_* variable at all
     url = f"s3://{stack.s3['primary']['bucket']}/tests/conn-{uuid.uuid4().hex[:10]}"
     ckpt = _small_checkpoint(tmp_path / "ckpt")
     created = cli("snapshot", "create", "--checkpoint", str(ckpt), "--store", url, "--stream", "s",
-                  "--aws-conn-id", "s3_primary", "--json", env=env)
+                  "--storage-conn-id", "s3_primary", "--json", env=env)
     assert created.returncode == 0, created.stderr
     sid = json.loads(created.stdout)["snapshot_id"]  # stdout is one JSON document: Airflow logs elsewhere
-    listed = cli("snapshot", "list", "--store", url, "--stream", "s", "--aws-conn-id", "s3_primary", "--json", env=env)
+    listed = cli("snapshot", "list", "--store", url, "--stream", "s", "--storage-conn-id", "s3_primary", "--json", env=env)
     assert listed.returncode == 0, listed.stderr
     assert [r["snapshot_id"] for r in json.loads(listed.stdout)] == [sid]
     assert S3Store(s3_client(stack), *url[len("s3://"):].split("/", 1)).list_snapshot_ids("s") == [sid]
 
     without = cli("snapshot", "list", "--store", url, "--stream", "s", env=env)  # no connection: no credentials
     assert without.returncode == 1
-    assert "--aws-conn-id" in without.stderr
+    assert "--storage-conn-id" in without.stderr
 
 
 @pytest.mark.parametrize(
@@ -125,9 +125,9 @@ def test_aws_conn_id_takes_the_client_from_an_airflow_connection(stack, clean_en
     ],
     ids=["unknown-connection", "endpoint-without-scheme"],
 )
-def test_a_bad_aws_conn_id_is_one_line(clean_env, conn_env, names) -> None:
+def test_a_bad_storage_conn_id_is_one_line(clean_env, conn_env, names) -> None:
     env = {**clean_env, **conn_env, "AWS_ENDPOINT_URL": NOWHERE}
-    proc = cli("snapshot", "list", "--store", "s3://bucket/p", "--stream", "x", "--aws-conn-id", "nosuch", env=env)
+    proc = cli("snapshot", "list", "--store", "s3://bucket/p", "--stream", "x", "--storage-conn-id", "nosuch", env=env)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr

@@ -49,8 +49,8 @@ def run_trigger(trigger: Any, timeout: float = 10.0) -> list[Any]:
 
 @pytest.mark.parametrize("trigger", [
     SnapshotReplicaTrigger(stream="orders", store="s3://dr/x"),
-    SnapshotReplicaTrigger(stream="orders", store="s3://dr/x", aws_conn_id="aws_dr", snapshot="000000000002-20261121T000000000000Z",
-                           source_store="s3://primary/x", source_aws_conn_id="aws_primary", poke_interval=2.5),
+    SnapshotReplicaTrigger(stream="orders", store="s3://dr/x", storage_conn_id="aws_dr", snapshot="000000000002-20261121T000000000000Z",
+                           source_store="s3://primary/x", source_storage_conn_id="aws_primary", poke_interval=2.5),
 ], ids=["defaults", "all"])
 def test_the_trigger_round_trips_through_its_serialised_kwargs(trigger: Any) -> None:
     path, kwargs = trigger.serialize()
@@ -66,8 +66,8 @@ def test_the_sensor_defers_until_the_replica_is_complete_and_the_trigger_then_fi
         sensor.execute({})
     trigger = deferred.value.trigger
     assert trigger.serialize()[1] == {
-        "stream": "orders", "store": dst, "aws_conn_id": None, "snapshot": "latest", "source_store": spec.store,
-        "source_aws_conn_id": None, "poke_interval": 0.2,
+        "stream": "orders", "store": dst, "storage_conn_id": None, "snapshot": "latest", "source_store": spec.store,
+        "source_storage_conn_id": None, "poke_interval": 0.2,
     }
     replicate(LocalStore(spec.store[len("file://"):]), LocalStore(dst[len("file://"):]), "orders")
     [event] = run_trigger(trigger)
@@ -115,7 +115,7 @@ def test_anything_else_is_bad_input(value: Any) -> None:
 
 
 def test_a_stream_is_a_spec_or_a_name_with_its_store() -> None:
-    spec = StreamSpec(name="orders", checkpoint="/c", store="s3://p/x", aws_conn_id="aws_p")
+    spec = StreamSpec(name="orders", checkpoint="/c", store="s3://p/x", storage_conn_id="aws_p")
     assert stream_and_store(spec.to_dict(), None, None) == ("orders", "s3://p/x", "aws_p")
     assert stream_and_store(spec, "s3://q/y", None) == ("orders", "s3://q/y", None)
     assert stream_and_store("orders", "/s", None) == ("orders", "/s", None)
@@ -138,7 +138,7 @@ def test_the_operator_replicates_and_a_retry_copies_nothing(setup) -> None:
 @pytest.mark.parametrize(("kwargs", "words"), [
     ({"snapshots": "000000000009-20261121T000000000000Z"}, "no snapshot 000000000009"),
     ({"snapshots": 5}, "snapshots must be"),
-    ({"destination_aws_conn_id": "aws_dr"}, "does not apply to"),
+    ({"destination_storage_conn_id": "aws_dr"}, "does not apply to"),
     ({"stream": "orders"}, "by name only"),
 ])
 def test_bad_input_fails_the_operator_without_retry(setup, kwargs: dict[str, Any], words: str) -> None:

@@ -16,7 +16,7 @@ def orders(**over) -> StreamSpec:  # noqa: ANN003
     base = dict(
         name="orders", checkpoint="/data/ckpt/orders", store="s3://snaps/prod", application="/jobs/orders.py",
         application_args=["--checkpoint", "{checkpoint}", "--alerts-topic", "{sinks[alerts]}", "--literal", "{{x}}"],
-        sinks={"alerts": "orders-alerts"}, kafka_conn_id="kafka_prod", aws_conn_id="aws_snaps",
+        sinks={"alerts": "orders-alerts"}, kafka_conn_id="kafka_prod", storage_conn_id="aws_snaps",
     )
     return StreamSpec(**{**base, **over})
 

@@ -155,7 +155,7 @@ def request_error(exc: BaseException, *, what: str, url: str, bucket: str, conn_
             f"give Airflow connection {conn_id!r} credentials (login and password, or role_arn in its extra)"
             if conn_id
             else "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE), "
-            "or name an Airflow AWS connection with --aws-conn-id"
+            "or name an Airflow AWS connection with --storage-conn-id"
         )
         return StreamstateError(f"no AWS credentials to {what} in {url}", hint=hint)
     if isinstance(exc, ParamValidationError):

@@ -180,7 +180,7 @@ class StoreOptions:
         if self.conn_id:
             raise UsageError(
                 f"a connection ({self.conn_id!r}) does not apply to {url!r}: this kind of store takes none",
-                hint="drop the connection id (--aws-conn-id, aws_conn_id), or give a store that takes one "
+                hint="drop the connection id (--storage-conn-id, storage_conn_id), or give a store that takes one "
                 "(s3://bucket/prefix, hdfs://namenode/path)",
             )
 
