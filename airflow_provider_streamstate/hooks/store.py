@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.exceptions import AirflowProviderDeprecationWarning
 from airflow.sdk import BaseHook
 
-from airflow_provider_streamstate.engine.core.config.renamed import renamed_argument
+from airflow_provider_streamstate.engine.core.config.renamed import renamed_value
 from airflow_provider_streamstate.engine.core.errors import StreamstateError, UsageError
 from airflow_provider_streamstate.engine.stores import SnapshotStore, open_store, store_scheme
 
@@ -61,6 +61,7 @@ class StreamstateStoreHook(BaseHook):
         `streamstate_hdfs` (or `webhdfs`) one for HDFS (None: the environment's: boto3's own
         credentials, HADOOP_CONF_DIR).
     :param parallelism: concurrent transfers; the S3 connection pool is twice as large.
+    :param aws_conn_id: the old name of `storage_conn_id` (deprecated).
     """
 
     conn_name_attr = "storage_conn_id"
@@ -69,11 +70,9 @@ class StreamstateStoreHook(BaseHook):
     hook_name = "streamstate snapshot store"
 
     def __init__(self, store: str, *, storage_conn_id: str | None = None, parallelism: int = 8,
-                 **renamed: Any) -> None:
-        storage_conn_id = renamed_argument(renamed, "storage_conn_id", storage_conn_id, owner="StreamstateStoreHook",
-                                           category=AirflowProviderDeprecationWarning)
-        if renamed:
-            raise TypeError(f"unexpected argument(s) {', '.join(sorted(renamed))}")
+                 aws_conn_id: str | None = None) -> None:
+        storage_conn_id = renamed_value("storage_conn_id", storage_conn_id, aws_conn_id, owner="StreamstateStoreHook",
+                                        category=AirflowProviderDeprecationWarning)
         super().__init__()
         self.store_url = store
         self.storage_conn_id = storage_conn_id

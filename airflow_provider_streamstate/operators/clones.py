@@ -27,15 +27,16 @@ class ExpireClonesOperator(StreamstateTask):
         clone was recorded with. (templated)
     :param dry_run: report what would be torn down; change nothing. (templated)
     :param stop_timeout: seconds a clone's stream has to stop gracefully before it is killed.
+    :param aws_conn_id: the old name of `storage_conn_id` (deprecated).
     """
 
     template_fields: Sequence[str] = ("store", "storage_conn_id", "source_stream", "kafka_conn_id", "dry_run")
 
     def __init__(
         self, *, store: str, storage_conn_id: str | None = None, source_stream: str | None = None,
-        kafka_conn_id: str | None = None, dry_run: bool = False, stop_timeout: float = 120.0, **kwargs: Any,
+        kafka_conn_id: str | None = None, dry_run: bool = False, stop_timeout: float = 120.0, aws_conn_id: str | None = None, **kwargs: Any,
     ) -> None:
-        storage_conn_id = current_argument(kwargs, "storage_conn_id", storage_conn_id, owner=type(self).__name__)
+        storage_conn_id = current_argument("storage_conn_id", storage_conn_id, aws_conn_id, owner=type(self).__name__)
         super().__init__(**kwargs)
         self.store = store
         self.storage_conn_id = storage_conn_id

@@ -32,15 +32,16 @@ class GarbageCollectOperator(StreamstateTask):
         seconds; default 24h, and more than the longest snapshot, 6h). (templated)
     :param dry_run: report what would be deleted; delete nothing. (templated)
     :param parallelism: concurrent store requests.
+    :param aws_conn_id: the old name of `storage_conn_id` (deprecated).
     """
 
     template_fields: Sequence[str] = ("store", "storage_conn_id", "grace", "dry_run")
 
     def __init__(
         self, *, store: str, storage_conn_id: str | None = None, grace: timedelta | str | float | None = None,
-        dry_run: bool = False, **kwargs: Any,
+        dry_run: bool = False, aws_conn_id: str | None = None, **kwargs: Any,
     ) -> None:
-        storage_conn_id = current_argument(kwargs, "storage_conn_id", storage_conn_id, owner=type(self).__name__)
+        storage_conn_id = current_argument("storage_conn_id", storage_conn_id, aws_conn_id, owner=type(self).__name__)
         super().__init__(**kwargs)
         self.store = store
         self.storage_conn_id = storage_conn_id

@@ -231,12 +231,15 @@ class ReplicatePipelineOperator(PipelineTask):
     :param destination_store: the store to copy into. (templated)
     :param destination_storage_conn_id: its Airflow connection. (templated)
     :param parallelism: concurrent file transfers.
+    :param destination_aws_conn_id: the old name of `destination_storage_conn_id` (deprecated).
     """
 
     template_fields: Sequence[str] = ("pipeline", "destination_store", "destination_storage_conn_id")
 
-    def __init__(self, *, destination_store: str, destination_storage_conn_id: str | None = None, **kwargs: Any) -> None:
-        destination_storage_conn_id = current_argument(kwargs, "destination_storage_conn_id", destination_storage_conn_id, owner=type(self).__name__)
+    def __init__(self, *, destination_store: str, destination_storage_conn_id: str | None = None,
+                 destination_aws_conn_id: str | None = None, **kwargs: Any) -> None:
+        destination_storage_conn_id = current_argument("destination_storage_conn_id", destination_storage_conn_id,
+                                                       destination_aws_conn_id, owner=type(self).__name__)
         super().__init__(**kwargs)
         self.destination_store = destination_store
         self.destination_storage_conn_id = destination_storage_conn_id
@@ -262,13 +265,14 @@ class PipelineRetentionOperator(PipelineTask):
     :param storage_conn_id: that store's Airflow connection. (templated)
     :param dry_run: say what would be deleted; delete nothing.
     :param parallelism: concurrent file transfers.
+    :param aws_conn_id: the old name of `storage_conn_id` (deprecated).
     """
 
     template_fields: Sequence[str] = ("pipeline", "keep_last", "store", "storage_conn_id")
 
     def __init__(self, *, keep_last: int | str, store: str | None = None, storage_conn_id: str | None = None,
-                 dry_run: bool = False, **kwargs: Any) -> None:
-        storage_conn_id = current_argument(kwargs, "storage_conn_id", storage_conn_id, owner=type(self).__name__)
+                 dry_run: bool = False, aws_conn_id: str | None = None, **kwargs: Any) -> None:
+        storage_conn_id = current_argument("storage_conn_id", storage_conn_id, aws_conn_id, owner=type(self).__name__)
         super().__init__(**kwargs)
         self.keep_last = keep_last
         self.store = store

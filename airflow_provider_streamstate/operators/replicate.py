@@ -24,7 +24,7 @@ XCOM_SNAPSHOTS = 20  # the newest ones handled; the totals count them all
 def stream_and_store(
     stream: StreamSpec | dict[str, Any] | str, store: str | None, storage_conn_id: str | None,
 ) -> tuple[str, str, str | None]:
-    """(stream name, store URL, aws conn id) from a stream spec (its store and connection
+    """(stream name, store URL, storage connection id) from a stream spec (its store and connection
     are the defaults) or a bare stream name (then `store` is required)."""
     if isinstance(stream, str) and not stream.lstrip().startswith("{"):
         from airflow_provider_streamstate.engine.core.manifest import validate_stream_name
@@ -96,6 +96,8 @@ class ReplicateSnapshotsOperator(StreamstateTask):
         (engine.dr.standby); `{stream}` is replaced by the stream's name. Its update is in the
         result's `standby`. (templated)
     :param parallelism: concurrent blob copies.
+    :param destination_aws_conn_id: the old name of `destination_storage_conn_id` (deprecated).
+    :param source_aws_conn_id: the old name of `source_storage_conn_id` (deprecated).
     """
 
     template_fields: Sequence[str] = (
@@ -108,10 +110,10 @@ class ReplicateSnapshotsOperator(StreamstateTask):
         self, *, stream: StreamSpec | dict[str, Any] | str, destination_store: str,
         destination_storage_conn_id: str | None = None, source_store: str | None = None,
         source_storage_conn_id: str | None = None, snapshots: str | list[str] = "latest", since: str | None = None,
-        standby: str | None = None, **kwargs: Any,
+        standby: str | None = None, destination_aws_conn_id: str | None = None, source_aws_conn_id: str | None = None, **kwargs: Any,
     ) -> None:
-        destination_storage_conn_id = current_argument(kwargs, "destination_storage_conn_id", destination_storage_conn_id, owner=type(self).__name__)
-        source_storage_conn_id = current_argument(kwargs, "source_storage_conn_id", source_storage_conn_id, owner=type(self).__name__)
+        destination_storage_conn_id = current_argument("destination_storage_conn_id", destination_storage_conn_id, destination_aws_conn_id, owner=type(self).__name__)
+        source_storage_conn_id = current_argument("source_storage_conn_id", source_storage_conn_id, source_aws_conn_id, owner=type(self).__name__)
         super().__init__(**with_outlet(kwargs, REPLICAS))
         self._result: dict[str, Any] | None = None  # for lineage, once executed
         self.stream = stream

@@ -43,6 +43,7 @@ class ApplyRetentionOperator(StreamTask):
     :param abandoned_max_age: age limit of abandoned timelines' snapshots; default max_age. (templated)
     :param dry_run: report what would be deleted; delete nothing. (templated)
     :param parallelism: concurrent store requests.
+    :param aws_conn_id: the old name of `storage_conn_id` (deprecated).
     """
 
     template_fields: Sequence[str] = (
@@ -53,9 +54,9 @@ class ApplyRetentionOperator(StreamTask):
     def __init__(
         self, *, stream: StreamSpec | dict[str, Any], store: str | None = None, storage_conn_id: str | None = None,
         keep_last: int = 1, max_age: Duration = None, keep_hourly: Duration = None, keep_daily: Duration = None,
-        abandoned_max_age: Duration = None, dry_run: bool = False, **kwargs: Any,
+        abandoned_max_age: Duration = None, dry_run: bool = False, aws_conn_id: str | None = None, **kwargs: Any,
     ) -> None:
-        storage_conn_id = current_argument(kwargs, "storage_conn_id", storage_conn_id, owner=type(self).__name__)
+        storage_conn_id = current_argument("storage_conn_id", storage_conn_id, aws_conn_id, owner=type(self).__name__)
         super().__init__(stream=stream, **kwargs)
         self.store = store
         self.storage_conn_id = storage_conn_id

@@ -146,7 +146,11 @@ def load_configuration(session: Session, *, dag_ids: set[str] | None = None) -> 
                 add(spec, configured=True)
         for entry in _variable(STORES_VARIABLE) or []:
             entry = {"store": entry} if isinstance(entry, str) else entry
-            entry = with_current_names(entry, what="a store entry") if isinstance(entry, dict) else entry
+            try:
+                entry = with_current_names(entry, what="a store entry") if isinstance(entry, dict) else entry
+            except StreamstateError as exc:  # this entry only: the others are still shown
+                problems.append(f"the Variable {STORES_VARIABLE}: {exc.one_line()}")
+                continue
             if isinstance(entry, dict) and isinstance(entry.get("store"), str):
                 stores.setdefault(entry["store"], entry.get("storage_conn_id"))
     except StreamstateError as exc:

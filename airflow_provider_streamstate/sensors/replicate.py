@@ -28,6 +28,8 @@ class SnapshotReplicaSensor(StreamstateSensor):
         stream name and no source, `latest` is the newest in `store` itself). (templated)
     :param source_storage_conn_id: the source's Airflow connection; default the spec's. (templated)
     :param deferrable: wait in the triggerer instead of a worker slot.
+    :param aws_conn_id: the old name of `storage_conn_id` (deprecated).
+    :param source_aws_conn_id: the old name of `source_storage_conn_id` (deprecated).
     """
 
     template_fields: tuple[str, ...] = ("stream", "store", "storage_conn_id", "snapshot", "source_store", "source_storage_conn_id")
@@ -35,10 +37,10 @@ class SnapshotReplicaSensor(StreamstateSensor):
     def __init__(
         self, *, stream: StreamSpec | dict[str, Any] | str, store: str, storage_conn_id: str | None = None,
         snapshot: str = "latest", source_store: str | None = None, source_storage_conn_id: str | None = None,
-        **kwargs: Any,
+        aws_conn_id: str | None = None, source_aws_conn_id: str | None = None, **kwargs: Any,
     ) -> None:
-        storage_conn_id = current_argument(kwargs, "storage_conn_id", storage_conn_id, owner=type(self).__name__)
-        source_storage_conn_id = current_argument(kwargs, "source_storage_conn_id", source_storage_conn_id, owner=type(self).__name__)
+        storage_conn_id = current_argument("storage_conn_id", storage_conn_id, aws_conn_id, owner=type(self).__name__)
+        source_storage_conn_id = current_argument("source_storage_conn_id", source_storage_conn_id, source_aws_conn_id, owner=type(self).__name__)
         super().__init__(**kwargs)
         self.stream = stream
         self.store = store

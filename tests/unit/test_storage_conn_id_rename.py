@@ -11,8 +11,10 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import jinja2
 import pytest
 from airflow.exceptions import AirflowProviderDeprecationWarning
+from airflow.sdk import DAG
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_streamstate.cli.main import build_parser
@@ -66,9 +68,9 @@ def test_a_pipeline_dict_and_a_store_entry_with_the_old_name() -> None:
         "dr_store": "s3://dr", "dr_storage_conn_id": "aws_dr"}
 
 
-def _store_maintenance() -> Any:
-    path = REPO / "dags" / "streamstate_store_maintenance.py"
-    module_spec = importlib.util.spec_from_file_location("store_maintenance_for_rename_test", path)
+def _dag_module(name: str) -> Any:
+    path = REPO / "dags" / f"{name}.py"
+    module_spec = importlib.util.spec_from_file_location(f"{name}_for_rename_test", path)
     assert module_spec and module_spec.loader
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
@@ -76,7 +78,7 @@ def _store_maintenance() -> Any:
 
 
 def test_the_store_maintenance_dag_reads_store_entries_written_with_the_old_name() -> None:
-    configured_stores = _store_maintenance().configured_stores
+    configured_stores = _dag_module("streamstate_store_maintenance").configured_stores
     assert configured_stores({"stores": [{"store": "s3://b/p", "aws_conn_id": "aws_primary"}, "file:///s"]}) == [
         {"store": "s3://b/p", "storage_conn_id": "aws_primary"}, {"store": "file:///s", "storage_conn_id": None}]
     with pytest.raises(AirflowFailException, match="disagree"):
@@ -124,3 +126,35 @@ def test_the_cli_takes_the_old_option_with_a_note_and_hides_it_from_help(capsys)
     listing = parser._subparsers._group_actions[0].choices["snapshot"]  # noqa: SLF001
     help_text = listing._subparsers._group_actions[0].choices["list"].format_help()  # noqa: SLF001
     assert "--storage-conn-id" in help_text and "--aws-conn-id" not in help_text
+
+
+def test_default_args_partial_and_expand_take_the_old_names() -> None:
+    with DAG("rename_defaults", schedule=None, default_args={"aws_conn_id": "aws_primary"}):
+        with pytest.warns(AirflowProviderDeprecationWarning, match="aws_conn_id is renamed"):
+            gc = GarbageCollectOperator(task_id="gc", store="s3://b/p")
+        assert gc.storage_conn_id == "aws_primary"
+        GarbageCollectOperator.partial(task_id="gc_mapped", aws_conn_id="aws_primary").expand(store=["s3://b/p"])
+        ReplicateSnapshotsOperator.partial(task_id="r_mapped", stream=SPEC).expand(
+            destination_store=["s3://dr/p"], destination_aws_conn_id=["aws_dr"])
+
+
+def test_a_derived_spec_takes_the_old_name_as_the_new_connection() -> None:
+    spec = StreamSpec(**SPEC, storage_conn_id="old")
+    with pytest.warns(DeprecationWarning, match="renamed storage_conn_id"):
+        assert spec.derive(aws_conn_id="new").storage_conn_id == "new"
+
+
+@pytest.mark.parametrize("dag", ["streamstate_on_snapshot", "streamstate_scheduled_snapshot",
+                                 "streamstate_pipeline_snapshot"])
+def test_the_dags_dr_connection_is_read_from_a_run_conf_written_with_the_old_name(dag: str) -> None:
+    template = jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(_dag_module(dag).DR_CONN)
+    assert template.render(params={"dr_storage_conn_id": "", "dr_aws_conn_id": "aws_dr"}) == "aws_dr"
+    assert template.render(params={"dr_storage_conn_id": "aws_dr2"}) == "aws_dr2"
+    assert template.render(params={"dr_storage_conn_id": ""}) == "None"
+
+
+def test_the_failback_dag_reads_the_old_name_in_its_stream_param() -> None:
+    task = _dag_module("streamstate_dr_failback").dag.get_task("replicate_to_primary")
+    template = jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(task.destination_storage_conn_id)
+    assert template.render(params={"stream": {**SPEC, "aws_conn_id": "aws_home"}}) == "aws_home"
+    assert template.render(params={"stream": {**SPEC, "storage_conn_id": "aws_home2"}}) == "aws_home2"

@@ -47,13 +47,21 @@ def with_current_names(value: Mapping[str, Any], *, what: str) -> dict[str, Any]
     return out
 
 
+def renamed_value(new: str, current: Any, old_value: Any, *, owner: str,
+                  category: type[Warning] = DeprecationWarning, stacklevel: int = 3) -> Any:
+    """The value of argument `new` of `owner`: `current`, or what the caller gave under the old
+    name (with a deprecation warning; both, different, are refused)."""
+    if old_value is None:
+        return current
+    old = OLD_NAME[new]
+    warnings.warn(f"{owner}: {old} is renamed {new}; pass {new}", category, stacklevel=stacklevel)
+    return _merged(new, current, old, old_value, what=owner)
+
+
 def renamed_argument(kwargs: dict[str, Any], new: str, current: Any, *, owner: str,
                      category: type[Warning] = DeprecationWarning) -> Any:
-    """The value of argument `new` of `owner`: `current`, or what the caller passed under the
-    old name (popped from `kwargs`, with a deprecation warning)."""
+    """`renamed_value` for an old name passed in `kwargs` (popped from it)."""
     old = OLD_NAME[new]
     if old not in kwargs:
         return current
-    old_value = kwargs.pop(old)
-    warnings.warn(f"{owner}: {old} is renamed {new}; pass {new}", category, stacklevel=3)
-    return _merged(new, current, old, old_value, what=owner)
+    return renamed_value(new, current, kwargs.pop(old), owner=owner, category=category, stacklevel=4)
