@@ -4,10 +4,9 @@ RocksDB tables written with the confs a user can set (`spark.sql.streaming.state
 compression` zstd, snappy, none; a 1 KiB `blockSizeKB`; `formatVersion` 4 and 6) are read
 right: every key Spark's state reader shows is found with its value, near misses are not.
 From a snapshot in an S3 store (moto) a cold lookup sends ranged GETs: the zip whole, then per
-table its tail (footer, metaindex, properties, index and the filter's 5-byte shape), the one
-64-byte cache line of its filter the key hashes to, and at most one data block, never the
-whole table nor its whole filter; a partition ten times larger costs the same number of
-requests, filter lines and data blocks. HDFS-backed state is read newest file first and stops at the file that decides
+table its tail (footer, metaindex, properties, index, filter) and at most one data block,
+never the whole table; a partition ten times larger costs the same number of requests and
+data blocks. HDFS-backed state is read newest file first and stops at the file that decides
 the key: a key written by the last batch costs its newest delta only, fewer bytes than the
 partition holds, over a checkpoint and over an S3 snapshot alike."""
 
@@ -36,7 +35,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.hdfs]
 
 ROCKS = "spark.sql.streaming.stateStore.rocksdb."
 TAIL_READ = 32 << 10
-FILTER_LINE = 64
 
 
 @contextmanager
@@ -153,17 +151,14 @@ def test_a_cold_lookup_in_an_s3_snapshot_sends_ranged_gets_and_a_larger_partitio
         whole = [g for g in gets if g[1] is None]
         # Whole GETs: the operator's schema and the partition's zip; every table by ranges.
         assert len(whole) == 2 and len(ranged) == hit.requests - 2
-        lines = [r for r in ranged if not _opens_table(r, m) and _length(r) == FILTER_LINE]
-        blocks = [r for r in ranged if not _opens_table(r, m) and r not in lines]
-        assert len(lines) <= len(tables)  # one filter line per table consulted, not its filter
+        blocks = [r for r in ranged if not _opens_table(r, m)]
         assert len(blocks) <= len(tables)  # at most one data block per table consulted
         assert all(_length(r) < TAIL_READ for r in blocks)
         assert hit.bytes_read < partition_bytes
-        results[name] = (hit, blocks, partition_bytes, tables, lines)
+        results[name] = (hit, blocks, partition_bytes, tables)
     small, large = results["small"], results["large"]
     assert large[2] > 5 * small[2]  # the partition grew (RocksDB compresses the repeated key prefix)
     assert len(large[1]) == len(small[1]), (large[1], small[1])  # the same number of data blocks
-    assert large[4] and len(large[4]) <= len(large[3])  # the larger tables' filters read by their lines
     # At most one more request per table: a larger table's index and filter outgrow the first tail read.
     assert large[0].requests <= small[0].requests + len(large[3])
 

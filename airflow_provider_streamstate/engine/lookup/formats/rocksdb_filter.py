@@ -13,10 +13,6 @@ What RocksDB writes for it depends on the table's format version:
   a key's 32-bit hash h (RocksDB's `Hash(key, 0xbc9f1d34)`) picks line `h % lines`, and
   probe i tests bit `h & 511` of it with `h += (h >> 17) | (h << 15)` between probes.
 
-Either way one key's probes all fall in one 64-byte cache line: a table read by ranges
-reads that line alone (`BloomFilter.may_contain(key, line)`), knowing the filter's shape
-from its last 5 bytes (`filter_shape`).
-
 Anything else in a filter's place (a Ribbon filter `-2`, a partitioned filter, a block-based
 filter, a prefix filter) is not read: the table is then searched without its filter, which
 costs its index and one data block and never gives a wrong answer. Spark cannot be made to
@@ -26,83 +22,65 @@ write those: it sets no filter policy but `BloomFilter()`, and no partitioned fi
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
 
 _U32 = struct.Struct("<I")
 _GOLDEN = 0x9E3779B9
 _M32 = 0xFFFFFFFF
 
 
-FILTER_LINE = 64  # bytes of a cache line: one key's probes all fall in one line
-
-
 class BloomFilter:
-    """A full filter's shape; `may_contain(user key)` reads the one cache line the key hashes
-    to, from `data` (the whole filter) or through a line reader (a table read by ranges)."""
+    """A parsed full filter; `may_contain(user key)`."""
 
-    def __init__(self, kind: str, probes: int, lines: int, data: bytes | None = None) -> None:
-        self.kind, self.probes, self.lines, self.data = kind, probes, lines, data
+    def __init__(self, data: bytes, kind: str, probes: int, lines: int) -> None:
+        self.data, self.kind, self.probes, self.lines = data, kind, probes, lines
 
-    def line_of(self, key: bytes) -> tuple[int, int]:
-        """(the cache line `key` hashes to, the hash its probes start from)."""
+    def may_contain(self, key: bytes) -> bool:
         if self.kind == "fast":
             h = xxph3(key)
-            return ((h & _M32) * self.lines) >> 32, h >> 32
-        h = legacy_hash(key)
-        return h % self.lines, h
-
-    def may_contain(self, key: bytes, line: Callable[[int], bytes] | None = None) -> bool:
-        """False when the filter rules `key` out. `line(i)`: the filter's i-th cache line
-        (default: a slice of `data`)."""
-        i, h = self.line_of(key)
-        if line is not None:
-            bits = line(i)
-        else:
-            assert self.data is not None, "a filter without its data needs a line reader"
-            bits = self.data[i * FILTER_LINE:(i + 1) * FILTER_LINE]
-        if self.kind == "fast":
+            line = (((h & _M32) * self.lines) >> 32) << 6
+            p = h >> 32
+            data = self.data
             for _ in range(self.probes):
-                bit = h >> 23
-                if not bits[bit >> 3] & (1 << (bit & 7)):
+                bit = p >> 23
+                if not data[line + (bit >> 3)] & (1 << (bit & 7)):
                     return False
-                h = (h * _GOLDEN) & _M32
+                p = (p * _GOLDEN) & _M32
             return True
+        h = legacy_hash(key)
+        line = (h % self.lines) << 6
         delta = ((h >> 17) | (h << 15)) & _M32
+        data = self.data
         for _ in range(self.probes):
             bit = h & 511
-            if not bits[bit >> 3] & (1 << (bit & 7)):
+            if not data[line + (bit >> 3)] & (1 << (bit & 7)):
                 return False
             h = (h + delta) & _M32
         return True
 
 
-def filter_shape(meta: bytes, body: int) -> tuple[str, int, int] | None:
-    """(kind, probes, cache lines) of a full filter from its last 5 bytes and the size of
-    the rest of it; None when it is of a kind not read here."""
-    if len(meta) != 5 or body <= 0:
-        return None
-    marker = meta[0]
-    if marker == 0xFF:  # newer implementations
-        if meta[1] != 0:  # not FastLocalBloom
-            return None
-        probes, log2_block = meta[2] & 31, ((meta[2] >> 5) & 7) + 6
-        if not 1 <= probes <= 30 or log2_block != 6 or meta[3] or meta[4] or body % FILTER_LINE:
-            return None
-        return "fast", probes, body // FILTER_LINE
-    probes = marker
-    if not 1 <= probes <= 30:
-        return None  # 0 and negative: always-true/always-false markers, Ribbon (-2) and the rest
-    lines = _U32.unpack_from(meta, 1)[0]
-    if lines == 0 or lines * FILTER_LINE != body:  # only the 64-byte cache lines RocksDB writes on x86-64
-        return None
-    return "legacy", probes, lines
-
-
 def parse_full_filter(block: bytes) -> BloomFilter | None:
     """The filter of a `fullfilter.` meta block, or None when it is of a kind not read here
     (then every key may be in the table)."""
-    shape = filter_shape(block[-5:], len(block) - 5) if len(block) > 5 else None
-    return None if shape is None else BloomFilter(*shape, data=block)
+    n = len(block)
+    if n <= 5:
+        return None
+    body = n - 5
+    marker = block[body]
+    if marker == 0xFF:  # newer implementations
+        if block[body + 1] != 0:  # not FastLocalBloom
+            return None
+        meta = block[body + 2]
+        probes, log2_block = meta & 31, ((meta >> 5) & 7) + 6
+        if not 1 <= probes <= 30 or log2_block != 6 or block[body + 3] or block[body + 4] or body % 64:
+            return None
+        return BloomFilter(block, "fast", probes, body >> 6)
+    probes = marker
+    if not 1 <= probes <= 30:
+        return None  # 0 and negative: always-true/always-false markers, Ribbon (-2) and the rest
+    lines = _U32.unpack_from(block, body + 1)[0]
+    if lines == 0 or lines * 64 != body:  # only the 64-byte cache lines RocksDB writes on x86-64
+        return None
+    return BloomFilter(block, "legacy", probes, lines)
 
 
 def legacy_hash(key: bytes) -> int:

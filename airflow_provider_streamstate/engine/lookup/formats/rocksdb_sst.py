@@ -24,14 +24,10 @@ as RocksDB lays it out at its end, `[data blocks] [filter] [index] [properties] 
 - keys are internal keys: user key | (sequence << 8 | type) (8, LE); type 1 = value,
   0 = deletion, 7 = single deletion, 2 = merge operand.
 
-Opening a table reads its tail once (and the rest of its index when it does not fit in
-it): footer, metaindex, properties, index, and of the filter its last 5 bytes (its shape) or,
-when the whole filter was in that read or the table is in memory, the filter. A key then
-costs the filter's one 64-byte cache line it hashes to and one data block (or none, when the
-line rules it out), the block verified by its own checksum (`rocksdb_blocks`): a table read
-by ranges is never hashed whole. A line alone cannot be verified (the filter's checksum
-covers it whole); after FILTER_LINES_BEFORE_WHOLE lines the filter is read whole, verified,
-and kept. `entries()` reads every
+Opening a table reads its tail once (and the rest of its filter and index when they do not
+fit in it): footer, metaindex, properties, index and filter. A key then costs one data block
+(or none, when the filter rules it out), verified by its own checksum
+(`rocksdb_blocks`): a table read by ranges is never hashed whole. `entries()` reads every
 block in order from a whole-file read, without building a list.
 
 Refused by name: another table format, a partitioned (two-level) index or an index with
@@ -62,18 +58,12 @@ from airflow_provider_streamstate.engine.lookup.formats.rocksdb_blocks import (
     seek,
     varint,
 )
-from airflow_provider_streamstate.engine.lookup.formats.rocksdb_filter import (
-    FILTER_LINE,
-    BloomFilter,
-    filter_shape,
-    parse_full_filter,
-)
+from airflow_provider_streamstate.engine.lookup.formats.rocksdb_filter import BloomFilter, parse_full_filter
 
 MAGIC = 0x88E241B785F4CFF7
 LEGACY_MAGIC = 0xDB4775248B80FB57
 FOOTER = 53
 TAIL_READ = 32 << 10  # what opening a table reads first, from its end
-FILTER_LINES_BEFORE_WHOLE = 16  # filter lines a table read by ranges reads one by one before it reads the filter whole
 FORMAT_CONF = "spark.sql.streaming.stateStore.rocksdb.formatVersion"
 TYPE_DELETION, TYPE_VALUE, TYPE_MERGE, TYPE_SINGLE_DELETION = 0x0, 0x1, 0x2, 0x7
 _KNOWN_TYPES = {TYPE_DELETION, TYPE_VALUE, TYPE_MERGE, TYPE_SINGLE_DELETION}
@@ -108,7 +98,7 @@ class SstFile:
         self._blocks: OrderedDict[int, bytes] = OrderedDict()
         self._blocks_bytes = 0
         self.block_cache_bytes = block_cache_bytes
-        self.meta_bytes = 0  # bytes opening read: footer, metaindex, properties, index, the filter or its shape
+        self.meta_bytes = 0  # bytes of the footer, metaindex, properties, index and filter
         self._open()
 
     # --- opening -------------------------------------------------------------------------
@@ -165,13 +155,10 @@ class SstFile:
                                                  hint="Spark's state store does not write them; read with Spark")
         filter_name = next((k for k in meta if k.startswith(b"fullfilter.")), None)
         others = [k for k in meta if k.startswith((b"partitionedfilter.", b"filter."))]
-        fh = decode_handle(meta[filter_name]) if filter_name is not None else None
         # Filter, index and properties sit together before the metaindex: one more read at most.
-        # A table read by ranges reads of its filter only the last 5 bytes and the trailer (its
-        # shape, just before the index); a key then reads the one cache line it hashes to.
         wanted = [self.index_handle]
-        if fh is not None:
-            wanted.append(fh if self.whole is not None else Handle(fh.offset + fh.size - 5, 5))
+        if filter_name is not None:
+            wanted.append(decode_handle(meta[filter_name]))
         ph = meta.get(b"rocksdb.properties")
         if ph:
             wanted.append(decode_handle(ph))
@@ -201,62 +188,12 @@ class SstFile:
         whole_keys = props.get(b"rocksdb.block.based.table.whole.key.filtering", b"1") not in (b"\0", b"0")
         prefix = props.get(b"rocksdb.prefix.extractor.name", b"nullptr")
         self.filter: BloomFilter | None = None
-        self.filter_bytes = fh.size if fh is not None else 0
-        self._filter_handle = fh
-        self._filter_lines: dict[int, bytes] = {}  # lines read by ranges, until the filter is read whole
-        if fh is not None and whole_keys and prefix in (b"nullptr", b""):
-            self.filter = (parse_full_filter(self._meta_block(fh)) if self.whole is not None
-                           else self._filter_by_lines(fh))
+        self.filter_bytes = decode_handle(meta[filter_name]).size if filter_name is not None else 0
+        if filter_name is not None and whole_keys and prefix in (b"nullptr", b""):
+            self.filter = parse_full_filter(self._meta_block(decode_handle(meta[filter_name])))
         self.filter_kind = (self.filter.kind if self.filter else
                             (filter_name or (others[0] if others else b"none")).decode(errors="replace"))
         self._tail = b""  # what was read is parsed; keep only the parsed parts
-
-    def _filter_by_lines(self, fh: Handle) -> BloomFilter | None:
-        """The filter's shape from its last 5 bytes and its trailer (read with the tail): an
-        uncompressed filter (what RocksDB writes) is read a cache line at a time; else whole."""
-        at = fh.offset + fh.size - 5 - self._tail_at
-        if fh.size <= 5 or at < 0 or fh.offset + fh.size + TRAILER > self.size:
-            raise self._corrupt(f"names a filter at {fh.offset}+{fh.size} it does not hold")
-        if fh.offset >= self._tail_at or at + 10 > len(self._tail) or self._tail[at + 5] != 0:
-            return parse_full_filter(self._meta_block(fh))  # read already (a small table), or compressed
-        shape = filter_shape(self._tail[at:at + 5], fh.size - 5)
-        return None if shape is None else BloomFilter(*shape)
-
-    def _filter_line(self, i: int, read: RangeRead | None) -> bytes:
-        """Cache line `i` of a filter read by ranges. After FILTER_LINES_BEFORE_WHOLE lines the
-        whole filter is read once (verified by its checksum: a line alone cannot be) and kept,
-        so a table asked for many keys costs what it did when its filter was read at opening."""
-        fh, bloom = self._filter_handle, self.filter
-        assert fh is not None and bloom is not None
-        with self._lock:
-            if bloom.data is not None:
-                return bloom.data[i * FILTER_LINE:(i + 1) * FILTER_LINE]
-            got = self._filter_lines.get(i)
-            if got is not None:
-                return got
-            whole = len(self._filter_lines) >= FILTER_LINES_BEFORE_WHOLE
-        source = read or self._read
-        if whole:
-            data = self._checked(fh, source(fh.offset, fh.size + TRAILER))
-            with self._lock:
-                bloom.data = data
-                self._filter_lines.clear()
-            return data[i * FILTER_LINE:(i + 1) * FILTER_LINE]
-        if not 0 <= i < bloom.lines:
-            raise self._corrupt(f"has a filter of {bloom.lines} lines, asked for line {i}")
-        got = source(fh.offset + i * FILTER_LINE, FILTER_LINE)
-        if len(got) != FILTER_LINE:
-            raise self._corrupt(f"gave {len(got)} bytes for a filter line of {FILTER_LINE}")
-        with self._lock:
-            self._filter_lines[i] = got
-        return got
-
-    @property
-    def memory_bound(self) -> int:
-        """The most this table holds in memory: what opening read, its filter (when read
-        by lines it may be read whole later) and its block cache."""
-        lines = self.filter is not None and self.whole is None and self._filter_handle is not None
-        return self.meta_bytes + (self.filter_bytes if lines else 0) + self.block_cache_bytes
 
     def _meta_block(self, h: Handle) -> bytes:
         """A block inside what opening read (the tail), verified and decompressed."""
@@ -333,15 +270,9 @@ class SstFile:
 
     # --- reading -------------------------------------------------------------------------
 
-    def may_contain(self, key: bytes, read: RangeRead | None = None) -> bool:
-        """False when the table's filter rules the user key out (a table read by ranges reads
-        the key's cache line of it, through `read` when given)."""
-        bloom = self.filter
-        if bloom is None:
-            return True
-        if bloom.data is not None:
-            return bloom.may_contain(key)
-        return bloom.may_contain(key, lambda i: self._filter_line(i, read))
+    def may_contain(self, key: bytes) -> bool:
+        """False when the table's filter rules the user key out."""
+        return self.filter is None or self.filter.may_contain(key)
 
     def entries(self, read: RangeRead | None = None) -> Iterator[Entry]:
         """Every entry of the table (user key, sequence, type, value), in the table's order,
@@ -355,7 +286,7 @@ class SstFile:
         """Every entry whose user key is in [lo, hi) (hi None: only lo itself, exactly) as
         (user key, sequence, type, value), in the table's order. A single key the filter
         rules out costs no read."""
-        if hi is None and not self.may_contain(lo, read):
+        if hi is None and not self.may_contain(lo):
             return []
         out: list[Entry] = []
         for handle in self._index_from(lo):

@@ -240,7 +240,7 @@ class _OpenTable:
                     data = reads.read(src, f)
                     return SstFile(data, name), len(data)
                 table = SstFile(self._read, name, size=f.size)
-                return table, table.memory_bound
+                return table, table.meta_bytes + table.block_cache_bytes
 
             table, hit = self._cache.get_or_load(("table", f.identity), load)
             if not hit:
