@@ -36,7 +36,8 @@ class ExpireClonesOperator(StreamstateTask):
         self, *, store: str, storage_conn_id: str | None = None, source_stream: str | None = None,
         kafka_conn_id: str | None = None, dry_run: bool = False, stop_timeout: float = 120.0, aws_conn_id: str | None = None, **kwargs: Any,
     ) -> None:
-        storage_conn_id = current_argument("storage_conn_id", storage_conn_id, aws_conn_id, owner=type(self).__name__)
+        storage_conn_id = current_argument("storage_conn_id", storage_conn_id, aws_conn_id,
+                                           owner=type(self).__name__)
         super().__init__(**kwargs)
         self.store = store
         self.storage_conn_id = storage_conn_id

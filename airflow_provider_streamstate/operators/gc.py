@@ -41,7 +41,8 @@ class GarbageCollectOperator(StreamstateTask):
         self, *, store: str, storage_conn_id: str | None = None, grace: timedelta | str | float | None = None,
         dry_run: bool = False, aws_conn_id: str | None = None, **kwargs: Any,
     ) -> None:
-        storage_conn_id = current_argument("storage_conn_id", storage_conn_id, aws_conn_id, owner=type(self).__name__)
+        storage_conn_id = current_argument("storage_conn_id", storage_conn_id, aws_conn_id,
+                                           owner=type(self).__name__)
         super().__init__(**kwargs)
         self.store = store
         self.storage_conn_id = storage_conn_id

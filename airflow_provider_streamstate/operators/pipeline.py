@@ -272,7 +272,8 @@ class PipelineRetentionOperator(PipelineTask):
 
     def __init__(self, *, keep_last: int | str, store: str | None = None, storage_conn_id: str | None = None,
                  dry_run: bool = False, aws_conn_id: str | None = None, **kwargs: Any) -> None:
-        storage_conn_id = current_argument("storage_conn_id", storage_conn_id, aws_conn_id, owner=type(self).__name__)
+        storage_conn_id = current_argument("storage_conn_id", storage_conn_id, aws_conn_id,
+                                           owner=type(self).__name__)
         super().__init__(**kwargs)
         self.keep_last = keep_last
         self.store = store

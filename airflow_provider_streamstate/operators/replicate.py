@@ -83,7 +83,8 @@ class ReplicateSnapshotsOperator(StreamstateTask):
 
     :param stream: the stream: a StreamSpec, its dict (or that as JSON), or just its name. (templated)
     :param destination_store: the store to copy into, `s3://bucket/prefix` or a local path. (templated)
-    :param destination_storage_conn_id: the destination's Airflow connection (`aws` for S3, `streamstate_hdfs` for HDFS). (templated)
+    :param destination_storage_conn_id: the destination's Airflow connection (`aws` for S3,
+        `streamstate_hdfs` for HDFS). (templated)
     :param source_store: the store to copy from; default the stream spec's store. (templated)
     :param source_storage_conn_id: the source's Airflow connection; default the spec's when the source
         is the spec's store. (templated)
@@ -110,10 +111,13 @@ class ReplicateSnapshotsOperator(StreamstateTask):
         self, *, stream: StreamSpec | dict[str, Any] | str, destination_store: str,
         destination_storage_conn_id: str | None = None, source_store: str | None = None,
         source_storage_conn_id: str | None = None, snapshots: str | list[str] = "latest", since: str | None = None,
-        standby: str | None = None, destination_aws_conn_id: str | None = None, source_aws_conn_id: str | None = None, **kwargs: Any,
+        standby: str | None = None, destination_aws_conn_id: str | None = None,
+        source_aws_conn_id: str | None = None, **kwargs: Any,
     ) -> None:
-        destination_storage_conn_id = current_argument("destination_storage_conn_id", destination_storage_conn_id, destination_aws_conn_id, owner=type(self).__name__)
-        source_storage_conn_id = current_argument("source_storage_conn_id", source_storage_conn_id, source_aws_conn_id, owner=type(self).__name__)
+        destination_storage_conn_id = current_argument("destination_storage_conn_id", destination_storage_conn_id, destination_aws_conn_id,
+                                                       owner=type(self).__name__)
+        source_storage_conn_id = current_argument("source_storage_conn_id", source_storage_conn_id, source_aws_conn_id,
+                                                  owner=type(self).__name__)
         super().__init__(**with_outlet(kwargs, REPLICAS))
         self._result: dict[str, Any] | None = None  # for lineage, once executed
         self.stream = stream

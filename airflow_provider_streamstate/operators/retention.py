@@ -56,7 +56,8 @@ class ApplyRetentionOperator(StreamTask):
         keep_last: int = 1, max_age: Duration = None, keep_hourly: Duration = None, keep_daily: Duration = None,
         abandoned_max_age: Duration = None, dry_run: bool = False, aws_conn_id: str | None = None, **kwargs: Any,
     ) -> None:
-        storage_conn_id = current_argument("storage_conn_id", storage_conn_id, aws_conn_id, owner=type(self).__name__)
+        storage_conn_id = current_argument("storage_conn_id", storage_conn_id, aws_conn_id,
+                                           owner=type(self).__name__)
         super().__init__(stream=stream, **kwargs)
         self.store = store
         self.storage_conn_id = storage_conn_id

@@ -39,8 +39,10 @@ class SnapshotReplicaSensor(StreamstateSensor):
         snapshot: str = "latest", source_store: str | None = None, source_storage_conn_id: str | None = None,
         aws_conn_id: str | None = None, source_aws_conn_id: str | None = None, **kwargs: Any,
     ) -> None:
-        storage_conn_id = current_argument("storage_conn_id", storage_conn_id, aws_conn_id, owner=type(self).__name__)
-        source_storage_conn_id = current_argument("source_storage_conn_id", source_storage_conn_id, source_aws_conn_id, owner=type(self).__name__)
+        storage_conn_id = current_argument("storage_conn_id", storage_conn_id, aws_conn_id,
+                                           owner=type(self).__name__)
+        source_storage_conn_id = current_argument("source_storage_conn_id", source_storage_conn_id, source_aws_conn_id,
+                                                  owner=type(self).__name__)
         super().__init__(**kwargs)
         self.stream = stream
         self.store = store
