@@ -133,7 +133,8 @@ class StreamSpec:
     def derive(self, **changes: Any) -> StreamSpec:
         """The same stream with some fields changed (a clone: name, checkpoint, sinks)."""
         if "aws_conn_id" in changes:  # the old name, replacing the connection
-            changes["storage_conn_id"] = renamed_argument(changes, "storage_conn_id", None, owner="StreamSpec.derive")
+            changes["storage_conn_id"] = renamed_argument(changes, "storage_conn_id", changes.get("storage_conn_id"),
+                                                          owner="StreamSpec.derive")
         return replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from airflow.sdk import DAG, Param, task, task_group
 from airflow_provider_streamstate.assets.streams import SNAPSHOTS
 from airflow_provider_streamstate.operators.replicate import ReplicateSnapshotsOperator
 from airflow_provider_streamstate.operators.validate import ValidateSnapshotOperator
+from airflow_provider_streamstate.utils.renamed_arguments import DR_STORAGE_CONN
 from airflow_provider_streamstate.utils.skip_unconfigured import SkipUnlessConfigured
 
 
@@ -36,9 +37,6 @@ class _Validate(SkipUnlessConfigured, ValidateSnapshotOperator):
 class _Replicate(SkipUnlessConfigured, ReplicateSnapshotsOperator):
     needs = ("destination_store",)
 
-
-# the DR store's connection; a run conf written before the rename names it dr_aws_conn_id
-DR_CONN = "{{ params.dr_storage_conn_id or params.get('dr_aws_conn_id') or None }}"
 
 with DAG(
     dag_id="streamstate_on_snapshot",
@@ -83,7 +81,7 @@ with DAG(
         _Validate(task_id="validate", stream=stream, suite="{{ params.suite }}", snapshot=snapshot_id)
         _Replicate(
             task_id="replicate", stream=stream, destination_store="{{ params.dr_store }}",
-            destination_storage_conn_id=DR_CONN, snapshots=snapshot_id, retries=2,
+            destination_storage_conn_id=DR_STORAGE_CONN, snapshots=snapshot_id, retries=2,
             retry_delay=timedelta(minutes=1),
         )
 

@@ -34,6 +34,7 @@ from airflow_provider_streamstate.operators.pipeline import (
     SnapshotPipelineOperator,
     ValidatePipelineOperator,
 )
+from airflow_provider_streamstate.utils.renamed_arguments import DR_STORAGE_CONN
 from airflow_provider_streamstate.utils.skip_unconfigured import SkipUnlessConfigured
 
 PIPELINES_VARIABLE = "streamstate_pipelines"
@@ -62,9 +63,6 @@ class _Retention(SkipUnlessConfigured, PipelineRetentionOperator):
 class _RetentionDr(SkipUnlessConfigured, PipelineRetentionOperator):
     needs = ("store", "keep_last")
 
-
-# the DR store's connection; a run conf written before the rename names it dr_aws_conn_id
-DR_CONN = "{{ params.dr_storage_conn_id or params.get('dr_aws_conn_id') or None }}"
 
 with DAG(
     dag_id="streamstate_pipeline_snapshot",
@@ -115,11 +113,11 @@ with DAG(
             snapshot="{{ ti.xcom_pull(task_ids='pipeline.snapshot', map_indexes=ti.map_index)['snapshot_id'] }}")
         # Whatever the validation said: a snapshot that failed it is kept, marked not good.
         replicate = _Replicate(task_id="replicate", pipeline=pipeline, destination_store="{{ params.dr_store }}",
-                               destination_storage_conn_id=DR_CONN, retries=2,
+                               destination_storage_conn_id=DR_STORAGE_CONN, retries=2,
                                retry_delay=timedelta(minutes=1), trigger_rule="all_done")
         retention_dr = _RetentionDr(task_id="retention_dr", pipeline=pipeline, keep_last="{{ params.keep_last }}",
                                     store="{{ params.dr_store or None }}",
-                                    storage_conn_id=DR_CONN)
+                                    storage_conn_id=DR_STORAGE_CONN)
         # After the replication (done or skipped): it must not copy a snapshot retention is deleting.
         retention = _Retention(task_id="retention", pipeline=pipeline, keep_last="{{ params.keep_last }}",
                                trigger_rule="all_done")

@@ -30,6 +30,7 @@ from airflow_provider_streamstate.operators.snapshot import SnapshotStreamOperat
 from airflow_provider_streamstate.operators.validate import ValidateSnapshotOperator
 from airflow_provider_streamstate.sensors.replicate import SnapshotReplicaSensor
 from airflow_provider_streamstate.utils.configured_streams import configured_streams as configured
+from airflow_provider_streamstate.utils.renamed_arguments import DR_STORAGE_CONN
 from airflow_provider_streamstate.utils.skip_unconfigured import SkipUnlessConfigured
 
 
@@ -48,9 +49,6 @@ class _ReplicaComplete(SkipUnlessConfigured, SnapshotReplicaSensor):
 class _Retention(SkipUnlessConfigured, ApplyRetentionOperator):
     needs = ("keep_last",)
 
-
-# the DR store's connection; a run conf written before the rename names it dr_aws_conn_id
-DR_CONN = "{{ params.dr_storage_conn_id or params.get('dr_aws_conn_id') or None }}"
 
 with DAG(
     dag_id="streamstate_scheduled_snapshot",
@@ -98,17 +96,17 @@ with DAG(
         validate = _Validate(task_id="validate", stream=stream, suite="{{ params.suite }}", snapshot=snapshot_id)
         replicate = _Replicate(
             task_id="replicate", stream=stream, destination_store="{{ params.dr_store }}",
-            destination_storage_conn_id=DR_CONN, snapshots=[snapshot_id], retries=2,
+            destination_storage_conn_id=DR_STORAGE_CONN, snapshots=[snapshot_id], retries=2,
             retry_delay=timedelta(minutes=1), standby="{{ params.dr_standby or None }}",
         )
         replica = _ReplicaComplete(
             task_id="replica_complete", stream=stream, store="{{ params.dr_store }}",
-            storage_conn_id=DR_CONN, snapshot=snapshot_id, deferrable=True,
+            storage_conn_id=DR_STORAGE_CONN, snapshot=snapshot_id, deferrable=True,
             poke_interval=10, timeout=600,
         )
         retention_dr = _Retention(
             task_id="retention_dr", stream=stream, store="{{ params.dr_store or None }}",
-            storage_conn_id=DR_CONN, **policy,
+            storage_conn_id=DR_STORAGE_CONN, **policy,
         )
         retention_primary = _Retention(task_id="retention", stream=stream, trigger_rule="all_done", **policy)
         snapshot >> validate >> retention_primary

@@ -3,8 +3,8 @@
 Stores come from the run's `stores` param (a manual run) or, on schedule, from the
 Airflow Variable `streamstate_stores`: a JSON list of `{"store": "s3://bucket/prefix",
 "storage_conn_id": "aws_primary"}` (or plain URLs; the key's old name `aws_conn_id` is read
-too). One mapped task per store, so a failing store does not hold up the others. GC frees the blobs no snapshot references once the
-grace period has passed (retention, in `streamstate_scheduled_snapshot`, only deletes
+too). One mapped task per store, so a failing store does not hold up the others. GC frees
+the blobs no snapshot references once the grace period has passed (retention, in `streamstate_scheduled_snapshot`, only deletes
 manifests); clone expiry tears down clones whose expiry has passed (stream, checkpoint,
 snapshots, and topics when asked for at clone time).
 """

@@ -10,6 +10,9 @@ from airflow.exceptions import AirflowProviderDeprecationWarning
 
 from airflow_provider_streamstate.engine.core.config.renamed import renamed_value
 
+# The snapshot DAGs' DR store connection: their param, or a run conf written before the rename.
+DR_STORAGE_CONN = "{{ params.dr_storage_conn_id or params.get('dr_aws_conn_id') or None }}"
+
 
 def current_argument(new: str, current: Any, old_value: Any, *, owner: str) -> Any:
     """The argument `new`, or what the caller passed under its old name (with Airflow's

@@ -142,12 +142,14 @@ def test_a_derived_spec_takes_the_old_name_as_the_new_connection() -> None:
     spec = StreamSpec(**SPEC, storage_conn_id="old")
     with pytest.warns(DeprecationWarning, match="renamed storage_conn_id"):
         assert spec.derive(aws_conn_id="new").storage_conn_id == "new"
+    with pytest.warns(DeprecationWarning), pytest.raises(UsageError, match="disagree"):
+        spec.derive(aws_conn_id="new", storage_conn_id="other")
 
 
 @pytest.mark.parametrize("dag", ["streamstate_on_snapshot", "streamstate_scheduled_snapshot",
                                  "streamstate_pipeline_snapshot"])
 def test_the_dags_dr_connection_is_read_from_a_run_conf_written_with_the_old_name(dag: str) -> None:
-    template = jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(_dag_module(dag).DR_CONN)
+    template = jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(_dag_module(dag).DR_STORAGE_CONN)
     assert template.render(params={"dr_storage_conn_id": "", "dr_aws_conn_id": "aws_dr"}) == "aws_dr"
     assert template.render(params={"dr_storage_conn_id": "aws_dr2"}) == "aws_dr2"
     assert template.render(params={"dr_storage_conn_id": ""}) == "None"
