@@ -7,10 +7,10 @@ those classes again. On this 2-core machine a local session's start and one smal
     .venv/bin/python dev/spark_cds.py          # build every installed Spark line's archive (make setup does)
     .venv/bin/python dev/spark_cds.py --opts   # print the JVM options that use the main venv's
 
-`jvm_opts()` is what SPARK_SUBMIT_OPTS gets in tests (tests/conftest.py): SHORT_LIVED_JVM and
-INTERPRETED_SQL (the archive is trained with both), plus the archive of this pyspark when it
-was built for this Java; `with_archive_of()` swaps in
-another line's (dev/spark_versions.py's `env()` does for a driver of that line). The JVMs a
+`jvm_opts()` is what SPARK_SUBMIT_OPTS gets in tests (tests/conftest.py): SHORT_LIVED_JVM,
+INTERPRETED_SQL (the archive is trained with both) and NO_WEB_UI, plus the archive of this
+pyspark when it was built for this Java; `with_archive_of()` swaps in another line's
+(dev/spark_versions.py's `env()` does for a driver of that line). The JVMs a
 cluster starts map it too: `cluster_jvm_opts()` for a standalone worker's executors,
 `yarn_container_confs()` for YARN's containers (their class path needs the launcher's first).
 A JVM whose class path the archive does not match (a YARN container without the launcher's
@@ -51,6 +51,11 @@ SQL_CODE_GENERATION = {  # conf: (interpreted, Spark's default)
     "spark.sql.codegen.factoryMode": ("NO_CODEGEN", "FALLBACK"),
 }
 INTERPRETED_SQL = " ".join(f"-D{conf}={interpreted}" for conf, (interpreted, _) in SQL_CODE_GENERATION.items())
+# No web UI in the tests' drivers (Spark reads `spark.*` system properties as confs, and
+# spark-submit passes them on to a driver in cluster mode): nothing looks at it, and its
+# server costs a driver's start about 0.4 of its 4.8 CPU-s (docs/testing.md). The product's
+# own state jobs run without it too (engine/state/spark.py); what Spark writes is the same.
+NO_WEB_UI = "-Dspark.ui.enabled=false"
 
 # The training run: a session, SQL, a stateful streaming query on RocksDB state with
 # changelog checkpointing and on the default store, Spark's state readers, files.
@@ -107,9 +112,9 @@ def archive_path(spark_home: Path | None = None, java: str | None = None) -> Pat
 
 
 def jvm_opts(spark_home: Path | None = None) -> str:
-    """SHORT_LIVED_JVM and INTERPRETED_SQL, with the archive of this Spark (default: this
-    pyspark) and Java when it exists."""
-    return _with_archive(f"{SHORT_LIVED_JVM} {INTERPRETED_SQL}", spark_home)
+    """SHORT_LIVED_JVM, INTERPRETED_SQL and NO_WEB_UI, with the archive of this Spark
+    (default: this pyspark) and Java when it exists."""
+    return _with_archive(f"{SHORT_LIVED_JVM} {INTERPRETED_SQL} {NO_WEB_UI}", spark_home)
 
 
 def _with_archive(base: str, spark_home: Path | None) -> str:
