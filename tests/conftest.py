@@ -196,7 +196,7 @@ def spark(stack: stack_mod.Stack):  # noqa: ANN201 - pyspark is imported lazily
         stack.spark_jars,
         conf={"spark.sql.streaming.stateStore.maintenanceInterval": "1s", **local_checkpoint_conf(pyspark.__version__)},
     )
-    spark_jvm.mark_shared(session.sparkContext._gateway)  # noqa: SLF001 - PySpark has no public accessor
+    spark_jvm.mark_shared(session)
     yield session
     for q in session.streams.active:
         q.stop()
@@ -254,6 +254,18 @@ def _probe_processes_end_with_their_file() -> Iterator[None]:
     probes = sys.modules.get("tests.spark_probe")
     if probes is not None:
         probes.close_all()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_query_left_running(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A query a file leaves running in the shared session is stopped with the file (after the
+    file's own fixtures), and named in a warning: it would go on taking micro-batches, and
+    CPU, through every later file of the test process."""
+    yield
+    left = spark_jvm.stop_queries_left_running()
+    if left:
+        warnings.warn(f"{request.node.nodeid} left {len(left)} queries running in the shared Spark session: "
+                      f"{', '.join(left)}; stop them in the test or its fixture", stacklevel=1)
 
 
 @pytest.fixture(autouse=True)

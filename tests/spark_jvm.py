@@ -15,9 +15,23 @@ from typing import Any
 _shared: dict[str, Any] = {}
 
 
-def mark_shared(gateway: Any) -> None:
-    """Remember the gateway of the shared session (it stays for the whole run)."""
-    _shared["gateway"] = gateway
+def mark_shared(session: Any) -> None:
+    """Remember the shared session and its gateway (they stay for the whole run)."""
+    _shared["session"] = session
+    _shared["gateway"] = session.sparkContext._gateway  # noqa: SLF001 - PySpark has no public accessor
+
+
+def stop_queries_left_running() -> list[str]:
+    """Stop the queries still running in the shared session; their names (or ids). A query a
+    file leaves running there goes on taking micro-batches, and the machine's CPU, through
+    every later file the test process runs."""
+    session = _shared.get("session")
+    if session is None:
+        return []
+    left = list(session.streams.active)
+    for query in left:
+        query.stop()
+    return [query.name or str(query.id) for query in left]
 
 
 def current_gateway() -> Any:
