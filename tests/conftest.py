@@ -198,8 +198,7 @@ def spark(stack: stack_mod.Stack):  # noqa: ANN201 - pyspark is imported lazily
     )
     spark_jvm.mark_shared(session)
     yield session
-    for q in session.streams.active:
-        q.stop()
+    spark_jvm.stop_queries_left_running()
     session.stop()
 
 
